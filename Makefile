@@ -1,0 +1,202 @@
+# Cachet: a Kubernetes operator (api/, controllers/, main.go) and the cachetd
+# cache engine (engine/). Kubebuilder's target names are kept so that users of
+# kubebuilder projects find what they expect; the project's own targets follow.
+
+VERSION ?= 0.1.0
+# Images carry a localhost/ prefix: nothing here is ever pulled from a registry,
+# and a miss must fail locally rather than reach out to the network.
+IMG ?= localhost/cachet-operator:$(VERSION)
+ENGINE_IMG ?= localhost/cachetd:$(VERSION)
+
+# Heavy build outputs are cached by version outside the clone so that reruns
+# and fresh clones on the same machine skip them; nothing relies on it existing.
+CACHET_CACHE ?= $(HOME)/.cache/cachet
+export CACHET_CACHE
+
+LOCALBIN ?= $(shell pwd)/bin
+$(LOCALBIN):
+	mkdir -p $(LOCALBIN)
+
+GOBIN ?= $(shell go env GOPATH)/bin
+SHELL = /usr/bin/env bash -o pipefail
+.SHELLFLAGS = -ec
+
+## Tool versions
+CONTROLLER_TOOLS_VERSION ?= v0.20.0
+KUSTOMIZE_VERSION ?= v5.7.1
+HELM_VERSION ?= v3.19.0
+
+CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
+KUSTOMIZE ?= $(LOCALBIN)/kustomize
+HELM ?= $(LOCALBIN)/helm
+KUBECTL ?= $(LOCALBIN)/k8s/kubectl
+ENVTEST_ASSETS ?= $(LOCALBIN)/envtest
+
+.PHONY: all
+all: build engine
+
+##@ General
+
+.PHONY: help
+help: ## Display this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: controller-gen ## Generate CRDs, RBAC and webhook configurations from the markers.
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+	hack/sync-chart.sh
+
+.PHONY: generate
+generate: controller-gen ## Generate DeepCopy methods.
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
+
+.PHONY: fmt
+fmt: ## Run go fmt against code.
+	go fmt ./...
+
+.PHONY: vet
+vet: ## Run go vet against code.
+	go vet ./...
+
+.PHONY: test
+test: manifests generate fmt vet envtest ## Run unit and envtest tests against a real kube-apiserver and etcd.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $$(go list ./... | grep -v /test/e2e) -coverprofile cover.out
+
+.PHONY: test-e2e
+test-e2e: ## Run the end-to-end suite on KUBECONFIG's cluster, or on the local cluster when none is given.
+	hack/e2e.sh
+
+##@ Build
+
+.PHONY: build
+build: manifests generate fmt vet ## Build the manager binary.
+	go build -o $(LOCALBIN)/manager main.go
+
+.PHONY: run
+run: manifests generate fmt vet ## Run the controller from your host against KUBECONFIG's cluster.
+	go run ./main.go --engine-image=$(ENGINE_IMG)
+
+.PHONY: docker-build
+docker-build: ## Build both images with Docker (for users who have a Docker engine).
+	docker build --target operator -t $(IMG) .
+	docker build --target engine -t $(ENGINE_IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push both images with Docker.
+	docker push $(IMG)
+	docker push $(ENGINE_IMG)
+
+.PHONY: images
+images: ## Build both images without a daemon (buildah over host-built static binaries).
+	hack/images.sh build
+
+.PHONY: load-images
+load-images: ## Import both images into the local cluster's containerd.
+	hack/images.sh load
+
+.PHONY: build-installer
+build-installer: manifests generate kustomize ## Write dist/install.yaml: CRDs and the operator in one file.
+	mkdir -p dist
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	$(KUSTOMIZE) build config/default > dist/install.yaml
+
+##@ Deployment
+
+ifndef ignore-not-found
+  ignore-not-found = false
+endif
+
+.PHONY: install
+install: manifests kustomize ## Install the CRDs into KUBECONFIG's cluster.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
+
+.PHONY: uninstall
+uninstall: manifests kustomize ## Remove the CRDs from KUBECONFIG's cluster.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) -f -
+
+.PHONY: deploy
+deploy: manifests kustomize ## Deploy the operator with kustomize (config/default).
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	$(KUSTOMIZE) build config/default | $(KUBECTL) apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: kustomize ## Remove what deploy applied.
+	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) -f -
+
+##@ Engine
+
+.PHONY: engine
+engine: ## Build cachetd and its tools.
+	$(MAKE) -C engine
+
+.PHONY: test-engine
+test-engine: ## Engine unit, sanitizer, concurrency, conformance and fuzz-smoke tests.
+	$(MAKE) -C engine check
+
+.PHONY: fuzz-engine
+fuzz-engine: ## Fuzz the request parser (FUZZ_SECONDS=300 by default).
+	$(MAKE) -C engine fuzz
+
+.PHONY: bench-engine
+bench-engine: ## Benchmark cachetd against Debian's memcached side by side (W1-W4).
+	$(MAKE) -C engine bench
+
+##@ Cluster
+
+.PHONY: cluster-up
+cluster-up: ## Bring up the local single-node Kubernetes built from source.
+	hack/local-cluster.sh up
+
+.PHONY: cluster-down
+cluster-down: ## Tear the local cluster down.
+	hack/local-cluster.sh down
+
+.PHONY: kind-up
+kind-up: ## For users with Docker: a kind cluster with the static CPU manager.
+	kind create cluster --name cachet --config hack/kind-config.yaml
+
+.PHONY: helm-lint
+helm-lint: helm ## Lint the chart and render it with default and non-default values.
+	hack/helm-lint.sh
+
+.PHONY: up
+up: ## Install what is missing, build, bring up a cluster, install the chart and show a Cache serving.
+	hack/up.sh
+
+.PHONY: down
+down: ## Undo 'make up'.
+	hack/up.sh down
+
+.PHONY: deps
+deps: ## Install the Debian packages the build and tests need (idempotent).
+	hack/install-deps.sh
+
+.PHONY: check
+check: deps test-engine test helm-lint test-e2e ## Run every test, e2e included (CI runs this).
+
+##@ Dependencies
+
+.PHONY: controller-gen
+controller-gen: $(CONTROLLER_GEN) ## Build controller-gen.
+$(CONTROLLER_GEN): | $(LOCALBIN)
+	hack/go-tool.sh $(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen $(CONTROLLER_TOOLS_VERSION)
+
+.PHONY: kustomize
+kustomize: $(KUSTOMIZE) ## Build kustomize.
+$(KUSTOMIZE): | $(LOCALBIN)
+	hack/go-tool.sh $(KUSTOMIZE) sigs.k8s.io/kustomize/kustomize/v5 $(KUSTOMIZE_VERSION)
+
+.PHONY: helm
+helm: $(HELM) ## Build helm.
+$(HELM): | $(LOCALBIN)
+	hack/go-tool.sh $(HELM) helm.sh/helm/v3/cmd/helm $(HELM_VERSION)
+
+.PHONY: envtest
+envtest: ## Build kube-apiserver from the module proxy and link it with Debian's etcd for envtest.
+	hack/build-k8s.sh kube-apiserver
+	mkdir -p $(ENVTEST_ASSETS)
+	ln -sf $(LOCALBIN)/k8s/kube-apiserver $(ENVTEST_ASSETS)/kube-apiserver
+	ln -sf $$(command -v etcd) $(ENVTEST_ASSETS)/etcd
+	ln -sf $(LOCALBIN)/k8s/kubectl $(ENVTEST_ASSETS)/kubectl 2>/dev/null || true

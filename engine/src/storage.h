@@ -1,0 +1,176 @@
+/*
+ * storage.h - the boundary between cachetd's network/protocol layer and its
+ * storage (hash table, slab allocator, bag-LRU, cleaner).
+ *
+ * Why the boundary sits here: the protocol layer (proto_text.c, proto_meta.c)
+ * must never know how items are laid out or locked. Every read or write of an
+ * item goes through these calls, so the storage side is free to keep GETs
+ * lock-free (seqlock-validated copy-out, refcount only for values sent
+ * zero-copy), stripe its write locks, and reclaim memory safely.
+ *
+ * Threading contract:
+ *  - every worker thread calls storage_thread_register() once and passes the
+ *    returned context to every call; storage keeps per-thread stats there and
+ *    uses storage_quiescent() as the grace-period signal before memory changes
+ *    shape (slab page moved to another class, old hash table freed).
+ *  - a worker calls storage_quiescent() whenever it holds no item view, i.e.
+ *    once per event-loop iteration.
+ */
+#ifndef CACHET_STORAGE_H
+#define CACHET_STORAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KEY_MAX_LENGTH 250
+
+typedef struct storage_thread storage_thread;
+typedef struct item item;
+
+/* Seconds since process start; advanced by the clock thread once a second. */
+typedef uint32_t rel_time_t;
+
+struct storage_config {
+    size_t   mem_limit;          /* -m, bytes of item memory */
+    size_t   item_size_max;      /* -I */
+    double   growth_factor;      /* -f */
+    uint32_t chunk_size_min;     /* -n, bytes of key+value in the smallest class */
+    const uint32_t *slab_sizes;  /* -o slab_sizes: explicit chunk sizes, ascending; NULL if none */
+    int      slab_sizes_count;
+    int      hashpower_init;     /* -o hashpower */
+    bool     use_cas;            /* false with -C */
+    int      verbose;
+};
+
+/* Outcome codes map one-to-one onto memcached's reply strings. */
+enum store_result {
+    STORE_STORED,         /* STORED / HD */
+    STORE_NOT_STORED,     /* NOT_STORED / NS */
+    STORE_EXISTS,         /* EXISTS / EX */
+    STORE_NOT_FOUND,      /* NOT_FOUND / NF */
+    STORE_TOO_LARGE,      /* SERVER_ERROR object too large for cache */
+    STORE_NO_MEMORY,      /* SERVER_ERROR out of memory storing object */
+};
+
+enum store_mode {
+    MODE_SET, MODE_ADD, MODE_REPLACE, MODE_APPEND, MODE_PREPEND, MODE_CAS,
+};
+
+/* ---- lifecycle ---- */
+int  storage_init(const struct storage_config *cfg);  /* 0 or -1 with errno-style message on stderr */
+void storage_start_threads(void);                      /* clock, cleaner, hash expander, slab mover */
+void storage_stop_threads(void);
+storage_thread *storage_thread_register(void);
+void storage_quiescent(storage_thread *t);
+
+/* ---- time ---- */
+rel_time_t storage_now(void);
+/* memcached's TTL rules: 0 never, <=30 days relative, larger absolute unix
+ * time, negative already expired. Returns the rel_time_t expiry (0 = never). */
+rel_time_t storage_exptime(int64_t wire_exptime);
+int64_t    storage_ttl_remaining(rel_time_t exptime);  /* -1 = never expires */
+extern time_t storage_process_started;                 /* unix time of rel_time 0 */
+
+/* ---- reads ---- */
+
+/* What a lookup found. On a hit the value is either copied into the caller's
+ * buffer (value == that buffer, ref == NULL) or referenced in place
+ * (ref != NULL: call item_view_release() after the bytes have been sent). */
+struct item_view {
+    const char *value;
+    uint32_t    nbytes;        /* value length, without "\r\n" */
+    uint32_t    client_flags;
+    uint64_t    cas;
+    rel_time_t  exptime;       /* 0 = never */
+    rel_time_t  last_access;   /* before this access */
+    bool        fetched_before;/* meta h */
+    bool        stale;         /* meta X (marked by md I / ms I) */
+    bool        win;           /* meta W: this client should recache */
+    bool        win_sent_before; /* meta Z */
+    item       *ref;
+};
+
+struct get_opts {
+    bool     touch;            /* gat / mg T: set a new expiry */
+    rel_time_t new_exptime;
+    bool     vivify;           /* mg N: create an empty stale item on miss, hand this client the win */
+    rel_time_t vivify_exptime;
+    bool     recache;          /* mg R: win if ttl below recache_below */
+    rel_time_t recache_below;
+    bool     no_lru_bump;      /* mg u */
+};
+
+/* Lock-free unless opts asks for a change (touch/vivify/recache take the
+ * key's stripe lock). copy_buf may be NULL to force a reference.
+ * Returns true on hit. */
+bool storage_get(storage_thread *t, const char *key, size_t nkey,
+                 const struct get_opts *opts,
+                 char *copy_buf, size_t copy_cap, struct item_view *out);
+void item_view_release(storage_thread *t, struct item_view *v);
+
+/* ---- writes ---- */
+
+/* Two-step store so the value can be read off the socket straight into item
+ * memory: allocate (unlinked), fill item_value(), then storage_store() or
+ * item_discard(). *err is STORE_TOO_LARGE or STORE_NO_MEMORY on NULL. */
+item *item_alloc(storage_thread *t, const char *key, size_t nkey,
+                 uint32_t client_flags, rel_time_t exptime, uint32_t nbytes,
+                 enum store_result *err);
+char *item_value(item *it);    /* nbytes of value, then room for "\r\n" */
+void  item_discard(storage_thread *t, item *it);
+
+struct store_opts {
+    uint64_t cas_in;           /* MODE_CAS / ms C: compare against this */
+    uint64_t cas_set;          /* ms E: use this as the new CAS (0 = generate) */
+    bool     invalidate;       /* ms I: if CAS is older, store but mark stale */
+    bool     vivify_on_miss;   /* ms mode A/P with N: create if missing */
+    rel_time_t vivify_exptime;
+};
+/* Links the item (or, for append/prepend, a new combined copy) and consumes
+ * the caller's reference in every case. *cas_out gets the stored CAS. */
+enum store_result storage_store(storage_thread *t, item *it, enum store_mode mode,
+                                const struct store_opts *opts, uint64_t *cas_out);
+
+struct delete_opts {
+    uint64_t cas_in;           /* md C */
+    bool     invalidate;       /* md I: mark stale instead of removing */
+    bool     update_ttl;       /* md T with I */
+    rel_time_t new_exptime;
+};
+enum store_result storage_delete(storage_thread *t, const char *key, size_t nkey,
+                                 const struct delete_opts *opts);     /* STORED means deleted */
+
+enum store_result storage_touch(storage_thread *t, const char *key, size_t nkey,
+                                rel_time_t exptime);                  /* STORED means touched */
+
+enum arith_result { ARITH_OK, ARITH_NOT_FOUND, ARITH_NON_NUMERIC, ARITH_NO_MEMORY, ARITH_EXISTS };
+struct arith_opts {
+    uint64_t cas_in;           /* ma C */
+    bool     vivify;           /* ma N: create with initial on miss */
+    rel_time_t vivify_exptime;
+    uint64_t initial;          /* ma J */
+    bool     update_ttl;       /* ma T */
+    rel_time_t new_exptime;
+};
+/* memcached semantics: 64-bit unsigned, incr wraps at 2^64, decr stops at 0.
+ * The value is replaced as a whole (readers never see a half-written number). */
+enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
+                                bool incr, uint64_t delta, const struct arith_opts *opts,
+                                uint64_t *value_out, uint64_t *cas_out, rel_time_t *exptime_out);
+
+/* flush_all: items stored before now+delay become invalid at now+delay. */
+void storage_flush(rel_time_t when);
+
+/* ---- stats ---- */
+/* Appends "STAT name value\r\n" lines to buf through the given writer, so the
+ * protocol layer owns buffering and storage owns the names. */
+typedef void (*stat_writer)(void *ctx, const char *name, const char *fmt, ...);
+void storage_stats_general(stat_writer w, void *ctx);  /* curr_items, bytes, evictions, get_hits, ... hash_*, bag/cleaner */
+void storage_stats_settings(stat_writer w, void *ctx); /* maxbytes, growth_factor, chunk_size, item_size_max, hashpower_init, slab_sizes... */
+void storage_stats_items(stat_writer w, void *ctx);    /* items:<class>:<name> */
+void storage_stats_slabs(stat_writer w, void *ctx);    /* <class>:<name>, active_slabs, total_malloced */
+void storage_stats_sizes(stat_writer w, void *ctx);    /* <size> <count>, always on */
+void storage_stats_reset(void);
+
+#endif

@@ -1,0 +1,3 @@
+module cachet.dev/cachet
+
+go 1.26.0
