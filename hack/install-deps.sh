@@ -7,7 +7,9 @@ packages=(
   # engine: sanitizers, libFuzzer, the peers it is tested and benchmarked against
   build-essential clang llvm libclang-rt-14-dev memcached libmemcached-tools python3-venv
   # envtest and the local cluster
-  etcd-server containerd runc containernetworking-plugins conntrack iptables iproute2 buildah
+  etcd-server containerd runc containernetworking-plugins conntrack iptables iproute2 buildah openssl curl
+  # a static busybox for the local cluster's toolbox test image (no registry to pull one)
+  busybox-static
   # benchmark plots
   python3-matplotlib
 )

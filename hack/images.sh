@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Builds Cachet's images without a container daemon and without pulling anything,
+# and loads them into the local cluster's containerd.
+#
+#   hack/images.sh build [operator|engine|pause|toolbox ...]   default: all four
+#   hack/images.sh load  [operator|engine|pause|toolbox ...]   default: operator engine toolbox
+#   hack/images.sh list                                        name and archive of each image
+#
+# Why this shape: the machines that run `make check` have no Docker engine and no
+# registry, so a Dockerfile's `FROM golang` builder stage cannot run. The binaries
+# are therefore built statically on the host (the same commands as the root
+# Dockerfile's builder stages), and buildah turns the root Dockerfile's FROM
+# scratch final stages (hack/images/<name>.Containerfile) into OCI archives under
+# bin/images/. `load` imports those archives with `ctr images import` into the
+# containerd of hack/local-cluster.sh; pods then find them with IfNotPresent.
+#
+# Names: IMG and ENGINE_IMG from the environment (the Makefile exports its
+# defaults), else localhost/cachet-operator:$VERSION and localhost/cachetd:$VERSION.
+# The localhost/ prefix means a missing image fails on the node instead of
+# reaching for a registry.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+VERSION=${VERSION:-$(awk -F'[ ?=]+' '$1=="VERSION" {print $2; exit}' "$root/Makefile")}
+IMG=${IMG:-localhost/cachet-operator:$VERSION}
+ENGINE_IMG=${ENGINE_IMG:-localhost/cachetd:$VERSION}
+PAUSE_IMG=${PAUSE_IMG:-localhost/cachet-pause:3.10}
+TOOLBOX_IMG=${TOOLBOX_IMG:-localhost/cachet-toolbox:$VERSION}
+out="$root/bin/images"
+# The local cluster's containerd (hack/local-cluster.sh); CONTAINERD_ADDRESS overrides.
+CONTAINERD_ADDRESS=${CONTAINERD_ADDRESS:-/run/cachet-cluster/containerd/containerd.sock}
+
+log() { printf '==> %s\n' "$*"; }
+die() { printf 'images: %s\n' "$*" >&2; exit 1; }
+
+image_name() {
+  case $1 in
+    operator) echo "$IMG" ;;
+    engine) echo "$ENGINE_IMG" ;;
+    pause) echo "$PAUSE_IMG" ;;
+    toolbox) echo "$TOOLBOX_IMG" ;;
+    *) die "unknown image '$1' (operator, engine, pause, toolbox)" ;;
+  esac
+}
+
+archive_of() { echo "$out/$1.oci.tar"; }
+
+# A program with an ELF interpreter needs a libc the scratch image lacks.
+is_static() { ! readelf -l "$1" 2>/dev/null | grep -q 'Requesting program interpreter'; }
+
+# Fills the build context of one image with its static binaries.
+stage_binaries() {
+  local name=$1 ctx=$2
+  case $name in
+    operator)
+      [ -f "$root/main.go" ] || die "operator: $root/main.go does not exist yet"
+      log "operator: go build (static, CGO_ENABLED=0)"
+      (cd "$root" && CGO_ENABLED=0 nice go build -trimpath -ldflags "-s -w" -o "$ctx/manager" main.go) \
+        || die "operator: go build failed"
+      ;;
+    engine)
+      log "engine: make -C engine BUILD=build/static LDFLAGS=-static"
+      nice make -s -C "$root/engine" BUILD=build/static LDFLAGS=-static all >/dev/null \
+        || die "engine: static build failed (make -C engine BUILD=build/static LDFLAGS=-static all)"
+      cp "$root/engine/build/static/cachetd" "$root/engine/build/static/cachet-probe" "$ctx/"
+      ;;
+    pause)
+      log "pause: cc -static hack/pause/pause.c"
+      nice cc -std=c11 -Os -s -static -Wall -Wextra -o "$ctx/pause" "$root/hack/pause/pause.c"
+      ;;
+    toolbox)
+      local busybox
+      busybox=$(command -v busybox || true)
+      [ -n "$busybox" ] || die "toolbox: busybox not found (apt-get install busybox-static)"
+      is_static "$busybox" || die "toolbox: $busybox is not static (apt-get install busybox-static)"
+      cp "$busybox" "$ctx/busybox"
+      ;;
+  esac
+  # A dynamically linked binary in a FROM scratch image fails only at pod start
+  # with a bare "no such file"; catch it here instead.
+  local f
+  for f in "$ctx"/*; do
+    is_static "$f" || die "$name: $(basename "$f") is dynamically linked" 
+  done
+}
+
+build_one() {
+  local name=$1 image ctx archive start=$SECONDS
+  image=$(image_name "$name")
+  ctx="$out/context/$name"
+  archive=$(archive_of "$name")
+  rm -rf "$ctx" && mkdir -p "$ctx"
+  stage_binaries "$name" "$ctx"
+  log "$name: buildah bud -> $image"
+  buildah bud --quiet --isolation chroot --layers=false \
+    -f "$root/hack/images/$name.Containerfile" -t "$image" "$ctx" >/dev/null
+  rm -f "$archive"
+  buildah push --quiet "$image" "oci-archive:$archive:$image" >/dev/null
+  echo "    $archive ($(du -h "$archive" | cut -f1), $((SECONDS - start))s)"
+}
+
+load_one() {
+  local name=$1 image archive
+  image=$(image_name "$name")
+  archive=$(archive_of "$name")
+  [ -f "$archive" ] || die "$name: $archive missing; run 'hack/images.sh build $name' (make images) first"
+  log "$name: import $image into $CONTAINERD_ADDRESS"
+  ctr --address "$CONTAINERD_ADDRESS" -n k8s.io images import --all-platforms "$archive" >/dev/null
+  ctr --address "$CONTAINERD_ADDRESS" -n k8s.io images ls -q | grep -qxF "$image" \
+    || die "$name: $image not listed by containerd after import"
+}
+
+cmd=${1:-build}; [ $# -gt 0 ] && shift
+case $cmd in
+  build)
+    [ "$(id -u)" -eq 0 ] || die "buildah here needs root"
+    command -v buildah >/dev/null || die "buildah missing (hack/install-deps.sh)"
+    mkdir -p "$out"
+    names=("$@"); [ ${#names[@]} -gt 0 ] || names=(operator engine pause toolbox)
+    for n in "${names[@]}"; do build_one "$n"; done
+    ;;
+  load)
+    [ -S "$CONTAINERD_ADDRESS" ] || die "no containerd at $CONTAINERD_ADDRESS: is the local cluster up (hack/local-cluster.sh up)? For kind, use 'kind load image-archive $out/<name>.oci.tar'"
+    names=("$@"); [ ${#names[@]} -gt 0 ] || names=(operator engine toolbox)
+    for n in "${names[@]}"; do load_one "$n"; done
+    ;;
+  list)
+    for n in operator engine pause toolbox; do printf '%-9s %-40s %s\n' "$n" "$(image_name "$n")" "$(archive_of "$n")"; done
+    ;;
+  *) die "usage: $0 build|load|list [operator|engine|pause|toolbox ...]" ;;
+esac
