@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# `make test-e2e`: runs the end-to-end suite (test/e2e) on a real cluster.
+#
+# Which cluster: the one KUBECONFIG reaches, if it answers; otherwise the local
+# single-node cluster (hack/local-cluster.sh), brought up here when needed.
+# Images are built with `make images` and loaded into the local cluster's
+# containerd; a cluster that is not the local one gets no load unless
+# E2E_LOAD_IMAGES=1 (its nodes must already hold the images).
+#
+# Teardown: a local cluster that this script brought up is taken down again at
+# the end, pass or fail, so that `make check` on a CI machine leaves no kubelet,
+# containerd or etcd processes behind. A cluster that was already running (for
+# example from `make up`) is left running. E2E_KEEP_CLUSTER=1 keeps it either
+# way; E2E_KEEP=1 also keeps the suite's namespaces and release for debugging.
+#
+# Environment: E2E_TIMEOUT (go test -timeout, default 30m), E2E_RUN (go test -run),
+# IMG / ENGINE_IMG (image names), E2E_HELM_SET (comma-separated helm --set values).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+local_kubeconfig=/var/lib/cachet-cluster/kubeconfig
+local_kubelet_dir=/var/lib/cachet-cluster/kubelet
+artifacts="$root/test/e2e/artifacts"
+IMG=${IMG:-localhost/cachet-operator:0.1.0}
+ENGINE_IMG=${ENGINE_IMG:-localhost/cachetd:0.1.0}
+mkdir -p "$artifacts"
+timings="$artifacts/script-timings.txt"
+: > "$timings"
+
+t0=$SECONDS
+step_start=$SECONDS
+step_name=""
+step() {
+  if [ -n "$step_name" ]; then
+    printf '%-34s %5ds\n' "$step_name" $((SECONDS - step_start)) >> "$timings"
+  fi
+  step_name=$1
+  step_start=$SECONDS
+  echo "==> [e2e +$((SECONDS - t0))s] $1"
+}
+
+step "kubectl (hack/build-k8s.sh kubectl)"
+nice hack/build-k8s.sh kubectl
+kubectl="$root/bin/k8s/kubectl"
+
+reachable() { # kubeconfig
+  [ -f "$1" ] && "$kubectl" --kubeconfig "$1" --request-timeout=5s get --raw /readyz >/dev/null 2>&1
+}
+
+started_cluster=0
+node_local=0
+if [ -n "${KUBECONFIG:-}" ] && reachable "$KUBECONFIG"; then
+  echo "    using the cluster KUBECONFIG reaches: $KUBECONFIG"
+  if [ "$(readlink -f "$KUBECONFIG")" = "$(readlink -f "$local_kubeconfig")" ]; then node_local=1; fi
+else
+  [ -n "${KUBECONFIG:-}" ] && echo "    KUBECONFIG=$KUBECONFIG does not answer; using the local cluster"
+  if hack/local-cluster.sh status >/dev/null 2>&1; then
+    echo "    the local cluster is already running; it stays up afterwards"
+  else
+    step "local cluster up (hack/local-cluster.sh up)"
+    started_cluster=1
+    hack/local-cluster.sh up
+  fi
+  export KUBECONFIG=$local_kubeconfig
+  node_local=1
+fi
+
+dump_cluster() {
+  echo "==> [e2e] diagnostics"
+  "$kubectl" get nodes -o wide || true
+  "$kubectl" get pods -A -o wide || true
+  "$kubectl" logs -n "${E2E_SYSTEM_NAMESPACE:-cachet-e2e-system}" -l app.kubernetes.io/instance="${E2E_RELEASE:-cachet-e2e}" --all-containers --tail=200 2>/dev/null || true
+  "$kubectl" get events -n "${E2E_CACHE_NAMESPACE:-cachet-e2e}" --sort-by=.lastTimestamp 2>/dev/null || true
+  ls "$artifacts"/*.diag.txt 2>/dev/null | sed 's/^/    per-stage diagnostics (operator logs, Cache events): /' || true
+  if [ "$node_local" = 1 ]; then
+    for f in /var/log/cachet-cluster/kubelet.log /var/log/cachet-cluster/containerd.log; do
+      [ -f "$f" ] && { echo "--- tail $f"; tail -n 40 "$f"; }
+    done
+  fi
+}
+
+finish() {
+  rc=$?
+  step "done"
+  if [ $rc -ne 0 ]; then dump_cluster; fi
+  if [ "$started_cluster" = 1 ] && [ "${E2E_KEEP_CLUSTER:-0}" != 1 ]; then
+    echo "==> [e2e] taking down the local cluster this run brought up (E2E_KEEP_CLUSTER=1 keeps it)"
+    hack/local-cluster.sh down || true
+  fi
+  echo "==> [e2e] stage timings (seconds):"
+  cat "$timings"
+  [ -f "$artifacts/timings.txt" ] && cat "$artifacts/timings.txt"
+  if [ $rc -eq 0 ]; then echo "==> [e2e] PASSED in $((SECONDS - t0))s"; else echo "==> [e2e] FAILED (exit $rc) after $((SECONDS - t0))s"; fi
+  exit $rc
+}
+trap finish EXIT
+
+step "images (make images)"
+nice make --no-print-directory images IMG="$IMG" ENGINE_IMG="$ENGINE_IMG"
+if [ "$node_local" = 1 ] || [ "${E2E_LOAD_IMAGES:-0}" = 1 ]; then
+  step "load images (make load-images)"
+  make --no-print-directory load-images IMG="$IMG" ENGINE_IMG="$ENGINE_IMG"
+else
+  echo "    not the local cluster: images are not loaded (E2E_LOAD_IMAGES=1 to load them anyway)"
+fi
+
+step "helm (make helm)"
+nice make --no-print-directory helm
+
+step "go test ./test/e2e/..."
+rm -f "$artifacts"/*.diag.txt "$artifacts/timings.txt"
+E2E_KUBECTL="$kubectl" \
+E2E_HELM="$root/bin/helm" \
+E2E_CHART="$root/charts/cachet" \
+E2E_NODE_LOCAL=$node_local \
+E2E_KUBELET_DIR=$local_kubelet_dir \
+E2E_OPERATOR_IMAGE="$IMG" \
+E2E_ENGINE_IMAGE="$ENGINE_IMG" \
+E2E_ARTIFACTS="$artifacts" \
+  go test -tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-30m}" ${E2E_RUN:+-run "$E2E_RUN"} ./test/e2e/... 2>&1 | tee "$artifacts/go-test.log"
