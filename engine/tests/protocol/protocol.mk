@@ -1,0 +1,47 @@
+# Protocol conformance: memccapable, pymemcache and raw-socket tests (pytest).
+# Included by engine/Makefile, so paths are relative to engine/.
+#
+#   make conformance                               against $(BUILD)/cachetd (built first)
+#   make conformance CACHETD=/abs/path/cachetd     against that binary (e.g. the ASan build)
+#   make conformance CACHETD=/usr/bin/memcached    reference mode: the same tests against
+#                                                  Debian's memcached; cachetd-only tests skip
+#   make conformance PYTEST_ARGS="-k meta -x"      pass options through to pytest
+#
+# The tests start their own servers on ports 21000-21999. The client library and
+# pytest come from PyPI at pinned versions, in a venv named after the hash of the
+# pins so a pin change never reuses a stale venv; it lives under CACHET_CACHE and
+# is rebuilt when missing, so nothing relies on the cache existing.
+
+CACHET_CACHE ?= $(HOME)/.cache/cachet
+PROTOCOL_DIR := tests/protocol
+PROTOCOL_PINS := $(PROTOCOL_DIR)/requirements.txt
+PROTOCOL_VENV := $(CACHET_CACHE)/venv-$(shell sha256sum $(PROTOCOL_PINS) | cut -c1-16)
+# Bounds the whole run; each test has its own bound in pytest.ini.
+CONFORMANCE_TIMEOUT ?= 1500
+PYTEST_ARGS ?=
+
+ifeq ($(origin CACHETD),undefined)
+CACHETD := $(CURDIR)/$(BUILD)/cachetd
+CONFORMANCE_DEPS := $(BUILD)/cachetd
+endif
+
+# Built in a temporary directory and renamed, so an interrupted install or two
+# runs at once never leave a half-made venv behind that looks ready.
+$(PROTOCOL_VENV)/.ready: $(PROTOCOL_PINS)
+	@echo "==> conformance venv $(PROTOCOL_VENV)"
+	@mkdir -p $(CACHET_CACHE)
+	@rm -rf $(PROTOCOL_VENV).tmp.$$$$ && \
+	  python3 -m venv $(PROTOCOL_VENV).tmp.$$$$ && \
+	  $(PROTOCOL_VENV).tmp.$$$$/bin/pip install --quiet --disable-pip-version-check -r $(PROTOCOL_PINS) && \
+	  touch $(PROTOCOL_VENV).tmp.$$$$/.ready && \
+	  { rm -rf $(PROTOCOL_VENV); mv $(PROTOCOL_VENV).tmp.$$$$ $(PROTOCOL_VENV) || rm -rf $(PROTOCOL_VENV).tmp.$$$$; }
+	@test -f $@
+
+.PHONY: conformance
+conformance: $(PROTOCOL_VENV)/.ready $(CONFORMANCE_DEPS)
+	@command -v memccapable >/dev/null || { echo "conformance: memccapable missing (run hack/install-deps.sh)"; exit 1; }
+	@test -x "$(CACHETD)" || { echo "conformance: no server binary at CACHETD=$(CACHETD)"; exit 1; }
+	@echo "==> conformance against $(abspath $(CACHETD))"
+	CACHETD=$(abspath $(CACHETD)) timeout --kill-after=30 $(CONFORMANCE_TIMEOUT) \
+	  $(PROTOCOL_VENV)/bin/python -m pytest -c $(PROTOCOL_DIR)/pytest.ini --rootdir=$(PROTOCOL_DIR) \
+	  -v $(PYTEST_ARGS) $(PROTOCOL_DIR)

@@ -1,0 +1,59 @@
+"""memccapable (Debian's libmemcached-tools) is an independent implementation of
+the ASCII protocol's expectations; every one of its ASCII tests must pass.
+
+It prints one `<name> [pass]` line per test and exits non-zero on failure; we
+check all three signals (exit code, per-test lines, closing line) so a crash or
+an early exit of memccapable itself can never look like a pass.
+"""
+import re
+import shutil
+import subprocess
+
+import pytest
+
+# memccapable -a from libmemcached-tools 1.1.x runs exactly these, in this order.
+ASCII_TESTS = [
+    "ascii version", "ascii quit", "ascii verbosity", "ascii set", "ascii set noreply",
+    "ascii get", "ascii gets", "ascii mget", "ascii flush", "ascii flush noreply",
+    "ascii add", "ascii add noreply", "ascii replace", "ascii replace noreply",
+    "ascii cas", "ascii cas noreply", "ascii delete", "ascii delete noreply",
+    "ascii incr", "ascii incr noreply", "ascii decr", "ascii decr noreply",
+    "ascii append", "ascii append noreply", "ascii prepend", "ascii prepend noreply",
+    "ascii stat",
+]
+
+
+@pytest.fixture(scope="module")
+def memccapable_run(tmp_path_factory):
+    from conftest import ServerFactory
+    binary = shutil.which("memccapable")
+    if binary is None:
+        pytest.fail("memccapable not installed (hack/install-deps.sh installs libmemcached-tools)")
+    factory = ServerFactory(str(tmp_path_factory.mktemp("memccapable")))
+    server = factory()
+    try:
+        proc = subprocess.run([binary, "-h", "127.0.0.1", "-p", str(server.port), "-a", "-t", "5"],
+                              capture_output=True, text=True, timeout=180)
+        server.check_healthy()
+    finally:
+        factory.stop_all()
+    results = {}
+    for line in proc.stdout.splitlines():
+        m = re.match(r"^(ascii [a-z ]+?)\s+\[(pass|FAIL|skip)\]", line.strip(), re.IGNORECASE)
+        if m:
+            results[m.group(1)] = m.group(2).lower()
+    return proc, results
+
+
+@pytest.mark.parametrize("name", ASCII_TESTS)
+def test_memccapable_ascii(memccapable_run, name):
+    proc, results = memccapable_run
+    assert results.get(name) == "pass", (
+        f"memccapable `{name}`: {results.get(name, 'not run')}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+
+
+def test_memccapable_whole_run(memccapable_run):
+    proc, results = memccapable_run
+    assert proc.returncode == 0, f"memccapable exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert "All tests passed" in proc.stdout
+    assert len(results) == len(ASCII_TESTS), f"expected {len(ASCII_TESTS)} results, got {results}"
