@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# `make up`: from a bare machine to a Cache serving memcached traffic.
+#   1. install missing Debian packages (hack/install-deps.sh)
+#   2. use the cluster KUBECONFIG reaches, or bring up the local one
+#   3. build the images and load them into the local cluster's containerd
+#   4. build helm and install the chart (release "cachet", namespace cachet-system)
+#   5. apply the sample Cache, wait for it to be Ready
+#   6. set and get a key through a port-forward on 127.0.0.1, and print how to connect
+# `make down` (hack/up.sh down) undoes it: the Cache, the release, and the local
+# cluster if `make up` was the one that brought it up (recorded in bin/up.env).
+#
+# Environment: CACHET_NAMESPACE (cachet-system), CACHE_NAMESPACE (default),
+# IMG / ENGINE_IMG, UP_PORT (local port of the demo port-forward, 24100).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+state="$root/bin/up.env"
+local_kubeconfig=/var/lib/cachet-cluster/kubeconfig
+release=cachet
+system_ns=${CACHET_NAMESPACE:-cachet-system}
+cache_ns=${CACHE_NAMESPACE:-default}
+sample="$root/config/samples/cache_v1alpha1_cache.yaml"
+IMG=${IMG:-localhost/cachet-operator:0.1.0}
+ENGINE_IMG=${ENGINE_IMG:-localhost/cachetd:0.1.0}
+port=${UP_PORT:-24100}
+kubectl="$root/bin/k8s/kubectl"
+helm="$root/bin/helm"
+
+t0=$SECONDS
+say() { echo "==> [up +$((SECONDS - t0))s] $*"; }
+
+reachable() { [ -f "$1" ] && "$kubectl" --kubeconfig "$1" --request-timeout=5s get --raw /readyz >/dev/null 2>&1; }
+
+down() {
+  if [ -f "$state" ]; then
+    # shellcheck disable=SC1090
+    . "$state"
+  else
+    echo "no $state: nothing recorded by 'make up'; removing the default release from KUBECONFIG's cluster if present"
+    STARTED_CLUSTER=0 KUBECONFIG_USED=${KUBECONFIG:-$local_kubeconfig} CACHE_NAME="" CACHE_NS=$cache_ns SYSTEM_NS=$system_ns
+  fi
+  export KUBECONFIG=$KUBECONFIG_USED
+  if [ -x "$kubectl" ] && reachable "$KUBECONFIG"; then
+    if [ -n "$CACHE_NAME" ]; then
+      say "deleting cache $CACHE_NS/$CACHE_NAME"
+      "$kubectl" delete caches.cache.cachet.dev "$CACHE_NAME" -n "$CACHE_NS" --ignore-not-found --wait=true --timeout=2m || true
+    fi
+    if [ -x "$helm" ]; then
+      say "helm uninstall $release -n $SYSTEM_NS"
+      "$helm" uninstall "$release" -n "$SYSTEM_NS" --wait --ignore-not-found || true
+    fi
+    "$kubectl" delete namespace "$SYSTEM_NS" --ignore-not-found --wait=true --timeout=2m || true
+  fi
+  if [ "$STARTED_CLUSTER" = 1 ]; then
+    say "taking down the local cluster that 'make up' brought up"
+    hack/local-cluster.sh down
+  else
+    echo "    the cluster was not brought up by 'make up'; it stays (hack/local-cluster.sh down stops the local one)"
+  fi
+  rm -f "$state"
+  say "down"
+}
+
+if [ "${1:-up}" = down ]; then down; exit 0; fi
+
+say "Debian packages (hack/install-deps.sh)"
+hack/install-deps.sh
+
+say "kubectl (hack/build-k8s.sh kubectl)"
+nice hack/build-k8s.sh kubectl
+
+started_cluster=0
+node_local=0
+[ -f "$state" ] && started_cluster=$(sed -n 's/^STARTED_CLUSTER=//p' "$state")
+if [ -n "${KUBECONFIG:-}" ] && reachable "$KUBECONFIG"; then
+  say "using the cluster KUBECONFIG reaches: $KUBECONFIG"
+  [ "$(readlink -f "$KUBECONFIG")" = "$(readlink -f "$local_kubeconfig")" ] && node_local=1
+else
+  if hack/local-cluster.sh status >/dev/null 2>&1; then
+    say "the local cluster is already running"
+  else
+    say "bringing up the local cluster (hack/local-cluster.sh up; the first build of Kubernetes takes minutes)"
+    hack/local-cluster.sh up
+    started_cluster=1
+  fi
+  export KUBECONFIG=$local_kubeconfig
+  node_local=1
+fi
+mkdir -p "$root/bin"
+cat > "$state" <<STATE
+STARTED_CLUSTER=$started_cluster
+KUBECONFIG_USED=$KUBECONFIG
+SYSTEM_NS=$system_ns
+CACHE_NS=$cache_ns
+CACHE_NAME=
+STATE
+
+say "images (make images)"
+nice make --no-print-directory images IMG="$IMG" ENGINE_IMG="$ENGINE_IMG"
+if [ "$node_local" = 1 ]; then
+  say "loading images into the local cluster (make load-images)"
+  make --no-print-directory load-images IMG="$IMG" ENGINE_IMG="$ENGINE_IMG"
+else
+  echo "    not the local cluster: make sure its nodes can get $IMG and $ENGINE_IMG"
+fi
+
+say "helm (make helm)"
+nice make --no-print-directory helm
+
+say "helm upgrade --install $release charts/cachet -n $system_ns"
+"$helm" upgrade --install "$release" charts/cachet -n "$system_ns" --create-namespace --wait --timeout 5m
+
+say "waiting for the operator's webhook to answer"
+probe="apiVersion: cache.cachet.dev/v1alpha1
+kind: Cache
+metadata: {name: up-webhook-probe, namespace: $cache_ns}
+spec: {memory: 64Mi}"
+for i in $(seq 1 60); do
+  if out=$(echo "$probe" | "$kubectl" create --dry-run=server -f - 2>&1); then break; fi
+  [ "$i" = 60 ] && { echo "the webhook did not answer within 2 minutes: $out"; exit 1; }
+  sleep 2
+done
+
+say "applying $sample in namespace $cache_ns"
+cache=$("$kubectl" apply -n "$cache_ns" -f "$sample" -o name)
+cache_name=${cache##*/}
+sed -i "s/^CACHE_NAME=.*/CACHE_NAME=$cache_name/" "$state"
+say "waiting for cache $cache_name to be Ready"
+if ! "$kubectl" wait -n "$cache_ns" --for=condition=Ready "caches.cache.cachet.dev/$cache_name" --timeout=5m; then
+  "$kubectl" get caches.cache.cachet.dev "$cache_name" -n "$cache_ns" -o yaml || true
+  "$kubectl" get events -n "$cache_ns" --sort-by=.lastTimestamp | tail -n 20 || true
+  exit 1
+fi
+"$kubectl" get caches.cache.cachet.dev -n "$cache_ns" -o wide
+
+say "set and get through kubectl port-forward svc/$cache_name 127.0.0.1:$port"
+pf_log=$(mktemp)
+"$kubectl" port-forward -n "$cache_ns" "svc/$cache_name" --address 127.0.0.1 "$port:11211" >"$pf_log" 2>&1 &
+pf=$!
+trap 'kill $pf 2>/dev/null || true; rm -f "$pf_log"' EXIT
+for i in $(seq 1 60); do
+  grep -q "Forwarding from 127.0.0.1" "$pf_log" && break
+  kill -0 $pf 2>/dev/null || { cat "$pf_log"; exit 1; }
+  [ "$i" = 60 ] && { echo "port-forward did not start: $(cat "$pf_log")"; exit 1; }
+  sleep 0.5
+done
+# The text protocol over bash's /dev/tcp: no client tool needed for the demo.
+memcache() { # prints the server's reply to the commands in $1, up to END/STORED/...
+  exec 3<>"/dev/tcp/127.0.0.1/$port"
+  printf '%b' "$1" >&3
+  local line
+  while IFS= read -r -t 5 line <&3; do
+    line=${line%$'\r'}
+    echo "    < $line"
+    case $line in END|STORED|NOT_STORED|ERROR*|CLIENT_ERROR*|SERVER_ERROR*) break ;; esac
+  done
+  exec 3>&-
+}
+value="hello from cachet at $(date -u +%H:%M:%S)"
+echo "    > set greeting 0 0 ${#value}"
+memcache "set greeting 0 0 ${#value}\r\n$value\r\n"
+echo "    > get greeting"
+memcache "get greeting\r\n"
+echo "    > stats settings (worker pinning)"
+memcache "stats settings\r\n" | grep -E "worker_cpus|num_threads|maxconns|maxbytes" || true
+
+cat <<EOF
+
+Cachet is up. Cache $cache_ns/$cache_name is Ready.
+  export KUBECONFIG=$KUBECONFIG
+  $kubectl get caches -n $cache_ns                    # Ready, replicas, memory, CPUs
+  $kubectl port-forward -n $cache_ns svc/$cache_name 11211:11211
+      then point any memcached client at 127.0.0.1:11211, e.g.
+      printf 'set k 0 0 1\\r\\nv\\r\\nget k\\r\\n' | nc -q1 127.0.0.1 11211
+  In the cluster: Service $cache_name.$cache_ns.svc:11211 (one endpoint per pod in
+  the Cache's status.endpoints, for clients that hash keys across servers).
+  make down                                             # remove it all
+EOF
+say "done"
