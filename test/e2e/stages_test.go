@@ -26,7 +26,13 @@ import (
 func (s *suite) helmInstall(t *testing.T) {
 	c := s.c
 	c.dumpOnFailure(t)
-	args := []string{"install", c.release, c.chart, "-n", c.systemNS, "--create-namespace", "--wait", "--timeout", "5m"}
+	repo, tag, _ := strings.Cut(c.operImg, ":")
+	args := []string{"install", c.release, c.chart, "-n", c.systemNS, "--create-namespace", "--wait", "--timeout", "5m",
+		"--set", "operator.image.repository=" + repo, "--set", "operator.image.tag=" + tag,
+		"--set", "engine.image=" + c.engineImg,
+		// The chart keeps the CRD on uninstall by default (deleting it deletes
+		// every Cache); stage 8 checks that uninstall can leave nothing behind.
+		"--set", "crds.keep=false"}
 	for _, set := range c.helmSets {
 		args = append(args, "--set", set)
 	}
@@ -215,6 +221,28 @@ func (s *suite) clientSetGet(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.checkEndpoints(t, cache, pods)
+
+	// The chart's `helm test` hook connects to this Cache with cachet-probe from
+	// inside the cluster. The local cluster has no DNS, so point it at the
+	// Service's ClusterIP; the upgrade also exercises `helm upgrade` of a live release.
+	svc, err := c.getJSON("service", s.dedicated, "-n", c.cacheNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.helmRun(5*time.Minute, "upgrade", c.release, c.chart, "-n", c.systemNS, "--reuse-values", "--wait", "--timeout", "4m",
+		"--set", "tests.cache.name="+s.dedicated, "--set", "tests.cache.namespace="+c.cacheNS,
+		"--set", "tests.cache.host="+svc.str("spec", "clusterIP"))
+	if err != nil {
+		t.Fatalf("helm upgrade (to aim helm test at the Cache): %v", err)
+	}
+	out, err = c.helmRun(4*time.Minute, "test", c.release, "-n", c.systemNS, "--logs", "--timeout", "3m")
+	if err != nil {
+		t.Fatalf("helm test: %v\n%s", err, out)
+	}
+	t.Logf("helm test:\n%s", out)
+	if !strings.Contains(out, "Succeeded") {
+		t.Errorf("helm test did not report a succeeded test hook:\n%s", out)
+	}
 }
 
 func (s *suite) checkEndpoints(t *testing.T, cache obj, pods []obj) {
@@ -729,6 +757,13 @@ func (s *suite) deleteAndUninstall(t *testing.T) {
 			leftovers = append(leftovers, kind+"/"+it.str("metadata", "name"))
 		}
 	}
+	eventually(t, 2*time.Minute, 2*time.Second, "the Cache CRD to be removed with the release (crds.keep=false)", func() (bool, string) {
+		_, err := c.k("get", "crd", cacheGroupResource)
+		if err != nil && strings.Contains(err.Error(), "NotFound") {
+			return true, ""
+		}
+		return false, fmt.Sprintf("crd %s still served (err=%v)", cacheGroupResource, err)
+	})
 	if len(leftovers) > 0 {
 		t.Errorf("helm uninstall left behind: %s", strings.Join(leftovers, " "))
 	}
