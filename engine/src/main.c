@@ -1,0 +1,72 @@
+/*
+ * main.c - cachetd's entry point: parse the command line, start storage and
+ * the workers, then wait for SIGTERM/SIGINT.
+ *
+ * Why signals are handled with sigwait in the main thread: every thread
+ * inherits a mask that blocks SIGTERM and SIGINT, so no worker is ever
+ * interrupted mid-request; the main thread alone waits for them and runs an
+ * orderly shutdown (stop accepting, finish queued replies, close, exit 0)
+ * within a few seconds, which is what a Kubernetes preStop hook and the
+ * pod's termination grace period expect.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "conn.h"
+#include "storage.h"
+
+int server_create_workers(void);
+
+int main(int argc, char **argv)
+{
+    int rc = settings_parse(&settings, argc, argv, stderr);
+    if (rc == 1) return 0;
+    if (rc) return rc;
+
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    server_started = time(NULL);
+
+    struct storage_config sc = {
+        .mem_limit = settings.maxbytes,
+        .item_size_max = settings.item_size_max,
+        .growth_factor = settings.growth_factor,
+        .chunk_size_min = settings.chunk_size,
+        .slab_sizes = settings.slab_sizes_count ? settings.slab_sizes : NULL,
+        .slab_sizes_count = settings.slab_sizes_count,
+        .hashpower_init = settings.hashpower,
+        .use_cas = settings.use_cas,
+        .verbose = settings.verbose,
+    };
+    if (storage_init(&sc) != 0) return 70;   /* EX_SOFTWARE: storage already said why */
+    if (server_create_workers() != 0) {
+        fprintf(stderr, "cachetd: cannot create worker event loops\n");
+        return 71;
+    }
+    if (server_listen_all() != 0) return 71;  /* EX_OSERR: message already printed */
+    storage_start_threads();
+    if (server_start_workers() != 0) return 71;
+
+    if (settings.verbose) {
+        char cpus[1024] = "none";
+        int list[MAX_WORKERS], n = 0;
+        for (int i = 0; i < num_workers; i++) if (workers[i].cpu >= 0) list[n++] = workers[i].cpu;
+        if (n) format_cpu_list(list, n, cpus, sizeof(cpus));
+        fprintf(stderr, "cachetd %s listening on port %d, %d worker(s), CPUs %s, %zu MB\n",
+                CACHET_VERSION, settings.port, num_workers, cpus, settings.maxbytes >> 20);
+    }
+
+    int sig = 0;
+    while (sigwait(&stop_signals, &sig) != 0) { }
+    if (settings.verbose) fprintf(stderr, "cachetd: signal %d, shutting down\n", sig);
+    server_shutdown();
+    storage_stop_threads();
+    return 0;
+}

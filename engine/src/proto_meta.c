@@ -1,0 +1,274 @@
+/*
+ * proto_meta.c - memcached's meta commands: mg, ms, md, ma, me, mn.
+ *
+ * Why a separate file: the meta protocol is flag-driven rather than
+ * positional, its replies echo the request's flags in request order, and its
+ * error rules differ (protocol errors are always sent, even with q). Keeping
+ * it apart from proto_text.c keeps both readable. The parser has already
+ * validated every flag and token (proto_parser.c); this file only maps them
+ * onto storage calls and formats the replies.
+ *
+ * Quiet mode (q) hides the "nothing interesting happened" replies, as in
+ * memcached: EN for mg; HD for ms; HD and NF for md and ma. mn is the
+ * client's barrier after a run of quiet requests.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "conn.h"
+#include "proto_parser.h"
+
+char *u64_to_str(char *p, uint64_t v);
+
+#define COPY_MAX (16 * 1024)
+
+static char *i64_to_str(char *p, int64_t v)
+{
+    if (v < 0) { *p++ = '-'; return u64_to_str(p, (uint64_t)0 - (uint64_t)v); }
+    return u64_to_str(p, (uint64_t)v);
+}
+
+static bool has(const struct request *r, char f)
+{
+    return (r->meta.seen & meta_bit(f)) != 0;
+}
+
+/* Room the echoed flags can take (each numeric flag at most ~22 bytes). */
+static size_t flags_room(const struct request *r)
+{
+    return 64 + (size_t)r->meta.nflags * 24 + r->meta.nkey_token + r->meta.nopaque;
+}
+
+/* Appends " O<opaque>", " k<key>" and " b" when asked: the parts every meta
+ * reply echoes, including misses. */
+static char *echo_common(char *p, const struct request *r, char f)
+{
+    switch (f) {
+    case 'O':
+        *p++ = ' '; *p++ = 'O';
+        memcpy(p, r->meta.opaque, r->meta.nopaque);
+        p += r->meta.nopaque;
+        break;
+    case 'k':
+        *p++ = ' '; *p++ = 'k';
+        memcpy(p, r->meta.key_token, r->meta.nkey_token);
+        p += r->meta.nkey_token;
+        break;
+    case 'b':
+        if (has(r, 'k')) { *p++ = ' '; *p++ = 'b'; }
+        break;
+    default: break;
+    }
+    return p;
+}
+
+/* A short reply: code, then the common echoed flags, then "\r\n". */
+static void meta_simple(struct conn *c, const struct request *r, const char *code)
+{
+    out_reserve(c, flags_room(r));
+    char *base = c->out.buf + c->out.len, *p = base;
+    memcpy(p, code, 2); p += 2;
+    for (int i = 0; i < r->meta.nflags; i++) p = echo_common(p, r, r->meta.flags[i].flag);
+    *p++ = '\r'; *p++ = '\n';
+    c->out.len += (size_t)(p - base);
+}
+
+static void process_mg(struct conn *c, struct request *r)
+{
+    struct worker *w = c->w;
+    struct get_opts opts = {0};
+    if (has(r, 'T')) { opts.touch = true; opts.new_exptime = storage_exptime(r->meta.ttl_T); }
+    if (has(r, 'N')) { opts.vivify = true; opts.vivify_exptime = storage_exptime(r->meta.ttl_N); }
+    if (has(r, 'R')) { opts.recache = true; opts.recache_below = (rel_time_t)(r->meta.ttl_R < 0 ? 0 : r->meta.ttl_R); }
+    if (has(r, 'u')) opts.no_lru_bump = true;
+    bool want_value = has(r, 'v');
+    STAT_INC(w, cmd_get);
+    if (opts.touch) STAT_INC(w, cmd_touch);
+
+    size_t hdr_max = flags_room(r) + 32;
+    out_reserve(c, hdr_max + COPY_MAX + 2);
+    char *base = c->out.buf + c->out.len;
+    char *copy_at = base + hdr_max;
+    struct item_view v;
+    bool hit = storage_get(w->st, r->key, r->nkey, &opts, want_value ? copy_at : NULL,
+                           want_value ? COPY_MAX : 0, &v);
+    if (!hit) {
+        STAT_INC(w, get_misses_proto);
+        if (!r->meta.quiet) meta_simple(c, r, "EN");
+        return;
+    }
+    STAT_INC(w, get_hits_proto);
+    char *p = base;
+    if (want_value) {
+        memcpy(p, "VA ", 3); p += 3;
+        p = u64_to_str(p, v.nbytes);
+    } else {
+        memcpy(p, "HD", 2); p += 2;
+    }
+    uint32_t now = (uint32_t)storage_now();
+    for (int i = 0; i < r->meta.nflags; i++) {
+        char f = r->meta.flags[i].flag;
+        switch (f) {
+        case 'c': *p++ = ' '; *p++ = 'c'; p = u64_to_str(p, v.cas); break;
+        case 'f': *p++ = ' '; *p++ = 'f'; p = u64_to_str(p, v.client_flags); break;
+        case 'h': *p++ = ' '; *p++ = 'h'; *p++ = v.fetched_before ? '1' : '0'; break;
+        case 'l': *p++ = ' '; *p++ = 'l'; p = u64_to_str(p, now >= v.last_access ? now - v.last_access : 0); break;
+        case 's': *p++ = ' '; *p++ = 's'; p = u64_to_str(p, v.nbytes); break;
+        case 't': *p++ = ' '; *p++ = 't'; p = i64_to_str(p, storage_ttl_remaining(v.exptime)); break;
+        default: p = echo_common(p, r, f); break;
+        }
+    }
+    if (v.win) { memcpy(p, " W", 2); p += 2; }
+    if (v.stale) { memcpy(p, " X", 2); p += 2; }
+    if (v.win_sent_before) { memcpy(p, " Z", 2); p += 2; }
+    *p++ = '\r'; *p++ = '\n';
+    if (!want_value) {
+        if (v.ref) item_view_release(w->st, &v);
+        c->out.len += (size_t)(p - base);
+        return;
+    }
+    if (!v.ref) {
+        memmove(p, v.value, v.nbytes);
+        p += v.nbytes;
+        *p++ = '\r'; *p++ = '\n';
+        c->out.len += (size_t)(p - base);
+    } else {
+        c->out.len += (size_t)(p - base);
+        out_ref(c, &v);
+        out_add(c, "\r\n", 2);
+    }
+}
+
+/* ms after its data block arrived (it == NULL: the block was malformed). */
+void proto_meta_complete_set(struct conn *c, struct request *r, item *it, bool bad_chunk)
+{
+    struct worker *w = c->w;
+    if (bad_chunk) {
+        out_str(c, "CLIENT_ERROR bad data chunk");
+        return;
+    }
+    enum store_mode mode = MODE_SET;
+    switch (r->meta.mode) {
+    case 'E': mode = MODE_ADD; break;
+    case 'A': mode = MODE_APPEND; break;
+    case 'P': mode = MODE_PREPEND; break;
+    case 'R': mode = MODE_REPLACE; break;
+    default: mode = MODE_SET; break;
+    }
+    struct store_opts so = {0};
+    if (has(r, 'C')) {
+        so.cas_in = r->meta.cas_C;
+        if (mode == MODE_SET) mode = MODE_CAS;
+    }
+    if (has(r, 'E')) so.cas_set = r->meta.cas_E;
+    if (has(r, 'I')) so.invalidate = true;
+    if (has(r, 'N')) { so.vivify_on_miss = true; so.vivify_exptime = storage_exptime(r->meta.ttl_N); }
+    uint64_t cas_out = 0;
+    enum store_result res = storage_store(w->st, it, mode, &so, &cas_out);
+    const char *code;
+    switch (res) {
+    case STORE_STORED: code = "HD"; break;
+    case STORE_NOT_STORED: code = "NS"; break;
+    case STORE_EXISTS: code = "EX"; break;
+    case STORE_NOT_FOUND: code = "NF"; break;
+    case STORE_TOO_LARGE: out_str(c, "SERVER_ERROR object too large for cache"); return;
+    default: out_str(c, "SERVER_ERROR out of memory storing object"); return;
+    }
+    if (res == STORE_STORED && r->meta.quiet) return;
+    out_reserve(c, flags_room(r));
+    char *base = c->out.buf + c->out.len, *p = base;
+    memcpy(p, code, 2); p += 2;
+    for (int i = 0; i < r->meta.nflags; i++) {
+        char f = r->meta.flags[i].flag;
+        if (f == 'c') { *p++ = ' '; *p++ = 'c'; p = u64_to_str(p, cas_out); }
+        else if (f == 's' && res == STORE_STORED) { *p++ = ' '; *p++ = 's'; p = u64_to_str(p, r->vlen); }
+        else p = echo_common(p, r, f);
+    }
+    *p++ = '\r'; *p++ = '\n';
+    c->out.len += (size_t)(p - base);
+}
+
+static void process_md(struct conn *c, struct request *r)
+{
+    struct delete_opts d = {0};
+    if (has(r, 'C')) d.cas_in = r->meta.cas_C;
+    if (has(r, 'I')) d.invalidate = true;
+    if (has(r, 'T')) { d.update_ttl = true; d.new_exptime = storage_exptime(r->meta.ttl_T); }
+    enum store_result res = storage_delete(c->w->st, r->key, r->nkey, &d);
+    const char *code = res == STORE_STORED ? "HD" : res == STORE_EXISTS ? "EX" : "NF";
+    if (r->meta.quiet && code[0] != 'E') return;
+    meta_simple(c, r, code);
+}
+
+static void process_ma(struct conn *c, struct request *r)
+{
+    struct arith_opts ao = {0};
+    if (has(r, 'C')) ao.cas_in = r->meta.cas_C;
+    if (has(r, 'N')) { ao.vivify = true; ao.vivify_exptime = storage_exptime(r->meta.ttl_N); }
+    ao.initial = r->meta.initial;
+    if (has(r, 'T')) { ao.update_ttl = true; ao.new_exptime = storage_exptime(r->meta.ttl_T); }
+    bool incr = r->meta.mode != 'D';
+    uint64_t value = 0, cas = 0;
+    rel_time_t exp = 0;
+    enum arith_result res = storage_arith(c->w->st, r->key, r->nkey, incr, r->meta.delta, &ao,
+                                          &value, &cas, &exp);
+    switch (res) {
+    case ARITH_OK: break;
+    case ARITH_NOT_FOUND:
+        if (!r->meta.quiet) meta_simple(c, r, "NF");
+        return;
+    case ARITH_EXISTS: meta_simple(c, r, "EX"); return;
+    case ARITH_NON_NUMERIC: out_str(c, "CLIENT_ERROR cannot increment or decrement non-numeric value"); return;
+    default: out_str(c, "SERVER_ERROR out of memory"); return;
+    }
+    bool want_value = has(r, 'v');
+    if (!want_value && r->meta.quiet) return;
+    char num[24];
+    size_t nnum = (size_t)(u64_to_str(num, value) - num);
+    out_reserve(c, flags_room(r) + 32 + nnum);
+    char *base = c->out.buf + c->out.len, *p = base;
+    if (want_value) { memcpy(p, "VA ", 3); p += 3; p = u64_to_str(p, nnum); }
+    else { memcpy(p, "HD", 2); p += 2; }
+    for (int i = 0; i < r->meta.nflags; i++) {
+        char f = r->meta.flags[i].flag;
+        if (f == 'c') { *p++ = ' '; *p++ = 'c'; p = u64_to_str(p, cas); }
+        else if (f == 't') { *p++ = ' '; *p++ = 't'; p = i64_to_str(p, storage_ttl_remaining(exp)); }
+        else p = echo_common(p, r, f);
+    }
+    *p++ = '\r'; *p++ = '\n';
+    if (want_value) { memcpy(p, num, nnum); p += nnum; *p++ = '\r'; *p++ = '\n'; }
+    c->out.len += (size_t)(p - base);
+}
+
+static void process_me(struct conn *c, struct request *r)
+{
+    struct get_opts opts = { .no_lru_bump = true };
+    char scratch[64];
+    struct item_view v;
+    /* a copy buffer too small for most values: we only want the metadata */
+    if (!storage_get(c->w->st, r->key, r->nkey, &opts, scratch, sizeof(scratch), &v)) {
+        out_str(c, "EN");
+        return;
+    }
+    uint32_t now = (uint32_t)storage_now();
+    out_printf(c, "ME %.*s exp=%lld la=%u cas=%llu fetch=%s size=%u\r\n",
+               (int)r->meta.nkey_token, r->meta.key_token,
+               (long long)storage_ttl_remaining(v.exptime),
+               now >= v.last_access ? now - v.last_access : 0,
+               (unsigned long long)v.cas, v.fetched_before ? "yes" : "no", v.nbytes);
+    if (v.ref) item_view_release(c->w->st, &v);
+}
+
+bool proto_meta_dispatch(struct conn *c, struct request *r)
+{
+    STAT_INC(c->w, cmd_meta);
+    switch (r->cmd) {
+    case CMD_MG: process_mg(c, r); break;
+    case CMD_MD: process_md(c, r); break;
+    case CMD_MA: process_ma(c, r); break;
+    case CMD_ME: process_me(c, r); break;
+    case CMD_MN: out_add(c, "MN\r\n", 4); break;
+    default: out_str(c, "ERROR"); break;
+    }
+    return true;
+}

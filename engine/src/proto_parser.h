@@ -1,0 +1,116 @@
+/*
+ * proto_parser.h - a pure parser for memcached's ASCII and meta request lines.
+ *
+ * Why pure: the parser takes bytes and returns a description of the request;
+ * it performs no I/O, allocates nothing and never touches storage. That makes
+ * it cheap (tokens point into the connection's read buffer, nothing is
+ * copied or NUL-terminated), and lets libFuzzer drive it directly
+ * (fuzz/fuzz_parser.c) with every malformed input imaginable. Everything a
+ * client can get wrong on a command line is decided here, so proto_text.c and
+ * proto_meta.c only ever see well-formed requests.
+ */
+#ifndef CACHET_PROTO_PARSER_H
+#define CACHET_PROTO_PARSER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KEY_MAX 250
+/* memcached closes a connection whose command line has no end after 2048
+ * bytes; retrieval lines carry many keys, so they may be longer. */
+#define LINE_MAX_PLAIN     2048
+#define LINE_MAX_RETRIEVAL (64 * 1024)
+#define META_MAX_FLAGS     32
+
+enum req_cmd {
+    CMD_NONE = 0,
+    CMD_GET, CMD_GETS, CMD_GAT, CMD_GATS,
+    CMD_SET, CMD_ADD, CMD_REPLACE, CMD_APPEND, CMD_PREPEND, CMD_CAS,
+    CMD_INCR, CMD_DECR, CMD_TOUCH, CMD_DELETE,
+    CMD_FLUSH_ALL, CMD_VERSION, CMD_VERBOSITY, CMD_QUIT, CMD_STATS,
+    CMD_MG, CMD_MS, CMD_MD, CMD_MA, CMD_MN, CMD_ME,
+};
+
+enum parse_status {
+    PARSE_OK,            /* r describes a well-formed request */
+    PARSE_ERROR,         /* unknown command or wrong arity: "ERROR" */
+    PARSE_CLIENT_ERROR,  /* r->error holds the full reply line, without \r\n */
+};
+
+struct meta_flag {
+    char        flag;
+    uint8_t     len;     /* token length after the flag letter */
+    const char *tok;
+};
+
+struct meta_req {
+    uint8_t          nflags;
+    struct meta_flag flags[META_MAX_FLAGS];  /* in request order: replies echo in this order */
+    uint64_t         seen;                    /* bit per flag letter, see meta_bit() */
+    bool             quiet;                   /* q */
+    bool             base64;                  /* b */
+    char             mode;                    /* ms / ma M token, 0 if absent */
+    int64_t          ttl_T, ttl_N, ttl_R;     /* T, N, R tokens */
+    uint64_t         cas_C, cas_E;            /* C, E tokens */
+    uint32_t         client_flags;            /* F */
+    uint64_t         delta;                   /* ma D, default 1 */
+    uint64_t         initial;                 /* ma J, default 0 */
+    const char      *opaque;                  /* O token */
+    uint8_t          nopaque;
+    const char      *key_token;               /* the key as sent (base64 text with b) */
+    uint8_t          nkey_token;
+};
+
+struct request {
+    enum req_cmd cmd;
+    const char  *key;          /* first (or only) key; decoded key for meta b */
+    uint32_t     nkey;
+    const char  *keys;         /* retrieval: text holding all keys, space separated */
+    uint32_t     nkeys_text;
+    uint32_t     client_flags;
+    int64_t      exptime;
+    uint32_t     vlen;         /* storage commands: data bytes that follow the line */
+    uint64_t     cas;
+    uint64_t     delta;
+    int64_t      number;       /* flush_all delay, verbosity level */
+    bool         has_number;
+    bool         noreply;
+    const char  *args;         /* stats: the arguments after "stats" */
+    uint32_t     nargs;
+    const char  *error;        /* PARSE_CLIENT_ERROR: full reply line */
+    struct meta_req meta;
+    char         keybuf[KEY_MAX + 1]; /* base64-decoded meta key */
+};
+
+static inline uint64_t meta_bit(char flag)
+{
+    if (flag >= 'A' && flag <= 'Z') return 1ULL << (flag - 'A');
+    if (flag >= 'a' && flag <= 'z') return 1ULL << (26 + flag - 'a');
+    return 0;
+}
+
+/* Finds the end of the first line in buf. Returns the line length without
+ * its terminator ("\r\n" or a bare "\n") and sets *consumed to the length
+ * including it, or returns -1 if no complete line is there yet. */
+long find_line(const char *buf, size_t len, size_t *consumed);
+
+/* The longest line allowed for a (partial) line starting with these bytes. */
+size_t line_limit_for(const char *buf, size_t len);
+
+/* Parses one command line (without its terminator). */
+enum parse_status parse_request(const char *line, size_t len, struct request *r);
+
+/* Iterates the keys of a retrieval request: returns false at the end. */
+bool next_key(const char **cursor, const char *end, const char **key, uint32_t *nkey);
+
+/* Strict decimal parsers on (ptr,len), memcached's safe_strto* rules. */
+bool parse_u64(const char *s, size_t n, uint64_t *out);
+bool parse_u32(const char *s, size_t n, uint32_t *out);
+bool parse_i64(const char *s, size_t n, int64_t *out);
+
+/* base64 (RFC 4648, with padding), for meta keys with the b flag. */
+int  base64_decode(const char *in, size_t n, char *out, size_t cap); /* -1 on error */
+size_t base64_encode(const char *in, size_t n, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,333 @@
+/*
+ * proto_text.c - memcached's classic ASCII commands.
+ *
+ * Why replies are built by hand instead of with printf: on a pipelined GET
+ * load, formatting "VALUE key flags bytes" is the single largest cost after
+ * the syscalls, so numbers are written with a small integer writer straight
+ * into the connection's output buffer. A small value is copied by storage
+ * directly behind its reserved header space (copy-out: no reference count,
+ * the item may be replaced the moment we return), then slid up against the
+ * header, so a whole batch of replies is one contiguous send().
+ *
+ * Reply strings and noreply handling follow memcached 1.6: noreply suppresses
+ * every reply of a classic command, errors included; a storage command whose
+ * value cannot be stored still has its data block swallowed, so the stream
+ * stays in sync; a failed set also drops the old value, as memcached does, so
+ * a reader never sees a value the client believes it replaced.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn.h"
+#include "proto_parser.h"
+
+#define COPY_MAX (16 * 1024)   /* larger values are sent in place (zero copy) */
+
+char *u64_to_str(char *p, uint64_t v);
+char *u64_to_str(char *p, uint64_t v)
+{
+    char tmp[20];
+    int n = 0;
+    do { tmp[n++] = (char)('0' + v % 10); v /= 10; } while (v);
+    while (n) *p++ = tmp[--n];
+    return p;
+}
+
+static void reply(struct conn *c, const struct request *r, const char *s)
+{
+    if (!r->noreply) out_str(c, s);
+}
+
+/* ---- retrieval ---- */
+
+static void emit_value(struct conn *c, const char *key, uint32_t nkey,
+                       const struct get_opts *opts, bool with_cas)
+{
+    struct worker *w = c->w;
+    size_t hdr_max = nkey + 64;
+    out_reserve(c, hdr_max + COPY_MAX + 2);
+    char *base = c->out.buf + c->out.len;
+    char *copy_at = base + hdr_max;
+    struct item_view v;
+    if (!storage_get(w->st, key, nkey, opts, copy_at, COPY_MAX, &v)) {
+        STAT_INC(w, get_misses_proto);
+        return;
+    }
+    STAT_INC(w, get_hits_proto);
+    char *p = base;
+    memcpy(p, "VALUE ", 6); p += 6;
+    memcpy(p, key, nkey); p += nkey;
+    *p++ = ' ';
+    p = u64_to_str(p, v.client_flags);
+    *p++ = ' ';
+    p = u64_to_str(p, v.nbytes);
+    if (with_cas) { *p++ = ' '; p = u64_to_str(p, v.cas); }
+    *p++ = '\r'; *p++ = '\n';
+    if (!v.ref) {
+        memmove(p, v.value, v.nbytes);
+        p += v.nbytes;
+        *p++ = '\r'; *p++ = '\n';
+        c->out.len += (size_t)(p - base);
+    } else {
+        c->out.len += (size_t)(p - base);
+        out_ref(c, &v);
+        out_add(c, "\r\n", 2);
+    }
+}
+
+static void process_get(struct conn *c, struct request *r)
+{
+    struct get_opts opts = {0};
+    bool touch = r->cmd == CMD_GAT || r->cmd == CMD_GATS;
+    bool with_cas = r->cmd == CMD_GETS || r->cmd == CMD_GATS;
+    if (touch) {
+        opts.touch = true;
+        opts.new_exptime = storage_exptime(r->exptime);
+    }
+    const char *p = r->keys, *end = r->keys + r->nkeys_text;
+    const char *key;
+    uint32_t nkey;
+    while (next_key(&p, end, &key, &nkey)) {
+        STAT_INC(c->w, cmd_get);
+        if (touch) STAT_INC(c->w, cmd_touch);
+        emit_value(c, key, nkey, &opts, with_cas);
+    }
+    out_add(c, "END\r\n", 5);
+}
+
+/* ---- storage ---- */
+
+static enum store_mode mode_of(enum req_cmd cmd)
+{
+    switch (cmd) {
+    case CMD_ADD: return MODE_ADD;
+    case CMD_REPLACE: return MODE_REPLACE;
+    case CMD_APPEND: return MODE_APPEND;
+    case CMD_PREPEND: return MODE_PREPEND;
+    case CMD_CAS: return MODE_CAS;
+    default: return MODE_SET;
+    }
+}
+
+static const char *store_reply(enum store_result res)
+{
+    switch (res) {
+    case STORE_STORED: return "STORED";
+    case STORE_NOT_STORED: return "NOT_STORED";
+    case STORE_EXISTS: return "EXISTS";
+    case STORE_NOT_FOUND: return "NOT_FOUND";
+    case STORE_TOO_LARGE: return "SERVER_ERROR object too large for cache";
+    default: return "SERVER_ERROR out of memory storing object";
+    }
+}
+
+/* The data block (value + "\r\n") is in it; store it and answer. */
+static void finish_store(struct conn *c, struct request *r, item *it)
+{
+    struct worker *w = c->w;
+    char *val = item_value(it);
+    if (val[r->vlen] != '\r' || val[r->vlen + 1] != '\n') {
+        item_discard(w->st, it);
+        if (r->cmd == CMD_MS) proto_meta_complete_set(c, r, NULL, true);
+        else reply(c, r, "CLIENT_ERROR bad data chunk");
+        return;
+    }
+    if (r->cmd == CMD_MS) { proto_meta_complete_set(c, r, it, false); return; }
+    struct store_opts so = { .cas_in = r->cas };
+    uint64_t cas_out = 0;
+    enum store_result res = storage_store(w->st, it, mode_of(r->cmd), &so, &cas_out);
+    reply(c, r, store_reply(res));
+}
+
+/* Shared by set/add/.../cas and ms: allocate, then take the data block from
+ * the input buffer if it is all there, else continue in CONN_NREAD. */
+static bool start_store(struct conn *c, struct request *r, const char *line, size_t len,
+                        uint32_t client_flags, int64_t exptime)
+{
+    struct worker *w = c->w;
+    enum store_result err = STORE_NO_MEMORY;
+    STAT_INC(w, cmd_set);
+    item *it = item_alloc(w->st, r->key, r->nkey, client_flags, storage_exptime(exptime), r->vlen, &err);
+    if (!it) {
+        if (r->cmd == CMD_MS) {
+            out_str(c, err == STORE_TOO_LARGE ? "SERVER_ERROR object too large for cache"
+                                              : "SERVER_ERROR out of memory storing object");
+        } else {
+            reply(c, r, store_reply(err));
+        }
+        if (r->cmd == CMD_SET || (r->cmd == CMD_MS && (!r->meta.mode || r->meta.mode == 'S'))) {
+            struct delete_opts d = {0};
+            storage_delete(w->st, r->key, r->nkey, &d);
+        }
+        c->swallow_left = (size_t)r->vlen + 2;
+        c->state = CONN_SWALLOW;
+        return true;
+    }
+    size_t need = (size_t)r->vlen + 2;
+    size_t avail = c->rend - c->rstart;
+    char *dst = item_value(it);
+    if (avail >= need) {
+        memcpy(dst, c->rbuf + c->rstart, need);
+        c->rstart += need;
+        finish_store(c, r, it);
+        return true;
+    }
+    memcpy(dst, c->rbuf + c->rstart, avail);
+    c->rstart += avail;
+    c->it = it;
+    c->nread_dst = dst + avail;
+    c->nread_left = need - avail;
+    /* the line lives in rbuf, which will be reused: keep a copy to re-parse */
+    char *pl = realloc(c->pending_line, len ? len : 1);
+    if (!pl) {
+        item_discard(w->st, it);
+        c->it = NULL;
+        out_str(c, "SERVER_ERROR out of memory storing object");
+        c->state = CONN_CLOSING;
+        return false;
+    }
+    memcpy(pl, line, len);
+    c->pending_line = pl;
+    c->pending_len = len;
+    c->state = CONN_NREAD;
+    return false;
+}
+
+void proto_complete_nread(struct conn *c)
+{
+    struct request r;
+    item *it = c->it;
+    c->it = NULL;
+    c->state = CONN_CMD;
+    /* cannot fail: this line parsed before */
+    parse_request(c->pending_line, c->pending_len, &r);
+    finish_store(c, &r, it);
+}
+
+/* ---- the rest ---- */
+
+static void stat_line(void *ctx, const char *name, const char *fmt, ...)
+{
+    struct conn *c = ctx;
+    va_list ap;
+    out_add(c, "STAT ", 5);
+    out_add(c, name, strlen(name));
+    out_add(c, " ", 1);
+    out_reserve(c, 512);
+    va_start(ap, fmt);
+    int n = vsnprintf(c->out.buf + c->out.len, c->out.cap - c->out.len, fmt, ap);
+    va_end(ap);
+    if (n > 0 && (size_t)n >= c->out.cap - c->out.len) {
+        out_reserve(c, (size_t)n + 1);
+        va_start(ap, fmt);
+        vsnprintf(c->out.buf + c->out.len, c->out.cap - c->out.len, fmt, ap);
+        va_end(ap);
+    }
+    if (n > 0) c->out.len += (size_t)n;
+    out_add(c, "\r\n", 2);
+}
+
+static bool arg_is(const struct request *r, const char *word)
+{
+    size_t l = strlen(word);
+    return r->nargs == l && !memcmp(r->args, word, l);
+}
+
+static void process_stats(struct conn *c, struct request *r)
+{
+    if (r->nargs == 0) {
+        server_stats_general(stat_line, c);
+        storage_stats_general(stat_line, c);
+    } else if (arg_is(r, "settings")) {
+        server_stats_settings(stat_line, c);
+        storage_stats_settings(stat_line, c);
+    } else if (arg_is(r, "items")) {
+        storage_stats_items(stat_line, c);
+    } else if (arg_is(r, "slabs")) {
+        storage_stats_slabs(stat_line, c);
+    } else if (arg_is(r, "sizes")) {
+        storage_stats_sizes(stat_line, c);
+    } else if (arg_is(r, "conns")) {
+        server_stats_conns(c);
+    } else if (arg_is(r, "reset")) {
+        server_stats_reset();
+        storage_stats_reset();
+        out_str(c, "RESET");
+        return;
+    } else {
+        out_str(c, "ERROR");
+        return;
+    }
+    out_add(c, "END\r\n", 5);
+}
+
+bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t len)
+{
+    struct worker *w = c->w;
+    switch (r->cmd) {
+    case CMD_GET: case CMD_GETS: case CMD_GAT: case CMD_GATS:
+        process_get(c, r);
+        return true;
+    case CMD_SET: case CMD_ADD: case CMD_REPLACE: case CMD_APPEND: case CMD_PREPEND: case CMD_CAS:
+        return start_store(c, r, line, len, r->client_flags, r->exptime);
+    case CMD_INCR: case CMD_DECR: {
+        struct arith_opts ao = {0};
+        uint64_t value = 0, cas = 0;
+        rel_time_t exp = 0;
+        enum arith_result res = storage_arith(w->st, r->key, r->nkey, r->cmd == CMD_INCR,
+                                              r->delta, &ao, &value, &cas, &exp);
+        char buf[24];
+        switch (res) {
+        case ARITH_OK: *u64_to_str(buf, value) = '\0'; reply(c, r, buf); break;
+        case ARITH_NOT_FOUND: reply(c, r, "NOT_FOUND"); break;
+        case ARITH_NON_NUMERIC: reply(c, r, "CLIENT_ERROR cannot increment or decrement non-numeric value"); break;
+        case ARITH_EXISTS: reply(c, r, "EXISTS"); break;
+        default: reply(c, r, "SERVER_ERROR out of memory"); break;
+        }
+        return true;
+    }
+    case CMD_TOUCH:
+        STAT_INC(w, cmd_touch);
+        reply(c, r, storage_touch(w->st, r->key, r->nkey, storage_exptime(r->exptime)) == STORE_STORED
+                        ? "TOUCHED" : "NOT_FOUND");
+        return true;
+    case CMD_DELETE: {
+        struct delete_opts d = {0};
+        reply(c, r, storage_delete(w->st, r->key, r->nkey, &d) == STORE_STORED ? "DELETED" : "NOT_FOUND");
+        return true;
+    }
+    case CMD_FLUSH_ALL:
+        STAT_INC(w, cmd_flush);
+        storage_flush(r->has_number && r->number > 0 ? storage_exptime(r->number) : storage_now());
+        reply(c, r, "OK");
+        return true;
+    case CMD_VERSION:
+        out_str(c, "VERSION " CACHET_PROTO_VERSION);
+        return true;
+    case CMD_VERBOSITY:
+        __atomic_store_n(&settings.verbose, (int)(r->number < 0 ? 0 : r->number > 2 ? 2 : r->number), __ATOMIC_RELAXED);
+        reply(c, r, "OK");
+        return true;
+    case CMD_QUIT:
+        c->state = CONN_CLOSING;
+        return false;
+    case CMD_STATS:
+        process_stats(c, r);
+        return true;
+    case CMD_MS:
+        STAT_INC(w, cmd_meta);
+        {
+            char mode = r->meta.mode;
+            if (mode && mode != 'S' && mode != 'E' && mode != 'A' && mode != 'P' && mode != 'R') {
+                out_str(c, "CLIENT_ERROR invalid mode for ms STORE");
+                return true;
+            }
+        }
+        return start_store(c, r, line, len, r->meta.client_flags,
+                           (r->meta.seen & meta_bit('T')) ? r->meta.ttl_T : 0);
+    default:
+        return proto_meta_dispatch(c, r);
+    }
+}

@@ -1,0 +1,63 @@
+/*
+ * settings.h - cachetd's command line, in the words a memcached operator
+ * already knows (-p -l -t -m -c -I -f -n -C -v -o ...), plus --args-file.
+ *
+ * Why one plain struct filled once before any thread starts: every layer reads
+ * its configuration without locks, and the values never change afterwards.
+ * Parsing is a pure function of argv (and the args file) so that it is
+ * testable and so that a bad flag is reported before anything binds a port.
+ */
+#ifndef CACHET_SETTINGS_H
+#define CACHET_SETTINGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CACHET_VERSION     "0.1.0"
+/* What `version` answers: clients gate features (meta commands) on the
+ * memcached version they see, so we announce the protocol level we speak. */
+#define CACHET_PROTO_VERSION "1.6.45-cachet-" CACHET_VERSION
+
+#define MAX_WORKERS        256
+#define MAX_SLAB_SIZES     63
+#define EX_USAGE_CODE      64
+
+struct settings {
+    int      port;                 /* -p */
+    char     listen[256];          /* -l, comma separated list; "" = all (0.0.0.0) */
+    int      num_threads;          /* -t, or the number of CPUs in cpus */
+    size_t   maxbytes;             /* -m */
+    int      maxconns;             /* -c */
+    size_t   item_size_max;        /* -I */
+    double   growth_factor;        /* -f */
+    uint32_t chunk_size;           /* -n */
+    bool     use_cas;              /* !-C */
+    int      verbose;              /* -v count */
+    uint32_t slab_sizes[MAX_SLAB_SIZES];
+    int      slab_sizes_count;
+    int      hashpower;            /* -o hashpower, 0 = storage default */
+    int      worker_cpus[MAX_WORKERS]; /* CPU each worker is pinned to */
+    int      num_cpus_listed;      /* entries given by -o cpus (or the allowed set) */
+    bool     pin_workers;          /* false only with -o cpus=none */
+    int      backlog;              /* -b */
+    int      reqs_per_event;       /* -R: requests per read batch before yielding */
+    bool     io_uring;             /* -o io_uring: batch syscalls across connections */
+};
+
+/* Fills s from defaults, then the args file (if --args-file is given), then
+ * argv. Returns 0 to run, 1 when help was printed (exit 0), EX_USAGE_CODE on
+ * a usage error (message already written to err). */
+int settings_parse(struct settings *s, int argc, char **argv, FILE *err);
+
+/* Parses "1m", "512k", "1048576", "2g" into bytes. Returns false if invalid. */
+bool parse_size(const char *text, size_t *out);
+/* Parses "0-3,5" into a sorted CPU list; false on syntax error or overflow. */
+bool parse_cpu_list(const char *text, int *cpus, int max, int *count);
+/* "0,1,2" from a list. */
+void format_cpu_list(const int *cpus, int n, char *buf, size_t cap);
+
+void settings_usage(FILE *out);
+
+#endif
