@@ -1,0 +1,125 @@
+"""Limits a server must hold under pressure: -c connections and -m memory.
+
+Each test starts its own server with the limit under test, because the
+counters (rejected_connections, evictions, bytes) must start from zero.
+"""
+import socket
+import time
+
+import pytest
+
+ONE_MB = 1024 * 1024
+
+
+def open_and_probe(port, n):
+    """Open n connections; return (accepted, rejected) lists of sockets."""
+    accepted, rejected = [], []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        try:
+            s.sendall(b"version\r\n")
+            reply = b""
+            while not reply.endswith(b"\r\n"):
+                chunk = s.recv(256)
+                if not chunk:
+                    break
+                reply += chunk
+        except ConnectionResetError:
+            reply = b""
+        except socket.timeout:
+            pytest.fail("a connection over the limit was neither served nor refused within 5 s")
+        if reply.startswith(b"VERSION "):
+            accepted.append(s)
+        else:
+            assert reply == b"" or reply.startswith((b"ERROR", b"SERVER_ERROR")), \
+                f"unclear refusal: {reply!r}"
+            rejected.append((s, reply))
+    return accepted, rejected
+
+
+def test_more_connections_than_c_are_refused_cleanly(start_server):
+    max_conns = 32
+    srv = start_server("-c", str(max_conns), "-t", "2")
+    with srv.conn() as c:
+        assert c.store("set", "keep", "me") == b"STORED"
+        assert int(c.stats()["max_connections"]) == max_conns
+    accepted, rejected = open_and_probe(srv.port, 2 * max_conns)
+    try:
+        assert 1 <= len(accepted) <= max_conns
+        assert len(rejected) >= max_conns, f"only {len(rejected)} of {2 * max_conns} refused"
+        for s, reply in rejected:  # a refused connection is closed, not left hanging
+            s.settimeout(5)
+            try:
+                rest = s.recv(100)
+            except ConnectionResetError:
+                rest = b""
+            assert rest == b"", f"refused connection stayed open: {rest!r}"
+        # connections accepted before the limit keep working while it is hit
+        for s in accepted[:5]:
+            s.sendall(b"get keep\r\n")
+            data = b""
+            while not data.endswith(b"END\r\n"):
+                chunk = s.recv(4096)
+                assert chunk, "an accepted connection was closed"
+                data += chunk
+            assert data == b"VALUE keep 0 2\r\nme\r\nEND\r\n"
+    finally:
+        for s in accepted:
+            s.close()
+        for s, _ in rejected:
+            s.close()
+    deadline = time.monotonic() + 10
+    while True:  # closing is asynchronous on the server side: poll, bounded
+        try:
+            with srv.conn() as c:
+                if c.cmd("version").startswith(b"VERSION "):
+                    stats = c.stats()
+                    assert int(stats["rejected_connections"]) == len(rejected)
+                    assert c.values("get keep") == {"keep": (0, b"me", None)}
+                    break
+        except (ConnectionError, OSError):
+            pass
+        assert time.monotonic() < deadline, "server did not accept again after the others closed"
+        time.sleep(0.1)
+
+
+def fill(c, prefix, count, size, batch=200):
+    """Pipelined sets; returns how many were STORED. Other replies must be a clear refusal."""
+    stored = 0
+    value = (prefix.encode() + b"-") * (size // (len(prefix) + 1) + 1)
+    value = value[:size]
+    for start in range(0, count, batch):
+        n = min(batch, count - start)
+        c.send(b"".join(f"set {prefix}:{i} 0 0 {size}\r\n".encode() + value + b"\r\n"
+                        for i in range(start, start + n)))
+        for _ in range(n):
+            line = c.line()
+            if line == b"STORED":
+                stored += 1
+            else:
+                assert line == b"SERVER_ERROR out of memory storing object", line
+    return stored
+
+
+def test_memory_never_exceeds_m(start_server):
+    srv = start_server("-m", "16")
+    limit = 16 * ONE_MB
+    with srv.conn(timeout=30) as c:
+        assert int(c.stats()["limit_maxbytes"]) == limit
+        written = 0
+        for prefix, count, size in (("small", 40000, 400), ("mid", 8000, 4000), ("big", 300, 100000),
+                                    ("small2", 40000, 300)):
+            assert fill(c, prefix, count, size) > 0
+            written += count * size
+            s = c.stats()
+            assert int(s["bytes"]) <= limit, f"bytes {s['bytes']} > limit_maxbytes {limit} after {prefix}"
+        assert written > 5 * limit
+        s = c.stats()
+        assert int(s["evictions"]) > 0, "filling 5x past -m must evict"
+        assert int(s["bytes"]) <= int(s["limit_maxbytes"])
+        assert int(s["curr_items"]) > 0
+        # the newest writes are readable and intact
+        got = c.values("get small2:39999 small2:39998")
+        assert len(got) == 2 and all(v[1].startswith(b"small2-") and len(v[1]) == 300 for v in got.values())
+        slabs = c.stats("slabs")
+        assert int(slabs.get("total_malloced", 0)) <= limit, f"total_malloced {slabs.get('total_malloced')}"
