@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# Lints the Cachet chart and renders it with default and non-default values,
+# asserting on what the renders contain: a chart that renders is not yet a
+# chart that works, so each check below names a property users rely on
+# (webhook certificates that follow the namespace and cluster domain, RBAC that
+# equals controller-gen's, CRDs that survive uninstall, a schema that rejects
+# typos...). When a cluster is reachable (KUBECONFIG, or the local cluster's
+# kubeconfig) the default render is also validated by its API server with a
+# server-side dry run; without one that step is reported as SKIPPED, not passed.
+#
+#   hack/helm-lint.sh            (make helm-lint builds bin/helm first)
+#   HELM=/path/to/helm hack/helm-lint.sh
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+HELM=${HELM:-$root/bin/helm}
+KUBECTL=${KUBECTL:-$root/bin/k8s/kubectl}
+chart="$root/charts/cachet"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+[ -x "$HELM" ] || { echo "helm-lint: $HELM not found; run 'make helm'" >&2; exit 1; }
+export HELM_CACHE_HOME="$work/helm-cache" HELM_CONFIG_HOME="$work/helm-config" HELM_DATA_HOME="$work/helm-data"
+
+passed=0 failed=0 skipped=0
+ok()   { passed=$((passed + 1)); echo "  ok    $*"; }
+bad()  { failed=$((failed + 1)); echo "  FAIL  $*"; }
+skip() { skipped=$((skipped + 1)); echo "  SKIP  $*"; }
+step() { echo "==> $*"; }
+
+# render NAME ARGS...: helm template into $work/NAME.yaml; returns helm's status.
+render() {
+  local name=$1; shift
+  "$HELM" template cachet "$chart" "$@" >"$work/$name.yaml" 2>"$work/$name.err"
+}
+# has FILE REGEX DESCRIPTION / hasnt FILE REGEX DESCRIPTION
+has()   { if grep -Eq -- "$2" "$work/$1.yaml"; then ok "$1: $3"; else bad "$1: $3 (no line matches /$2/)"; fi; }
+hasnt() { if grep -Eq -- "$2" "$work/$1.yaml"; then bad "$1: $3 (found /$2/)"; else ok "$1: $3"; fi; }
+# count FILE REGEX N DESCRIPTION
+count() {
+  local n; n=$(grep -Ec -- "$2" "$work/$1.yaml" || true)
+  if [ "$n" -eq "$3" ]; then ok "$1: $4"; else bad "$1: $4 (expected $3 lines matching /$2/, got $n)"; fi
+}
+# kinds FILE: the "Kind/name" list of a render, one per line.
+kinds() {
+  awk '/^---/{k="";n=""} /^kind:/{k=$2} /^  name:/{if(n==""){n=$2}} k!=""&&n!=""{print k"/"n; k="";n=""}' "$work/$1.yaml" | sort
+}
+# must_fail NAME REGEX DESCRIPTION ARGS...: the render must fail with a message matching REGEX.
+must_fail() {
+  local name=$1 re=$2 what=$3; shift 3
+  if render "$name" "$@"; then bad "$what: rendered although it must be refused"; return; fi
+  if grep -Eq -- "$re" "$work/$name.err"; then ok "$what"; else bad "$what: refused, but without /$re/: $(head -c 400 "$work/$name.err")"; fi
+}
+
+step "chart files equal controller-gen output (hack/sync-chart.sh --check)"
+if "$root/hack/sync-chart.sh" --check; then ok "generated CRDs, RBAC and webhooks are in sync"; else bad "chart is out of sync with config/"; fi
+
+step "helm lint --strict"
+lint_sets=(
+  ""
+  "certManager.enabled=true,certManager.skipAPICheck=true"
+  "serviceMonitor.enabled=true,metrics.secure=false,clusterDomain=example.org"
+  "webhook.enabled=false,metrics.enabled=false,crds.install=false,tests.enabled=false,serviceAccount.create=false,serviceAccount.name=existing-sa,operator.leaderElection.enabled=false"
+)
+for s in "${lint_sets[@]}"; do
+  args=(); [ -z "$s" ] || args=(--set "$s")
+  if "$HELM" lint --strict "$chart" --namespace cachet-system "${args[@]}" >"$work/lint.out" 2>&1; then
+    ok "lint ${s:-(default values)}"
+  else
+    bad "lint ${s:-(default values)}"; sed 's/^/        /' "$work/lint.out"
+  fi
+done
+
+step "default values (namespace cachet-system)"
+if render default --namespace cachet-system; then
+  ok "renders"
+  kinds default >"$work/default.kinds"
+  for k in CustomResourceDefinition/caches.cache.cachet.dev ServiceAccount/cachet-operator \
+           ClusterRole/cachet-manager-role ClusterRoleBinding/cachet-manager-rolebinding \
+           Role/cachet-leader-election-role Lease/cachet-operator.cache.cachet.dev \
+           Role/cachet-cert-rotation-role ClusterRole/cachet-cert-rotation-role \
+           ClusterRole/cachet-metrics-auth-role ClusterRole/cachet-metrics-reader \
+           Secret/cachet-webhook-server-cert Service/cachet-webhook-service Service/cachet-metrics-service \
+           Deployment/cachet-operator MutatingWebhookConfiguration/cachet-mutating-webhook-configuration \
+           ValidatingWebhookConfiguration/cachet-validating-webhook-configuration \
+           Pod/cachet-test-cache-connection; do
+    if grep -qx "$k" "$work/default.kinds"; then ok "default: renders $k"; else bad "default: missing $k"; fi
+  done
+  for k in Certificate Issuer ServiceMonitor; do
+    if grep -q "^$k/" "$work/default.kinds"; then bad "default: renders $k"; else ok "default: no $k (cert-manager and ServiceMonitor are opt-in)"; fi
+  done
+  # Operator pod hardening and wiring.
+  has default '^ +readOnlyRootFilesystem: true' "read-only root filesystem"
+  has default '^ +runAsNonRoot: true' "runs as non-root"
+  has default '^ +allowPrivilegeEscalation: false' "no privilege escalation"
+  has default '^ +- ALL$' "drops ALL capabilities"
+  has default '^ +type: RuntimeDefault' "seccomp RuntimeDefault"
+  has default 'image: localhost/cachet-operator:0\.1\.0$' "operator image follows appVersion"
+  has default 'imagePullPolicy: IfNotPresent' "IfNotPresent pull policy"
+  has default -- '- --engine-image=localhost/cachetd:0\.1\.0$' "engine image flag"
+  has default -- '- --leader-elect=true$' "leader election on"
+  has default -- '- --webhook-cert-mode=self-signed$' "self-signed certificates by default"
+  has default -- '- --webhook-secret-name=cachet-webhook-server-cert$' "secret name passed to the operator"
+  has default -- '- --cluster-domain=cluster\.local$' "cluster domain passed to the operator"
+  has default -- '- --zap-log-level=info$' "log level flag"
+  has default 'path: /healthz' "liveness probe on /healthz"
+  has default 'path: /readyz' "readiness probe on /readyz"
+  has default 'fieldPath: metadata\.namespace' "POD_NAMESPACE from the downward API"
+  # Webhooks: generated paths, this release's Service and namespace, no caBundle from Helm.
+  has default 'path: /mutate-cache-cachet-dev-v1alpha1-cache' "mutating webhook path from controller-gen"
+  has default 'path: /validate-cache-cachet-dev-v1alpha1-cache' "validating webhook path from controller-gen"
+  count default '^ +name: cachet-webhook-service$' 3 "both webhooks and the Service use the release's webhook Service"
+  count default '^ +namespace: system$' 0 "no kustomize placeholder namespace leaks into the chart"
+  hasnt default 'caBundle' "Helm never renders caBundle (upgrades keep the injected CA)"
+  hasnt default 'cert-manager.io/inject-ca-from' "no cainjector annotation without cert-manager"
+  has default 'helm.sh/resource-policy: keep' "CRD kept on uninstall by default"
+  # RBAC equals controller-gen's: every generated rule's resource appears in the manager role.
+  "$HELM" template cachet "$chart" --namespace cachet-system --show-only templates/rbac/manager_role.yaml >"$work/manager-role.yaml"
+  for r in configmaps services pods statefulsets caches caches/status caches/finalizers events poddisruptionbudgets; do
+    if grep -q "^  - $r\$" "$chart/files/rbac/role.yaml" 2>/dev/null; then
+      if grep -q "^      - $r\$" "$work/manager-role.yaml"; then ok "default: manager role grants generated $r"; else bad "default: generated rule for $r missing from the manager role"; fi
+    fi
+  done
+  if grep -q 'webhookconfigurations\|secrets' "$work/manager-role.yaml"; then
+    bad "default: cert-rotation permissions leaked into the manager role (they belong to cert_rotation.yaml, name-scoped)"
+  else
+    ok "default: cert-rotation permissions are not in the manager role"
+  fi
+  has default 'resourceNames: \["cachet-webhook-server-cert"\]' "Secret writes limited to the release's Secret"
+  has default 'resourceNames: \["cachet-mutating-webhook-configuration"\]' "webhook writes limited by name"
+  # helm test pod: reaches the Cache without cluster DNS.
+  has default '"\$\(CACHE_SAMPLE_SERVICE_HOST\)"' "helm test uses the injected Service host variable"
+else
+  bad "default values do not render: $(cat "$work/default.err")"
+fi
+
+step "cert-manager, custom namespace and cluster domain, ServiceMonitor, tuned resources"
+if render full --namespace team-a \
+     --api-versions cert-manager.io/v1 --api-versions monitoring.coreos.com/v1/ServiceMonitor \
+     --set certManager.enabled=true,clusterDomain=example.org,serviceMonitor.enabled=true \
+     --set serviceMonitor.labels.release=prom,operator.replicas=2,operator.logLevel=debug \
+     --set operator.resources.requests.cpu=50m,operator.resources.limits.memory=512Mi \
+     --set engine.image=localhost/cachetd:9.9.9,crds.keep=false,tests.cache.namespace=caches; then
+  ok "renders"
+  has full 'kind: Issuer' "self-signed Issuer"
+  has full 'kind: Certificate' "Certificate"
+  has full '^ +- cachet-webhook-service\.team-a\.svc$' "certificate names the release namespace"
+  has full '^ +- cachet-webhook-service\.team-a\.svc\.example\.org$' "certificate names the cluster domain"
+  hasnt full 'cluster\.local' "no hard-coded cluster.local anywhere"
+  count full 'cert-manager.io/inject-ca-from: team-a/cachet-serving-cert' 2 "both webhook configurations ask cainjector for the CA"
+  has full -- '- --webhook-cert-mode=cert-manager$' "operator told cert-manager supplies the certificate"
+  has full -- '- --cluster-domain=example\.org$' "operator told the cluster domain"
+  hasnt full 'kind: Secret' "no chart Secret (cert-manager writes it)"
+  hasnt full 'cert-rotation' "no self-signed rotation RBAC with cert-manager"
+  has full 'kind: ServiceMonitor' "ServiceMonitor when its API exists"
+  has full '^ +release: prom$' "ServiceMonitor extra labels"
+  has full '^  replicas: 2$' "operator replicas"
+  has full -- '- --zap-log-level=debug$' "log level"
+  has full 'cpu: 50m' "resources override"
+  has full 'memory: 512Mi' "resources override"
+  has full -- '- --engine-image=localhost/cachetd:9\.9\.9$' "engine image override"
+  hasnt full 'helm.sh/resource-policy' "crds.keep=false drops the keep policy"
+  has full '"cache-sample\.caches\.svc\.example\.org"' "helm test reaches a Cache in another namespace by DNS name"
+  has full 'namespace: team-a' "objects land in the release namespace"
+else
+  bad "does not render: $(cat "$work/full.err")"
+fi
+
+step "optional parts switched off"
+if render minimal --namespace ops \
+     --set webhook.enabled=false,metrics.enabled=false,crds.install=false,tests.enabled=false \
+     --set serviceAccount.create=false,serviceAccount.name=existing-sa,operator.leaderElection.enabled=false; then
+  ok "renders"
+  for k in CustomResourceDefinition MutatingWebhookConfiguration ValidatingWebhookConfiguration Secret Lease ServiceAccount Pod; do
+    hasnt minimal "^kind: $k\$" "no $k"
+  done
+  has minimal -- '- --enable-webhooks=false$' "operator told webhooks are off"
+  has minimal -- '- --metrics-bind-address=0$' "metrics disabled in the operator"
+  has minimal 'serviceAccountName: existing-sa' "existing ServiceAccount used"
+else
+  bad "does not render: $(cat "$work/minimal.err")"
+fi
+
+step "ServiceMonitor requested on a cluster without the Prometheus Operator"
+if render nomon --set serviceMonitor.enabled=true; then
+  hasnt nomon 'kind: ServiceMonitor' "skipped instead of breaking the install"
+else
+  bad "does not render: $(cat "$work/nomon.err")"
+fi
+
+step "bad values are refused with a clear message"
+must_fail typo 'additional properties .?enabeld.? not allowed|enabeld' "misspelt key certManager.enabeld" --set certManager.enabeld=true
+must_fail policy 'failurePolicy' "unknown webhook.failurePolicy" --set webhook.failurePolicy=Sometimes
+must_fail domain 'clusterDomain' "invalid clusterDomain" --set clusterDomain=Cluster_Local
+must_fail port 'port' "out-of-range metrics.port" --set metrics.port=70000
+must_fail loglevel 'logLevel' "unknown operator.logLevel" --set operator.logLevel=verbose
+must_fail nocm 'cert-manager.io/v1' "cert-manager requested on a cluster that lacks it" --set certManager.enabled=true
+must_fail nosa 'serviceAccount.name is required' "serviceAccount.create=false without a name" --set serviceAccount.create=false
+
+step "RBAC drift guard: a generated rule the chart does not grant must stop the render"
+cp -r "$chart" "$work/drift-chart"
+if [ -f "$work/drift-chart/files/rbac/role.yaml" ]; then
+  # Add a 'delete' verb to the generated Secret rule, as a marker change would.
+  awk '{print} /^  - secrets$/{s=1} s&&/^  verbs:$/{print "  - delete"; s=0}' \
+    "$chart/files/rbac/role.yaml" >"$work/drift-chart/files/rbac/role.yaml"
+  if grep -q '^  - delete$' "$work/drift-chart/files/rbac/role.yaml" && grep -q secrets "$work/drift-chart/files/rbac/role.yaml"; then
+    if "$HELM" template cachet "$work/drift-chart" >/dev/null 2>"$work/drift.err"; then
+      bad "a generated 'delete secrets' rule was silently dropped"
+    elif grep -q 'does not grant' "$work/drift.err"; then ok "unknown generated permission refused"
+    else bad "refused for another reason: $(head -c 300 "$work/drift.err")"; fi
+  else
+    skip "generated role has no Secret rule to mutate"
+  fi
+else
+  bad "files/rbac/role.yaml missing"
+fi
+
+step "server-side validation of the default render"
+kubeconfig=${KUBECONFIG:-}
+[ -n "$kubeconfig" ] || { [ -r /var/lib/cachet-cluster/kubeconfig ] && kubeconfig=/var/lib/cachet-cluster/kubeconfig; } || true
+if [ -x "$KUBECTL" ] && [ -n "$kubeconfig" ] && KUBECONFIG=$kubeconfig "$KUBECTL" version --request-timeout=5s >/dev/null 2>&1; then
+  # Namespace default exists on every cluster; a dry run creates nothing.
+  render serverdry --namespace default || true
+  if KUBECONFIG=$kubeconfig "$KUBECTL" apply --dry-run=server -f "$work/serverdry.yaml" >"$work/serverdry.out" 2>&1; then
+    ok "API server accepts every object ($(grep -c 'dry run' "$work/serverdry.out") objects)"
+  else
+    bad "API server rejected the render:"; sed 's/^/        /' "$work/serverdry.out"
+  fi
+else
+  skip "no reachable cluster or no $KUBECTL: server-side dry run not done"
+fi
+
+echo "helm-lint: $passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]
