@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #define KEY_MAX_LENGTH 250
 
@@ -99,6 +100,7 @@ struct get_opts {
     bool     recache;          /* mg R: win if ttl below recache_below */
     rel_time_t recache_below;
     bool     no_lru_bump;      /* mg u */
+    bool     win_tokens;       /* mg: hand out W/Z on stale items (text get/gets leave it false) */
 };
 
 /* Lock-free unless opts asks for a change (touch/vivify/recache take the

@@ -1,0 +1,423 @@
+/*
+ * assoc.c - the key -> item hash table: chained, power-of-two sized, striped
+ * write locks, no lock at all on the GET path, online doubling.
+ *
+ * Why chained with 32-bit handles: a bucket is 4 bytes and the chain link
+ * lives in the item header (4 bytes), so the table costs ~4 bytes per item at
+ * a load factor of 1 (memcached: 8 + 8). Handles are offsets into the slab
+ * region (slabs.c), so they are also what makes chunk memory type-stable.
+ *
+ * Writers (store, delete, unlink by the cleaner or evictor, bucket moves)
+ * take one of STRIPES mutexes, stripe = hash & (STRIPES-1) (seed 000, Z
+ * locks). Every table has at least STRIPES buckets, so a bucket and the two
+ * buckets it splits into during expansion share a stripe. Chain pointers are
+ * changed in an order a concurrent reader can follow: a new item is fully
+ * written before the release store that makes it reachable; an unlinked
+ * item keeps its h_next, so a reader standing on it walks on into the chain.
+ *
+ * Reclamation scheme (what makes lock-free reads safe):
+ *  1. Items are never modified in place where a reader could see a torn
+ *     value: set/append/prepend/incr/decr build a new item and swap it into
+ *     the chain with one release store. Key, value, length, client flags are
+ *     immutable for the life of a chunk; the few fields that do change (time,
+ *     exptime, bag stamp, flag bits, the CAS of md I) are C11 atomics.
+ *  2. An unlinked item stays in its bag until the cleaner or the evictor
+ *     takes it out; its chunk goes back to the free list only after a grace
+ *     period (epoch.c): every GET runs inside a read section, so by then no
+ *     reader can still hold a pointer to it. Chunks are never unmapped and a
+ *     chunk is only reused after the grace period, so a reader never sees
+ *     another key's bytes where it expected its own.
+ *  3. Values big enough to be sent zero-copy carry a refcount; the table's
+ *     reference is dropped after the grace period, the last holder frees.
+ *  4. An old table array is freed after a grace period.
+ *  5. Bucket moves during expansion are the one change that can divert a
+ *     reader from the chain it was walking (an item's h_next is redirected
+ *     into the new table). Each stripe has a sequence counter, odd while a
+ *     bucket of that stripe is being moved; a reader that misses re-checks
+ *     it and retries (bounded), so a move can never cause a false miss
+ *     unless the retries run out under a pathological stream of moves.
+ *
+ * Expansion (seed 000/004): when items exceed 1.5x buckets, the expander
+ * thread allocates a table twice the size, publishes {new, old}, and moves
+ * old buckets one at a time under their stripe lock, advancing `migrated`.
+ * Readers and writers pick the old bucket if it has not moved yet, else the
+ * new one; stores and deletes carry on throughout.
+ */
+#include "storage_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define STRIPES 256u
+#define MIN_HASHPOWER 8u   /* log2(STRIPES) */
+#define MAX_HASHPOWER 30u
+#define MAX_CHAIN_WALK (1u << 20)
+#define READ_RETRIES 16
+
+struct stripe {
+    pthread_mutex_t lock;
+    _Atomic uint32_t seq;
+    _Atomic int64_t count;
+} __attribute__((aligned(64)));
+
+struct tstate {
+    _Atomic uint32_t *cur;
+    unsigned cur_power;
+    _Atomic uint32_t *old;      /* non-NULL while expanding */
+    unsigned old_power;
+};
+
+static struct stripe stripes[STRIPES];
+static _Atomic(struct tstate *) state;
+static _Atomic uint32_t migrated;          /* old buckets already moved */
+static _Atomic bool expanding;
+static _Atomic uint64_t expansions;
+
+static pthread_t expander;
+static pthread_mutex_t exp_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t exp_cond = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t exp_done = PTHREAD_COND_INITIALIZER;
+static bool exp_running, exp_stop, exp_requested;
+
+/* murmur3 x86_32: fast, good spread in the low bits we mask with. */
+uint32_t hash_key(const char *key, size_t len)
+{
+    const uint8_t *data = (const uint8_t *)key;
+    const size_t nblocks = len / 4;
+    uint32_t h1 = 0x9747b28cu;
+    const uint32_t c1 = 0xcc9e2d51u, c2 = 0x1b873593u;
+    for (size_t i = 0; i < nblocks; i++) {
+        uint32_t k1;
+        memcpy(&k1, data + i * 4, 4);
+        k1 *= c1; k1 = (k1 << 15) | (k1 >> 17); k1 *= c2;
+        h1 ^= k1; h1 = (h1 << 13) | (h1 >> 19); h1 = h1 * 5 + 0xe6546b64u;
+    }
+    const uint8_t *tail = data + nblocks * 4;
+    uint32_t k1 = 0;
+    switch (len & 3) {
+    case 3: k1 ^= (uint32_t)tail[2] << 16; /* fall through */
+    case 2: k1 ^= (uint32_t)tail[1] << 8;  /* fall through */
+    case 1: k1 ^= tail[0];
+        k1 *= c1; k1 = (k1 << 15) | (k1 >> 17); k1 *= c2; h1 ^= k1;
+    }
+    h1 ^= (uint32_t)len;
+    h1 ^= h1 >> 16; h1 *= 0x85ebca6bu; h1 ^= h1 >> 13; h1 *= 0xc2b2ae35u; h1 ^= h1 >> 16;
+    return h1;
+}
+
+static _Atomic uint32_t *alloc_buckets(unsigned power)
+{
+    return calloc((size_t)1 << power, sizeof(_Atomic uint32_t));
+}
+
+int assoc_init(int hashpower)
+{
+    unsigned p = hashpower > 0 ? (unsigned)hashpower : 16;
+    if (p < MIN_HASHPOWER) p = MIN_HASHPOWER;
+    if (p > MAX_HASHPOWER) p = MAX_HASHPOWER;
+    for (unsigned i = 0; i < STRIPES; i++) {
+        pthread_mutex_init(&stripes[i].lock, NULL);
+        atomic_store(&stripes[i].seq, 0);
+        atomic_store(&stripes[i].count, 0);
+    }
+    struct tstate *st = calloc(1, sizeof(*st));
+    if (!st) return -1;
+    st->cur = alloc_buckets(p);
+    st->cur_power = p;
+    if (!st->cur) { free(st); return -1; }
+    atomic_store(&state, st);
+    atomic_store(&migrated, 0);
+    atomic_store(&expanding, false);
+    return 0;
+}
+
+void assoc_destroy(void)
+{
+    struct tstate *st = atomic_load(&state);
+    if (st) {
+        free((void *)st->cur);
+        free((void *)st->old);
+        free(st);
+    }
+    atomic_store(&state, NULL);
+}
+
+static inline struct stripe *stripe_of(uint32_t hv) { return &stripes[hv & (STRIPES - 1)]; }
+void stripe_lock(uint32_t hv) { pthread_mutex_lock(&stripe_of(hv)->lock); }
+void stripe_unlock(uint32_t hv) { pthread_mutex_unlock(&stripe_of(hv)->lock); }
+bool stripe_trylock(uint32_t hv) { return pthread_mutex_trylock(&stripe_of(hv)->lock) == 0; }
+
+static inline _Atomic uint32_t *bucket_for(struct tstate *st, uint32_t hv, uint32_t moved)
+{
+    if (st->old) {
+        uint32_t ob = hv & (((uint32_t)1 << st->old_power) - 1);
+        if (ob >= moved) return &st->old[ob];
+    }
+    return &st->cur[hv & (((uint32_t)1 << st->cur_power) - 1)];
+}
+
+static inline bool key_matches(item *it, const char *key, size_t nkey)
+{
+    return it->nkey == nkey && memcmp(item_key(it), key, nkey) == 0;
+}
+
+item *assoc_find(storage_thread *t, const char *key, size_t nkey, uint32_t hv)
+{
+    (void)t;
+    struct stripe *sp = stripe_of(hv);
+    for (int attempt = 0; attempt < READ_RETRIES; attempt++) {
+        uint32_t s1 = atomic_load_explicit(&sp->seq, memory_order_acquire);
+        if (s1 & 1) {
+            /* A bucket of this stripe is being moved right now; give the
+             * mover a moment rather than walking a chain in flux. */
+            __builtin_ia32_pause();
+            continue;
+        }
+        struct tstate *st = atomic_load_explicit(&state, memory_order_acquire);
+        uint32_t moved = atomic_load_explicit(&migrated, memory_order_acquire);
+        _Atomic uint32_t *b = bucket_for(st, hv, moved);
+        uint32_t h = atomic_load_explicit(b, memory_order_acquire);
+        for (unsigned steps = 0; h && steps < MAX_CHAIN_WALK; steps++) {
+            item *it = handle_item(h);
+            if (key_matches(it, key, nkey)) return it;
+            h = atomic_load_explicit(&it->h_next, memory_order_acquire);
+        }
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&sp->seq, memory_order_relaxed) == s1) return NULL;
+    }
+    return NULL;
+}
+
+/* Caller holds the stripe lock: the bucket cannot move under us. */
+static _Atomic uint32_t *locked_bucket(uint32_t hv)
+{
+    struct tstate *st = atomic_load_explicit(&state, memory_order_acquire);
+    return bucket_for(st, hv, atomic_load_explicit(&migrated, memory_order_acquire));
+}
+
+static _Atomic uint32_t *find_link(_Atomic uint32_t *b, item *target)
+{
+    uint32_t th = item_handle(target);
+    _Atomic uint32_t *link = b;
+    uint32_t h;
+    while ((h = atomic_load_explicit(link, memory_order_relaxed)) != 0) {
+        if (h == th) return link;
+        link = &handle_item(h)->h_next;
+    }
+    return NULL;
+}
+
+item *assoc_find_locked(const char *key, size_t nkey, uint32_t hv)
+{
+    _Atomic uint32_t *b = locked_bucket(hv);
+    uint32_t h = atomic_load_explicit(b, memory_order_relaxed);
+    while (h) {
+        item *it = handle_item(h);
+        if (key_matches(it, key, nkey)) return it;
+        h = atomic_load_explicit(&it->h_next, memory_order_relaxed);
+    }
+    return NULL;
+}
+
+static void maybe_request_expansion(struct stripe *sp);
+
+void assoc_insert_locked(item *it, uint32_t hv)
+{
+    _Atomic uint32_t *b = locked_bucket(hv);
+    atomic_store_explicit(&it->h_next, atomic_load_explicit(b, memory_order_relaxed), memory_order_relaxed);
+    atomic_store_explicit(b, item_handle(it), memory_order_release);
+    struct stripe *sp = stripe_of(hv);
+    int64_t c = atomic_load_explicit(&sp->count, memory_order_relaxed) + 1;
+    atomic_store_explicit(&sp->count, c, memory_order_relaxed);
+    if ((c & 15) == 0) maybe_request_expansion(sp);
+}
+
+void assoc_replace_locked(item *old_it, item *new_it, uint32_t hv)
+{
+    _Atomic uint32_t *link = find_link(locked_bucket(hv), old_it);
+    if (!link) { assoc_insert_locked(new_it, hv); return; }
+    atomic_store_explicit(&new_it->h_next, atomic_load_explicit(&old_it->h_next, memory_order_relaxed),
+                          memory_order_relaxed);
+    atomic_store_explicit(link, item_handle(new_it), memory_order_release);
+}
+
+void assoc_unlink_locked(item *it, uint32_t hv)
+{
+    _Atomic uint32_t *link = find_link(locked_bucket(hv), it);
+    if (!link) return;
+    /* it->h_next stays: a reader standing on `it` walks on into the chain. */
+    atomic_store_explicit(link, atomic_load_explicit(&it->h_next, memory_order_relaxed), memory_order_release);
+    struct stripe *sp = stripe_of(hv);
+    atomic_store_explicit(&sp->count, atomic_load_explicit(&sp->count, memory_order_relaxed) - 1,
+                          memory_order_relaxed);
+}
+
+uint64_t assoc_item_count(void)
+{
+    int64_t n = 0;
+    for (unsigned i = 0; i < STRIPES; i++) n += atomic_load_explicit(&stripes[i].count, memory_order_relaxed);
+    return n < 0 ? 0 : (uint64_t)n;
+}
+
+unsigned assoc_hashpower(void)
+{
+    return atomic_load_explicit(&state, memory_order_acquire)->cur_power;
+}
+
+bool assoc_expanding(void) { return atomic_load_explicit(&expanding, memory_order_acquire); }
+
+static bool needs_expansion(void)
+{
+    struct tstate *st = atomic_load_explicit(&state, memory_order_acquire);
+    if (st->old || st->cur_power >= MAX_HASHPOWER) return false;
+    uint64_t buckets = (uint64_t)1 << st->cur_power;
+    return assoc_item_count() > buckets + buckets / 2;
+}
+
+static void maybe_request_expansion(struct stripe *sp)
+{
+    struct tstate *st = atomic_load_explicit(&state, memory_order_acquire);
+    uint64_t buckets = (uint64_t)1 << st->cur_power;
+    /* Cheap pre-check from one stripe's share before summing all of them. */
+    if ((uint64_t)atomic_load_explicit(&sp->count, memory_order_relaxed) * STRIPES <= buckets + buckets / 2) return;
+    if (atomic_load_explicit(&expanding, memory_order_relaxed) || !needs_expansion()) return;
+    pthread_mutex_lock(&exp_lock);
+    exp_requested = true;
+    pthread_cond_signal(&exp_cond);
+    pthread_mutex_unlock(&exp_lock);
+}
+
+/* Moves every old bucket into the table twice its size. */
+static void expand(void)
+{
+    struct tstate *st = atomic_load_explicit(&state, memory_order_acquire);
+    if (st->old || st->cur_power >= MAX_HASHPOWER) return;
+    unsigned np = st->cur_power + 1;
+    _Atomic uint32_t *nb = alloc_buckets(np);
+    if (!nb) {
+        fprintf(stderr, "cachetd: hash table expansion to 2^%u failed: out of memory\n", np);
+        return;
+    }
+    struct tstate *mid = calloc(1, sizeof(*mid));
+    struct tstate *fin = calloc(1, sizeof(*fin));
+    if (!mid || !fin) { free(mid); free(fin); free((void *)nb); return; }
+    mid->cur = nb; mid->cur_power = np; mid->old = st->cur; mid->old_power = st->cur_power;
+    fin->cur = nb; fin->cur_power = np;
+
+    atomic_store_explicit(&migrated, 0, memory_order_release);
+    atomic_store_explicit(&expanding, true, memory_order_release);
+    /* Taking every stripe once orders the switch against in-flight writers. */
+    for (unsigned i = 0; i < STRIPES; i++) pthread_mutex_lock(&stripes[i].lock);
+    atomic_store_explicit(&state, mid, memory_order_release);
+    for (unsigned i = 0; i < STRIPES; i++) pthread_mutex_unlock(&stripes[i].lock);
+
+    uint32_t old_n = (uint32_t)1 << st->cur_power;
+    uint32_t new_mask = ((uint32_t)1 << np) - 1;
+    for (uint32_t ob = 0; ob < old_n; ob++) {
+        struct stripe *sp = &stripes[ob & (STRIPES - 1)];
+        pthread_mutex_lock(&sp->lock);
+        uint32_t h = atomic_load_explicit(&st->cur[ob], memory_order_relaxed);
+        if (h) {
+            uint32_t s = atomic_load_explicit(&sp->seq, memory_order_relaxed);
+            atomic_store_explicit(&sp->seq, s + 1, memory_order_relaxed);
+            atomic_thread_fence(memory_order_release);
+            while (h) {
+                item *it = handle_item(h);
+                uint32_t next = atomic_load_explicit(&it->h_next, memory_order_relaxed);
+                uint32_t nbk = hash_key(item_key(it), it->nkey) & new_mask;
+                atomic_store_explicit(&it->h_next, atomic_load_explicit(&nb[nbk], memory_order_relaxed),
+                                      memory_order_relaxed);
+                atomic_store_explicit(&nb[nbk], h, memory_order_release);
+                h = next;
+            }
+            atomic_store_explicit(&st->cur[ob], 0, memory_order_release);
+            atomic_store_explicit(&migrated, ob + 1, memory_order_release);
+            atomic_store_explicit(&sp->seq, s + 2, memory_order_release);
+        } else {
+            atomic_store_explicit(&migrated, ob + 1, memory_order_release);
+        }
+        pthread_mutex_unlock(&sp->lock);
+    }
+    for (unsigned i = 0; i < STRIPES; i++) pthread_mutex_lock(&stripes[i].lock);
+    atomic_store_explicit(&state, fin, memory_order_release);
+    atomic_store_explicit(&expanding, false, memory_order_release);
+    for (unsigned i = 0; i < STRIPES; i++) pthread_mutex_unlock(&stripes[i].lock);
+    atomic_fetch_add(&expansions, 1);
+    /* Readers may still be walking the old array or holding the old state. */
+    epoch_synchronize();
+    free((void *)st->cur);
+    free(st);
+    free(mid);
+    if (g_cfg.verbose > 0) fprintf(stderr, "cachetd: hash table expanded to 2^%u buckets\n", np);
+}
+
+static void *expander_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&exp_lock);
+    while (!exp_stop) {
+        if (!exp_requested) {
+            pthread_cond_wait(&exp_cond, &exp_lock);
+            continue;
+        }
+        exp_requested = false;
+        pthread_mutex_unlock(&exp_lock);
+        while (needs_expansion()) expand();
+        pthread_mutex_lock(&exp_lock);
+        pthread_cond_broadcast(&exp_done);
+    }
+    pthread_mutex_unlock(&exp_lock);
+    return NULL;
+}
+
+void assoc_start_thread(void)
+{
+    pthread_mutex_lock(&exp_lock);
+    exp_stop = false;
+    pthread_mutex_unlock(&exp_lock);
+    if (pthread_create(&expander, NULL, expander_main, NULL) == 0) exp_running = true;
+}
+
+void assoc_stop_thread(void)
+{
+    if (!exp_running) return;
+    pthread_mutex_lock(&exp_lock);
+    exp_stop = true;
+    pthread_cond_signal(&exp_cond);
+    pthread_mutex_unlock(&exp_lock);
+    pthread_join(expander, NULL);
+    exp_running = false;
+}
+
+void assoc_wait_expansion(void)
+{
+    if (!exp_running) {
+        while (needs_expansion()) expand();
+        return;
+    }
+    pthread_mutex_lock(&exp_lock);
+    while (exp_requested || atomic_load(&expanding) || needs_expansion()) {
+        if (needs_expansion() && !exp_requested) {
+            exp_requested = true;
+            pthread_cond_signal(&exp_cond);
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+        pthread_cond_timedwait(&exp_done, &exp_lock, &ts);
+    }
+    pthread_mutex_unlock(&exp_lock);
+}
+
+void assoc_stats(stat_writer w, void *ctx)
+{
+    struct tstate *st = atomic_load_explicit(&state, memory_order_acquire);
+    size_t bytes = ((size_t)1 << st->cur_power) * sizeof(uint32_t);
+    if (st->old) bytes += ((size_t)1 << st->old_power) * sizeof(uint32_t);
+    w(ctx, "hash_power_level", "%u", st->cur_power);
+    w(ctx, "hash_bytes", "%zu", bytes);
+    w(ctx, "hash_is_expanding", "%d", st->old ? 1 : 0);
+    w(ctx, "hash_expansions", "%llu", (unsigned long long)atomic_load(&expansions));
+    w(ctx, "hash_lock_stripes", "%u", STRIPES);
+}

@@ -1,0 +1,600 @@
+/*
+ * bags.c - the bag LRU of seed 000, one per slab class, its cleaner thread
+ * and eviction.
+ *
+ * Why bags instead of memcached's doubly linked LRU: a doubly linked list
+ * needs a lock for every bump, so every GET of a hot item would serialise on
+ * the LRU lock. Here a class keeps a chain of bags (oldest -> ... -> newest
+ * alternate -> newest); a bag is a singly linked list of items that were
+ * stored or touched in the same window.
+ *  - A store appends to the newest bag with a CAS on the last item's link
+ *    (no lock).
+ *  - A GET only stamps the item with the id of the newest bag and the time
+ *    (two relaxed stores, skipped when unchanged): no list surgery, no CAS.
+ *  - The cleaner thread opens a new bag when the newest is full, walks the
+ *    old bags, moves items whose stamp says they were touched into the newest
+ *    alternate bag (the previous newest, so workers appending to the newest
+ *    do not contend with it), drops dead (deleted/replaced), expired and
+ *    flushed items, and merges small bags into their newer neighbour.
+ *  - Eviction takes the class's eviction lock, walks the first N items of
+ *    the oldest bag, gives touched items a second chance (move forward), and
+ *    evicts the first untouched one nobody holds a reference to.
+ *  - flush_all cuts the bags: a new bag is opened and everything older is
+ *    swept by the cleaner (reads already treat flushed items as misses).
+ *
+ * Bags are only edited under the class's lock (cleaner and evictors), and a
+ * bag is edited only once it has been closed for a grace period, so appends
+ * that raced with closing it have landed. Items leave a bag into a local
+ * limbo list and go back to the slab allocator after the next grace period
+ * (see assoc.c for the whole reclamation scheme).
+ */
+#include "storage_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define EVICT_SEARCH 32        /* seed 000: "among the first N items" */
+#define EVICT_BATCH 8          /* chunks freed per eviction call: amortises the grace period */
+#define BAG_TARGET_MIN 256
+#define CLEAN_BUDGET 50000     /* items visited per class per cleaner pass */
+
+struct bag {
+    _Atomic uint32_t head;      /* oldest item */
+    _Atomic uint32_t tail;      /* hint: an item at or near the end */
+    _Atomic uint32_t count;
+    uint16_t id;
+    struct bag *newer, *older;
+    rel_time_t opened;
+    uint64_t closed_epoch;      /* epoch_advance() when workers stopped appending; 0 = open */
+};
+
+struct lru {
+    pthread_mutex_t lock;       /* the eviction lock of seed 000, per class */
+    _Atomic(struct bag *) newest;
+    struct bag *alt;
+    struct bag *oldest;
+    _Atomic uint16_t newest_id;
+    uint16_t next_id;
+    _Atomic uint32_t nbags;
+    struct bag *cursor;         /* where the cleaner resumes */
+} __attribute__((aligned(64)));
+
+struct class_stats g_class_stats[MAX_SLAB_CLASSES + 1];
+static struct lru lrus[MAX_SLAB_CLASSES + 1];
+static _Atomic uint64_t cleaner_passes, items_moved, bags_merged, items_merged, bags_opened;
+static _Atomic uint32_t bag_target_min = BAG_TARGET_MIN;
+
+static pthread_t cleaner;
+static _Atomic bool cleaner_stop;
+static bool cleaner_running;
+static storage_thread *cleaner_ctx;
+static pthread_mutex_t cleaner_lock = PTHREAD_MUTEX_INITIALIZER; /* one cleaner pass at a time */
+
+void bags_set_target_min(uint32_t n) { atomic_store(&bag_target_min, n ? n : 1); }
+unsigned bags_count(int clsid) { return atomic_load(&lrus[clsid].nbags); }
+
+static struct bag *bag_new(struct lru *l)
+{
+    struct bag *b = calloc(1, sizeof(*b));
+    if (!b) return NULL;
+    b->id = l->next_id;
+    l->next_id = (uint16_t)((l->next_id + 1) & ITEM_BAG_MASK);
+    b->opened = now_time();
+    atomic_fetch_add(&l->nbags, 1);
+    atomic_fetch_add(&bags_opened, 1);
+    return b;
+}
+
+int bags_init(void)
+{
+    unsigned n = slabs_class_count();
+    for (unsigned c = 1; c <= n; c++) {
+        struct lru *l = &lrus[c];
+        pthread_mutex_init(&l->lock, NULL);
+        l->next_id = 1;
+        atomic_store(&l->nbags, 0);
+        struct bag *b = bag_new(l);
+        if (!b) return -1;
+        l->oldest = b;
+        l->alt = b;
+        atomic_store(&l->newest, b);
+        atomic_store(&l->newest_id, b->id);
+        l->cursor = NULL;
+    }
+    memset(g_class_stats, 0, sizeof g_class_stats);
+    return 0;
+}
+
+void bags_destroy(void)
+{
+    unsigned n = slabs_class_count();
+    for (unsigned c = 1; c <= n; c++) {
+        struct bag *b = lrus[c].oldest;
+        while (b) { struct bag *nx = b->newer; free(b); b = nx; }
+        lrus[c].oldest = lrus[c].alt = NULL;
+        atomic_store(&lrus[c].newest, NULL);
+    }
+}
+
+/* Lock-free append (seed 000 "insert a new item into the LRU"). */
+static void append_to(struct bag *b, item *it)
+{
+    uint32_t h = item_handle(it);
+    atomic_store_explicit(&it->lru_next, 0, memory_order_relaxed);
+    for (;;) {
+        uint32_t tail = atomic_load_explicit(&b->tail, memory_order_acquire);
+        if (tail == 0) {
+            uint32_t z = 0;
+            if (atomic_compare_exchange_strong_explicit(&b->head, &z, h, memory_order_acq_rel,
+                                                        memory_order_acquire)) {
+                atomic_store_explicit(&b->tail, h, memory_order_release);
+                break;
+            }
+            tail = z;   /* somebody else started the list: append behind it */
+        }
+        item *t = handle_item(tail);
+        for (;;) {
+            uint32_t n = atomic_load_explicit(&t->lru_next, memory_order_acquire);
+            if (!n) break;
+            t = handle_item(n);
+        }
+        uint32_t z = 0;
+        if (atomic_compare_exchange_strong_explicit(&t->lru_next, &z, h, memory_order_acq_rel,
+                                                    memory_order_acquire)) {
+            atomic_store_explicit(&b->tail, h, memory_order_release);
+            break;
+        }
+    }
+    atomic_fetch_add_explicit(&b->count, 1, memory_order_relaxed);
+}
+
+void bags_append(storage_thread *t, item *it)
+{
+    (void)t;
+    int clsid = slabs_clsid_of(it);
+    struct bag *b = atomic_load_explicit(&lrus[clsid].newest, memory_order_acquire);
+    uint16_t old = atomic_load_explicit(&it->bag, memory_order_relaxed);
+    atomic_store_explicit(&it->bag, (uint16_t)((old & ITEM_FETCHED_BIT) | b->id), memory_order_relaxed);
+    append_to(b, it);
+}
+
+void bags_stamp(item *it, int clsid)
+{
+    uint16_t want = (uint16_t)(atomic_load_explicit(&lrus[clsid].newest_id, memory_order_relaxed) | ITEM_FETCHED_BIT);
+    if (atomic_load_explicit(&it->bag, memory_order_relaxed) != want)
+        atomic_store_explicit(&it->bag, want, memory_order_relaxed);
+    rel_time_t now = now_time();
+    if (atomic_load_explicit(&it->time, memory_order_relaxed) != now)
+        atomic_store_explicit(&it->time, now, memory_order_relaxed);
+}
+
+/* Class lock held. The old newest becomes the newest alternate. */
+static bool open_bag(struct lru *l)
+{
+    struct bag *b = bag_new(l);
+    if (!b) return false;
+    struct bag *cur = atomic_load_explicit(&l->newest, memory_order_relaxed);
+    b->older = cur;
+    cur->newer = b;
+    atomic_store_explicit(&l->newest, b, memory_order_release);
+    atomic_store_explicit(&l->newest_id, b->id, memory_order_relaxed);
+    l->alt = cur;
+    /* Workers that loaded `cur` before the switch may still append to it. */
+    cur->closed_epoch = epoch_advance();
+    return true;
+}
+
+/* Can bag b be edited: not a target for appends, and closed long enough. */
+static bool bag_editable(struct lru *l, struct bag *b)
+{
+    if (b == atomic_load_explicit(&l->newest, memory_order_relaxed) || b == l->alt) return false;
+    return b->closed_epoch == 0 || epoch_passed(b->closed_epoch);
+}
+
+/* Unlinks b (empty or merged) from the chain; class lock held. */
+static void drop_bag(struct lru *l, struct bag *b)
+{
+    if (b->older) b->older->newer = b->newer; else l->oldest = b->newer;
+    if (b->newer) b->newer->older = b->older;
+    if (l->cursor == b) l->cursor = b->newer;
+    atomic_fetch_sub(&l->nbags, 1);
+    free(b);
+}
+
+struct limbo { item *head; unsigned n; };
+
+static void limbo_push(struct limbo *lb, item *it)
+{
+    atomic_fetch_or_explicit(&it->iflags, ITEM_LIMBO, memory_order_relaxed);
+    atomic_store_explicit(&it->lru_next, lb->head ? item_handle(lb->head) : 0, memory_order_relaxed);
+    lb->head = it;
+    lb->n++;
+}
+
+/* Everything in limbo left its bag (and the hash table) before this call. */
+static void limbo_free(struct limbo *lb)
+{
+    if (!lb->head) return;
+    epoch_synchronize();
+    item *it = lb->head;
+    while (it) {
+        uint32_t nx = atomic_load_explicit(&it->lru_next, memory_order_relaxed);
+        item_free_dead(it);
+        it = nx ? handle_item(nx) : NULL;
+    }
+    lb->head = NULL;
+    lb->n = 0;
+}
+
+static inline uint32_t item_refs(item *it)
+{
+    return (item_layout(it) & ITEM_HAS_REF) ? atomic_load_explicit(item_ref_ptr(it), memory_order_acquire) : 1;
+}
+
+/* Removes `it` (whose predecessor in b is prev, or NULL) from bag b. */
+static void bag_remove(struct bag *b, item *prev, item *it)
+{
+    uint32_t next = atomic_load_explicit(&it->lru_next, memory_order_relaxed);
+    if (prev) atomic_store_explicit(&prev->lru_next, next, memory_order_relaxed);
+    else atomic_store_explicit(&b->head, next, memory_order_relaxed);
+    if (atomic_load_explicit(&b->tail, memory_order_relaxed) == item_handle(it))
+        atomic_store_explicit(&b->tail, prev ? item_handle(prev) : 0, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&b->count, 1, memory_order_relaxed);
+}
+
+static void move_to_alt(struct lru *l, struct bag *b, item *prev, item *it)
+{
+    bag_remove(b, prev, it);
+    uint16_t old = atomic_load_explicit(&it->bag, memory_order_relaxed);
+    atomic_store_explicit(&it->bag, (uint16_t)((old & ITEM_FETCHED_BIT) | l->alt->id), memory_order_relaxed);
+    append_to(l->alt, it);
+    atomic_fetch_add_explicit(&items_moved, 1, memory_order_relaxed);
+}
+
+enum fate { KEEP, REMOVED, BUSY };
+
+/* Unlinks a linked item for eviction/expiry. Returns false if its stripe was
+ * busy (we never wait for a stripe while holding the class lock on the
+ * eviction path; the cleaner may). */
+static bool unlink_for_reclaim(item *it, bool wait)
+{
+    uint32_t hv = hash_key(item_key(it), it->nkey);
+    if (wait) stripe_lock(hv);
+    else if (!stripe_trylock(hv)) return false;
+    if (item_fl(it) & ITEM_LINKED) item_unlink_locked(it, hv);
+    stripe_unlock(hv);
+    return true;
+}
+
+/* Dead or invalid items leave the bag; returns their fate. */
+static enum fate reclaim_if_dead(struct bag *b, item *prev, item *it, int clsid, struct limbo *lb, bool wait)
+{
+    uint8_t fl = item_fl(it);
+    rel_time_t now = now_time();
+    if (fl & ITEM_LINKED) {
+        if (item_is_live(it, now)) return KEEP;
+        bool unfetched = !(atomic_load_explicit(&it->bag, memory_order_relaxed) & ITEM_FETCHED_BIT);
+        if (!unlink_for_reclaim(it, wait)) return BUSY;
+        if (!item_is_flushed(it, now) && unfetched)
+            atomic_fetch_add_explicit(&g_class_stats[clsid].expired_unfetched, 1, memory_order_relaxed);
+    }
+    bag_remove(b, prev, it);
+    atomic_fetch_sub_explicit(&g_class_stats[clsid].dead_waiting, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g_class_stats[clsid].reclaimed, 1, memory_order_relaxed);
+    limbo_push(lb, it);
+    return REMOVED;
+}
+
+/* Cleans one bag; returns items visited. Class lock held. */
+static unsigned clean_bag(struct lru *l, struct bag *b, int clsid, struct limbo *lb, unsigned budget)
+{
+    unsigned visited = 0;
+    item *prev = NULL;
+    uint32_t h = atomic_load_explicit(&b->head, memory_order_relaxed);
+    while (h && visited < budget) {
+        item *it = handle_item(h);
+        uint32_t next = atomic_load_explicit(&it->lru_next, memory_order_relaxed);
+        visited++;
+        enum fate f = reclaim_if_dead(b, prev, it, clsid, lb, true);
+        if (f == KEEP) {
+            if ((atomic_load_explicit(&it->bag, memory_order_relaxed) & ITEM_BAG_MASK) != b->id) {
+                move_to_alt(l, b, prev, it);
+            } else {
+                prev = it;
+            }
+        } else if (f == BUSY) {
+            prev = it;
+        }
+        h = next;
+    }
+    return visited;
+}
+
+/* Merges bag b into its newer neighbour (seed 000 "merge two bags"). */
+static void merge_into_newer(struct lru *l, struct bag *b)
+{
+    struct bag *n = b->newer;
+    uint32_t h = atomic_load_explicit(&b->head, memory_order_relaxed);
+    item *last = NULL;
+    uint32_t moved = 0;
+    while (h) {
+        item *it = handle_item(h);
+        uint16_t tag = atomic_load_explicit(&it->bag, memory_order_relaxed);
+        if ((tag & ITEM_BAG_MASK) == b->id)
+            atomic_store_explicit(&it->bag, (uint16_t)((tag & ITEM_FETCHED_BIT) | n->id), memory_order_relaxed);
+        last = it;
+        moved++;
+        h = atomic_load_explicit(&it->lru_next, memory_order_relaxed);
+    }
+    if (last) {
+        atomic_store_explicit(&last->lru_next, atomic_load_explicit(&n->head, memory_order_relaxed),
+                              memory_order_relaxed);
+        if (!atomic_load_explicit(&n->head, memory_order_relaxed))
+            atomic_store_explicit(&n->tail, item_handle(last), memory_order_relaxed);
+        atomic_store_explicit(&n->head, atomic_load_explicit(&b->head, memory_order_relaxed), memory_order_relaxed);
+        atomic_fetch_add_explicit(&n->count, moved, memory_order_relaxed);
+        atomic_fetch_add_explicit(&items_merged, moved, memory_order_relaxed);
+    }
+    if (n->closed_epoch < b->closed_epoch) n->closed_epoch = b->closed_epoch;
+    atomic_store_explicit(&b->head, 0, memory_order_relaxed);
+    atomic_store_explicit(&b->count, 0, memory_order_relaxed);
+    drop_bag(l, b);
+    atomic_fetch_add_explicit(&bags_merged, 1, memory_order_relaxed);
+}
+
+static uint32_t bag_target(int clsid)
+{
+    uint64_t items = atomic_load_explicit(&g_class_stats[clsid].curr_items, memory_order_relaxed);
+    uint64_t t = items / 32;
+    uint32_t mn = atomic_load(&bag_target_min);
+    return t < mn ? mn : (uint32_t)(t > 1u << 20 ? 1u << 20 : t);
+}
+
+/* Sweeping every bag costs a pass over the class; do it when enough dead
+ * (deleted/replaced) items wait to be reclaimed, or after a flush. */
+static bool class_needs_sweep(int clsid, bool flush)
+{
+    uint64_t dead = atomic_load_explicit(&g_class_stats[clsid].dead_waiting, memory_order_relaxed);
+    uint64_t live = atomic_load_explicit(&g_class_stats[clsid].curr_items, memory_order_relaxed);
+    return flush || dead > live / 32 + 64;
+}
+
+static void clean_class(int clsid, bool flush, bool full, struct limbo *lb)
+{
+    struct lru *l = &lrus[clsid];
+    pthread_mutex_lock(&l->lock);
+    struct bag *nw = atomic_load_explicit(&l->newest, memory_order_relaxed);
+    uint32_t target = bag_target(clsid);
+    if (atomic_load(&nw->count) >= target || (flush && atomic_load(&nw->count) > 0)) open_bag(l);
+    if (flush && atomic_load(&l->alt->count) > 0) open_bag(l);
+
+    unsigned budget = full ? UINT32_MAX : CLEAN_BUDGET;
+    bool sweep = full || class_needs_sweep(clsid, flush);
+    struct bag *b = l->cursor ? l->cursor : l->oldest;
+    unsigned visited = 0;
+    while (b && visited < budget) {
+        struct bag *next = b->newer;
+        if (!bag_editable(l, b)) { b = NULL; break; }
+        if (sweep || b == l->oldest) visited += clean_bag(l, b, clsid, lb, budget - visited);
+        uint32_t cnt = atomic_load(&b->count);
+        if (cnt == 0) {
+            drop_bag(l, b);
+        } else if (next && bag_editable(l, next) && cnt + atomic_load(&next->count) <= target) {
+            merge_into_newer(l, b);
+        }
+        b = next;
+        if (!sweep) break;
+    }
+    l->cursor = (b && bag_editable(l, b)) ? b : NULL;
+    pthread_mutex_unlock(&l->lock);
+}
+
+bool bags_clean_once(storage_thread *t)
+{
+    (void)t;
+    pthread_mutex_lock(&cleaner_lock);
+    rel_time_t now = now_time();
+    uint32_t ol = atomic_load(&g_oldest_live);
+    bool flush = false;
+    if (atomic_load(&g_flush_pending) && ol != 0 && ol <= now) {
+        atomic_store(&g_flush_pending, 0);
+        flush = true;
+    }
+    struct limbo lb = {0};
+    unsigned n = slabs_class_count();
+    for (unsigned c = 1; c <= n; c++) {
+        if (atomic_load(&lrus[c].nbags) == 0) continue;
+        clean_class((int)c, flush, flush, &lb);
+        if (lb.n > 4096) limbo_free(&lb);
+    }
+    limbo_free(&lb);
+    atomic_fetch_add(&cleaner_passes, 1);
+    pthread_mutex_unlock(&cleaner_lock);
+    return true;
+}
+
+/* The oldest bag eviction may edit, starting at b; NULL if none. */
+static struct bag *evictable_from(struct lru *l, struct bag *b)
+{
+    for (; b; b = b->newer) {
+        if (!bag_editable(l, b)) {
+            if (b == l->alt || b == atomic_load_explicit(&l->newest, memory_order_relaxed)) return NULL;
+            continue;
+        }
+        if (atomic_load(&b->count) > 0) return b;
+    }
+    return NULL;
+}
+
+int bags_evict(storage_thread *t, int clsid)
+{
+    (void)t;
+    struct lru *l = &lrus[clsid];
+    struct limbo lb = {0};
+    int freed = 0, opened = 0, scanned = 0;
+    pthread_mutex_lock(&l->lock);
+    struct bag *b = evictable_from(l, l->oldest);
+    while (freed == 0 && scanned < 16) {
+        if (!b) {
+            /* seed 000 step 4: every item sits in the bags workers append
+             * to; open two bags so the old ones become editable once the
+             * appends in flight have landed (one grace period). */
+            if (opened >= 2) break;
+            open_bag(l);
+            open_bag(l);
+            opened += 2;
+            epoch_synchronize();
+            b = evictable_from(l, l->oldest);
+            continue;
+        }
+        scanned++;
+        unsigned looked = 0;
+        item *prev = NULL;
+        uint32_t h = atomic_load_explicit(&b->head, memory_order_relaxed);
+        while (h && looked < EVICT_SEARCH && freed < EVICT_BATCH) {
+            item *it = handle_item(h);
+            uint32_t next = atomic_load_explicit(&it->lru_next, memory_order_relaxed);
+            looked++;
+            h = next;
+            enum fate f = reclaim_if_dead(b, prev, it, clsid, &lb, false);
+            if (f == REMOVED) { freed++; continue; }
+            if (f == BUSY) { prev = it; continue; }
+            uint16_t tag = atomic_load_explicit(&it->bag, memory_order_relaxed);
+            if ((tag & ITEM_BAG_MASK) != b->id) {   /* touched since: second chance */
+                move_to_alt(l, b, prev, it);
+                continue;
+            }
+            if (item_refs(it) > 1) { prev = it; continue; }
+            rel_time_t last = atomic_load_explicit(&it->time, memory_order_relaxed);
+            rel_time_t exp = atomic_load_explicit(&it->exptime, memory_order_relaxed);
+            if (!unlink_for_reclaim(it, false)) { prev = it; continue; }
+            bag_remove(b, prev, it);
+            struct class_stats *cs = &g_class_stats[clsid];
+            atomic_fetch_sub_explicit(&cs->dead_waiting, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&cs->evicted, 1, memory_order_relaxed);
+            if (exp != 0) atomic_fetch_add_explicit(&cs->evicted_nonzero, 1, memory_order_relaxed);
+            if (!(tag & ITEM_FETCHED_BIT)) atomic_fetch_add_explicit(&cs->evicted_unfetched, 1, memory_order_relaxed);
+            atomic_store_explicit(&cs->evicted_time, now_time() - last, memory_order_relaxed);
+            limbo_push(&lb, it);
+            freed++;
+        }
+        struct bag *nb = b->newer;
+        if (atomic_load(&b->count) == 0) drop_bag(l, b);
+        if (freed == 0 && h == 0) b = evictable_from(l, nb);   /* bag exhausted: next one */
+        else if (freed == 0 && looked >= EVICT_SEARCH) b = evictable_from(l, nb);
+    }
+    pthread_mutex_unlock(&l->lock);
+    limbo_free(&lb);
+    return freed;
+}
+
+void bags_purge_range(storage_thread *t, int clsid, const char *lo, const char *hi)
+{
+    (void)t;
+    struct lru *l = &lrus[clsid];
+    struct limbo lb = {0};
+    pthread_mutex_lock(&l->lock);
+    open_bag(l);
+    open_bag(l);
+    epoch_synchronize();
+    for (struct bag *b = l->oldest; b;) {
+        struct bag *next = b->newer;
+        if (!bag_editable(l, b)) { b = next; continue; }
+        item *prev = NULL;
+        uint32_t h = atomic_load_explicit(&b->head, memory_order_relaxed);
+        while (h) {
+            item *it = handle_item(h);
+            uint32_t nx = atomic_load_explicit(&it->lru_next, memory_order_relaxed);
+            if ((const char *)it >= lo && (const char *)it < hi) {
+                if (item_fl(it) & ITEM_LINKED) {
+                    unlink_for_reclaim(it, true);
+                    atomic_fetch_add_explicit(&g_class_stats[clsid].evicted, 1, memory_order_relaxed);
+                }
+                bag_remove(b, prev, it);
+                atomic_fetch_sub_explicit(&g_class_stats[clsid].dead_waiting, 1, memory_order_relaxed);
+                limbo_push(&lb, it);
+            } else {
+                prev = it;
+            }
+            h = nx;
+        }
+        if (atomic_load(&b->count) == 0) drop_bag(l, b);
+        b = next;
+    }
+    pthread_mutex_unlock(&l->lock);
+    limbo_free(&lb);
+}
+
+static void *cleaner_main(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&cleaner_stop)) {
+        bags_clean_once(cleaner_ctx);
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+void bags_start_thread(void)
+{
+    if (!cleaner_ctx) cleaner_ctx = storage_thread_register();
+    atomic_store(&cleaner_stop, false);
+    if (pthread_create(&cleaner, NULL, cleaner_main, NULL) == 0) cleaner_running = true;
+}
+
+void bags_stop_thread(void)
+{
+    if (!cleaner_running) return;
+    atomic_store(&cleaner_stop, true);
+    pthread_join(cleaner, NULL);
+    cleaner_running = false;
+}
+
+void bags_stats_items(stat_writer w, void *ctx)
+{
+    char name[80];
+    unsigned n = slabs_class_count();
+    rel_time_t now = now_time();
+    for (unsigned c = 1; c <= n; c++) {
+        struct class_stats *cs = &g_class_stats[c];
+        uint64_t num = atomic_load(&cs->curr_items);
+        if (slabs_class_pages((int)c) == 0 && num == 0) continue;
+        struct lru *l = &lrus[c];
+        rel_time_t age = 0;
+        pthread_mutex_lock(&l->lock);
+        for (struct bag *b = l->oldest; b; b = b->newer) {
+            uint32_t h = atomic_load_explicit(&b->head, memory_order_relaxed);
+            if (h) { age = now - atomic_load_explicit(&handle_item(h)->time, memory_order_relaxed); break; }
+        }
+        pthread_mutex_unlock(&l->lock);
+#define S(nm, v) do { snprintf(name, sizeof name, "items:%u:%s", c, nm); \
+                      w(ctx, name, "%llu", (unsigned long long)(v)); } while (0)
+        S("number", num);
+        S("age", age);
+        S("evicted", atomic_load(&cs->evicted));
+        S("evicted_nonzero", atomic_load(&cs->evicted_nonzero));
+        S("evicted_time", atomic_load(&cs->evicted_time));
+        S("outofmemory", atomic_load(&cs->outofmemory));
+        S("reclaimed", atomic_load(&cs->reclaimed));
+        S("expired_unfetched", atomic_load(&cs->expired_unfetched));
+        S("evicted_unfetched", atomic_load(&cs->evicted_unfetched));
+        S("bags", atomic_load(&l->nbags));
+        S("dead_waiting", atomic_load(&cs->dead_waiting));
+#undef S
+    }
+}
+
+void bags_stats_general(stat_writer w, void *ctx)
+{
+    uint64_t nb = 0;
+    unsigned n = slabs_class_count();
+    for (unsigned c = 1; c <= n; c++) nb += atomic_load(&lrus[c].nbags);
+    w(ctx, "lru_bags", "%llu", (unsigned long long)nb);
+    w(ctx, "lru_bags_opened", "%llu", (unsigned long long)atomic_load(&bags_opened));
+    w(ctx, "lru_cleaner_passes", "%llu", (unsigned long long)atomic_load(&cleaner_passes));
+    w(ctx, "lru_items_moved", "%llu", (unsigned long long)atomic_load(&items_moved));
+    w(ctx, "lru_bags_merged", "%llu", (unsigned long long)atomic_load(&bags_merged));
+    w(ctx, "lru_items_merged", "%llu", (unsigned long long)atomic_load(&items_merged));
+}

@@ -1,0 +1,315 @@
+/*
+ * storage.c - the storage layer's lifecycle, clock, thread registry, CAS ids
+ * and the general/settings statistics.
+ *
+ * Why a registry of per-thread contexts: the read sections of epoch.c need to
+ * know every thread that may read items, and per-thread counters keep hit and
+ * miss counting off shared cache lines (a GET writes nothing shared). The
+ * stats call sums the contexts; `stats reset` records a baseline instead of
+ * writing into other threads' counters.
+ *
+ * Why a clock thread: memcached's rel_time: one relaxed load per request
+ * instead of a clock_gettime() call, one-second resolution like the protocol.
+ *
+ * Why one global CAS counter: flush_all must also invalidate items stored in
+ * the same second as the flush; like memcached we remember the CAS counter at
+ * the flush and treat older CAS ids as flushed, which needs CAS ids that grow
+ * monotonically across threads. One relaxed fetch_add per store.
+ */
+#include "storage_internal.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+struct storage_config g_cfg;
+_Atomic uint32_t g_current_time;
+_Atomic uint32_t g_oldest_live;
+_Atomic uint64_t g_oldest_cas;
+_Atomic uint32_t g_flush_pending;
+time_t storage_process_started;
+
+static storage_thread *threads[STORAGE_MAX_THREADS];
+static _Atomic int nthreads;
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic uint64_t cas_counter;
+static uint64_t stats_baseline[THREAD_STATS_N];
+static uint64_t class_baseline_evicted;
+static _Atomic int32_t clock_offset;     /* tests move time forward */
+static struct timespec mono_start;
+static pthread_t clock_thread;
+static _Atomic bool clock_stop_flag;
+static bool clock_running, threads_started;
+static storage_thread *bg_ctx;
+
+int items_init(void);
+void items_destroy(void);
+void slabs_set_mover_ctx(storage_thread *t);
+void bags_set_target_min(uint32_t n);
+
+storage_thread *storage_thread_get(int i) { return threads[i]; }
+int storage_thread_count(void) { return atomic_load_explicit(&nthreads, memory_order_acquire); }
+
+storage_thread *storage_thread_register(void)
+{
+    storage_thread *t = aligned_alloc(64, (sizeof(storage_thread) + 63) & ~(size_t)63);
+    if (!t) return NULL;
+    memset(t, 0, sizeof *t);
+    pthread_mutex_lock(&reg_lock);
+    int n = atomic_load(&nthreads);
+    if (n >= STORAGE_MAX_THREADS) {
+        pthread_mutex_unlock(&reg_lock);
+        free(t);
+        fprintf(stderr, "cachetd: more than %d storage threads\n", STORAGE_MAX_THREADS);
+        return NULL;
+    }
+    t->index = n;
+    threads[n] = t;
+    atomic_store_explicit(&nthreads, n + 1, memory_order_release);
+    pthread_mutex_unlock(&reg_lock);
+    return t;
+}
+
+/* Read sections are scoped to each storage call (epoch.c), so a worker that
+ * holds no view is already quiescent; nothing to do here. Kept so the
+ * network layer does not depend on which reclamation scheme storage uses. */
+void storage_quiescent(storage_thread *t) { (void)t; }
+
+uint64_t storage_next_cas(storage_thread *t)
+{
+    (void)t;
+    return atomic_fetch_add_explicit(&cas_counter, 1, memory_order_relaxed) + 1;
+}
+
+/* ---- clock ---- */
+
+static uint32_t compute_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t s = (int64_t)(ts.tv_sec - mono_start.tv_sec) + 2 + atomic_load(&clock_offset);
+    return (uint32_t)s;
+}
+
+static void *clock_main(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&clock_stop_flag)) {
+        atomic_store_explicit(&g_current_time, compute_now(), memory_order_relaxed);
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+void clock_start(void)
+{
+    atomic_store(&clock_stop_flag, false);
+    if (pthread_create(&clock_thread, NULL, clock_main, NULL) == 0) clock_running = true;
+}
+
+void clock_stop(void)
+{
+    if (!clock_running) return;
+    atomic_store(&clock_stop_flag, true);
+    pthread_join(clock_thread, NULL);
+    clock_running = false;
+}
+
+void storage_test_advance_clock(uint32_t seconds)
+{
+    atomic_fetch_add(&clock_offset, (int32_t)seconds);
+    atomic_store(&g_current_time, compute_now());
+}
+
+rel_time_t storage_now(void) { return now_time(); }
+
+#define REALTIME_MAXDELTA (60 * 60 * 24 * 30)
+
+rel_time_t storage_exptime(int64_t wire)
+{
+    if (wire == 0) return 0;
+    if (wire < 0) return 1;   /* already expired: 1 is always in the past */
+    if (wire > REALTIME_MAXDELTA) {
+        /* absolute unix time; in the past (before we started) means expired */
+        if (wire <= (int64_t)storage_process_started + 1) return 1;
+        int64_t rel = wire - (int64_t)storage_process_started;
+        return rel > UINT32_MAX ? UINT32_MAX : (rel_time_t)rel;
+    }
+    int64_t rel = (int64_t)now_time() + wire;
+    return rel > UINT32_MAX ? UINT32_MAX : (rel_time_t)rel;
+}
+
+int64_t storage_ttl_remaining(rel_time_t exptime)
+{
+    if (exptime == 0) return -1;
+    rel_time_t now = now_time();
+    return exptime > now ? (int64_t)(exptime - now) : 0;
+}
+
+/* ---- lifecycle ---- */
+
+int storage_init(const struct storage_config *cfg)
+{
+    g_cfg = *cfg;
+    if (!g_cfg.mem_limit) g_cfg.mem_limit = (size_t)64 << 20;
+    if (!g_cfg.item_size_max) g_cfg.item_size_max = 1024 * 1024;
+    if (g_cfg.growth_factor <= 1.0) g_cfg.growth_factor = 1.25;
+    if (!g_cfg.chunk_size_min) g_cfg.chunk_size_min = 48;
+    if (!g_cfg.hashpower_init) g_cfg.hashpower_init = 16;
+    if (g_cfg.item_size_max > g_cfg.mem_limit) {
+        fprintf(stderr, "cachetd: item size max (-I %zu) cannot exceed the memory limit (-m %zu)\n",
+                g_cfg.item_size_max, g_cfg.mem_limit);
+        return -1;
+    }
+    if (g_cfg.hashpower_init < 8 || g_cfg.hashpower_init > 30) {
+        fprintf(stderr, "cachetd: hashpower must be between 8 and 30\n");
+        return -1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &mono_start);
+    storage_process_started = time(NULL) - 2;
+    atomic_store(&clock_offset, 0);
+    atomic_store(&g_current_time, compute_now());
+    atomic_store(&g_oldest_live, 0);
+    atomic_store(&g_oldest_cas, 0);
+    atomic_store(&g_flush_pending, 0);
+    atomic_store(&cas_counter, 0);
+    if (slabs_init() != 0) return -1;
+    if (assoc_init(g_cfg.hashpower_init) != 0) return -1;
+    if (bags_init() != 0) return -1;
+    if (items_init() != 0) return -1;
+    return 0;
+}
+
+void storage_start_threads(void)
+{
+    if (threads_started) return;
+    threads_started = true;
+    clock_start();
+    assoc_start_thread();
+    bags_start_thread();
+    slabs_start_thread();
+}
+
+void storage_stop_threads(void)
+{
+    if (!threads_started) return;
+    slabs_stop_thread();
+    bags_stop_thread();
+    assoc_stop_thread();
+    clock_stop();
+    threads_started = false;
+}
+
+/* Tests: tear everything down so the next storage_init starts clean. */
+void storage_test_shutdown(void)
+{
+    storage_stop_threads();
+    items_destroy();
+    bags_destroy();
+    assoc_destroy();
+    slabs_destroy();
+    (void)bg_ctx;
+}
+
+void storage_flush(rel_time_t when)
+{
+    rel_time_t now = now_time();
+    if (when == 0 || when <= now) {
+        atomic_store(&g_oldest_cas, atomic_load(&cas_counter) + 1);
+        atomic_store_explicit(&g_oldest_live, now - 1, memory_order_release);
+    } else {
+        atomic_store(&g_oldest_cas, 0);
+        atomic_store_explicit(&g_oldest_live, when - 1, memory_order_release);
+    }
+    atomic_store(&g_flush_pending, 1);
+}
+
+/* ---- stats ---- */
+
+static void sum_threads(uint64_t out[THREAD_STATS_N])
+{
+    memset(out, 0, sizeof(uint64_t) * THREAD_STATS_N);
+    int n = storage_thread_count();
+    for (int i = 0; i < n; i++) {
+        _Atomic uint64_t *f = (_Atomic uint64_t *)&threads[i]->st;
+        for (size_t k = 0; k < THREAD_STATS_N; k++) out[k] += atomic_load_explicit(&f[k], memory_order_relaxed);
+    }
+}
+
+static uint64_t total_evictions(void)
+{
+    uint64_t e = 0;
+    for (unsigned c = 1; c <= slabs_class_count(); c++) e += atomic_load(&g_class_stats[c].evicted);
+    return e;
+}
+
+void storage_stats_general(stat_writer w, void *ctx)
+{
+    uint64_t s[THREAD_STATS_N];
+    sum_threads(s);
+    for (size_t k = 0; k < THREAD_STATS_N; k++) s[k] -= stats_baseline[k];
+    struct thread_stats *ts = NULL;
+#define F(name) s[offsetof(struct thread_stats, name) / sizeof(_Atomic uint64_t)]
+#define W(name) w(ctx, #name, "%llu", (unsigned long long)F(name))
+    (void)ts;
+    W(get_hits); W(get_misses); W(get_expired); W(get_flushed);
+    W(delete_hits); W(delete_misses); W(incr_hits); W(incr_misses); W(decr_hits); W(decr_misses);
+    W(cas_hits); W(cas_misses); W(cas_badval); W(touch_hits); W(touch_misses);
+    uint64_t curr = 0, bytes = 0, reclaimed = 0, exp_unf = 0, ev_unf = 0, oom = 0;
+    for (unsigned c = 1; c <= slabs_class_count(); c++) {
+        struct class_stats *cs = &g_class_stats[c];
+        curr += atomic_load(&cs->curr_items);
+        bytes += atomic_load(&cs->bytes_requested);
+        reclaimed += atomic_load(&cs->reclaimed);
+        exp_unf += atomic_load(&cs->expired_unfetched);
+        ev_unf += atomic_load(&cs->evicted_unfetched);
+        oom += atomic_load(&cs->outofmemory);
+    }
+    w(ctx, "curr_items", "%llu", (unsigned long long)curr);
+    W(total_items);
+    w(ctx, "bytes", "%llu", (unsigned long long)bytes);
+    w(ctx, "evictions", "%llu", (unsigned long long)(total_evictions() - class_baseline_evicted));
+    w(ctx, "reclaimed", "%llu", (unsigned long long)reclaimed);
+    w(ctx, "expired_unfetched", "%llu", (unsigned long long)exp_unf);
+    w(ctx, "evicted_unfetched", "%llu", (unsigned long long)ev_unf);
+    w(ctx, "outofmemory", "%llu", (unsigned long long)oom);
+    w(ctx, "limit_maxbytes", "%zu", g_cfg.mem_limit);
+    w(ctx, "total_malloced", "%zu", slabs_total_malloced());
+    W(get_copied); W(get_referenced);
+    assoc_stats(w, ctx);
+    w(ctx, "slab_global_page_pool", "%zu", slabs_pages_max() - slabs_pages_used());
+    w(ctx, "slabs_moved", "%llu", (unsigned long long)atomic_load(&g_slab_moves));
+    bags_stats_general(w, ctx);
+#undef W
+#undef F
+}
+
+void storage_stats_reset(void)
+{
+    sum_threads(stats_baseline);
+    class_baseline_evicted = total_evictions();
+}
+
+void storage_stats_settings(stat_writer w, void *ctx)
+{
+    w(ctx, "maxbytes", "%zu", g_cfg.mem_limit);
+    w(ctx, "growth_factor", "%.2f", g_cfg.growth_factor);
+    w(ctx, "chunk_size", "%u", g_cfg.chunk_size_min);
+    w(ctx, "item_size_max", "%zu", g_cfg.item_size_max);
+    w(ctx, "slab_page_size", "%zu", slabs_page_size());
+    w(ctx, "hashpower_init", "%d", g_cfg.hashpower_init);
+    char buf[64 * 12] = "";
+    size_t off = 0;
+    for (unsigned c = 1; c <= slabs_class_count() && off + 16 < sizeof buf; c++)
+        off += (size_t)snprintf(buf + off, sizeof buf - off, "%s%u", c > 1 ? "-" : "", slabs_chunk_size((int)c));
+    w(ctx, "slab_sizes", "%s", buf);
+    w(ctx, "slab_reassign", "%s", "yes");
+    w(ctx, "lru_type", "%s", "bags");
+    w(ctx, "item_header_bytes", "%zu", sizeof(struct item));
+}
+
+void storage_stats_items(stat_writer w, void *ctx) { bags_stats_items(w, ctx); }
+void storage_stats_slabs(stat_writer w, void *ctx) { slabs_stats(w, ctx); }

@@ -1,0 +1,269 @@
+/* test_items.c - memcached item semantics: store modes, CAS, append/prepend,
+ * incr/decr, touch, TTL rules, flush_all, the meta win/stale rules. */
+#include "test_helpers.h"
+
+static void test_set_get_delete(void)
+{
+    CHECK(put("alpha", "one") == STORE_STORED);
+    CHECK(streq(get_str("alpha", NULL), "one"));
+    CHECK(put("alpha", "two") == STORE_STORED);
+    CHECK(streq(get_str("alpha", NULL), "two"));
+    CHECK(storage_delete(T, "alpha", 5, NULL) == STORE_STORED);
+    CHECK(get_str("alpha", NULL) == NULL);
+    CHECK(storage_delete(T, "alpha", 5, NULL) == STORE_NOT_FOUND);
+    CHECK(put("", "x") != STORE_STORED);
+}
+
+static void test_add_replace(void)
+{
+    CHECK(put_full("ar", "a", 0, 0, MODE_REPLACE, NULL, NULL) == STORE_NOT_STORED);
+    CHECK(put_full("ar", "a", 0, 0, MODE_ADD, NULL, NULL) == STORE_STORED);
+    CHECK(put_full("ar", "b", 0, 0, MODE_ADD, NULL, NULL) == STORE_NOT_STORED);
+    CHECK(streq(get_str("ar", NULL), "a"));
+    CHECK(put_full("ar", "c", 0, 0, MODE_REPLACE, NULL, NULL) == STORE_STORED);
+    CHECK(streq(get_str("ar", NULL), "c"));
+}
+
+static void test_cas(void)
+{
+    uint64_t c1 = 0, c2 = 0;
+    struct store_opts o = {0};
+    o.cas_in = 12345;
+    CHECK(put_full("cas1", "v", 0, 0, MODE_CAS, &o, NULL) == STORE_NOT_FOUND);
+    CHECK(put_full("cas1", "v1", 0, 0, MODE_SET, NULL, &c1) == STORE_STORED);
+    CHECK(c1 != 0);
+    struct item_view v;
+    CHECK(streq(get_str("cas1", &v), "v1"));
+    CHECK_EQ_U64(v.cas, c1);
+    o.cas_in = c1 + 1000;
+    CHECK(put_full("cas1", "bad", 0, 0, MODE_CAS, &o, NULL) == STORE_EXISTS);
+    o.cas_in = c1;
+    CHECK(put_full("cas1", "v2", 0, 0, MODE_CAS, &o, &c2) == STORE_STORED);
+    CHECK(c2 != c1);
+    CHECK(put_full("cas1", "v3", 0, 0, MODE_CAS, &o, NULL) == STORE_EXISTS);
+    CHECK(streq(get_str("cas1", NULL), "v2"));
+}
+
+static void test_append_prepend_keep_flags(void)
+{
+    CHECK(put_full("ap", "mid", 0, 0, MODE_APPEND, NULL, NULL) == STORE_NOT_STORED);
+    rel_time_t exp = storage_exptime(1000);
+    CHECK(put_full("ap", "mid", 77, exp, MODE_SET, NULL, NULL) == STORE_STORED);
+    CHECK(put_full("ap", "-end", 5, 0, MODE_APPEND, NULL, NULL) == STORE_STORED);
+    CHECK(put_full("ap", "start-", 9, 0, MODE_PREPEND, NULL, NULL) == STORE_STORED);
+    struct item_view v;
+    CHECK(streq(get_str("ap", &v), "start-mid-end"));
+    CHECK_EQ_U64(v.client_flags, 77);
+    CHECK_EQ_U64(v.exptime, exp);
+}
+
+static void test_arith(void)
+{
+    uint64_t val = 0;
+    CHECK(storage_arith(T, "n", 1, true, 1, NULL, &val, NULL, NULL) == ARITH_NOT_FOUND);
+    CHECK(put("n", "10") == STORE_STORED);
+    CHECK(storage_arith(T, "n", 1, true, 5, NULL, &val, NULL, NULL) == ARITH_OK);
+    CHECK_EQ_U64(val, 15);
+    CHECK(streq(get_str("n", NULL), "15"));
+    CHECK(storage_arith(T, "n", 1, false, 100, NULL, &val, NULL, NULL) == ARITH_OK);
+    CHECK_EQ_U64(val, 0);
+    CHECK(put("n", "18446744073709551615") == STORE_STORED);
+    CHECK(storage_arith(T, "n", 1, true, 2, NULL, &val, NULL, NULL) == ARITH_OK);
+    CHECK_EQ_U64(val, 1);   /* wraps at 2^64 */
+    CHECK(put("n", "18446744073709551616") == STORE_STORED);
+    CHECK(storage_arith(T, "n", 1, true, 1, NULL, &val, NULL, NULL) == ARITH_NON_NUMERIC);
+    CHECK(put("n", "12abc") == STORE_STORED);
+    CHECK(storage_arith(T, "n", 1, true, 1, NULL, &val, NULL, NULL) == ARITH_NON_NUMERIC);
+    CHECK(put("n", "-5") == STORE_STORED);
+    CHECK(storage_arith(T, "n", 1, false, 1, NULL, &val, NULL, NULL) == ARITH_NON_NUMERIC);
+    CHECK(put("n", "") == STORE_STORED);
+    CHECK(storage_arith(T, "n", 1, true, 1, NULL, &val, NULL, NULL) == ARITH_NON_NUMERIC);
+    CHECK(put_full("n", "99", 42, 0, MODE_SET, NULL, NULL) == STORE_STORED);
+    CHECK(storage_arith(T, "n", 1, true, 1, NULL, &val, NULL, NULL) == ARITH_OK);
+    struct item_view v;
+    CHECK(streq(get_str("n", &v), "100"));
+    CHECK_EQ_U64(v.client_flags, 42);
+    struct arith_opts ao = {0};
+    ao.vivify = true;
+    ao.initial = 7;
+    CHECK(storage_arith(T, "viv", 3, true, 1, &ao, &val, NULL, NULL) == ARITH_OK);
+    CHECK_EQ_U64(val, 7);
+    CHECK(streq(get_str("viv", NULL), "7"));
+}
+
+static void test_ttl_rules(void)
+{
+    rel_time_t now = storage_now();
+    CHECK_EQ_U64(storage_exptime(0), 0);
+    CHECK_EQ_U64(storage_exptime(100), now + 100);
+    CHECK(storage_exptime(-1) <= now);
+    CHECK(storage_exptime((int64_t)storage_process_started - 10) <= now);
+    CHECK_EQ_U64(storage_exptime((int64_t)storage_process_started + 5000), 5000);
+    CHECK(storage_ttl_remaining(0) == -1);
+
+    CHECK(put_full("ttl", "x", 0, storage_exptime(10), MODE_SET, NULL, NULL) == STORE_STORED);
+    CHECK(put_full("neg", "x", 0, storage_exptime(-1), MODE_SET, NULL, NULL) == STORE_STORED);
+    CHECK(get_str("neg", NULL) == NULL);
+    CHECK(streq(get_str("ttl", NULL), "x"));
+    storage_test_advance_clock(11);
+    CHECK(get_str("ttl", NULL) == NULL);
+    /* expired items do not block add */
+    CHECK(put_full("ttl", "y", 0, 0, MODE_ADD, NULL, NULL) == STORE_STORED);
+}
+
+static void test_touch_and_gat(void)
+{
+    CHECK(put_full("tch", "v", 0, storage_exptime(5), MODE_SET, NULL, NULL) == STORE_STORED);
+    CHECK(storage_touch(T, "tch", 3, storage_exptime(100)) == STORE_STORED);
+    storage_test_advance_clock(10);
+    CHECK(streq(get_str("tch", NULL), "v"));
+    CHECK(storage_touch(T, "nope", 4, 0) == STORE_NOT_FOUND);
+    struct get_opts go = {0};
+    go.touch = true;
+    go.new_exptime = storage_exptime(3);
+    char buf[16];
+    struct item_view v;
+    CHECK(storage_get(T, "tch", 3, &go, buf, sizeof buf, &v));
+    storage_test_advance_clock(5);
+    CHECK(get_str("tch", NULL) == NULL);
+}
+
+static void test_flush(void)
+{
+    CHECK(put("f1", "a") == STORE_STORED);
+    CHECK(put("f2", "b") == STORE_STORED);
+    storage_flush(0);
+    CHECK(get_str("f1", NULL) == NULL);
+    CHECK(get_str("f2", NULL) == NULL);
+    CHECK(put("f3", "c") == STORE_STORED);
+    CHECK(streq(get_str("f3", NULL), "c"));
+    /* delayed */
+    storage_test_advance_clock(2);
+    storage_flush(storage_exptime(5));
+    CHECK(streq(get_str("f3", NULL), "c"));
+    storage_test_advance_clock(6);
+    CHECK(get_str("f3", NULL) == NULL);
+    CHECK(put("f4", "d") == STORE_STORED);
+    CHECK(streq(get_str("f4", NULL), "d"));
+}
+
+static void test_meta_stale_win(void)
+{
+    uint64_t cas = 0;
+    CHECK(put_full("st", "old", 0, 0, MODE_SET, NULL, &cas) == STORE_STORED);
+    struct delete_opts d = {0};
+    d.invalidate = true;
+    CHECK(storage_delete(T, "st", 2, &d) == STORE_STORED);
+    struct get_opts go = {0};
+    go.win_tokens = true;
+    char buf[64];
+    struct item_view v;
+    CHECK(storage_get(T, "st", 2, &go, buf, sizeof buf, &v));
+    CHECK(v.stale && v.win && !v.win_sent_before);
+    CHECK(v.cas != cas);
+    CHECK(storage_get(T, "st", 2, &go, buf, sizeof buf, &v));
+    CHECK(v.stale && !v.win && v.win_sent_before);
+    CHECK(put("st", "new") == STORE_STORED);
+    CHECK(storage_get(T, "st", 2, &go, buf, sizeof buf, &v));
+    CHECK(!v.stale && !v.win && !v.win_sent_before);
+
+    /* vivify on miss: first client wins, the next sees Z */
+    struct get_opts gv = {0};
+    gv.vivify = true;
+    gv.vivify_exptime = storage_exptime(30);
+    gv.win_tokens = true;
+    memset(&v, 0, sizeof v);
+    storage_get(T, "viv2", 4, &gv, buf, sizeof buf, &v);
+    CHECK(v.win);
+    CHECK(storage_get(T, "viv2", 4, &gv, buf, sizeof buf, &v));
+    CHECK(!v.win && v.win_sent_before);
+
+    /* recache: win when TTL below the threshold */
+    CHECK(put_full("rc", "v", 0, storage_exptime(10), MODE_SET, NULL, NULL) == STORE_STORED);
+    struct get_opts gr = {0};
+    gr.recache = true;
+    gr.recache_below = 30;
+    CHECK(storage_get(T, "rc", 2, &gr, buf, sizeof buf, &v));
+    CHECK(v.win);
+    CHECK(storage_get(T, "rc", 2, &gr, buf, sizeof buf, &v));
+    CHECK(!v.win && v.win_sent_before);
+
+    /* ms I: an older CAS stores, but stale */
+    uint64_t c1 = 0;
+    CHECK(put_full("inv", "a", 0, 0, MODE_SET, NULL, &c1) == STORE_STORED);
+    struct store_opts so = {0};
+    so.cas_in = c1 - 1;
+    so.invalidate = true;
+    CHECK(put_full("inv", "b", 0, 0, MODE_SET, &so, NULL) == STORE_STORED);
+    CHECK(streq(get_str("inv", &v), "b"));
+    CHECK(v.stale);
+}
+
+static void test_fetched_and_last_access(void)
+{
+    CHECK(put("fa", "v") == STORE_STORED);
+    struct item_view v;
+    get_str("fa", &v);
+    CHECK(!v.fetched_before);
+    get_str("fa", &v);
+    CHECK(v.fetched_before);
+}
+
+static void test_large_value_ref(void)
+{
+    size_t n = 200000;
+    char *big = malloc(n + 1);
+    for (size_t i = 0; i < n; i++) big[i] = (char)('a' + i % 26);
+    big[n] = 0;
+    CHECK(put("big", big) == STORE_STORED);
+    struct item_view v;
+    char small[16];
+    CHECK(storage_get(T, "big", 3, NULL, small, sizeof small, &v));
+    CHECK(v.ref != NULL);
+    CHECK(v.nbytes == n && memcmp(v.value, big, n) == 0);
+    /* delete while referenced: the bytes stay valid until release */
+    CHECK(storage_delete(T, "big", 3, NULL) == STORE_STORED);
+    bags_clean_once(T);
+    CHECK(memcmp(v.value, big, n) == 0);
+    item_view_release(T, &v);
+    /* small value, tiny buffer: a private copy */
+    CHECK(put("sm", "hello world") == STORE_STORED);
+    CHECK(storage_get(T, "sm", 2, NULL, small, 4, &v));
+    CHECK(v.nbytes == 11 && memcmp(v.value, "hello world", 11) == 0);
+    item_view_release(T, &v);
+    free(big);
+    enum store_result err;
+    CHECK(item_alloc(T, "huge", 4, 0, 0, 2 << 20, &err) == NULL && err == STORE_TOO_LARGE);
+}
+
+static void count_stat(void *ctx, const char *name, const char *fmt, ...)
+{
+    (void)fmt;
+    if (strcmp(name, "curr_items") == 0) ++*(int *)ctx;
+}
+
+static void test_stats_smoke(void)
+{
+    int n = 0;
+    storage_stats_general(count_stat, &n);
+    CHECK(n == 1);
+}
+
+int main(void)
+{
+    setup(64, 10, false);
+    TEST(test_set_get_delete);
+    TEST(test_add_replace);
+    TEST(test_cas);
+    TEST(test_append_prepend_keep_flags);
+    TEST(test_arith);
+    TEST(test_ttl_rules);
+    TEST(test_touch_and_gat);
+    TEST(test_flush);
+    TEST(test_meta_stale_win);
+    TEST(test_fetched_and_last_access);
+    TEST(test_large_value_ref);
+    TEST(test_stats_smoke);
+    teardown();
+    return harness_finish();
+}
