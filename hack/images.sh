@@ -2,8 +2,8 @@
 # Builds Cachet's images without a container daemon and without pulling anything,
 # and loads them into the local cluster's containerd.
 #
-#   hack/images.sh build [operator|engine|pause|toolbox ...]   default: all four
-#   hack/images.sh load  [operator|engine|pause|toolbox ...]   default: operator engine toolbox
+#   hack/images.sh build [operator|engine|pause|toolbox|coredns ...]  default: operator engine pause toolbox
+#   hack/images.sh load  [operator|engine|pause|toolbox|coredns ...]  default: operator engine toolbox
 #   hack/images.sh list                                        name and archive of each image
 #
 # Why this shape: the machines that run `make check` have no Docker engine and no
@@ -25,6 +25,9 @@ IMG=${IMG:-localhost/cachet-operator:$VERSION}
 ENGINE_IMG=${ENGINE_IMG:-localhost/cachetd:$VERSION}
 PAUSE_IMG=${PAUSE_IMG:-localhost/cachet-pause:3.10}
 TOOLBOX_IMG=${TOOLBOX_IMG:-localhost/cachet-toolbox:$VERSION}
+# CoreDNS for the local cluster's DNS, built from the Go module proxy.
+COREDNS_VERSION=${COREDNS_VERSION:-v1.15.0}
+COREDNS_IMG=${COREDNS_IMG:-localhost/cachet-coredns:${COREDNS_VERSION#v}}
 out="$root/bin/images"
 # The local cluster's containerd (hack/local-cluster.sh); CONTAINERD_ADDRESS overrides.
 CONTAINERD_ADDRESS=${CONTAINERD_ADDRESS:-/run/cachet-cluster/containerd/containerd.sock}
@@ -38,7 +41,8 @@ image_name() {
     engine) echo "$ENGINE_IMG" ;;
     pause) echo "$PAUSE_IMG" ;;
     toolbox) echo "$TOOLBOX_IMG" ;;
-    *) die "unknown image '$1' (operator, engine, pause, toolbox)" ;;
+    coredns) echo "$COREDNS_IMG" ;;
+    *) die "unknown image '$1' (operator, engine, pause, toolbox, coredns)" ;;
   esac
 }
 
@@ -73,6 +77,12 @@ stage_binaries() {
       [ -n "$busybox" ] || die "toolbox: busybox not found (apt-get install busybox-static)"
       is_static "$busybox" || die "toolbox: $busybox is not static (apt-get install busybox-static)"
       cp "$busybox" "$ctx/busybox"
+      ;;
+    coredns)
+      # Cached by version under $CACHET_CACHE/tools: minutes cold, instant warm.
+      log "coredns: $COREDNS_VERSION from the Go module proxy (hack/go-tool.sh)"
+      nice "$root/hack/go-tool.sh" "$ctx/coredns" github.com/coredns/coredns "$COREDNS_VERSION" \
+        || die "coredns: build failed"
       ;;
   esac
   # A dynamically linked binary in a FROM scratch image fails only at pod start
@@ -124,7 +134,7 @@ case $cmd in
     for n in "${names[@]}"; do load_one "$n"; done
     ;;
   list)
-    for n in operator engine pause toolbox; do printf '%-9s %-40s %s\n' "$n" "$(image_name "$n")" "$(archive_of "$n")"; done
+    for n in operator engine pause toolbox coredns; do printf '%-9s %-40s %s\n' "$n" "$(image_name "$n")" "$(archive_of "$n")"; done
     ;;
-  *) die "usage: $0 build|load|list [operator|engine|pause|toolbox ...]" ;;
+  *) die "usage: $0 build|load|list [operator|engine|pause|toolbox|coredns ...]" ;;
 esac

@@ -6,6 +6,7 @@
 #   hack/local-cluster.sh down        stop what `up` started (by recorded PID) and remove what it made
 #   hack/local-cluster.sh status      exit 0 iff every component runs and the node is Ready
 #   hack/local-cluster.sh kubeconfig  print the admin kubeconfig path
+#   hack/local-cluster.sh test        prove CPU pinning, Services, DNS, logs/exec/port-forward (hack/cluster/smoke-test.sh)
 #
 # The parts: Debian's etcd, containerd, runc and CNI plugins; kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubelet and kube-proxy built from the
@@ -44,6 +45,10 @@ ETCD_CLIENT=127.0.0.1:23790
 ETCD_PEER=127.0.0.1:23800
 CONTAINERD_SOCK="$RUNDIR/containerd/containerd.sock"
 PAUSE_IMG=localhost/cachet-pause:3.10
+# Cluster DNS (CoreDNS built from the Go module proxy); CACHET_CLUSTER_DNS=0 skips it.
+CLUSTER_DNS=${CACHET_CLUSTER_DNS:-1}
+DNS_IP=10.96.0.10
+CLUSTER_DOMAIN=cluster.local
 COMPONENTS=(etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 
 t0=$SECONDS
@@ -428,7 +433,8 @@ evictionHard:
 # Images cannot be pulled again once garbage-collected: never collect them.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-clusterDomain: cluster.local
+clusterDomain: $CLUSTER_DOMAIN
+$([ "$CLUSTER_DNS" = 1 ] && echo "clusterDNS: [$DNS_IP]")
 resolvConf: /etc/resolv.conf
 maxPods: 110
 serializeImagePulls: false
@@ -470,6 +476,29 @@ EOF
   start kube-proxy "$K8S_BIN/kube-proxy" --config "$STATE/kube-proxy-config.yaml"
 }
 
+# CoreDNS as a Deployment behind kube-dns (hack/cluster/coredns.yaml). A failure
+# here is reported but does not fail `up`: everything but Service names works
+# without it, and `status` shows it.
+setup_dns() {
+  [ "$CLUSTER_DNS" = 1 ] || return 0
+  local img
+  img=$("$root/hack/images.sh" list | awk '$1=="coredns" {print $2}')
+  if ! ctr --address "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -qxF "$img"; then
+    log "cluster DNS: building and importing $img (first time: minutes)"
+    if ! { "$root/hack/images.sh" build coredns && "$root/hack/images.sh" load coredns; } >>"$LOGS/coredns-build.log" 2>&1; then
+      log "WARNING: CoreDNS image build failed (log: $LOGS/coredns-build.log); Service names will not resolve"
+      return 0
+    fi
+  fi
+  sed -e "s|@DNS_IP@|$DNS_IP|g" -e "s|@DNS_IMAGE@|$img|g" -e "s|@CLUSTER_DOMAIN@|$CLUSTER_DOMAIN|g" \
+    "$root/hack/cluster/coredns.yaml" | kc apply -f - >/dev/null
+  if kc -n kube-system rollout status deployment/coredns --timeout=120s >/dev/null 2>&1; then
+    log "cluster DNS ready ($DNS_IP)"
+  else
+    log "WARNING: CoreDNS not available after 120s; see kubectl -n kube-system describe pods -l k8s-app=kube-dns"
+  fi
+}
+
 node_ready() {
   [ "$(kc get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
@@ -494,6 +523,7 @@ cmd_up() {
   must_wait_for "node $NODE_NAME" 180 kubelet node_ready
   # Pods can only be created once the namespace's default ServiceAccount exists.
   must_wait_for "default ServiceAccount" 60 kube-controller-manager kc -n default get serviceaccount default
+  setup_dns
   local c
   for c in "${COMPONENTS[@]}"; do running "$c" || die "$c stopped (log: $LOGS/$c.log)"; done
   log "cluster up ($("$K8S_BIN/kubectl" version --client -o json 2>/dev/null | sed -n 's/.*"gitVersion": "\([^"]*\)".*/\1/p' | head -1))"
@@ -534,7 +564,7 @@ cleanup_iptables() {
   for ipt in iptables ip6tables; do
     command -v "$ipt" >/dev/null || continue
     for table in filter nat mangle; do
-      "$ipt" -t "$table" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j (KUBE|CNI)-' | while read -r line; do
+      { "$ipt" -t "$table" -S 2>/dev/null || true; } | { grep -E '^-A [A-Z]+ .*-j (KUBE|CNI)-' || true; } | while read -r line; do
         # shellcheck disable=SC2086
         "$ipt" -t "$table" ${line/-A /-D } 2>/dev/null || true
       done
@@ -606,6 +636,11 @@ cmd_status() {
   else echo "  apiserver                not answering"; ok=1; fi
   if [ -x "$K8S_BIN/kubectl" ] && [ -f "$KUBECONFIG_PATH" ] && node_ready; then echo "  node $NODE_NAME         Ready"
   else echo "  node $NODE_NAME         not Ready"; ok=1; fi
+  if [ "$CLUSTER_DNS" = 1 ] && [ $ok -eq 0 ]; then
+    if [ "$(kc -n kube-system get deployment coredns -o jsonpath='{.status.availableReplicas}' 2>/dev/null)" = 1 ]; then
+      echo "  cluster DNS              $DNS_IP (CoreDNS) available"
+    else echo "  cluster DNS              not available (Service names do not resolve)"; fi
+  fi
   echo "  KUBECONFIG=$KUBECONFIG_PATH"
   echo "  logs: $LOGS"
   return $ok
@@ -616,5 +651,6 @@ case ${1:-} in
   down) cmd_down ;;
   status) cmd_status ;;
   kubeconfig) echo "$KUBECONFIG_PATH" ;;
-  *) die "usage: $0 up|down|status|kubeconfig" ;;
+  test) KUBECONFIG="$KUBECONFIG_PATH" KUBELET_DIR="$STATE/kubelet" exec "$root/hack/cluster/smoke-test.sh" ;;
+  *) die "usage: $0 up|down|status|kubeconfig|test" ;;
 esac
