@@ -3,7 +3,10 @@ the ASCII protocol's expectations; every one of its ASCII tests must pass.
 
 It prints one `<name> [pass]` line per test and exits non-zero on failure; we
 check all three signals (exit code, per-test lines, closing line) so a crash or
-an early exit of memccapable itself can never look like a pass.
+an early exit of memccapable itself can never look like a pass. It writes a
+test's name to stdout but `[FAIL]` and the failed assertion to stderr, so it
+runs unbuffered (stdbuf) with both streams merged to keep each verdict on its
+test's line.
 """
 import re
 import shutil
@@ -32,16 +35,24 @@ def memccapable_run(tmp_path_factory):
     factory = ServerFactory(str(tmp_path_factory.mktemp("memccapable")))
     server = factory()
     try:
-        proc = subprocess.run([binary, "-h", "127.0.0.1", "-p", str(server.port), "-a", "-t", "5"],
-                              capture_output=True, text=True, timeout=180)
+        proc = subprocess.run(["stdbuf", "-o0", "-e0", binary, "-h", "127.0.0.1", "-p", str(server.port),
+                               "-a", "-v", "-t", "5"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
         server.check_healthy()
     finally:
         factory.stop_all()
     results = {}
+    current = None
     for line in proc.stdout.splitlines():
-        m = re.match(r"^(ascii [a-z ]+?)\s+\[(pass|FAIL|skip)\]", line.strip(), re.IGNORECASE)
-        if m:
-            results[m.group(1)] = m.group(2).lower()
+        m = re.match(r"^(ascii [a-z ]+?)\s*(\[(pass|FAIL|skip)\])?$", line.strip(), re.IGNORECASE)
+        if m and m.group(1) in ASCII_TESTS:
+            current = m.group(1)
+            if m.group(3):
+                results[current] = m.group(3).lower()
+            continue
+        m = re.match(r"^\[(pass|FAIL|skip)\]$", line.strip(), re.IGNORECASE)
+        if m and current:
+            results[current] = m.group(1).lower()
     return proc, results
 
 
@@ -49,11 +60,11 @@ def memccapable_run(tmp_path_factory):
 def test_memccapable_ascii(memccapable_run, name):
     proc, results = memccapable_run
     assert results.get(name) == "pass", (
-        f"memccapable `{name}`: {results.get(name, 'not run')}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+        f"memccapable `{name}`: {results.get(name, 'not run')}\noutput:\n{proc.stdout}")
 
 
 def test_memccapable_whole_run(memccapable_run):
     proc, results = memccapable_run
-    assert proc.returncode == 0, f"memccapable exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert proc.returncode == 0, f"memccapable exit {proc.returncode}\n{proc.stdout}"
     assert "All tests passed" in proc.stdout
     assert len(results) == len(ASCII_TESTS), f"expected {len(ASCII_TESTS)} results, got {results}"
