@@ -313,6 +313,10 @@ static void process_input(struct conn *c)
         }
         if (st == PARSE_CLIENT_ERROR) {
             out_str(c, r.error);
+            if (r.swallow) {
+                c->swallow_left = (size_t)r.vlen + 2;
+                c->state = CONN_SWALLOW;
+            }
             continue;
         }
         if (!proto_dispatch(c, &r, line, (size_t)ll)) {

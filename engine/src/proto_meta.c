@@ -8,9 +8,9 @@
  * validated every flag and token (proto_parser.c); this file only maps them
  * onto storage calls and formats the replies.
  *
- * Quiet mode (q) hides the "nothing interesting happened" replies, as in
- * memcached: EN for mg; HD for ms; HD and NF for md and ma. mn is the
- * client's barrier after a run of quiet requests.
+ * Quiet mode (q) hides the "nothing interesting happened" replies, as
+ * memcached 1.6 does: EN for mg; HD for ms, md and ma (NF, NS and EX are
+ * still sent). mn is the client's barrier after a run of quiet requests.
  */
 #include <stdio.h>
 #include <string.h>
@@ -53,9 +53,8 @@ static char *echo_common(char *p, const struct request *r, char f)
         *p++ = ' '; *p++ = 'k';
         memcpy(p, r->meta.key_token, r->meta.nkey_token);
         p += r->meta.nkey_token;
-        break;
-    case 'b':
-        if (has(r, 'k')) { *p++ = ' '; *p++ = 'b'; }
+        /* memcached marks a base64 key right after it */
+        if (r->meta.base64) { *p++ = ' '; *p++ = 'b'; }
         break;
     default: break;
     }
@@ -196,7 +195,7 @@ static void process_md(struct conn *c, struct request *r)
     if (has(r, 'T')) { d.update_ttl = true; d.new_exptime = storage_exptime(r->meta.ttl_T); }
     enum store_result res = storage_delete(c->w->st, r->key, r->nkey, &d);
     const char *code = res == STORE_STORED ? "HD" : res == STORE_EXISTS ? "EX" : "NF";
-    if (r->meta.quiet && code[0] != 'E') return;
+    if (r->meta.quiet && res == STORE_STORED) return;
     meta_simple(c, r, code);
 }
 
@@ -215,7 +214,7 @@ static void process_ma(struct conn *c, struct request *r)
     switch (res) {
     case ARITH_OK: break;
     case ARITH_NOT_FOUND:
-        if (!r->meta.quiet) meta_simple(c, r, "NF");
+        meta_simple(c, r, "NF");
         return;
     case ARITH_EXISTS: meta_simple(c, r, "EX"); return;
     case ARITH_NON_NUMERIC: out_str(c, "CLIENT_ERROR cannot increment or decrement non-numeric value"); return;

@@ -177,7 +177,7 @@ static enum parse_status client_error(struct request *r, const char *msg)
 /* Which flags each meta command accepts, and which of those carry a token. */
 struct meta_spec { const char *plain; const char *with_token; };
 static const struct meta_spec meta_specs[] = {
-    [CMD_MG] = { "bcfhklqsuv", "ENORT" },
+    [CMD_MG] = { "bcfhklqstuv", "ENORT" },
     [CMD_MS] = { "bcIkqs", "CEFMNOST" },
     [CMD_MD] = { "bIkq", "CEOT" },
     [CMD_MA] = { "bcktqv", "CDEJMNOT" },
@@ -233,7 +233,7 @@ static enum parse_status parse_meta_flags(const struct tok *t, int nt, struct re
                 if (c == '-') c = 'D';
                 m->mode = c;
             }
-            if (!ok) return client_error(r, r->cmd == CMD_MS ? "CLIENT_ERROR invalid mode for ms STORE"
+            if (!ok) return client_error(r, r->cmd == CMD_MS ? "CLIENT_ERROR invalid mode for ms M token"
                                                              : "CLIENT_ERROR invalid mode for ma");
             break;
         default: break;
@@ -252,8 +252,10 @@ static enum parse_status parse_meta(struct tok *t, int nt, struct request *r)
     if (r->cmd == CMD_MS) {
         if (nt < 3) return client_error(r, BAD_FORMAT);
         if (!parse_u32(t[2].p, t[2].n, &r->vlen) || r->vlen > INT32_MAX - 2)
-            return client_error(r, "CLIENT_ERROR bad data chunk");
+            return client_error(r, BAD_FORMAT);
         first_flag = 3;
+        /* from here on an error still leaves a data block to skip */
+        r->swallow = true;
     }
     enum parse_status st = parse_meta_flags(t + first_flag, nt - first_flag, r);
     if (st != PARSE_OK) return st;
@@ -309,7 +311,8 @@ enum parse_status parse_request(const char *line, size_t len, struct request *r)
             if (!valid_key(k, nk)) return client_error(r, BAD_FORMAT);
             if (count++ == 0) { r->key = k; r->nkey = nk; }
         }
-        if (count == 0) return PARSE_ERROR;
+        /* "get" alone is an ERROR; memcached answers "gat 10" with END */
+        if (count == 0 && !touch) return PARSE_ERROR;
         return PARSE_OK;
     }
 
@@ -391,21 +394,23 @@ enum parse_status parse_request(const char *line, size_t len, struct request *r)
         r->noreply = tok_is(&t[nt - 1], "noreply");
         int nargs = nt - 1 - (r->noreply ? 1 : 0);
         if (nargs == 1) {
-            if (!parse_i64(t[1].p, t[1].n, &r->number)) return client_error(r, BAD_FORMAT);
+            if (!parse_i64(t[1].p, t[1].n, &r->number)) return client_error(r, "CLIENT_ERROR invalid exptime argument");
             r->has_number = true;
         } else if (nargs > 1) {
             return client_error(r, BAD_FORMAT);
         }
         return PARSE_OK;
     }
-    if (tok_is(c, "version")) { r->cmd = CMD_VERSION; return nt == 1 ? PARSE_OK : PARSE_ERROR; }
-    if (tok_is(c, "quit")) { r->cmd = CMD_QUIT; return nt == 1 ? PARSE_OK : PARSE_ERROR; }
+    /* memcached ignores anything after these two */
+    if (tok_is(c, "version")) { r->cmd = CMD_VERSION; return PARSE_OK; }
+    if (tok_is(c, "quit")) { r->cmd = CMD_QUIT; return PARSE_OK; }
     if (tok_is(c, "verbosity")) {
         r->cmd = CMD_VERBOSITY;
         if (nt != 2 && nt != 3) return PARSE_ERROR;
-        r->noreply = parse_noreply(t, nt, 2);
-        if (!parse_i64(t[1].p, t[1].n, &r->number)) return client_error(r, BAD_FORMAT);
-        r->has_number = true;
+        /* memcached: a level that is not a number is ignored but still
+         * answered OK ("verbosity noreply" is a silent no-op) */
+        r->noreply = tok_is(&t[nt - 1], "noreply");
+        r->has_number = parse_i64(t[1].p, t[1].n, &r->number);
         return PARSE_OK;
     }
     if (tok_is(c, "stats")) {

@@ -76,6 +76,7 @@ struct request {
     int64_t      number;       /* flush_all delay, verbosity level */
     bool         has_number;
     bool         noreply;
+    bool         swallow;      /* PARSE_CLIENT_ERROR on ms: skip vlen+2 data bytes */
     const char  *args;         /* stats: the arguments after "stats" */
     uint32_t     nargs;
     const char  *error;        /* PARSE_CLIENT_ERROR: full reply line */

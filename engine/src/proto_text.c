@@ -307,7 +307,8 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
         out_str(c, "VERSION " CACHET_PROTO_VERSION);
         return true;
     case CMD_VERBOSITY:
-        __atomic_store_n(&settings.verbose, (int)(r->number < 0 ? 0 : r->number > 2 ? 2 : r->number), __ATOMIC_RELAXED);
+        if (r->has_number)
+            __atomic_store_n(&settings.verbose, (int)(r->number < 0 ? 0 : r->number > 2 ? 2 : r->number), __ATOMIC_RELAXED);
         reply(c, r, "OK");
         return true;
     case CMD_QUIT:
