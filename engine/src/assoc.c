@@ -306,10 +306,10 @@ static void expand(void)
 
     atomic_store_explicit(&migrated, 0, memory_order_release);
     atomic_store_explicit(&expanding, true, memory_order_release);
-    /* Taking every stripe once orders the switch against in-flight writers. */
-    for (unsigned i = 0; i < STRIPES; i++) pthread_mutex_lock(&stripes[i].lock);
+    /* A writer that read the previous state under its stripe lock inserts
+     * into what is now the old table; the move of that bucket waits for its
+     * lock, so the item moves with the rest. */
     atomic_store_explicit(&state, mid, memory_order_release);
-    for (unsigned i = 0; i < STRIPES; i++) pthread_mutex_unlock(&stripes[i].lock);
 
     uint32_t old_n = (uint32_t)1 << st->cur_power;
     uint32_t new_mask = ((uint32_t)1 << np) - 1;
@@ -338,12 +338,16 @@ static void expand(void)
         }
         pthread_mutex_unlock(&sp->lock);
     }
-    for (unsigned i = 0; i < STRIPES; i++) pthread_mutex_lock(&stripes[i].lock);
     atomic_store_explicit(&state, fin, memory_order_release);
     atomic_store_explicit(&expanding, false, memory_order_release);
-    for (unsigned i = 0; i < STRIPES; i++) pthread_mutex_unlock(&stripes[i].lock);
     atomic_fetch_add(&expansions, 1);
-    /* Readers may still be walking the old array or holding the old state. */
+    /* Writers read the state under their stripe lock (no read section):
+     * passing through every stripe lock once waits them out. Readers may
+     * still be walking the old array: wait for a grace period. */
+    for (unsigned i = 0; i < STRIPES; i++) {
+        pthread_mutex_lock(&stripes[i].lock);
+        pthread_mutex_unlock(&stripes[i].lock);
+    }
     epoch_synchronize();
     free((void *)st->cur);
     free(st);

@@ -49,6 +49,7 @@ struct slabclass {
     _Atomic uint32_t used_chunks;
     _Atomic bool starving;
     _Atomic uint64_t pages_moved_in, pages_moved_out;
+    _Atomic uint32_t last_move_in;   /* rel_time of the last page it received */
 } __attribute__((aligned(64)));
 
 static char *region;
@@ -145,6 +146,9 @@ int slabs_init(void)
         sc->free_count = 0;
         sc->bump_page = -1;
         sc->bump_next = 0;
+        atomic_store(&sc->last_move_in, 0);
+        atomic_store(&sc->pages_moved_in, 0);
+        atomic_store(&sc->pages_moved_out, 0);
         atomic_store(&sc->pages, 0);
         atomic_store(&sc->used_chunks, 0);
         atomic_store(&sc->starving, false);
@@ -312,6 +316,10 @@ bool slabs_rebalance_once(void)
     for (unsigned c = 1; c <= nclasses; c++) {
         if ((int)c == dst) continue;
         struct slabclass *sc = &classes[c];
+        /* Hysteresis: a class that just received a page does not give one
+         * back within the same few seconds (no ping-pong between classes). */
+        uint32_t lm = atomic_load(&sc->last_move_in);
+        if (lm && now_time() - lm < 3) continue;
         unsigned np = atomic_load(&sc->pages);
         if (np == 0 || (np == 1 && atomic_load(&sc->used_chunks) > 0 && best_free == 0 && np <= best_pages)) continue;
         pthread_mutex_lock(&sc->lock);
@@ -373,6 +381,7 @@ bool slabs_rebalance_once(void)
     }
     atomic_fetch_add(&dc->pages, 1);
     atomic_fetch_add(&dc->pages_moved_in, 1);
+    atomic_store(&dc->last_move_in, now_time());
     atomic_store(&dc->starving, false);
     pthread_mutex_unlock(&dc->lock);
     atomic_fetch_add(&g_slab_moves, 1);

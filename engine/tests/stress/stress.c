@@ -1,0 +1,343 @@
+/*
+ * stress.c - concurrent checker for the storage layer, meant to run under
+ * ThreadSanitizer.
+ *
+ * Why it is built this way: lock-free reads are only as good as the proof
+ * that a reader never sees another key's bytes, a half-written value or
+ * freed memory. Every value here encodes its key, a version and its own
+ * length, and its body is a pseudo-random function of (key, version), so any
+ * wrong, torn or stale-chunk value is caught byte for byte. Numeric keys
+ * (incr/decr) hold numbers congruent to their key id modulo 1000, and append
+ * keys hold only repetitions of "<id>.", so a mix of two versions or two keys
+ * is detectable there too. The run forces the paths that make lock-free
+ * reads hard: a tiny initial table (online expansion while threads run), a
+ * tiny memory limit (constant eviction), a size mix that shifts halfway
+ * (the slab mover must move pages), short TTLs, flush_all, and the cleaner.
+ * Bounded in seconds and operations; exits non-zero on any wrong value or if
+ * expansion, eviction or a page move never happened (the test would then
+ * prove nothing).
+ */
+#include "storage_internal.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+void storage_test_shutdown(void);
+
+static int opt_threads = 4, opt_seconds = 30, opt_keys = 20000, opt_mem_mb = 8, opt_hashpower = 8;
+static long opt_ops = 3000000;
+static _Atomic bool stop_flag;
+static _Atomic int phase;                 /* 0: small values, 1: large values */
+static _Atomic uint64_t wrong, gets, hits, sets, stored, oom, deletes, ariths, appends, touches, flushes, refs;
+
+static uint64_t xs(uint64_t *s) { uint64_t x = *s; x ^= x << 13; x ^= x >> 7; x ^= x << 17; return *s = x; }
+static uint8_t body_byte(uint64_t id, uint64_t ver, size_t i)
+{
+    uint64_t h = id * 0x9E3779B97F4A7C15ull ^ ver * 0xC2B2AE3D27D4EB4Full ^ i * 0x165667B19E3779F9ull;
+    h ^= h >> 29;
+    return (uint8_t)('a' + h % 26);
+}
+
+static void report_wrong(const char *what, const char *key, const char *val, size_t n)
+{
+    if (atomic_fetch_add(&wrong, 1) < 10)
+        fprintf(stderr, "WRONG %s: key=%s value[%zu]=%.*s\n", what, key, n, (int)(n > 80 ? 80 : n), val);
+}
+
+/* s-keys: "s:<id>#<ver>#<len>|" + body. */
+static size_t make_value(char *buf, uint64_t id, uint64_t ver, size_t len)
+{
+    int h = snprintf(buf, 64, "s:%" PRIu64 "#%" PRIu64 "#%zu|", id, ver, len);
+    if ((size_t)h > len) len = (size_t)h;
+    snprintf(buf, 64, "s:%" PRIu64 "#%" PRIu64 "#%zu|", id, ver, len);
+    h = (int)strlen(buf);
+    for (size_t i = (size_t)h; i < len; i++) buf[i] = (char)body_byte(id, ver, i);
+    return len;
+}
+
+static void verify_s(const char *key, uint64_t id, const char *v, size_t n)
+{
+    uint64_t vid, ver;
+    size_t len;
+    char hdr[64];
+    size_t hn = n < 63 ? n : 63;
+    memcpy(hdr, v, hn);
+    hdr[hn] = 0;
+    if (sscanf(hdr, "s:%" SCNu64 "#%" SCNu64 "#%zu|", &vid, &ver, &len) != 3 || vid != id || len != n) {
+        report_wrong("header", key, v, n);
+        return;
+    }
+    const char *bar = memchr(v, '|', n);
+    if (!bar) { report_wrong("header", key, v, n); return; }
+    for (size_t i = (size_t)(bar - v) + 1; i < n; i++)
+        if ((uint8_t)v[i] != body_byte(id, ver, i)) { report_wrong("body", key, v, n); return; }
+}
+
+static void verify_n(const char *key, uint64_t id, const char *v, size_t n)
+{
+    if (n == 0 || n > 20) { report_wrong("number length", key, v, n); return; }
+    uint64_t x = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] < '0' || v[i] > '9') { report_wrong("number digits", key, v, n); return; }
+        x = x * 10 + (uint64_t)(v[i] - '0');
+    }
+    if (x % 1000 != id % 1000) report_wrong("number residue", key, v, n);
+}
+
+static void verify_a(const char *key, uint64_t id, const char *v, size_t n)
+{
+    char tok[32];
+    int tl = snprintf(tok, sizeof tok, "%" PRIu64 ".", id);
+    if (n == 0 || n % (size_t)tl != 0) { report_wrong("append length", key, v, n); return; }
+    for (size_t i = 0; i < n; i += (size_t)tl)
+        if (memcmp(v + i, tok, (size_t)tl) != 0) { report_wrong("append token", key, v, n); return; }
+}
+
+struct worker { int idx; uint64_t seed; _Atomic long ops; };
+
+static void do_store(storage_thread *t, const char *key, size_t nkey, const char *val, size_t n,
+                     rel_time_t exp, enum store_mode mode)
+{
+    enum store_result err;
+    item *it = item_alloc(t, key, nkey, (uint32_t)n, exp, (uint32_t)n, &err);
+    atomic_fetch_add_explicit(&sets, 1, memory_order_relaxed);
+    if (!it) { atomic_fetch_add_explicit(&oom, 1, memory_order_relaxed); return; }
+    memcpy(item_value(it), val, n);
+    memcpy(item_value(it) + n, "\r\n", 2);
+    if (storage_store(t, it, mode, NULL, NULL) == STORE_STORED) atomic_fetch_add_explicit(&stored, 1, memory_order_relaxed);
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    storage_thread *t = storage_thread_register();
+    static __thread char val[8192], copy[2048];
+    char key[64];
+    uint64_t ver = (uint64_t)w->idx << 40;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (long i = 0; i < opt_ops && !atomic_load_explicit(&stop_flag, memory_order_relaxed); i++) {
+        uint64_t r = xs(&w->seed);
+        uint64_t id = (r >> 8) % (uint64_t)opt_keys;
+        unsigned op = (unsigned)(r % 100);
+        int kind = (int)((r >> 40) % 10);   /* 0-6 s-keys, 7-8 numbers, 9 append */
+        int nk;
+        if (kind <= 6) nk = snprintf(key, sizeof key, "s:%" PRIu64, id);
+        else if (kind <= 8) nk = snprintf(key, sizeof key, "n:%" PRIu64, id % 1000);
+        else nk = snprintf(key, sizeof key, "a:%" PRIu64, id % 2000);
+        uint64_t kid = kind <= 6 ? id : kind <= 8 ? id % 1000 : id % 2000;
+
+        if (op < 55) {                                   /* get (some through the locked mg path) */
+            struct item_view v;
+            struct get_opts go = {0};
+            if (op < 3) { go.touch = true; go.new_exptime = storage_exptime(60); }
+            if (op == 3) { go.recache = true; go.recache_below = 5; go.win_tokens = true; }
+            bool hit = storage_get(t, key, (size_t)nk, &go, copy, sizeof copy, &v);
+            atomic_fetch_add_explicit(&gets, 1, memory_order_relaxed);
+            if (hit) {
+                atomic_fetch_add_explicit(&hits, 1, memory_order_relaxed);
+                if (v.ref) atomic_fetch_add_explicit(&refs, 1, memory_order_relaxed);
+                if (kind <= 6) verify_s(key, kid, v.value, v.nbytes);
+                else if (kind <= 8) verify_n(key, kid, v.value, v.nbytes);
+                else verify_a(key, kid, v.value, v.nbytes);
+                if (kind <= 6 && v.client_flags != v.nbytes) report_wrong("client flags", key, v.value, v.nbytes);
+                item_view_release(t, &v);
+            }
+        } else if (op < 80) {                            /* set */
+            size_t len;
+            if (kind <= 6) {
+                size_t maxlen = atomic_load(&phase) == 0 ? 200 : 6000;
+                size_t minlen = atomic_load(&phase) == 0 ? 24 : 1200;
+                len = make_value(val, kid, ++ver, minlen + (size_t)(xs(&w->seed) % (maxlen - minlen)));
+            } else if (kind <= 8) {
+                len = (size_t)snprintf(val, sizeof val, "%" PRIu64, kid + 1000 * (xs(&w->seed) % 100000));
+            } else {
+                len = (size_t)snprintf(val, sizeof val, "%" PRIu64 ".", kid);
+            }
+            rel_time_t exp = (r >> 50) % 8 == 0 ? storage_exptime(1 + (int64_t)((r >> 53) % 3)) : 0;
+            if (kind <= 6 || kind == 9) {
+                if (kind == 9) {
+                    /* s-values carry their length in the client flags; others 0 */
+                    enum store_result err;
+                    item *it = item_alloc(t, key, (size_t)nk, 0, exp, (uint32_t)len, &err);
+                    atomic_fetch_add_explicit(&sets, 1, memory_order_relaxed);
+                    if (!it) { atomic_fetch_add_explicit(&oom, 1, memory_order_relaxed); continue; }
+                    memcpy(item_value(it), val, len);
+                    if (storage_store(t, it, MODE_SET, NULL, NULL) == STORE_STORED)
+                        atomic_fetch_add_explicit(&stored, 1, memory_order_relaxed);
+                } else {
+                    do_store(t, key, (size_t)nk, val, len, exp, op < 77 ? MODE_SET : MODE_ADD);
+                }
+            } else {
+                enum store_result err;
+                item *it = item_alloc(t, key, (size_t)nk, 0, exp, (uint32_t)len, &err);
+                atomic_fetch_add_explicit(&sets, 1, memory_order_relaxed);
+                if (!it) { atomic_fetch_add_explicit(&oom, 1, memory_order_relaxed); continue; }
+                memcpy(item_value(it), val, len);
+                if (storage_store(t, it, MODE_SET, NULL, NULL) == STORE_STORED)
+                    atomic_fetch_add_explicit(&stored, 1, memory_order_relaxed);
+            }
+        } else if (op < 86) {                            /* delete */
+            storage_delete(t, key, (size_t)nk, NULL);
+            atomic_fetch_add_explicit(&deletes, 1, memory_order_relaxed);
+        } else if (op < 94) {                            /* incr/decr on numbers, append on a-keys */
+            if (kind == 7 || kind == 8) {
+                uint64_t out;
+                storage_arith(t, key, (size_t)nk, (r >> 20) & 1, 1000 * (1 + (r >> 24) % 5), NULL, &out, NULL, NULL);
+                atomic_fetch_add_explicit(&ariths, 1, memory_order_relaxed);
+            } else if (kind == 9) {
+                int tl = snprintf(val, sizeof val, "%" PRIu64 ".", kid);
+                enum store_result err;
+                item *it = item_alloc(t, key, (size_t)nk, 0, 0, (uint32_t)tl, &err);
+                if (it) {
+                    memcpy(item_value(it), val, (size_t)tl);
+                    struct item_view v;
+                    /* keep append values short: reset long ones */
+                    if (storage_get(t, key, (size_t)nk, NULL, copy, sizeof copy, &v)) {
+                        bool reset = v.nbytes > 1500;
+                        verify_a(key, kid, v.value, v.nbytes);
+                        item_view_release(t, &v);
+                        storage_store(t, it, reset ? MODE_SET : ((r >> 21) & 1 ? MODE_APPEND : MODE_PREPEND), NULL, NULL);
+                    } else {
+                        storage_store(t, it, MODE_APPEND, NULL, NULL);
+                    }
+                }
+                atomic_fetch_add_explicit(&appends, 1, memory_order_relaxed);
+            } else {
+                storage_touch(t, key, (size_t)nk, storage_exptime((r >> 30) % 4 == 0 ? 2 : 0));
+                atomic_fetch_add_explicit(&touches, 1, memory_order_relaxed);
+            }
+        } else {                                         /* touch */
+            storage_touch(t, key, (size_t)nk, storage_exptime(30));
+            atomic_fetch_add_explicit(&touches, 1, memory_order_relaxed);
+        }
+        atomic_store_explicit(&w->ops, i + 1, memory_order_relaxed);
+    }
+    return NULL;
+}
+
+static uint64_t stat_value;
+static const char *stat_want;
+static void grab(void *ctx, const char *name, const char *fmt, ...)
+{
+    (void)ctx;
+    if (strcmp(name, stat_want) != 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    if (strstr(fmt, "llu")) stat_value = va_arg(ap, unsigned long long);
+    else if (strstr(fmt, "zu")) stat_value = va_arg(ap, size_t);
+    else if (strstr(fmt, "u")) stat_value = va_arg(ap, unsigned);
+    else stat_value = (uint64_t)va_arg(ap, int);
+    va_end(ap);
+}
+static uint64_t stat(const char *name)
+{
+    stat_want = name;
+    stat_value = 0;
+    storage_stats_general(grab, NULL);
+    return stat_value;
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--threads")) opt_threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--seconds")) opt_seconds = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--ops")) opt_ops = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--keys")) opt_keys = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--mem")) opt_mem_mb = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--hashpower")) opt_hashpower = atoi(argv[i + 1]);
+        else { fprintf(stderr, "usage: stress [--threads N] [--seconds S] [--ops N] [--keys N] [--mem MB] [--hashpower P]\n"); return 64; }
+    }
+    if (opt_threads < 1 || opt_threads > 64 || opt_seconds < 1 || opt_keys < 10) return 64;
+    struct storage_config cfg = {0};
+    cfg.mem_limit = (size_t)opt_mem_mb << 20;
+    cfg.item_size_max = 1024 * 1024;
+    cfg.growth_factor = 1.25;
+    cfg.chunk_size_min = 48;
+    cfg.hashpower_init = opt_hashpower;
+    cfg.use_cas = true;
+    if (storage_init(&cfg) != 0) return 2;
+    storage_start_threads();
+    printf("stress: %d threads, %d s / %ld ops per thread, %d keys, -m %d MB, hashpower %d\n",
+           opt_threads, opt_seconds, opt_ops, opt_keys, opt_mem_mb, opt_hashpower);
+    fflush(stdout);
+
+    pthread_t th[64];
+    struct worker ws[64];
+    for (int i = 0; i < opt_threads; i++) {
+        ws[i].idx = i;
+        ws[i].seed = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
+        atomic_store(&ws[i].ops, 0);
+        pthread_create(&th[i], NULL, worker_main, &ws[i]);
+    }
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double el = (double)(now.tv_sec - start.tv_sec) + (double)(now.tv_nsec - start.tv_nsec) / 1e9;
+        long total = 0;
+        bool all_done = true;
+        for (int i = 0; i < opt_threads; i++) { total += ws[i].ops; if (ws[i].ops < opt_ops) all_done = false; }
+        if (el >= opt_seconds / 2.0 && atomic_load(&phase) == 0) atomic_store(&phase, 1);
+        if (el >= opt_seconds / 3.0 && atomic_load(&flushes) == 0) {
+            storage_flush(0);   /* flush_all while the workers run */
+            atomic_fetch_add(&flushes, 1);
+        }
+        printf("  t=%4.0fs ops=%ld hits=%llu wrong=%llu hashpower=%llu evictions=%llu slab_moves=%llu\n", el, total,
+               (unsigned long long)atomic_load(&hits), (unsigned long long)atomic_load(&wrong),
+               (unsigned long long)stat("hash_power_level"), (unsigned long long)stat("evictions"),
+               (unsigned long long)atomic_load(&g_slab_moves));
+        fflush(stdout);
+        if (el >= opt_seconds || all_done) break;
+    }
+    atomic_store(&stop_flag, true);
+    for (int i = 0; i < opt_threads; i++) pthread_join(th[i], NULL);
+
+    /* Final sweep: every key still present must verify. */
+    storage_thread *t = storage_thread_register();
+    static char copy[8192];
+    char key[64];
+    uint64_t final_hits = 0;
+    for (int id = 0; id < opt_keys; id++) {
+        struct item_view v;
+        int nk = snprintf(key, sizeof key, "s:%d", id);
+        if (storage_get(t, key, (size_t)nk, NULL, copy, sizeof copy, &v)) {
+            final_hits++;
+            verify_s(key, (uint64_t)id, v.value, v.nbytes);
+            item_view_release(t, &v);
+        }
+    }
+    uint64_t hp = stat("hash_power_level"), ev = stat("evictions"), exps = stat("hash_expansions");
+    uint64_t passes = stat("lru_cleaner_passes"), moved = stat("lru_items_moved"), merged = stat("lru_bags_merged");
+    size_t pages_used = slabs_pages_used(), pages_max = slabs_pages_max();
+    storage_stop_threads();
+    long total = 0;
+    for (int i = 0; i < opt_threads; i++) total += ws[i].ops;
+    printf("ops=%ld gets=%llu hits=%llu refs=%llu sets=%llu stored=%llu out_of_memory=%llu deletes=%llu "
+           "arith=%llu append=%llu touch=%llu flushes=%llu\n",
+           total, (unsigned long long)gets, (unsigned long long)hits, (unsigned long long)refs,
+           (unsigned long long)sets, (unsigned long long)stored, (unsigned long long)oom,
+           (unsigned long long)deletes, (unsigned long long)ariths, (unsigned long long)appends,
+           (unsigned long long)touches, (unsigned long long)flushes);
+    printf("hash_power_level=%llu expansions=%llu evictions=%llu slab_moves=%llu cleaner_passes=%llu "
+           "items_moved=%llu bags_merged=%llu pages_used=%zu/%zu final_hits=%llu\n",
+           (unsigned long long)hp, (unsigned long long)exps, (unsigned long long)ev,
+           (unsigned long long)atomic_load(&g_slab_moves), (unsigned long long)passes,
+           (unsigned long long)moved, (unsigned long long)merged, pages_used, pages_max,
+           (unsigned long long)final_hits);
+    int rc = 0;
+    if (atomic_load(&wrong)) { printf("FAIL: %llu wrong values\n", (unsigned long long)wrong); rc = 1; }
+    if (exps == 0) { printf("FAIL: the hash table never expanded\n"); rc = 1; }
+    if (ev == 0) { printf("FAIL: nothing was evicted\n"); rc = 1; }
+    if (atomic_load(&g_slab_moves) == 0) { printf("FAIL: the slab mover never moved a page\n"); rc = 1; }
+    if (pages_used > pages_max) { printf("FAIL: item memory above -m\n"); rc = 1; }
+    if (hits == 0) { printf("FAIL: no hits at all\n"); rc = 1; }
+    printf("%s: %llu wrong values\n", rc ? "FAIL" : "OK", (unsigned long long)atomic_load(&wrong));
+    return rc;
+}
