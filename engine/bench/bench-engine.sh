@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of cachetd against Debian's memcached: workloads W1-W4
+# of engine issue 2, one run, same flags, same pinning.
+#
+# Why it is built this way:
+# - Both servers run in the same invocation, one after the other on the same
+#   core, so machine noise (other builds on this 2-core VM) hits both; only
+#   ratios measured together are quoted. Max-throughput figures alternate
+#   A/B over several rounds and keep the median, so one noisy second cannot
+#   decide a ratio.
+# - Server on CPU 1, load generator on CPU 0 (taskset), as in the anchors.
+# - Every server gets a fresh process per workload, so no workload inherits
+#   another's memory layout (W3 needs a clean RSS baseline).
+# - The load generator is ours (engine/bench/loadgen): open-loop steps measure
+#   latency from the intended send time, so an overloaded server cannot hide
+#   its queueing delay.
+# - It is a benchmark, not a test: a MISS is printed, never an exit failure.
+#   Only a broken setup (no binary, server that does not start) fails.
+#
+# Env: BENCH_QUICK=1 (about 2 minutes), CACHETD=path, MEMCACHED=path,
+#      BENCH_PORT_BASE (default 23100), BENCH_RESULTS (default engine/bench/results).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+engine=$(cd "$here/.." && pwd)
+CACHETD=${CACHETD:-$engine/build/cachetd}
+MEMCACHED=${MEMCACHED:-/usr/bin/memcached}
+LOADGEN_DIR=$here/loadgen
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$LOADGEN_DIR/target}
+LOADGEN=$CARGO_TARGET_DIR/release/cachet-loadgen
+SINK=$CARGO_TARGET_DIR/release/cachet-sink
+QUICK=${BENCH_QUICK:-0}
+PORT_BASE=${BENCH_PORT_BASE:-23100}
+RESULTS_ROOT=${BENCH_RESULTS:-$here/results}
+SERVER_CPU=1
+LOAD_CPU=0
+
+say() { printf '%s\n' "$*" >&2; }
+stamp() { date -u +%H:%M:%S; }
+step() { say ""; say "[$(stamp)] == $*"; }
+
+# Debian's python3 carries python3-matplotlib; a pyenv or venv python on PATH may not.
+PY=${PYTHON:-$( [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || command -v python3 )}
+for tool in taskset "$PY" cargo; do
+  command -v "$tool" >/dev/null || { say "bench: '$tool' not found"; exit 1; }
+done
+[ -x "$CACHETD" ] || { say "bench: $CACHETD not built (make -C engine)"; exit 1; }
+[ -x "$MEMCACHED" ] || { say "bench: $MEMCACHED missing (apt-get install memcached, or make deps)"; exit 1; }
+[ "$(nproc --all)" -ge 2 ] || { say "bench: needs 2 CPUs (server on CPU 1, load on CPU 0)"; exit 1; }
+
+step "building the load generator (cargo, pinned by Cargo.lock)"
+(cd "$LOADGEN_DIR" && nice cargo build --release --locked --quiet)
+
+# 1024 client connections plus the server's own: raise the soft limit.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+if [ "$(ulimit -n)" -lt 4096 ]; then
+  say "bench: open-file limit $(ulimit -n) is below 4096; W2 needs ~2100 descriptors"; exit 1
+fi
+
+run_id=$(date -u +%Y%m%dT%H%M%SZ)
+out=$RESULTS_ROOT/$run_id
+mkdir -p "$out"
+ln -sfn "$run_id" "$RESULTS_ROOT/latest"
+
+if [ "$QUICK" = 1 ]; then
+  W1_KEYS=200000; W2_KEYS=200000; W3_ITEMS=1000000; W4_KEYS=200000
+  MAX_SECS=2; MAX_ROUNDS=1; STEP_SECS=1.5; STEP_WARM=0.3
+  W4_REQS=400000
+else
+  W1_KEYS=1000000; W2_KEYS=1000000; W3_ITEMS=1000000; W4_KEYS=1000000
+  MAX_SECS=3; MAX_ROUNDS=3; STEP_SECS=3; STEP_WARM=0.5
+  W4_REQS=2000000
+fi
+W1_RATES=25k,50k,100k,150k,200k,300k,400k,500k,650k,800k,1M,1.2M,1.5M,2M
+W2_RATES=20k,40k,60k,80k,100k,120k,140k,160k,180k,200k,225k,250k,275k,300k,350k,400k,450k,500k
+W2_CONNS=1024
+# W4: item memory for about 10% of the key space at memcached's footprint
+# (~192-byte chunks for 9-byte keys and 100-byte values): 1M keys -> 19 MB.
+W4_MB=$(( (W4_KEYS / 10 * 192 + (1 << 20) - 1) >> 20 ))
+[ "$W4_MB" -ge 8 ] || W4_MB=8
+
+pids=()
+cleanup() {
+  for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+# start_server NAME PORT MB -> sets SERVER_PID
+start_server() {
+  local name=$1 port=$2 mb=$3 bin extra=()
+  case $name in
+    cachetd) bin=$CACHETD ;;
+    memcached)
+      bin=$MEMCACHED
+      # memcached refuses to run as root without -u; a privilege flag, not a tuning one.
+      [ "$(id -u)" = 0 ] && extra=(-u root) ;;
+  esac
+  # The same tuning flags for both: one worker thread, same memory, same connection limit, no UDP.
+  taskset -c $SERVER_CPU "$bin" -p "$port" -l 127.0.0.1 -t 1 -m "$mb" -c 4096 -U 0 "${extra[@]}" \
+    >"$out/$name-$port.log" 2>&1 &
+  SERVER_PID=$!
+  pids+=("$SERVER_PID")
+  for _ in $(seq 1 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+    kill -0 "$SERVER_PID" 2>/dev/null || { say "bench: $name exited at start:"; cat "$out/$name-$port.log" >&2; exit 1; }
+    sleep 0.05
+  done
+  say "bench: $name did not listen on $port"; exit 1
+}
+stop_server() {
+  kill "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
+rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+# loadgen NAME PORT JSON args...
+loadgen() {
+  local name=$1 port=$2 json=$3; shift 3
+  taskset -c $LOAD_CPU "$LOADGEN" --server "127.0.0.1:$port" --label "$name" --json "$json" --quiet "$@"
+}
+# jget FILE PYEXPR: evaluates PYEXPR with j = parsed JSON.
+jget() { "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"; }
+
+port_of() { case $1 in cachetd) echo $((PORT_BASE + 1)) ;; memcached) echo $((PORT_BASE + 2)) ;; esac; }
+
+{
+  echo "{"
+  echo "  \"run_id\": \"$run_id\", \"quick\": $QUICK,"
+  echo "  \"cachetd\": \"$CACHETD\", \"cachetd_commit\": \"$(git -C "$engine" log -1 --format=%h -- src 2>/dev/null || echo unknown)\","
+  echo "  \"memcached_version\": \"$($MEMCACHED -V 2>/dev/null | awk '{print $2}')\","
+  echo "  \"kernel\": \"$(uname -r)\", \"cpus\": $(nproc --all),"
+  echo "  \"cpu_model\": \"$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)\","
+  echo "  \"loadavg_start\": \"$(cut -d' ' -f1-3 /proc/loadavg)\""
+  echo "}"
+} >"$out/machine.json"
+say "bench: results in $out (quick=$QUICK); load average now $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# ---- calibration: what can the load generator itself drive? -----------------
+step "calibration: load generator against cachet-sink (a server that does no work)"
+sink_port=$((PORT_BASE + 3))
+taskset -c $SERVER_CPU "$SINK" "$sink_port" 64 120 &
+sink_pid=$!; pids+=("$sink_pid")
+for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$sink_port") 2>/dev/null && break; sleep 0.05; done
+loadgen sink "$sink_port" "$out/calibration.json" --keys 100000 --conns 8 --depth 64 --duration $MAX_SECS --warmup 0.5
+stop_server "$sink_pid"
+say "  load generator ceiling, pipelined GETs: $(jget "$out/calibration.json" 'round(j["steps"][0]["throughput"])') req/s"
+
+# ---- W1 ---------------------------------------------------------------------
+step "W1: GET-only, $W1_KEYS keys, 64-byte values (seed 000)"
+for s in cachetd memcached; do
+  start_server $s "$(port_of $s)" 1024
+  eval "w1_pid_$s=$SERVER_PID"
+  say "  $s: prefill"
+  loadgen $s "$(port_of $s)" "$out/w1-prefill-$s.json" --keys $W1_KEYS --value-size 64 --conns 8 --prefill-only --prefill-depth 64
+done
+for round in $(seq 1 $MAX_ROUNDS); do
+  for s in cachetd memcached; do
+    loadgen $s "$(port_of $s)" "$out/w1-pipelined-$s-$round.json" --keys $W1_KEYS --conns 32 --depth 32 --duration $MAX_SECS --warmup 0.5
+    say "  round $round $s pipelined (32 conns x depth 32): $(jget "$out/w1-pipelined-$s-$round.json" 'round(j["steps"][0]["throughput"])') req/s"
+    loadgen $s "$(port_of $s)" "$out/w1-unpipelined-$s-$round.json" --keys $W1_KEYS --conns 32 --depth 1 --duration $MAX_SECS --warmup 0.5
+    say "  round $round $s unpipelined (32 conns x depth 1): $(jget "$out/w1-unpipelined-$s-$round.json" 'round(j["steps"][0]["throughput"])') req/s"
+  done
+done
+for s in cachetd memcached; do
+  say "  $s: open-loop steps (32 conns, depth up to 8) until mean > 1 ms or it falls behind"
+  loadgen $s "$(port_of $s)" "$out/w1-steps-$s.json" --keys $W1_KEYS --conns 32 --depth 8 \
+    --rate $W1_RATES --duration $STEP_SECS --warmup $STEP_WARM --stop-mean-us 1000 2>&1 | sed 's/^/  /' >&2
+done
+for s in cachetd memcached; do eval "stop_server \$w1_pid_$s"; done
+
+# ---- W2 ---------------------------------------------------------------------
+step "W2: 80:20 get:set, 4-byte keys, 256-byte values, $W2_CONNS connections (seed 002)"
+for s in cachetd memcached; do
+  start_server $s "$(port_of $s)" 1024
+  say "  $s: prefill $W2_KEYS keys"
+  loadgen $s "$(port_of $s)" "$out/w2-prefill-$s.json" --keys $W2_KEYS --key-size 4 --value-size 256 --conns 8 --prefill-only --prefill-depth 64
+  say "  $s: open-loop steps until p999 > 2 ms or it falls behind"
+  loadgen $s "$(port_of $s)" "$out/w2-steps-$s.json" --keys $W2_KEYS --key-size 4 --value-size 256 --ratio 80:20 \
+    --conns $W2_CONNS --depth 1 --rate $W2_RATES --duration $STEP_SECS --warmup $STEP_WARM --stop-p999-us 2000 --seed 2 2>&1 | sed 's/^/  /' >&2
+  stop_server "$SERVER_PID"
+done
+
+# ---- W3 ---------------------------------------------------------------------
+step "W3: RSS per item after $W3_ITEMS sets, 9-byte keys, 100-byte values"
+for s in cachetd memcached; do
+  start_server $s "$(port_of $s)" 1024
+  sleep 0.5
+  before=$(rss_kb "$SERVER_PID")
+  loadgen $s "$(port_of $s)" "$out/w3-$s.json" --keys $W3_ITEMS --key-size 9 --value-size 100 --conns 8 --prefill-only --prefill-depth 64 --stats
+  sleep 0.5
+  after=$(rss_kb "$SERVER_PID")
+  items=$(jget "$out/w3-$s.json" 'j["server_stats"].get("curr_items", 0)')
+  echo "{\"rss_before_kb\": $before, \"rss_after_kb\": $after, \"curr_items\": $items}" >"$out/w3-rss-$s.json"
+  say "  $s: RSS $before kB -> $after kB, curr_items $items, $("$PY" -c "print(round(($after-$before)*1024/max($items,1),1))") bytes/item"
+  stop_server "$SERVER_PID"
+done
+
+# ---- W4 ---------------------------------------------------------------------
+step "W4: hit ratio, Zipf 0.99 over $W4_KEYS keys, -m $W4_MB (about 10% of the key space), get then set on miss"
+for s in cachetd memcached; do
+  start_server $s "$(port_of $s)" "$W4_MB"
+  loadgen $s "$(port_of $s)" "$out/w4-warm-$s.json" --keys $W4_KEYS --key-size 9 --value-size 100 --key-dist zipf:0.99 \
+    --set-on-miss --conns 8 --depth 16 --requests $W4_REQS --duration 120 --seed 3
+  loadgen $s "$(port_of $s)" "$out/w4-$s.json" --keys $W4_KEYS --key-size 9 --value-size 100 --key-dist zipf:0.99 \
+    --set-on-miss --conns 8 --depth 16 --requests $W4_REQS --duration 120 --seed 4 --stats
+  say "  $s: hit ratio $(jget "$out/w4-$s.json" 'round(j["steps"][0]["hit_ratio"],4)'), items held $(jget "$out/w4-$s.json" 'j["server_stats"].get("curr_items")'), evictions $(jget "$out/w4-$s.json" 'j["server_stats"].get("evictions")')"
+  stop_server "$SERVER_PID"
+done
+
+echo "\"$(cut -d' ' -f1-3 /proc/loadavg)\"" >"$out/loadavg_end.json"
+step "summary"
+"$PY" "$here/summarize.py" "$out"
+"$PY" "$here/plot.py" "$out" "$engine/../docs/img/bench-latency.png" || say "bench: plot failed (python3-matplotlib missing? run make deps)"
+say "bench: results in $out"

@@ -1,0 +1,162 @@
+//! Parsing memcached ASCII replies as they stream in.
+//!
+//! Replies are matched to requests strictly in order (the protocol guarantees
+//! it per connection), so the parser only needs to know how many keys the
+//! oldest outstanding request asked for. Value bodies are skipped by length,
+//! never buffered, so a reply of any size costs the same small read buffer.
+
+use memchr::memchr;
+
+/// How a request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// get: END after zero or more VALUE blocks; set: STORED.
+    Ok,
+    /// set: NOT_STORED / EXISTS / NOT_FOUND.
+    NotStored,
+    /// SERVER_ERROR / CLIENT_ERROR / ERROR.
+    Error,
+}
+
+/// One reply fully received.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub status: Status,
+    /// VALUE blocks seen (get only).
+    pub values: u32,
+}
+
+/// Incremental reply parser for one connection.
+#[derive(Default)]
+pub struct Parser {
+    /// Bytes of the current value body (plus its CRLF) still to skip.
+    skip: usize,
+    /// VALUE blocks seen so far in the current get reply.
+    values: u32,
+}
+
+impl Parser {
+    /// Consumes whole reply lines from `buf`; calls `done` for each finished
+    /// reply. Returns the number of bytes consumed, or an error for a reply
+    /// that is not memcached protocol (the caller drops the connection).
+    pub fn feed(&mut self, buf: &[u8], mut done: impl FnMut(Reply)) -> Result<usize, String> {
+        let mut pos = 0;
+        loop {
+            if self.skip > 0 {
+                let take = self.skip.min(buf.len() - pos);
+                self.skip -= take;
+                pos += take;
+                if self.skip > 0 {
+                    return Ok(pos);
+                }
+            }
+            let nl = match memchr(b'\n', &buf[pos..]) {
+                Some(i) => pos + i,
+                None => {
+                    if buf.len() - pos > 4096 {
+                        return Err("reply line longer than 4096 bytes".into());
+                    }
+                    return Ok(pos);
+                }
+            };
+            let line = &buf[pos..nl];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            pos = nl + 1;
+            match line.first() {
+                Some(b'V') if line.starts_with(b"VALUE ") => {
+                    // VALUE <key> <flags> <bytes> [<cas>]: the length is the 4th token.
+                    let mut it = line.split(|&b| b == b' ').filter(|t| !t.is_empty());
+                    let bytes = it.nth(3).and_then(parse_decimal).ok_or_else(|| {
+                        format!("malformed VALUE line: {:?}", String::from_utf8_lossy(line))
+                    })?;
+                    self.skip = bytes as usize + 2;
+                    self.values += 1;
+                }
+                Some(b'E') if line == b"END" => {
+                    done(Reply { status: Status::Ok, values: self.values });
+                    self.values = 0;
+                }
+                Some(b'S') if line == b"STORED" => done(Reply { status: Status::Ok, values: 0 }),
+                _ if line == b"NOT_STORED" || line == b"EXISTS" || line == b"NOT_FOUND" => {
+                    done(Reply { status: Status::NotStored, values: 0 })
+                }
+                _ if line == b"ERROR"
+                    || line.starts_with(b"SERVER_ERROR")
+                    || line.starts_with(b"CLIENT_ERROR") =>
+                {
+                    // An error ends the request; drop any values already counted.
+                    self.values = 0;
+                    done(Reply { status: Status::Error, values: 0 })
+                }
+                _ => {
+                    return Err(format!(
+                        "unexpected reply line: {:?}",
+                        String::from_utf8_lossy(&line[..line.len().min(80)])
+                    ))
+                }
+            }
+        }
+    }
+}
+
+fn parse_decimal(t: &[u8]) -> Option<u64> {
+    if t.is_empty() || t.len() > 19 {
+        return None;
+    }
+    let mut v = 0u64;
+    for &b in t {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + (b - b'0') as u64;
+    }
+    Some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(p: &mut Parser, chunks: &[&[u8]]) -> Vec<Reply> {
+        let mut out = Vec::new();
+        let mut pending: Vec<u8> = Vec::new();
+        for c in chunks {
+            pending.extend_from_slice(c);
+            let n = p.feed(&pending, |r| out.push(r)).unwrap();
+            pending.drain(..n);
+        }
+        assert!(pending.is_empty(), "left over: {:?}", pending);
+        out
+    }
+
+    #[test]
+    fn parses_hits_misses_and_stores_across_split_reads() {
+        let stream: &[u8] =
+            b"VALUE k1 0 5\r\nhello\r\nVALUE k2 7 3 99\r\nEND\r\nEND\r\nEND\r\nSTORED\r\nNOT_STORED\r\nSERVER_ERROR out of memory storing object\r\n";
+        let want = vec![
+            Reply { status: Status::Ok, values: 2 },
+            Reply { status: Status::Ok, values: 0 },
+            Reply { status: Status::Ok, values: 0 },
+            Reply { status: Status::NotStored, values: 0 },
+            Reply { status: Status::Error, values: 0 },
+        ];
+        // Whole, and split at every byte boundary.
+        assert_eq!(run(&mut Parser::default(), &[stream]), want);
+        for cut in 1..stream.len() {
+            let got = run(&mut Parser::default(), &[&stream[..cut], &stream[cut..]]);
+            assert_eq!(got, want, "split at {cut}");
+        }
+    }
+
+    #[test]
+    fn value_body_containing_end_is_skipped_by_length() {
+        let got = run(&mut Parser::default(), &[b"VALUE k 0 7\r\nEND\r\nxx\r\nEND\r\n"]);
+        assert_eq!(got, vec![Reply { status: Status::Ok, values: 1 }]);
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        assert!(Parser::default().feed(b"HELLO\r\n", |_| {}).is_err());
+        assert!(Parser::default().feed(b"VALUE k 0 x\r\n", |_| {}).is_err());
+    }
+}

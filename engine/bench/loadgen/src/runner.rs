@@ -1,0 +1,536 @@
+//! The event loop: many non-blocking connections on one thread and one core.
+//!
+//! Why one thread with raw epoll: the benchmark pins the generator to CPU 0 and
+//! the server to CPU 1, so the generator has exactly one core and must spend it
+//! on requests, not on locks or a runtime. Requests for a connection are
+//! appended to its write buffer and flushed with one write() per wakeup; each
+//! read() may complete dozens of pipelined replies.
+//!
+//! Two ways to pace the load:
+//! - closed loop: every connection keeps `depth` requests outstanding and sends
+//!   a new one when a reply arrives; latency runs from the actual send.
+//! - open loop: request i is *due* at start + i/rate whatever the server does.
+//!   If a connection already has `depth` requests outstanding the request waits
+//!   in that connection's backlog, and its latency still runs from the time it
+//!   was due. A slow server therefore shows up as latency, not as a quietly
+//!   lower send rate ("coordinated omission" avoided).
+
+use crate::proto::{Parser, Reply, Status};
+use crate::workload::{OpKind, Workload};
+use hdrhistogram::Histogram;
+use std::collections::VecDeque;
+use std::io;
+use std::net::{SocketAddrV4, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+const READ_BUF: usize = 256 * 1024;
+/// Grace period for outstanding replies after a step stops sending.
+const DRAIN_NS: u64 = 2_000_000_000;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Pace {
+    Closed,
+    /// Requests per second across all connections.
+    Open(f64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The get:set mix.
+    Mix,
+    /// A set of every key once, in order (prefill).
+    Fill,
+}
+
+#[derive(Clone, Debug)]
+pub struct StepSpec {
+    pub pace: Pace,
+    pub source: Source,
+    /// Cache-aside: a get that misses is followed by a set of that key.
+    pub set_on_miss: bool,
+    pub duration: Duration,
+    pub warmup: Duration,
+    /// Upper bound on requests sent in this step (0 = none).
+    pub max_requests: u64,
+    /// Print a progress line to stderr every second.
+    pub progress: bool,
+    pub label: String,
+}
+
+#[derive(Clone, Copy)]
+struct Pending {
+    /// When the request was due (open loop) or sent (closed loop), ns since base.
+    t: u64,
+    nkeys: u32,
+    kind: OpKind,
+    /// Index of the (first) key, for set-on-miss.
+    key: u64,
+    /// Step that sent it; replies to an earlier, abandoned step are ignored.
+    step: u32,
+    measured: bool,
+}
+
+struct Conn {
+    // Owns the socket: dropping it closes fd.
+    _stream: TcpStream,
+    fd: RawFd,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    want_out: bool,
+    rbuf: Vec<u8>,
+    rstart: usize,
+    rend: usize,
+    parser: Parser,
+    inflight: VecDeque<Pending>,
+    /// Open loop: due times of requests that could not be sent yet.
+    backlog: VecDeque<u64>,
+}
+
+pub struct StepResult {
+    pub label: String,
+    pub pace: Pace,
+    pub depth: usize,
+    pub conns: usize,
+    pub measured_seconds: f64,
+    pub hist: Histogram<u64>,
+    /// Replies completed inside the measurement window.
+    pub completed: u64,
+    pub gets: u64,
+    pub sets: u64,
+    pub keys_requested: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub stored: u64,
+    pub not_stored: u64,
+    pub errors: u64,
+    pub sent: u64,
+    /// Open loop: requests that came due but could not be sent before the step ended.
+    pub unsent: u64,
+    /// Requests still unanswered when the drain period ran out.
+    pub unanswered: u64,
+}
+
+impl StepResult {
+    pub fn throughput(&self) -> f64 {
+        if self.measured_seconds > 0.0 {
+            self.completed as f64 / self.measured_seconds
+        } else {
+            0.0
+        }
+    }
+    pub fn keys_per_second(&self) -> f64 {
+        if self.measured_seconds > 0.0 {
+            (self.hits + self.misses + self.sets) as f64 / self.measured_seconds
+        } else {
+            0.0
+        }
+    }
+    /// An open-loop step that fell behind its schedule measured the server's
+    /// overload, not its latency at that rate.
+    pub fn kept_up(&self) -> bool {
+        match self.pace {
+            Pace::Closed => self.unanswered == 0,
+            Pace::Open(rate) => self.unanswered == 0 && self.unsent == 0 && self.throughput() >= 0.95 * rate,
+        }
+    }
+}
+
+pub struct Runner {
+    epfd: RawFd,
+    conns: Vec<Conn>,
+    pub depth: usize,
+    base: Instant,
+    step_id: u32,
+    pub workload: Workload,
+}
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+impl Runner {
+    pub fn connect(addr: SocketAddrV4, nconns: usize, depth: usize, workload: Workload) -> Result<Runner, String> {
+        let epfd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) }).map_err(|e| format!("epoll: {e}"))?;
+        let mut conns = Vec::with_capacity(nconns);
+        for i in 0..nconns {
+            let stream = TcpStream::connect_timeout(&addr.into(), Duration::from_secs(5))
+                .map_err(|e| format!("connection {} of {nconns} to {addr}: {e}", i + 1))?;
+            stream.set_nodelay(true).map_err(|e| e.to_string())?;
+            stream.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let fd = stream.as_raw_fd();
+            let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: i as u64 };
+            cvt(unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) })
+                .map_err(|e| format!("epoll_ctl: {e}"))?;
+            conns.push(Conn {
+                _stream: stream,
+                fd,
+                wbuf: Vec::with_capacity(64 * 1024),
+                wpos: 0,
+                want_out: false,
+                rbuf: vec![0u8; READ_BUF],
+                rstart: 0,
+                rend: 0,
+                parser: Parser::default(),
+                inflight: VecDeque::with_capacity(depth.max(1) * 2),
+                backlog: VecDeque::new(),
+            });
+        }
+        // A server that accepts and then drops connections over its limit
+        // (memcached's -c) must fail here, not silently measure fewer conns.
+        std::thread::sleep(Duration::from_millis(50));
+        for (i, c) in conns.iter().enumerate() {
+            let mut b = [0u8; 1];
+            let r = unsafe { libc::recv(c.fd, b.as_mut_ptr() as *mut _, 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+            if r == 0 {
+                return Err(format!("server closed connection {} of {nconns} right after accept (connection limit?)", i + 1));
+            }
+        }
+        Ok(Runner { epfd, conns, depth: depth.max(1), base: Instant::now(), step_id: 0, workload })
+    }
+
+    #[inline]
+    fn now(&self) -> u64 {
+        self.base.elapsed().as_nanos() as u64
+    }
+
+    pub fn run_step(&mut self, spec: &StepSpec) -> Result<StepResult, String> {
+        self.step_id += 1;
+        let step = self.step_id;
+        let nconns = self.conns.len();
+        let mut hist = Histogram::<u64>::new_with_bounds(1, 100_000_000_000, 3).unwrap();
+        let mut r = StepResult {
+            label: spec.label.clone(),
+            pace: spec.pace,
+            depth: self.depth,
+            conns: nconns,
+            measured_seconds: 0.0,
+            hist: hist.clone(),
+            completed: 0,
+            gets: 0,
+            sets: 0,
+            keys_requested: 0,
+            hits: 0,
+            misses: 0,
+            stored: 0,
+            not_stored: 0,
+            errors: 0,
+            sent: 0,
+            unsent: 0,
+            unanswered: 0,
+        };
+        let start = self.now();
+        let measure_start = start + spec.warmup.as_nanos() as u64;
+        let end = measure_start + spec.duration.as_nanos() as u64;
+        let max_requests = if spec.max_requests == 0 { u64::MAX } else { spec.max_requests };
+        let mut stop_at: Option<u64> = None;
+        let mut sending = true;
+        let mut next_progress = start + 1_000_000_000;
+        let mut last_progress_completed = 0u64;
+        // Open loop schedule.
+        let period_ns = match spec.pace {
+            Pace::Open(rate) => 1e9 / rate,
+            Pace::Closed => 0.0,
+        };
+        let mut next_index: u64 = 0;
+        let mut next_due: u64 = start;
+        let mut events: Vec<libc::epoll_event> = vec![libc::epoll_event { events: 0, u64: 0 }; 1024];
+        let mut replies: Vec<Reply> = Vec::with_capacity(1024);
+        let mut dirty: Vec<usize> = Vec::with_capacity(nconns);
+
+        // Closed loop starts with every connection's pipeline full.
+        if spec.pace == Pace::Closed {
+            let now = self.now();
+            for ci in 0..nconns {
+                while self.conns[ci].inflight.len() < self.depth && r.sent < max_requests {
+                    self.send_one(ci, now, now >= measure_start, step, spec.source, &mut r);
+                }
+                self.flush(ci)?;
+            }
+        }
+
+        loop {
+            let mut now = self.now();
+            // The request bound counts requests actually sent, so an open-loop
+            // step also sends what its backlog still holds.
+            if sending && (now >= end || r.sent >= max_requests) {
+                sending = false;
+                stop_at = Some(now.min(end));
+                for c in self.conns.iter_mut() {
+                    r.unsent += c.backlog.len() as u64;
+                    c.backlog.clear();
+                }
+            }
+            if let Pace::Open(_) = spec.pace {
+                if sending {
+                    // next_index counts requests that came due: sent or backlogged.
+                    while next_due <= now && next_index < max_requests {
+                        let ci = (next_index % nconns as u64) as usize;
+                        if self.conns[ci].inflight.len() < self.depth {
+                            if self.conns[ci].wbuf.is_empty() {
+                                dirty.push(ci);
+                            }
+                            self.send_one(ci, next_due, next_due >= measure_start, step, spec.source, &mut r);
+                        } else {
+                            self.conns[ci].backlog.push_back(next_due);
+                        }
+                        next_index += 1;
+                        next_due = start + (next_index as f64 * period_ns) as u64;
+                    }
+                    for ci in dirty.drain(..) {
+                        if !self.conns[ci].want_out {
+                            self.flush(ci)?;
+                        }
+                    }
+                }
+            }
+            if !sending {
+                let outstanding: usize = self.conns.iter().map(|c| c.inflight.iter().filter(|p| p.step == step).count()).sum();
+                if outstanding == 0 {
+                    break;
+                }
+                if now > stop_at.unwrap() + DRAIN_NS {
+                    r.unanswered = outstanding as u64;
+                    break;
+                }
+            }
+            if spec.progress && now >= next_progress {
+                let done = r.completed - last_progress_completed;
+                last_progress_completed = r.completed;
+                eprintln!(
+                    "    [{}] {:>5.1}s  {:>9.0} req/s  sent {}",
+                    spec.label,
+                    (now - start) as f64 / 1e9,
+                    done as f64,
+                    r.sent
+                );
+                next_progress += 1_000_000_000;
+            }
+
+            // How long may we sleep? Open loop wakes for the next due request:
+            // busy-polls when it is close (sleep timers are too coarse), sleeps
+            // with a nanosecond timeout otherwise.
+            let wake_at = if !sending {
+                now + 10_000_000
+            } else if let Pace::Open(_) = spec.pace {
+                next_due.min(end)
+            } else {
+                end
+            };
+            let wait_ns = wake_at.saturating_sub(now).min(10_000_000);
+            let n = if wait_ns < 100_000 {
+                unsafe { libc::epoll_wait(self.epfd, events.as_mut_ptr(), events.len() as i32, 0) }
+            } else {
+                let ts = libc::timespec { tv_sec: 0, tv_nsec: (wait_ns - 50_000) as i64 };
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_epoll_pwait2,
+                        self.epfd,
+                        events.as_mut_ptr(),
+                        events.len() as i32,
+                        &ts as *const libc::timespec,
+                        std::ptr::null::<libc::sigset_t>(),
+                        0usize,
+                    ) as i32
+                }
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(format!("epoll_wait: {e}"));
+            }
+            for ev in &events[..n as usize] {
+                let ci = ev.u64 as usize;
+                let flags = ev.events;
+                if flags & (libc::EPOLLOUT as u32) != 0 {
+                    self.flush(ci)?;
+                }
+                if flags & ((libc::EPOLLIN | libc::EPOLLERR | libc::EPOLLHUP) as u32) == 0 {
+                    continue;
+                }
+                self.read_replies(ci, &mut replies)?;
+                if replies.is_empty() {
+                    continue;
+                }
+                now = self.now();
+                for rep in replies.drain(..) {
+                    let p = self.conns[ci]
+                        .inflight
+                        .pop_front()
+                        .ok_or_else(|| "reply without an outstanding request".to_string())?;
+                    if p.step != step {
+                        continue;
+                    }
+                    let fill = if spec.set_on_miss
+                        && p.kind == OpKind::Get
+                        && p.nkeys == 1
+                        && rep.status == Status::Ok
+                        && rep.values == 0
+                    {
+                        Some(p.key)
+                    } else {
+                        None
+                    };
+                    if p.measured {
+                        hist.saturating_record(now.saturating_sub(p.t).max(1));
+                        if now <= stop_at.unwrap_or(end).min(end) {
+                            r.completed += 1;
+                        }
+                        match p.kind {
+                            OpKind::Get => {
+                                r.gets += 1;
+                                r.keys_requested += p.nkeys as u64;
+                                if rep.status == Status::Error {
+                                    r.errors += 1;
+                                } else {
+                                    let hits = (rep.values as u64).min(p.nkeys as u64);
+                                    r.hits += hits;
+                                    r.misses += p.nkeys as u64 - hits;
+                                }
+                            }
+                            OpKind::Set => {
+                                r.sets += 1;
+                                match rep.status {
+                                    Status::Ok => r.stored += 1,
+                                    Status::NotStored => r.not_stored += 1,
+                                    Status::Error => r.errors += 1,
+                                }
+                            }
+                        }
+                    }
+                    if sending && r.sent < max_requests {
+                        if let Some(k) = fill {
+                            // In closed loop the fill takes the place of the next request.
+                            self.send_set(ci, k, now, now >= measure_start, step, &mut r);
+                            if spec.pace == Pace::Closed {
+                                continue;
+                            }
+                        }
+                        match spec.pace {
+                            Pace::Closed => self.send_one(ci, now, now >= measure_start, step, spec.source, &mut r),
+                            Pace::Open(_) => {
+                                if let Some(due) = self.conns[ci].backlog.pop_front() {
+                                    self.send_one(ci, due, due >= measure_start, step, spec.source, &mut r);
+                                }
+                            }
+                        }
+                    }
+                }
+                if !self.conns[ci].want_out {
+                    self.flush(ci)?;
+                }
+            }
+        }
+        let stop = stop_at.unwrap_or(end).min(end);
+        r.measured_seconds = stop.saturating_sub(measure_start) as f64 / 1e9;
+        r.hist = hist;
+        Ok(r)
+    }
+
+    #[inline]
+    fn send_one(&mut self, ci: usize, t: u64, measured: bool, step: u32, source: Source, r: &mut StepResult) {
+        let c = &mut self.conns[ci];
+        let (kind, nkeys, key) = match source {
+            Source::Mix => self.workload.encode_next(&mut c.wbuf),
+            Source::Fill => self.workload.encode_fill(&mut c.wbuf),
+        };
+        c.inflight.push_back(Pending { t, nkeys, kind, key, step, measured });
+        r.sent += 1;
+    }
+
+    fn send_set(&mut self, ci: usize, key: u64, t: u64, measured: bool, step: u32, r: &mut StepResult) {
+        let c = &mut self.conns[ci];
+        self.workload.encode_set(key, &mut c.wbuf);
+        c.inflight.push_back(Pending { t, nkeys: 1, kind: OpKind::Set, key, step, measured });
+        r.sent += 1;
+    }
+
+    fn flush(&mut self, ci: usize) -> Result<(), String> {
+        let epfd = self.epfd;
+        let c = &mut self.conns[ci];
+        while c.wpos < c.wbuf.len() {
+            let n = unsafe {
+                libc::send(
+                    c.fd,
+                    c.wbuf[c.wpos..].as_ptr() as *const _,
+                    c.wbuf.len() - c.wpos,
+                    libc::MSG_NOSIGNAL,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => break,
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return Err(format!("send on connection {ci}: {e}")),
+                }
+            }
+            c.wpos += n as usize;
+        }
+        let pending = c.wpos < c.wbuf.len();
+        if !pending {
+            c.wbuf.clear();
+            c.wpos = 0;
+        }
+        if pending != c.want_out {
+            c.want_out = pending;
+            let mut ev = libc::epoll_event {
+                events: (libc::EPOLLIN | if pending { libc::EPOLLOUT } else { 0 }) as u32,
+                u64: ci as u64,
+            };
+            cvt(unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, c.fd, &mut ev) })
+                .map_err(|e| format!("epoll_ctl: {e}"))?;
+        }
+        Ok(())
+    }
+
+    fn read_replies(&mut self, ci: usize, out: &mut Vec<Reply>) -> Result<(), String> {
+        let c = &mut self.conns[ci];
+        loop {
+            if c.rstart == c.rend {
+                c.rstart = 0;
+                c.rend = 0;
+            } else if c.rend == c.rbuf.len() {
+                c.rbuf.copy_within(c.rstart..c.rend, 0);
+                c.rend -= c.rstart;
+                c.rstart = 0;
+            }
+            let n = unsafe {
+                libc::recv(c.fd, c.rbuf[c.rend..].as_mut_ptr() as *mut _, c.rbuf.len() - c.rend, 0)
+            };
+            if n == 0 {
+                return Err(format!("server closed connection {ci}"));
+            }
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => return Ok(()),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return Err(format!("recv on connection {ci}: {e}")),
+                }
+            }
+            c.rend += n as usize;
+            let filled = c.rend == c.rbuf.len();
+            let used = c
+                .parser
+                .feed(&c.rbuf[c.rstart..c.rend], |rep| out.push(rep))
+                .map_err(|e| format!("connection {ci}: {e}"))?;
+            c.rstart += used;
+            if !filled {
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        unsafe { libc::close(self.epfd) };
+    }
+}

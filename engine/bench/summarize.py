@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Turns one bench-engine.sh results directory into the figures, the
+cachetd/memcached ratios and PASS/MISS against the targets of engine issue 2.
+
+Why a separate script: the shell driver only runs things; every number that
+is quoted (terminal, summary.json, docs/benchmarks.md) comes from here, so
+they cannot disagree. Usage: summarize.py RESULTS_DIR  (writes summary.json)
+"""
+import json
+import os
+import statistics
+import sys
+
+SERVERS = ("cachetd", "memcached")
+W2_P999_LIMIT_US = 2000.0
+W1_MEAN_LIMIT_US = 1000.0
+
+
+def load(d, name):
+    path = os.path.join(d, name)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def max_throughput(d, kind, server):
+    runs = []
+    i = 1
+    while True:
+        j = load(d, f"w1-{kind}-{server}-{i}.json")
+        if j is None:
+            break
+        runs.append(j["steps"][0]["throughput"])
+        i += 1
+    return (statistics.median(runs) if runs else None), runs
+
+
+def steps(d, name):
+    j = load(d, name)
+    return j["steps"] if j else []
+
+
+def best_rate(step_list, ok):
+    """Highest target rate of a step that kept up and met `ok`; steps run in
+    increasing order and stop at the first failure, so this is the last
+    passing one before it."""
+    best = None
+    for s in step_list:
+        if s["kept_up"] and s["latency_us"] and ok(s["latency_us"]):
+            best = s["target_rate"]
+        else:
+            break
+    return best
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def main():
+    d = sys.argv[1]
+    machine = load(d, "machine.json") or {}
+    cal = load(d, "calibration.json")
+    figures = {}
+    for s in SERVERS:
+        f = {}
+        f["w1_pipelined"], f["w1_pipelined_rounds"] = max_throughput(d, "pipelined", s)
+        f["w1_unpipelined"], f["w1_unpipelined_rounds"] = max_throughput(d, "unpipelined", s)
+        w1s = steps(d, f"w1-steps-{s}.json")
+        f["w1_steps"] = [
+            {k: st[k] for k in ("target_rate", "throughput", "kept_up")}
+            | {"mean_us": (st["latency_us"] or {}).get("mean"), "p99_us": (st["latency_us"] or {}).get("p99")}
+            for st in w1s
+        ]
+        f["w1_rate_mean_under_1ms"] = best_rate(w1s, lambda l: l["mean"] <= W1_MEAN_LIMIT_US)
+        w2s = steps(d, f"w2-steps-{s}.json")
+        f["w2_steps"] = [
+            {k: st[k] for k in ("target_rate", "throughput", "kept_up")}
+            | {"p50_us": (st["latency_us"] or {}).get("p50"), "p999_us": (st["latency_us"] or {}).get("p999")}
+            for st in w2s
+        ]
+        f["w2_rate_p999_under_2ms"] = best_rate(w2s, lambda l: l["p999"] <= W2_P999_LIMIT_US)
+        f["w2_top_step_passed"] = bool(w2s) and f["w2_rate_p999_under_2ms"] == w2s[-1]["target_rate"] and len(w2s) > 0 and w2s[-1]["kept_up"] and w2s[-1]["latency_us"]["p999"] <= W2_P999_LIMIT_US
+        rss = load(d, f"w3-rss-{s}.json")
+        if rss and rss["curr_items"]:
+            f["w3_rss_kb_before"] = rss["rss_before_kb"]
+            f["w3_rss_kb_after"] = rss["rss_after_kb"]
+            f["w3_items"] = rss["curr_items"]
+            f["w3_bytes_per_item"] = (rss["rss_after_kb"] - rss["rss_before_kb"]) * 1024 / rss["curr_items"]
+        else:
+            f["w3_bytes_per_item"] = None
+        w4 = load(d, f"w4-{s}.json")
+        if w4 and w4["steps"]:
+            f["w4_hit_ratio"] = w4["steps"][0]["hit_ratio"]
+            st = w4.get("server_stats") or {}
+            f["w4_items_held"] = st.get("curr_items")
+            f["w4_evictions"] = st.get("evictions")
+        else:
+            f["w4_hit_ratio"] = None
+        figures[s] = f
+
+    c, m = figures["cachetd"], figures["memcached"]
+    targets = [
+        ("W1 pipelined GET throughput", "w1_pipelined", ">=", 4.0, "req/s"),
+        ("W1 unpipelined GET throughput", "w1_unpipelined", ">=", 1.3, "req/s"),
+        ("W2 highest rate with p999 < 2 ms", "w2_rate_p999_under_2ms", ">=", 1.3, "req/s"),
+        ("W3 RSS bytes per item", "w3_bytes_per_item", "<=", 0.75, "B"),
+        ("W4 hit ratio, Zipf 0.99, 10% memory", "w4_hit_ratio", ">=", 1.0, ""),
+    ]
+    rows = []
+    for name, key, op, goal, unit in targets:
+        r = ratio(c.get(key), m.get(key))
+        if r is None:
+            verdict = "NO DATA"
+        elif op == ">=":
+            verdict = "PASS" if r >= goal else "MISS"
+        else:
+            verdict = "PASS" if r <= goal else "MISS"
+        note = ""
+        if key == "w2_rate_p999_under_2ms" and c.get("w2_top_step_passed"):
+            note = "cachetd passed the top step: its figure is a lower bound"
+        if key == "w2_rate_p999_under_2ms" and c.get(key) is None:
+            note = "cachetd missed the SLO at the first step"
+        rows.append({"target": name, "key": key, "cachetd": c.get(key), "memcached": m.get(key),
+                     "ratio": r, "goal": f"{op} {goal}x", "verdict": verdict, "unit": unit, "note": note})
+
+    def fmt(v, key):
+        if v is None:
+            return "-"
+        if key == "w4_hit_ratio":
+            return f"{v:.4f}"
+        if key == "w3_bytes_per_item":
+            return f"{v:.1f}"
+        return f"{v:,.0f}"
+
+    print(f"machine: {machine.get('cpu_model', '?')}, {machine.get('cpus', '?')} CPUs, kernel {machine.get('kernel', '?')}; "
+          f"memcached {machine.get('memcached_version', '?')}; cachetd {machine.get('cachetd_commit', '?')}")
+    print(f"load average at start {machine.get('loadavg_start', '?')}, at end {load(d, 'loadavg_end.json') or '?'}")
+    if cal:
+        print(f"load generator ceiling (cachet-sink, pipelined): {cal['steps'][0]['throughput']:,.0f} req/s")
+    print()
+    print(f"{'figure':<38} {'cachetd':>12} {'memcached':>12} {'ratio':>7}  target   result")
+    for row in rows:
+        r = "-" if row["ratio"] is None else f"{row['ratio']:.2f}x"
+        print(f"{row['target']:<38} {fmt(row['cachetd'], row['key']):>12} {fmt(row['memcached'], row['key']):>12} "
+              f"{r:>7}  {row['goal']:<8} {row['verdict']}" + (f"  ({row['note']})" if row["note"] else ""))
+    print()
+    print(f"W1 rate with mean RTT <= 1 ms (seed 000's criterion): cachetd {fmt(c['w1_rate_mean_under_1ms'], '')}, "
+          f"memcached {fmt(m['w1_rate_mean_under_1ms'], '')}")
+    for s in SERVERS:
+        print(f"W1 pipelined rounds {s}: {[round(x) for x in figures[s]['w1_pipelined_rounds']]}, "
+              f"unpipelined: {[round(x) for x in figures[s]['w1_unpipelined_rounds']]}")
+    for s in SERVERS:
+        f = figures[s]
+        if f.get("w4_items_held") is not None:
+            print(f"W4 {s}: items held {f['w4_items_held']}, evictions {f['w4_evictions']}")
+    print("(a benchmark, not a test: MISS never fails the build)")
+    summary = {"machine": machine, "calibration_req_s": cal["steps"][0]["throughput"] if cal else None,
+               "loadavg_end": load(d, "loadavg_end.json"), "targets": rows, "figures": figures}
+    with open(os.path.join(d, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
