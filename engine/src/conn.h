@@ -70,6 +70,7 @@ struct conn {
     size_t           pending_len;
     bool             write_blocked; /* waiting for EPOLLOUT */
     bool             yielded;       /* on the worker's pending list */
+    bool             started;       /* the first byte has been looked at */
     struct conn     *next_pending;
     struct conn     *prev, *next;   /* worker's connection list */
     /* for stats conns (read by other threads under the registry lock) */

@@ -283,6 +283,15 @@ static void process_input(struct conn *c)
             continue;
         }
         if (!avail) break;
+        if (!c->started) {
+            c->started = true;
+            /* a binary-protocol client would wait forever for a newline */
+            if ((unsigned char)c->rbuf[c->rstart] == 0x80) {
+                out_str(c, "SERVER_ERROR binary protocol is not supported; use the ASCII or meta protocol");
+                c->state = CONN_CLOSING;
+                break;
+            }
+        }
         if (out_pending(c) > OUT_HIGH_WATER || handled >= settings.reqs_per_event) {
             conn_set_yielded(c);
             break;

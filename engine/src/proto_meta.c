@@ -80,6 +80,7 @@ static void process_mg(struct conn *c, struct request *r)
     if (has(r, 'N')) { opts.vivify = true; opts.vivify_exptime = storage_exptime(r->meta.ttl_N); }
     if (has(r, 'R')) { opts.recache = true; opts.recache_below = (rel_time_t)(r->meta.ttl_R < 0 ? 0 : r->meta.ttl_R); }
     if (has(r, 'u')) opts.no_lru_bump = true;
+    opts.win_tokens = true;   /* a stale item hands W to its first reader, Z afterwards */
     bool want_value = has(r, 'v');
     STAT_INC(w, cmd_get);
     if (opts.touch) STAT_INC(w, cmd_touch);
@@ -117,9 +118,10 @@ static void process_mg(struct conn *c, struct request *r)
         default: p = echo_common(p, r, f); break;
         }
     }
-    if (v.win) { memcpy(p, " W", 2); p += 2; }
-    if (v.stale) { memcpy(p, " X", 2); p += 2; }
+    /* memcached's order: Z (token already out), X (stale), W (you win) */
     if (v.win_sent_before) { memcpy(p, " Z", 2); p += 2; }
+    if (v.stale) { memcpy(p, " X", 2); p += 2; }
+    if (v.win) { memcpy(p, " W", 2); p += 2; }
     *p++ = '\r'; *p++ = '\n';
     if (!want_value) {
         if (v.ref) item_view_release(w->st, &v);
