@@ -57,6 +57,7 @@ MALFORMED = [
     ("set k 0 abc 1", b"CLIENT_ERROR bad command line format"),
     ("set k 0 0 abc", b"CLIENT_ERROR bad command line format"),
     ("set k 0 0 -1", b"CLIENT_ERROR bad command line format"),
+    ("set k -1 0 1", b"CLIENT_ERROR bad command line format"),
     ("cas k 0 0 1", ANY_ERROR),
     ("cas k 0 0 1 abc", b"CLIENT_ERROR bad command line format"),
     ("incr", b"ERROR"),

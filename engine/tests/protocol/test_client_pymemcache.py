@@ -446,9 +446,11 @@ def test_absolute_unix_time(mc, key):
     assert mc.get(key + "-later") == b"l"
 
 
-def test_ttl_of_30_days_is_relative(mc, key):
+def test_ttl_of_30_days_is_relative_beyond_is_absolute(mc, key):
     mc.set(key, b"r", expire=60 * 60 * 24 * 30)
-    assert mc.get(key) == b"r"
+    assert mc.get(key) == b"r", "30 days exactly is still relative"
+    mc.set(key + "-abs", b"a", expire=60 * 60 * 24 * 30 + 1)
+    assert mc.get(key + "-abs") is None, "one second more is a unix time in 1970: already expired"
 
 
 # ---- keys ----------------------------------------------------------------------------------------

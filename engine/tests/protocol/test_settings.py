@@ -129,3 +129,20 @@ def test_hashpower_option(start_server):
     srv = start_server("-o", "hashpower=20")
     with srv.conn() as c:
         assert c.stats()["hash_power_level"] == "20"
+
+
+def test_udp_is_off(start_server):
+    srv = start_server()
+    assert settings_of(srv)["udpport"] == "0"
+
+
+def test_explicit_slab_sizes(start_server):
+    srv = start_server("-o", "slab_sizes=128-512-2048")
+    with srv.conn() as c:
+        assert c.store("set", "small", "s" * 100) == b"STORED"
+        assert c.store("set", "large", "l" * 1000) == b"STORED"
+        assert c.values("get small large") == {"small": (0, b"s" * 100, None), "large": (0, b"l" * 1000, None)}
+        slabs = c.stats("slabs")
+    used = {int(slabs[k.replace("used_chunks", "chunk_size")])
+            for k, v in slabs.items() if k.endswith(":used_chunks") and int(v) > 0}
+    assert used == {512, 2048}, f"items landed in classes {used}; stats slabs: {slabs}"
