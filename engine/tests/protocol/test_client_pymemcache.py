@@ -320,6 +320,27 @@ def test_stats_sizes_always_on(mc, key):
     assert counts and sum(counts.values()) >= 1, f"stats sizes: {sizes}"
 
 
+BAG_STATS = ["lru_bags", "lru_bags_opened", "lru_cleaner_passes", "lru_items_moved",
+             "lru_bags_merged", "lru_items_merged"]
+
+
+@pytest.mark.cachetd_only(reason="bag-LRU statistics are cachetd's own (memcached has a segmented LRU)")
+def test_bag_lru_stats(mc, key):
+    mc.set_many({f"{key}-{i}": b"b" * 200 for i in range(500)})
+    first = stats_of(mc)
+    missing = [n for n in BAG_STATS if n not in first]
+    assert not missing, f"stats lacks bag-LRU counters {missing}"
+    assert all(isinstance(first[n], int) and first[n] >= 0 for n in BAG_STATS)
+    assert first["lru_bags"] >= 1
+    items = stats_of(mc, "items")
+    per_class = {k: v for k, v in items.items() if k.endswith(":bags")}
+    assert per_class and max(per_class.values()) >= 1, f"stats items has no per-class bag count: {items}"
+    deadline = time.monotonic() + 15
+    while stats_of(mc)["lru_cleaner_passes"] <= first["lru_cleaner_passes"]:
+        assert time.monotonic() < deadline, "the bag cleaner made no pass in 15 s"
+        time.sleep(0.5)
+
+
 def test_stats_conns(server):
     with server.conn() as c:
         conns = c.stats("conns")
