@@ -287,36 +287,46 @@ static void maybe_request_expansion(struct stripe *sp)
     pthread_mutex_unlock(&exp_lock);
 }
 
-/* Moves every old bucket into the table twice its size. */
-static void expand(void)
+/* Expansion in three steps (begin, move buckets, finish) so the unit tests
+ * can stop half way and check reads and writes against a half-moved table. */
+static struct tstate *exp_prev, *exp_mid;
+
+static bool expansion_begin(void)
 {
     struct tstate *st = atomic_load_explicit(&state, memory_order_acquire);
-    if (st->old || st->cur_power >= MAX_HASHPOWER) return;
+    if (st->old || st->cur_power >= MAX_HASHPOWER) return false;
     unsigned np = st->cur_power + 1;
     _Atomic uint32_t *nb = alloc_buckets(np);
-    if (!nb) {
-        fprintf(stderr, "cachetd: hash table expansion to 2^%u failed: out of memory\n", np);
-        return;
-    }
     struct tstate *mid = calloc(1, sizeof(*mid));
-    struct tstate *fin = calloc(1, sizeof(*fin));
-    if (!mid || !fin) { free(mid); free(fin); free((void *)nb); return; }
+    if (!nb || !mid) {
+        fprintf(stderr, "cachetd: hash table expansion to 2^%u failed: out of memory\n", np);
+        free((void *)nb);
+        free(mid);
+        return false;
+    }
     mid->cur = nb; mid->cur_power = np; mid->old = st->cur; mid->old_power = st->cur_power;
-    fin->cur = nb; fin->cur_power = np;
-
     atomic_store_explicit(&migrated, 0, memory_order_release);
     atomic_store_explicit(&expanding, true, memory_order_release);
     /* A writer that read the previous state under its stripe lock inserts
      * into what is now the old table; the move of that bucket waits for its
      * lock, so the item moves with the rest. */
     atomic_store_explicit(&state, mid, memory_order_release);
+    exp_prev = st;
+    exp_mid = mid;
+    return true;
+}
 
-    uint32_t old_n = (uint32_t)1 << st->cur_power;
-    uint32_t new_mask = ((uint32_t)1 << np) - 1;
-    for (uint32_t ob = 0; ob < old_n; ob++) {
+/* Moves up to n more old buckets; returns true when all have moved. */
+static bool expansion_migrate(uint32_t n)
+{
+    struct tstate *mid = exp_mid;
+    uint32_t old_n = (uint32_t)1 << mid->old_power;
+    uint32_t new_mask = ((uint32_t)1 << mid->cur_power) - 1;
+    uint32_t ob = atomic_load_explicit(&migrated, memory_order_relaxed);
+    for (uint32_t done = 0; ob < old_n && done < n; ob++, done++) {
         struct stripe *sp = &stripes[ob & (STRIPES - 1)];
         pthread_mutex_lock(&sp->lock);
-        uint32_t h = atomic_load_explicit(&st->cur[ob], memory_order_relaxed);
+        uint32_t h = atomic_load_explicit(&mid->old[ob], memory_order_relaxed);
         if (h) {
             uint32_t s = atomic_load_explicit(&sp->seq, memory_order_relaxed);
             atomic_store_explicit(&sp->seq, s + 1, memory_order_relaxed);
@@ -325,12 +335,12 @@ static void expand(void)
                 item *it = handle_item(h);
                 uint32_t next = atomic_load_explicit(&it->h_next, memory_order_relaxed);
                 uint32_t nbk = hash_key(item_key(it), it->nkey) & new_mask;
-                atomic_store_explicit(&it->h_next, atomic_load_explicit(&nb[nbk], memory_order_relaxed),
+                atomic_store_explicit(&it->h_next, atomic_load_explicit(&mid->cur[nbk], memory_order_relaxed),
                                       memory_order_relaxed);
-                atomic_store_explicit(&nb[nbk], h, memory_order_release);
+                atomic_store_explicit(&mid->cur[nbk], h, memory_order_release);
                 h = next;
             }
-            atomic_store_explicit(&st->cur[ob], 0, memory_order_release);
+            atomic_store_explicit(&mid->old[ob], 0, memory_order_release);
             atomic_store_explicit(&migrated, ob + 1, memory_order_release);
             atomic_store_explicit(&sp->seq, s + 2, memory_order_release);
         } else {
@@ -338,7 +348,16 @@ static void expand(void)
         }
         pthread_mutex_unlock(&sp->lock);
     }
-    atomic_store_explicit(&state, fin, memory_order_release);
+    return ob >= old_n;
+}
+
+static void expansion_finish(void)
+{
+    struct tstate *mid = exp_mid, *prev = exp_prev;
+    struct tstate *fin = calloc(1, sizeof(*fin));
+    if (!fin) { fin = mid; mid = NULL; }   /* keep serving from the mid state */
+    else { fin->cur = exp_mid->cur; fin->cur_power = exp_mid->cur_power; }
+    if (mid) atomic_store_explicit(&state, fin, memory_order_release);
     atomic_store_explicit(&expanding, false, memory_order_release);
     atomic_fetch_add(&expansions, 1);
     /* Writers read the state under their stripe lock (no read section):
@@ -349,11 +368,26 @@ static void expand(void)
         pthread_mutex_unlock(&stripes[i].lock);
     }
     epoch_synchronize();
-    free((void *)st->cur);
-    free(st);
-    free(mid);
-    if (g_cfg.verbose > 0) fprintf(stderr, "cachetd: hash table expanded to 2^%u buckets\n", np);
+    if (mid) {
+        free((void *)prev->cur);
+        free(mid);
+    }
+    free(prev);
+    exp_mid = exp_prev = NULL;
+    if (g_cfg.verbose > 0) fprintf(stderr, "cachetd: hash table expanded to 2^%u buckets\n", fin->cur_power);
 }
+
+static void expand(void)
+{
+    if (!expansion_begin()) return;
+    while (!expansion_migrate(1024)) { }
+    expansion_finish();
+}
+
+/* Test hooks (the expander thread must not be running). */
+bool assoc_test_expansion_begin(void) { return expansion_begin(); }
+bool assoc_test_expansion_migrate(uint32_t n) { return expansion_migrate(n); }
+void assoc_test_expansion_finish(void) { expansion_finish(); }
 
 static void *expander_main(void *arg)
 {

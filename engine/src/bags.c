@@ -38,6 +38,7 @@
 #define EVICT_BATCH 8          /* chunks freed per eviction call: amortises the grace period */
 #define BAG_TARGET_MIN 256
 #define CLEAN_BUDGET 50000     /* items visited per class per cleaner pass */
+#define BAG_MAX_AGE 5          /* seconds before an idle newest bag is closed anyway */
 
 struct bag {
     _Atomic uint32_t head;      /* oldest item */
@@ -366,26 +367,40 @@ static void clean_class(int clsid, bool flush, bool full, struct limbo *lb)
     pthread_mutex_lock(&l->lock);
     struct bag *nw = atomic_load_explicit(&l->newest, memory_order_relaxed);
     uint32_t target = bag_target(clsid);
-    if (atomic_load(&nw->count) >= target || (flush && atomic_load(&nw->count) > 0)) open_bag(l);
+    /* A full newest bag is closed; so is an idle one after BAG_MAX_AGE, so that
+     * what sits in the two append targets is eventually cleaned too. */
+    rel_time_t now = now_time();
+    bool idle_items = atomic_load(&nw->count) > 0 || atomic_load(&l->alt->count) > 0;
+    if (atomic_load(&nw->count) >= target || (flush && atomic_load(&nw->count) > 0) ||
+        (idle_items && now - nw->opened >= BAG_MAX_AGE))
+        open_bag(l);
     if (flush && atomic_load(&l->alt->count) > 0) open_bag(l);
 
     unsigned budget = full ? UINT32_MAX : CLEAN_BUDGET;
     bool sweep = full || class_needs_sweep(clsid, flush);
-    struct bag *b = l->cursor ? l->cursor : l->oldest;
+    /* Items are cleaned from the cursor on while the budget lasts (all bags
+     * when a sweep is due, else only the oldest bag); bag counts are cheap,
+     * so small bags are merged along the whole chain on every pass. */
+    struct bag *b = sweep && l->cursor ? l->cursor : l->oldest;
+    struct bag *resume = NULL;
     unsigned visited = 0;
-    while (b && visited < budget) {
+    while (b && bag_editable(l, b)) {
         struct bag *next = b->newer;
-        if (!bag_editable(l, b)) { b = NULL; break; }
-        if (sweep || b == l->oldest) visited += clean_bag(l, b, clsid, lb, budget - visited);
+        if ((sweep || b == l->oldest) && visited < budget) {
+            visited += clean_bag(l, b, clsid, lb, budget - visited);
+            if (visited >= budget && !resume) resume = next;
+        }
         uint32_t cnt = atomic_load(&b->count);
         if (cnt == 0) {
+            if (resume == b) resume = next;
             drop_bag(l, b);
         } else if (next && bag_editable(l, next) && cnt + atomic_load(&next->count) <= target) {
+            if (resume == b) resume = next;
             merge_into_newer(l, b);
         }
         b = next;
-        if (!sweep) break;
     }
+    b = resume;
     l->cursor = (b && bag_editable(l, b)) ? b : NULL;
     pthread_mutex_unlock(&l->lock);
 }

@@ -70,4 +70,29 @@ static inline const char *get_str(const char *key, struct item_view *vout)
 
 static inline bool streq(const char *a, const char *b) { return a && b && strcmp(a, b) == 0; }
 
+
+
+#include <stdarg.h>
+
+/* Reads one numeric stat through the same writer interface the server uses. */
+struct stat_grab { const char *want; long long value; bool found; };
+static void stat_grab_cb(void *ctx, const char *name, const char *fmt, ...)
+{
+    struct stat_grab *g = ctx;
+    if (strcmp(name, g->want) != 0) return;
+    char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    g->value = atoll(buf);
+    g->found = true;
+}
+static inline long long stat_of(void (*fn)(stat_writer, void *), const char *name)
+{
+    struct stat_grab g = {name, -1, false};
+    fn(stat_grab_cb, &g);
+    return g.value;
+}
+static inline long long gstat(const char *name) { return stat_of(storage_stats_general, name); }
 #endif

@@ -1,0 +1,101 @@
+/* test_assoc.c - the hash table: insert/find/delete, online expansion (also
+ * stopped half way, with reads, writes and deletes against the half-moved
+ * table), the 1.5x growth rule and the stats it reports. */
+#include "test_helpers.h"
+
+bool assoc_test_expansion_begin(void);
+bool assoc_test_expansion_migrate(uint32_t n);
+void assoc_test_expansion_finish(void);
+
+static void key_of(char *buf, int i) { sprintf(buf, "key:%07d", i); }
+
+static void val_of(char *buf, int i, int ver) { sprintf(buf, "v%d-%d", i, ver); }
+
+static int check_all(int n, int ver, int deleted_mod)
+{
+    int bad = 0;
+    char k[32], v[32];
+    for (int i = 0; i < n; i++) {
+        key_of(k, i);
+        val_of(v, i, ver);
+        const char *got = get_str(k, NULL);
+        bool should = deleted_mod == 0 || i % deleted_mod != 0;
+        if (should ? !streq(got, v) : got != NULL) bad++;
+    }
+    return bad;
+}
+
+static void test_insert_find_delete(void)
+{
+    char k[32], v[32];
+    for (int i = 0; i < 300; i++) { key_of(k, i); val_of(v, i, 0); CHECK(put(k, v) == STORE_STORED); }
+    CHECK_EQ_U64(check_all(300, 0, 0), 0);
+    for (int i = 0; i < 300; i += 3) { key_of(k, i); CHECK(storage_delete(T, k, strlen(k), NULL) == STORE_STORED); }
+    CHECK_EQ_U64(check_all(300, 0, 3), 0);
+    CHECK(get_str("key:9999999", NULL) == NULL);
+    CHECK_EQ_U64(assoc_item_count(), 200);
+    CHECK_EQ_U64(gstat("curr_items"), 200);
+}
+
+static void test_grows_past_one_and_a_half(void)
+{
+    /* 256 buckets: 384 items are fine, the 385th asks for a bigger table */
+    CHECK_EQ_U64(gstat("hash_power_level"), 8);
+    char k[32], v[32];
+    for (int i = 0; i < 5000; i++) { key_of(k, i); val_of(v, i, 1); put(k, v); }
+    assoc_wait_expansion();
+    CHECK(gstat("hash_power_level") >= 12);   /* 5000 items need >= 3334 buckets */
+    CHECK_EQ_U64(gstat("hash_is_expanding"), 0);
+    CHECK(gstat("hash_expansions") >= 4);
+    CHECK_EQ_U64(gstat("hash_bytes"), (4ull << gstat("hash_power_level")));
+    CHECK_EQ_U64(check_all(5000, 1, 0), 0);
+}
+
+static void test_half_moved_table(void)
+{
+    char k[32], v[32];
+    int n = 20000;
+    for (int i = 0; i < n; i++) { key_of(k, i); val_of(v, i, 2); put(k, v); }
+    assoc_wait_expansion();
+    unsigned p0 = assoc_hashpower();
+    CHECK(assoc_test_expansion_begin());
+    CHECK_EQ_U64(gstat("hash_is_expanding"), 1);
+    CHECK_EQ_U64(gstat("hash_power_level"), p0 + 1);
+    uint32_t old_n = 1u << p0;
+    CHECK(!assoc_test_expansion_migrate(old_n / 3));
+    /* reads see every item, whether its bucket moved or not */
+    CHECK_EQ_U64(check_all(n, 2, 0), 0);
+    /* writes and deletes land in the right table */
+    for (int i = 0; i < n; i++) { key_of(k, i); val_of(v, i, 3); put(k, v); }
+    for (int i = 0; i < n; i += 7) { key_of(k, i); storage_delete(T, k, strlen(k), NULL); }
+    CHECK_EQ_U64(check_all(n, 3, 7), 0);
+    CHECK(!assoc_test_expansion_migrate(old_n / 3));
+    CHECK_EQ_U64(check_all(n, 3, 7), 0);
+    CHECK(assoc_test_expansion_migrate(old_n));
+    assoc_test_expansion_finish();
+    CHECK_EQ_U64(gstat("hash_is_expanding"), 0);
+    CHECK_EQ_U64(check_all(n, 3, 7), 0);
+    CHECK_EQ_U64(assoc_item_count(), n - (n + 6) / 7);
+}
+
+static void test_hash_spread(void)
+{
+    /* the low bits pick the bucket: similar keys must not collide en masse */
+    int buckets[256] = {0};
+    char k[32];
+    for (int i = 0; i < 25600; i++) { key_of(k, i); buckets[hash_key(k, strlen(k)) & 255]++; }
+    int mx = 0;
+    for (int i = 0; i < 256; i++) if (buckets[i] > mx) mx = buckets[i];
+    CHECK(mx < 200);   /* mean 100 */
+}
+
+int main(void)
+{
+    setup(256, 8, false);
+    TEST(test_insert_find_delete);
+    TEST(test_grows_past_one_and_a_half);
+    TEST(test_half_moved_table);
+    TEST(test_hash_spread);
+    teardown();
+    return harness_finish();
+}

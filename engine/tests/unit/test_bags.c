@@ -1,0 +1,133 @@
+/* test_bags.c - the bag LRU: eviction follows insertion order, touched items
+ * get a second chance, the cleaner drops expired and deleted items, flush_all
+ * cuts the bags, small bags merge. */
+#include "test_helpers.h"
+
+static char val100[101];
+
+/* bags of the class 100-byte values with short keys land in */
+static long long class_bags(void)
+{
+    char nm[32];
+    sprintf(nm, "items:%d:bags", slabs_clsid(24 + 8 + 6 + 100 + 2));
+    return stat_of(storage_stats_items, nm);
+}
+
+static void put100(const char *k) { CHECK(put(k, val100) == STORE_STORED); }
+
+static void test_eviction_order_and_touch(void)
+{
+    setup(2, 10, false);                 /* 2 pages of 144-byte chunks: 14562 items */
+    bags_set_target_min(512);
+    char k[32];
+    int n = 12000;
+    for (int i = 0; i < n; i++) {
+        sprintf(k, "o%d", i);
+        put100(k);
+        if (i % 1000 == 999) bags_clean_once(T);   /* the cleaner rotates bags as they fill */
+    }
+    bags_clean_once(T);
+    CHECK(class_bags() > 3);
+    /* touch a few old items: they must survive the eviction of their neighbours */
+    const char *touched[] = {"o10", "o500", "o1500"};
+    for (int i = 0; i < 3; i++) CHECK(get_str(touched[i], NULL) != NULL);
+    for (int i = n; i < n + 6000; i++) { sprintf(k, "o%d", i); put100(k); }
+    CHECK(gstat("evictions") > 3000);
+    for (int i = 0; i < 3; i++) CHECK(get_str(touched[i], NULL) != NULL);
+    CHECK(get_str("o11", NULL) == NULL);
+    CHECK(get_str("o501", NULL) == NULL);
+    /* evicted from the old end: a contiguous run of the first keys is gone, the newest stay */
+    int first_present = -1;
+    for (int i = 0; i < n + 6000; i++) {
+        sprintf(k, "o%d", i);
+        if (i != 10 && i != 500 && i != 1500 && get_str(k, NULL)) { first_present = i; break; }
+    }
+    CHECK(first_present >= 3000);
+    int missing_after = 0;
+    for (int i = first_present; i < n + 6000; i++) { sprintf(k, "o%d", i); if (!get_str(k, NULL)) missing_after++; }
+    CHECK(missing_after < 600);   /* only the batch granularity of bags/eviction */
+    CHECK(gstat("lru_items_moved") >= 3);
+    teardown();
+}
+
+static void test_cleaner_expires_and_reclaims(void)
+{
+    setup(8, 10, false);
+    bags_set_target_min(64);
+    char k[32];
+    for (int i = 0; i < 1000; i++) {
+        sprintf(k, "e%d", i);
+        CHECK(put_full(k, "v", 0, i % 2 ? storage_exptime(5) : 0, MODE_SET, NULL, NULL) == STORE_STORED);
+        if (i % 100 == 99) bags_clean_once(T);
+    }
+    for (int i = 0; i < 1000; i += 4) { sprintf(k, "e%d", i); storage_delete(T, k, strlen(k), NULL); }
+    CHECK_EQ_U64(gstat("curr_items"), 750);
+    storage_test_advance_clock(10);
+    /* reads already miss; the cleaner takes them out of memory */
+    CHECK(get_str("e1", NULL) == NULL);
+    CHECK_EQ_U64(gstat("curr_items"), 750);
+    long long used_before = stat_of(storage_stats_slabs, "1:used_chunks");
+    /* the bags workers append to are cleaned once they age out (bags.c) */
+    bags_clean_once(T);
+    storage_test_advance_clock(10);
+    bags_clean_once(T);
+    bags_clean_once(T);
+    CHECK_EQ_U64(gstat("curr_items"), 250);
+    CHECK_EQ_U64(gstat("expired_unfetched"), 500);   /* a miss on an expired item is not a fetch */
+    CHECK(gstat("reclaimed") >= 750);
+    long long used_after = stat_of(storage_stats_slabs, "1:used_chunks");
+    CHECK_EQ_U64(used_before - used_after, 750);
+    CHECK(streq(get_str("e2", NULL), "v"));
+    teardown();
+}
+
+static void test_flush_cuts_bags(void)
+{
+    setup(8, 10, false);
+    bags_set_target_min(64);
+    char k[32];
+    for (int i = 0; i < 500; i++) { sprintf(k, "f%d", i); put100(k); }
+    long long opened = gstat("lru_bags_opened");
+    storage_flush(0);
+    for (int i = 0; i < 10; i++) { sprintf(k, "after%d", i); put100(k); }
+    CHECK(get_str("f1", NULL) == NULL);
+    bags_clean_once(T);
+    CHECK(gstat("lru_bags_opened") > opened);
+    CHECK_EQ_U64(gstat("curr_items"), 10);
+    CHECK(get_str("after3", NULL) != NULL);
+    teardown();
+}
+
+static void test_small_bags_merge(void)
+{
+    setup(8, 10, false);
+    bags_set_target_min(32);
+    char k[32];
+    for (int i = 0; i < 640; i++) {
+        sprintf(k, "m%d", i);
+        put100(k);
+        if (i % 32 == 31) bags_clean_once(T);
+    }
+    long long bags_before = class_bags();
+    CHECK(bags_before >= 15);
+    for (int i = 0; i < 640; i++) if (i % 8) { sprintf(k, "m%d", i); storage_delete(T, k, strlen(k), NULL); }
+    bags_clean_once(T);
+    bags_clean_once(T);
+    CHECK(gstat("lru_bags_merged") > 0);
+    CHECK(class_bags() < bags_before / 2);
+    if (class_bags() >= bags_before / 2)
+        fprintf(stderr, "bags before %lld after %lld merged %lld\n", bags_before, class_bags(), gstat("lru_bags_merged"));
+    for (int i = 0; i < 640; i += 8) { sprintf(k, "m%d", i); CHECK(get_str(k, NULL) != NULL); }
+    CHECK_EQ_U64(gstat("curr_items"), 80);
+    teardown();
+}
+
+int main(void)
+{
+    memset(val100, 'v', 100);
+    TEST(test_eviction_order_and_touch);
+    TEST(test_cleaner_expires_and_reclaims);
+    TEST(test_flush_cuts_bags);
+    TEST(test_small_bags_merge);
+    return harness_finish();
+}
