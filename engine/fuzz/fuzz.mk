@@ -19,10 +19,10 @@ fuzz-smoke: $(FUZZ_BIN)
 	@mkdir -p $(FUZZ_WORK)
 	@echo "fuzzing the request parser for $(FUZZ_SMOKE_SECONDS)s (seeds: fuzz/corpus)"
 	nice $(FUZZ_BIN) -max_total_time=$(FUZZ_SMOKE_SECONDS) -max_len=4096 -dict=fuzz/memcached.dict \
-	    -print_final_stats=1 $(FUZZ_WORK) fuzz/corpus
+	    -print_final_stats=1 -artifact_prefix=build/fuzz/ $(FUZZ_WORK) fuzz/corpus
 
 fuzz: $(FUZZ_BIN)
 	@mkdir -p $(FUZZ_WORK)
 	@echo "fuzzing the request parser for $(FUZZ_SECONDS)s (seeds: fuzz/corpus)"
 	nice $(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=70000 -dict=fuzz/memcached.dict \
-	    -print_final_stats=1 $(FUZZ_WORK) fuzz/corpus
+	    -print_final_stats=1 -artifact_prefix=build/fuzz/ $(FUZZ_WORK) fuzz/corpus
