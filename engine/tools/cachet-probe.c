@@ -1,10 +1,13 @@
 /*
  * cachet-probe - a Kubernetes readiness/liveness probe for cachetd.
  *
- *   cachet-probe [-h host] [-p port] [-t timeout_ms]
+ *   cachet-probe [-h host] [-p port] [-t timeout_ms] [--set-get]
  *
- * Sends the meta no-op "mn\r\n" and expects "MN\r\n". Exit 0 when the server
- * answered in time; otherwise exit 1 with one line on stderr saying why.
+ * Sends the meta no-op "mn\r\n" and expects "MN\r\n". With --set-get it
+ * instead stores a probe key (30 s TTL, so it cannot linger), reads it back
+ * and deletes it, proving a real client round trip through storage. Exit 0
+ * when the server answered correctly in time; otherwise exit 1 with one line
+ * on stderr saying why (2 for a usage error).
  *
  * Why a tiny static C tool instead of `nc` in a shell probe: the engine image
  * has no shell or netcat, a TCP-only probe would call a server ready that
@@ -16,6 +19,7 @@
 #endif
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
@@ -55,8 +59,14 @@ int main(int argc, char **argv)
     const char *host = "127.0.0.1", *port = "11211";
     long timeout = 1000;
     int opt;
-    while ((opt = getopt(argc, argv, "h:p:t:")) != -1) {
+    int set_get = 0;
+    static const struct option longopts[] = {
+        {"set-get", no_argument, 0, 'S'},
+        {0, 0, 0, 0},
+    };
+    while ((opt = getopt_long(argc, argv, "h:p:t:", longopts, NULL)) != -1) {
         switch (opt) {
+        case 'S': set_get = 1; break;
         case 'h': host = optarg; break;
         case 'p': port = optarg; break;
         case 't': {
@@ -66,7 +76,7 @@ int main(int argc, char **argv)
             break;
         }
         default:
-            fprintf(stderr, "usage: cachet-probe [-h host] [-p port] [-t timeout_ms]\n");
+            fprintf(stderr, "usage: cachet-probe [-h host] [-p port] [-t timeout_ms] [--set-get]\n");
             return 2;
         }
     }
@@ -101,10 +111,21 @@ int main(int argc, char **argv)
     freeaddrinfo(res);
     if (fd < 0) return fail(host, why);
 
-    static const char req[] = "mn\r\n";
+    char req[256], expect[64];
+    size_t reqlen, expectlen;
+    if (set_get) {
+        char key[64];
+        snprintf(key, sizeof(key), "cachet-probe:%d:%lld", (int)getpid(), now_ms());
+        reqlen = (size_t)snprintf(req, sizeof(req),
+                                  "ms %s 5 T30\r\nprobe\r\nmg %s v\r\nmd %s\r\n", key, key, key);
+        expectlen = (size_t)snprintf(expect, sizeof(expect), "HD\r\nVA 5\r\nprobe\r\nHD\r\n");
+    } else {
+        reqlen = (size_t)snprintf(req, sizeof(req), "mn\r\n");
+        expectlen = (size_t)snprintf(expect, sizeof(expect), "MN\r\n");
+    }
     size_t sent = 0;
-    while (sent < sizeof(req) - 1) {
-        ssize_t n = send(fd, req + sent, sizeof(req) - 1 - sent, MSG_NOSIGNAL);
+    while (sent < reqlen) {
+        ssize_t n = send(fd, req + sent, reqlen - sent, MSG_NOSIGNAL);
         if (n > 0) { sent += (size_t)n; continue; }
         if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
             if (wait_for(fd, POLLOUT, deadline) <= 0) return fail("send", "timed out");
@@ -112,12 +133,12 @@ int main(int argc, char **argv)
         }
         return fail("send", strerror(errno));
     }
-    char buf[64];
+    char buf[128];
     size_t got = 0;
-    while (got < 4) {
-        if (wait_for(fd, POLLIN, deadline) <= 0) return fail("reply", "timed out waiting for MN");
+    while (got < expectlen) {
+        if (wait_for(fd, POLLIN, deadline) <= 0) return fail("reply", "timed out waiting for the reply");
         ssize_t n = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
-        if (n == 0) return fail("reply", "connection closed before MN");
+        if (n == 0) return fail("reply", "connection closed before the full reply");
         if (n < 0) {
             if (errno == EAGAIN || errno == EINTR) continue;
             return fail("reply", strerror(errno));
@@ -126,10 +147,10 @@ int main(int argc, char **argv)
     }
     close(fd);
     buf[got] = '\0';
-    if (got != 4 || memcmp(buf, "MN\r\n", 4) != 0) {
-        char *nl = strpbrk(buf, "\r\n");
-        if (nl) *nl = '\0';
-        fprintf(stderr, "cachet-probe: reply: expected MN, got '%s'\n", buf);
+    if (got != expectlen || memcmp(buf, expect, expectlen) != 0) {
+        for (char *p = buf; *p; p++) if (*p == '\r' || *p == '\n') *p = ' ';
+        for (char *p = expect; *p; p++) if (*p == '\r' || *p == '\n') *p = ' ';
+        fprintf(stderr, "cachet-probe: reply: expected '%s', got '%s'\n", expect, buf);
         return 1;
     }
     return 0;
