@@ -135,3 +135,9 @@ paths cannot drift from the Go markers.
 {{- end }}
 {{- toJson (dict "docs" $docs) }}
 {{- end }}
+
+{{/* The operator's LeaderElectionID (main.go; hack/helm-lint.sh checks they
+match). The chart pre-creates this Lease, see rbac/leader_election.yaml. */}}
+{{- define "cachet.leaderElectionID" -}}
+cachet-operator.cache.cachet.dev
+{{- end }}
