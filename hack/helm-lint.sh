@@ -159,6 +159,7 @@ if render default --namespace cachet-system; then
   has default 'resourceNames: \["cachet-mutating-webhook-configuration"\]' "webhook writes limited by name"
   # helm test pod: reaches the Cache without cluster DNS.
   has default '"\$\(CACHE_SAMPLE_SERVICE_HOST\)"' "helm test uses the injected Service host variable"
+  has default '"--set-get"' "helm test does a set/get round trip"
 else
   bad "default values do not render: $(cat "$work/default.err")"
 fi
