@@ -45,6 +45,7 @@
  */
 #include "storage_internal.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -161,6 +162,27 @@ static inline bool key_matches(item *it, const char *key, size_t nkey)
     return it->nkey == nkey && memcmp(item_key(it), key, nkey) == 0;
 }
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static uint32_t wait_even(struct stripe *sp)
+{
+    uint32_t s = 0;
+    for (unsigned i = 0; i < 100000; i++) {
+        s = atomic_load_explicit(&sp->seq, memory_order_acquire);
+        if (!(s & 1)) return s;
+        if (i < 256) cpu_relax();
+        else sched_yield();
+    }
+    return s;
+}
+
 item *assoc_find(storage_thread *t, const char *key, size_t nkey, uint32_t hv)
 {
     (void)t;
@@ -168,10 +190,13 @@ item *assoc_find(storage_thread *t, const char *key, size_t nkey, uint32_t hv)
     for (int attempt = 0; attempt < READ_RETRIES; attempt++) {
         uint32_t s1 = atomic_load_explicit(&sp->seq, memory_order_acquire);
         if (s1 & 1) {
-            /* A bucket of this stripe is being moved right now; give the
-             * mover a moment rather than walking a chain in flux. */
-            __builtin_ia32_pause();
-            continue;
+            /* A bucket of this stripe is being moved right now. As in seed
+             * 000, the reader waits for the move to finish (a few pointer
+             * stores; longer only if the mover was preempted) rather than
+             * walking a chain in flux. Bounded: after ~a second of waiting
+             * the lookup reports a miss. */
+            s1 = wait_even(sp);
+            if (s1 & 1) return NULL;
         }
         struct tstate *st = atomic_load_explicit(&state, memory_order_acquire);
         uint32_t moved = atomic_load_explicit(&migrated, memory_order_acquire);
@@ -328,13 +353,22 @@ static bool expansion_migrate(uint32_t n)
         pthread_mutex_lock(&sp->lock);
         uint32_t h = atomic_load_explicit(&mid->old[ob], memory_order_relaxed);
         if (h) {
+            /* Hash the keys before the odd window so readers wait only for
+             * a handful of pointer stores. */
+            uint32_t dest[64];
+            unsigned nd = 0;
+            for (uint32_t x = h; x && nd < 64; nd++) {
+                item *it = handle_item(x);
+                dest[nd] = hash_key(item_key(it), it->nkey) & new_mask;
+                x = atomic_load_explicit(&it->h_next, memory_order_relaxed);
+            }
             uint32_t s = atomic_load_explicit(&sp->seq, memory_order_relaxed);
             atomic_store_explicit(&sp->seq, s + 1, memory_order_relaxed);
             atomic_thread_fence(memory_order_release);
-            while (h) {
+            for (unsigned k = 0; h; k++) {
                 item *it = handle_item(h);
                 uint32_t next = atomic_load_explicit(&it->h_next, memory_order_relaxed);
-                uint32_t nbk = hash_key(item_key(it), it->nkey) & new_mask;
+                uint32_t nbk = k < nd ? dest[k] : (hash_key(item_key(it), it->nkey) & new_mask);
                 atomic_store_explicit(&it->h_next, atomic_load_explicit(&mid->cur[nbk], memory_order_relaxed),
                                       memory_order_relaxed);
                 atomic_store_explicit(&mid->cur[nbk], h, memory_order_release);

@@ -283,7 +283,7 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
                 continue;   /* retake the lock and look again */
             }
             atomic_fetch_or_explicit(&fresh->iflags, ITEM_WIN_SENT, memory_order_relaxed);
-            set_cas(t, fresh, 0);
+            set_cas(t, fresh, opts->vivify_cas);
             link_new_locked(t, fresh, hv);
             it = fresh;
             fresh = NULL;

@@ -101,6 +101,7 @@ struct get_opts {
     rel_time_t recache_below;
     bool     no_lru_bump;      /* mg u */
     bool     win_tokens;       /* mg: hand out W/Z on stale items (text get/gets leave it false) */
+    uint64_t vivify_cas;       /* mg N with E: CAS of the item vivify creates (0 = generate) */
 };
 
 /* Lock-free unless opts asks for a change (touch/vivify/recache take the

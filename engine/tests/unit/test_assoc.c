@@ -3,6 +3,8 @@
  * table), the 1.5x growth rule and the stats it reports. */
 #include "test_helpers.h"
 
+#include <sched.h>
+
 bool assoc_test_expansion_begin(void);
 bool assoc_test_expansion_migrate(uint32_t n);
 void assoc_test_expansion_finish(void);
@@ -89,6 +91,52 @@ static void test_hash_spread(void)
     CHECK(mx < 200);   /* mean 100 */
 }
 
+#include <pthread.h>
+
+static _Atomic bool readers_stop;
+static _Atomic long reader_misses, reader_lookups;
+static int reader_n;
+
+static void *reader_main(void *arg)
+{
+    (void)arg;
+    storage_thread *t = storage_thread_register();
+    char k[32], buf[64];
+    while (!atomic_load(&readers_stop)) {
+        for (int i = 0; i < reader_n; i++) {
+            key_of(k, i);
+            struct item_view v;
+            if (!storage_get(t, k, strlen(k), NULL, buf, sizeof buf, &v)) atomic_fetch_add(&reader_misses, 1);
+            atomic_fetch_add_explicit(&reader_lookups, 1, memory_order_relaxed);
+        }
+    }
+    return NULL;
+}
+
+/* bench found GETs that missed present keys while the table grew: readers
+ * hammer every key while the table doubles five times; no miss allowed. */
+static void test_no_false_miss_while_expanding(void)
+{
+    teardown();
+    setup(256, 8, false);
+    reader_n = 12000;
+    char k[32], v[32];
+    for (int i = 0; i < reader_n; i++) { key_of(k, i); val_of(v, i, 0); put(k, v); }
+    CHECK_EQ_U64(assoc_hashpower(), 8);   /* no expander thread: nothing moved yet */
+    pthread_t th[2];
+    atomic_store(&readers_stop, false);
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, reader_main, NULL);
+    while (atomic_load(&reader_lookups) < reader_n) sched_yield();
+    assoc_wait_expansion();
+    long at_end = atomic_load(&reader_lookups);
+    while (atomic_load(&reader_lookups) < at_end + reader_n) sched_yield();
+    atomic_store(&readers_stop, true);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    CHECK(assoc_hashpower() >= 13);
+    CHECK_EQ_U64(atomic_load(&reader_misses), 0);
+    printf("  %ld lookups during expansion, %ld misses\n", atomic_load(&reader_lookups), atomic_load(&reader_misses));
+}
+
 int main(void)
 {
     setup(256, 8, false);
@@ -96,6 +144,7 @@ int main(void)
     TEST(test_grows_past_one_and_a_half);
     TEST(test_half_moved_table);
     TEST(test_hash_spread);
+    TEST(test_no_false_miss_while_expanding);
     teardown();
     return harness_finish();
 }

@@ -177,6 +177,9 @@ static void test_meta_stale_win(void)
     CHECK(v.win);
     CHECK(storage_get(T, "viv2", 4, &gv, buf, sizeof buf, &v));
     CHECK(!v.win && v.win_sent_before);
+    gv.vivify_cas = 777;
+    CHECK(storage_get(T, "viv3", 4, &gv, buf, sizeof buf, &v));
+    CHECK(v.win && v.cas == 777);
 
     /* recache: win when TTL below the threshold */
     CHECK(put_full("rc", "v", 0, storage_exptime(10), MODE_SET, NULL, NULL) == STORE_STORED);
