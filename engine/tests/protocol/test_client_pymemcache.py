@@ -173,10 +173,10 @@ def test_incr_invalid_delta(server, key):
 # ---- touch / delete ------------------------------------------------------------------
 def test_touch(mc, key):
     assert mc.touch(key, 10) is False
-    mc.set(key, b"t", expire=1)
+    mc.set(key, b"t", expire=2)
     assert mc.touch(key, 100) is True
-    time.sleep(2.5)
-    assert mc.get(key) == b"t", "touch must replace the 1 s TTL"
+    time.sleep(3.5)
+    assert mc.get(key) == b"t", "touch must replace the 2 s TTL"
     assert mc.touch(key, -1) is True
     assert mc.get(key) is None, "touch with a negative TTL expires the item"
 
@@ -239,17 +239,17 @@ def test_verbosity_and_quit(server):
 # ---- gat / gats (raw: pymemcache has neither) ---------------------------------------------
 def test_gat_and_gats(server, key):
     with server.conn() as c:
-        assert c.store("set", key + "-a", "A", flags=3, exptime=1) == b"STORED"
-        assert c.store("set", key + "-b", "B", exptime=1) == b"STORED"
+        assert c.store("set", key + "-a", "A", flags=3, exptime=2) == b"STORED"
+        assert c.store("set", key + "-b", "B", exptime=2) == b"STORED"
         got = c.values(f"gat 100 {key}-a {key}-b {key}-missing")
         assert got == {key + "-a": (3, b"A", None), key + "-b": (0, b"B", None)}
         got = c.values(f"gats 100 {key}-a")
         assert got[key + "-a"][:2] == (3, b"A") and got[key + "-a"][2] > 0
         gets = c.values(f"gets {key}-a")
         assert gets[key + "-a"][2] == got[key + "-a"][2], "gats must report the same CAS as gets"
-        time.sleep(2.5)
+        time.sleep(3.5)
         got = c.values(f"get {key}-a {key}-b")
-        assert set(got) == {key + "-a", key + "-b"}, "gat must replace the 1 s TTL with 100 s"
+        assert set(got) == {key + "-a", key + "-b"}, "gat must replace the 2 s TTL with 100 s"
         assert c.values(f"gat -1 {key}-a") == {key + "-a": (3, b"A", None)}
         assert c.values(f"get {key}-a") == {}, "gat with a negative TTL returns the value, then it is gone"
 
@@ -390,9 +390,9 @@ def test_flush_all_with_delay(start_server):
     mc = client_for(srv)
     try:
         mc.set("old", b"1")
-        assert mc.flush_all(delay=2) is True
+        assert mc.flush_all(delay=3) is True
         assert mc.get("old") == b"1", "a delayed flush leaves items readable until it fires"
-        time.sleep(3.5)
+        time.sleep(4.5)
         assert mc.get("old") is None
         mc.set("new", b"2")
         assert mc.get("new") == b"2"
@@ -439,12 +439,12 @@ def test_max_item_size_2m(start_server):
 # ---- expiry ------------------------------------------------------------------------------------
 def test_relative_ttl_expires(mc, key):
     mc.set(key + "-1", b"a", expire=1)
-    mc.set(key + "-2", b"b", expire=2)
+    mc.set(key + "-3", b"b", expire=3)
     mc.set(key + "-0", b"c", expire=0)
-    assert mc.get(key + "-2") == b"b"
-    time.sleep(3.5)
+    assert mc.get(key + "-3") == b"b"
+    time.sleep(4.5)
     assert mc.get(key + "-1") is None
-    assert mc.get(key + "-2") is None
+    assert mc.get(key + "-3") is None
     assert mc.get(key + "-0") == b"c"
 
 
@@ -458,11 +458,11 @@ def test_negative_ttl_is_already_expired(mc, key):
 def test_absolute_unix_time(mc, key):
     now = int(time.time())
     mc.set(key + "-past", b"p", expire=now - 100)  # > 30 days, so absolute, in the past
-    mc.set(key + "-soon", b"s", expire=now + 2)
+    mc.set(key + "-soon", b"s", expire=now + 3)
     mc.set(key + "-later", b"l", expire=now + 3600)
     assert mc.get(key + "-past") is None
     assert mc.get(key + "-soon") == b"s"
-    time.sleep(3.5)
+    time.sleep(4.5)
     assert mc.get(key + "-soon") is None
     assert mc.get(key + "-later") == b"l"
 
@@ -495,3 +495,34 @@ class mc_raw:
 
     def __exit__(self, *exc):
         self.conn.close()
+
+
+def test_stats_counters_count_each_command(start_server):
+    """A fresh server, one of each command: every counter moves by exactly what memcached's does."""
+    srv = start_server()
+    with srv.conn() as c:
+        c.store("set", "a", "1")                      # cmd_set 1, total_items 1
+        c.store("add", "a", "x")                      # cmd_set 2 (not stored)
+        c.values("get a b")                           # cmd_get 2, get_hits 1, get_misses 1
+        cas = c.values("gets a")["a"][2]              # cmd_get 3, get_hits 2
+        c.store("cas", "a", "2", extra=str(cas))      # cmd_set 3, cas_hits 1, total_items 2
+        c.store("cas", "a", "3", extra=str(cas))      # cmd_set 4, cas_badval 1
+        c.store("cas", "zz", "3", extra="1")          # cmd_set 5, cas_misses 1
+        c.cmd("incr a 5")                             # incr_hits 1 -> 7
+        c.cmd("incr nope 5")                          # incr_misses 1
+        c.cmd("decr a 1")                             # decr_hits 1
+        c.cmd("decr nope 1")                          # decr_misses 1
+        c.cmd("touch a 100")                          # cmd_touch 1, touch_hits 1
+        c.cmd("touch nope 100")                       # cmd_touch 2, touch_misses 1
+        c.cmd("delete nope")                          # delete_misses 1
+        c.store("set", "e", "x", exptime=-1)          # cmd_set 6, total_items 3
+        c.values("get e")                             # cmd_get 4, get_misses 2
+        c.cmd("delete a")                             # delete_hits 1
+        c.cmd("flush_all")                            # cmd_flush 1
+        s = {k: v for k, v in c.stats().items()}
+    expected = {"cmd_set": 6, "cmd_get": 4, "get_hits": 2, "get_misses": 2, "cas_hits": 1,
+                "cas_badval": 1, "cas_misses": 1, "incr_hits": 1, "incr_misses": 1, "decr_hits": 1,
+                "decr_misses": 1, "cmd_touch": 2, "touch_hits": 1, "touch_misses": 1,
+                "delete_hits": 1, "delete_misses": 1, "cmd_flush": 1}
+    got = {k: int(s[k]) for k in expected}
+    assert got == expected
