@@ -80,6 +80,7 @@ W4_MB=$(( (W4_KEYS / 10 * 192 + (1 << 20) - 1) >> 20 ))
 [ "$W4_MB" -ge 8 ] || W4_MB=8
 
 pids=()
+declare -A server_log server_name
 cleanup() {
   for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
@@ -101,6 +102,8 @@ start_server() {
     >"$out/$name-$port.log" 2>&1 &
   SERVER_PID=$!
   pids+=("$SERVER_PID")
+  server_log[$SERVER_PID]=$out/$name-$port.log
+  server_name[$SERVER_PID]=$name
   for _ in $(seq 1 100); do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
     kill -0 "$SERVER_PID" 2>/dev/null || { say "bench: $name exited at start:"; cat "$out/$name-$port.log" >&2; exit 1; }
@@ -109,18 +112,35 @@ start_server() {
   say "bench: $name did not listen on $port"; exit 1
 }
 stop_server() {
+  if ! kill -0 "$1" 2>/dev/null; then
+    say "  bench: ${server_name[$1]:-server} (pid $1) DIED during the workload; its log ends with:"
+    tail -5 "${server_log[$1]:-/dev/null}" >&2 || true
+    failures=$((failures + 1))
+  fi
   kill "$1" 2>/dev/null || true
   wait "$1" 2>/dev/null || true
 }
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
 # loadgen NAME PORT JSON args...
+# A failed run (a server that crashed or hung) is reported and the benchmark
+# goes on, so one broken workload does not hide the others' figures.
+failures=0
 loadgen() {
   local name=$1 port=$2 json=$3; shift 3
-  taskset -c $LOAD_CPU "$LOADGEN" --server "127.0.0.1:$port" --label "$name" --json "$json" --quiet "$@"
+  rm -f "$json"
+  if ! taskset -c $LOAD_CPU "$LOADGEN" --server "127.0.0.1:$port" --label "$name" --json "$json" --quiet "$@"; then
+    say "  bench: $name: load generator run for $(basename "$json") FAILED (see above); continuing"
+    rm -f "$json"
+    failures=$((failures + 1))
+  fi
+  return 0
 }
-# jget FILE PYEXPR: evaluates PYEXPR with j = parsed JSON.
-jget() { "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"; }
+# jget FILE PYEXPR: evaluates PYEXPR with j = parsed JSON ("-" if the run failed).
+jget() {
+  [ -f "$1" ] || { echo "-"; return 0; }
+  "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2" 2>/dev/null || echo "-"
+}
 
 port_of() { case $1 in cachetd) echo $((PORT_BASE + 1)) ;; memcached) echo $((PORT_BASE + 2)) ;; esac; }
 
@@ -128,6 +148,7 @@ port_of() { case $1 in cachetd) echo $((PORT_BASE + 1)) ;; memcached) echo $((PO
   echo "{"
   echo "  \"run_id\": \"$run_id\", \"quick\": $QUICK,"
   echo "  \"cachetd\": \"$CACHETD\", \"cachetd_commit\": \"$(git -C "$engine" log -1 --format=%h -- src 2>/dev/null || echo unknown)\","
+  echo "  \"cachetd_src_uncommitted_files\": $(git -C "$engine" status --porcelain -- src 2>/dev/null | wc -l),"
   echo "  \"memcached_version\": \"$($MEMCACHED -V 2>/dev/null | awk '{print $2}')\","
   echo "  \"kernel\": \"$(uname -r)\", \"cpus\": $(nproc --all),"
   echo "  \"cpu_model\": \"$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)\","
@@ -142,9 +163,16 @@ sink_port=$((PORT_BASE + 3))
 taskset -c $SERVER_CPU "$SINK" "$sink_port" 64 120 &
 sink_pid=$!; pids+=("$sink_pid")
 for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$sink_port") 2>/dev/null && break; sleep 0.05; done
-loadgen sink "$sink_port" "$out/calibration.json" --keys 100000 --conns 8 --depth 64 --duration $MAX_SECS --warmup 0.5
+loadgen sink "$sink_port" "$out/calibration.json" --keys 100000 --conns 32 --depth 16 --duration $MAX_SECS --warmup 0.5
+loadgen sink "$sink_port" "$out/calibration-deep.json" --keys 100000 --conns 4 --depth 128 --duration $MAX_SECS --warmup 0.5
+loadgen sink "$sink_port" "$out/calibration-unpipelined.json" --keys 100000 --conns 32 --depth 1 --duration $MAX_SECS --warmup 0.5
 stop_server "$sink_pid"
-say "  load generator ceiling, pipelined GETs: $(jget "$out/calibration.json" 'round(j["steps"][0]["throughput"])') req/s"
+say "  deep pipelines (4 conns x depth 128): $(jget "$out/calibration-deep.json" 'round(j["steps"][0]["throughput"])') req/s," \
+    "generator CPU $(jget "$out/calibration-deep.json" 'round(j["steps"][0]["loadgen_us_per_request"],3)') us per request"
+say "  ceiling with W1's shapes: pipelined $(jget "$out/calibration.json" 'round(j["steps"][0]["throughput"])') req/s," \
+    "unpipelined $(jget "$out/calibration-unpipelined.json" 'round(j["steps"][0]["throughput"])') req/s" \
+    "(generator CPU per request $(jget "$out/calibration.json" 'round(j["steps"][0]["loadgen_us_per_request"],2)') /" \
+    "$(jget "$out/calibration-unpipelined.json" 'round(j["steps"][0]["loadgen_us_per_request"],2)') us)"
 
 # ---- W1 ---------------------------------------------------------------------
 step "W1: GET-only, $W1_KEYS keys, 64-byte values (seed 000)"
@@ -156,8 +184,8 @@ for s in cachetd memcached; do
 done
 for round in $(seq 1 $MAX_ROUNDS); do
   for s in cachetd memcached; do
-    loadgen $s "$(port_of $s)" "$out/w1-pipelined-$s-$round.json" --keys $W1_KEYS --conns 32 --depth 32 --duration $MAX_SECS --warmup 0.5
-    say "  round $round $s pipelined (32 conns x depth 32): $(jget "$out/w1-pipelined-$s-$round.json" 'round(j["steps"][0]["throughput"])') req/s"
+    loadgen $s "$(port_of $s)" "$out/w1-pipelined-$s-$round.json" --keys $W1_KEYS --conns 32 --depth 16 --duration $MAX_SECS --warmup 0.5
+    say "  round $round $s pipelined (32 conns x depth 16): $(jget "$out/w1-pipelined-$s-$round.json" 'round(j["steps"][0]["throughput"])') req/s"
     loadgen $s "$(port_of $s)" "$out/w1-unpipelined-$s-$round.json" --keys $W1_KEYS --conns 32 --depth 1 --duration $MAX_SECS --warmup 0.5
     say "  round $round $s unpipelined (32 conns x depth 1): $(jget "$out/w1-unpipelined-$s-$round.json" 'round(j["steps"][0]["throughput"])') req/s"
   done
@@ -191,6 +219,7 @@ for s in cachetd memcached; do
   sleep 0.5
   after=$(rss_kb "$SERVER_PID")
   items=$(jget "$out/w3-$s.json" 'j["server_stats"].get("curr_items", 0)')
+  [ "$items" = "-" ] && items=0
   echo "{\"rss_before_kb\": $before, \"rss_after_kb\": $after, \"curr_items\": $items}" >"$out/w3-rss-$s.json"
   say "  $s: RSS $before kB -> $after kB, curr_items $items, $("$PY" -c "print(round(($after-$before)*1024/max($items,1),1))") bytes/item"
   stop_server "$SERVER_PID"
@@ -213,3 +242,4 @@ step "summary"
 "$PY" "$here/summarize.py" "$out"
 "$PY" "$here/plot.py" "$out" "$engine/../docs/img/bench-latency.png" || say "bench: plot failed (python3-matplotlib missing? run make deps)"
 say "bench: results in $out"
+[ "$failures" = 0 ] || say "bench: $failures load generator run(s) failed; their figures show as NO DATA"

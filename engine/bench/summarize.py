@@ -25,15 +25,26 @@ def load(d, name):
 
 
 def max_throughput(d, kind, server):
-    runs = []
-    i = 1
-    while True:
+    runs, busy = [], []
+    for i in range(1, 20):
         j = load(d, f"w1-{kind}-{server}-{i}.json")
         if j is None:
-            break
+            continue
         runs.append(j["steps"][0]["throughput"])
-        i += 1
-    return (statistics.median(runs) if runs else None), runs
+        busy.append(j["steps"][0].get("loadgen_cpu_busy"))
+    return (statistics.median(runs) if runs else None), runs, busy
+
+
+def calibration(d):
+    out = {}
+    for name in ("calibration", "calibration-deep", "calibration-unpipelined"):
+        j = load(d, f"{name}.json")
+        if j and j["steps"]:
+            st = j["steps"][0]
+            out[name] = {"throughput": st["throughput"], "conns": st["conns"], "depth": st["depth"],
+                         "loadgen_us_per_request": st.get("loadgen_us_per_request"),
+                         "loadgen_cpu_busy": st.get("loadgen_cpu_busy")}
+    return out
 
 
 def steps(d, name):
@@ -63,12 +74,12 @@ def ratio(a, b):
 def main():
     d = sys.argv[1]
     machine = load(d, "machine.json") or {}
-    cal = load(d, "calibration.json")
+    cal = calibration(d)
     figures = {}
     for s in SERVERS:
         f = {}
-        f["w1_pipelined"], f["w1_pipelined_rounds"] = max_throughput(d, "pipelined", s)
-        f["w1_unpipelined"], f["w1_unpipelined_rounds"] = max_throughput(d, "unpipelined", s)
+        f["w1_pipelined"], f["w1_pipelined_rounds"], f["w1_pipelined_loadgen_busy"] = max_throughput(d, "pipelined", s)
+        f["w1_unpipelined"], f["w1_unpipelined_rounds"], f["w1_unpipelined_loadgen_busy"] = max_throughput(d, "unpipelined", s)
         w1s = steps(d, f"w1-steps-{s}.json")
         f["w1_steps"] = [
             {k: st[k] for k in ("target_rate", "throughput", "kept_up")}
@@ -139,8 +150,10 @@ def main():
     print(f"machine: {machine.get('cpu_model', '?')}, {machine.get('cpus', '?')} CPUs, kernel {machine.get('kernel', '?')}; "
           f"memcached {machine.get('memcached_version', '?')}; cachetd {machine.get('cachetd_commit', '?')}")
     print(f"load average at start {machine.get('loadavg_start', '?')}, at end {load(d, 'loadavg_end.json') or '?'}")
-    if cal:
-        print(f"load generator ceiling (cachet-sink, pipelined): {cal['steps'][0]['throughput']:,.0f} req/s")
+    for name, c_ in cal.items():
+        us = c_["loadgen_us_per_request"]
+        print(f"load generator vs cachet-sink, {c_['conns']} conns x depth {c_['depth']}: {c_['throughput']:,.0f} req/s, "
+              f"generator CPU {us:.3f} us/request (= {1 / us:.2f}M requests per CPU-second)")
     print()
     print(f"{'figure':<38} {'cachetd':>12} {'memcached':>12} {'ratio':>7}  target   result")
     for row in rows:
@@ -151,14 +164,19 @@ def main():
     print(f"W1 rate with mean RTT <= 1 ms (seed 000's criterion): cachetd {fmt(c['w1_rate_mean_under_1ms'], '')}, "
           f"memcached {fmt(m['w1_rate_mean_under_1ms'], '')}")
     for s in SERVERS:
-        print(f"W1 pipelined rounds {s}: {[round(x) for x in figures[s]['w1_pipelined_rounds']]}, "
-              f"unpipelined: {[round(x) for x in figures[s]['w1_unpipelined_rounds']]}")
+        f = figures[s]
+        print(f"W1 pipelined rounds {s}: {[round(x) for x in f['w1_pipelined_rounds']]}, "
+              f"unpipelined: {[round(x) for x in f['w1_unpipelined_rounds']]}; generator CPU busy "
+              f"{[round(100 * b) for b in f['w1_pipelined_loadgen_busy'] if b is not None]}% / "
+              f"{[round(100 * b) for b in f['w1_unpipelined_loadgen_busy'] if b is not None]}%")
+        if any(b is not None and b > 0.9 for b in f["w1_pipelined_loadgen_busy"] + f["w1_unpipelined_loadgen_busy"]):
+            print(f"  WARNING: the load generator was >90% busy against {s}: that figure may be the generator's limit")
     for s in SERVERS:
         f = figures[s]
         if f.get("w4_items_held") is not None:
             print(f"W4 {s}: items held {f['w4_items_held']}, evictions {f['w4_evictions']}")
     print("(a benchmark, not a test: MISS never fails the build)")
-    summary = {"machine": machine, "calibration_req_s": cal["steps"][0]["throughput"] if cal else None,
+    summary = {"machine": machine, "calibration": cal,
                "loadavg_end": load(d, "loadavg_end.json"), "targets": rows, "figures": figures}
     with open(os.path.join(d, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)

@@ -277,6 +277,10 @@ fn step_json(r: &StepResult) -> Value {
         "unsent": r.unsent,
         "unanswered": r.unanswered,
         "kept_up": r.kept_up(),
+        "loadgen_cpu_seconds": r.cpu_seconds,
+        // Near 1.0 means the generator, not the server, was the limit.
+        "loadgen_cpu_busy": if r.wall_seconds > 0.0 { json!(r.cpu_seconds / r.wall_seconds) } else { Value::Null },
+        "loadgen_us_per_request": if r.sent > 0 { json!(r.cpu_seconds * 1e6 / r.sent as f64) } else { Value::Null },
         "latency_us": latency_json(r),
     })
 }
@@ -290,7 +294,7 @@ fn step_line(r: &StepResult) -> String {
     let lookups = r.hits + r.misses;
     let hit = if lookups > 0 { format!(" hit {:.4}", r.hits as f64 / lookups as f64) } else { String::new() };
     format!(
-        "  {:<14} {:>10.0} req/s  mean {:>8.1}us  p50 {:>8.1}  p99 {:>8.1}  p999 {:>8.1}  max {:>9.1}{}{}{}",
+        "  {:<14} {:>10.0} req/s  mean {:>8.1}us  p50 {:>8.1}  p99 {:>8.1}  p999 {:>8.1}  max {:>9.1}  gen {:.2}us/req busy {:.0}%{}{}{}",
         target,
         r.throughput(),
         h.mean() / 1000.0,
@@ -298,6 +302,8 @@ fn step_line(r: &StepResult) -> String {
         h.value_at_quantile(0.99) as f64 / 1000.0,
         h.value_at_quantile(0.999) as f64 / 1000.0,
         h.max() as f64 / 1000.0,
+        if r.sent > 0 { r.cpu_seconds * 1e6 / r.sent as f64 } else { 0.0 },
+        if r.wall_seconds > 0.0 { 100.0 * r.cpu_seconds / r.wall_seconds } else { 0.0 },
         hit,
         if r.errors > 0 { format!(" errors {}", r.errors) } else { String::new() },
         if r.kept_up() { String::new() } else { format!(" FELL-BEHIND (unsent {}, unanswered {})", r.unsent, r.unanswered) },

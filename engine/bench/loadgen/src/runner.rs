@@ -109,6 +109,12 @@ pub struct StepResult {
     pub unsent: u64,
     /// Requests still unanswered when the drain period ran out.
     pub unanswered: u64,
+    /// CPU time (user+system) the generator itself spent on the whole step:
+    /// with requests sent, its cost per request, which tells whether the
+    /// generator or the server was the limit even on a busy machine.
+    pub cpu_seconds: f64,
+    /// Wall time of the whole step (warmup and drain included).
+    pub wall_seconds: f64,
 }
 
 impl StepResult {
@@ -143,6 +149,13 @@ pub struct Runner {
     base: Instant,
     step_id: u32,
     pub workload: Workload,
+}
+
+fn cpu_time() -> f64 {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -222,7 +235,10 @@ impl Runner {
             sent: 0,
             unsent: 0,
             unanswered: 0,
+            cpu_seconds: 0.0,
+            wall_seconds: 0.0,
         };
+        let cpu_start = cpu_time();
         let start = self.now();
         let measure_start = start + spec.warmup.as_nanos() as u64;
         let end = measure_start + spec.duration.as_nanos() as u64;
@@ -430,6 +446,8 @@ impl Runner {
         let stop = stop_at.unwrap_or(end).min(end);
         r.measured_seconds = stop.saturating_sub(measure_start) as f64 / 1e9;
         r.hist = hist;
+        r.cpu_seconds = cpu_time() - cpu_start;
+        r.wall_seconds = (self.now() - start) as f64 / 1e9;
         Ok(r)
     }
 
