@@ -188,6 +188,7 @@ static enum parse_status parse_meta_flags(const struct tok *t, int nt, struct re
 {
     struct meta_req *m = &r->meta;
     const struct meta_spec *spec = &meta_specs[r->cmd];
+    memset(m, 0, offsetof(struct meta_req, flags));
     m->delta = 1;
     for (int i = 0; i < nt; i++) {
         char f = t[i].p[0];
@@ -285,8 +286,9 @@ static bool parse_noreply(const struct tok *t, int nt, int at)
 enum parse_status parse_request(const char *line, size_t len, struct request *r)
 {
     struct tok t[META_MAX_FLAGS + 4];
-    /* everything but keybuf, which is written only when a b key is decoded */
-    memset(r, 0, offsetof(struct request, keybuf));
+    /* the classic fields only: meta is set up by parse_meta, keybuf only
+     * written when a base64 key is decoded */
+    memset(r, 0, offsetof(struct request, meta));
 
     /* Retrieval commands take any number of keys: tokenize only the head. */
     int nt = tokenize(line, len, t, 2);

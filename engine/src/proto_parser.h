@@ -44,9 +44,10 @@ struct meta_flag {
     const char *tok;
 };
 
+/* Only meta commands initialise this (scalars first, the flag array last,
+ * so a parse zeroes a few dozen bytes, not the whole array). */
 struct meta_req {
     uint8_t          nflags;
-    struct meta_flag flags[META_MAX_FLAGS];  /* in request order: replies echo in this order */
     uint64_t         seen;                    /* bit per flag letter, see meta_bit() */
     bool             quiet;                   /* q */
     bool             base64;                  /* b */
@@ -60,6 +61,7 @@ struct meta_req {
     uint8_t          nopaque;
     const char      *key_token;               /* the key as sent (base64 text with b) */
     uint8_t          nkey_token;
+    struct meta_flag flags[META_MAX_FLAGS];  /* in request order: replies echo in this order */
 };
 
 struct request {
@@ -80,7 +82,7 @@ struct request {
     const char  *args;         /* stats: the arguments after "stats" */
     uint32_t     nargs;
     const char  *error;        /* PARSE_CLIENT_ERROR: full reply line */
-    struct meta_req meta;
+    struct meta_req meta;      /* meta commands only; see struct meta_req */
     char         keybuf[KEY_MAX + 1]; /* base64-decoded meta key */
 };
 
