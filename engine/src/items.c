@@ -525,23 +525,26 @@ enum store_result storage_touch(storage_thread *t, const char *key, size_t nkey,
     return it ? STORE_STORED : STORE_NOT_FOUND;
 }
 
-/* memcached's safe_strtoull: digits, optionally surrounded by spaces; a
- * value that does not fit in 64 bits is not a number. */
+/* memcached's safe_strtoull on the stored value: leading spaces and '+'
+ * allowed, digits, then the end or a space (so "12 abc" is 12, as in
+ * memcached); no digits, a '-' sign on a huge number, or more than 64 bits is
+ * not a number. An empty value is not a number. */
 static bool parse_u64(const char *p, size_t n, uint64_t *out)
 {
-    char buf[32];
-    if (n == 0 || n >= sizeof buf) return false;
+    if (n == 0) return false;
+    char stackbuf[64];
+    char *buf = n < sizeof stackbuf ? stackbuf : malloc(n + 1);
+    if (!buf) return false;
     memcpy(buf, p, n);
     buf[n] = '\0';
     char *end;
     errno = 0;
     unsigned long long v = strtoull(buf, &end, 10);
-    if (errno == ERANGE || end == buf) return false;
-    while (*end == ' ') end++;
-    if (*end != '\0') return false;
-    if (memchr(buf, '-', n)) return false;
-    *out = v;
-    return true;
+    bool ok = errno != ERANGE && end != buf && (isspace((unsigned char)*end) || *end == '\0');
+    if (ok && (long long)v < 0 && memchr(buf, '-', (size_t)(end - buf))) ok = false;
+    if (buf != stackbuf) free(buf);
+    if (ok) *out = v;
+    return ok;
 }
 
 enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey, bool incr, uint64_t delta,

@@ -72,6 +72,14 @@ static void test_arith(void)
     CHECK_EQ_U64(val, 1);   /* wraps at 2^64 */
     CHECK(put("n", "18446744073709551616") == STORE_STORED);
     CHECK(storage_arith(T, "n", 1, true, 1, NULL, &val, NULL, NULL) == ARITH_NON_NUMERIC);
+    CHECK(put("n", "12 abc") == STORE_STORED);   /* memcached's strtoull rule: digits then a space */
+    CHECK(storage_arith(T, "n", 1, true, 1, NULL, &val, NULL, NULL) == ARITH_OK);
+    CHECK_EQ_U64(val, 13);
+    CHECK(put("n", "0000000000000000000000000000000000000000000000000000000000000000000000000007") == STORE_STORED);
+    CHECK(storage_arith(T, "n", 1, true, 1, NULL, &val, NULL, NULL) == ARITH_OK);
+    CHECK_EQ_U64(val, 8);
+    CHECK(put("n", "abc") == STORE_STORED);
+    CHECK(storage_arith(T, "n", 1, true, 1, NULL, &val, NULL, NULL) == ARITH_NON_NUMERIC);
     CHECK(put("n", "12abc") == STORE_STORED);
     CHECK(storage_arith(T, "n", 1, true, 1, NULL, &val, NULL, NULL) == ARITH_NON_NUMERIC);
     CHECK(put("n", "-5") == STORE_STORED);
