@@ -78,6 +78,7 @@ static void process_mg(struct conn *c, struct request *r)
     struct get_opts opts = {0};
     if (has(r, 'T')) { opts.touch = true; opts.new_exptime = storage_exptime(r->meta.ttl_T); }
     if (has(r, 'N')) { opts.vivify = true; opts.vivify_exptime = storage_exptime(r->meta.ttl_N); }
+    if (has(r, 'E')) opts.vivify_cas = r->meta.cas_E;
     if (has(r, 'R')) { opts.recache = true; opts.recache_below = (rel_time_t)(r->meta.ttl_R < 0 ? 0 : r->meta.ttl_R); }
     if (has(r, 'u')) opts.no_lru_bump = true;
     opts.win_tokens = true;   /* a stale item hands W to its first reader, Z afterwards */

@@ -160,8 +160,8 @@ static int parse_extended(struct settings *s, const char *arg, bool *cpus_given,
             if (!n) { fprintf(err, "cachetd: -o slab_sizes is empty\n"); return EX_USAGE_CODE; }
             s->slab_sizes_count = n;
         } else if (!strcmp(opt, "hashpower") && val) {
-            if (!parse_int(val, 12, 32, &v)) {
-                fprintf(err, "cachetd: -o hashpower must be between 12 and 32\n");
+            if (!parse_int(val, 8, 30, &v)) {
+                fprintf(err, "cachetd: -o hashpower must be between 8 and 30\n");
                 return EX_USAGE_CODE;
             }
             s->hashpower = (int)v;
