@@ -358,11 +358,15 @@ func (s *suite) invalidRefused(t *testing.T) {
 	c.dumpOnFailure(t)
 	cases := []struct {
 		name, spec, field string
+		// byWebhook: the rule lives in the validating webhook, not the schema,
+		// so the refusal proves the webhook answered.
+		byWebhook bool
 	}{
-		{"negative-memory", "memory: -64Mi", "spec.memory"},
-		{"zero-cpu", "memory: 64Mi\n  cpu: 0", "spec.cpu"},
-		{"item-larger-than-memory", "memory: 4Mi\n  engine:\n    maxItemSize: 8Mi", "spec.engine.maxItemSize"},
-		{"negative-replicas", "memory: 64Mi\n  replicas: -1", "spec.replicas"},
+		{"memory-below-minimum", "memory: -64Mi", "spec.memory", false},
+		{"dedicated-zero-cpu", "memory: 64Mi\n  cpu: 0", "spec.cpu", false},
+		{"negative-replicas", "memory: 64Mi\n  replicas: -1", "spec.replicas", false},
+		{"item-over-half-memory", "memory: 16Mi\n  engine:\n    maxItemSize: 16Mi", "spec.engine.maxItemSize", true},
+		{"memory-not-whole-mib", "memory: 100M", "spec.memory", true},
 	}
 	for _, tc := range cases {
 		manifest := fmt.Sprintf("apiVersion: cache.cachet.dev/v1alpha1\nkind: Cache\nmetadata:\n  name: e2e-invalid-%s\n  namespace: %s\nspec:\n  %s\n", tc.name, c.cacheNS, tc.spec)
@@ -373,11 +377,20 @@ func (s *suite) invalidRefused(t *testing.T) {
 			continue
 		}
 		msg := err.Error()
-		if !strings.Contains(msg, tc.field) {
-			t.Errorf("%s: refused, but the message does not name %s: %s", tc.name, tc.field, msg)
-			continue
+		if i := strings.Index(msg, "stderr:"); i >= 0 {
+			msg = strings.TrimSpace(msg[i+len("stderr:"):])
 		}
-		t.Logf("%s: refused: %s", tc.name, firstLine(msg[strings.Index(msg, "stderr:")+len("stderr:"):]))
+		switch {
+		case !strings.Contains(msg, tc.field):
+			t.Errorf("%s: refused, but the message does not name %s: %s", tc.name, tc.field, msg)
+		case tc.byWebhook && !strings.Contains(msg, "denied the request"):
+			t.Errorf("%s: refused, but not by the validating webhook: %s", tc.name, msg)
+		default:
+			t.Logf("%s: refused: %s", tc.name, firstLine(msg))
+		}
+		if _, err := c.k("get", cacheGroupResource, "e2e-invalid-"+tc.name, "-n", c.cacheNS); err == nil {
+			t.Errorf("%s: the refused Cache exists", tc.name)
+		}
 	}
 }
 
@@ -395,22 +408,22 @@ func firstLine(s string) string {
 // pods are Burstable, run on the shared pool, and serve.
 func (s *suite) sharedCache(t *testing.T) {
 	c := s.c
-	s.shared = "e2e-shared"
-	c.dumpOnFailure(t, s.shared, s.dedicated)
-	manifest := fmt.Sprintf(`apiVersion: cache.cachet.dev/v1alpha1
-kind: Cache
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  replicas: 2
-  memory: 32Mi
-  cpu: 1
-  dedicatedCPUs: false
-`, s.shared, c.cacheNS)
-	if _, err := c.kIn(manifest, "apply", "-f", "-"); err != nil {
+	sample := env("E2E_SHARED_SAMPLE", filepath.Join(c.samples, "cache_v1alpha1_cache_shared.yaml"))
+	out, err := c.k("apply", "-n", c.cacheNS, "-f", sample, "-o", "name")
+	if err != nil {
 		t.Fatal(err)
 	}
+	s.shared = strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "/")+1:])
+	c.dumpOnFailure(t, s.shared, s.dedicated)
+	cache, err := s.getCache(s.shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cache.get("spec", "dedicatedCPUs"); d != false {
+		t.Fatalf("the sample %s must set dedicatedCPUs: false; it has %v", sample, d)
+	}
+	// Two pods, so that stage 5 can watch a roll that goes one pod at a time.
+	c.mustK(t, "scale", cacheGroupResource+"/"+s.shared, "-n", c.cacheNS, "--replicas=2")
 	pods := s.waitCacheReady(t, s.shared, 2, 5*time.Minute)
 	for _, pod := range pods {
 		name := pod.str("metadata", "name")
@@ -429,7 +442,7 @@ spec:
 	}
 	addr := c.portForward(t, c.cacheNS, "svc/"+s.shared, memcachePort)
 	setGet(t, addr, "e2e-shared")
-	cache, _ := s.getCache(s.shared)
+	cache, _ = s.getCache(s.shared)
 	s.checkEndpoints(t, cache, pods)
 	// The first Cache is undisturbed.
 	s.waitCacheReady(t, s.dedicated, 1, 30*time.Second)
