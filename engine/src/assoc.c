@@ -46,6 +46,7 @@
 #include "storage_internal.h"
 
 #include <sched.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -106,9 +107,22 @@ uint32_t hash_key(const char *key, size_t len)
     return h1;
 }
 
+/* Bucket arrays come straight from mmap (zeroed) with huge pages requested
+ * when large: every lookup starts with a random bucket. */
 static _Atomic uint32_t *alloc_buckets(unsigned power)
 {
-    return calloc((size_t)1 << power, sizeof(_Atomic uint32_t));
+    size_t bytes = ((size_t)1 << power) * sizeof(_Atomic uint32_t);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (bytes >= ((size_t)2 << 20)) madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+static void free_buckets(_Atomic uint32_t *b, unsigned power)
+{
+    if (b) munmap((void *)b, ((size_t)1 << power) * sizeof(_Atomic uint32_t));
 }
 
 int assoc_init(int hashpower)
@@ -136,8 +150,8 @@ void assoc_destroy(void)
 {
     struct tstate *st = atomic_load(&state);
     if (st) {
-        free((void *)st->cur);
-        free((void *)st->old);
+        free_buckets(st->cur, st->cur_power);
+        free_buckets(st->old, st->old_power);
         free(st);
     }
     atomic_store(&state, NULL);
@@ -325,7 +339,7 @@ static bool expansion_begin(void)
     struct tstate *mid = calloc(1, sizeof(*mid));
     if (!nb || !mid) {
         fprintf(stderr, "cachetd: hash table expansion to 2^%u failed: out of memory\n", np);
-        free((void *)nb);
+        free_buckets(nb, np);
         free(mid);
         return false;
     }
@@ -403,7 +417,7 @@ static void expansion_finish(void)
     }
     epoch_synchronize();
     if (mid) {
-        free((void *)prev->cur);
+        free_buckets(prev->cur, prev->cur_power);
         free(mid);
     }
     free(prev);
