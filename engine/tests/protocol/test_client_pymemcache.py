@@ -483,6 +483,10 @@ def test_250_byte_key(mc):
 
 
 # ---- helpers -------------------------------------------------------------------------------------
+def server_conn(mc):
+    return mc_raw(mc)
+
+
 class mc_raw:
     """A raw connection to the same server as a pymemcache client."""
 
@@ -526,3 +530,17 @@ def test_stats_counters_count_each_command(start_server):
                 "delete_hits": 1, "delete_misses": 1, "cmd_flush": 1}
     got = {k: int(s[k]) for k in expected}
     assert got == expected
+
+
+def test_empty_and_binary_values(mc, key):
+    assert mc.set(key, b"")
+    assert mc.get(key) == b""
+    assert mc.append(key, b"")
+    assert mc.append(key, b"\r\nEND\r\n")
+    assert mc.get(key) == b"\r\nEND\r\n", "data that looks like protocol stays data"
+    every_byte = bytes(range(256)) * 4
+    assert mc.set(key + "-bin", every_byte)
+    assert mc.get(key + "-bin") == every_byte
+    with server_conn(mc) as c:
+        assert c.store("set", key + "-raw", b"") == b"STORED"
+        assert c.values(f"get {key}-raw") == {key + "-raw": (0, b"", None)}

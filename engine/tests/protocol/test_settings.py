@@ -146,3 +146,11 @@ def test_explicit_slab_sizes(start_server):
     used = {int(slabs[k.replace("used_chunks", "chunk_size")])
             for k, v in slabs.items() if k.endswith(":used_chunks") and int(v) > 0}
     assert used == {512, 2048}, f"items landed in classes {used}; stats slabs: {slabs}"
+
+
+def test_verbose_flag_logs_and_serves(start_server):
+    srv = start_server("-vv")
+    with srv.conn() as c:
+        assert c.store("set", "k", "v") == b"STORED"
+        assert c.values("get k") == {"k": (0, b"v", None)}
+    assert srv.log().strip(), "-vv wrote nothing to the log"
