@@ -544,3 +544,16 @@ def test_empty_and_binary_values(mc, key):
     with server_conn(mc) as c:
         assert c.store("set", key + "-raw", b"") == b"STORED"
         assert c.values(f"get {key}-raw") == {key + "-raw": (0, b"", None)}
+
+
+def test_append_past_max_item_size_keeps_old_value(server, key):
+    v = b"a" * 600000
+    with server.conn() as c:
+        assert c.store("set", key, v) == b"STORED"
+        reply = c.store("append", key, b"b" * 600000)
+        # memcached 1.6.18 says NOT_STORED; the "out of memory storing object" is also clear
+        assert reply in (b"NOT_STORED", b"SERVER_ERROR out of memory storing object"), reply
+        assert c.values(f"get {key}") == {key: (0, v, None)}, "a refused append must keep the old value"
+        reply = c.store("prepend", key, b"p" * 600000)
+        assert reply in (b"NOT_STORED", b"SERVER_ERROR out of memory storing object"), reply
+        assert c.values(f"get {key}") == {key: (0, v, None)}
