@@ -277,8 +277,10 @@ static enum fate reclaim_if_dead(struct bag *b, item *prev, item *it, int clsid,
         if (item_is_live(it, now)) return KEEP;
         bool unfetched = !(atomic_load_explicit(&it->bag, memory_order_relaxed) & ITEM_FETCHED_BIT);
         if (!unlink_for_reclaim(it, wait)) return BUSY;
-        if (!item_is_flushed(it, now) && unfetched)
-            atomic_fetch_add_explicit(&g_class_stats[clsid].expired_unfetched, 1, memory_order_relaxed);
+        if (!item_is_flushed(it, now)) {
+            atomic_fetch_add_explicit(&g_class_stats[clsid].expired, 1, memory_order_relaxed);
+            if (unfetched) atomic_fetch_add_explicit(&g_class_stats[clsid].expired_unfetched, 1, memory_order_relaxed);
+        }
     }
     bag_remove(b, prev, it);
     atomic_fetch_sub_explicit(&g_class_stats[clsid].dead_waiting, 1, memory_order_relaxed);
@@ -594,6 +596,7 @@ void bags_stats_items(stat_writer w, void *ctx)
         S("outofmemory", atomic_load(&cs->outofmemory));
         S("reclaimed", atomic_load(&cs->reclaimed));
         S("expired_unfetched", atomic_load(&cs->expired_unfetched));
+        S("expired", atomic_load(&cs->expired));
         S("evicted_unfetched", atomic_load(&cs->evicted_unfetched));
         S("bags", atomic_load(&l->nbags));
         S("dead_waiting", atomic_load(&cs->dead_waiting));
@@ -603,9 +606,13 @@ void bags_stats_items(stat_writer w, void *ctx)
 
 void bags_stats_general(stat_writer w, void *ctx)
 {
-    uint64_t nb = 0;
+    uint64_t nb = 0, expired = 0;
     unsigned n = slabs_class_count();
-    for (unsigned c = 1; c <= n; c++) nb += atomic_load(&lrus[c].nbags);
+    for (unsigned c = 1; c <= n; c++) {
+        nb += atomic_load(&lrus[c].nbags);
+        expired += atomic_load(&g_class_stats[c].expired);
+    }
+    w(ctx, "lru_items_expired", "%llu", (unsigned long long)expired);
     w(ctx, "lru_bags", "%llu", (unsigned long long)nb);
     w(ctx, "lru_bags_opened", "%llu", (unsigned long long)atomic_load(&bags_opened));
     w(ctx, "lru_cleaner_passes", "%llu", (unsigned long long)atomic_load(&cleaner_passes));

@@ -215,7 +215,7 @@ unsigned bags_count(int clsid);
 struct class_stats {
     _Atomic uint64_t curr_items, bytes_requested;
     _Atomic uint64_t evicted, evicted_nonzero, evicted_unfetched, evicted_time;
-    _Atomic uint64_t expired_unfetched, reclaimed, outofmemory, moves_to_alt;
+    _Atomic uint64_t expired_unfetched, expired, reclaimed, outofmemory, moves_to_alt;
     _Atomic uint64_t dead_waiting;
 };
 extern struct class_stats g_class_stats[MAX_SLAB_CLASSES + 1];
