@@ -123,3 +123,28 @@ def test_memory_never_exceeds_m(start_server):
         assert len(got) == 2 and all(v[1].startswith(b"small2-") and len(v[1]) == 300 for v in got.values())
         slabs = c.stats("slabs")
         assert int(slabs.get("total_malloced", 0)) <= limit, f"total_malloced {slabs.get('total_malloced')}"
+
+
+def wait_for_stat(c, name, want, seconds=10):
+    deadline = time.monotonic() + seconds
+    while True:
+        got = int(c.stats()[name])
+        if got == want:
+            return
+        assert time.monotonic() < deadline, f"{name} is {got}, expected {want}"
+        time.sleep(0.05)
+
+
+def test_connection_counters(start_server):
+    srv = start_server()
+    with srv.conn() as c:
+        base = int(c.stats()["curr_connections"])
+        total = int(c.stats()["total_connections"])
+        extra = [srv.conn() for _ in range(5)]
+        for e in extra:
+            assert e.cmd("version").startswith(b"VERSION ")
+        wait_for_stat(c, "curr_connections", base + 5)
+        assert int(c.stats()["total_connections"]) >= total + 5
+        for e in extra:
+            e.close()
+        wait_for_stat(c, "curr_connections", base)
