@@ -106,3 +106,57 @@ def test_concurrent_clients_never_see_wrong_values(server, key):
         t.join(timeout=100)
     assert not any(t.is_alive() for t in threads), "a client thread hung"
     assert not errors, f"wrong or torn values: {errors[:5]}"
+
+
+def test_reads_during_append_and_incr_are_never_torn(server, key):
+    """Writers append "ab" and incr a counter; readers must only ever see whole states."""
+    app, ctr = f"{key}-app", f"{key}-ctr"
+    setup = Client(("127.0.0.1", server.port), connect_timeout=5, timeout=20, default_noreply=False)
+    setup.set(app, b"ab")
+    setup.set(ctr, b"0")
+    setup.close()
+    errors = []
+
+    def writer():
+        mc = Client(("127.0.0.1", server.port), connect_timeout=5, timeout=20, default_noreply=False)
+        try:
+            for _ in range(800):
+                if not mc.append(app, b"ab"):
+                    errors.append("append refused")
+                mc.incr(ctr, 1)
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+        finally:
+            mc.close()
+
+    def reader():
+        mc = Client(("127.0.0.1", server.port), connect_timeout=5, timeout=20, default_noreply=False)
+        last = 0
+        try:
+            for _ in range(800):
+                v = mc.get(app)
+                if v is None or len(v) % 2 or v != b"ab" * (len(v) // 2):
+                    errors.append(("torn append", None if v is None else v[-10:]))
+                n = mc.get(ctr)
+                if n is None or not n.rstrip(b" ").isdigit() or int(n) < last:
+                    errors.append(("bad counter", n, last))
+                else:
+                    last = int(n)
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+        finally:
+            mc.close()
+
+    threads = [threading.Thread(target=f) for f in (writer, writer, reader, reader)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=100)
+    assert not any(t.is_alive() for t in threads), "a client thread hung"
+    assert not errors, errors[:5]
+    check = Client(("127.0.0.1", server.port), connect_timeout=5, timeout=20)
+    try:
+        assert check.get(app) == b"ab" * 1601
+        assert int(check.get(ctr)) == 1600
+    finally:
+        check.close()
