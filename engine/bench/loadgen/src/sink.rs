@@ -5,7 +5,11 @@
 //! prints is the generator's, not theirs. Every get hits with a fixed-size
 //! value; there is no storage. One thread, one reply write per read.
 //!
-//! usage: cachet-sink PORT [VALUE_BYTES] [SECONDS]   (binds 127.0.0.1 only; exits after SECONDS, default 600)
+//! usage: cachet-sink PORT [VALUE_BYTES] [SECONDS] [AFTER_MS:STALL_MS]
+//! Binds 127.0.0.1 only and exits after SECONDS (default 600). The optional
+//! stall freezes the server once, AFTER_MS into its life, for STALL_MS: the
+//! load generator's tests use it to check that open-loop latency counts the
+//! requests that came due while the server was frozen.
 
 use std::io;
 use std::net::TcpListener;
@@ -29,6 +33,12 @@ fn main() {
     });
     let vlen: usize = args.get(2).and_then(|v| v.parse().ok()).unwrap_or(64);
     let secs: u64 = args.get(3).and_then(|v| v.parse().ok()).unwrap_or(600);
+    let stall: Option<(u64, u64)> = args.get(4).and_then(|v| {
+        let (a, b) = v.split_once(':')?;
+        Some((a.parse().ok()?, b.parse().ok()?))
+    });
+    let started = Instant::now();
+    let mut stalled = false;
     let value: Vec<u8> = (0..vlen).map(|i| b'a' + (i % 26) as u8).collect();
     let vlen_str = vlen.to_string();
     let listener = TcpListener::bind(("127.0.0.1", port)).unwrap_or_else(|e| {
@@ -44,7 +54,13 @@ fn main() {
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
     let deadline = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < deadline {
-        let n = unsafe { libc::epoll_wait(epfd, events.as_mut_ptr(), 256, 100) };
+        if let Some((after, ms)) = stall {
+            if !stalled && started.elapsed() >= Duration::from_millis(after) {
+                stalled = true;
+                std::thread::sleep(Duration::from_millis(ms));
+            }
+        }
+        let n = unsafe { libc::epoll_wait(epfd, events.as_mut_ptr(), 256, 10) };
         for i in 0..n.max(0) as usize {
             let id = events[i].u64;
             if id == u64::MAX {
