@@ -227,6 +227,22 @@ item *assoc_find(storage_thread *t, const char *key, size_t nkey, uint32_t hv)
     return NULL;
 }
 
+/* Prefetch hints for batched GETs (in a read section): plain loads and
+ * prefetches, no stores, so the GET path stays lock-free. */
+void assoc_prefetch_bucket(uint32_t hv)
+{
+    struct tstate *st = atomic_load_explicit(&state, memory_order_acquire);
+    __builtin_prefetch((const void *)bucket_for(st, hv, atomic_load_explicit(&migrated, memory_order_relaxed)));
+}
+
+void assoc_prefetch_item(uint32_t hv)
+{
+    struct tstate *st = atomic_load_explicit(&state, memory_order_acquire);
+    _Atomic uint32_t *b = bucket_for(st, hv, atomic_load_explicit(&migrated, memory_order_relaxed));
+    uint32_t h = atomic_load_explicit(b, memory_order_relaxed);
+    if (h) __builtin_prefetch(handle_item(h));
+}
+
 /* Caller holds the stripe lock: the bucket cannot move under us. */
 static _Atomic uint32_t *locked_bucket(uint32_t hv)
 {

@@ -31,10 +31,17 @@
 
 static _Atomic uint64_t global_epoch = 1;
 
+/* The calling thread's context, so a grace-period wait started inside a
+ * read batch (storage_read_batch_begin) does not wait for itself. Between
+ * storage calls a thread holds no item pointer (only refcounted views), so
+ * its own open batch never protects anything the wait is about. */
+static __thread storage_thread *self;
+
 uint64_t epoch_current(void) { return atomic_load_explicit(&global_epoch, memory_order_acquire); }
 
 void epoch_enter(storage_thread *t)
 {
+    self = t;
     if (t->section_depth++ > 0) return;
     uint64_t e = atomic_load_explicit(&global_epoch, memory_order_acquire);
     atomic_store_explicit(&t->epoch, e, memory_order_release);
@@ -60,6 +67,7 @@ static bool all_at_least(uint64_t target)
     int n = storage_thread_count();
     for (int i = 0; i < n; i++) {
         storage_thread *t = storage_thread_get(i);
+        if (t == self) continue;
         uint64_t e = atomic_load_explicit(&t->epoch, memory_order_acquire);
         if (e != 0 && e < target) return false;
     }

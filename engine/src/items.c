@@ -325,13 +325,37 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
     return false;
 }
 
+void storage_read_batch_begin(storage_thread *t) { epoch_enter(t); }
+void storage_read_batch_end(storage_thread *t) { epoch_exit(t); }
+
+uint32_t storage_prefetch_bucket(storage_thread *t, const char *key, size_t nkey)
+{
+    uint32_t hv = hash_key(key, nkey);
+    epoch_enter(t);
+    assoc_prefetch_bucket(hv);
+    epoch_exit(t);
+    return hv;
+}
+
+void storage_prefetch_item(storage_thread *t, uint32_t hv)
+{
+    epoch_enter(t);
+    assoc_prefetch_item(hv);
+    epoch_exit(t);
+}
+
 bool storage_get(storage_thread *t, const char *key, size_t nkey, const struct get_opts *opts,
                  char *copy_buf, size_t copy_cap, struct item_view *out)
+{
+    return storage_get_hashed(t, key, nkey, hash_key(key, nkey), opts, copy_buf, copy_cap, out);
+}
+
+bool storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_t hv,
+                        const struct get_opts *opts, char *copy_buf, size_t copy_cap, struct item_view *out)
 {
     static const struct get_opts none;
     if (!opts) opts = &none;
     memset(out, 0, sizeof *out);
-    uint32_t hv = hash_key(key, nkey);
     if (opts->touch || opts->vivify || opts->recache)
         return get_locked(t, key, nkey, hv, opts, copy_buf, copy_cap, out);
 

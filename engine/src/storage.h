@@ -112,6 +112,21 @@ bool storage_get(storage_thread *t, const char *key, size_t nkey,
                  char *copy_buf, size_t copy_cap, struct item_view *out);
 void item_view_release(storage_thread *t, struct item_view *v);
 
+/* Batched GETs (a pipeline of many keys): the two cache misses of a lookup
+ * (bucket word, then item header) can overlap across keys. Call
+ * storage_prefetch_bucket() for every key, then storage_prefetch_item() with
+ * each returned hash, then storage_get_hashed() per key. Optional
+ * storage_read_batch_begin/end around the whole batch makes the inner calls
+ * cheaper (one read section instead of one per call); inside a batch the
+ * thread may also store. Prefetches are hints: no stores, no locks. */
+void     storage_read_batch_begin(storage_thread *t);
+void     storage_read_batch_end(storage_thread *t);
+uint32_t storage_prefetch_bucket(storage_thread *t, const char *key, size_t nkey); /* returns the key's hash */
+void     storage_prefetch_item(storage_thread *t, uint32_t hv);
+bool     storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_t hv,
+                            const struct get_opts *opts, char *copy_buf, size_t copy_cap,
+                            struct item_view *out);
+
 /* ---- writes ---- */
 
 /* Two-step store so the value can be read off the socket straight into item

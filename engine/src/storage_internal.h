@@ -159,6 +159,8 @@ item *assoc_find_locked(const char *key, size_t nkey, uint32_t hv);
 void assoc_insert_locked(item *it, uint32_t hv);
 void assoc_replace_locked(item *old_it, item *new_it, uint32_t hv);
 void assoc_unlink_locked(item *it, uint32_t hv);
+void assoc_prefetch_bucket(uint32_t hv);
+void assoc_prefetch_item(uint32_t hv);
 void assoc_start_thread(void);
 void assoc_stop_thread(void);
 void assoc_stats(stat_writer w, void *ctx);

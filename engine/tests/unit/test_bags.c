@@ -123,6 +123,28 @@ static void test_small_bags_merge(void)
     teardown();
 }
 
+/* The server batches pipelined GETs in one read section and may store in
+ * the middle; an eviction's grace period must not wait for its own thread. */
+static void test_read_batch_with_evictions(void)
+{
+    setup(2, 10, false);
+    char k[32], buf[128];
+    storage_read_batch_begin(T);
+    for (int i = 0; i < 30000; i++) {
+        sprintf(k, "b%d", i);
+        put100(k);
+        uint32_t hv = storage_prefetch_bucket(T, k, strlen(k));
+        storage_prefetch_item(T, hv);
+        struct item_view v;
+        CHECK(storage_get_hashed(T, k, strlen(k), hv, NULL, buf, sizeof buf, &v));
+        CHECK(v.nbytes == 100);
+    }
+    storage_read_batch_end(T);
+    CHECK(gstat("evictions") > 10000);
+    CHECK_EQ_U64(T->section_depth, 0);
+    teardown();
+}
+
 int main(void)
 {
     memset(val100, 'v', 100);
@@ -130,5 +152,6 @@ int main(void)
     TEST(test_cleaner_expires_and_reclaims);
     TEST(test_flush_cuts_bags);
     TEST(test_small_bags_merge);
+    TEST(test_read_batch_with_evictions);
     return harness_finish();
 }
