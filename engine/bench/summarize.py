@@ -82,14 +82,16 @@ def main():
         f["w1_unpipelined"], f["w1_unpipelined_rounds"], f["w1_unpipelined_loadgen_busy"] = max_throughput(d, "unpipelined", s)
         w1s = steps(d, f"w1-steps-{s}.json")
         f["w1_steps"] = [
-            {k: st[k] for k in ("target_rate", "throughput", "kept_up")}
+            {k: st.get(k) for k in ("target_rate", "throughput", "kept_up")}
+            | {"lag_p99_us": (st.get("generator_lag_us") or {}).get("p99")}
             | {"mean_us": (st["latency_us"] or {}).get("mean"), "p99_us": (st["latency_us"] or {}).get("p99")}
             for st in w1s
         ]
         f["w1_rate_mean_under_1ms"] = best_rate(w1s, lambda l: l["mean"] <= W1_MEAN_LIMIT_US)
         w2s = steps(d, f"w2-steps-{s}.json")
         f["w2_steps"] = [
-            {k: st[k] for k in ("target_rate", "throughput", "kept_up")}
+            {k: st.get(k) for k in ("target_rate", "throughput", "kept_up")}
+            | {"lag_p99_us": (st.get("generator_lag_us") or {}).get("p99")}
             | {"p50_us": (st["latency_us"] or {}).get("p50"), "p999_us": (st["latency_us"] or {}).get("p999")}
             for st in w2s
         ]
@@ -175,6 +177,12 @@ def main():
         f = figures[s]
         if f.get("w4_items_held") is not None:
             print(f"W4 {s}: items held {f['w4_items_held']}, evictions {f['w4_evictions']}")
+    for s in SERVERS:
+        for wl in ("w1_steps", "w2_steps"):
+            st = figures[s][wl]
+            if st and (st[-1].get("lag_p99_us") or 0) > 200:
+                print(f"WARNING: {wl[:2].upper()} last step against {s}: the generator sent 1% of requests more than "
+                      f"{st[-1]['lag_p99_us']:.0f} us late; the stepping may have stopped at the generator's limit")
     print("(a benchmark, not a test: MISS never fails the build)")
     summary = {"machine": machine, "calibration": cal,
                "loadavg_end": load(d, "loadavg_end.json"), "targets": rows, "figures": figures}

@@ -282,6 +282,13 @@ fn step_json(r: &StepResult) -> Value {
         "loadgen_cpu_busy": if r.wall_seconds > 0.0 { json!(r.cpu_seconds / r.wall_seconds) } else { Value::Null },
         "loadgen_us_per_request": if r.sent > 0 { json!(r.cpu_seconds * 1e6 / r.sent as f64) } else { Value::Null },
         "latency_us": latency_json(r),
+        "generator_lag_us": if r.lag.len() > 0 {
+            json!({
+                "p50": r.lag.value_at_quantile(0.5) as f64 / 1000.0,
+                "p99": r.lag.value_at_quantile(0.99) as f64 / 1000.0,
+                "max": r.lag.max() as f64 / 1000.0,
+            })
+        } else { Value::Null },
     })
 }
 
@@ -294,7 +301,7 @@ fn step_line(r: &StepResult) -> String {
     let lookups = r.hits + r.misses;
     let hit = if lookups > 0 { format!(" hit {:.4}", r.hits as f64 / lookups as f64) } else { String::new() };
     format!(
-        "  {:<14} {:>10.0} req/s  mean {:>8.1}us  p50 {:>8.1}  p99 {:>8.1}  p999 {:>8.1}  max {:>9.1}  gen {:.2}us/req busy {:.0}%{}{}{}",
+        "  {:<14} {:>10.0} req/s  mean {:>8.1}us  p50 {:>8.1}  p99 {:>8.1}  p999 {:>8.1}  max {:>9.1}  gen {:.2}us/req {}{}{}{}",
         target,
         r.throughput(),
         h.mean() / 1000.0,
@@ -303,7 +310,10 @@ fn step_line(r: &StepResult) -> String {
         h.value_at_quantile(0.999) as f64 / 1000.0,
         h.max() as f64 / 1000.0,
         if r.sent > 0 { r.cpu_seconds * 1e6 / r.sent as f64 } else { 0.0 },
-        if r.wall_seconds > 0.0 { 100.0 * r.cpu_seconds / r.wall_seconds } else { 0.0 },
+        match r.pace {
+            Pace::Closed => format!("busy {:.0}%", 100.0 * r.cpu_seconds / r.wall_seconds.max(1e-9)),
+            Pace::Open(_) => format!("send lag p99 {:.1}us", r.lag.value_at_quantile(0.99) as f64 / 1000.0),
+        },
         hit,
         if r.errors > 0 { format!(" errors {}", r.errors) } else { String::new() },
         if r.kept_up() { String::new() } else { format!(" FELL-BEHIND (unsent {}, unanswered {})", r.unsent, r.unanswered) },

@@ -94,6 +94,11 @@ pub struct StepResult {
     pub conns: usize,
     pub measured_seconds: f64,
     pub hist: Histogram<u64>,
+    /// Open loop: how late the generator itself dispatched each request
+    /// after it came due. Large values mean the generator, not the server,
+    /// was the bottleneck (busy CPU says nothing here: the open loop
+    /// busy-polls between sends by design).
+    pub lag: Histogram<u64>,
     /// Replies completed inside the measurement window.
     pub completed: u64,
     pub gets: u64,
@@ -223,6 +228,7 @@ impl Runner {
             conns: nconns,
             measured_seconds: 0.0,
             hist: hist.clone(),
+            lag: hist.clone(),
             completed: 0,
             gets: 0,
             sets: 0,
@@ -285,6 +291,9 @@ impl Runner {
                 if sending {
                     // next_index counts requests that came due: sent or backlogged.
                     while next_due <= now && next_index < max_requests {
+                        if next_due >= measure_start {
+                            r.lag.saturating_record((now - next_due).max(1));
+                        }
                         let ci = (next_index % nconns as u64) as usize;
                         if self.conns[ci].inflight.len() < self.depth {
                             if self.conns[ci].wbuf.is_empty() {
