@@ -360,7 +360,7 @@ static bool class_needs_sweep(int clsid, bool flush)
 {
     uint64_t dead = atomic_load_explicit(&g_class_stats[clsid].dead_waiting, memory_order_relaxed);
     uint64_t live = atomic_load_explicit(&g_class_stats[clsid].curr_items, memory_order_relaxed);
-    return flush || dead > live / 32 + 64;
+    return flush || dead > live / 8 + 64;
 }
 
 static void clean_class(int clsid, bool flush, bool full, struct limbo *lb)
@@ -450,6 +450,10 @@ int bags_evict(storage_thread *t, int clsid)
     struct lru *l = &lrus[clsid];
     struct limbo lb = {0};
     int freed = 0, opened = 0, scanned = 0;
+    /* A class holding nothing has nothing to evict: do not churn bags. */
+    if (atomic_load_explicit(&g_class_stats[clsid].curr_items, memory_order_relaxed) == 0 &&
+        atomic_load_explicit(&g_class_stats[clsid].dead_waiting, memory_order_relaxed) == 0)
+        return 0;
     pthread_mutex_lock(&l->lock);
     struct bag *b = evictable_from(l, l->oldest);
     while (freed == 0 && scanned < 16) {
