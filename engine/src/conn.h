@@ -71,6 +71,7 @@ struct conn {
     bool             write_blocked; /* waiting for EPOLLOUT */
     bool             yielded;       /* on the worker's pending list */
     bool             started;       /* the first byte has been looked at */
+    int              batch_idx;     /* io_uring mode: slot in the worker's batch, -1 if none */
     struct conn     *next_pending;
     struct conn     *prev, *next;   /* worker's connection list */
     /* for stats conns (read by other threads under the registry lock) */
@@ -103,6 +104,9 @@ struct worker {
     struct conn     *conns;        /* all connections of this worker */
     struct conn     *pending;      /* connections with unparsed input left */
     struct server_stats stats;
+    struct uring    *ring;         /* -o io_uring: batch reads and sends per loop turn */
+    struct conn    **batch;        /* connections found readable this turn */
+    int              nbatch;
     char             iobuf[256];
 };
 

@@ -42,6 +42,7 @@
 
 #include "conn.h"
 #include "proto_parser.h"
+#include "uring.h"
 
 #define RBUF_INITIAL   (16 * 1024)
 #define RBUF_MAX       (LINE_MAX_RETRIEVAL + 4096)
@@ -222,6 +223,9 @@ static int out_flush(struct conn *c)
 
 static void conn_readable(struct ae_loop *l, int fd, void *data, int mask);
 static void conn_writable(struct ae_loop *l, int fd, void *data, int mask);
+static void conn_mark_ready(struct ae_loop *l, int fd, void *data, int mask);
+/* conn_readable (epoll: read at once) or conn_mark_ready (io_uring: batch) */
+static ae_file_proc *read_proc = conn_readable;
 
 void conn_close(struct conn *c)
 {
@@ -236,6 +240,7 @@ void conn_close(struct conn *c)
         while (*pp && *pp != c) pp = &(*pp)->next_pending;
         if (*pp) *pp = c->next_pending;
     }
+    if (c->batch_idx >= 0) w->batch[c->batch_idx] = NULL;
     close(c->fd);
     if (c->it) item_discard(w->st, c->it);
     c->out.len = c->out.seg_start;   /* nothing more will be sent */
@@ -370,7 +375,7 @@ static bool conn_after_work(struct conn *c)
         if (c->state == CONN_CLOSING || c->state == CONN_CMD) { conn_close(c); return false; }
     }
     if (!(ae_mask(l, c->fd) & AE_READABLE))
-        ae_add(l, c->fd, AE_READABLE, conn_readable, c);
+        ae_add(l, c->fd, AE_READABLE, read_proc, c);
     return true;
 }
 
@@ -436,6 +441,97 @@ static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
         return;
     }
     conn_after_work(c);
+}
+
+/* ---------------------------------------------------------------- io_uring
+ * One loop turn in io_uring mode: epoll marked connections readable; here
+ * one io_uring_enter reads all of them, every complete request is answered
+ * into the output buffers, and one more io_uring_enter sends all replies.
+ * See uring.h for why every operation completes inside its submit. */
+
+static void conn_mark_ready(struct ae_loop *l, int fd, void *data, int mask)
+{
+    struct conn *c = data;
+    struct worker *w = c->w;
+    if (c->batch_idx >= 0) return;
+    if (w->nbatch >= (int)uring_capacity(w->ring)) {
+        conn_readable(l, fd, data, mask);   /* batch full: the plain path */
+        return;
+    }
+    c->batch_idx = w->nbatch;
+    w->batch[w->nbatch++] = c;
+}
+
+static void uring_turn(struct worker *w)
+{
+    int n = w->nbatch;
+    if (!n) return;
+    /* phase 1: read every ready connection in one submit */
+    int queued = 0;
+    for (int i = 0; i < n; i++) {
+        struct conn *c = w->batch[i];
+        if (!c) continue;
+        bool direct = c->state == CONN_NREAD && c->rstart == c->rend && c->nread_left >= DIRECT_READ_MIN;
+        if (direct || c->state == CONN_CLOSING || !rbuf_make_room(c)) {
+            /* large values go straight into item memory; odd cases use the plain path */
+            w->batch[i] = NULL;
+            c->batch_idx = -1;
+            conn_readable(w->loop, c->fd, c, AE_READABLE);
+            continue;
+        }
+        uring_prep_recv(w->ring, c->fd, c->rbuf + c->rend, c->rsize - c->rend, (uint64_t)i);
+        queued++;
+    }
+    if (queued && uring_submit_and_wait(w->ring) < 0) {
+        /* the ring failed: finish this turn with plain syscalls */
+        for (int i = 0; i < n; i++) {
+            struct conn *c = w->batch[i];
+            if (!c) continue;
+            w->batch[i] = NULL;
+            c->batch_idx = -1;
+            conn_readable(w->loop, c->fd, c, AE_READABLE);
+        }
+        w->nbatch = 0;
+        return;
+    }
+    uint64_t ud;
+    int32_t res;
+    while (uring_next_cqe(w->ring, &ud, &res)) {
+        struct conn *c = w->batch[ud];
+        if (!c) continue;
+        if (res > 0) {
+            c->rend += (size_t)res;
+            STAT_ADD(w, bytes_read, (uint64_t)res);
+            process_input(c);
+        } else if (res == 0 || (res != -EAGAIN && res != -EINTR)) {
+            conn_close(c);   /* clears w->batch[ud] */
+        }
+    }
+    /* phase 2: send every connection's replies in one submit */
+    queued = 0;
+    for (int i = 0; i < n; i++) {
+        struct conn *c = w->batch[i];
+        if (!c || c->write_blocked || c->out.nsegs || out_pending(c) == 0) continue;
+        uring_prep_send(w->ring, c->fd, c->out.buf + c->out.sent, c->out.len - c->out.sent, (uint64_t)i);
+        queued++;
+    }
+    if (queued && uring_submit_and_wait(w->ring) >= 0) {
+        while (uring_next_cqe(w->ring, &ud, &res)) {
+            struct conn *c = w->batch[ud];
+            if (!c || res <= 0) continue;    /* errors and EAGAIN: conn_after_work retries and decides */
+            STAT_ADD(w, bytes_written, (uint64_t)res);
+            c->out.sent += (size_t)res;
+        }
+    }
+    /* whatever is left (partial sends, in-place values, closing) takes the plain path */
+    for (int i = 0; i < n; i++) {
+        struct conn *c = w->batch[i];
+        if (!c) continue;
+        w->batch[i] = NULL;
+        c->batch_idx = -1;
+        conn_after_work(c);
+    }
+    w->nbatch = 0;
 }
 
 static void conn_writable(struct ae_loop *l, int fd, void *data, int mask)
@@ -506,7 +602,8 @@ static void accept_ready(struct ae_loop *l, int lfd, void *data, int mask)
         }
         snprintf(c->addr, sizeof(c->addr), ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, port);
         c->last_cmd_time = (uint32_t)storage_now();
-        if (ae_add(l, fd, AE_READABLE, conn_readable, c) < 0) {
+        c->batch_idx = -1;
+        if (ae_add(l, fd, AE_READABLE, read_proc, c) < 0) {
             free(rb); free(c);
             __atomic_sub_fetch(&curr_conns_global, 1, __ATOMIC_RELAXED);
             reject_conn(fd);
@@ -641,6 +738,7 @@ static void wake_ready(struct ae_loop *l, int fd, void *data, int mask)
 static int worker_before_sleep(struct ae_loop *l, void *data)
 {
     struct worker *w = data;
+    if (w->ring) uring_turn(w);
     /* connections that yielded (-R limit) continue where they stopped */
     struct conn *c = w->pending;
     w->pending = NULL;
@@ -716,6 +814,16 @@ int server_create_workers(void)
         w->loop = ae_create(setsize, 1024);
         w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (!w->loop || w->wake_fd < 0) return -1;
+        if (settings.io_uring) {
+            w->ring = uring_create(1024);
+            w->batch = calloc(1024, sizeof(*w->batch));
+            if (!w->ring || !w->batch) {
+                fprintf(stderr, "cachetd: -o io_uring: the kernel refused io_uring (%s); "
+                        "run without it\n", strerror(errno));
+                return -1;
+            }
+            read_proc = conn_mark_ready;
+        }
     }
     return 0;
 }

@@ -133,7 +133,7 @@ static int parse_extended(struct settings *s, const char *arg, bool *cpus_given,
     strcpy(buf, arg);
     char *save = NULL;
     char cpu_text[1024] = "";
-    bool in_cpus = false;
+    bool in_cpus = false, cpus_here = false;   /* -o may be given more than once */
     for (char *opt = strtok_r(buf, ",", &save); opt; opt = strtok_r(NULL, ",", &save)) {
         if (in_cpus && !strchr(opt, '=') && isdigit((unsigned char)opt[0])) {
             strncat(cpu_text, ",", sizeof(cpu_text) - strlen(cpu_text) - 1);
@@ -168,6 +168,7 @@ static int parse_extended(struct settings *s, const char *arg, bool *cpus_given,
         } else if (!strcmp(opt, "cpus") && val) {
             snprintf(cpu_text, sizeof(cpu_text), "%s", val);
             in_cpus = true;
+            cpus_here = true;
             *cpus_given = true;
         } else if (!strcmp(opt, "io_uring") && !val) {
             s->io_uring = true;
@@ -179,7 +180,7 @@ static int parse_extended(struct settings *s, const char *arg, bool *cpus_given,
             return EX_USAGE_CODE;
         }
     }
-    if (*cpus_given) {
+    if (cpus_here) {
         if (!strcmp(cpu_text, "none")) {
             s->pin_workers = false;
             s->num_cpus_listed = 0;

@@ -1,0 +1,158 @@
+/*
+ * uring.c - raw io_uring setup and submission; see uring.h for why.
+ */
+#include "uring.h"
+
+#include <errno.h>
+#include <linux/io_uring.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+struct uring {
+    int fd;
+    unsigned entries;
+    /* submission ring */
+    void *sq_ptr;
+    size_t sq_size;
+    unsigned *sq_head, *sq_tail, *sq_mask, *sq_array;
+    struct io_uring_sqe *sqes;
+    size_t sqes_size;
+    unsigned queued;          /* prepared since the last submit */
+    /* completion ring */
+    void *cq_ptr;
+    size_t cq_size;
+    unsigned *cq_head, *cq_tail, *cq_mask;
+    struct io_uring_cqe *cqes;
+};
+
+struct uring *uring_create(unsigned entries)
+{
+    struct io_uring_params p;
+    memset(&p, 0, sizeof(p));
+    int fd = (int)syscall(__NR_io_uring_setup, entries, &p);
+    if (fd < 0) return NULL;
+    struct uring *u = calloc(1, sizeof(*u));
+    if (!u) { close(fd); return NULL; }
+    u->fd = fd;
+    u->entries = p.sq_entries;
+    u->sq_size = p.sq_off.array + p.sq_entries * sizeof(unsigned);
+    u->cq_size = p.cq_off.cqes + p.cq_entries * sizeof(struct io_uring_cqe);
+    bool single = p.features & IORING_FEAT_SINGLE_MMAP;
+    if (single && u->cq_size > u->sq_size) u->sq_size = u->cq_size;
+    u->sq_ptr = mmap(NULL, u->sq_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_SQ_RING);
+    if (u->sq_ptr == MAP_FAILED) goto fail;
+    if (single) {
+        u->cq_ptr = u->sq_ptr;
+    } else {
+        u->cq_ptr = mmap(NULL, u->cq_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_CQ_RING);
+        if (u->cq_ptr == MAP_FAILED) goto fail;
+    }
+    u->sqes_size = p.sq_entries * sizeof(struct io_uring_sqe);
+    u->sqes = mmap(NULL, u->sqes_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_SQES);
+    if (u->sqes == MAP_FAILED) goto fail;
+    char *sq = u->sq_ptr, *cq = u->cq_ptr;
+    u->sq_head = (unsigned *)(sq + p.sq_off.head);
+    u->sq_tail = (unsigned *)(sq + p.sq_off.tail);
+    u->sq_mask = (unsigned *)(sq + p.sq_off.ring_mask);
+    u->sq_array = (unsigned *)(sq + p.sq_off.array);
+    u->cq_head = (unsigned *)(cq + p.cq_off.head);
+    u->cq_tail = (unsigned *)(cq + p.cq_off.tail);
+    u->cq_mask = (unsigned *)(cq + p.cq_off.ring_mask);
+    u->cqes = (struct io_uring_cqe *)(cq + p.cq_off.cqes);
+    return u;
+fail:
+    uring_free(u);
+    return NULL;
+}
+
+void uring_free(struct uring *u)
+{
+    if (!u) return;
+    if (u->sqes && u->sqes != MAP_FAILED) munmap(u->sqes, u->sqes_size);
+    if (u->cq_ptr && u->cq_ptr != MAP_FAILED && u->cq_ptr != u->sq_ptr) munmap(u->cq_ptr, u->cq_size);
+    if (u->sq_ptr && u->sq_ptr != MAP_FAILED) munmap(u->sq_ptr, u->sq_size);
+    close(u->fd);
+    free(u);
+}
+
+unsigned uring_capacity(const struct uring *u)
+{
+    return u->entries;
+}
+
+static struct io_uring_sqe *next_sqe(struct uring *u)
+{
+    unsigned tail = *u->sq_tail + u->queued;   /* only this thread writes the tail */
+    unsigned idx = tail & *u->sq_mask;
+    struct io_uring_sqe *sqe = &u->sqes[idx];
+    memset(sqe, 0, sizeof(*sqe));
+    u->sq_array[idx] = idx;
+    u->queued++;
+    return sqe;
+}
+
+void uring_prep_recv(struct uring *u, int fd, void *buf, size_t len, uint64_t user_data)
+{
+    struct io_uring_sqe *sqe = next_sqe(u);
+    sqe->opcode = IORING_OP_RECV;
+    sqe->fd = fd;
+    sqe->addr = (uint64_t)(uintptr_t)buf;
+    sqe->len = (uint32_t)len;
+    sqe->msg_flags = MSG_DONTWAIT;
+    sqe->user_data = user_data;
+}
+
+void uring_prep_sendmsg(struct uring *u, int fd, const struct msghdr *mh, uint64_t user_data)
+{
+    struct io_uring_sqe *sqe = next_sqe(u);
+    sqe->opcode = IORING_OP_SENDMSG;
+    sqe->fd = fd;
+    sqe->addr = (uint64_t)(uintptr_t)mh;
+    sqe->len = 1;
+    sqe->msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL;
+    sqe->user_data = user_data;
+}
+
+void uring_prep_send(struct uring *u, int fd, const void *buf, size_t len, uint64_t user_data)
+{
+    struct io_uring_sqe *sqe = next_sqe(u);
+    sqe->opcode = IORING_OP_SEND;
+    sqe->fd = fd;
+    sqe->addr = (uint64_t)(uintptr_t)buf;
+    sqe->len = (uint32_t)len;
+    sqe->msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL;
+    sqe->user_data = user_data;
+}
+
+int uring_submit_and_wait(struct uring *u)
+{
+    unsigned n = u->queued;
+    if (!n) return 0;
+    __atomic_store_n(u->sq_tail, *u->sq_tail + n, __ATOMIC_RELEASE);
+    u->queued = 0;
+    unsigned submitted = 0;
+    while (submitted < n) {
+        int rc = (int)syscall(__NR_io_uring_enter, u->fd, n - submitted, n - submitted,
+                              IORING_ENTER_GETEVENTS, NULL, 0);
+        if (rc < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        submitted += (unsigned)rc;
+    }
+    return (int)n;
+}
+
+bool uring_next_cqe(struct uring *u, uint64_t *user_data, int32_t *res)
+{
+    unsigned head = *u->cq_head;
+    if (head == __atomic_load_n(u->cq_tail, __ATOMIC_ACQUIRE)) return false;
+    struct io_uring_cqe *cqe = &u->cqes[head & *u->cq_mask];
+    *user_data = cqe->user_data;
+    *res = cqe->res;
+    __atomic_store_n(u->cq_head, head + 1, __ATOMIC_RELEASE);
+    return true;
+}
