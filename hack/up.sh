@@ -51,6 +51,17 @@ down() {
       "$helm" uninstall "$release" -n "$SYSTEM_NS" --wait --ignore-not-found || true
     fi
     "$kubectl" delete namespace "$SYSTEM_NS" --ignore-not-found --wait=true --timeout=2m || true
+    # The chart keeps the CRD on uninstall (deleting it deletes every Cache).
+    # 'make down' removes it only when no Cache is left that it would take along.
+    if "$kubectl" get crd caches.cache.cachet.dev >/dev/null 2>&1; then
+      left=$("$kubectl" get caches.cache.cachet.dev -A -o name 2>/dev/null | wc -l)
+      if [ "$left" = 0 ]; then
+        say "deleting the Cache CRD (no Cache left)"
+        "$kubectl" delete crd caches.cache.cachet.dev --wait=true --timeout=2m || true
+      else
+        echo "    $left Cache(s) still exist; the Cache CRD stays (delete them, then: kubectl delete crd caches.cache.cachet.dev)"
+      fi
+    fi
   fi
   if [ "$STARTED_CLUSTER" = 1 ]; then
     say "taking down the local cluster that 'make up' brought up"

@@ -10,6 +10,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -136,12 +137,11 @@ func (s *suite) cleanStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(releases, `"name":"`+c.release+`"`) {
-		t.Logf("a release %s is left from an earlier run; removing it first", c.release)
-		s.cleanup(t)
-	}
 	for _, other := range helmReleasesOfChart(releases, "cachet") {
-		if other != c.release {
+		if other == c.release {
+			t.Logf("a release %s is left from an earlier run; removing it first", c.release)
+			s.cleanup(t)
+		} else {
 			t.Fatalf("helm release %q of the cachet chart is installed; its operator would reconcile the suite's Caches too. "+
 				"Run `make down` (or helm uninstall it) or point KUBECONFIG at a clean cluster", other)
 		}
@@ -150,20 +150,31 @@ func (s *suite) cleanStart(t *testing.T) {
 		t.Fatalf("%d Cache objects already exist in the cluster (first: %s/%s); the suite needs a clean start",
 			len(caches), caches[0].str("metadata", "namespace"), caches[0].str("metadata", "name"))
 	}
+	// A CRD kept by an earlier uninstall (the chart's default) belongs to no
+	// release and would make `helm install` refuse to adopt it. No Cache exists
+	// (checked above), so removing it loses nothing.
+	if crd, err := c.getJSON("crd", cacheGroupResource); err == nil {
+		t.Logf("removing the Cache CRD left by release %q (no Cache uses it)", crd.strMap("metadata", "annotations")["meta.helm.sh/release-name"])
+		c.mustK(t, "delete", "crd", cacheGroupResource, "--wait=true", "--timeout=120s")
+	}
 	_, _ = c.k("delete", "namespace", c.cacheNS, "--ignore-not-found", "--wait=true", "--timeout=120s")
 	_, _ = c.k("delete", "namespace", c.systemNS, "--ignore-not-found", "--wait=true", "--timeout=120s")
 }
 
-// helmReleasesOfChart picks release names whose chart is name-<version> out of
-// `helm list -o json`, without a YAML/JSON schema dependency on helm's output.
+// helmReleasesOfChart picks the names of releases of the given chart out of
+// `helm list -o json`, whose "chart" field reads <chart>-<version>.
 func helmReleasesOfChart(listJSON, chart string) []string {
+	var releases []struct {
+		Name  string `json:"name"`
+		Chart string `json:"chart"`
+	}
+	if err := json.Unmarshal([]byte(listJSON), &releases); err != nil {
+		return []string{"(unreadable helm list output: " + err.Error() + ")"}
+	}
 	var out []string
-	for _, entry := range strings.Split(listJSON, "},{") {
-		if strings.Contains(entry, `"chart":"`+chart+`-`) {
-			if i := strings.Index(entry, `"name":"`); i >= 0 {
-				rest := entry[i+len(`"name":"`):]
-				out = append(out, rest[:strings.Index(rest, `"`)])
-			}
+	for _, r := range releases {
+		if strings.HasPrefix(r.Chart, chart+"-") {
+			out = append(out, r.Name)
 		}
 	}
 	return out
