@@ -314,10 +314,12 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
                 out->win = true;
             }
         }
-        if (!opts->no_lru_bump) bags_stamp(it, slabs_clsid_of(it));
+        int clsid = slabs_clsid_of(it);
+        if (!opts->no_lru_bump) bags_stamp(it, clsid);
         stripe_unlock(hv);
         if (created) enter_bag(t, it);
         STAT_INC(t, get_hits);
+        CLS_INC(t, clsid, get_hits);
         return true;
     }
     if (fresh) item_discard(t, fresh);
@@ -374,9 +376,11 @@ bool storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_
         return get_locked(t, key, nkey, hv, opts, copy_buf, copy_cap, out);
     }
     fill_view(t, it, copy_buf, copy_cap, out);
-    if (!opts->no_lru_bump) bags_stamp(it, slabs_clsid_of(it));
+    int clsid = slabs_clsid_of(it);
+    if (!opts->no_lru_bump) bags_stamp(it, clsid);
     epoch_exit(t);
     STAT_INC(t, get_hits);
+    CLS_INC(t, clsid, get_hits);
     return true;
 }
 
@@ -442,7 +446,7 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
                 stale_store = true;   /* ms I: store, but mark it stale */
             } else {
                 res = STORE_EXISTS;
-                if (mode == MODE_CAS) STAT_INC(t, cas_badval);
+                if (mode == MODE_CAS) { STAT_INC(t, cas_badval); CLS_INC(t, slabs_clsid_of(old), cas_badval); }
                 goto out_unlock;
             }
         }
@@ -487,10 +491,12 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
         if (old) replace_locked(t, old, store_it, hv);
         else link_new_locked(t, store_it, hv);
         if (cas_out) *cas_out = item_get_cas(store_it);
+        int sclsid = slabs_clsid_of(store_it);
         stripe_unlock(hv);
         enter_bag(t, store_it);
         if (store_it != it) item_discard(t, it);
-        if (mode == MODE_CAS) STAT_INC(t, cas_hits);
+        CLS_INC(t, sclsid, cmd_set);
+        if (mode == MODE_CAS) { STAT_INC(t, cas_hits); CLS_INC(t, sclsid, cas_hits); }
         return STORE_STORED;
     }
     res = STORE_NOT_STORED;
@@ -524,7 +530,9 @@ enum store_result storage_delete(storage_thread *t, const char *key, size_t nkey
         if (opts->update_ttl) atomic_store_explicit(&it->exptime, opts->new_exptime, memory_order_relaxed);
         res = STORE_STORED;
         STAT_INC(t, delete_hits);
+        CLS_INC(t, slabs_clsid_of(it), delete_hits);
     } else {
+        CLS_INC(t, slabs_clsid_of(it), delete_hits);
         item_unlink_locked(it, hv);
         res = STORE_STORED;
         STAT_INC(t, delete_hits);
@@ -542,6 +550,7 @@ enum store_result storage_touch(storage_thread *t, const char *key, size_t nkey,
         atomic_store_explicit(&it->exptime, exptime, memory_order_relaxed);
         bags_stamp(it, slabs_clsid_of(it));
         STAT_INC(t, touch_hits);
+        CLS_INC(t, slabs_clsid_of(it), touch_hits);
     } else {
         STAT_INC(t, touch_misses);
     }
@@ -624,7 +633,11 @@ enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
         if (value_out) *value_out = value;
         if (cas_out) *cas_out = item_get_cas(fresh);
         if (exptime_out) *exptime_out = exp;
-        if (old) { if (incr) STAT_INC(t, incr_hits); else STAT_INC(t, decr_hits); }
+        if (old) {
+            int oc = slabs_clsid_of(old);
+            if (incr) { STAT_INC(t, incr_hits); CLS_INC(t, oc, incr_hits); }
+            else { STAT_INC(t, decr_hits); CLS_INC(t, oc, decr_hits); }
+        }
         stripe_unlock(hv);
         enter_bag(t, fresh);
         return ARITH_OK;

@@ -451,6 +451,11 @@ void slabs_stats(stat_writer w, void *ctx)
         S("free_chunks", "%u", free_chunks + end_free);
         S("free_chunks_end", "%u", end_free);
         S("mem_requested", "%llu", (unsigned long long)atomic_load(&g_class_stats[c].bytes_requested));
+        uint64_t cs[CLASS_STATS_N];
+        storage_class_thread_stats((int)c, cs);
+        static const char *cs_names[CLASS_STATS_N] = {"get_hits", "cmd_set", "delete_hits", "incr_hits",
+                                                      "decr_hits", "cas_hits", "cas_badval", "touch_hits"};
+        for (size_t k = 0; k < CLASS_STATS_N; k++) S(cs_names[k], "%llu", (unsigned long long)cs[k]);
         S("pages_moved_in", "%llu", (unsigned long long)atomic_load(&sc->pages_moved_in));
         S("pages_moved_out", "%llu", (unsigned long long)atomic_load(&sc->pages_moved_out));
         S("bags", "%u", bags_count((int)c));

@@ -37,6 +37,23 @@ static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint64_t cas_counter;
 static uint64_t stats_baseline[THREAD_STATS_N];
 static uint64_t class_baseline_evicted;
+static uint64_t class_baseline[MAX_SLAB_CLASSES + 1][CLASS_STATS_N];
+
+static void sum_class(int clsid, uint64_t out[CLASS_STATS_N])
+{
+    memset(out, 0, sizeof(uint64_t) * CLASS_STATS_N);
+    int n = storage_thread_count();
+    for (int i = 0; i < n; i++) {
+        _Atomic uint64_t *f = (_Atomic uint64_t *)&threads[i]->cls[clsid];
+        for (size_t k = 0; k < CLASS_STATS_N; k++) out[k] += atomic_load_explicit(&f[k], memory_order_relaxed);
+    }
+}
+
+void storage_class_thread_stats(int clsid, uint64_t out[CLASS_STATS_N])
+{
+    sum_class(clsid, out);
+    for (size_t k = 0; k < CLASS_STATS_N; k++) out[k] -= class_baseline[clsid][k];
+}
 static _Atomic int32_t clock_offset;     /* tests move time forward */
 static struct timespec mono_start;
 static pthread_t clock_thread;
@@ -176,6 +193,7 @@ int storage_init(const struct storage_config *cfg)
     atomic_store(&g_oldest_cas, 0);
     atomic_store(&g_flush_pending, 0);
     atomic_store(&cas_counter, 0);
+    memset(class_baseline, 0, sizeof class_baseline);
     if (slabs_init() != 0) return -1;
     if (assoc_init(g_cfg.hashpower_init) != 0) return -1;
     if (bags_init() != 0) return -1;
@@ -291,6 +309,7 @@ void storage_stats_reset(void)
 {
     sum_threads(stats_baseline);
     class_baseline_evicted = total_evictions();
+    for (unsigned c = 1; c <= slabs_class_count(); c++) sum_class((int)c, class_baseline[c]);
 }
 
 void storage_stats_settings(stat_writer w, void *ctx)

@@ -107,18 +107,26 @@ struct thread_stats {
 };
 #define THREAD_STATS_N (sizeof(struct thread_stats) / sizeof(_Atomic uint64_t))
 
+/* memcached's per-class counters of `stats slabs` */
+struct class_thread_stats {
+    _Atomic uint64_t get_hits, cmd_set, delete_hits, incr_hits, decr_hits, cas_hits, cas_badval, touch_hits;
+};
+#define CLASS_STATS_N (sizeof(struct class_thread_stats) / sizeof(_Atomic uint64_t))
+
 struct storage_thread {
     _Atomic uint64_t epoch;          /* 0 = outside any read section; see epoch.c */
     int      index;
     int      section_depth;
     uint64_t cas_next, cas_end;      /* block of CAS ids owned by this thread */
     struct thread_stats st;
+    struct class_thread_stats cls[64 + 1];
     char pad[64];
 };
 
 /* Owner-only counter bump: a relaxed load+store is a plain increment in the
  * generated code, but keeps the stats reader's concurrent load race-free. */
 #define STAT_INC(t, f) atomic_store_explicit(&(t)->st.f, atomic_load_explicit(&(t)->st.f, memory_order_relaxed) + 1, memory_order_relaxed)
+#define CLS_INC(t, c, f) atomic_store_explicit(&(t)->cls[c].f, atomic_load_explicit(&(t)->cls[c].f, memory_order_relaxed) + 1, memory_order_relaxed)
 
 /* ---- global settings and clock (storage.c, clock.c) ---- */
 extern struct storage_config g_cfg;
@@ -172,6 +180,8 @@ void assoc_wait_expansion(void);
 
 /* ---- slabs (slabs.c) ---- */
 #define MAX_SLAB_CLASSES 64
+_Static_assert(MAX_SLAB_CLASSES == 64, "storage_thread.cls is sized for 64 classes");
+void storage_class_thread_stats(int clsid, uint64_t out[CLASS_STATS_N]);
 int  slabs_init(void);
 void slabs_destroy(void);
 int  slabs_clsid(size_t ntotal);                 /* 0 if too large */

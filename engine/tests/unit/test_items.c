@@ -258,6 +258,27 @@ static void test_stats_smoke(void)
     int n = 0;
     storage_stats_general(count_stat, &n);
     CHECK(n == 1);
+    /* memcached's per-class counters in `stats slabs`, and `stats reset` */
+    CHECK(put("sl", "0123456789") == STORE_STORED);
+    CHECK(get_str("sl", NULL) != NULL);
+    CHECK(get_str("sl", NULL) != NULL);
+    char nm[64];
+    int c = slabs_clsid(24 + 8 + 2 + 10 + 2);
+    sprintf(nm, "%d:get_hits", c);
+    long long before = stat_of(storage_stats_slabs, nm);
+    CHECK(before >= 2);
+    CHECK(get_str("sl", NULL) != NULL);
+    CHECK_EQ_U64(stat_of(storage_stats_slabs, nm), before + 1);
+    sprintf(nm, "%d:cmd_set", c);
+    CHECK(stat_of(storage_stats_slabs, nm) >= 1);
+    CHECK(gstat("get_hits") > 0);
+    storage_stats_reset();
+    CHECK_EQ_U64(gstat("get_hits"), 0);
+    sprintf(nm, "%d:get_hits", c);
+    CHECK_EQ_U64(stat_of(storage_stats_slabs, nm), 0);
+    CHECK(get_str("sl", NULL) != NULL);
+    CHECK_EQ_U64(stat_of(storage_stats_slabs, nm), 1);
+    CHECK_EQ_U64(gstat("get_hits"), 1);
 }
 
 int main(void)
