@@ -54,7 +54,7 @@ down() {
     # The chart keeps the CRD on uninstall (deleting it deletes every Cache).
     # 'make down' removes it only when no Cache is left that it would take along.
     if "$kubectl" get crd caches.cache.cachet.dev >/dev/null 2>&1; then
-      left=$("$kubectl" get caches.cache.cachet.dev -A -o name 2>/dev/null | wc -l)
+      left=$({ "$kubectl" get caches.cache.cachet.dev -A -o name 2>/dev/null || true; } | wc -l)
       if [ "$left" = 0 ]; then
         say "deleting the Cache CRD (no Cache left)"
         "$kubectl" delete crd caches.cache.cachet.dev --wait=true --timeout=2m || true
