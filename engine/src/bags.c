@@ -55,14 +55,16 @@ struct lru {
     _Atomic(struct bag *) newest;
     struct bag *alt;
     struct bag *oldest;
-    _Atomic uint16_t newest_id;
     uint16_t next_id;
     _Atomic uint32_t nbags;
     struct bag *cursor;         /* where the cleaner resumes */
 } __attribute__((aligned(64)));
 
-struct class_stats g_class_stats[MAX_SLAB_CLASSES + 1];
+struct class_stats g_class_stats[MAX_SLAB_CLASSES + 1] __attribute__((aligned(64)));
 static struct lru lrus[MAX_SLAB_CLASSES + 1];
+/* What a GET stamps: kept apart from the lru structs, whose locks the
+ * cleaner and evictors write all the time (no false sharing on GETs). */
+static _Atomic uint16_t newest_ids[MAX_SLAB_CLASSES + 1];
 static _Atomic uint64_t cleaner_passes, items_moved, bags_merged, items_merged, bags_opened;
 static _Atomic uint32_t bag_target_min = BAG_TARGET_MIN;
 
@@ -100,7 +102,7 @@ int bags_init(void)
         l->oldest = b;
         l->alt = b;
         atomic_store(&l->newest, b);
-        atomic_store(&l->newest_id, b->id);
+        atomic_store(&newest_ids[c], b->id);
         l->cursor = NULL;
     }
     memset(g_class_stats, 0, sizeof g_class_stats);
@@ -162,7 +164,7 @@ void bags_append(storage_thread *t, item *it)
 
 void bags_stamp(item *it, int clsid)
 {
-    uint16_t want = (uint16_t)(atomic_load_explicit(&lrus[clsid].newest_id, memory_order_relaxed) | ITEM_FETCHED_BIT);
+    uint16_t want = (uint16_t)(atomic_load_explicit(&newest_ids[clsid], memory_order_relaxed) | ITEM_FETCHED_BIT);
     if (atomic_load_explicit(&it->bag, memory_order_relaxed) != want)
         atomic_store_explicit(&it->bag, want, memory_order_relaxed);
     rel_time_t now = now_time();
@@ -179,7 +181,7 @@ static bool open_bag(struct lru *l)
     b->older = cur;
     cur->newer = b;
     atomic_store_explicit(&l->newest, b, memory_order_release);
-    atomic_store_explicit(&l->newest_id, b->id, memory_order_relaxed);
+    atomic_store_explicit(&newest_ids[l - lrus], b->id, memory_order_relaxed);
     l->alt = cur;
     /* Workers that loaded `cur` before the switch may still append to it. */
     cur->closed_epoch = epoch_advance();

@@ -33,10 +33,12 @@
 #include <time.h>
 
 struct page {
-    _Atomic uint8_t clsid;   /* 0 = not yet handed out */
     bool draining;
     uint32_t used;           /* chunks allocated and not yet freed (class lock) */
 };
+/* The class of each page, apart from the counters above: every GET reads it,
+ * every store writes `used`, and they must not share cache lines. */
+static _Atomic uint8_t *page_cls;   /* 0 = not yet handed out */
 
 struct slabclass {
     pthread_mutex_t lock;
@@ -82,7 +84,7 @@ uint32_t slabs_chunk_size(int c) { return classes[c].size; }
 unsigned slabs_class_pages(int c) { return atomic_load(&classes[c].pages); }
 
 static inline size_t page_of(const void *p) { return (size_t)((const char *)p - region) >> page_shift; }
-int slabs_clsid_of(const item *it) { return atomic_load_explicit(&pages[page_of(it)].clsid, memory_order_relaxed); }
+int slabs_clsid_of(const item *it) { return atomic_load_explicit(&page_cls[page_of(it)], memory_order_relaxed); }
 
 static uint32_t round8(double v) { uint32_t x = (uint32_t)v; if ((double)x < v) x++; return (x + 7) & ~7u; }
 
@@ -170,7 +172,8 @@ int slabs_init(void)
     madvise(region, region_bytes, MADV_HUGEPAGE);
 #endif
     pages = calloc(pages_max, sizeof(*pages));
-    if (!pages) return -1;
+    page_cls = calloc(pages_max, sizeof(*page_cls));
+    if (!pages || !page_cls) return -1;
     atomic_store(&pages_next, 0);
     return 0;
 }
@@ -180,7 +183,9 @@ void slabs_destroy(void)
     if (raw_region) munmap(raw_region, raw_bytes);
     raw_region = region = NULL;
     free(pages);
+    free((void *)page_cls);
     pages = NULL;
+    page_cls = NULL;
 }
 
 int slabs_clsid(size_t ntotal)
@@ -207,7 +212,7 @@ static bool grab_fresh_page(struct slabclass *sc, int clsid)
         if (pg >= pages_max) return false;
         if (atomic_compare_exchange_weak(&pages_next, &pg, pg + 1)) break;
     }
-    atomic_store(&pages[pg].clsid, (uint8_t)clsid);
+    atomic_store(&page_cls[pg], (uint8_t)clsid);
     pages[pg].used = 0;
     pages[pg].draining = false;
     sc->bump_page = (int64_t)pg;
@@ -244,7 +249,7 @@ item *slabs_alloc_chunk(int clsid)
 void slabs_free_chunk(item *it)
 {
     size_t pg = page_of(it);
-    int clsid = atomic_load_explicit(&pages[pg].clsid, memory_order_relaxed);
+    int clsid = atomic_load_explicit(&page_cls[pg], memory_order_relaxed);
     struct slabclass *sc = &classes[clsid];
     pthread_mutex_lock(&sc->lock);
     pages[pg].used--;
@@ -345,7 +350,7 @@ bool slabs_rebalance_once(void)
     uint32_t least = UINT32_MAX;
     size_t lim = atomic_load(&pages_next);
     for (size_t pg = 0; pg < lim; pg++) {
-        if (atomic_load_explicit(&pages[pg].clsid, memory_order_relaxed) != src || pages[pg].draining) continue;
+        if (atomic_load_explicit(&page_cls[pg], memory_order_relaxed) != src || pages[pg].draining) continue;
         if (pages[pg].used < least) { least = pages[pg].used; victim = pg; }
     }
     if (victim == pages_max) { pthread_mutex_unlock(&sc->lock); return false; }
@@ -378,7 +383,7 @@ bool slabs_rebalance_once(void)
 
     struct slabclass *dc = &classes[dst];
     pthread_mutex_lock(&dc->lock);
-    atomic_store(&pages[victim].clsid, (uint8_t)dst);
+    atomic_store(&page_cls[victim], (uint8_t)dst);
     pages[victim].used = 0;
     /* Carve the new shape onto the free list (the old chunks were all free). */
     for (uint32_t i = dc->perpage; i-- > 0;) {
