@@ -36,8 +36,8 @@ static _Atomic int nthreads;
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Written by every store: on its own cache line, away from the clock and
  * flush words every GET reads. */
-static _Atomic uint64_t cas_counter __attribute__((aligned(64)));
-static char cas_counter_pad[56] __attribute__((unused));
+static struct { _Atomic uint64_t v; char pad[56]; } cas_line __attribute__((aligned(64)));
+#define cas_counter (cas_line.v)
 static uint64_t stats_baseline[THREAD_STATS_N];
 static uint64_t class_baseline_evicted;
 static uint64_t class_baseline[MAX_SLAB_CLASSES + 1][CLASS_STATS_N];
