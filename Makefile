@@ -22,8 +22,8 @@ SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
 
 ## Tool versions
-CONTROLLER_TOOLS_VERSION ?= v0.20.0
-KUSTOMIZE_VERSION ?= v5.7.1
+CONTROLLER_TOOLS_VERSION ?= v0.23.0
+KUSTOMIZE_VERSION ?= v5.8.2
 HELM_VERSION ?= v3.19.0
 
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
@@ -61,8 +61,8 @@ vet: ## Run go vet against code.
 	go vet ./...
 
 .PHONY: test
-test: manifests generate fmt vet envtest ## Run unit and envtest tests against a real kube-apiserver and etcd.
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $$(go list ./... | grep -v /test/e2e) -coverprofile cover.out
+test: manifests generate fmt vet envtest kustomize ## Run unit and envtest tests against a real kube-apiserver and etcd.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" KUSTOMIZE="$(KUSTOMIZE)" go test $$(go list ./... | grep -v /test/e2e) -coverprofile cover.out
 
 .PHONY: test-e2e
 test-e2e: ## Run the end-to-end suite on KUBECONFIG's cluster, or on the local cluster when none is given.

@@ -1,0 +1,360 @@
+/*
+Copyright 2026 The Cachet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Room to grow: every field below is optional or defaulted, so later fields for
+// extstore, network tuning, a workload profile, monitoring, autoscaling, tls and
+// auth can be added to CacheSpec as new optional structs without breaking
+// v1alpha1 objects already stored. Their names are reserved: extstore, network,
+// profile, monitoring, autoscaling, tls, auth.
+
+// CacheSpec is the desired state of a Cache.
+// +kubebuilder:validation:XValidation:rule="(has(self.dedicatedCPUs) && !self.dedicatedCPUs) || !has(self.cpu) || self.cpu >= 1",message="spec.cpu must be at least 1 when spec.dedicatedCPUs is true: exclusive cores come in whole CPUs"
+// +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.engine.threads) || (has(self.dedicatedCPUs) && !self.dedicatedCPUs) || !has(self.cpu) || self.engine.threads >= self.cpu",message="spec.engine.threads must be at least spec.cpu when spec.dedicatedCPUs is true: every exclusive core needs a worker pinned to it"
+type CacheSpec struct {
+	// Replicas is the number of cache pods. Each pod is an independent shard:
+	// clients hash keys across status.endpoints.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Image is the cachetd engine image. When empty the operator's
+	// --engine-image is written here at admission, so that upgrading the
+	// operator never restarts (and empties) existing caches by itself.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// Memory is the item memory of each pod (cachetd -m), a whole number of MiB
+	// between 8Mi and 1Ti. The pod's memory limit adds the connection buffers,
+	// the hash table and a fixed base that the operator computes (see
+	// docs/operator.md).
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('8Mi')) >= 0",message="spec.memory must be at least 8Mi"
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('1Ti')) <= 0",message="spec.memory must be at most 1Ti"
+	Memory resource.Quantity `json:"memory"`
+
+	// CPU is the number of whole CPU cores of each pod. With dedicatedCPUs
+	// false it may be 0: the pod then reserves no CPU and runs on whatever the
+	// shared cores have free.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	CPU *int32 `json:"cpu,omitempty"`
+
+	// DedicatedCPUs makes each pod Guaranteed (requests equal limits, integer
+	// CPUs) so that the kubelet's static CPU manager gives it exclusive cores,
+	// and cachetd pins one worker thread to each of them. When false the pod is
+	// Burstable: it requests the CPUs but may run on shared cores.
+	// +kubebuilder:default=true
+	// +optional
+	DedicatedCPUs *bool `json:"dedicatedCPUs,omitempty"`
+
+	// Engine tunes cachetd. Unset fields keep the engine's own defaults, which
+	// status.engineArgs shows as they are in effect.
+	// +optional
+	Engine EngineSpec `json:"engine,omitempty"`
+
+	// Service configures the client Service.
+	// +optional
+	Service ServiceSpec `json:"service,omitempty"`
+
+	// Placement controls where and with which metadata the cache pods run.
+	// +optional
+	Placement PlacementSpec `json:"placement,omitempty"`
+
+	// UpdateStrategy says how pods are replaced when the spec changes.
+	// +optional
+	UpdateStrategy UpdateStrategy `json:"updateStrategy,omitempty"`
+
+	// PodDisruptionBudget bounds voluntary disruptions (drains, evictions).
+	// +optional
+	PodDisruptionBudget PodDisruptionBudgetSpec `json:"podDisruptionBudget,omitempty"`
+}
+
+// EngineSpec holds cachetd's memcached-compatible tuning flags.
+// +kubebuilder:validation:XValidation:rule="!has(self.chunkSizes) || (!has(self.growthFactor) && !has(self.minChunk))",message="spec.engine.chunkSizes replaces growthFactor and minChunk: set either chunkSizes or growthFactor/minChunk, not both"
+type EngineSpec struct {
+	// Threads is the number of worker threads (-t). Defaults to spec.cpu, one
+	// worker per core.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=256
+	// +optional
+	Threads *int32 `json:"threads,omitempty"`
+
+	// MaxConnections is the most simultaneous client connections per pod (-c).
+	// Each one is budgeted in the pod's memory limit.
+	// +kubebuilder:default=1024
+	// +kubebuilder:validation:Minimum=16
+	// +kubebuilder:validation:Maximum=65536
+	// +optional
+	MaxConnections *int32 `json:"maxConnections,omitempty"`
+
+	// MaxItemSize is the largest item accepted (-I), from 1Ki to 1Gi and at most
+	// half of spec.memory.
+	// +optional
+	MaxItemSize *resource.Quantity `json:"maxItemSize,omitempty"`
+
+	// HashPower is the initial hash table size as a power of two
+	// (-o hashpower). The table still grows on its own; set it to avoid
+	// growing under load when the item count is known.
+	// +kubebuilder:validation:Minimum=12
+	// +kubebuilder:validation:Maximum=32
+	// +optional
+	HashPower *int32 `json:"hashPower,omitempty"`
+
+	// GrowthFactor is the ratio between successive slab chunk sizes (-f), a
+	// decimal number greater than 1.0, e.g. "1.25".
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	// +kubebuilder:validation:MaxLength=16
+	// +optional
+	GrowthFactor *string `json:"growthFactor,omitempty"`
+
+	// MinChunk is the space in bytes for key, value and flags in the smallest
+	// slab class (-n).
+	// +kubebuilder:validation:Minimum=16
+	// +kubebuilder:validation:Maximum=65536
+	// +optional
+	MinChunk *int32 `json:"minChunk,omitempty"`
+
+	// ChunkSizes lists explicit slab chunk sizes in bytes, ascending
+	// (-o slab_sizes). It replaces growthFactor and minChunk.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=62
+	// +kubebuilder:validation:items:Minimum=48
+	// +kubebuilder:validation:items:Maximum=1073741824
+	// +kubebuilder:validation:XValidation:rule="self.isSorted()",message="spec.engine.chunkSizes must be in ascending order"
+	// +listType=set
+	// +optional
+	ChunkSizes []int32 `json:"chunkSizes,omitempty"`
+}
+
+// ServiceSpec configures the client Service in front of all pods.
+type ServiceSpec struct {
+	// Type of the client Service.
+	// +kubebuilder:validation:Enum=ClusterIP;NodePort;LoadBalancer
+	// +kubebuilder:default=ClusterIP
+	// +optional
+	Type corev1.ServiceType `json:"type,omitempty"`
+
+	// Port the client Service listens on. Pods always listen on 11211.
+	// +kubebuilder:default=11211
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
+
+	// Annotations added to the client Service (for example for a cloud load
+	// balancer).
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// PlacementSpec controls scheduling and pod metadata.
+type PlacementSpec struct {
+	// NodeSelector for the cache pods.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Tolerations of the cache pods.
+	// +optional
+	// +listType=atomic
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// Affinity of the cache pods.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// TopologySpreadConstraints of the cache pods. An empty labelSelector is
+	// filled with the pods' own selector labels.
+	// +optional
+	// +listType=atomic
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+
+	// PriorityClassName of the cache pods.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// PodLabels are added to the cache pods. They may not override the
+	// app.kubernetes.io/ labels the operator selects pods by.
+	// +optional
+	PodLabels map[string]string `json:"podLabels,omitempty"`
+
+	// PodAnnotations are added to the cache pods.
+	// +optional
+	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
+}
+
+// UpdateStrategyType names how pods are replaced.
+// +kubebuilder:validation:Enum=RollingUpdate;OnDelete
+type UpdateStrategyType string
+
+const (
+	// RollingUpdateStrategy replaces one pod at a time and waits for it to be Ready.
+	RollingUpdateStrategy UpdateStrategyType = "RollingUpdate"
+	// OnDeleteStrategy replaces a pod only when someone deletes it.
+	OnDeleteStrategy UpdateStrategyType = "OnDelete"
+)
+
+// UpdateStrategy says how pods are replaced when the spec changes.
+type UpdateStrategy struct {
+	// Type is RollingUpdate (one pod at a time, each waits to be Ready) or
+	// OnDelete (a pod takes the new spec only when it is deleted).
+	// +kubebuilder:default=RollingUpdate
+	// +optional
+	Type UpdateStrategyType `json:"type,omitempty"`
+}
+
+// PodDisruptionBudgetSpec bounds voluntary disruptions.
+type PodDisruptionBudgetSpec struct {
+	// MaxUnavailable pods during voluntary disruptions, a number or a
+	// percentage.
+	// +kubebuilder:default=1
+	// +optional
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+}
+
+// CacheEndpoint is one pod's stable address.
+type CacheEndpoint struct {
+	// Pod is the pod's name.
+	Pod string `json:"pod"`
+	// Host is the pod's stable DNS name:
+	// <pod>.<cache>-headless.<namespace>.svc.<cluster domain>.
+	Host string `json:"host"`
+	// Port the pod serves the memcached protocol on.
+	Port int32 `json:"port"`
+	// Ready is true when the pod passes its readiness probe.
+	Ready bool `json:"ready"`
+}
+
+// Condition types of a Cache.
+const (
+	// ConditionReady is True when every desired pod runs the current spec and is Ready.
+	ConditionReady = "Ready"
+	// ConditionProgressing is True while pods are being created, rolled or removed.
+	ConditionProgressing = "Progressing"
+	// ConditionDegraded is True when something needs a person: pods that cannot
+	// be scheduled, crash, or cannot pull their image.
+	ConditionDegraded = "Degraded"
+)
+
+// CacheStatus is the observed state of a Cache.
+type CacheStatus struct {
+	// Conditions: Ready, Progressing and Degraded.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Replicas is the number of pods that exist.
+	// +optional
+	Replicas int32 `json:"replicas"`
+
+	// ReadyReplicas is the number of Ready pods.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas"`
+
+	// Selector is the label selector of the pods, for the scale subresource.
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// Endpoints lists every pod's stable DNS name and port, in ordinal order,
+	// for clients that hash keys across servers.
+	// +listType=atomic
+	// +optional
+	Endpoints []CacheEndpoint `json:"endpoints,omitempty"`
+
+	// EngineArgs are the cachetd arguments in effect, one per element.
+	// +listType=atomic
+	// +optional
+	EngineArgs []string `json:"engineArgs,omitempty"`
+
+	// ConfigHash is the hash of the engine arguments the pods are rolled to.
+	// +optional
+	ConfigHash string `json:"configHash,omitempty"`
+}
+
+// Cache is a managed memcached-compatible cache: a set of cachetd pods, each an
+// independent shard with its own stable DNS name.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=cch,categories=all
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.readyReplicas`,priority=1
+// +kubebuilder:printcolumn:name="Memory",type=string,JSONPath=`.spec.memory`
+// +kubebuilder:printcolumn:name="CPUs",type=integer,JSONPath=`.spec.cpu`
+// +kubebuilder:printcolumn:name="Dedicated",type=boolean,JSONPath=`.spec.dedicatedCPUs`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Cache struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec CacheSpec `json:"spec"`
+	// +optional
+	Status CacheStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// CacheList contains a list of Cache.
+type CacheList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Cache `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Cache{}, &CacheList{})
+}
+
+// IsDedicatedCPUs reports spec.dedicatedCPUs with its default applied.
+func (s *CacheSpec) IsDedicatedCPUs() bool {
+	return s.DedicatedCPUs == nil || *s.DedicatedCPUs
+}
+
+// CPUs reports spec.cpu with its default applied.
+func (s *CacheSpec) CPUs() int32 {
+	if s.CPU == nil {
+		return 1
+	}
+	return *s.CPU
+}
+
+// DesiredReplicas reports spec.replicas with its default applied.
+func (s *CacheSpec) DesiredReplicas() int32 {
+	if s.Replicas == nil {
+		return 1
+	}
+	return *s.Replicas
+}

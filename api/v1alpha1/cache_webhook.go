@@ -1,0 +1,202 @@
+/*
+Copyright 2026 The Cachet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	ctrl "sigs.k8s.io/controller-runtime"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+var cachelog = logf.Log.WithName("cache-webhook")
+
+// ConfigHashAnnotation is set by the operator on the pod template; users may
+// not set it themselves.
+const ConfigHashAnnotation = "cache.cachet.dev/config-hash"
+
+// MaxNameLength leaves room in 63-character labels and names for the
+// StatefulSet's "-<ordinal>" pods and "-<revision>" hashes.
+const MaxNameLength = 52
+
+// reservedPodLabels select a Cache's pods; overriding one would orphan them.
+var reservedPodLabels = []string{
+	"app.kubernetes.io/name", "app.kubernetes.io/instance",
+	"app.kubernetes.io/component", "app.kubernetes.io/managed-by",
+}
+
+// SetupCacheWebhookWithManager registers the defaulting and validating
+// webhooks. engineImage is written into spec.image when a Cache names none.
+func SetupCacheWebhookWithManager(mgr ctrl.Manager, engineImage string) error {
+	return ctrl.NewWebhookManagedBy(mgr, &Cache{}).
+		WithDefaulter(&CacheDefaulter{EngineImage: engineImage}).
+		WithValidator(&CacheValidator{}).
+		Complete()
+}
+
+// +kubebuilder:webhook:path=/mutate-cache-cachet-dev-v1alpha1-cache,mutating=true,failurePolicy=fail,sideEffects=None,groups=cache.cachet.dev,resources=caches,verbs=create;update,versions=v1alpha1,name=mcache-v1alpha1.kb.io,admissionReviewVersions=v1
+
+// CacheDefaulter fills in what the schema cannot default: the engine image,
+// which comes from the operator's --engine-image flag.
+type CacheDefaulter struct {
+	EngineImage string
+}
+
+var _ admission.Defaulter[*Cache] = &CacheDefaulter{}
+
+// Default writes the operator's engine image into caches that name none.
+// Persisting it (rather than resolving it at every reconcile) means an
+// operator upgrade never restarts, and so empties, existing caches.
+func (d *CacheDefaulter) Default(_ context.Context, c *Cache) error {
+	if c.Spec.Image == "" {
+		c.Spec.Image = d.EngineImage
+		cachelog.V(1).Info("defaulted image", "cache", c.Name, "image", c.Spec.Image)
+	}
+	return nil
+}
+
+// +kubebuilder:webhook:path=/validate-cache-cachet-dev-v1alpha1-cache,mutating=false,failurePolicy=fail,sideEffects=None,groups=cache.cachet.dev,resources=caches,verbs=create;update,versions=v1alpha1,name=vcache-v1alpha1.kb.io,admissionReviewVersions=v1
+
+// CacheValidator checks the rules the schema's markers and CEL cannot express.
+type CacheValidator struct{}
+
+var _ admission.Validator[*Cache] = &CacheValidator{}
+
+// ValidateCreate validates a new Cache.
+func (v *CacheValidator) ValidateCreate(_ context.Context, c *Cache) (admission.Warnings, error) {
+	return validateCache(c)
+}
+
+// ValidateUpdate validates a changed Cache. Every field may change: the
+// operator rolls the pods to the new spec.
+func (v *CacheValidator) ValidateUpdate(_ context.Context, _, c *Cache) (admission.Warnings, error) {
+	return validateCache(c)
+}
+
+// ValidateDelete allows every deletion.
+func (v *CacheValidator) ValidateDelete(_ context.Context, _ *Cache) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func validateCache(c *Cache) (admission.Warnings, error) {
+	errs, warnings := ValidateCacheSpec(c)
+	if len(errs) == 0 {
+		return warnings, nil
+	}
+	return warnings, apierrors.NewInvalid(schema.GroupKind{Group: GroupVersion.Group, Kind: "Cache"}, c.Name, errs)
+}
+
+// ValidateCacheSpec returns every rule a Cache breaks, each naming its field,
+// plus warnings for legal but probably unintended settings.
+func ValidateCacheSpec(c *Cache) (field.ErrorList, admission.Warnings) {
+	var errs field.ErrorList
+	var warnings admission.Warnings
+	spec := field.NewPath("spec")
+
+	name := field.NewPath("metadata", "name")
+	if len(c.Name) > MaxNameLength {
+		errs = append(errs, field.TooLong(name, c.Name, MaxNameLength))
+	}
+	for _, msg := range validation.IsDNS1035Label(c.Name) {
+		errs = append(errs, field.Invalid(name, c.Name, "must be usable as a Service name: "+msg))
+	}
+
+	mem := c.Spec.Memory.Value()
+	const mib = 1 << 20
+	if mem%mib != 0 {
+		errs = append(errs, field.Invalid(spec.Child("memory"), c.Spec.Memory.String(),
+			"must be a whole number of MiB (e.g. 64Mi, 1Gi): cachetd's -m counts mebibytes"))
+	}
+
+	engine := spec.Child("engine")
+	itemMax := int64(1 << 20)
+	if q := c.Spec.Engine.MaxItemSize; q != nil {
+		itemMax = q.Value()
+		p := engine.Child("maxItemSize")
+		switch {
+		case itemMax < 1<<10:
+			errs = append(errs, field.Invalid(p, q.String(), "must be at least 1Ki"))
+		case itemMax > 1<<30:
+			errs = append(errs, field.Invalid(p, q.String(), "must be at most 1Gi"))
+		case itemMax > mem/2:
+			errs = append(errs, field.Invalid(p, q.String(),
+				fmt.Sprintf("must be at most half of spec.memory (%s): the engine needs room for at least two items of the largest size",
+					resource.NewQuantity(mem/2, resource.BinarySI).String())))
+		}
+	} else if itemMax > mem/2 && mem >= mib {
+		errs = append(errs, field.Invalid(spec.Child("memory"), c.Spec.Memory.String(),
+			"must be at least twice spec.engine.maxItemSize (default 1Mi): set a smaller spec.engine.maxItemSize"))
+	}
+
+	if gf := c.Spec.Engine.GrowthFactor; gf != nil {
+		f, err := strconv.ParseFloat(*gf, 64)
+		if err != nil || f <= 1.0 || f > 4.0 {
+			errs = append(errs, field.Invalid(engine.Child("growthFactor"), *gf,
+				"must be a decimal number greater than 1.0 and at most 4.0 (e.g. \"1.25\"): each slab class grows by this factor"))
+		}
+	}
+
+	for i, size := range c.Spec.Engine.ChunkSizes {
+		p := engine.Child("chunkSizes").Index(i)
+		if size%8 != 0 {
+			errs = append(errs, field.Invalid(p, size, "must be a multiple of 8: items are 8-byte aligned"))
+		}
+		if int64(size) > itemMax/2 {
+			errs = append(errs, field.Invalid(p, size,
+				fmt.Sprintf("must be at most half of spec.engine.maxItemSize (%d bytes): larger items are stored as chained chunks", itemMax/2)))
+		}
+	}
+
+	placement := spec.Child("placement")
+	for _, l := range reservedPodLabels {
+		if _, ok := c.Spec.Placement.PodLabels[l]; ok {
+			errs = append(errs, field.Forbidden(placement.Child("podLabels").Key(l),
+				"is set by the operator to select the cache's pods and cannot be overridden"))
+		}
+	}
+	if _, ok := c.Spec.Placement.PodAnnotations[ConfigHashAnnotation]; ok {
+		errs = append(errs, field.Forbidden(placement.Child("podAnnotations").Key(ConfigHashAnnotation),
+			"is set by the operator to roll pods when the engine configuration changes"))
+	}
+	for k := range c.Spec.Placement.PodLabels {
+		for _, msg := range validation.IsQualifiedName(k) {
+			errs = append(errs, field.Invalid(placement.Child("podLabels").Key(k), k, msg))
+		}
+	}
+	for k, v := range c.Spec.Placement.PodLabels {
+		for _, msg := range validation.IsValidLabelValue(v) {
+			errs = append(errs, field.Invalid(placement.Child("podLabels").Key(k), v, msg))
+		}
+	}
+
+	dedicated := c.Spec.IsDedicatedCPUs()
+	if t := c.Spec.Engine.Threads; t != nil && dedicated && *t > c.Spec.CPUs() {
+		warnings = append(warnings, fmt.Sprintf("spec.engine.threads (%d) exceeds spec.cpu (%d): several workers will share each exclusive core", *t, c.Spec.CPUs()))
+	}
+	if m := c.Spec.PodDisruptionBudget.MaxUnavailable; m != nil && m.IntValue() == 0 && m.String() == "0" {
+		warnings = append(warnings, "spec.podDisruptionBudget.maxUnavailable is 0: node drains will block until the Cache is deleted or the budget changed")
+	}
+	return errs, warnings
+}

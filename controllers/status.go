@@ -1,0 +1,260 @@
+/*
+Copyright 2026 The Cachet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// This file derives a Cache's status from what the cluster reports: the
+// StatefulSet's counters and the pods' own conditions. It is a pure function
+// so that each situation a person may face (a pod that cannot be scheduled, a
+// crash loop, a roll in progress) is unit-tested as data.
+
+package controllers
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+)
+
+// Condition reasons. They are CamelCase words a person can search for in
+// docs/operator.md.
+const (
+	ReasonAllPodsReady        = "AllPodsReady"
+	ReasonPodsNotReady        = "PodsNotReady"
+	ReasonScaledToZero        = "ScaledToZero"
+	ReasonStatefulSetPending  = "StatefulSetPending"
+	ReasonCreating            = "Creating"
+	ReasonScaling             = "Scaling"
+	ReasonRollingUpdate       = "RollingUpdate"
+	ReasonWaitingForPodsReady = "WaitingForPodsReady"
+	ReasonUpdatePendingDelete = "UpdateWaitsForPodDeletion"
+	ReasonStable              = "Stable"
+	ReasonNoProblems          = "NoProblems"
+	ReasonPodUnschedulable    = "PodUnschedulable"
+	ReasonImagePullFailed     = "ImagePullFailed"
+	ReasonCrashLooping        = "CrashLooping"
+	ReasonOOMKilled           = "OOMKilled"
+	ReasonPodConfigError      = "PodConfigError"
+)
+
+// Observed is what the reconciler read from the cluster for one Cache.
+type Observed struct {
+	StatefulSet *appsv1.StatefulSet // nil when it does not exist yet
+	Pods        []corev1.Pod
+}
+
+// podProblem is one reason a pod cannot serve, worded for a person.
+type podProblem struct {
+	reason, message string
+}
+
+// diagnosePod reports why a pod cannot serve, or nil when nothing is wrong
+// beyond plain waiting.
+func diagnosePod(c *cachev1alpha1.Cache, pod *corev1.Pod) *podProblem {
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+			msg := fmt.Sprintf("pod %s cannot be scheduled: %s", pod.Name, strings.TrimSpace(cond.Message))
+			if strings.Contains(cond.Message, "Insufficient cpu") {
+				if c.Spec.IsDedicatedCPUs() {
+					msg += fmt.Sprintf("; each pod needs %d whole free CPU(s) for exclusive cores: free CPUs on a node, add nodes, or lower spec.replicas or spec.cpu", c.Spec.CPUs())
+				} else {
+					msg += fmt.Sprintf("; each pod requests %d CPU(s): free CPU on a node, add nodes, or lower spec.replicas or spec.cpu", c.Spec.CPUs())
+				}
+			} else if strings.Contains(cond.Message, "Insufficient memory") {
+				msg += fmt.Sprintf("; each pod needs %s of memory (spec.memory plus overhead): free memory, add nodes, or lower spec.memory, spec.engine.maxConnections or spec.replicas",
+					formatBytes(MemoryLimitBytes(c)))
+			}
+			return &podProblem{ReasonPodUnschedulable, msg}
+		}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil {
+			switch w.Reason {
+			case "ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName":
+				return &podProblem{ReasonImagePullFailed, fmt.Sprintf("pod %s cannot get image %s (%s): %s; check spec.image and that the image is present on the node", pod.Name, cs.Image, w.Reason, w.Message)}
+			case "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+				return &podProblem{ReasonPodConfigError, fmt.Sprintf("pod %s container %s cannot start (%s): %s", pod.Name, cs.Name, w.Reason, w.Message)}
+			case "CrashLoopBackOff":
+				if t := cs.LastTerminationState.Terminated; t != nil && t.Reason == "OOMKilled" {
+					return &podProblem{ReasonOOMKilled, fmt.Sprintf("pod %s was killed for exceeding its memory limit of %s; lower spec.engine.maxConnections or report the engine's memory use", pod.Name, formatBytes(MemoryLimitBytes(c)))}
+				}
+				msg := fmt.Sprintf("pod %s keeps crashing (restarted %d times)", pod.Name, cs.RestartCount)
+				if t := cs.LastTerminationState.Terminated; t != nil {
+					msg += fmt.Sprintf("; last exit code %d", t.ExitCode)
+					if m := strings.TrimSpace(t.Message); m != "" {
+						msg += ": " + lastLine(m)
+					}
+				}
+				return &podProblem{ReasonCrashLooping, msg + "; see kubectl logs --previous"}
+			}
+		}
+	}
+	return nil
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+func formatBytes(b int64) string {
+	if b%(1<<20) == 0 {
+		return strconv.FormatInt(b>>20, 10) + "Mi"
+	}
+	return strconv.FormatInt(b, 10)
+}
+
+func podReady(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil {
+		return false
+	}
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// ordinal of a StatefulSet pod, or -1.
+func ordinal(c *cachev1alpha1.Cache, pod string) int {
+	prefix := StatefulSetName(c) + "-"
+	if !strings.HasPrefix(pod, prefix) {
+		return -1
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(pod, prefix))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// Endpoints lists every desired pod's stable address in ordinal order, so
+// that a client's server list is the same on every read.
+func Endpoints(c *cachev1alpha1.Cache, pods []corev1.Pod, clusterDomain string) []cachev1alpha1.CacheEndpoint {
+	byName := map[string]*corev1.Pod{}
+	for i := range pods {
+		byName[pods[i].Name] = &pods[i]
+	}
+	n := int(c.Spec.DesiredReplicas())
+	eps := make([]cachev1alpha1.CacheEndpoint, 0, n)
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("%s-%d", StatefulSetName(c), i)
+		ep := cachev1alpha1.CacheEndpoint{Pod: name, Host: PodHost(c, name, clusterDomain), Port: EnginePort}
+		if p, ok := byName[name]; ok {
+			ep.Ready = podReady(p)
+		}
+		eps = append(eps, ep)
+	}
+	return eps
+}
+
+// ComputeStatus returns the Cache's new status. Conditions keep their
+// lastTransitionTime unless their status changes.
+func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) cachev1alpha1.CacheStatus {
+	args := EngineArgs(c)
+	st := cachev1alpha1.CacheStatus{
+		Conditions:         append([]metav1.Condition(nil), c.Status.Conditions...),
+		ObservedGeneration: c.Generation,
+		Selector:           labels.SelectorFromSet(SelectorLabels(c)).String(),
+		EngineArgs:         args,
+		ConfigHash:         ConfigHash(ArgsFile(args)),
+		Endpoints:          Endpoints(c, obs.Pods, clusterDomain),
+	}
+	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: c.Generation,
+		})
+	}
+	desired := c.Spec.DesiredReplicas()
+
+	// Problems come first: they explain every other condition.
+	var problems []podProblem
+	pods := append([]corev1.Pod(nil), obs.Pods...)
+	sort.Slice(pods, func(i, j int) bool { return ordinal(c, pods[i].Name) < ordinal(c, pods[j].Name) })
+	for i := range pods {
+		if p := diagnosePod(c, &pods[i]); p != nil {
+			problems = append(problems, *p)
+		}
+	}
+	if len(problems) > 0 {
+		msg := problems[0].message
+		if len(problems) > 1 {
+			msg += fmt.Sprintf(" (and %d more pod(s) with problems)", len(problems)-1)
+		}
+		set(cachev1alpha1.ConditionDegraded, metav1.ConditionTrue, problems[0].reason, msg)
+	} else {
+		set(cachev1alpha1.ConditionDegraded, metav1.ConditionFalse, ReasonNoProblems, "no pod reports a problem")
+	}
+
+	sts := obs.StatefulSet
+	if sts == nil || sts.Status.ObservedGeneration < sts.Generation {
+		if sts != nil {
+			st.Replicas, st.ReadyReplicas = sts.Status.Replicas, sts.Status.ReadyReplicas
+		}
+		set(cachev1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonStatefulSetPending, "waiting for the StatefulSet controller to act on the latest spec")
+		set(cachev1alpha1.ConditionReady, metav1.ConditionFalse, ReasonStatefulSetPending, "waiting for the StatefulSet controller to act on the latest spec")
+		return st
+	}
+	s := sts.Status
+	st.Replicas, st.ReadyReplicas = s.Replicas, s.ReadyReplicas
+	onDelete := c.Spec.UpdateStrategy.Type == cachev1alpha1.OnDeleteStrategy
+	rolled := s.UpdateRevision == "" || (s.CurrentRevision == s.UpdateRevision && s.UpdatedReplicas >= desired)
+	if !rolled && s.UpdatedReplicas >= desired && s.Replicas == desired {
+		rolled = true // the StatefulSet controller moves currentRevision once every pod is updated
+	}
+
+	switch {
+	case s.Replicas == 0 && desired > 0 && s.ReadyReplicas == 0 && len(obs.Pods) == 0:
+		set(cachev1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonCreating, fmt.Sprintf("creating %d pod(s)", desired))
+	case s.Replicas != desired:
+		set(cachev1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonScaling, fmt.Sprintf("scaling from %d to %d pod(s)", s.Replicas, desired))
+	case !rolled && onDelete:
+		set(cachev1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonUpdatePendingDelete,
+			fmt.Sprintf("%d of %d pod(s) run the current spec; updateStrategy is OnDelete, so delete the others to update them", s.UpdatedReplicas, desired))
+	case !rolled:
+		set(cachev1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonRollingUpdate,
+			fmt.Sprintf("rolling one pod at a time: %d of %d pod(s) run the current spec", s.UpdatedReplicas, desired))
+	case s.ReadyReplicas < desired:
+		set(cachev1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonWaitingForPodsReady, fmt.Sprintf("%d of %d pod(s) ready", s.ReadyReplicas, desired))
+	default:
+		set(cachev1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonStable, fmt.Sprintf("%d pod(s) run the current spec", desired))
+	}
+
+	switch {
+	case desired == 0 && s.Replicas == 0:
+		set(cachev1alpha1.ConditionReady, metav1.ConditionTrue, ReasonScaledToZero, "spec.replicas is 0")
+	case s.ReadyReplicas >= desired && s.Replicas == desired && (rolled || onDelete):
+		set(cachev1alpha1.ConditionReady, metav1.ConditionTrue, ReasonAllPodsReady, fmt.Sprintf("%d of %d pod(s) ready", s.ReadyReplicas, desired))
+	default:
+		msg := fmt.Sprintf("%d of %d pod(s) ready", s.ReadyReplicas, desired)
+		if !rolled {
+			msg += fmt.Sprintf(", %d of %d run the current spec", s.UpdatedReplicas, desired)
+		}
+		if len(problems) > 0 {
+			msg += ": " + problems[0].message
+		}
+		set(cachev1alpha1.ConditionReady, metav1.ConditionFalse, ReasonPodsNotReady, msg)
+	}
+	return st
+}

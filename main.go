@@ -1,0 +1,212 @@
+/*
+Copyright 2026 The Cachet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command manager runs the Cachet operator: the Cache controller, its
+// admission webhooks and, when asked, the rotation of their serving
+// certificate.
+package main
+
+import (
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+
+	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+	"cachet.dev/cachet/controllers"
+)
+
+var (
+	scheme   = runtime.NewScheme()
+	setupLog = ctrl.Log.WithName("setup")
+)
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(cachev1alpha1.AddToScheme(scheme))
+}
+
+// Webhook certificate modes.
+const (
+	certModeCertManager = "cert-manager" // cert-manager writes the Secret mounted at --webhook-cert-dir and injects the CA
+	certModeSelfSigned  = "self-signed"  // the operator makes, rotates and injects its own CA and serving certificate
+)
+
+// The self-signed mode's rotator keeps its CA and certificate in one Secret
+// of the operator's namespace ("system" is rewritten by kustomize and the chart).
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch;update;patch
+
+func main() {
+	var (
+		metricsAddr, probeAddr                  string
+		secureMetrics, enableHTTP2, leaderElect bool
+		enableWebhooks                          bool
+		webhookPort                             int
+		webhookCertDir, webhookCertMode         string
+		webhookSecret, webhookService           string
+		mutatingConfig, validatingConfig        string
+		namespace                               string
+		engineImage, clusterDomain              string
+	)
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint (HTTPS unless --metrics-secure=false). \"0\" disables it.")
+	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, allowing only callers authorized by a SubjectAccessReview.")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
+	flag.BoolVar(&enableHTTP2, "enable-http2", false, "Serve webhooks and metrics over HTTP/2 as well (off by default: CVE-2023-44487 / CVE-2023-39325).")
+	flag.BoolVar(&enableWebhooks, "enable-webhooks", true, "Serve the defaulting and validating admission webhooks.")
+	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port of the webhook server.")
+	flag.StringVar(&webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory holding the webhook serving certificate (tls.crt, tls.key).")
+	flag.StringVar(&webhookCertMode, "webhook-cert-mode", certModeCertManager, "Where the webhook certificate comes from: cert-manager or self-signed.")
+	flag.StringVar(&webhookSecret, "webhook-secret-name", "cachet-webhook-server-cert", "self-signed mode: the Secret that keeps the CA and serving certificate.")
+	flag.StringVar(&webhookService, "webhook-service-name", "cachet-webhook-service", "self-signed mode: the webhook Service, named in the certificate.")
+	flag.StringVar(&mutatingConfig, "mutating-webhook-configuration", "cachet-mutating-webhook-configuration", "self-signed mode: the MutatingWebhookConfiguration to inject the CA into.")
+	flag.StringVar(&validatingConfig, "validating-webhook-configuration", "cachet-validating-webhook-configuration", "self-signed mode: the ValidatingWebhookConfiguration to inject the CA into.")
+	flag.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "The operator's namespace (default $POD_NAMESPACE, then the service account's namespace).")
+	flag.StringVar(&engineImage, "engine-image", "localhost/cachetd:0.1.0", "Engine image written into Caches that name none.")
+	flag.StringVar(&clusterDomain, "cluster-domain", "cluster.local", "Cluster DNS domain, used in the pods' names in status.endpoints and in self-signed certificates.")
+	opts := zap.Options{Development: false}
+	opts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+
+	if webhookCertMode != certModeCertManager && webhookCertMode != certModeSelfSigned {
+		setupLog.Error(fmt.Errorf("--webhook-cert-mode=%q", webhookCertMode), "must be cert-manager or self-signed")
+		os.Exit(2)
+	}
+	if namespace == "" {
+		if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+			namespace = strings.TrimSpace(string(b))
+		}
+	}
+
+	var tlsOpts []func(*tls.Config)
+	if !enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	metricsOptions := metricsserver.Options{BindAddress: metricsAddr, SecureServing: secureMetrics, TLSOpts: tlsOpts}
+	if secureMetrics {
+		metricsOptions.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsOptions,
+		WebhookServer:          webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: webhookCertDir, TLSOpts: tlsOpts}),
+		HealthProbeBindAddress: probeAddr,
+		LeaderElection:         leaderElect,
+		LeaderElectionID:       "cachet-operator.cache.cachet.dev",
+		// Stepping down on SIGTERM lets the next leader start at once.
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         controllers.CacheOptions(),
+	})
+	if err != nil {
+		setupLog.Error(err, "unable to create manager")
+		os.Exit(1)
+	}
+
+	// In self-signed mode the webhooks may only be served once the rotator
+	// has written the certificate; everything else starts right away.
+	certsReady := make(chan struct{})
+	if enableWebhooks && webhookCertMode == certModeSelfSigned {
+		if namespace == "" {
+			setupLog.Error(nil, "self-signed webhook certificates need --namespace or POD_NAMESPACE")
+			os.Exit(2)
+		}
+		svc := fmt.Sprintf("%s.%s.svc", webhookService, namespace)
+		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
+			SecretKey:      types.NamespacedName{Namespace: namespace, Name: webhookSecret},
+			CertDir:        webhookCertDir,
+			CAName:         "cachet-webhook-ca",
+			CAOrganization: "cachet",
+			DNSName:        svc,
+			ExtraDNSNames:  []string{svc + "." + clusterDomain, webhookService + "." + namespace},
+			IsReady:        certsReady,
+			Webhooks: []rotator.WebhookInfo{
+				{Name: mutatingConfig, Type: rotator.Mutating},
+				{Name: validatingConfig, Type: rotator.Validating},
+			},
+			RequireLeaderElection: false, // every replica serves webhooks, so every replica needs the certificate
+		}); err != nil {
+			setupLog.Error(err, "unable to set up certificate rotation")
+			os.Exit(1)
+		}
+	} else {
+		close(certsReady)
+	}
+
+	if err := (&controllers.CacheReconciler{
+		Client:        mgr.GetClient(),
+		Scheme:        mgr.GetScheme(),
+		Recorder:      mgr.GetEventRecorder("cachet-operator"),
+		EngineImage:   engineImage,
+		ClusterDomain: clusterDomain,
+	}).SetupWithManager(mgr); err != nil {
+		setupLog.Error(err, "unable to create controller", "controller", "Cache")
+		os.Exit(1)
+	}
+
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		setupLog.Error(err, "unable to set up health check")
+		os.Exit(1)
+	}
+	readyCheck := healthz.Checker(healthz.Ping)
+	if enableWebhooks {
+		// The webhook server is created (and so started) only once the
+		// certificate exists: it reads tls.crt when it starts.
+		readyCheck = func(req *http.Request) error {
+			select {
+			case <-certsReady:
+			default:
+				return fmt.Errorf("webhook certificate not ready yet")
+			}
+			return mgr.GetWebhookServer().StartedChecker()(req)
+		}
+		go func() {
+			<-certsReady
+			if err := cachev1alpha1.SetupCacheWebhookWithManager(mgr, engineImage); err != nil {
+				setupLog.Error(err, "unable to create webhook", "webhook", "Cache")
+				os.Exit(1)
+			}
+			setupLog.Info("webhooks registered", "certMode", webhookCertMode)
+		}()
+	}
+	if err := mgr.AddReadyzCheck("readyz", readyCheck); err != nil {
+		setupLog.Error(err, "unable to set up ready check")
+		os.Exit(1)
+	}
+
+	setupLog.Info("starting manager", "engineImage", engineImage, "clusterDomain", clusterDomain, "webhooks", enableWebhooks, "certMode", webhookCertMode)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		setupLog.Error(err, "problem running manager")
+		os.Exit(1)
+	}
+}
