@@ -180,8 +180,13 @@ class Conn:
 
 
 # ---- a server under test --------------------------------------------------------
+def is_memcached_binary(path):
+    return os.path.basename(os.path.realpath(path)) == "memcached"
+
+
 class Server:
-    def __init__(self, args, tmpdir):
+    def __init__(self, args, tmpdir, binary=None):
+        self.binary = binary or CACHETD
         self.args = list(args)
         self.tmpdir = tmpdir
         self.proc = None
@@ -189,16 +194,16 @@ class Server:
         self.log_path = None
 
     def argv(self, port):
-        argv = [CACHETD, "-p", str(port), "-l", "127.0.0.1"]
-        if IS_MEMCACHED:
+        argv = [self.binary, "-p", str(port), "-l", "127.0.0.1"]
+        if is_memcached_binary(self.binary):
             argv += ["-U", "0"]
             if os.geteuid() == 0:
                 argv += ["-u", "root"]  # memcached refuses to run as root otherwise
         return argv + self.args
 
     def start(self):
-        if not CACHETD or not os.access(CACHETD, os.X_OK):
-            pytest.fail(f"CACHETD={CACHETD!r} is not an executable server binary")
+        if not self.binary or not os.access(self.binary, os.X_OK):
+            pytest.fail(f"{self.binary!r} is not an executable server binary (set CACHETD)")
         for _attempt in range(5):
             self.port = next_free_port()
             fd, self.log_path = tempfile.mkstemp(prefix=f"server-{self.port}-", suffix=".log", dir=self.tmpdir)
@@ -291,8 +296,8 @@ class ServerFactory:
         self.tmpdir = tmpdir
         self.servers = []
 
-    def __call__(self, *args):
-        server = Server(args, self.tmpdir)
+    def __call__(self, *args, binary=None):
+        server = Server(args, self.tmpdir, binary=binary)
         self.servers.append(server)
         return server.start()
 
