@@ -196,7 +196,7 @@ def gen_ops(rng, n):
 
 
 @pytest.mark.cachetd_only(reason="compares cachetd with memcached; pointless against memcached itself")
-@pytest.mark.parametrize("seed", [int(x) for x in os.environ.get("DIFF_SEEDS", "1,2,3").split(",")])
+@pytest.mark.parametrize("seed", [int(x) for x in os.environ.get("DIFF_SEEDS", "1,2,3,4,5").split(",")])
 def test_same_replies_as_memcached(start_server, seed):
     ours = start_server()
     ref = start_server(binary=REFERENCE)
@@ -204,7 +204,7 @@ def test_same_replies_as_memcached(start_server, seed):
     history = []
     with ours.conn() as a, ref.conn() as b:
         sa, sb = Side(a), Side(b)
-        for op in gen_ops(rng, 1500):
+        for op in gen_ops(rng, 2000):
             kind, line, data, quiet, key = op
             ra = sa.run(kind, line, data, quiet, key)
             rb = sb.run(kind, line, data, quiet, key)
