@@ -25,7 +25,7 @@ def load_steps(d, name):
     if not os.path.exists(p):
         return []
     with open(p) as f:
-        return [s for s in json.load(f)["steps"] if s["latency_us"]]
+        return [s for s in json.load(f)["steps"] if s["latency_us"] and not s.get("superseded")]
 
 
 def series(ax, steps, server, stat, style, label):

@@ -46,6 +46,11 @@ def main():
         note = f" ({r['note']})" if r["note"] else ""
         print(f"| {r['target']} | {fmt(r['cachetd'], r['key'])}{unit} | {fmt(r['memcached'], r['key'])}{unit} | "
               f"{ratio} | {r['goal'].replace('x', '×')} | **{r['verdict']}**{note} |")
+    for name, n in (s.get("cpu_wait") or {}).items():
+        if n.get("loadgen_mean") is not None and n.get("server_mean") is not None:
+            print(f"- waiting for a CPU (other processes on the shared VM) while measuring {name}: generator "
+                  f"{100 * n['loadgen_mean']:.1f}% of the time (worst step {100 * n['loadgen_max']:.0f}%), server "
+                  f"{100 * n['server_mean']:.1f}% (worst step {100 * n['server_max']:.0f}%)")
     fc, fm = s["figures"]["cachetd"], s["figures"]["memcached"]
     print()
     print("Max-throughput rounds (median is quoted): "

@@ -48,8 +48,10 @@ def calibration(d):
 
 
 def steps(d, name):
+    """Open-loop steps in order; a step that was run again (--retries) is
+    represented by its last attempt."""
     j = load(d, name)
-    return j["steps"] if j else []
+    return [s for s in j["steps"] if not s.get("superseded")] if j else []
 
 
 def best_rate(step_list, ok):
@@ -114,6 +116,22 @@ def main():
         else:
             f["w4_hit_ratio"] = None
         figures[s] = f
+
+    # How much other processes disturbed the run: the share of wall time the
+    # generator and each server spent runnable but waiting for a CPU.
+    noise = {}
+    for s in SERVERS:
+        gen, srv = [], []
+        for name in sorted(os.listdir(d)):
+            if name.endswith(f"-{s}.json") or f"-{s}-" in name:
+                j = load(d, name)
+                for st in (j or {}).get("steps", []) if isinstance(j, dict) else []:
+                    if st.get("loadgen_runqueue_wait_share") is not None:
+                        gen.append(st["loadgen_runqueue_wait_share"])
+                    if st.get("server_runqueue_wait_share") is not None:
+                        srv.append(st["server_runqueue_wait_share"])
+        noise[s] = {"loadgen_mean": statistics.mean(gen) if gen else None, "loadgen_max": max(gen) if gen else None,
+                    "server_mean": statistics.mean(srv) if srv else None, "server_max": max(srv) if srv else None}
 
     c, m = figures["cachetd"], figures["memcached"]
     targets = [
@@ -183,8 +201,14 @@ def main():
             if st and (st[-1].get("lag_p99_us") or 0) > 200:
                 print(f"WARNING: {wl[:2].upper()} last step against {s}: the generator sent 1% of requests more than "
                       f"{st[-1]['lag_p99_us']:.0f} us late; the stepping may have stopped at the generator's limit")
+    for s in SERVERS:
+        n = noise[s]
+        if n["loadgen_mean"] is not None and n["server_mean"] is not None:
+            print(f"waiting for a CPU while measuring {s}: generator {100 * n['loadgen_mean']:.1f}% of the time "
+                  f"(worst step {100 * n['loadgen_max']:.0f}%), server {100 * n['server_mean']:.1f}% "
+                  f"(worst {100 * n['server_max']:.0f}%)")
     print("(a benchmark, not a test: MISS never fails the build)")
-    summary = {"machine": machine, "calibration": cal,
+    summary = {"machine": machine, "calibration": cal, "cpu_wait": noise,
                "loadavg_end": load(d, "loadavg_end.json"), "targets": rows, "figures": figures}
     with open(os.path.join(d, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)

@@ -34,6 +34,8 @@ pacing (each rate in --rate is one step; no --rate means one closed-loop step)
   --requests N           at most N requests per step (default: no bound but time)
   --stop-p999-us US      stop stepping after a step whose p999 exceeds US (or that fell behind)
   --stop-mean-us US      stop stepping after a step whose mean exceeds US (or that fell behind)
+  --retries N            re-run a step that broke the limit (N re-runs in all) before stopping
+                         (a busy shared machine can spoil one step; default 0)
 
 workload
   --keys N               key space size (default 100000)
@@ -53,6 +55,7 @@ output
   --json PATH            write results as JSON (- for stdout)
   --label STR            a name carried into the JSON
   --stats                fetch the server's `stats` at the end into the JSON
+  --server-pid PID       report how long the server's threads waited for a CPU (shared-machine noise)
   --quiet                no per-second progress
 ";
 
@@ -66,6 +69,7 @@ struct Opts {
     requests: u64,
     stop_p999_us: Option<f64>,
     stop_mean_us: Option<f64>,
+    retries: u32,
     keys: u64,
     key_size: Option<usize>,
     key_prefix: String,
@@ -82,6 +86,7 @@ struct Opts {
     json: Option<String>,
     label: String,
     stats: bool,
+    server_pid: Option<u32>,
     quiet: bool,
 }
 
@@ -133,6 +138,7 @@ fn parse_args() -> Opts {
         requests: 0,
         stop_p999_us: None,
         stop_mean_us: None,
+        retries: 0,
         keys: 100_000,
         key_size: None,
         key_prefix: String::new(),
@@ -149,6 +155,7 @@ fn parse_args() -> Opts {
         json: None,
         label: String::new(),
         stats: false,
+        server_pid: None,
         quiet: false,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -188,6 +195,7 @@ fn parse_args() -> Opts {
             "--requests" => o.requests = num(v),
             "--stop-p999-us" => o.stop_p999_us = Some(num(v) as f64),
             "--stop-mean-us" => o.stop_mean_us = Some(num(v) as f64),
+            "--retries" => o.retries = num(v) as u32,
             "--keys" => o.keys = num(v),
             "--key-size" => o.key_size = Some(num(v) as usize),
             "--key-prefix" => o.key_prefix = v.to_string(),
@@ -210,6 +218,7 @@ fn parse_args() -> Opts {
             "--json" => o.json = Some(v.to_string()),
             "--label" => o.label = v.to_string(),
             "--stats" => o.stats = true,
+            "--server-pid" => o.server_pid = Some(num(v) as u32),
             "--quiet" => o.quiet = true,
             _ => die(&format!("unknown option '{a}'\n\n{USAGE}")),
         }
@@ -277,6 +286,8 @@ fn step_json(r: &StepResult) -> Value {
         "unsent": r.unsent,
         "unanswered": r.unanswered,
         "kept_up": r.kept_up(),
+        "loadgen_runqueue_wait_share": r.loadgen_runq_share,
+        "server_runqueue_wait_share": r.server_runq_share,
         "loadgen_cpu_seconds": r.cpu_seconds,
         // Near 1.0 means the generator, not the server, was the limit.
         "loadgen_cpu_busy": if r.wall_seconds > 0.0 { json!(r.cpu_seconds / r.wall_seconds) } else { Value::Null },
@@ -301,7 +312,7 @@ fn step_line(r: &StepResult) -> String {
     let lookups = r.hits + r.misses;
     let hit = if lookups > 0 { format!(" hit {:.4}", r.hits as f64 / lookups as f64) } else { String::new() };
     format!(
-        "  {:<14} {:>10.0} req/s  mean {:>8.1}us  p50 {:>8.1}  p99 {:>8.1}  p999 {:>8.1}  max {:>9.1}  gen {:.2}us/req {}{}{}{}",
+        "  {:<14} {:>10.0} req/s  mean {:>8.1}us  p50 {:>8.1}  p99 {:>8.1}  p999 {:>8.1}  max {:>9.1}  gen {:.2}us/req {}{}{}{}{}",
         target,
         r.throughput(),
         h.mean() / 1000.0,
@@ -315,6 +326,11 @@ fn step_line(r: &StepResult) -> String {
             Pace::Open(_) => format!("send lag p99 {:.1}us", r.lag.value_at_quantile(0.99) as f64 / 1000.0),
         },
         hit,
+        match (r.loadgen_runq_share, r.server_runq_share) {
+            (Some(a), Some(b)) if a > 0.05 || b > 0.05 => format!(" [waited for CPU: gen {:.0}%, server {:.0}%]", a * 100.0, b * 100.0),
+            (Some(a), None) if a > 0.05 => format!(" [waited for CPU: gen {:.0}%]", a * 100.0),
+            _ => String::new(),
+        },
         if r.errors > 0 { format!(" errors {}", r.errors) } else { String::new() },
         if r.kept_up() { String::new() } else { format!(" FELL-BEHIND (unsent {}, unanswered {})", r.unsent, r.unanswered) },
     )
@@ -369,6 +385,7 @@ fn main() {
         eprintln!("cachet-loadgen: {e}");
         exit(1)
     });
+    runner.server_pid = o.server_pid;
     let fail = |e: String| -> ! {
         eprintln!("cachet-loadgen: {e}");
         exit(1)
@@ -408,7 +425,10 @@ fn main() {
     let mut steps: Vec<Value> = Vec::new();
     if !o.prefill_only {
         let paces: Vec<Pace> = if o.rates.is_empty() { vec![Pace::Closed] } else { o.rates.iter().map(|&r| Pace::Open(r)).collect() };
-        for pace in paces {
+        let mut i = 0;
+        let mut retries_left = o.retries;
+        while i < paces.len() {
+            let pace = paces[i];
             let spec = StepSpec {
                 pace,
                 source: Source::Mix,
@@ -421,14 +441,25 @@ fn main() {
             };
             let r = runner.run_step(&spec).unwrap_or_else(|e| fail(e));
             eprintln!("{}", step_line(&r));
-            steps.push(step_json(&r));
+            let mut sj = step_json(&r);
             let mean_us = r.hist.mean() / 1000.0;
             let p999_us = r.hist.value_at_quantile(0.999) as f64 / 1000.0;
             let over = o.stop_p999_us.map_or(false, |l| p999_us > l) || o.stop_mean_us.map_or(false, |l| mean_us > l);
             if (o.stop_p999_us.is_some() || o.stop_mean_us.is_some()) && (over || !r.kept_up()) {
+                if retries_left > 0 {
+                    retries_left -= 1;
+                    eprintln!("  limit exceeded at this rate: running the step again ({retries_left} retries left)");
+                    // Kept in the JSON for the record, but the retry decides.
+                    sj["superseded"] = json!(true);
+                    steps.push(sj);
+                    continue;
+                }
+                steps.push(sj);
                 eprintln!("  stopping: limit exceeded at this rate");
                 break;
             }
+            steps.push(sj);
+            i += 1;
         }
     }
 

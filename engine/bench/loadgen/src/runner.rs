@@ -120,6 +120,12 @@ pub struct StepResult {
     pub cpu_seconds: f64,
     /// Wall time of the whole step (warmup and drain included).
     pub wall_seconds: f64,
+    /// Share of the step's wall time the generator's / server's threads
+    /// spent runnable but waiting for a CPU (/proc/PID/task/*/schedstat).
+    /// On a shared machine this says how much other processes disturbed
+    /// the measurement; on a quiet one it is near 0.
+    pub loadgen_runq_share: Option<f64>,
+    pub server_runq_share: Option<f64>,
 }
 
 impl StepResult {
@@ -154,6 +160,20 @@ pub struct Runner {
     base: Instant,
     step_id: u32,
     pub workload: Workload,
+    /// The server's pid, when given, for its run-queue wait.
+    pub server_pid: Option<u32>,
+}
+
+/// Sum over a process's threads of the time spent waiting on a run queue.
+fn runq_wait_ns(pid: &str) -> Option<u64> {
+    let mut total = 0u64;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let path = t.ok()?.path().join("schedstat");
+        if let Ok(text) = std::fs::read_to_string(path) {
+            total += text.split_whitespace().nth(1)?.parse::<u64>().ok()?;
+        }
+    }
+    Some(total)
 }
 
 fn cpu_time() -> f64 {
@@ -174,6 +194,8 @@ fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
 impl Runner {
     pub fn connect(addr: SocketAddrV4, nconns: usize, depth: usize, workload: Workload) -> Result<Runner, String> {
         let epfd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) }).map_err(|e| format!("epoll: {e}"))?;
+        // Default timer slack (50 us) would make every open-loop sleep late.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
         let mut conns = Vec::with_capacity(nconns);
         for i in 0..nconns {
             let stream = TcpStream::connect_timeout(&addr.into(), Duration::from_secs(5))
@@ -208,7 +230,7 @@ impl Runner {
                 return Err(format!("server closed connection {} of {nconns} right after accept (connection limit?)", i + 1));
             }
         }
-        Ok(Runner { epfd, conns, depth: depth.max(1), base: Instant::now(), step_id: 0, workload })
+        Ok(Runner { epfd, conns, depth: depth.max(1), base: Instant::now(), step_id: 0, workload, server_pid: None })
     }
 
     #[inline]
@@ -243,8 +265,12 @@ impl Runner {
             unanswered: 0,
             cpu_seconds: 0.0,
             wall_seconds: 0.0,
+            loadgen_runq_share: None,
+            server_runq_share: None,
         };
         let cpu_start = cpu_time();
+        let runq_self_start = runq_wait_ns("self");
+        let runq_server_start = self.server_pid.and_then(|p| runq_wait_ns(&p.to_string()));
         let start = self.now();
         let measure_start = start + spec.warmup.as_nanos() as u64;
         let end = measure_start + spec.duration.as_nanos() as u64;
@@ -347,10 +373,15 @@ impl Runner {
                 end
             };
             let wait_ns = wake_at.saturating_sub(now).min(10_000_000);
-            let n = if wait_ns < 100_000 {
+            // Sleeping (not spinning) between sends matters on a shared
+            // machine: the scheduler favours a thread that sleeps when it
+            // wakes, and a spinning one is preempted by every compile job.
+            // With a 1 us timer slack (set in connect) sleeps are precise
+            // enough that only gaps under 20 us are spun.
+            let n = if wait_ns < 20_000 {
                 unsafe { libc::epoll_wait(self.epfd, events.as_mut_ptr(), events.len() as i32, 0) }
             } else {
-                let ts = libc::timespec { tv_sec: 0, tv_nsec: (wait_ns - 50_000) as i64 };
+                let ts = libc::timespec { tv_sec: 0, tv_nsec: (wait_ns - 5_000) as i64 };
                 unsafe {
                     libc::syscall(
                         libc::SYS_epoll_pwait2,
@@ -457,6 +488,15 @@ impl Runner {
         r.hist = hist;
         r.cpu_seconds = cpu_time() - cpu_start;
         r.wall_seconds = (self.now() - start) as f64 / 1e9;
+        let wall_ns = r.wall_seconds * 1e9;
+        r.loadgen_runq_share = match (runq_self_start, runq_wait_ns("self")) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / wall_ns),
+            _ => None,
+        };
+        r.server_runq_share = match (runq_server_start, self.server_pid.and_then(|p| runq_wait_ns(&p.to_string()))) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / wall_ns),
+            _ => None,
+        };
         Ok(r)
     }
 
