@@ -148,3 +148,27 @@ def test_connection_counters(start_server):
         for e in extra:
             e.close()
         wait_for_stat(c, "curr_connections", base)
+
+
+def test_hash_table_grows_online(start_server):
+    """From 2^13 buckets, 14000 items must grow the table while every item stays readable."""
+    srv = start_server("-o", "hashpower=13")
+    with srv.conn(timeout=30) as c:
+        assert c.stats()["hash_power_level"] == "13"
+        keys = [f"grow-{i}" for i in range(14000)]
+        for start in range(0, len(keys), 500):
+            batch = keys[start:start + 500]
+            c.send(b"".join(f"set {k} 0 0 {len(k)}\r\n{k}\r\n".encode() for k in batch))
+            for _ in batch:
+                assert c.line() == b"STORED"
+            got = c.values("get " + " ".join(keys[max(0, start - 250):start + 500]))
+            assert all(got[k][1] == k.encode() for k in got) and len(got) == len(keys[max(0, start - 250):start + 500]), \
+                "an item went missing while the table grew"
+        deadline = time.monotonic() + 20
+        while int(c.stats()["hash_power_level"]) <= 13 or c.stats()["hash_is_expanding"] != "0":
+            assert time.monotonic() < deadline, f"hash table did not finish growing: {c.stats()['hash_power_level']}"
+            time.sleep(0.1)
+        got = {}
+        for start in range(0, len(keys), 500):
+            got.update(c.values("get " + " ".join(keys[start:start + 500])))
+        assert len(got) == len(keys) and all(got[k][1] == k.encode() for k in keys)
