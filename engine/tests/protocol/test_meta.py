@@ -394,3 +394,42 @@ def test_pipelined_meta_batch(c, key):
         assert r.code == "VA"
         got[r.flags["k"]] = r.value
     assert got == {f"{key}-{i}": str(i).encode() for i in range(20)}
+
+
+# ---- precise cases the differential test found -------------------------------------------
+def test_ma_quiet_hides_success_even_with_v(c, key):
+    ms(c, key, "1")
+    c.send(f"ma {key} v q\r\nmn\r\n".encode())
+    assert c.line() == b"MN", "q on ma is noreply: a success, value included, says nothing"
+    assert meta(c, f"mg {key} v").value == b"2"
+
+
+def test_ma_quiet_still_answers_autovivify(c, key):
+    c.send(f"ma {key} N0 J5 q\r\nmn\r\n".encode())
+    assert c.line() == b"HD", "creating the counter is reported even in quiet mode"
+    assert c.line() == b"MN"
+    assert meta(c, f"mg {key} v").value == b"5"
+
+
+def test_ms_mode_is_checked_before_cas(c, key):
+    ms(c, key, "x")
+    assert ms(c, key, "y", "ME C1").code == "NS", "add of an existing key is NS whatever the CAS"
+    assert ms(c, key + "-none", "z", "MA C1").code == "NS", "append to a missing key is NS, not NF"
+    assert ms(c, key + "-none", "z", "MP C7").code == "NS"
+    assert ms(c, key, "y", "MA C1 I").code == "EX", "I (store as stale) is for set mode only"
+    r = meta(c, f"mg {key} v")
+    assert r.value == b"x" and "X" not in r.flags
+
+
+def test_incr_keeps_an_invalidated_item_stale(c, key):
+    ms(c, key, "1")
+    assert meta(c, f"md {key} I").code == "HD"
+    assert c.cmd(f"incr {key} 1") == b"2"
+    r = meta(c, f"mg {key} v")
+    assert r.value.rstrip() == b"2" and "X" in r.flags and "W" in r.flags
+
+
+def test_failed_add_is_not_a_fetch(c, key):
+    ms(c, key, "a")
+    assert c.store("add", key, "b") == b"NOT_STORED"
+    assert meta(c, f"mg {key} h").flags["h"] == "0"
