@@ -24,10 +24,12 @@ SHELL = /usr/bin/env bash -o pipefail
 ## Tool versions
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.8.2
+CRD_REF_DOCS_VERSION ?= v0.3.0
 HELM_VERSION ?= v3.19.0
 
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
+CRD_REF_DOCS ?= $(LOCALBIN)/crd-ref-docs
 HELM ?= $(LOCALBIN)/helm
 KUBECTL ?= $(LOCALBIN)/k8s/kubectl
 ENVTEST_ASSETS ?= $(LOCALBIN)/envtest
@@ -44,9 +46,13 @@ help: ## Display this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: controller-gen ## Generate CRDs, RBAC and webhook configurations from the markers.
+manifests: controller-gen api-docs ## Generate CRDs, RBAC and webhook configurations from the markers.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
 	hack/sync-chart.sh
+
+.PHONY: api-docs
+api-docs: crd-ref-docs ## Generate docs/api-reference.md from the API's Go types and markers.
+	$(CRD_REF_DOCS) --source-path=api --config=hack/api-docs.yaml --renderer=markdown --output-path=docs/api-reference.md
 
 .PHONY: generate
 generate: controller-gen ## Generate DeepCopy methods.
@@ -187,6 +193,11 @@ $(CONTROLLER_GEN): | $(LOCALBIN)
 kustomize: $(KUSTOMIZE) ## Build kustomize.
 $(KUSTOMIZE): | $(LOCALBIN)
 	hack/go-tool.sh $(KUSTOMIZE) sigs.k8s.io/kustomize/kustomize/v5 $(KUSTOMIZE_VERSION)
+
+.PHONY: crd-ref-docs
+crd-ref-docs: $(CRD_REF_DOCS) ## Build crd-ref-docs.
+$(CRD_REF_DOCS): | $(LOCALBIN)
+	hack/go-tool.sh $(CRD_REF_DOCS) github.com/elastic/crd-ref-docs $(CRD_REF_DOCS_VERSION)
 
 .PHONY: helm
 helm: $(HELM) ## Build helm.

@@ -104,6 +104,17 @@ func TestMemoryLimitFormula(t *testing.T) {
 	if got, want := MemoryLimitBytes(newCache()), int64(122<<20); got != want {
 		t.Fatalf("memory limit = %dMi, want %dMi", got>>20, want>>20)
 	}
+	// The docs/operator.md table.
+	for _, tc := range []struct {
+		mem     string
+		cpu     int32
+		wantMiB int64
+	}{{"64Mi", 1, 120}, {"64Mi", 2, 122}, {"1Gi", 2, 1172}} {
+		c := newCache(func(c *cachev1alpha1.Cache) { c.Spec.Memory = resource.MustParse(tc.mem); c.Spec.CPU = ptr.To(tc.cpu) })
+		if got := MemoryLimitBytes(c) >> 20; got != tc.wantMiB {
+			t.Errorf("limit for %s/%d CPU = %dMi, want %dMi", tc.mem, tc.cpu, got, tc.wantMiB)
+		}
+	}
 	// A bigger initial hash table is budgeted as such.
 	c := newCache(func(c *cachev1alpha1.Cache) { c.Spec.Engine.HashPower = ptr.To(int32(24)) })
 	if got, want := HashTableBytes(c), int64(3*(1<<26)); got != want { // 2^24 buckets x 8 bytes x 1.5

@@ -242,8 +242,8 @@ type PodDisruptionBudgetSpec struct {
 type CacheEndpoint struct {
 	// Pod is the pod's name.
 	Pod string `json:"pod"`
-	// Host is the pod's stable DNS name:
-	// <pod>.<cache>-headless.<namespace>.svc.<cluster domain>.
+	// Host is the pod's stable DNS name,
+	// POD.CACHE-headless.NAMESPACE.svc.CLUSTER-DOMAIN.
 	Host string `json:"host"`
 	// Port the pod serves the memcached protocol on.
 	Port int32 `json:"port"`
