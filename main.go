@@ -74,13 +74,14 @@ func main() {
 		webhookCertDir, webhookCertMode         string
 		webhookSecret, webhookService           string
 		mutatingConfig, validatingConfig        string
-		namespace                               string
+		namespace, leaderElectionID             string
 		engineImage, clusterDomain              string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint (HTTPS unless --metrics-secure=false). \"0\" disables it.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, allowing only callers authorized by a SubjectAccessReview.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
+	flag.StringVar(&leaderElectionID, "leader-election-id", "cachet-operator.cache.cachet.dev", "Name of the Lease used for leader election, in the operator's namespace.")
 	flag.BoolVar(&enableHTTP2, "enable-http2", false, "Serve webhooks and metrics over HTTP/2 as well (off by default: CVE-2023-44487 / CVE-2023-39325).")
 	flag.BoolVar(&enableWebhooks, "enable-webhooks", true, "Serve the defaulting and validating admission webhooks.")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port of the webhook server.")
@@ -123,7 +124,7 @@ func main() {
 		WebhookServer:          webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: webhookCertDir, TLSOpts: tlsOpts}),
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
-		LeaderElectionID:       "cachet-operator.cache.cachet.dev",
+		LeaderElectionID:       leaderElectionID,
 		// Stepping down on SIGTERM lets the next leader start at once.
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         controllers.CacheOptions(),
