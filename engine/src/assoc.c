@@ -70,6 +70,16 @@ struct tstate {
 };
 
 static struct stripe stripes[STRIPES];
+/* Table descriptors (32 bytes each, one or two per doubling) are kept until
+ * assoc_destroy: stats and the growth check read them without a read
+ * section, and there are at most ~2 * MAX_HASHPOWER of them. */
+static struct tstate *retired_states[2 * MAX_HASHPOWER + 4];
+static unsigned n_retired;
+
+static void retire_state(struct tstate *st)
+{
+    if (n_retired < sizeof retired_states / sizeof retired_states[0]) retired_states[n_retired++] = st;
+}
 static _Atomic(struct tstate *) state;
 static _Atomic uint32_t migrated;          /* old buckets already moved */
 static _Atomic bool expanding;
@@ -148,6 +158,8 @@ int assoc_init(int hashpower)
 
 void assoc_destroy(void)
 {
+    for (unsigned i = 0; i < n_retired; i++) free(retired_states[i]);
+    n_retired = 0;
     struct tstate *st = atomic_load(&state);
     if (st) {
         free_buckets(st->cur, st->cur_power);
@@ -346,6 +358,8 @@ static void maybe_request_expansion(struct stripe *sp)
  * can stop half way and check reads and writes against a half-moved table. */
 static struct tstate *exp_prev, *exp_mid;
 
+
+
 static bool expansion_begin(void)
 {
     struct tstate *st = atomic_load_explicit(&state, memory_order_acquire);
@@ -434,9 +448,9 @@ static void expansion_finish(void)
     epoch_synchronize();
     if (mid) {
         free_buckets(prev->cur, prev->cur_power);
-        free(mid);
+        retire_state(mid);
     }
-    free(prev);
+    retire_state(prev);
     exp_mid = exp_prev = NULL;
     if (g_cfg.verbose > 0) fprintf(stderr, "cachetd: hash table expanded to 2^%u buckets\n", fin->cur_power);
 }

@@ -532,7 +532,7 @@ void bags_purge_range(storage_thread *t, int clsid, const char *lo, const char *
             if ((const char *)it >= lo && (const char *)it < hi) {
                 if (item_fl(it) & ITEM_LINKED) {
                     unlink_for_reclaim(it, true);
-                    atomic_fetch_add_explicit(&g_class_stats[clsid].evicted, 1, memory_order_relaxed);
+                    atomic_fetch_add_explicit(&g_class_stats[clsid].reassign_evicted, 1, memory_order_relaxed);
                 }
                 bag_remove(b, prev, it);
                 atomic_fetch_sub_explicit(&g_class_stats[clsid].dead_waiting, 1, memory_order_relaxed);
@@ -575,6 +575,23 @@ void bags_stop_thread(void)
     cleaner_running = false;
 }
 
+rel_time_t bags_oldest_age(int clsid)
+{
+    struct lru *l = &lrus[clsid];
+    rel_time_t now = now_time(), age = 0;
+    pthread_mutex_lock(&l->lock);
+    for (struct bag *b = l->oldest; b; b = b->newer) {
+        uint32_t h = atomic_load_explicit(&b->head, memory_order_relaxed);
+        if (h) {
+            rel_time_t t = atomic_load_explicit(&handle_item(h)->time, memory_order_relaxed);
+            age = now > t ? now - t : 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&l->lock);
+    return age;
+}
+
 void bags_stats_items(stat_writer w, void *ctx)
 {
     char name[80];
@@ -585,13 +602,8 @@ void bags_stats_items(stat_writer w, void *ctx)
         uint64_t num = atomic_load(&cs->curr_items);
         if (slabs_class_pages((int)c) == 0 && num == 0) continue;
         struct lru *l = &lrus[c];
-        rel_time_t age = 0;
-        pthread_mutex_lock(&l->lock);
-        for (struct bag *b = l->oldest; b; b = b->newer) {
-            uint32_t h = atomic_load_explicit(&b->head, memory_order_relaxed);
-            if (h) { age = now - atomic_load_explicit(&handle_item(h)->time, memory_order_relaxed); break; }
-        }
-        pthread_mutex_unlock(&l->lock);
+        rel_time_t age = bags_oldest_age((int)c);
+        (void)now;
 #define S(nm, v) do { snprintf(name, sizeof name, "items:%u:%s", c, nm); \
                       w(ctx, name, "%llu", (unsigned long long)(v)); } while (0)
         S("number", num);
@@ -603,6 +615,7 @@ void bags_stats_items(stat_writer w, void *ctx)
         S("reclaimed", atomic_load(&cs->reclaimed));
         S("expired_unfetched", atomic_load(&cs->expired_unfetched));
         S("expired", atomic_load(&cs->expired));
+        S("slab_reassign_evictions", atomic_load(&cs->reassign_evicted));
         S("evicted_unfetched", atomic_load(&cs->evicted_unfetched));
         S("bags", atomic_load(&l->nbags));
         S("dead_waiting", atomic_load(&cs->dead_waiting));

@@ -79,12 +79,15 @@ bool item_is_live(item *it, rel_time_t now)
     return !item_is_flushed(it, now);
 }
 
+/* Once ITEM_LINKED is cleared the cleaner may reclaim the chunk at any time
+ * (a stripe-lock holder is not in a read section): read what the accounting
+ * needs first, clear the flag last. */
 void item_unlink_locked(item *it, uint32_t hv)
 {
-    assoc_unlink_locked(it, hv);
-    atomic_fetch_and_explicit(&it->iflags, (uint8_t)~ITEM_LINKED, memory_order_release);
     int c = slabs_clsid_of(it);
     size_t nt = item_ntotal(it);
+    assoc_unlink_locked(it, hv);
+    atomic_fetch_and_explicit(&it->iflags, (uint8_t)~ITEM_LINKED, memory_order_release);
     atomic_fetch_sub_explicit(&g_class_stats[c].curr_items, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&g_class_stats[c].bytes_requested, nt, memory_order_relaxed);
     atomic_fetch_add_explicit(&g_class_stats[c].dead_waiting, 1, memory_order_relaxed);
@@ -112,10 +115,11 @@ static void replace_locked(storage_thread *t, item *old_it, item *new_it, uint32
 {
     account_link(t, new_it);
     assoc_replace_locked(old_it, new_it, hv);
-    /* The table no longer reaches old_it; account it like an unlink. */
-    atomic_fetch_and_explicit(&old_it->iflags, (uint8_t)~ITEM_LINKED, memory_order_release);
+    /* The table no longer reaches old_it; account it like an unlink (read
+     * first: see item_unlink_locked). */
     int c = slabs_clsid_of(old_it);
     size_t nt = item_ntotal(old_it);
+    atomic_fetch_and_explicit(&old_it->iflags, (uint8_t)~ITEM_LINKED, memory_order_release);
     atomic_fetch_sub_explicit(&g_class_stats[c].curr_items, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&g_class_stats[c].bytes_requested, nt, memory_order_relaxed);
     atomic_fetch_add_explicit(&g_class_stats[c].dead_waiting, 1, memory_order_relaxed);
@@ -318,6 +322,7 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
         if (!opts->no_lru_bump) bags_stamp(it, clsid);
         stripe_unlock(hv);
         if (created) enter_bag(t, it);
+        if (fresh) item_discard(t, fresh);   /* somebody else created it first */
         STAT_INC(t, get_hits);
         CLS_INC(t, clsid, get_hits);
         return true;
@@ -495,6 +500,7 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
         stripe_unlock(hv);
         enter_bag(t, store_it);
         if (store_it != it) item_discard(t, it);
+        else if (combined) item_discard(t, combined);   /* built on an earlier attempt, not needed */
         CLS_INC(t, sclsid, cmd_set);
         if (mode == MODE_CAS) { STAT_INC(t, cas_hits); CLS_INC(t, sclsid, cas_hits); }
         return STORE_STORED;

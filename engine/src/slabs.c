@@ -64,6 +64,8 @@ static unsigned nclasses;
 _Atomic uint64_t g_slab_moves;
 static _Atomic uint64_t moves_failed;
 
+static uint64_t last_evicted[MAX_SLAB_CLASSES + 1];   /* mover thread only */
+static rel_time_t last_balance;
 static pthread_t mover;
 static _Atomic bool mover_stop;
 static bool mover_running;
@@ -175,6 +177,8 @@ int slabs_init(void)
     page_cls = calloc(pages_max, sizeof(*page_cls));
     if (!pages || !page_cls) return -1;
     atomic_store(&pages_next, 0);
+    memset(last_evicted, 0, sizeof last_evicted);
+    last_balance = 0;
     return 0;
 }
 
@@ -313,7 +317,17 @@ static void stop_draining(struct slabclass *sc, size_t pg)
 
 static storage_thread *mover_ctx;
 
-bool slabs_rebalance_once(void)
+/* Hysteresis: a class that just received a page does not give one back
+ * within the same few seconds (no ping-pong between classes). */
+static bool recently_grown(struct slabclass *sc)
+{
+    uint32_t lm = atomic_load(&sc->last_move_in);
+    return lm && now_time() - lm < 3;
+}
+
+/* Urgent case: a class that needs memory and has nothing of its own to
+ * evict. Source: the class with the most free space, else the most pages. */
+static bool pick_for_starving(int *src_out, int *dst_out)
 {
     int dst = 0;
     for (unsigned c = 1; c <= nclasses; c++)
@@ -324,18 +338,14 @@ bool slabs_rebalance_once(void)
         atomic_store(&classes[dst].starving, false);
         return false;
     }
-    /* Source: the class with the most free space, else the one with most pages. */
     int src = 0;
     uint64_t best_free = 0, best_pages = 0;
     for (unsigned c = 1; c <= nclasses; c++) {
         if ((int)c == dst) continue;
         struct slabclass *sc = &classes[c];
-        /* Hysteresis: a class that just received a page does not give one
-         * back within the same few seconds (no ping-pong between classes). */
-        uint32_t lm = atomic_load(&sc->last_move_in);
-        if (lm && now_time() - lm < 3) continue;
+        if (recently_grown(sc)) continue;
         unsigned np = atomic_load(&sc->pages);
-        if (np == 0 || (np == 1 && atomic_load(&sc->used_chunks) > 0 && best_free == 0 && np <= best_pages)) continue;
+        if (np == 0) continue;
         pthread_mutex_lock(&sc->lock);
         uint64_t fr = (uint64_t)sc->free_count * sc->size;
         if (sc->bump_page >= 0) fr += (uint64_t)(sc->perpage - sc->bump_next) * sc->size;
@@ -344,6 +354,48 @@ bool slabs_rebalance_once(void)
         else if (best_free == 0 && np > best_pages) { best_pages = np; src = (int)c; }
     }
     if (!src) return false;
+    *src_out = src;
+    *dst_out = dst;
+    return true;
+}
+
+/* Balancing case (memcached's automove idea): once a second, if a class is
+ * evicting items that are much younger than the oldest items another class
+ * keeps, memory is stranded in the other class: move one of its pages. */
+static bool pick_by_age(int *src_out, int *dst_out)
+{
+    rel_time_t now = now_time();
+    if (now == last_balance) return false;
+    last_balance = now;
+    if (atomic_load(&pages_next) < pages_max) return false;   /* memory not full yet */
+    int dst = 0;
+    rel_time_t dst_age = 0;
+    for (unsigned c = 1; c <= nclasses; c++) {
+        uint64_t ev = atomic_load(&g_class_stats[c].evicted);
+        uint64_t delta = ev - last_evicted[c];
+        last_evicted[c] = ev;
+        if (delta == 0) continue;
+        rel_time_t age = bags_oldest_age((int)c);
+        if (!dst || age < dst_age) { dst = (int)c; dst_age = age; }
+    }
+    if (!dst) return false;
+    int src = 0;
+    rel_time_t src_age = 0;
+    for (unsigned c = 1; c <= nclasses; c++) {
+        if ((int)c == dst || atomic_load(&classes[c].pages) < 2 || recently_grown(&classes[c])) continue;
+        rel_time_t age = bags_oldest_age((int)c);
+        if (age > src_age) { src = (int)c; src_age = age; }
+    }
+    if (!src || src_age <= 2 * dst_age + 5) return false;
+    *src_out = src;
+    *dst_out = dst;
+    return true;
+}
+
+bool slabs_rebalance_once(void)
+{
+    int src = 0, dst = 0;
+    if (!pick_for_starving(&src, &dst) && !pick_by_age(&src, &dst)) return false;
     struct slabclass *sc = &classes[src];
     pthread_mutex_lock(&sc->lock);
     size_t victim = pages_max;

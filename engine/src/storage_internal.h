@@ -222,13 +222,14 @@ void bags_stats_items(stat_writer w, void *ctx);
 void bags_stats_general(stat_writer w, void *ctx);
 void bags_note_unlinked(item *it, int clsid);    /* counts dead items waiting in bags */
 unsigned bags_count(int clsid);
+rel_time_t bags_oldest_age(int clsid);           /* now - last access of the oldest item, 0 if none */
 
 /* per-class item statistics kept by items.c/bags.c */
 struct class_stats {
     _Atomic uint64_t curr_items, bytes_requested;
     _Atomic uint64_t evicted, evicted_nonzero, evicted_unfetched, evicted_time;
     _Atomic uint64_t expired_unfetched, expired, reclaimed, outofmemory, moves_to_alt;
-    _Atomic uint64_t dead_waiting;
+    _Atomic uint64_t dead_waiting, reassign_evicted;
 };
 extern struct class_stats g_class_stats[MAX_SLAB_CLASSES + 1];
 

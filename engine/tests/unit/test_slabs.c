@@ -152,6 +152,36 @@ static void test_page_moves_to_starving_class(void)
     teardown();
 }
 
+/* A class that only ever evicts within its one page while another class
+ * sits on old items: the mover rebalances by age, not only on starvation. */
+static void test_page_moves_by_age(void)
+{
+    struct storage_config c = base_cfg(4);
+    setup_cfg(&c, false);
+    int stored = 0;
+    fill("old", 40000, 100, &stored);
+    int small_cls = slabs_clsid(143);
+    storage_test_advance_clock(100);
+    int big_cls = slabs_clsid(24 + 8 + 4 + 10 + 3000 + 2);
+    int big_stored = 0;
+    fill("b", 5, 3000, &big_stored);
+    CHECK(slabs_rebalance_once());                      /* starving: first page */
+    CHECK_EQ_U64(slabs_class_pages(big_cls), 1);
+    fill("young", 2000, 3000, &big_stored);             /* evicts within its own page */
+    char nm[32];
+    sprintf(nm, "items:%d:evicted", big_cls);
+    CHECK(stat_of(storage_stats_items, nm) > 1000);
+    storage_test_advance_clock(1);
+    CHECK(slabs_rebalance_once());                      /* by age: old items give way */
+    CHECK_EQ_U64(slabs_class_pages(big_cls), 2);
+    CHECK_EQ_U64(slabs_class_pages(small_cls), 2);
+    /* nothing more to gain once the ages are close: no churn */
+    storage_test_advance_clock(1);
+    CHECK(!slabs_rebalance_once());                     /* no evictions since the last look */
+    CHECK(slabs_pages_used() <= slabs_pages_max());
+    teardown();
+}
+
 int main(void)
 {
     TEST(test_default_ladder);
@@ -160,5 +190,6 @@ int main(void)
     TEST(test_invalid_configs);
     TEST(test_memory_limit_holds);
     TEST(test_page_moves_to_starving_class);
+    TEST(test_page_moves_by_age);
     return harness_finish();
 }
