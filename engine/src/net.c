@@ -814,13 +814,27 @@ int server_create_workers(void)
         w->loop = ae_create(setsize, 1024);
         w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (!w->loop || w->wake_fd < 0) return -1;
-        if (settings.io_uring) {
+        if (settings.io_uring != IO_URING_OFF) {
             w->ring = uring_create(1024);
             w->batch = calloc(1024, sizeof(*w->batch));
             if (!w->ring || !w->batch) {
-                fprintf(stderr, "cachetd: -o io_uring: the kernel refused io_uring (%s); "
-                        "run without it\n", strerror(errno));
-                return -1;
+                if (settings.io_uring == IO_URING_REQUIRED) {
+                    fprintf(stderr, "cachetd: -o io_uring: the kernel refused io_uring (%s); "
+                            "run without it\n", strerror(errno));
+                    return -1;
+                }
+                if (settings.verbose)
+                    fprintf(stderr, "cachetd: io_uring unavailable (%s), using epoll read/send\n", strerror(errno));
+                /* all workers use one mode: undo what earlier workers set up */
+                for (int j = 0; j <= i; j++) {
+                    uring_free(workers[j].ring);
+                    workers[j].ring = NULL;
+                    free(workers[j].batch);
+                    workers[j].batch = NULL;
+                }
+                settings.io_uring = IO_URING_OFF;
+                read_proc = conn_readable;
+                continue;
             }
             read_proc = conn_mark_ready;
         }
@@ -938,7 +952,7 @@ void server_stats_settings(void (*w)(void *, const char *, const char *, ...), v
     w(ctx, "num_threads", "%d", num_workers);
     w(ctx, "reqs_per_event", "%d", settings.reqs_per_event);
     w(ctx, "worker_cpus", "%s", n ? cpus : "none");
-    w(ctx, "io_uring", "%s", settings.io_uring ? "yes" : "no");
+    w(ctx, "io_uring", "%s", settings.io_uring != IO_URING_OFF ? "yes" : "no");
 }
 
 static const char *state_name(const struct conn *c)

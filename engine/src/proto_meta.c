@@ -160,10 +160,12 @@ void proto_meta_complete_set(struct conn *c, struct request *r, item *it, bool b
     struct store_opts so = {0};
     if (has(r, 'C')) {
         so.cas_in = r->meta.cas_C;
-        if (mode == MODE_SET) mode = MODE_CAS;
+        /* memcached: set and replace with C are a compare-and-swap */
+        if (mode == MODE_SET || mode == MODE_REPLACE) mode = MODE_CAS;
     }
     if (has(r, 'E')) so.cas_set = r->meta.cas_E;
-    if (has(r, 'I')) so.invalidate = true;
+    /* I (store an older CAS as stale) applies to compare-and-swap only */
+    if (has(r, 'I') && mode == MODE_CAS) so.invalidate = true;
     if (has(r, 'N')) { so.vivify_on_miss = true; so.vivify_exptime = storage_exptime(r->meta.ttl_N); }
     uint64_t cas_out = 0;
     enum store_result res = storage_store(w->st, it, mode, &so, &cas_out);
@@ -171,8 +173,11 @@ void proto_meta_complete_set(struct conn *c, struct request *r, item *it, bool b
     switch (res) {
     case STORE_STORED: code = "HD"; break;
     case STORE_NOT_STORED: code = "NS"; break;
-    case STORE_EXISTS: code = "EX"; break;
-    case STORE_NOT_FOUND: code = "NF"; break;
+    /* memcached checks the mode first: add of an existing key is NS whatever the CAS */
+    case STORE_EXISTS: code = mode == MODE_ADD ? "NS" : "EX"; break;
+    /* memcached 1.6: set and replace with C are compare-and-swap (a missing
+     * item is NF); append/prepend/add with C report a missing item as NS */
+    case STORE_NOT_FOUND: code = mode == MODE_CAS ? "NF" : "NS"; break;
     case STORE_TOO_LARGE: out_str(c, "SERVER_ERROR object too large for cache"); return;
     default: out_str(c, "SERVER_ERROR out of memory storing object"); return;
     }
@@ -210,6 +215,18 @@ static void process_ma(struct conn *c, struct request *r)
     ao.initial = r->meta.initial;
     if (has(r, 'T')) { ao.update_ttl = true; ao.new_exptime = storage_exptime(r->meta.ttl_T); }
     bool incr = r->meta.mode != 'D';
+    /* memcached always answers the request that created the counter (N),
+     * even with q: find out whether this one will */
+    bool may_create = ao.vivify && r->meta.quiet;
+    if (may_create) {
+        struct item_view probe;
+        struct get_opts po = { .no_lru_bump = true };
+        char scratch[32];
+        if (storage_get(c->w->st, r->key, r->nkey, &po, scratch, sizeof(scratch), &probe)) {
+            may_create = false;
+            if (probe.ref) item_view_release(c->w->st, &probe);
+        }
+    }
     uint64_t value = 0, cas = 0;
     rel_time_t exp = 0;
     enum arith_result res = storage_arith(c->w->st, r->key, r->nkey, incr, r->meta.delta, &ao,
@@ -224,7 +241,8 @@ static void process_ma(struct conn *c, struct request *r)
     default: out_str(c, "SERVER_ERROR out of memory"); return;
     }
     bool want_value = has(r, 'v');
-    if (!want_value && r->meta.quiet) return;
+    /* q hides a success even with v, except the one that created the counter */
+    if (r->meta.quiet && !may_create) return;
     char num[24];
     size_t nnum = (size_t)(u64_to_str(num, value) - num);
     out_reserve(c, flags_room(r) + 32 + nnum);

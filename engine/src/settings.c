@@ -41,7 +41,9 @@ void settings_usage(FILE *out)
         "  -v, --verbose           verbose (-vv more verbose)\n"
         "  -h, --help              this help\n"
         "  -o, --extended=OPTS     comma separated: slab_sizes=A-B-C, hashpower=N,\n"
-        "                          cpus=LIST (e.g. 0-3,6; 'none' = no pinning), io_uring\n"
+        "                          cpus=LIST (e.g. 0-3,6; 'none' = no pinning),\n"
+        "                          io_uring (require io_uring batching; default: use it if the\n"
+        "                          kernel allows), no_io_uring (plain epoll read/send)\n"
         "      --args-file=PATH    read more arguments from PATH first (whitespace separated,\n"
         "                          '#' starts a comment line); the command line wins\n");
 }
@@ -171,7 +173,9 @@ static int parse_extended(struct settings *s, const char *arg, bool *cpus_given,
             cpus_here = true;
             *cpus_given = true;
         } else if (!strcmp(opt, "io_uring") && !val) {
-            s->io_uring = true;
+            s->io_uring = IO_URING_REQUIRED;
+        } else if (!strcmp(opt, "no_io_uring") && !val) {
+            s->io_uring = IO_URING_OFF;
         } else if (!strcmp(opt, "modern") || !strcmp(opt, "no_modern")) {
             /* memcached compatibility: accepted, our defaults are "modern". */
         } else {
@@ -189,6 +193,7 @@ static int parse_extended(struct settings *s, const char *arg, bool *cpus_given,
             return EX_USAGE_CODE;
         } else {
             s->pin_workers = true;
+    s->io_uring = IO_URING_AUTO;
         }
     }
     return 0;
@@ -252,6 +257,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
     s->backlog = 1024;
     s->reqs_per_event = 200;
     s->pin_workers = true;
+    s->io_uring = IO_URING_AUTO;
 
     /* Merge: argv[0], the args file's arguments, then the command line minus --args-file. */
     static char *merged[MAX_ARGS + 1];

@@ -24,6 +24,12 @@
 #define MAX_SLAB_SIZES     63
 #define EX_USAGE_CODE      64
 
+/* io_uring batching: on by default when the kernel allows it (containers
+ * with a seccomp profile that blocks io_uring fall back to plain epoll). */
+#define IO_URING_OFF       0
+#define IO_URING_AUTO      1
+#define IO_URING_REQUIRED  2
+
 struct settings {
     int      port;                 /* -p */
     char     listen[256];          /* -l, comma separated list; "" = all (0.0.0.0) */
@@ -43,7 +49,7 @@ struct settings {
     bool     pin_workers;          /* false only with -o cpus=none */
     int      backlog;              /* -b */
     int      reqs_per_event;       /* -R: requests per read batch before yielding */
-    bool     io_uring;             /* -o io_uring: batch syscalls across connections */
+    int      io_uring;             /* IO_URING_OFF / _AUTO (default) / _REQUIRED; see uring.h */
 };
 
 /* Fills s from defaults, then the args file (if --args-file is given), then
