@@ -236,7 +236,17 @@ static void test_large_value_ref(void)
     CHECK(storage_delete(T, "big", 3, NULL) == STORE_STORED);
     bags_clean_once(T);
     CHECK(memcmp(v.value, big, n) == 0);
+    /* churn the class well past its memory (64 MB / 200 KB chunks): the
+     * referenced chunk must not be handed out again while the view lives */
+    char *other = malloc(n + 1);
+    memset(other, 'Z', n);
+    other[n] = 0;
+    char k[32];
+    for (int i = 0; i < 400; i++) { sprintf(k, "churn%d", i); CHECK(put(k, other) == STORE_STORED); bags_clean_once(T); }
+    CHECK(gstat("evictions") > 0);
+    CHECK(memcmp(v.value, big, n) == 0);
     item_view_release(T, &v);
+    free(other);
     /* small value, tiny buffer: a private copy */
     CHECK(put("sm", "hello world") == STORE_STORED);
     CHECK(storage_get(T, "sm", 2, NULL, small, 4, &v));
@@ -281,6 +291,35 @@ static void test_stats_smoke(void)
     CHECK_EQ_U64(gstat("get_hits"), 1);
 }
 
+/* -C: no CAS stored (8 bytes less per item); cas commands cannot match. */
+static void test_without_cas(void)
+{
+    teardown();
+    struct storage_config c = {0};
+    c.mem_limit = 64 << 20;
+    c.item_size_max = 1024 * 1024;
+    c.growth_factor = 1.25;
+    c.chunk_size_min = 48;
+    c.hashpower_init = 10;
+    c.use_cas = false;
+    setup_cfg(&c, false);
+    uint64_t cas = 99;
+    CHECK(put_full("nc", "v", 0, 0, MODE_SET, NULL, &cas) == STORE_STORED);
+    CHECK_EQ_U64(cas, 0);
+    struct item_view v;
+    CHECK(streq(get_str("nc", &v), "v"));
+    CHECK_EQ_U64(v.cas, 0);
+    struct store_opts o = {0};
+    o.cas_in = 1;
+    CHECK(put_full("nc", "w", 0, 0, MODE_CAS, &o, NULL) == STORE_EXISTS);
+    enum store_result err;
+    item *it = item_alloc(T, "k", 1, 0, 0, 100, &err);
+    CHECK(it && item_ntotal(it) == 24 + 1 + 100 + 2);
+    item_discard(T, it);
+    teardown();
+    setup(64, 10, false);
+}
+
 int main(void)
 {
     setup(64, 10, false);
@@ -296,6 +335,7 @@ int main(void)
     TEST(test_fetched_and_last_access);
     TEST(test_large_value_ref);
     TEST(test_stats_smoke);
+    TEST(test_without_cas);
     teardown();
     return harness_finish();
 }
