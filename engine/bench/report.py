@@ -46,6 +46,12 @@ def main():
         note = f" ({r['note']})" if r["note"] else ""
         print(f"| {r['target']} | {fmt(r['cachetd'], r['key'])}{unit} | {fmt(r['memcached'], r['key'])}{unit} | "
               f"{ratio} | {r['goal'].replace('x', '×')} | **{r['verdict']}**{note} |")
+    for name in ("cachetd", "memcached"):
+        i = s["figures"][name].get("integrity")
+        if i:
+            print(f"- integrity, {name}: {i['wrong_values']} wrong values (another key's, or the wrong length), "
+                  f"{i['errors']} error replies, {i['w1_w2_misses']:,} misses in {i['w1_w2_lookups']:,} W1/W2 lookups "
+                  f"of keys that were all stored")
     for name, n in (s.get("cpu_wait") or {}).items():
         if n.get("loadgen_mean") is not None and n.get("server_mean") is not None:
             print(f"- waiting for a CPU (other processes on the shared VM) while measuring {name}: generator "

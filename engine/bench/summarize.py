@@ -130,6 +130,19 @@ def main():
                         gen.append(st["loadgen_runqueue_wait_share"])
                     if st.get("server_runqueue_wait_share") is not None:
                         srv.append(st["server_runqueue_wait_share"])
+        integrity = {"wrong_values": 0, "errors": 0, "w1_w2_misses": 0, "w1_w2_lookups": 0}
+        for name in sorted(os.listdir(d)):
+            if not name.endswith(".json") or not (name.endswith(f"-{s}.json") or f"-{s}-" in name):
+                continue
+            j = load(d, name)
+            for st in (j or {}).get("steps", []) if isinstance(j, dict) else []:
+                integrity["wrong_values"] += st.get("wrong_values", 0)
+                integrity["errors"] += st.get("errors", 0)
+                # W1 and W2 read a fully prefilled key space that fits in memory: every get should hit.
+                if name.startswith(("w1-", "w2-")) and "prefill" not in name:
+                    integrity["w1_w2_misses"] += st.get("misses", 0)
+                    integrity["w1_w2_lookups"] += st.get("hits", 0) + st.get("misses", 0)
+        figures[s]["integrity"] = integrity
         noise[s] = {"loadgen_mean": statistics.mean(gen) if gen else None, "loadgen_max": max(gen) if gen else None,
                     "server_mean": statistics.mean(srv) if srv else None, "server_max": max(srv) if srv else None}
 
@@ -201,6 +214,10 @@ def main():
             if st and (st[-1].get("lag_p99_us") or 0) > 200:
                 print(f"WARNING: {wl[:2].upper()} last step against {s}: the generator sent 1% of requests more than "
                       f"{st[-1]['lag_p99_us']:.0f} us late; the stepping may have stopped at the generator's limit")
+    for s in SERVERS:
+        i = figures[s]["integrity"]
+        print(f"integrity {s}: {i['wrong_values']} wrong values, {i['errors']} error replies, "
+              f"{i['w1_w2_misses']} misses in {i['w1_w2_lookups']:,} W1/W2 lookups of prefilled keys")
     for s in SERVERS:
         n = noise[s]
         if n["loadgen_mean"] is not None and n["server_mean"] is not None:

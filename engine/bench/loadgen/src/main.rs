@@ -283,6 +283,7 @@ fn step_json(r: &StepResult) -> Value {
         "stored": r.stored,
         "not_stored": r.not_stored,
         "errors": r.errors,
+        "wrong_values": r.wrong_values,
         "unsent": r.unsent,
         "unanswered": r.unanswered,
         "kept_up": r.kept_up(),
@@ -331,7 +332,11 @@ fn step_line(r: &StepResult) -> String {
             (Some(a), None) if a > 0.05 => format!(" [waited for CPU: gen {:.0}%]", a * 100.0),
             _ => String::new(),
         },
-        if r.errors > 0 { format!(" errors {}", r.errors) } else { String::new() },
+        if r.errors > 0 || r.wrong_values > 0 {
+            format!(" errors {} WRONG VALUES {}", r.errors, r.wrong_values)
+        } else {
+            String::new()
+        },
         if r.kept_up() { String::new() } else { format!(" FELL-BEHIND (unsent {}, unanswered {})", r.unsent, r.unanswered) },
     )
 }

@@ -109,6 +109,8 @@ pub struct StepResult {
     pub stored: u64,
     pub not_stored: u64,
     pub errors: u64,
+    /// VALUE blocks for a key that was not asked for, or of the wrong length.
+    pub wrong_values: u64,
     pub sent: u64,
     /// Open loop: requests that came due but could not be sent before the step ended.
     pub unsent: u64,
@@ -260,6 +262,7 @@ impl Runner {
             stored: 0,
             not_stored: 0,
             errors: 0,
+            wrong_values: 0,
             sent: 0,
             unsent: 0,
             unanswered: 0,
@@ -433,6 +436,7 @@ impl Runner {
                     } else {
                         None
                     };
+                    r.wrong_values += rep.wrong as u64;
                     if p.measured {
                         hist.saturating_record(now.saturating_sub(p.t).max(1));
                         if now <= stop_at.unwrap_or(end).min(end) {
@@ -558,6 +562,8 @@ impl Runner {
     }
 
     fn read_replies(&mut self, ci: usize, out: &mut Vec<Reply>) -> Result<(), String> {
+        let keys = &self.workload.keys;
+        let fixed_len = self.workload.fixed_value_len();
         let c = &mut self.conns[ci];
         loop {
             if c.rstart == c.rend {
@@ -584,9 +590,22 @@ impl Runner {
             }
             c.rend += n as usize;
             let filled = c.rend == c.rbuf.len();
+            // A value must belong to the key that was asked for (single-key
+            // gets; the pending request is inflight[replies so far + i]) and
+            // have the length every set used, so a fast but wrong server
+            // cannot pass for a fast one.
+            let base = out.len();
+            let inflight = &c.inflight;
+            let check = |i: usize, key: &[u8], bytes: u64| match inflight.get(base + i) {
+                Some(p) if p.kind == OpKind::Get && p.nkeys == 1 => {
+                    keys.key(p.key) == key && fixed_len.map_or(true, |n| n == bytes)
+                }
+                Some(p) if p.kind == OpKind::Get => fixed_len.map_or(true, |n| n == bytes),
+                _ => false,
+            };
             let used = c
                 .parser
-                .feed(&c.rbuf[c.rstart..c.rend], |rep| out.push(rep))
+                .feed(&c.rbuf[c.rstart..c.rend], check, |rep| out.push(rep))
                 .map_err(|e| format!("connection {ci}: {e}"))?;
             c.rstart += used;
             if !filled {

@@ -251,6 +251,14 @@ impl Workload {
         })
     }
 
+    /// The one value length every set uses, when sizes are fixed.
+    pub fn fixed_value_len(&self) -> Option<u64> {
+        match self.values {
+            ValueDist::Fixed(n) => Some(n as u64),
+            _ => None,
+        }
+    }
+
     #[inline]
     fn pick_key(&mut self) -> u64 {
         match &self.zipf {

@@ -55,7 +55,7 @@ fn loadgen(args: &[&str]) -> (i32, Value) {
 fn closed_loop_counts_add_up() {
     let _s = sink(23050, None);
     let (code, j) = loadgen(&["--server", "127.0.0.1:23050", "--conns", "4", "--depth", "8", "--duration", "1",
-        "--multiget", "3", "--ratio", "70:30", "--keys", "1000"]);
+        "--multiget", "3", "--ratio", "70:30", "--keys", "1000", "--value-size", "32"]);
     assert_eq!(code, 0);
     let st = &j["steps"][0];
     let (gets, sets, hits, misses) = (st["gets"].as_u64().unwrap(), st["sets"].as_u64().unwrap(),
@@ -66,9 +66,21 @@ fn closed_loop_counts_add_up() {
     assert_eq!(misses, 0);
     assert_eq!(st["stored"].as_u64().unwrap(), sets);
     assert_eq!(st["errors"].as_u64().unwrap(), 0);
+    assert_eq!(st["wrong_values"].as_u64().unwrap(), 0);
     assert_eq!(st["latency_us"]["samples"].as_u64().unwrap(), gets + sets);
     let share = sets as f64 / (gets + sets) as f64;
     assert!((0.25..0.35).contains(&share), "set share {share}");
+}
+
+#[test]
+fn values_of_the_wrong_length_are_counted() {
+    // The sink's values are 32 bytes; tell the generator every value is 40.
+    let _s = sink(23054, None);
+    let (code, j) = loadgen(&["--server", "127.0.0.1:23054", "--duration", "0.5", "--value-size", "40"]);
+    assert_eq!(code, 0);
+    let st = &j["steps"][0];
+    assert!(st["gets"].as_u64().unwrap() > 0);
+    assert_eq!(st["wrong_values"], st["gets"]);
 }
 
 #[test]
