@@ -1,0 +1,302 @@
+/*
+Copyright 2026 The Cachet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// This test runs the real manager binary in self-signed certificate mode
+// against a real kube-apiserver (envtest) and checks what a cluster relies
+// on: the rotator fills the Secret and injects its CA into both webhook
+// configurations, the webhook server starts once the certificate is on disk
+// and /readyz turns green, and the served certificate verifies for the
+// webhook Service's name with the injected CA. The test plays the kubelet by
+// copying the Secret into the certificate directory, as a secret volume
+// would. The API server itself cannot call the webhook here (Services do not
+// route in envtest), so the test sends the AdmissionReviews itself.
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func poll(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	var last string
+	// The bound only keeps a broken run from hanging; nothing asserts speed.
+	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+		ok, why := cond()
+		last = why
+		return ok, nil
+	}); err != nil {
+		t.Fatalf("%s never happened; last: %s", what, last)
+	}
+}
+
+func TestSelfSignedWebhookCertificates(t *testing.T) {
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set; run 'make test'")
+	}
+	ctx := context.Background()
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: assets,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = env.Stop() }()
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := env.AddUser(envtest.User{Name: "operator", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	kubeconfigPath := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	const ns, secretName, svc = "cachet-system", "cachet-webhook-server-cert", "cachet-webhook-service"
+	mutatingName, validatingName := "cachet-mutating-webhook-configuration", "cachet-validating-webhook-configuration"
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	// As the Helm chart does: an empty Secret for the rotator to fill.
+	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	// The generated webhook configurations, named and pointed as installed.
+	raw, err := os.ReadFile(filepath.Join("config", "webhook", "manifests.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	for {
+		var probe struct {
+			Kind string `json:"kind"`
+		}
+		var doc runtime.RawExtension
+		if err := dec.Decode(&doc); err != nil {
+			if err == io.EOF {
+				break
+			}
+			t.Fatal(err)
+		}
+		if len(doc.Raw) == 0 {
+			continue
+		}
+		_ = json.Unmarshal(doc.Raw, &probe)
+		switch probe.Kind {
+		case "MutatingWebhookConfiguration":
+			m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+			if err := json.Unmarshal(doc.Raw, m); err != nil {
+				t.Fatal(err)
+			}
+			m.Name = mutatingName
+			for i := range m.Webhooks {
+				m.Webhooks[i].ClientConfig.Service.Name, m.Webhooks[i].ClientConfig.Service.Namespace = svc, ns
+			}
+			if err := c.Create(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		case "ValidatingWebhookConfiguration":
+			v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+			if err := json.Unmarshal(doc.Raw, v); err != nil {
+				t.Fatal(err)
+			}
+			v.Name = validatingName
+			for i := range v.Webhooks {
+				v.Webhooks[i].ClientConfig.Service.Name, v.Webhooks[i].ClientConfig.Service.Namespace = svc, ns
+			}
+			if err := c.Create(ctx, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	bin := filepath.Join(dir, "manager")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		t.Fatalf("building the manager: %v", err)
+	}
+	certDir := filepath.Join(dir, "certs")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	webhookPort, probePort := freePort(t), freePort(t)
+	var logs bytes.Buffer
+	mgr := exec.Command(bin,
+		"--kubeconfig="+kubeconfigPath,
+		"--webhook-cert-mode=self-signed", "--namespace="+ns,
+		"--webhook-cert-dir="+certDir, "--webhook-port="+strconv.Itoa(webhookPort),
+		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probePort),
+		"--metrics-bind-address=0", "--engine-image=localhost/cachetd:smoke", "--cluster-domain=example.test")
+	mgr.Stdout, mgr.Stderr = &logs, &logs
+	if err := mgr.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = mgr.Process.Signal(os.Interrupt)
+		_ = mgr.Wait()
+		if t.Failed() {
+			t.Logf("manager output:\n%s", logs.String())
+		}
+	}()
+
+	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort)
+	readyStatus := func() int {
+		resp, err := http.Get(readyz)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	poll(t, "the probe server answering", func() (bool, string) { s := readyStatus(); return s != 0, strconv.Itoa(s) })
+	if s := readyStatus(); s == http.StatusOK {
+		t.Fatal("/readyz is OK before any webhook certificate exists")
+	}
+
+	// The rotator fills the Secret; the "kubelet" copies it to disk.
+	secret := &corev1.Secret{}
+	poll(t, "the rotator filling the Secret", func() (bool, string) {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: secretName}, secret); err != nil {
+			return false, err.Error()
+		}
+		return len(secret.Data["tls.crt"]) > 0 && len(secret.Data["tls.key"]) > 0 && len(secret.Data["ca.crt"]) > 0, fmt.Sprint(len(secret.Data))
+	})
+	for _, k := range []string{"tls.crt", "tls.key", "ca.crt"} {
+		if err := os.WriteFile(filepath.Join(certDir, k), secret.Data[k], 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll(t, "/readyz OK once the certificate is on disk", func() (bool, string) {
+		s := readyStatus()
+		return s == http.StatusOK, strconv.Itoa(s)
+	})
+
+	// Both configurations carry the CA, and it verifies the served certificate
+	// for the Service's DNS name.
+	var caBundle []byte
+	poll(t, "CA injected into both webhook configurations", func() (bool, string) {
+		m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		if err := c.Get(ctx, types.NamespacedName{Name: mutatingName}, m); err != nil {
+			return false, err.Error()
+		}
+		if err := c.Get(ctx, types.NamespacedName{Name: validatingName}, v); err != nil {
+			return false, err.Error()
+		}
+		caBundle = m.Webhooks[0].ClientConfig.CABundle
+		return len(caBundle) > 0 && bytes.Equal(caBundle, v.Webhooks[0].ClientConfig.CABundle), "not yet"
+	})
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caBundle) {
+		t.Fatal("caBundle holds no certificate")
+	}
+	httpClient := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: pool, ServerName: svc + "." + ns + ".svc", MinVersion: tls.VersionTLS12,
+	}}}
+	for _, name := range []string{svc + "." + ns + ".svc.example.test"} {
+		conn, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(webhookPort), &tls.Config{RootCAs: pool, ServerName: name, MinVersion: tls.VersionTLS12})
+		if err != nil {
+			t.Fatalf("certificate does not verify for %s: %v", name, err)
+		}
+		conn.Close()
+	}
+	if conn, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(webhookPort), &tls.Config{RootCAs: pool, ServerName: "elsewhere.example", MinVersion: tls.VersionTLS12}); err == nil {
+		conn.Close()
+		t.Fatal("certificate verified for a name it must not hold")
+	}
+
+	review := func(path, cacheJSON string) *admissionv1.AdmissionResponse {
+		t.Helper()
+		body, _ := json.Marshal(admissionv1.AdmissionReview{
+			TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+			Request: &admissionv1.AdmissionRequest{
+				UID:       "1",
+				Kind:      metav1.GroupVersionKind{Group: "cache.cachet.dev", Version: "v1alpha1", Kind: "Cache"},
+				Resource:  metav1.GroupVersionResource{Group: "cache.cachet.dev", Version: "v1alpha1", Resource: "caches"},
+				Namespace: "default", Name: "web", Operation: admissionv1.Create,
+				Object: runtime.RawExtension{Raw: []byte(cacheJSON)},
+			},
+		})
+		resp, err := httpClient.Post(fmt.Sprintf("https://127.0.0.1:%d%s", webhookPort, path), "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatalf("calling %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		out := admissionv1.AdmissionReview{}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Response == nil {
+			t.Fatalf("decoding %s answer: %v", path, err)
+		}
+		return out.Response
+	}
+	const cacheHead = `{"apiVersion":"cache.cachet.dev/v1alpha1","kind":"Cache","metadata":{"name":"web","namespace":"default"},"spec":`
+	r := review("/mutate-cache-cachet-dev-v1alpha1-cache", cacheHead+`{"memory":"64Mi"}}`)
+	if !r.Allowed || !strings.Contains(string(r.Patch), `"localhost/cachetd:smoke"`) || !strings.Contains(string(r.Patch), "/spec/image") {
+		t.Errorf("defaulting answer: allowed=%v patch=%s", r.Allowed, r.Patch)
+	}
+	r = review("/validate-cache-cachet-dev-v1alpha1-cache", cacheHead+`{"memory":"100M","cpu":1,"dedicatedCPUs":true}}`)
+	if r.Allowed || r.Result == nil || !strings.Contains(r.Result.Message, "spec.memory") || !strings.Contains(r.Result.Message, "whole number of MiB") {
+		t.Errorf("validating answer: %+v", r)
+	}
+}
