@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -32,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -94,11 +96,12 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	sts := StatefulSet(c, r.EngineImage)
 	for _, obj := range []client.Object{ConfigMap(c), HeadlessService(c), ClientService(c), PodDisruptionBudget(c), sts} {
 		if err := r.apply(ctx, c, obj); err != nil {
-			if errors.Is(err, errNotOurs) {
-				r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, "NameConflict", "Apply", "%v", err)
-				return ctrl.Result{}, r.setConflict(ctx, c, err)
-			}
-			if obj == client.Object(sts) && apierrors.IsInvalid(err) && prevSTS != nil {
+			kind := obj.GetObjectKind().GroupVersionKind().Kind
+			switch {
+			case errors.Is(err, errNotOurs):
+				r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonNameConflict, "Apply", "%v", err)
+				return ctrl.Result{}, r.setApplyFailure(ctx, c, ReasonNameConflict, fmt.Sprintf("%v: delete or rename it, or rename the Cache", err))
+			case obj == client.Object(sts) && prevSTS != nil && isImmutableStatefulSetChange(err):
 				// An immutable StatefulSet field changed (e.g. after an
 				// operator upgrade). Replace the StatefulSet but orphan its
 				// pods: the new one adopts them and rolls them one by one.
@@ -110,8 +113,16 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 					return ctrl.Result{}, derr
 				}
 				return ctrl.Result{RequeueAfter: requeueSoon}, nil
+			case apierrors.IsInvalid(err):
+				// The API server refused what the spec asks for (e.g. a
+				// malformed toleration the CRD schema cannot check). Retrying
+				// cannot help until the spec changes, which triggers a new
+				// reconcile.
+				msg := fmt.Sprintf("the API server refused the %s built from this spec: %v; fix spec and the operator retries", kind, err)
+				r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonInvalidSpec, "Apply", "%s", msg)
+				return ctrl.Result{}, r.setApplyFailure(ctx, c, ReasonInvalidSpec, msg)
 			}
-			return ctrl.Result{}, fmt.Errorf("applying %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
+			return ctrl.Result{}, fmt.Errorf("applying %s %s: %w", kind, obj.GetName(), err)
 		}
 	}
 	r.recordSpecEvents(c, prevSTS, sts)
@@ -171,20 +182,42 @@ func (r *CacheReconciler) apply(ctx context.Context, c *cachev1alpha1.Cache, obj
 		client.FieldOwner(managerName), client.ForceOwnership)
 }
 
-// setConflict reports a name conflict in the status, where kubectl shows it.
-func (r *CacheReconciler) setConflict(ctx context.Context, c *cachev1alpha1.Cache, cause error) error {
+// isImmutableStatefulSetChange recognises the API server's refusal to change
+// a StatefulSet field other than the few it allows to change.
+func isImmutableStatefulSetChange(err error) bool {
+	if !apierrors.IsInvalid(err) {
+		return false
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	for _, cause := range status.Status().Details.Causes {
+		if cause.Type == metav1.CauseType(field.ErrorTypeForbidden) && cause.Field == "spec" &&
+			strings.Contains(cause.Message, "updates to statefulset spec for fields other than") {
+			return true
+		}
+	}
+	return false
+}
+
+// setApplyFailure reports, where kubectl shows it, why the owned objects
+// could not be written. The Cache stays in that state until its spec or an
+// owned object changes; retrying sooner cannot help.
+func (r *CacheReconciler) setApplyFailure(ctx context.Context, c *cachev1alpha1.Cache, reason, msg string) error {
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
-		Type: cachev1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: "NameConflict",
-		Message: fmt.Sprintf("%v: delete or rename it, or rename the Cache", cause), ObservedGeneration: c.Generation,
+		Type: cachev1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: reason,
+		Message: msg, ObservedGeneration: c.Generation,
 	})
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
-		Type: cachev1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "NameConflict",
-		Message: cause.Error(), ObservedGeneration: c.Generation,
+		Type: cachev1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason,
+		Message: msg, ObservedGeneration: c.Generation,
 	})
+	c.Status.ObservedGeneration = c.Generation
 	if err := r.Status().Update(ctx, c); err != nil && !apierrors.IsConflict(err) {
 		return err
 	}
-	return nil // retrying cannot help until someone acts; the watch on owned kinds brings us back
+	return nil
 }
 
 // recordSpecEvents notes what this reconcile set in motion.

@@ -436,6 +436,63 @@ func TestNameConflictIsReportedNotTakenOver(t *testing.T) {
 	}
 }
 
+func TestSpecTheAPIServerRefusesIsReported(t *testing.T) {
+	needIntegration(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	// The CRD cannot validate a toleration's operator; the API server refuses
+	// the StatefulSet that carries it.
+	createCache(t, ns, "badtol", func(c *cachev1alpha1.Cache) {
+		c.Spec.Placement.Tolerations = []corev1.Toleration{{Key: "k", Operator: "Sometimes", Value: "v"}}
+	})
+	eventually(t, "InvalidSpec reported", func() (bool, string) {
+		c := getCache(t, ns, "badtol")
+		d := condOf(c, "Degraded")
+		return d.Status == metav1.ConditionTrue && d.Reason == ReasonInvalidSpec && strings.Contains(d.Message, "StatefulSet") &&
+			strings.Contains(d.Message, "toleration") && condOf(c, "Ready").Status == metav1.ConditionFalse, fmt.Sprintf("%+v", d)
+	})
+	// Fixing the spec recovers without any other nudge.
+	c := getCache(t, ns, "badtol")
+	c.Spec.Placement.Tolerations[0].Operator = corev1.TolerationOpEqual
+	if err := k8sClient.Update(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "StatefulSet created after the fix", func() (bool, string) {
+		err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "badtol"}, &appsv1.StatefulSet{})
+		return err == nil, fmt.Sprint(err)
+	})
+	eventually(t, "Degraded cleared", func() (bool, string) {
+		d := condOf(getCache(t, ns, "badtol"), "Degraded")
+		return d.Reason != ReasonInvalidSpec, fmt.Sprintf("%+v", d)
+	})
+}
+
+func TestImmutableStatefulSetChangeIsRecognised(t *testing.T) {
+	needIntegration(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := createCache(t, ns, "imm")
+	sts := &appsv1.StatefulSet{}
+	eventually(t, "StatefulSet created", func() (bool, string) {
+		err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "imm"}, sts)
+		return err == nil, fmt.Sprint(err)
+	})
+	changed := StatefulSet(c, testEngineImage)
+	changed.Spec.ServiceName = "another"
+	changed.ResourceVersion = sts.ResourceVersion
+	changed.UID = sts.UID
+	err := k8sClient.Update(ctx, changed, client.DryRunAll)
+	if !isImmutableStatefulSetChange(err) {
+		t.Fatalf("the API server's refusal was not recognised: %v", err)
+	}
+	tol := StatefulSet(c, testEngineImage)
+	tol.Spec.Template.Spec.Tolerations = []corev1.Toleration{{Key: "k", Operator: "Sometimes"}}
+	tol.ResourceVersion = sts.ResourceVersion
+	if err := k8sClient.Update(ctx, tol, client.DryRunAll); err == nil || isImmutableStatefulSetChange(err) {
+		t.Fatalf("an invalid pod template must not pass for an immutable-field change: %v", err)
+	}
+}
+
 func TestAdmissionRejectsInvalidCaches(t *testing.T) {
 	needIntegration(t)
 	ns := newNamespace(t)

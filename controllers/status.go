@@ -55,6 +55,8 @@ const (
 	ReasonCrashLooping        = "CrashLooping"
 	ReasonOOMKilled           = "OOMKilled"
 	ReasonPodConfigError      = "PodConfigError"
+	ReasonNameConflict        = "NameConflict"
+	ReasonInvalidSpec         = "InvalidSpec"
 )
 
 // Observed is what the reconciler read from the cluster for one Cache.
