@@ -183,7 +183,8 @@ issue() {
     [ -z "$sans" ] || echo "subjectAltName=$sans"
   } >"$ext"
   openssl req -new -key "$PKI/$name.key" -subj "$subject" -out "$PKI/$name.csr" 2>/dev/null
-  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+  local ca=${CA:-ca}
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/$ca.crt" -CAkey "$PKI/$ca.key" -CAcreateserial \
     -days 365 -sha256 -extfile "$ext" -out "$PKI/$name.crt" 2>/dev/null
   rm -f "$PKI/$name.csr" "$ext"
 }
@@ -197,6 +198,15 @@ setup_pki() {
       -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
       -out "$PKI/ca.crt" 2>/dev/null
   fi
+  # The aggregation layer's own CA: controllers and the scheduler read it to
+  # authenticate proxied requests, and log errors without it.
+  if [ ! -f "$PKI/front-proxy-ca.crt" ]; then
+    openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/front-proxy-ca.key" 2>/dev/null
+    openssl req -x509 -new -key "$PKI/front-proxy-ca.key" -subj "/CN=cachet-front-proxy-ca" -days 3650 -sha256 \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+      -out "$PKI/front-proxy-ca.crt" 2>/dev/null
+  fi
+  CA=front-proxy-ca issue front-proxy-client "/CN=front-proxy-client"
   issue apiserver "/CN=kube-apiserver" \
     "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:localhost,IP:$NODE_IP,IP:$KUBERNETES_SERVICE_IP,IP:127.0.0.1" server
   issue apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
@@ -285,7 +295,7 @@ oom_score = 0
     # sandbox fails with "can't get final child's PID from pipe: EOF".
     restrict_oom_score_adj = true
     stream_server_address = "127.0.0.1"
-    # Pod network namespaces under our own runtime dir, so `down` can find leftovers.
+    # Pod network namespaces under our own runtime dir, so "down" can find leftovers.
     netns_mounts_under_state_dir = true
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "/usr/lib/cni"
@@ -365,6 +375,13 @@ start_apiserver() {
     --authorization-mode Node,RBAC \
     --enable-admission-plugins NodeRestriction \
     --allow-privileged=true \
+    --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" \
+    --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User \
+    --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$PKI/front-proxy-client.crt" \
+    --proxy-client-key-file "$PKI/front-proxy-client.key" \
     --profiling=false
   must_wait_for kube-apiserver 120 kube-apiserver apiserver_ready
 }

@@ -131,8 +131,13 @@ EOF
   k -n "$ns" delete pod no-room --wait=false >/dev/null
 fi
 
+# http_get HOST: the body of GET / from inside the client pod. Plain nc, because
+# the static busybox's wget crashes in glibc's static resolver stubs.
+http_get() {
+  k -n "$ns" exec client -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $1 80 | tail -n 1" 2>&1 || true
+}
 svc_ip=$(k -n "$ns" get service web -o jsonpath='{.spec.clusterIP}')
-body=$(k -n "$ns" exec client -- wget -q -T 5 -O- "http://$svc_ip/" 2>&1 || true)
+body=$(http_get "$svc_ip")
 check "Service $svc_ip:80 -> pod via kube-proxy (got '$body')" [ "$body" = hello-from-exclusive ]
 # Any answer from the apiserver proves the route (busybox wget may not speak TLS):
 # a TCP connect through the kubernetes Service's DNAT.
@@ -142,7 +147,7 @@ check "kubernetes Service (\$KUBERNETES_SERVICE_HOST) reachable from a pod (got 
 if [ "$(k -n kube-system get deployment coredns -o jsonpath='{.status.availableReplicas}' 2>/dev/null)" = 1 ]; then
   resolved=$(k -n "$ns" exec client -- nslookup "web.$ns.svc.cluster.local" 2>&1 || true)
   check "DNS: web.$ns.svc.cluster.local -> $svc_ip" sh -c "echo '$resolved' | grep -q 'Address: *$svc_ip'"
-  short=$(k -n "$ns" exec client -- wget -q -T 5 -O- "http://web/" 2>&1 || true)
+  short=$(http_get web)
   check "DNS search path: http://web/ from a pod (got '$short')" [ "$short" = hello-from-exclusive ]
 else
   echo "  SKIP DNS checks: CoreDNS not deployed (CACHET_CLUSTER_DNS=0 or its build failed)"
@@ -150,7 +155,7 @@ fi
 
 check "kubectl logs" sh -c "'$kubectl' -n '$ns' logs exclusive | grep -qx smoke-started"
 
-k -n "$ns" port-forward pod/exclusive "127.0.0.1:$forward_port:8080" >/tmp/cachet-smoke-pf.log 2>&1 &
+k -n "$ns" port-forward --address 127.0.0.1 pod/exclusive "$forward_port:8080" >/tmp/cachet-smoke-pf.log 2>&1 &
 pf_pid=$!
 got=""
 for _ in $(seq 1 20); do
