@@ -23,6 +23,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define RMW_RETRIES 16
 
@@ -332,6 +333,20 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
     return false;
 }
 
+/* The concurrent checker sets this so that now and then a reader stalls
+ * between finding an item and copying it, the window in which a broken
+ * reclamation scheme would hand the chunk to somebody else. One relaxed load
+ * of a read-mostly word per GET otherwise. */
+_Atomic unsigned g_test_reader_stall;
+
+static void test_reader_stall(storage_thread *t)
+{
+    if ((++t->stall_tick & 63) == 0) {
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 void storage_read_batch_begin(storage_thread *t) { epoch_enter(t); }
 void storage_read_batch_end(storage_thread *t) { epoch_exit(t); }
 
@@ -374,6 +389,7 @@ bool storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_
         epoch_exit(t);
         return false;
     }
+    if (atomic_load_explicit(&g_test_reader_stall, memory_order_relaxed)) test_reader_stall(t);
     uint8_t fl = item_fl(it);
     if (opts->win_tokens && (fl & (ITEM_STALE | ITEM_WIN_SENT))) {
         /* Handing out the win token must be exclusive: take the lock. */

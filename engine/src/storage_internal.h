@@ -117,6 +117,7 @@ struct storage_thread {
     _Atomic uint64_t epoch;          /* 0 = outside any read section; see epoch.c */
     int      index;
     int      section_depth;
+    unsigned stall_tick;             /* g_test_reader_stall */
     uint64_t cas_next, cas_end;      /* block of CAS ids owned by this thread */
     struct thread_stats st;
     struct class_thread_stats cls[64 + 1];
@@ -143,6 +144,8 @@ void storage_test_advance_clock(uint32_t seconds);
 storage_thread *storage_thread_get(int index);
 int storage_thread_count(void);
 uint64_t storage_next_cas(storage_thread *t);
+
+extern _Atomic unsigned g_test_reader_stall;  /* stress test only, see items.c */
 
 /* ---- read sections / grace periods (epoch.c) ---- */
 void epoch_enter(storage_thread *t);
