@@ -1,0 +1,132 @@
+/*
+Copyright 2026 The Cachet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+func cache(mutate ...func(*Cache)) *Cache {
+	c := &Cache{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "prod"},
+		Spec:       CacheSpec{Memory: resource.MustParse("64Mi"), CPU: ptr.To(int32(2))},
+	}
+	for _, m := range mutate {
+		m(c)
+	}
+	return c
+}
+
+func TestDefaulterFillsOnlyAnEmptyImage(t *testing.T) {
+	d := &CacheDefaulter{EngineImage: "localhost/cachetd:1"}
+	c := cache()
+	if err := d.Default(context.Background(), c); err != nil || c.Spec.Image != "localhost/cachetd:1" {
+		t.Fatalf("image %q err %v", c.Spec.Image, err)
+	}
+	c = cache(func(c *Cache) { c.Spec.Image = "localhost/cachetd:pinned" })
+	_ = d.Default(context.Background(), c)
+	if c.Spec.Image != "localhost/cachetd:pinned" {
+		t.Fatalf("an explicit image was overwritten: %q", c.Spec.Image)
+	}
+}
+
+func TestValidSpecsPass(t *testing.T) {
+	for name, c := range map[string]*Cache{
+		"minimal": cache(),
+		"full": cache(func(c *Cache) {
+			c.Spec.Memory = resource.MustParse("1Gi")
+			c.Spec.Engine = EngineSpec{MaxItemSize: ptr.To(resource.MustParse("4Mi")), ChunkSizes: []int32{64, 128, 2 << 20}}
+			c.Spec.Placement.PodLabels = map[string]string{"team": "web"}
+		}),
+		"growth": cache(func(c *Cache) { c.Spec.Engine.GrowthFactor = ptr.To("1.07") }),
+	} {
+		errs, warns := ValidateCacheSpec(c)
+		if len(errs) != 0 || len(warns) != 0 {
+			t.Errorf("%s: errs %v warnings %v", name, errs, warns)
+		}
+	}
+}
+
+func TestEveryRejectionNamesFieldAndRule(t *testing.T) {
+	cases := map[string]struct {
+		c     *Cache
+		field string
+		rule  string
+	}{
+		"memory not MiB":       {cache(func(c *Cache) { c.Spec.Memory = resource.MustParse("100M") }), "spec.memory", "whole number of MiB"},
+		"item too small":       {cache(func(c *Cache) { c.Spec.Engine.MaxItemSize = ptr.To(resource.MustParse("512")) }), "spec.engine.maxItemSize", "at least 1Ki"},
+		"item too big":         {cache(func(c *Cache) { c.Spec.Engine.MaxItemSize = ptr.To(resource.MustParse("2Gi")) }), "spec.engine.maxItemSize", "at most 1Gi"},
+		"item over half":       {cache(func(c *Cache) { c.Spec.Engine.MaxItemSize = ptr.To(resource.MustParse("33Mi")) }), "spec.engine.maxItemSize", "half of spec.memory (32Mi)"},
+		"default item vs mem":  {cache(func(c *Cache) { c.Spec.Memory = resource.MustParse("1Mi") }), "spec.memory", "twice spec.engine.maxItemSize"},
+		"factor":               {cache(func(c *Cache) { c.Spec.Engine.GrowthFactor = ptr.To("5") }), "spec.engine.growthFactor", "at most 4.0"},
+		"factor not a number":  {cache(func(c *Cache) { c.Spec.Engine.GrowthFactor = ptr.To("1.2.3") }), "spec.engine.growthFactor", "decimal number"},
+		"chunk unaligned":      {cache(func(c *Cache) { c.Spec.Engine.ChunkSizes = []int32{60} }), "spec.engine.chunkSizes[0]", "multiple of 8"},
+		"chunk over half item": {cache(func(c *Cache) { c.Spec.Engine.ChunkSizes = []int32{64, 1 << 20} }), "spec.engine.chunkSizes[1]", "half of spec.engine.maxItemSize"},
+		"reserved label":       {cache(func(c *Cache) { c.Spec.Placement.PodLabels = map[string]string{"app.kubernetes.io/name": "x"} }), "spec.placement.podLabels[app.kubernetes.io/name]", "cannot be overridden"},
+		"bad label value":      {cache(func(c *Cache) { c.Spec.Placement.PodLabels = map[string]string{"team": "has space"} }), "spec.placement.podLabels[team]", "valid label"},
+		"hash annotation":      {cache(func(c *Cache) { c.Spec.Placement.PodAnnotations = map[string]string{ConfigHashAnnotation: "1"} }), "spec.placement.podAnnotations", "roll pods"},
+		"long name":            {cache(func(c *Cache) { c.Name = strings.Repeat("a", 53) }), "metadata.name", "52"},
+		"name with dot":        {cache(func(c *Cache) { c.Name = "a.b" }), "metadata.name", "Service name"},
+	}
+	for name, tc := range cases {
+		errs, _ := ValidateCacheSpec(tc.c)
+		if len(errs) == 0 {
+			t.Errorf("%s: accepted", name)
+			continue
+		}
+		msg := errs.ToAggregate().Error()
+		if !strings.Contains(msg, tc.field) || !strings.Contains(msg, tc.rule) {
+			t.Errorf("%s: %q lacks %q or %q", name, msg, tc.field, tc.rule)
+		}
+	}
+}
+
+func TestWarnings(t *testing.T) {
+	_, w := ValidateCacheSpec(cache(func(c *Cache) { c.Spec.Engine.Threads = ptr.To(int32(8)) }))
+	if len(w) != 1 || !strings.Contains(w[0], "share each exclusive core") {
+		t.Errorf("threads warning: %v", w)
+	}
+	_, w = ValidateCacheSpec(cache(func(c *Cache) {
+		c.Spec.Engine.Threads = ptr.To(int32(8))
+		c.Spec.DedicatedCPUs = ptr.To(false)
+	}))
+	if len(w) != 0 {
+		t.Errorf("shared cores need no threads warning: %v", w)
+	}
+	_, w = ValidateCacheSpec(cache(func(c *Cache) { c.Spec.PodDisruptionBudget.MaxUnavailable = ptr.To(intstr.FromInt32(0)) }))
+	if len(w) != 1 || !strings.Contains(w[0], "drains will block") {
+		t.Errorf("pdb warning: %v", w)
+	}
+}
+
+func TestValidatorReturnsInvalidError(t *testing.T) {
+	v := &CacheValidator{}
+	_, err := v.ValidateUpdate(context.Background(), cache(), cache(func(c *Cache) { c.Spec.Memory = resource.MustParse("100M") }))
+	if err == nil || !strings.Contains(err.Error(), `Cache.cache.cachet.dev "web" is invalid`) {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := v.ValidateDelete(context.Background(), cache()); err != nil {
+		t.Fatal(err)
+	}
+}
