@@ -81,8 +81,8 @@ build: manifests generate fmt vet ## Build the manager binary.
 	go build -o $(LOCALBIN)/manager main.go
 
 .PHONY: run
-run: manifests generate fmt vet ## Run the controller from your host against KUBECONFIG's cluster.
-	go run ./main.go --engine-image=$(ENGINE_IMG)
+run: manifests generate fmt vet ## Run the controller from your host against KUBECONFIG's cluster (webhooks off: the API server cannot reach your host).
+	go run ./main.go --engine-image=$(ENGINE_IMG) --enable-webhooks=false --metrics-bind-address=0
 
 .PHONY: docker-build
 docker-build: ## Build both images with Docker (for users who have a Docker engine).
