@@ -47,6 +47,7 @@
 
 #include <sched.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -70,6 +71,7 @@ struct tstate {
 };
 
 static struct stripe stripes[STRIPES];
+_Atomic unsigned g_test_migrate_stall;
 /* Table descriptors (32 bytes each, one or two per doubling) are kept until
  * assoc_destroy: stats and the growth check read them without a read
  * section, and there are at most ~2 * MAX_HASHPOWER of them. */
@@ -409,6 +411,11 @@ static bool expansion_migrate(uint32_t n)
             uint32_t s = atomic_load_explicit(&sp->seq, memory_order_relaxed);
             atomic_store_explicit(&sp->seq, s + 1, memory_order_relaxed);
             atomic_thread_fence(memory_order_release);
+            if (atomic_load_explicit(&g_test_migrate_stall, memory_order_relaxed) && (ob & 15) == 0) {
+                /* tests: a mover preempted in the middle of a bucket move */
+                struct timespec ts = {0, 100 * 1000};
+                nanosleep(&ts, NULL);
+            }
             for (unsigned k = 0; h; k++) {
                 item *it = handle_item(h);
                 uint32_t next = atomic_load_explicit(&it->h_next, memory_order_relaxed);

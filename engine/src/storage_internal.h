@@ -146,6 +146,7 @@ int storage_thread_count(void);
 uint64_t storage_next_cas(storage_thread *t);
 
 extern _Atomic unsigned g_test_reader_stall;  /* stress test only, see items.c */
+extern _Atomic unsigned g_test_migrate_stall; /* unit test only, see assoc.c */
 
 /* ---- read sections / grace periods (epoch.c) ---- */
 void epoch_enter(storage_thread *t);

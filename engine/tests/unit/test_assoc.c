@@ -127,7 +127,9 @@ static void test_no_false_miss_while_expanding(void)
     atomic_store(&readers_stop, false);
     for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, reader_main, NULL);
     while (atomic_load(&reader_lookups) < reader_n) sched_yield();
+    atomic_store(&g_test_migrate_stall, 1);   /* the mover pauses inside bucket moves */
     assoc_wait_expansion();
+    atomic_store(&g_test_migrate_stall, 0);
     long at_end = atomic_load(&reader_lookups);
     while (atomic_load(&reader_lookups) < at_end + reader_n) sched_yield();
     atomic_store(&readers_stop, true);
