@@ -213,7 +213,7 @@ def main():
             st = figures[s][wl]
             if st and (st[-1].get("lag_p99_us") or 0) > 200:
                 print(f"WARNING: {wl[:2].upper()} last step against {s}: the generator sent 1% of requests more than "
-                      f"{st[-1]['lag_p99_us']:.0f} us late; the stepping may have stopped at the generator's limit")
+                      f"{st[-1]['lag_p99_us']:.0f} us late (starved of CPU, or at its own limit): that step measured the generator too")
     for s in SERVERS:
         i = figures[s]["integrity"]
         print(f"integrity {s}: {i['wrong_values']} wrong values, {i['errors']} error replies, "
