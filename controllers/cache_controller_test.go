@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -33,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -343,6 +345,35 @@ func TestStatusFollowsTheStatefulSetAndPods(t *testing.T) {
 		return r.Status == metav1.ConditionTrue && r.Reason == ReasonAllPodsReady && c.Status.ReadyReplicas == 2 &&
 			condOf(c, "Progressing").Status == metav1.ConditionFalse, fmt.Sprintf("%+v", c.Status)
 	})
+
+	// What `kubectl get cch` prints: the API server's table for the CRD's
+	// printer columns.
+	raw, err := kubernetes.NewForConfigOrDie(cfg).RESTClient().Get().
+		AbsPath("/apis/cache.cachet.dev/v1alpha1/namespaces", ns, "caches").
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := &metav1.Table{}
+	if err := json.Unmarshal(raw, table); err != nil {
+		t.Fatal(err)
+	}
+	var cols []string
+	for _, c := range table.ColumnDefinitions {
+		if c.Priority == 0 {
+			cols = append(cols, c.Name)
+		}
+	}
+	if !slices.Equal(cols, []string{"Name", "Ready", "Replicas", "Memory", "CPUs", "Age"}) || len(table.Rows) != 1 {
+		t.Fatalf("kubectl get columns %v, %d rows", cols, len(table.Rows))
+	}
+	cell := map[string]any{}
+	for i, c := range table.ColumnDefinitions {
+		cell[c.Name] = table.Rows[0].Cells[i]
+	}
+	if got := fmt.Sprintf("%v %v %v %v %v %v %v", cell["Name"], cell["Ready"], cell["Replicas"], cell["Memory"], cell["CPUs"], cell["Available"], cell["Dedicated"]); got != "st True 2 64Mi 1 2 true" {
+		t.Errorf("kubectl get -o wide row %s", got)
+	}
 
 	// A pod the scheduler cannot place: its message reaches the Cache.
 	p := &corev1.Pod{
