@@ -100,15 +100,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start_server NAME PORT MB -> sets SERVER_PID
+# start_server NAME PORT MB [EXTRA...] -> sets SERVER_PID
 start_server() {
   local name=$1 port=$2 mb=$3 bin extra=()
+  shift 3
+  extra=("$@")
   case $name in
-    cachetd) bin=$CACHETD ;;
+    cachetd*) bin=$CACHETD ;;
     memcached)
       bin=$MEMCACHED
       # memcached refuses to run as root without -u; a privilege flag, not a tuning one.
-      [ "$(id -u)" = 0 ] && extra=(-u root) ;;
+      [ "$(id -u)" = 0 ] && extra+=(-u root) ;;
   esac
   # The same tuning flags for both: one worker thread, same memory, same connection limit, no UDP.
   "${PRIO[@]}" taskset -c $SERVER_CPU "$bin" -p "$port" -l 127.0.0.1 -t 1 -m "$mb" -c 4096 -U 0 "${extra[@]}" \
@@ -133,6 +135,16 @@ stop_server() {
   fi
   kill "$1" 2>/dev/null || true
   wait "$1" 2>/dev/null || true
+}
+# setting PORT NAME: one line of `stats settings`.
+setting() {
+  ( exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 0
+    printf 'stats settings\r\n' >&3
+    while IFS= read -r -t 5 line <&3; do
+      line=${line%$'\r'}
+      [ "$line" = END ] && break
+      case $line in "STAT $2 "*) echo "${line#STAT $2 }" ;; esac
+    done ) 2>/dev/null || echo "?"
 }
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
@@ -212,7 +224,24 @@ for s in cachetd memcached; do
   loadgen $s "$(port_of $s)" "$out/w1-steps-$s.json" --keys $W1_KEYS --conns 32 --depth 8 \
     --rate $W1_RATES --duration $STEP_SECS --warmup $STEP_WARM --stop-mean-us 1000 --retries 2 2> >(sed 's/^/  /' >&2)
 done
+say "  cachetd stats settings: io_uring $(setting "$(port_of cachetd)" io_uring), worker_cpus $(setting "$(port_of cachetd)" worker_cpus)"
 for s in cachetd memcached; do eval "stop_server \$w1_pid_$s"; done
+
+# cachetd batches syscalls with io_uring by default; for the record, the same
+# max-throughput runs with plain epoll (not a target, an extra row).
+if [ "$QUICK" != 1 ] && [ "${BENCH_EPOLL_ROW:-1}" = 1 ]; then
+  step "W1 extra row: cachetd with -o no_io_uring (plain epoll read/send)"
+  start_server cachetd-epoll "$((PORT_BASE + 4))" 1024 -o no_io_uring
+  loadgen cachetd-epoll "$((PORT_BASE + 4))" "$out/w1-prefill-cachetd-epoll.json" --keys $W1_KEYS --value-size 64 --conns 8 --prefill-only --prefill-depth 64
+  say "  io_uring: $(setting "$((PORT_BASE + 4))" io_uring)"
+  for round in $(seq 1 $MAX_ROUNDS); do
+    loadgen cachetd-epoll "$((PORT_BASE + 4))" "$out/w1-pipelined-cachetd-epoll-$round.json" --keys $W1_KEYS --conns 32 --depth 16 --duration $MAX_SECS --warmup 0.5
+    loadgen cachetd-epoll "$((PORT_BASE + 4))" "$out/w1-unpipelined-cachetd-epoll-$round.json" --keys $W1_KEYS --conns 32 --depth 1 --duration $MAX_SECS --warmup 0.5
+    say "  round $round cachetd -o no_io_uring: pipelined $(jget "$out/w1-pipelined-cachetd-epoll-$round.json" 'round(j["steps"][0]["throughput"])') req/s," \
+        "unpipelined $(jget "$out/w1-unpipelined-cachetd-epoll-$round.json" 'round(j["steps"][0]["throughput"])') req/s"
+  done
+  stop_server "$SERVER_PID"
+fi
 
 # ---- W2 ---------------------------------------------------------------------
 step "W2: 80:20 get:set, 4-byte keys, 256-byte values, $W2_CONNS connections (seed 002)"

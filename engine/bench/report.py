@@ -68,6 +68,13 @@ def main():
           f"{[round(100 * b) for b in fc['w1_unpipelined_loadgen_busy'] if b]}%, memcached "
           f"{[round(100 * b) for b in fm['w1_pipelined_loadgen_busy'] if b]}% / "
           f"{[round(100 * b) for b in fm['w1_unpipelined_loadgen_busy'] if b]}%.")
+    ep = s.get("cachetd_epoll") or {}
+    if ep.get("w1_pipelined") is not None:
+        print()
+        print(f"Extra row (not a target): cachetd with `-o no_io_uring` (plain epoll read/send) in the same run: "
+              f"W1 pipelined {fmt(ep['w1_pipelined'])} req/s ({ep['w1_pipelined'] / fm['w1_pipelined']:.2f}× memcached), "
+              f"unpipelined {fmt(ep['w1_unpipelined'])} req/s ({ep['w1_unpipelined'] / fm['w1_unpipelined']:.2f}× memcached); "
+              f"rounds {[round(x) for x in ep['w1_pipelined_rounds']]} / {[round(x) for x in ep['w1_unpipelined_rounds']]}.")
     print()
     print(f"W1 highest step with mean RTT ≤ 1 ms (seed 000's criterion): cachetd {fmt(fc['w1_rate_mean_under_1ms'])}/s, "
           f"memcached {fmt(fm['w1_rate_mean_under_1ms'])}/s.")

@@ -117,6 +117,10 @@ def main():
             f["w4_hit_ratio"] = None
         figures[s] = f
 
+    epoll = {}
+    epoll["w1_pipelined"], epoll["w1_pipelined_rounds"], _ = max_throughput(d, "pipelined", "cachetd-epoll")
+    epoll["w1_unpipelined"], epoll["w1_unpipelined_rounds"], _ = max_throughput(d, "unpipelined", "cachetd-epoll")
+
     # How much other processes disturbed the run: the share of wall time the
     # generator and each server spent runnable but waiting for a CPU.
     noise = {}
@@ -214,6 +218,11 @@ def main():
             if st and (st[-1].get("lag_p99_us") or 0) > 200:
                 print(f"WARNING: {wl[:2].upper()} last step against {s}: the generator sent 1% of requests more than "
                       f"{st[-1]['lag_p99_us']:.0f} us late (starved of CPU, or at its own limit): that step measured the generator too")
+    if epoll["w1_pipelined"] is not None:
+        print(f"extra row, cachetd -o no_io_uring (epoll): W1 pipelined {fmt(epoll['w1_pipelined'], '')} req/s "
+              f"({fmt(ratio(epoll['w1_pipelined'], m['w1_pipelined']), 'w4_hit_ratio')[:4]}x memcached), "
+              f"unpipelined {fmt(epoll['w1_unpipelined'], '')} req/s "
+              f"({fmt(ratio(epoll['w1_unpipelined'], m['w1_unpipelined']), 'w4_hit_ratio')[:4]}x memcached)")
     for s in SERVERS:
         i = figures[s]["integrity"]
         print(f"integrity {s}: {i['wrong_values']} wrong values, {i['errors']} error replies, "
@@ -225,7 +234,7 @@ def main():
                   f"(worst step {100 * n['loadgen_max']:.0f}%), server {100 * n['server_mean']:.1f}% "
                   f"(worst {100 * n['server_max']:.0f}%)")
     print("(a benchmark, not a test: MISS never fails the build)")
-    summary = {"machine": machine, "calibration": cal, "cpu_wait": noise,
+    summary = {"machine": machine, "calibration": cal, "cpu_wait": noise, "cachetd_epoll": epoll,
                "loadavg_end": load(d, "loadavg_end.json"), "targets": rows, "figures": figures}
     with open(os.path.join(d, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
