@@ -192,6 +192,7 @@ class Server:
         self.proc = None
         self.port = None
         self.log_path = None
+        self.expect_exit = False  # set by a test that stops the server itself
 
     def argv(self, port):
         argv = [self.binary, "-p", str(port), "-l", "127.0.0.1"]
@@ -273,7 +274,8 @@ class Server:
             return None
         problem = None
         if self.proc.poll() is not None:
-            problem = f"server had died during the test (exit {self.proc.returncode})"
+            if not self.expect_exit:
+                problem = f"server had died during the test (exit {self.proc.returncode})"
         else:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -321,6 +323,19 @@ def module_server(tmp_path_factory):
     """One server shared by a module whose tests use disjoint keys."""
     factory = ServerFactory(str(tmp_path_factory.mktemp("srv")))
     server = factory()
+    yield server
+    factory.stop_all()
+
+
+@pytest.fixture(scope="module", params=["default", "epoll"])
+def module_server_each_backend(request, tmp_path_factory):
+    """Like module_server, once per network backend: cachetd's default (io_uring
+    batching where the kernel allows it) and plain epoll (-o no_io_uring), so
+    both paths see the same traffic. memcached has one backend: no second pass."""
+    if request.param == "epoll" and IS_MEMCACHED:
+        pytest.skip("memcached has no -o no_io_uring")
+    factory = ServerFactory(str(tmp_path_factory.mktemp("srv")))
+    server = factory(*(["-o", "no_io_uring"] if request.param == "epoll" else []))
     yield server
     factory.stop_all()
 

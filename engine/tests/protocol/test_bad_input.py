@@ -13,6 +13,13 @@ import time
 
 import pytest
 
+
+@pytest.fixture(scope="module")
+def module_server(module_server_each_backend):
+    """Every test here runs against both network backends."""
+    return module_server_each_backend
+
+
 ONE_MB = 1024 * 1024
 SENTINELS = {f"sentinel-{i}": (i, os.urandom(16).hex().encode() * (i + 1)) for i in range(20)}
 ANY_ERROR = object()  # "ERROR" or a "CLIENT_ERROR ..." line

@@ -26,14 +26,17 @@ ASCII_TESTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def memccapable_run(tmp_path_factory):
-    from conftest import ServerFactory
+@pytest.fixture(scope="module", params=["default", "epoll"])
+def memccapable_run(request, tmp_path_factory):
+    """One memccapable run per network backend (cachetd's -o no_io_uring is plain epoll)."""
+    from conftest import IS_MEMCACHED, ServerFactory
+    if request.param == "epoll" and IS_MEMCACHED:
+        pytest.skip("memcached has no -o no_io_uring")
     binary = shutil.which("memccapable")
     if binary is None:
         pytest.fail("memccapable not installed (hack/install-deps.sh installs libmemcached-tools)")
     factory = ServerFactory(str(tmp_path_factory.mktemp("memccapable")))
-    server = factory()
+    server = factory(*(["-o", "no_io_uring"] if request.param == "epoll" else []))
     try:
         proc = subprocess.run(["stdbuf", "-o0", "-e0", binary, "-h", "127.0.0.1", "-p", str(server.port),
                                "-a", "-v", "-t", "5"],

@@ -154,3 +154,59 @@ def test_verbose_flag_logs_and_serves(start_server):
         assert c.store("set", "k", "v") == b"STORED"
         assert c.values("get k") == {"k": (0, b"v", None)}
     assert srv.log().strip(), "-vv wrote nothing to the log"
+
+
+@pytest.mark.cachetd_only(reason="--args-file is cachetd's (the operator passes flags through a file)")
+@pytest.mark.parametrize("form", ["--args-file={}", "--args-file {}"])
+def test_args_file(start_server, tmp_path, form):
+    args = tmp_path / "cachetd.args"
+    args.write_text("# flags from a file; the command line wins\n-p 1\n-o cpus=0\n-m 32\n")
+    srv = start_server(*form.format(args).split(" "))  # argv's -p (added by the harness) beats the file's -p 1
+    s = settings_of(srv)
+    assert s["tcpport"] == str(srv.port)
+    assert cpulist_to_set(s["worker_cpus"]) == {0}
+    assert int(s["maxbytes"]) == 32 * 1024 * 1024
+
+
+@pytest.mark.cachetd_only(reason="--args-file is cachetd's")
+def test_args_file_errors_exit_64(tmp_path):
+    proc = subprocess.run([CACHETD, f"--args-file={tmp_path / 'missing'}", "-p", "21998"],
+                          capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 64 and proc.stderr.strip(), proc
+    bad = tmp_path / "bad.args"
+    bad.write_text("--no-such-flag\n")
+    proc = subprocess.run([CACHETD, f"--args-file={bad}", "-p", "21998"],
+                          capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 64 and proc.stderr.strip(), proc
+
+
+@pytest.mark.cachetd_only(reason="memcached has no io_uring switch")
+@pytest.mark.parametrize("option,expected", [("no_io_uring", "no"), ("io_uring", "yes")])
+def test_network_backend_switch(start_server, option, expected):
+    srv = start_server("-o", option)
+    assert settings_of(srv)["io_uring"] == expected
+    with srv.conn() as c:
+        c.send(b"".join(f"set k{i} 0 0 1\r\n{i % 10}\r\n".encode() for i in range(100)))
+        assert all(c.line() == b"STORED" for _ in range(100))
+        assert len(c.values("get " + " ".join(f"k{i}" for i in range(100)))) == 100
+
+
+@pytest.mark.cachetd_only(reason="memcached 1.6.18 exits at once on SIGTERM and cuts a reply in half; "
+                          "cachetd drains what it queued (pods are stopped with SIGTERM)")
+def test_sigterm_mid_pipeline_exits_cleanly(start_server):
+    srv = start_server()
+    unit = b"VALUE k 0 1000\r\n" + b"v" * 1000 + b"\r\nEND\r\n"
+    with srv.conn() as c:
+        c.store("set", "k", "v" * 1000)
+        # 20 MB of replies: far more than socket buffers hold, so the server
+        # is still mid-pipeline, blocked on a full socket, when SIGTERM comes
+        c.send(b"get k\r\n" * 20000)
+        assert c.exact(len(unit)) == unit
+        srv.proc.terminate()
+        srv.expect_exit = True
+        assert c.closed_within(15), "the connection stayed open after SIGTERM"
+        tail = c.buf
+    # whatever arrived before the close is whole replies, in order: none cut in half
+    assert len(tail) % len(unit) == 0 and tail == unit * (len(tail) // len(unit)), \
+        f"a reply was cut: {len(tail)} bytes after SIGTERM, ends {tail[-40:]!r}"
+    assert srv.proc.wait(timeout=15) == 0, "SIGTERM must end the server with exit code 0"

@@ -8,7 +8,16 @@ GET never returns another key's value or a torn one. Every loop is bounded.
 import threading
 import random
 
+import pytest
+
 from pymemcache.client.base import Client
+
+
+@pytest.fixture(scope="module")
+def module_server(module_server_each_backend):
+    """Every test here runs against both network backends."""
+    return module_server_each_backend
+
 
 
 def test_pipelined_mixed_commands_answer_in_order(server, key):
