@@ -501,6 +501,10 @@ setup_dns() {
   local img
   img=$("$root/hack/images.sh" list | awk '$1=="coredns" {print $2}')
   if ! ctr --address "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -qxF "$img"; then
+    # A previous archive is reused; load checks it holds the expected name.
+    "$root/hack/images.sh" load coredns >>"$LOGS/coredns-build.log" 2>&1 || true
+  fi
+  if ! ctr --address "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -qxF "$img"; then
     log "cluster DNS: building and importing $img (first time: minutes)"
     if ! { "$root/hack/images.sh" build coredns && "$root/hack/images.sh" load coredns; } >>"$LOGS/coredns-build.log" 2>&1; then
       log "WARNING: CoreDNS image build failed (log: $LOGS/coredns-build.log); Service names will not resolve"
@@ -557,7 +561,7 @@ drain_pods() {
   [ "$n" -gt 0 ] || return 0
   log "deleting $n pods"
   kc delete pods -A --all --grace-period=1 --wait=false >/dev/null 2>&1 || true
-  wait_for "pods deleted" 90 sh -c "[ \$('$K8S_BIN/kubectl' --kubeconfig '$KUBECONFIG_PATH' get pods -A --no-headers 2>/dev/null | wc -l) -eq 0 ]" \
+  wait_for "pod deletion" 90 sh -c "[ \$('$K8S_BIN/kubectl' --kubeconfig '$KUBECONFIG_PATH' get pods -A --no-headers 2>/dev/null | wc -l) -eq 0 ]" \
     || log "warning: some pods still present; removing their containers with ctr"
 }
 

@@ -20,6 +20,8 @@ ns=cachet-smoke
 forward_port=${SMOKE_FORWARD_PORT:-23990}
 toolbox=$("$root/hack/images.sh" list | awk '$1=="toolbox" {print $2}')
 failures=0
+# A fresh Service name each run, so no DNS answer cached from an earlier run can match.
+svc=web-$(date +%s)
 t0=$SECONDS
 
 k() { "$kubectl" "$@"; }
@@ -63,7 +65,7 @@ spec:
 ---
 apiVersion: v1
 kind: Service
-metadata: {name: web, namespace: $ns}
+metadata: {name: $svc, namespace: $ns}
 spec:
   selector: {app: exclusive}
   ports: [{port: 80, targetPort: 8080}]
@@ -136,7 +138,7 @@ fi
 http_get() {
   k -n "$ns" exec client -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $1 80 | tail -n 1" 2>&1 || true
 }
-svc_ip=$(k -n "$ns" get service web -o jsonpath='{.spec.clusterIP}')
+svc_ip=$(k -n "$ns" get service "$svc" -o jsonpath='{.spec.clusterIP}')
 body=$(http_get "$svc_ip")
 check "Service $svc_ip:80 -> pod via kube-proxy (got '$body')" [ "$body" = hello-from-exclusive ]
 # Any answer from the apiserver proves the route (busybox wget may not speak TLS):
@@ -145,10 +147,10 @@ k8s_svc=$(k -n "$ns" exec client -- sh -c 'nc -w 5 $KUBERNETES_SERVICE_HOST $KUB
 check "kubernetes Service (\$KUBERNETES_SERVICE_HOST) reachable from a pod (got '$k8s_svc')" [ "$k8s_svc" = connected ]
 
 if [ "$(k -n kube-system get deployment coredns -o jsonpath='{.status.availableReplicas}' 2>/dev/null)" = 1 ]; then
-  resolved=$(k -n "$ns" exec client -- nslookup "web.$ns.svc.cluster.local" 2>&1 || true)
-  check "DNS: web.$ns.svc.cluster.local -> $svc_ip" sh -c "echo '$resolved' | grep -q 'Address: *$svc_ip'"
-  short=$(http_get web)
-  check "DNS search path: http://web/ from a pod (got '$short')" [ "$short" = hello-from-exclusive ]
+  resolved=$(k -n "$ns" exec client -- nslookup "$svc.$ns.svc.cluster.local" 2>&1 || true)
+  check "DNS: $svc.$ns.svc.cluster.local -> $svc_ip" sh -c "echo '$resolved' | grep -q 'Address: *$svc_ip'"
+  short=$(http_get "$svc")
+  check "DNS search path: http://$svc/ from a pod (got '$short')" [ "$short" = hello-from-exclusive ]
 else
   echo "  SKIP DNS checks: CoreDNS not deployed (CACHET_CLUSTER_DNS=0 or its build failed)"
 fi
