@@ -136,8 +136,9 @@ paths cannot drift from the Go markers.
 {{- toJson (dict "docs" $docs) }}
 {{- end }}
 
-{{/* The operator's LeaderElectionID (main.go; hack/helm-lint.sh checks they
-match). The chart pre-creates this Lease, see rbac/leader_election.yaml. */}}
+{{/* The leader-election Lease, one per release (passed as --leader-election-id);
+release "cachet" gets the operator's default name. The chart pre-creates it,
+see rbac/leader_election.yaml. */}}
 {{- define "cachet.leaderElectionID" -}}
-cachet-operator.cache.cachet.dev
+{{- printf "%s-operator.cache.cachet.dev" (include "cachet.fullname" .) }}
 {{- end }}
