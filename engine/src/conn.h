@@ -92,6 +92,14 @@ struct server_stats {
     __atomic_store_n(&(w)->stats.field, __atomic_load_n(&(w)->stats.field, __ATOMIC_RELAXED) + (n), __ATOMIC_RELAXED)
 #define STAT_INC(w, field) STAT_ADD(w, field, 1)
 
+/* A key of the current read batch whose hash bucket and item were prefetched. */
+struct prefetched {
+    const char *key;      /* points into the connection's rbuf */
+    uint32_t    nkey;
+    uint32_t    hv;
+};
+#define PREFETCH_MAX 64
+
 struct worker {
     int              id;
     int              cpu;          /* -1 when not pinned */
@@ -107,6 +115,8 @@ struct worker {
     struct uring    *ring;         /* -o io_uring: batch reads and sends per loop turn */
     struct conn    **batch;        /* connections found readable this turn */
     int              nbatch;
+    struct prefetched pf[PREFETCH_MAX];  /* GET keys of the batch being answered */
+    int              npf, pf_pos;
     char             iobuf[256];
 };
 
@@ -116,6 +126,10 @@ void  out_add(struct conn *c, const char *s, size_t n);
 void  out_str(struct conn *c, const char *s);     /* s + "\r\n" */
 void  out_ref(struct conn *c, const struct item_view *v);  /* value sent in place */
 void  out_printf(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* storage_get, using the hash computed when the batch was prefetched. */
+bool  conn_storage_get(struct conn *c, const char *key, uint32_t nkey, const struct get_opts *opts,
+                       char *copy_buf, size_t copy_cap, struct item_view *out);
 
 /* ---- global server state ---- */
 extern struct settings settings;

@@ -241,6 +241,13 @@ void conn_close(struct conn *c)
         if (*pp) *pp = c->next_pending;
     }
     if (c->batch_idx >= 0) w->batch[c->batch_idx] = NULL;
+    /* Closing a socket with unread input makes the kernel send RST, and the
+     * client may then lose replies it has not read yet (a pipeline cut short
+     * by quit, a line-too-long error or shutdown). Drain what is there first. */
+    for (int i = 0; i < 256; i++) {
+        char scratch[16384];
+        if (recv(c->fd, scratch, sizeof(scratch), MSG_DONTWAIT) <= 0) break;
+    }
     close(c->fd);
     if (c->it) item_discard(w->st, c->it);
     c->out.len = c->out.seg_start;   /* nothing more will be sent */
@@ -263,10 +270,71 @@ static void conn_set_yielded(struct conn *c)
     STAT_INC(c->w, conn_yields);
 }
 
+/* Batched lookups: a pipeline of GETs would otherwise pay two dependent
+ * cache misses per key (bucket word, then item header), one key after the
+ * other. Before answering a read batch, hash every GET key in it and
+ * prefetch its bucket, then prefetch every item, so the misses overlap.
+ * The scan stops at the first storage command (its data block could look
+ * like a command line); prefetches are only hints, a key not found here is
+ * looked up the ordinary way. */
+static void prefetch_batch(struct conn *c)
+{
+    struct worker *w = c->w;
+    w->npf = w->pf_pos = 0;
+    const char *p = c->rbuf + c->rstart, *end = c->rbuf + c->rend;
+    for (int lines = 0; p < end && w->npf < PREFETCH_MAX && lines < PREFETCH_MAX; lines++) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl) break;
+        const char *lend = nl > p && nl[-1] == '\r' ? nl - 1 : nl;
+        size_t len = (size_t)(lend - p);
+        const char *keys = NULL;
+        bool first_only = false;
+        if (len > 4 && !memcmp(p, "get ", 4)) keys = p + 4;
+        else if (len > 5 && !memcmp(p, "gets ", 5)) keys = p + 5;
+        else if (len > 3 && !memcmp(p, "mg ", 3)) { keys = p + 3; first_only = true; }
+        else if (len > 3 && (!memcmp(p, "set", 3) || !memcmp(p, "add", 3) || !memcmp(p, "cas", 3) ||
+                             !memcmp(p, "ms ", 3) || !memcmp(p, "rep", 3) || !memcmp(p, "app", 3) ||
+                             !memcmp(p, "pre", 3)))
+            break;
+        if (keys) {
+            const char *k;
+            uint32_t nk;
+            while (w->npf < PREFETCH_MAX && next_key(&keys, lend, &k, &nk)) {
+                if (nk > KEY_MAX) break;
+                w->pf[w->npf].key = k;
+                w->pf[w->npf].nkey = nk;
+                w->pf[w->npf].hv = storage_prefetch_bucket(w->st, k, nk);
+                w->npf++;
+                if (first_only) break;
+            }
+        }
+        p = nl + 1;
+    }
+    if (w->npf < 2) {          /* a lone GET gains nothing from the extra pass */
+        w->npf = 0;
+        return;
+    }
+    for (int i = 0; i < w->npf; i++) storage_prefetch_item(w->st, w->pf[i].hv);
+}
+
+bool conn_storage_get(struct conn *c, const char *key, uint32_t nkey, const struct get_opts *opts,
+                      char *copy_buf, size_t copy_cap, struct item_view *out)
+{
+    struct worker *w = c->w;
+    for (int i = w->pf_pos; i < w->npf; i++) {
+        if (w->pf[i].key == key && w->pf[i].nkey == nkey) {
+            w->pf_pos = i + 1;
+            return storage_get_hashed(w->st, key, nkey, w->pf[i].hv, opts, copy_buf, copy_cap, out);
+        }
+    }
+    return storage_get(w->st, key, nkey, opts, copy_buf, copy_cap, out);
+}
+
 /* Parses and answers every complete request in rbuf. */
 static void process_input(struct conn *c)
 {
     int handled = 0;
+    if (c->state == CONN_CMD && c->rend > c->rstart) prefetch_batch(c);
     while (c->state != CONN_CLOSING) {
         size_t avail = c->rend - c->rstart;
         if (c->state == CONN_NREAD) {
@@ -337,6 +405,8 @@ static void process_input(struct conn *c)
             if (c->state == CONN_CMD) break;   /* e.g. quit */
         }
     }
+    /* the hashes point into rbuf, which the next read may move */
+    c->w->npf = c->w->pf_pos = 0;
     if (c->rstart == c->rend) c->rstart = c->rend = 0;
     if (c->rend - c->rstart == 0 || c->state == CONN_CLOSING) {
         /* nothing left to parse: no need to be called back for this */

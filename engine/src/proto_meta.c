@@ -91,8 +91,8 @@ static void process_mg(struct conn *c, struct request *r)
     char *base = c->out.buf + c->out.len;
     char *copy_at = base + hdr_max;
     struct item_view v;
-    bool hit = storage_get(w->st, r->key, r->nkey, &opts, want_value ? copy_at : NULL,
-                           want_value ? COPY_MAX : 0, &v);
+    bool hit = conn_storage_get(c, r->key, r->nkey, &opts, want_value ? copy_at : NULL,
+                                want_value ? COPY_MAX : 0, &v);
     if (!hit) {
         STAT_INC(w, get_misses_proto);
         if (!r->meta.quiet) meta_simple(c, r, "EN");

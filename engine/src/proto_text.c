@@ -51,7 +51,7 @@ static void emit_value(struct conn *c, const char *key, uint32_t nkey,
     char *base = c->out.buf + c->out.len;
     char *copy_at = base + hdr_max;
     struct item_view v;
-    if (!storage_get(w->st, key, nkey, opts, copy_at, COPY_MAX, &v)) {
+    if (!conn_storage_get(c, key, nkey, opts, copy_at, COPY_MAX, &v)) {
         STAT_INC(w, get_misses_proto);
         return;
     }
