@@ -477,8 +477,8 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
             goto out_unlock;
         }
         if (mode == MODE_ADD && old) {
-            /* memcached bumps the existing item on a failed add */
-            bags_stamp(old, slabs_clsid_of(old));
+            /* memcached bumps the existing item on a failed add (not a fetch) */
+            bags_bump(old, slabs_clsid_of(old));
             res = STORE_NOT_STORED;
             goto out_unlock;
         }
@@ -508,7 +508,14 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
         }
 
         set_cas(t, store_it, opts->cas_set);
-        if (stale_store) atomic_fetch_or_explicit(&store_it->iflags, ITEM_STALE, memory_order_relaxed);
+        if (stale_store) {
+            /* memcached: the stale value replaces the old one but keeps its
+             * TTL and whether a win token was already handed out */
+            atomic_fetch_or_explicit(&store_it->iflags, ITEM_STALE | (item_fl(old) & ITEM_WIN_SENT),
+                                     memory_order_relaxed);
+            atomic_store_explicit(&store_it->exptime, atomic_load_explicit(&old->exptime, memory_order_relaxed),
+                                  memory_order_relaxed);
+        }
         if (old) replace_locked(t, old, store_it, hv);
         else link_new_locked(t, store_it, hv);
         if (cas_out) *cas_out = item_get_cas(store_it);
@@ -634,22 +641,37 @@ enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
             else value = delta > value ? 0 : value - delta; /* floors at 0 */
             cf = item_cflags(old);
         }
-        int len = snprintf(digits, sizeof digits, "%" PRIu64, value);
-        if (!fresh || fresh->nbytes != (uint32_t)len || item_cflags(fresh) != cf) {
+        int dlen = snprintf(digits, sizeof digits, "%" PRIu64, value);
+        /* memcached rewrites the number in place when it fits in the old
+         * value (padding with spaces: decr 10 -> "9 ") and the item keeps
+         * its flags (stale, win, fetched); a longer number gets a new item.
+         * We always build a new item (readers never see a half-written
+         * number) but reproduce both outcomes byte for byte. */
+        bool same_item = old && (uint32_t)dlen <= old->nbytes;
+        uint32_t len = same_item ? old->nbytes : (uint32_t)dlen;
+        if (!fresh || fresh->nbytes != len || item_cflags(fresh) != cf) {
             stripe_unlock(hv);
             locked = false;
             res = ARITH_NO_MEMORY;
             if (fresh) item_discard(t, fresh);
-            fresh = alloc_item(t, key, nkey, cf, 0, (uint32_t)len, NULL);
+            fresh = alloc_item(t, key, nkey, cf, 0, len, NULL);
             if (!fresh) { res = ARITH_NO_MEMORY; goto out; }
             continue;
         }
-        memcpy(item_data(fresh), digits, (size_t)len);
+        memcpy(item_data(fresh), digits, (size_t)dlen);
+        memset(item_data(fresh) + dlen, ' ', len - (uint32_t)dlen);
         memcpy(item_data(fresh) + len, "\r\n", 2);
         rel_time_t exp = old ? atomic_load_explicit(&old->exptime, memory_order_relaxed) : opts->vivify_exptime;
         if (opts->update_ttl) exp = opts->new_exptime;
         atomic_store_explicit(&fresh->exptime, exp, memory_order_relaxed);
         set_cas(t, fresh, 0);
+        if (same_item) {
+            atomic_fetch_or_explicit(&fresh->iflags, item_fl(old) & (ITEM_STALE | ITEM_WIN_SENT), memory_order_relaxed);
+            atomic_store_explicit(&fresh->bag, atomic_load_explicit(&old->bag, memory_order_relaxed) & ITEM_FETCHED_BIT,
+                                  memory_order_relaxed);
+            atomic_store_explicit(&fresh->time, atomic_load_explicit(&old->time, memory_order_relaxed),
+                                  memory_order_relaxed);
+        }
         if (old) replace_locked(t, old, fresh, hv);
         else link_new_locked(t, fresh, hv);
         if (value_out) *value_out = value;

@@ -80,10 +80,14 @@ static void verify_n(const char *key, uint64_t id, const char *v, size_t n)
 {
     if (n == 0 || n > 20) { report_wrong("number length", key, v, n); return; }
     uint64_t x = 0;
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0;
+    for (; i < n && v[i] != ' '; i++) {
         if (v[i] < '0' || v[i] > '9') { report_wrong("number digits", key, v, n); return; }
         x = x * 10 + (uint64_t)(v[i] - '0');
     }
+    if (i == 0) { report_wrong("number digits", key, v, n); return; }
+    for (; i < n; i++)   /* memcached-style padding after a shrinking decr */
+        if (v[i] != ' ') { report_wrong("number padding", key, v, n); return; }
     /* decr floors at 0, the one value that does not keep the residue */
     if (x != 0 && x % 1000 != id % 1000) report_wrong("number residue", key, v, n);
 }

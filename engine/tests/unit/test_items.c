@@ -67,6 +67,9 @@ static void test_arith(void)
     CHECK(streq(get_str("n", NULL), "15"));
     CHECK(storage_arith(T, "n", 1, false, 100, NULL, &val, NULL, NULL) == ARITH_OK);
     CHECK_EQ_U64(val, 0);
+    CHECK(streq(get_str("n", NULL), "0 "));   /* memcached's in-place rewrite pads with spaces */
+    CHECK(storage_arith(T, "n", 1, true, 1234, NULL, &val, NULL, NULL) == ARITH_OK);
+    CHECK(streq(get_str("n", NULL), "1234"));  /* longer: a new item, exact digits */
     CHECK(put("n", "18446744073709551615") == STORE_STORED);
     CHECK(storage_arith(T, "n", 1, true, 2, NULL, &val, NULL, NULL) == ARITH_OK);
     CHECK_EQ_U64(val, 1);   /* wraps at 2^64 */
@@ -201,17 +204,37 @@ static void test_meta_stale_win(void)
 
     /* ms I: an older CAS stores, but stale */
     uint64_t c1 = 0;
-    CHECK(put_full("inv", "a", 0, 0, MODE_SET, NULL, &c1) == STORE_STORED);
+    rel_time_t keep = storage_exptime(500);
+    CHECK(put_full("inv", "a", 0, keep, MODE_SET, NULL, &c1) == STORE_STORED);
     struct store_opts so = {0};
     so.cas_in = c1 - 1;
     so.invalidate = true;
     CHECK(put_full("inv", "b", 0, 0, MODE_SET, &so, NULL) == STORE_STORED);
     CHECK(streq(get_str("inv", &v), "b"));
     CHECK(v.stale);
+    CHECK_EQ_U64(v.exptime, keep);   /* the stale value keeps the old TTL */
 }
 
 static void test_fetched_and_last_access(void)
 {
+    /* a failed add refreshes the item but is not a fetch */
+    CHECK(put("fadd", "a") == STORE_STORED);
+    CHECK(put_full("fadd", "b", 0, 0, MODE_ADD, NULL, NULL) == STORE_NOT_STORED);
+    struct item_view va;
+    get_str("fadd", &va);
+    CHECK(!va.fetched_before);
+    /* incr keeps an invalidated item stale, win token still unsent */
+    CHECK(put("stn", "1") == STORE_STORED);
+    struct delete_opts d = {0};
+    d.invalidate = true;
+    CHECK(storage_delete(T, "stn", 3, &d) == STORE_STORED);
+    uint64_t val;
+    CHECK(storage_arith(T, "stn", 3, true, 1, NULL, &val, NULL, NULL) == ARITH_OK);
+    struct get_opts go = {0};
+    go.win_tokens = true;
+    char buf[32];
+    CHECK(storage_get(T, "stn", 3, &go, buf, sizeof buf, &va));
+    CHECK(va.stale && va.win && va.nbytes == 1 && buf[0] == '2');
     CHECK(put("fa", "v") == STORE_STORED);
     struct item_view v;
     get_str("fa", &v);
