@@ -68,6 +68,15 @@ def main():
           f"{[round(100 * b) for b in fc['w1_unpipelined_loadgen_busy'] if b]}%, memcached "
           f"{[round(100 * b) for b in fm['w1_pipelined_loadgen_busy'] if b]}% / "
           f"{[round(100 * b) for b in fm['w1_unpipelined_loadgen_busy'] if b]}%.")
+    if s.get("efficiency"):
+        print()
+        print("Server CPU time per GET in the same W1 runs (from /proc/PID/task/*/schedstat; a cost, which other "
+              "processes on the machine change far less than throughput):")
+        print()
+        print("| W1 run | cachetd µs/GET | memcached µs/GET | GETs per CPU-second, cachetd/memcached |")
+        print("|---|---:|---:|---:|")
+        for e in s["efficiency"]:
+            print(f"| {e['figure'].split(':')[0]} | {e['cachetd_us']:.2f} | {e['memcached_us']:.2f} | {e['memcached_over_cachetd']:.2f}× |")
     ep = s.get("cachetd_epoll") or {}
     if ep.get("w1_pipelined") is not None:
         print()

@@ -35,6 +35,17 @@ def max_throughput(d, kind, server):
     return (statistics.median(runs) if runs else None), runs, busy
 
 
+def server_cpu_per_request(d, kind, server):
+    """Median over rounds of the server's CPU time per request (us): its
+    cost, which a busy machine changes far less than its throughput."""
+    v = []
+    for i in range(1, 20):
+        j = load(d, f"w1-{kind}-{server}-{i}.json")
+        if j and j["steps"] and j["steps"][0].get("server_cpu_us_per_request") is not None:
+            v.append(j["steps"][0]["server_cpu_us_per_request"])
+    return statistics.median(v) if v else None
+
+
 def calibration(d):
     out = {}
     for name in ("calibration", "calibration-deep", "calibration-unpipelined"):
@@ -82,6 +93,8 @@ def main():
         f = {}
         f["w1_pipelined"], f["w1_pipelined_rounds"], f["w1_pipelined_loadgen_busy"] = max_throughput(d, "pipelined", s)
         f["w1_unpipelined"], f["w1_unpipelined_rounds"], f["w1_unpipelined_loadgen_busy"] = max_throughput(d, "unpipelined", s)
+        f["w1_pipelined_server_cpu_us"] = server_cpu_per_request(d, "pipelined", s)
+        f["w1_unpipelined_server_cpu_us"] = server_cpu_per_request(d, "unpipelined", s)
         w1s = steps(d, f"w1-steps-{s}.json")
         f["w1_steps"] = [
             {k: st.get(k) for k in ("target_rate", "throughput", "kept_up")}
@@ -218,6 +231,15 @@ def main():
             if st and (st[-1].get("lag_p99_us") or 0) > 200:
                 print(f"WARNING: {wl[:2].upper()} last step against {s}: the generator sent 1% of requests more than "
                       f"{st[-1]['lag_p99_us']:.0f} us late (starved of CPU, or at its own limit): that step measured the generator too")
+    eff = []
+    for kind in ("pipelined", "unpipelined"):
+        key = f"w1_{kind}_server_cpu_us"
+        cv, mv = c.get(key), m.get(key)
+        if cv and mv:
+            eff.append({"figure": f"W1 {kind}: server CPU per GET", "cachetd_us": cv, "memcached_us": mv,
+                        "memcached_over_cachetd": mv / cv})
+            print(f"W1 {kind}: server CPU per GET cachetd {cv:.2f} us, memcached {mv:.2f} us: "
+                  f"cachetd does {mv / cv:.2f}x the GETs per CPU-second")
     if epoll["w1_pipelined"] is not None:
         print(f"extra row, cachetd -o no_io_uring (epoll): W1 pipelined {fmt(epoll['w1_pipelined'], '')} req/s "
               f"({fmt(ratio(epoll['w1_pipelined'], m['w1_pipelined']), 'w4_hit_ratio')[:4]}x memcached), "
@@ -234,7 +256,7 @@ def main():
                   f"(worst step {100 * n['loadgen_max']:.0f}%), server {100 * n['server_mean']:.1f}% "
                   f"(worst {100 * n['server_max']:.0f}%)")
     print("(a benchmark, not a test: MISS never fails the build)")
-    summary = {"machine": machine, "calibration": cal, "cpu_wait": noise, "cachetd_epoll": epoll,
+    summary = {"machine": machine, "calibration": cal, "cpu_wait": noise, "cachetd_epoll": epoll, "efficiency": eff,
                "loadavg_end": load(d, "loadavg_end.json"), "targets": rows, "figures": figures}
     with open(os.path.join(d, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)

@@ -289,6 +289,12 @@ fn step_json(r: &StepResult) -> Value {
         "kept_up": r.kept_up(),
         "loadgen_runqueue_wait_share": r.loadgen_runq_share,
         "server_runqueue_wait_share": r.server_runq_share,
+        "server_cpu_seconds": r.server_cpu_seconds,
+        // Whole step (warm-up and drain included) over every reply received.
+        "server_cpu_us_per_request": match r.server_cpu_seconds {
+            Some(c) if r.sent > 0 => json!(c * 1e6 / r.sent as f64),
+            _ => Value::Null,
+        },
         "loadgen_cpu_seconds": r.cpu_seconds,
         // Near 1.0 means the generator, not the server, was the limit.
         "loadgen_cpu_busy": if r.wall_seconds > 0.0 { json!(r.cpu_seconds / r.wall_seconds) } else { Value::Null },

@@ -128,6 +128,10 @@ pub struct StepResult {
     /// the measurement; on a quiet one it is near 0.
     pub loadgen_runq_share: Option<f64>,
     pub server_runq_share: Option<f64>,
+    /// CPU time the server's threads used during the step. Per request, it
+    /// is the server's cost, which other processes on the machine barely
+    /// change, unlike its throughput.
+    pub server_cpu_seconds: Option<f64>,
 }
 
 impl StepResult {
@@ -166,16 +170,19 @@ pub struct Runner {
     pub server_pid: Option<u32>,
 }
 
-/// Sum over a process's threads of the time spent waiting on a run queue.
-fn runq_wait_ns(pid: &str) -> Option<u64> {
-    let mut total = 0u64;
+/// Sums over a process's threads of (time on a CPU, time waiting on a run
+/// queue), in ns, from /proc/PID/task/*/schedstat.
+fn sched_ns(pid: &str) -> Option<(u64, u64)> {
+    let (mut cpu, mut wait) = (0u64, 0u64);
     for t in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
         let path = t.ok()?.path().join("schedstat");
         if let Ok(text) = std::fs::read_to_string(path) {
-            total += text.split_whitespace().nth(1)?.parse::<u64>().ok()?;
+            let mut it = text.split_whitespace();
+            cpu += it.next()?.parse::<u64>().ok()?;
+            wait += it.next()?.parse::<u64>().ok()?;
         }
     }
-    Some(total)
+    Some((cpu, wait))
 }
 
 fn cpu_time() -> f64 {
@@ -270,10 +277,11 @@ impl Runner {
             wall_seconds: 0.0,
             loadgen_runq_share: None,
             server_runq_share: None,
+            server_cpu_seconds: None,
         };
         let cpu_start = cpu_time();
-        let runq_self_start = runq_wait_ns("self");
-        let runq_server_start = self.server_pid.and_then(|p| runq_wait_ns(&p.to_string()));
+        let sched_self_start = sched_ns("self");
+        let sched_server_start = self.server_pid.and_then(|p| sched_ns(&p.to_string()));
         let start = self.now();
         let measure_start = start + spec.warmup.as_nanos() as u64;
         let end = measure_start + spec.duration.as_nanos() as u64;
@@ -493,14 +501,13 @@ impl Runner {
         r.cpu_seconds = cpu_time() - cpu_start;
         r.wall_seconds = (self.now() - start) as f64 / 1e9;
         let wall_ns = r.wall_seconds * 1e9;
-        r.loadgen_runq_share = match (runq_self_start, runq_wait_ns("self")) {
-            (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / wall_ns),
-            _ => None,
-        };
-        r.server_runq_share = match (runq_server_start, self.server_pid.and_then(|p| runq_wait_ns(&p.to_string()))) {
-            (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / wall_ns),
-            _ => None,
-        };
+        if let (Some(a), Some(b)) = (sched_self_start, sched_ns("self")) {
+            r.loadgen_runq_share = Some(b.1.saturating_sub(a.1) as f64 / wall_ns);
+        }
+        if let (Some(a), Some(b)) = (sched_server_start, self.server_pid.and_then(|p| sched_ns(&p.to_string()))) {
+            r.server_runq_share = Some(b.1.saturating_sub(a.1) as f64 / wall_ns);
+            r.server_cpu_seconds = Some(b.0.saturating_sub(a.0) as f64 / 1e9);
+        }
         Ok(r)
     }
 
