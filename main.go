@@ -166,6 +166,7 @@ func main() {
 
 	if err := (&controllers.CacheReconciler{
 		Client:        mgr.GetClient(),
+		APIReader:     mgr.GetAPIReader(),
 		Scheme:        mgr.GetScheme(),
 		Recorder:      mgr.GetEventRecorder("cachet-operator"),
 		EngineImage:   engineImage,

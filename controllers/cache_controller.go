@@ -49,8 +49,10 @@ import (
 // StatefulSet and a PodDisruptionBudget, and reports what the pods do.
 type CacheReconciler struct {
 	client.Client
-	Scheme   *runtime.Scheme
-	Recorder recorder.EventRecorder
+	// APIReader reads around the informers, which only hold labelled objects.
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
+	Recorder  recorder.EventRecorder
 	// EngineImage is used when a Cache names no image (webhooks disabled).
 	EngineImage string
 	// ClusterDomain completes the pods' DNS names in status.endpoints.
@@ -160,6 +162,10 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 func (r *CacheReconciler) apply(ctx context.Context, c *cachev1alpha1.Cache, obj client.Object) error {
 	existing := obj.DeepCopyObject().(client.Object)
 	err := r.Get(ctx, client.ObjectKeyFromObject(obj), existing)
+	if apierrors.IsNotFound(err) && r.APIReader != nil {
+		// Not in the informer: absent, or present without our label.
+		err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), existing)
+	}
 	switch {
 	case err == nil:
 		if owner := metav1.GetControllerOf(existing); owner == nil || owner.UID != c.UID {

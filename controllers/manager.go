@@ -17,22 +17,31 @@ limitations under the License.
 package controllers
 
 import (
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// CacheOptions limit the manager's pod informer to cache pods: the operator
-// reads pods only to explain a Cache's status, and caching every pod of a big
-// cluster would cost memory for nothing.
+// CacheOptions limit the manager's informers to the objects the operator
+// manages: cache pods (read only to explain a Cache's status) and the owned
+// kinds carrying its managed-by label. Caching every ConfigMap, Service and
+// pod of a big cluster would cost memory for nothing; the rare look-up of an
+// object without the label (a name conflict) goes to the API server directly.
 func CacheOptions() cache.Options {
+	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/managed-by": managerName})}
 	return cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{
 				"app.kubernetes.io/name":      "cachet",
 				"app.kubernetes.io/component": "cache",
 			})},
+			&corev1.ConfigMap{}:             managed,
+			&corev1.Service{}:               managed,
+			&appsv1.StatefulSet{}:           managed,
+			&policyv1.PodDisruptionBudget{}: managed,
 		},
 	}
 }

@@ -142,7 +142,7 @@ func run(m *testing.M) int {
 	}
 	testRecorder = mgr.GetEventRecorder("cachet-operator")
 	if err := (&CacheReconciler{
-		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: testRecorder,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: testRecorder,
 		EngineImage: testEngineImage, ClusterDomain: "cluster.test",
 	}).SetupWithManager(mgr); err != nil {
 		fmt.Fprintf(os.Stderr, "controller: %v\n", err)
