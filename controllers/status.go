@@ -55,6 +55,7 @@ const (
 	ReasonCrashLooping        = "CrashLooping"
 	ReasonOOMKilled           = "OOMKilled"
 	ReasonPodConfigError      = "PodConfigError"
+	ReasonPodFailed           = "PodFailed"
 	ReasonNameConflict        = "NameConflict"
 	ReasonInvalidSpec         = "InvalidSpec"
 )
@@ -73,6 +74,11 @@ type podProblem struct {
 // diagnosePod reports why a pod cannot serve, or nil when nothing is wrong
 // beyond plain waiting.
 func diagnosePod(c *cachev1alpha1.Cache, pod *corev1.Pod) *podProblem {
+	if pod.Status.Phase == corev1.PodFailed {
+		// The node refused or evicted the pod (OutOfcpu, UnexpectedAdmissionError
+		// from the CPU manager, Evicted); the StatefulSet controller replaces it.
+		return &podProblem{ReasonPodFailed, fmt.Sprintf("pod %s failed on node %q (%s): %s", pod.Name, pod.Spec.NodeName, pod.Status.Reason, strings.TrimSpace(pod.Status.Message))}
+	}
 	for _, cond := range pod.Status.Conditions {
 		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
 			msg := fmt.Sprintf("pod %s cannot be scheduled: %s", pod.Name, strings.TrimSpace(cond.Message))

@@ -167,6 +167,11 @@ func TestStatusCrashAndImageAndOOM(t *testing.T) {
 		"crash": {pod("web-1", false, waiting("CrashLoopBackOff", &corev1.ContainerStateTerminated{ExitCode: 2, Message: "cachetd: -I 2g exceeds -m"})), ReasonCrashLooping, []string{"exit code 2", "exceeds -m", "logs --previous"}},
 		"oom":   {pod("web-1", false, waiting("CrashLoopBackOff", &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"})), ReasonOOMKilled, []string{"memory limit of 122Mi"}},
 		"image": {pod("web-1", false, waiting("ErrImageNeverPull", nil)), ReasonImagePullFailed, []string{"localhost/cachetd:x", "spec.image"}},
+		"rejected": {pod("web-1", false, func(p *corev1.Pod) {
+			p.Spec.NodeName = "n1"
+			p.Status.Phase, p.Status.Reason = corev1.PodFailed, "UnexpectedAdmissionError"
+			p.Status.Message = "Allocate failed due to not enough cpus available to satisfy request"
+		}), ReasonPodFailed, []string{"web-1", "n1", "UnexpectedAdmissionError", "not enough cpus"}},
 	}
 	for name, tc := range cases {
 		d := cond(t, ComputeStatus(newCache(), obs(tc.pod), "cluster.local"), "Degraded")
