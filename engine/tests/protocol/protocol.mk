@@ -30,11 +30,12 @@ endif
 $(PROTOCOL_VENV)/.ready: $(PROTOCOL_PINS)
 	@echo "==> conformance venv $(PROTOCOL_VENV)"
 	@mkdir -p $(CACHET_CACHE)
-	@rm -rf $(PROTOCOL_VENV).tmp.$$$$ && \
-	  python3 -m venv $(PROTOCOL_VENV).tmp.$$$$ && \
-	  $(PROTOCOL_VENV).tmp.$$$$/bin/pip install --quiet --disable-pip-version-check -r $(PROTOCOL_PINS) && \
-	  touch $(PROTOCOL_VENV).tmp.$$$$/.ready && \
-	  { rm -rf $(PROTOCOL_VENV); mv $(PROTOCOL_VENV).tmp.$$$$ $(PROTOCOL_VENV) || rm -rf $(PROTOCOL_VENV).tmp.$$$$; }
+	@tmp=$(PROTOCOL_VENV).tmp.$$$$; rm -rf $$tmp; \
+	  if python3 -m venv $$tmp && \
+	     $$tmp/bin/pip install --quiet --disable-pip-version-check -r $(PROTOCOL_PINS) && \
+	     touch $$tmp/.ready; then \
+	    rm -rf $(PROTOCOL_VENV); mv $$tmp $(PROTOCOL_VENV) || rm -rf $$tmp; \
+	  else rm -rf $$tmp; echo "conformance: could not build the venv"; exit 1; fi
 	@test -f $@
 
 .PHONY: conformance
