@@ -39,6 +39,7 @@
 #define BAG_TARGET_MIN 256
 #define CLEAN_BUDGET 50000     /* items visited per class per cleaner pass */
 #define BAG_MAX_AGE 5          /* seconds before an idle newest bag is closed anyway */
+#define SWEEP_INTERVAL 60      /* seconds between sweeps that only look for expired items */
 
 struct bag {
     _Atomic uint32_t head;      /* oldest item */
@@ -57,7 +58,9 @@ struct lru {
     struct bag *oldest;
     uint16_t next_id;
     _Atomic uint32_t nbags;
-    struct bag *cursor;         /* where the cleaner resumes */
+    struct bag *cursor;         /* where the cleaner's sweep resumes */
+    bool sweeping;              /* a sweep over all bags is under way */
+    rel_time_t last_sweep;
 } __attribute__((aligned(64)));
 
 struct class_stats g_class_stats[MAX_SLAB_CLASSES + 1] __attribute__((aligned(64)));
@@ -104,6 +107,8 @@ int bags_init(void)
         atomic_store(&l->newest, b);
         atomic_store(&newest_ids[c], b->id);
         l->cursor = NULL;
+        l->sweeping = false;
+        l->last_sweep = now_time();
     }
     memset(g_class_stats, 0, sizeof g_class_stats);
     return 0;
@@ -160,6 +165,18 @@ void bags_append(storage_thread *t, item *it)
     uint16_t old = atomic_load_explicit(&it->bag, memory_order_relaxed);
     atomic_store_explicit(&it->bag, (uint16_t)((old & ITEM_FETCHED_BIT) | b->id), memory_order_relaxed);
     append_to(b, it);
+}
+
+/* A bump that is not a fetch (memcached: a failed add refreshes the item
+ * without marking it fetched). */
+void bags_bump(item *it, int clsid)
+{
+    uint16_t cur = atomic_load_explicit(&it->bag, memory_order_relaxed);
+    uint16_t want = (uint16_t)(atomic_load_explicit(&newest_ids[clsid], memory_order_relaxed) | (cur & ITEM_FETCHED_BIT));
+    if (cur != want) atomic_store_explicit(&it->bag, want, memory_order_relaxed);
+    rel_time_t now = now_time();
+    if (atomic_load_explicit(&it->time, memory_order_relaxed) != now)
+        atomic_store_explicit(&it->time, now, memory_order_relaxed);
 }
 
 void bags_stamp(item *it, int clsid)
@@ -380,17 +397,27 @@ static void clean_class(int clsid, bool flush, bool full, struct limbo *lb)
         open_bag(l);
     if (flush && atomic_load(&l->alt->count) > 0) open_bag(l);
 
+    /* Walking items costs a cache miss each, so the cleaner only sweeps a
+     * class (all its closed bags, CLEAN_BUDGET items per pass, resuming at
+     * the cursor) when there is something to gain: dead items worth the
+     * memory, a flush, or the periodic look for expired items. Touched items
+     * in the oldest bag need no sweep: eviction gives them their second
+     * chance. Bag counts are cheap, so small bags are merged along the whole
+     * chain on every pass. */
     unsigned budget = full ? UINT32_MAX : CLEAN_BUDGET;
-    bool sweep = full || class_needs_sweep(clsid, flush);
-    /* Items are cleaned from the cursor on while the budget lasts (all bags
-     * when a sweep is due, else only the oldest bag); bag counts are cheap,
-     * so small bags are merged along the whole chain on every pass. */
+    bool has_items = atomic_load_explicit(&g_class_stats[clsid].curr_items, memory_order_relaxed) > 0;
+    if (!l->sweeping && (full || class_needs_sweep(clsid, flush) ||
+                         (has_items && now - l->last_sweep >= SWEEP_INTERVAL))) {
+        l->sweeping = true;
+        l->cursor = NULL;
+    }
+    bool sweep = l->sweeping;
     struct bag *b = sweep && l->cursor ? l->cursor : l->oldest;
     struct bag *resume = NULL;
     unsigned visited = 0;
     while (b && bag_editable(l, b)) {
         struct bag *next = b->newer;
-        if ((sweep || b == l->oldest) && visited < budget) {
+        if (sweep && visited < budget) {
             visited += clean_bag(l, b, clsid, lb, budget - visited);
             if (visited >= budget && !resume) resume = next;
         }
@@ -405,6 +432,10 @@ static void clean_class(int clsid, bool flush, bool full, struct limbo *lb)
         b = next;
     }
     b = resume;
+    if (sweep && !b) {   /* reached the bags workers append to: sweep done */
+        l->sweeping = false;
+        l->last_sweep = now;
+    }
     l->cursor = (b && bag_editable(l, b)) ? b : NULL;
     pthread_mutex_unlock(&l->lock);
 }

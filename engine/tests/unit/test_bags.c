@@ -82,6 +82,27 @@ static void test_cleaner_expires_and_reclaims(void)
     teardown();
 }
 
+/* No deletes at all: expired items are still found by the periodic sweep. */
+static void test_periodic_sweep_finds_expired(void)
+{
+    setup(8, 10, false);
+    bags_set_target_min(64);
+    char k[32];
+    for (int i = 0; i < 600; i++) {
+        sprintf(k, "p%d", i);
+        CHECK(put_full(k, "v", 0, i < 300 ? storage_exptime(30) : 0, MODE_SET, NULL, NULL) == STORE_STORED);
+        if (i % 100 == 99) bags_clean_once(T);
+    }
+    storage_test_advance_clock(40);
+    bags_clean_once(T);
+    CHECK_EQ_U64(gstat("curr_items"), 600);   /* not yet time for a sweep: nothing walked */
+    storage_test_advance_clock(30);
+    for (int i = 0; i < 4; i++) bags_clean_once(T);
+    CHECK_EQ_U64(gstat("curr_items"), 300);
+    CHECK_EQ_U64(gstat("lru_items_expired"), 300);
+    teardown();
+}
+
 static void test_flush_cuts_bags(void)
 {
     setup(8, 10, false);
@@ -150,6 +171,7 @@ int main(void)
     memset(val100, 'v', 100);
     TEST(test_eviction_order_and_touch);
     TEST(test_cleaner_expires_and_reclaims);
+    TEST(test_periodic_sweep_finds_expired);
     TEST(test_flush_cuts_bags);
     TEST(test_small_bags_merge);
     TEST(test_read_batch_with_evictions);
