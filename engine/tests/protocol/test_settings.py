@@ -134,6 +134,15 @@ def test_hashpower_option(start_server):
 def test_udp_is_off(start_server):
     srv = start_server()
     assert settings_of(srv)["udpport"] == "0"
+    bound = []
+    for table in ("/proc/net/udp", "/proc/net/udp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                bound += [int(line.split()[1].rsplit(":", 1)[1], 16) for line in f]
+        except FileNotFoundError:
+            pass
+    assert srv.port not in bound, "a UDP socket is bound to the server's port"
 
 
 def test_explicit_slab_sizes(start_server):
