@@ -238,7 +238,10 @@ static void fill_view(storage_thread *t, item *it, char *copy_buf, size_t copy_c
     out->fetched_before = (atomic_load_explicit(&it->bag, memory_order_relaxed) & ITEM_FETCHED_BIT) != 0;
     out->stale = (fl & ITEM_STALE) != 0;
     out->ref = NULL;
-    if (copy_buf && it->nbytes <= copy_cap) {
+    if (!copy_buf && copy_cap == 0) {
+        /* metadata only (mg without v): no copy, no reference */
+        out->value = NULL;
+    } else if (copy_buf && it->nbytes <= copy_cap) {
         memcpy(copy_buf, item_data(it), it->nbytes);
         out->value = copy_buf;
         STAT_INC(t, get_copied);

@@ -105,7 +105,10 @@ struct get_opts {
 };
 
 /* Lock-free unless opts asks for a change (touch/vivify/recache take the
- * key's stripe lock). copy_buf may be NULL to force a reference.
+ * key's stripe lock). Values that fit copy_cap are copied into copy_buf;
+ * larger ones come back referenced (ref != NULL, release after sending).
+ * copy_buf == NULL with copy_cap == 0 asks for the metadata only
+ * (value == NULL, nbytes set, nothing to release).
  * Returns true on hit. */
 bool storage_get(storage_thread *t, const char *key, size_t nkey,
                  const struct get_opts *opts,

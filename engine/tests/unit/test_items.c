@@ -270,6 +270,10 @@ static void test_large_value_ref(void)
     CHECK(memcmp(v.value, big, n) == 0);
     item_view_release(T, &v);
     free(other);
+    /* metadata only: no copy, no reference */
+    CHECK(put("meta", "0123456789") == STORE_STORED);
+    CHECK(storage_get(T, "meta", 4, NULL, NULL, 0, &v));
+    CHECK(v.nbytes == 10 && v.value == NULL && v.ref == NULL);
     /* small value, tiny buffer: a private copy */
     CHECK(put("sm", "hello world") == STORE_STORED);
     CHECK(storage_get(T, "sm", 2, NULL, small, 4, &v));
