@@ -28,6 +28,15 @@ mkdir -p "$artifacts"
 timings="$artifacts/script-timings.txt"
 : > "$timings"
 
+# One e2e run per cluster at a time: two suites (or a suite and a developer's
+# smoke test) would each see the other's Caches and operator.
+lock=${CACHET_CLUSTER_LOCK:-/tmp/cachet-cluster.lock}
+exec 9>"$lock"
+if ! flock -n 9; then
+  echo "==> [e2e] another run holds $lock; waiting up to 20 minutes"
+  flock -w 1200 9 || { echo "==> [e2e] $lock still held; giving up"; exit 1; }
+fi
+
 t0=$SECONDS
 step_start=$SECONDS
 step_name=""
