@@ -498,7 +498,11 @@ int bags_evict(storage_thread *t, int clsid)
             open_bag(l);
             open_bag(l);
             opened += 2;
+            /* never wait for a grace period while holding the class lock:
+             * a thread inside a read batch may be queued on it */
+            pthread_mutex_unlock(&l->lock);
             epoch_synchronize();
+            pthread_mutex_lock(&l->lock);
             b = evictable_from(l, l->oldest);
             continue;
         }
@@ -551,7 +555,9 @@ void bags_purge_range(storage_thread *t, int clsid, const char *lo, const char *
     pthread_mutex_lock(&l->lock);
     open_bag(l);
     open_bag(l);
-    epoch_synchronize();
+    pthread_mutex_unlock(&l->lock);
+    epoch_synchronize();   /* outside the class lock, see bags_evict */
+    pthread_mutex_lock(&l->lock);
     for (struct bag *b = l->oldest; b;) {
         struct bag *next = b->newer;
         if (!bag_editable(l, b)) { b = next; continue; }

@@ -32,9 +32,8 @@
 static _Atomic uint64_t global_epoch = 1;
 
 /* The calling thread's context, so a grace-period wait started inside a
- * read batch (storage_read_batch_begin) does not wait for itself. Between
- * storage calls a thread holds no item pointer (only refcounted views), so
- * its own open batch never protects anything the wait is about. */
+ * read batch (storage_read_batch_begin) can step out of the batch's section
+ * (see epoch_synchronize). */
 static __thread storage_thread *self;
 
 uint64_t epoch_current(void) { return atomic_load_explicit(&global_epoch, memory_order_acquire); }
@@ -67,7 +66,6 @@ static bool all_at_least(uint64_t target)
     int n = storage_thread_count();
     for (int i = 0; i < n; i++) {
         storage_thread *t = storage_thread_get(i);
-        if (t == self) continue;
         uint64_t e = atomic_load_explicit(&t->epoch, memory_order_acquire);
         if (e != 0 && e < target) return false;
     }
@@ -84,6 +82,13 @@ bool epoch_passed(uint64_t e)
 
 void epoch_synchronize(void)
 {
+    /* Called from inside a read batch (a store in the middle of pipelined
+     * GETs): between storage calls the thread holds no item pointer, so it
+     * steps out of its section while it waits; otherwise two batching
+     * threads evicting at once would wait for each other forever. */
+    storage_thread *me = self;
+    bool stepped_out = me && me->section_depth > 0;
+    if (stepped_out) atomic_store_explicit(&me->epoch, 0, memory_order_release);
     uint64_t target = epoch_advance();
     for (unsigned spins = 0; !all_at_least(target); spins++) {
         if (spins < 64) {
@@ -92,5 +97,9 @@ void epoch_synchronize(void)
             struct timespec ts = {0, 50000};
             nanosleep(&ts, NULL);
         }
+    }
+    if (stepped_out) {
+        atomic_store_explicit(&me->epoch, epoch_current(), memory_order_release);
+        atomic_thread_fence(memory_order_seq_cst);
     }
 }
