@@ -142,10 +142,10 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 
 	status := ComputeStatus(c, Observed{StatefulSet: live, Pods: pods.Items}, r.ClusterDomain)
-	r.recordConditionEvents(c, status)
 	if equality.Semantic.DeepEqual(c.Status, status) {
 		return ctrl.Result{}, nil
 	}
+	previous := c.Status
 	c.Status = status
 	if err := r.Status().Update(ctx, c); err != nil {
 		if apierrors.IsConflict(err) {
@@ -153,6 +153,9 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		}
 		return ctrl.Result{}, err
 	}
+	// Only a transition that was stored is news, so a retried update never
+	// repeats an Event.
+	r.recordConditionEvents(c, previous, status)
 	return ctrl.Result{}, nil
 }
 
@@ -249,20 +252,35 @@ func (r *CacheReconciler) recordSpecEvents(c *cachev1alpha1.Cache, prev, next *a
 	}
 }
 
-// recordConditionEvents emits an Event whenever Ready or Degraded changes.
-func (r *CacheReconciler) recordConditionEvents(c *cachev1alpha1.Cache, next cachev1alpha1.CacheStatus) {
+// recordConditionEvents emits an Event when the Cache becomes Ready or stops
+// being Ready, and when it becomes Degraded (a Warning), recovers, or its
+// problem changes.
+func (r *CacheReconciler) recordConditionEvents(c *cachev1alpha1.Cache, prev, next cachev1alpha1.CacheStatus) {
+	statusOf := func(st cachev1alpha1.CacheStatus, t string) (metav1.ConditionStatus, string) {
+		if cond := meta.FindStatusCondition(st.Conditions, t); cond != nil {
+			return cond.Status, cond.Reason
+		}
+		return metav1.ConditionFalse, "" // absent reads as False: a new Cache is neither Ready nor Degraded
+	}
 	for _, t := range []string{cachev1alpha1.ConditionReady, cachev1alpha1.ConditionDegraded} {
-		old := meta.FindStatusCondition(c.Status.Conditions, t)
+		oldStatus, oldReason := statusOf(prev, t)
 		cur := meta.FindStatusCondition(next.Conditions, t)
-		if cur == nil || (old != nil && old.Status == cur.Status && old.Reason == cur.Reason) {
+		if cur == nil {
 			continue
 		}
-		if old == nil && cur.Status == metav1.ConditionFalse && t == cachev1alpha1.ConditionDegraded {
-			continue // "not degraded" on creation is not news
+		changed := cur.Status != oldStatus
+		if t == cachev1alpha1.ConditionDegraded && cur.Status == metav1.ConditionTrue && cur.Reason != oldReason {
+			changed = true // a different problem
 		}
+		// StatefulSetPending lasts until the StatefulSet controller reads the
+		// new spec, a moment; the next state is the news.
+		if !changed || cur.Reason == ReasonStatefulSetPending {
+			continue
+		}
+		// Planned work (a roll, a scale) also makes a Cache not Ready; only
+		// problems, which always show as Degraded, are Warnings.
 		kind := corev1.EventTypeNormal
-		if (t == cachev1alpha1.ConditionDegraded && cur.Status == metav1.ConditionTrue) ||
-			(t == cachev1alpha1.ConditionReady && cur.Status == metav1.ConditionFalse && old != nil && old.Status == metav1.ConditionTrue) {
+		if t == cachev1alpha1.ConditionDegraded && cur.Status == metav1.ConditionTrue {
 			kind = corev1.EventTypeWarning
 		}
 		r.Recorder.Eventf(c, nil, kind, cur.Reason, "Observe", "%s=%s: %s", t, cur.Status, cur.Message)

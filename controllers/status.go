@@ -81,15 +81,15 @@ func diagnosePod(c *cachev1alpha1.Cache, pod *corev1.Pod) *podProblem {
 	}
 	for _, cond := range pod.Status.Conditions {
 		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
-			msg := fmt.Sprintf("pod %s cannot be scheduled: %s", pod.Name, strings.TrimSpace(cond.Message))
+			msg := fmt.Sprintf("pod %s cannot be scheduled: %s", pod.Name, sentence(cond.Message))
 			if strings.Contains(cond.Message, "Insufficient cpu") {
 				if c.Spec.IsDedicatedCPUs() {
-					msg += fmt.Sprintf("; each pod needs %d whole free CPU(s) for exclusive cores: free CPUs on a node, add nodes, or lower spec.replicas or spec.cpu", c.Spec.CPUs())
+					msg += fmt.Sprintf(" Each pod needs %d whole free CPU(s) for exclusive cores: free CPUs on a node, add nodes, or lower spec.replicas or spec.cpu.", c.Spec.CPUs())
 				} else {
-					msg += fmt.Sprintf("; each pod requests %d CPU(s): free CPU on a node, add nodes, or lower spec.replicas or spec.cpu", c.Spec.CPUs())
+					msg += fmt.Sprintf(" Each pod requests %d CPU(s): free CPU on a node, add nodes, or lower spec.replicas or spec.cpu (0 is allowed without dedicated CPUs).", c.Spec.CPUs())
 				}
 			} else if strings.Contains(cond.Message, "Insufficient memory") {
-				msg += fmt.Sprintf("; each pod needs %s of memory (spec.memory plus overhead): free memory, add nodes, or lower spec.memory, spec.engine.maxConnections or spec.replicas",
+				msg += fmt.Sprintf(" Each pod needs %s of memory (spec.memory plus overhead): free memory, add nodes, or lower spec.memory, spec.engine.maxConnections or spec.replicas.",
 					formatBytes(MemoryLimitBytes(c)))
 			}
 			return &podProblem{ReasonPodUnschedulable, msg}
@@ -118,6 +118,16 @@ func diagnosePod(c *cachev1alpha1.Cache, pod *corev1.Pod) *podProblem {
 		}
 	}
 	return nil
+}
+
+// sentence ends a message from another component with a full stop, so that
+// advice can follow it.
+func sentence(s string) string {
+	s = strings.TrimSpace(s)
+	if s != "" && !strings.HasSuffix(s, ".") {
+		s += "."
+	}
+	return s
 }
 
 func lastLine(s string) string {
