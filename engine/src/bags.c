@@ -455,7 +455,7 @@ bool bags_clean_once(storage_thread *t)
     unsigned n = slabs_class_count();
     for (unsigned c = 1; c <= n; c++) {
         if (atomic_load(&lrus[c].nbags) == 0) continue;
-        clean_class((int)c, flush, flush, &lb);
+        clean_class((int)c, flush, false, &lb);   /* even a flush sweeps in budgeted passes */
         if (lb.n > 4096) limbo_free(&lb);
     }
     limbo_free(&lb);
