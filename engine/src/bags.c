@@ -37,7 +37,7 @@
 #define EVICT_SEARCH 32        /* seed 000: "among the first N items" */
 #define EVICT_BATCH 8          /* chunks freed per eviction call: amortises the grace period */
 #define BAG_TARGET_MIN 256
-#define CLEAN_BUDGET 50000     /* items visited per class per cleaner pass */
+#define CLEAN_BUDGET 10000     /* items visited per class per pass: bounds how long the class lock is held */
 #define BAG_MAX_AGE 5          /* seconds before an idle newest bag is closed anyway */
 #define SWEEP_INTERVAL 60      /* seconds between sweeps that only look for expired items */
 
