@@ -460,7 +460,7 @@ static void *mover_main(void *arg)
     (void)arg;
     while (!atomic_load(&mover_stop)) {
         if (!slabs_rebalance_once()) {
-            struct timespec ts = {0, 5 * 1000 * 1000};
+            struct timespec ts = {0, 10 * 1000 * 1000};
             nanosleep(&ts, NULL);
         }
     }
