@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -27,6 +28,39 @@ struct uring {
     unsigned *cq_head, *cq_tail, *cq_mask;
     struct io_uring_cqe *cqes;
 };
+
+static bool selftest(struct uring *u)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0) return false;
+    char out = 'x', in = 0;
+    uring_prep_send(u, sv[0], &out, 1, 1);
+    bool ok = uring_submit_and_wait(u) == 1;
+    uint64_t ud;
+    int32_t res;
+    while (uring_next_cqe(u, &ud, &res)) ok = ok && ud == 1 && res == 1;
+    if (ok) {
+        uring_prep_recv(u, sv[1], &in, 1, 2);
+        ok = uring_submit_and_wait(u) == 1;
+        while (uring_next_cqe(u, &ud, &res)) ok = ok && ud == 2 && res == 1;
+        ok = ok && in == 'x';
+    }
+    if (ok) {
+        /* An empty socket must answer EAGAIN inside the submit, never park
+         * the recv: the event loop relies on it. Submit without waiting so a
+         * kernel that parks it cannot hang us here. */
+        uring_prep_recv(u, sv[1], &in, 1, 3);
+        __atomic_store_n(u->sq_tail, *u->sq_tail + u->queued, __ATOMIC_RELEASE);
+        u->queued = 0;
+        ok = syscall(__NR_io_uring_enter, u->fd, 1, 0, 0, NULL, 0) == 1;
+        bool seen = false;
+        while (uring_next_cqe(u, &ud, &res)) { seen = true; ok = ok && ud == 3 && res == -EAGAIN; }
+        ok = ok && seen;
+    }
+    close(sv[0]);
+    close(sv[1]);
+    return ok;
+}
 
 struct uring *uring_create(unsigned entries)
 {
@@ -62,6 +96,10 @@ struct uring *uring_create(unsigned entries)
     u->cq_tail = (unsigned *)(cq + p.cq_off.tail);
     u->cq_mask = (unsigned *)(cq + p.cq_off.ring_mask);
     u->cqes = (struct io_uring_cqe *)(cq + p.cq_off.cqes);
+    if (!selftest(u)) {
+        errno = EOPNOTSUPP;
+        goto fail;
+    }
     return u;
 fail:
     uring_free(u);

@@ -23,7 +23,10 @@
 
 struct uring;
 
-/* NULL if the kernel refuses (old kernel, io_uring disabled by sysctl or seccomp). */
+/* NULL if the kernel refuses (old kernel, io_uring disabled by sysctl or
+ * seccomp) or if a send and a recv over a socketpair do not work through the
+ * ring: a kernel that accepts the ring but not these opcodes must not make
+ * every client connection fail. */
 struct uring *uring_create(unsigned entries);
 void uring_free(struct uring *u);
 unsigned uring_capacity(const struct uring *u);
