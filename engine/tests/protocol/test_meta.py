@@ -421,14 +421,6 @@ def test_ms_mode_is_checked_before_cas(c, key):
     assert r.value == b"x" and "X" not in r.flags
 
 
-def test_incr_keeps_an_invalidated_item_stale(c, key):
-    ms(c, key, "1")
-    assert meta(c, f"md {key} I").code == "HD"
-    assert c.cmd(f"incr {key} 1") == b"2"
-    r = meta(c, f"mg {key} v")
-    assert r.value.rstrip() == b"2" and "X" in r.flags and "W" in r.flags
-
-
 def test_failed_add_is_not_a_fetch(c, key):
     ms(c, key, "a")
     assert c.store("add", key, "b") == b"NOT_STORED"
