@@ -59,7 +59,6 @@
 
 struct stripe {
     pthread_mutex_t lock;
-    _Atomic uint32_t seq;
     _Atomic int64_t count;
 } __attribute__((aligned(64)));
 
@@ -71,6 +70,12 @@ struct tstate {
 };
 
 static struct stripe stripes[STRIPES];
+/* Bucket-move sequence counters, apart from the mutexes: every GET reads its
+ * stripe's counter, every store writes its stripe's mutex; sharing a cache
+ * line would make GETs miss whenever a neighbour stores. Written only while
+ * the table grows. */
+static _Atomic uint32_t stripe_seq[STRIPES];
+#define SEQ(sp) (stripe_seq[(sp) - stripes])
 _Atomic unsigned g_test_migrate_stall;
 /* Table descriptors (32 bytes each, one or two per doubling) are kept until
  * assoc_destroy: stats and the growth check read them without a read
@@ -144,7 +149,7 @@ int assoc_init(int hashpower)
     if (p > MAX_HASHPOWER) p = MAX_HASHPOWER;
     for (unsigned i = 0; i < STRIPES; i++) {
         pthread_mutex_init(&stripes[i].lock, NULL);
-        atomic_store(&stripes[i].seq, 0);
+        atomic_store(&stripe_seq[i], 0);
         atomic_store(&stripes[i].count, 0);
     }
     struct tstate *st = calloc(1, sizeof(*st));
@@ -203,7 +208,7 @@ static uint32_t wait_even(struct stripe *sp)
 {
     uint32_t s = 0;
     for (unsigned i = 0; i < 100000; i++) {
-        s = atomic_load_explicit(&sp->seq, memory_order_acquire);
+        s = atomic_load_explicit(&SEQ(sp), memory_order_acquire);
         if (!(s & 1)) return s;
         if (i < 256) cpu_relax();
         else sched_yield();
@@ -216,7 +221,7 @@ item *assoc_find(storage_thread *t, const char *key, size_t nkey, uint32_t hv)
     (void)t;
     struct stripe *sp = stripe_of(hv);
     for (int attempt = 0; attempt < READ_RETRIES; attempt++) {
-        uint32_t s1 = atomic_load_explicit(&sp->seq, memory_order_acquire);
+        uint32_t s1 = atomic_load_explicit(&SEQ(sp), memory_order_acquire);
         if (s1 & 1) {
             /* A bucket of this stripe is being moved right now. As in seed
              * 000, the reader waits for the move to finish (a few pointer
@@ -236,7 +241,7 @@ item *assoc_find(storage_thread *t, const char *key, size_t nkey, uint32_t hv)
             h = atomic_load_explicit(&it->h_next, memory_order_acquire);
         }
         atomic_thread_fence(memory_order_acquire);
-        if (atomic_load_explicit(&sp->seq, memory_order_relaxed) == s1) return NULL;
+        if (atomic_load_explicit(&SEQ(sp), memory_order_relaxed) == s1) return NULL;
     }
     return NULL;
 }
@@ -408,8 +413,8 @@ static bool expansion_migrate(uint32_t n)
                 dest[nd] = hash_key(item_key(it), it->nkey) & new_mask;
                 x = atomic_load_explicit(&it->h_next, memory_order_relaxed);
             }
-            uint32_t s = atomic_load_explicit(&sp->seq, memory_order_relaxed);
-            atomic_store_explicit(&sp->seq, s + 1, memory_order_relaxed);
+            uint32_t s = atomic_load_explicit(&SEQ(sp), memory_order_relaxed);
+            atomic_store_explicit(&SEQ(sp), s + 1, memory_order_relaxed);
             atomic_thread_fence(memory_order_release);
             if (atomic_load_explicit(&g_test_migrate_stall, memory_order_relaxed) && (ob & 15) == 0) {
                 /* tests: a mover preempted in the middle of a bucket move */
@@ -427,7 +432,7 @@ static bool expansion_migrate(uint32_t n)
             }
             atomic_store_explicit(&mid->old[ob], 0, memory_order_release);
             atomic_store_explicit(&migrated, ob + 1, memory_order_release);
-            atomic_store_explicit(&sp->seq, s + 2, memory_order_release);
+            atomic_store_explicit(&SEQ(sp), s + 2, memory_order_release);
         } else {
             atomic_store_explicit(&migrated, ob + 1, memory_order_release);
         }

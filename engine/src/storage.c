@@ -117,7 +117,10 @@ static void *clock_main(void *arg)
 {
     (void)arg;
     while (!atomic_load(&clock_stop_flag)) {
-        atomic_store_explicit(&g_current_time, compute_now(), memory_order_relaxed);
+        uint32_t now = compute_now();
+        /* store only on change: every GET reads this cache line */
+        if (atomic_load_explicit(&g_current_time, memory_order_relaxed) != now)
+            atomic_store_explicit(&g_current_time, now, memory_order_relaxed);
         struct timespec ts = {0, 100 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
