@@ -10,11 +10,13 @@
  * and append/prepend pay one allocation and copy for that, which is what
  * memcached does for them anyway whenever the item is in use.
  *
- * Why allocation happens outside every lock: allocating may evict, and
- * eviction waits for a grace period; waiting while holding a stripe lock
- * could deadlock with a reader... so read-modify-write commands look up the
- * old item under the lock, drop it, allocate, retake the lock and check that
- * the old item is still the current one (retrying if not).
+ * Why allocation happens outside every lock: allocating may evict, eviction
+ * takes other stripes' locks and waits for a grace period; doing that while
+ * holding a stripe lock would stall that stripe's writers for the wait and
+ * invite lock-order cycles. So read-modify-write commands (append, prepend,
+ * incr/decr, vivify) look up the old item under the lock, drop the lock,
+ * allocate, retake it and check that the old item is still the current one
+ * (retrying, bounded, if not).
  */
 #include "storage_internal.h"
 
