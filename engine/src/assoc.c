@@ -33,9 +33,10 @@
  *  5. Bucket moves during expansion are the one change that can divert a
  *     reader from the chain it was walking (an item's h_next is redirected
  *     into the new table). Each stripe has a sequence counter, odd while a
- *     bucket of that stripe is being moved; a reader that misses re-checks
- *     it and retries (bounded), so a move can never cause a false miss
- *     unless the retries run out under a pathological stream of moves.
+ *     bucket of that stripe is being moved. A reader that finds it odd waits
+ *     for the move to end (seed 000: "wait until the old bucket is empty");
+ *     a reader that missed re-checks it and retries if it changed. A hit
+ *     needs no check: items are immutable, so a found key is a right answer.
  *
  * Expansion (seed 000/004): when items exceed 1.5x buckets, the expander
  * thread allocates a table twice the size, publishes {new, old}, and moves

@@ -19,10 +19,12 @@
  * a 100-byte value (143 bytes) wastes one byte.
  *
  * Why a mover: classes fill in the order the workload arrives; when the mix
- * shifts, a class can starve while others hold free or cold pages. The mover
- * picks the page of another class with the fewest live chunks, takes its free
- * chunks off the free list, evicts its live items (seed 000's eviction path),
- * waits for the grace period and hands the page to the starving class.
+ * shifts, a class can starve (nothing of its own to evict) or keep evicting
+ * young items while another class sits on much older ones. The mover then
+ * picks the page of the other class with the fewest live chunks, takes its
+ * free chunks off the free list, evicts its live items, waits for the grace
+ * period (and for zero-copy readers) and hands the page over. A class that
+ * just received a page does not give one back for a few seconds.
  */
 #include "storage_internal.h"
 
