@@ -318,6 +318,25 @@ static void test_stats_smoke(void)
     CHECK_EQ_U64(gstat("get_hits"), 1);
 }
 
+/* stats sizes: items per 32-byte bucket of their total size, kept on
+ * link/unlink (memcached's "STAT <size> <count>"). */
+static void test_stats_sizes(void)
+{
+    /* 24 + 8 + 3 + 100 + 2 = 137 -> the 160 bucket */
+    char v[101];
+    memset(v, 'x', 100);
+    v[100] = 0;
+    long long before = stat_of(storage_stats_sizes, "160");
+    if (before < 0) before = 0;
+    CHECK(put("sz1", v) == STORE_STORED);
+    CHECK(put("sz2", v) == STORE_STORED);
+    CHECK_EQ_U64(stat_of(storage_stats_sizes, "160"), before + 2);
+    CHECK(put("sz2", "short") == STORE_STORED);          /* replaced: moves bucket */
+    CHECK_EQ_U64(stat_of(storage_stats_sizes, "160"), before + 1);
+    CHECK(storage_delete(T, "sz1", 3, NULL) == STORE_STORED);
+    CHECK(stat_of(storage_stats_sizes, "160") == before || (before == 0 && stat_of(storage_stats_sizes, "160") == -1));
+}
+
 /* -C: no CAS stored (8 bytes less per item); cas commands cannot match. */
 static void test_without_cas(void)
 {
@@ -360,6 +379,7 @@ int main(void)
     TEST(test_flush);
     TEST(test_meta_stale_win);
     TEST(test_fetched_and_last_access);
+    TEST(test_stats_sizes);
     TEST(test_large_value_ref);
     TEST(test_stats_smoke);
     TEST(test_without_cas);
