@@ -85,6 +85,10 @@ def main():
               f"unpipelined {fmt(ep['w1_unpipelined'])} req/s ({ep['w1_unpipelined'] / fm['w1_unpipelined']:.2f}× memcached); "
               f"rounds {[round(x) for x in ep['w1_pipelined_rounds']]} / {[round(x) for x in ep['w1_unpipelined_rounds']]}.")
     print()
+    kc, km = fc.get("w2_rate_kept_up"), fm.get("w2_rate_kept_up")
+    print(f"W2 highest step each server kept up with, at any latency: cachetd {fmt(kc)}/s, memcached {fmt(km)}/s"
+          + (f" ({kc / km:.2f}×)." if kc and km else "."))
+    print()
     print(f"W1 highest step with mean RTT ≤ 1 ms (seed 000's criterion): cachetd {fmt(fc['w1_rate_mean_under_1ms'])}/s, "
           f"memcached {fmt(fm['w1_rate_mean_under_1ms'])}/s.")
     for name, f in (("cachetd", fc), ("memcached", fm)):

@@ -34,6 +34,7 @@ pacing (each rate in --rate is one step; no --rate means one closed-loop step)
   --requests N           at most N requests per step (default: no bound but time)
   --stop-p999-us US      stop stepping after a step whose p999 exceeds US (or that fell behind)
   --stop-mean-us US      stop stepping after a step whose mean exceeds US (or that fell behind)
+  --stop-when-behind     stop stepping after a step that fell behind its schedule
   --retries N            re-run a step that broke the limit (N re-runs in all) before stopping
                          (a busy shared machine can spoil one step; default 0)
 
@@ -70,6 +71,7 @@ struct Opts {
     stop_p999_us: Option<f64>,
     stop_mean_us: Option<f64>,
     retries: u32,
+    stop_when_behind: bool,
     keys: u64,
     key_size: Option<usize>,
     key_prefix: String,
@@ -139,6 +141,7 @@ fn parse_args() -> Opts {
         stop_p999_us: None,
         stop_mean_us: None,
         retries: 0,
+        stop_when_behind: false,
         keys: 100_000,
         key_size: None,
         key_prefix: String::new(),
@@ -162,7 +165,7 @@ fn parse_args() -> Opts {
     let mut i = 0;
     while i < args.len() {
         let a = args[i].as_str();
-        let flag = matches!(a, "--set-on-miss" | "--prefill" | "--prefill-only" | "--stats" | "--quiet" | "-h" | "--help");
+        let flag = matches!(a, "--stop-when-behind" | "--set-on-miss" | "--prefill" | "--prefill-only" | "--stats" | "--quiet" | "-h" | "--help");
         let v: &str = if flag {
             ""
         } else {
@@ -196,6 +199,7 @@ fn parse_args() -> Opts {
             "--stop-p999-us" => o.stop_p999_us = Some(num(v) as f64),
             "--stop-mean-us" => o.stop_mean_us = Some(num(v) as f64),
             "--retries" => o.retries = num(v) as u32,
+            "--stop-when-behind" => o.stop_when_behind = true,
             "--keys" => o.keys = num(v),
             "--key-size" => o.key_size = Some(num(v) as usize),
             "--key-prefix" => o.key_prefix = v.to_string(),
@@ -456,7 +460,8 @@ fn main() {
             let mean_us = r.hist.mean() / 1000.0;
             let p999_us = r.hist.value_at_quantile(0.999) as f64 / 1000.0;
             let over = o.stop_p999_us.map_or(false, |l| p999_us > l) || o.stop_mean_us.map_or(false, |l| mean_us > l);
-            if (o.stop_p999_us.is_some() || o.stop_mean_us.is_some()) && (over || !r.kept_up()) {
+            let limited = o.stop_p999_us.is_some() || o.stop_mean_us.is_some();
+            if (limited && (over || !r.kept_up())) || (o.stop_when_behind && !r.kept_up()) {
                 if retries_left > 0 {
                     retries_left -= 1;
                     eprintln!("  limit exceeded at this rate: running the step again ({retries_left} retries left)");
