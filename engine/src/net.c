@@ -688,7 +688,7 @@ static void accept_ready(struct ae_loop *l, int lfd, void *data, int mask)
         w->conns = c;
         pthread_mutex_unlock(&registry_lock);
         __atomic_add_fetch(&total_conns_global, 1, __ATOMIC_RELAXED);
-        if (settings.verbose > 1) fprintf(stderr, "<%d new client connection from %s\n", fd, c->addr);
+        if (settings.verbose > 1) fprintf(stderr, "<%d new client connection from %s on worker %d\n", fd, c->addr, w->id);
     }
 }
 
