@@ -96,7 +96,13 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 
 	sts := StatefulSet(c, r.EngineImage)
-	for _, obj := range []client.Object{ConfigMap(c), HeadlessService(c), ClientService(c), PodDisruptionBudget(c), sts} {
+	owned := []client.Object{ConfigMap(c), HeadlessService(c), ClientService(c), PodDisruptionBudget(c), sts}
+	if prevSTS != nil && prevSTS.DeletionTimestamp != nil {
+		// Being replaced (or deleted by someone): wait until it is gone,
+		// then create the new one; its deletion brings us back here.
+		owned = owned[:len(owned)-1]
+	}
+	for _, obj := range owned {
 		if err := r.apply(ctx, c, obj); err != nil {
 			kind := obj.GetObjectKind().GroupVersionKind().Kind
 			switch {
@@ -126,6 +132,9 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 			}
 			return ctrl.Result{}, fmt.Errorf("applying %s %s: %w", kind, obj.GetName(), err)
 		}
+	}
+	if len(owned) < 5 {
+		return ctrl.Result{}, nil
 	}
 	r.recordSpecEvents(c, prevSTS, sts)
 

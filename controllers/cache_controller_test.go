@@ -498,7 +498,7 @@ func TestSpecTheAPIServerRefusesIsReported(t *testing.T) {
 	})
 }
 
-func TestImmutableStatefulSetChangeIsRecognised(t *testing.T) {
+func TestImmutableStatefulSetChangeIsReplaced(t *testing.T) {
 	needIntegration(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
@@ -516,6 +516,50 @@ func TestImmutableStatefulSetChangeIsRecognised(t *testing.T) {
 	if !isImmutableStatefulSetChange(err) {
 		t.Fatalf("the API server's refusal was not recognised: %v", err)
 	}
+	// What an operator upgrade that changes an immutable field looks like: the
+	// Cache's StatefulSet has an old serviceName. The operator replaces it,
+	// deleting it with propagationPolicy Orphan so that its pods live on.
+	// envtest runs no garbage collector, so this test removes the orphan
+	// finalizer itself, as the collector would once the pods are released.
+	old := StatefulSet(c, testEngineImage)
+	old.Spec.ServiceName = "imm-legacy"
+	old.Spec.Replicas = ptr.To(int32(2))
+	old.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(c, cachev1alpha1.GroupVersion.WithKind("Cache"))}
+	var legacyUID types.UID
+	for legacyUID == "" { // race the operator, which re-creates it at once
+		cur := &appsv1.StatefulSet{}
+		err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "imm"}, cur)
+		switch {
+		case apierrors.IsNotFound(err):
+			attempt := old.DeepCopy()
+			if err := k8sClient.Create(ctx, attempt); err == nil {
+				legacyUID = attempt.UID
+			}
+		case err != nil:
+			t.Fatal(err)
+		default:
+			if err := k8sClient.Delete(ctx, cur, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
+		}
+	}
+	eventually(t, "legacy StatefulSet replaced by a current one", func() (bool, string) {
+		cur := &appsv1.StatefulSet{}
+		if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "imm"}, cur); err != nil {
+			return false, err.Error()
+		}
+		if cur.UID == legacyUID {
+			if cur.DeletionTimestamp != nil && slices.Contains(cur.Finalizers, metav1.FinalizerOrphanDependents) {
+				cur.Finalizers = nil // play the garbage collector
+				if err := k8sClient.Update(ctx, cur); err != nil && !apierrors.IsConflict(err) {
+					return false, err.Error()
+				}
+			}
+			return false, "legacy StatefulSet still there"
+		}
+		return cur.Spec.ServiceName == "imm-headless" && *cur.Spec.Replicas == 1, cur.Spec.ServiceName
+	})
+
 	tol := StatefulSet(c, testEngineImage)
 	tol.Spec.Template.Spec.Tolerations = []corev1.Toleration{{Key: "k", Operator: "Sometimes"}}
 	tol.ResourceVersion = sts.ResourceVersion
