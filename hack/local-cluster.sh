@@ -527,6 +527,12 @@ node_ready() {
 # ---- commands ------------------------------------------------------------------
 cmd_up() {
   [ "$(id -u)" -eq 0 ] || die "must run as root (it starts containerd and the kubelet)"
+  # State whose processes are all gone (killed, or the machine restarted) is not
+  # resumed: its pods, mounts and CPU assignments cannot be trusted. Start clean.
+  if [ -d "$STATE" ] && ! any_running; then
+    log "found the state of a cluster none of whose processes runs: removing its leftovers first"
+    remove_leftovers
+  fi
   mkdir -p "$STATE" "$RUNDIR" "$LOGS"
   ensure_deps
   ensure_binaries
@@ -618,18 +624,30 @@ remove_cgroups() {
   done
 }
 
-cmd_down() {
-  [ "$(id -u)" -eq 0 ] || die "must run as root"
-  # Controllers first, so nothing recreates the pods we are about to delete.
-  stop kube-controller-manager
-  stop kube-scheduler
-  drain_pods
-  stop kube-proxy
-  stop kubelet
-  remove_leftover_containers
-  stop kube-apiserver
-  stop etcd
-  stop containerd
+# Kills what a cluster whose daemons died (kill -9, a CI runner's cleanup) left
+# running: the containers, through our own runc root, and their shims, found by
+# our containerd socket path in their command line. Nothing else matches either.
+kill_orphans() {
+  local runc_root="$RUNDIR/runc/k8s.io" id pid args
+  if [ -d "$runc_root" ]; then
+    for id in $(runc --root "$runc_root" list -q 2>/dev/null); do
+      runc --root "$runc_root" kill --all "$id" KILL >/dev/null 2>&1 || true
+    done
+    sleep 0.5
+    for id in $(runc --root "$runc_root" list -q 2>/dev/null); do
+      runc --root "$runc_root" delete --force "$id" >/dev/null 2>&1 || true
+    done
+  fi
+  for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+    [ "$(basename "$(readlink "/proc/$pid/exe" 2>/dev/null)")" = containerd-shim-runc-v2 ] || continue
+    args=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+    case " $args " in *" -address $CONTAINERD_SOCK "*) kill -KILL "$pid" 2>/dev/null || true ;; esac
+  done
+}
+
+# Removes everything the cluster made on the host, once its processes are gone.
+remove_leftovers() {
+  kill_orphans
   if [ -x "$K8S_BIN/kube-proxy" ]; then "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true; fi
   cleanup_iptables
   unmount_below "$STATE" "$RUNDIR"
@@ -644,6 +662,27 @@ cmd_down() {
   # The CPU manager's checkpoint goes with the rest of the state: a stale one
   # would make the next kubelet refuse to start or hand out a CPU twice.
   rm -rf "$STATE" "$RUNDIR"
+}
+
+any_running() {
+  local c
+  for c in "${COMPONENTS[@]}"; do running "$c" && return 0; done
+  return 1
+}
+
+cmd_down() {
+  [ "$(id -u)" -eq 0 ] || die "must run as root"
+  # Controllers first, so nothing recreates the pods we are about to delete.
+  stop kube-controller-manager
+  stop kube-scheduler
+  drain_pods
+  stop kube-proxy
+  stop kubelet
+  remove_leftover_containers
+  stop kube-apiserver
+  stop etcd
+  stop containerd
+  remove_leftovers
   log "local cluster down (logs kept in $LOGS)"
 }
 
