@@ -319,8 +319,11 @@ type Cache struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
+	// Spec is the desired cache: its size, CPUs, engine tuning and placement.
 	// +required
 	Spec CacheSpec `json:"spec"`
+	// Status is what the operator observes: conditions, pod counts, the pods'
+	// stable addresses and the engine arguments in effect.
 	// +optional
 	Status CacheStatus `json:"status,omitempty"`
 }
