@@ -488,6 +488,12 @@ int bags_evict(storage_thread *t, int clsid)
         atomic_load_explicit(&g_class_stats[clsid].dead_waiting, memory_order_relaxed) == 0)
         return 0;
     pthread_mutex_lock(&l->lock);
+    /* Pass 0 gives touched items their second chance; if a whole search
+     * found only touched, referenced or busy items, pass 1 evicts touched
+     * ones too, so a store never fails while evictable memory exists. */
+    for (int pass = 0; pass < 2 && freed == 0; pass++) {
+    bool second_chance = pass == 0;
+    scanned = 0;
     struct bag *b = evictable_from(l, l->oldest);
     while (freed == 0 && scanned < 16) {
         if (!b) {
@@ -519,7 +525,7 @@ int bags_evict(storage_thread *t, int clsid)
             if (f == REMOVED) { freed++; continue; }
             if (f == BUSY) { prev = it; continue; }
             uint16_t tag = atomic_load_explicit(&it->bag, memory_order_relaxed);
-            if ((tag & ITEM_BAG_MASK) != b->id) {   /* touched since: second chance */
+            if (second_chance && (tag & ITEM_BAG_MASK) != b->id) {   /* touched since: second chance */
                 move_to_alt(l, b, prev, it);
                 continue;
             }
@@ -541,6 +547,7 @@ int bags_evict(storage_thread *t, int clsid)
         if (atomic_load(&b->count) == 0) drop_bag(l, b);
         if (freed == 0 && h == 0) b = evictable_from(l, nb);   /* bag exhausted: next one */
         else if (freed == 0 && looked >= EVICT_SEARCH) b = evictable_from(l, nb);
+    }
     }
     pthread_mutex_unlock(&l->lock);
     limbo_free(&lb);

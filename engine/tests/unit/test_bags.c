@@ -52,6 +52,31 @@ static void test_eviction_order_and_touch(void)
     teardown();
 }
 
+/* Everything in memory was touched: second chances run out and stores still
+ * succeed (CLOCK must make progress). */
+static void test_all_touched_still_evicts(void)
+{
+    setup(1, 10, false);
+    bags_set_target_min(64);              /* ~70 bags: more than one eviction call searches */
+    char k[32];
+    for (int i = 0; i < 7000; i++) {
+        sprintf(k, "h%d", i);
+        put100(k);
+        if (i % 100 == 99) bags_clean_once(T);
+    }
+    bags_clean_once(T);
+    for (int i = 0; i < 7000; i++) { sprintf(k, "h%d", i); get_str(k, NULL); }
+    int fails = 0;
+    for (int i = 0; i < 5000; i++) {
+        sprintf(k, "new%d", i);
+        if (put(k, val100) != STORE_STORED) fails++;
+        if (i % 500 == 499) { for (int j = 0; j < 7000; j += 3) { sprintf(k, "h%d", j); get_str(k, NULL); } }
+    }
+    CHECK_EQ_U64(fails, 0);
+    CHECK(gstat("evictions") >= 4000);
+    teardown();
+}
+
 static void test_cleaner_expires_and_reclaims(void)
 {
     setup(8, 10, false);
@@ -212,6 +237,7 @@ int main(void)
 {
     memset(val100, 'v', 100);
     TEST(test_eviction_order_and_touch);
+    TEST(test_all_touched_still_evicts);
     TEST(test_cleaner_expires_and_reclaims);
     TEST(test_periodic_sweep_finds_expired);
     TEST(test_flush_cuts_bags);
