@@ -11,10 +11,15 @@
  * Threading contract:
  *  - every worker thread calls storage_thread_register() once and passes the
  *    returned context to every call; storage keeps per-thread stats there and
- *    uses storage_quiescent() as the grace-period signal before memory changes
- *    shape (slab page moved to another class, old hash table freed).
- *  - a worker calls storage_quiescent() whenever it holds no item view, i.e.
- *    once per event-loop iteration.
+ *    the thread's read-section slot (epoch.c): each storage call that reads
+ *    items runs in a short read section of its own, and memory changes shape
+ *    (chunk reused, slab page moved to another class, old hash table freed)
+ *    only after every section that could see the old shape has ended.
+ *  - values handed out by reference (item_view.ref) are protected by their
+ *    refcount until item_view_release(), not by a section, so a slow client
+ *    never holds back reclamation.
+ *  - storage_quiescent() is kept for the network layer's convenience and
+ *    costs nothing; nothing depends on it being called.
  */
 #ifndef CACHET_STORAGE_H
 #define CACHET_STORAGE_H
@@ -63,7 +68,7 @@ int  storage_init(const struct storage_config *cfg);  /* 0 or -1 with errno-styl
 void storage_start_threads(void);                      /* clock, cleaner, hash expander, slab mover */
 void storage_stop_threads(void);
 storage_thread *storage_thread_register(void);
-void storage_quiescent(storage_thread *t);
+void storage_quiescent(storage_thread *t);             /* optional, see above */
 
 /* ---- time ---- */
 rel_time_t storage_now(void);
