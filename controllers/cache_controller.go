@@ -88,7 +88,14 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 
 	prevSTS := &appsv1.StatefulSet{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: StatefulSetName(c)}, prevSTS); err != nil {
+	stsKey := types.NamespacedName{Namespace: c.Namespace, Name: StatefulSetName(c)}
+	err := r.Get(ctx, stsKey, prevSTS)
+	if apierrors.IsNotFound(err) && r.APIReader != nil {
+		// The informer may not have seen a StatefulSet created a moment ago;
+		// ask the API server before announcing a creation.
+		err = r.APIReader.Get(ctx, stsKey, prevSTS)
+	}
+	if err != nil {
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}

@@ -207,6 +207,24 @@ func TestCreateBuildsEveryOwnedObject(t *testing.T) {
 		err := k8sClient.Get(ctx, key("web"), p)
 		return err == nil && p.UID != pdb.UID, fmt.Sprint(err)
 	})
+
+	// After all these reconciles the creation was announced once.
+	evs := &eventsv1.EventList{}
+	if err := k8sClient.List(ctx, evs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	created := 0
+	for _, e := range evs.Items {
+		if e.Regarding.Name == "web" && e.Reason == "Created" {
+			created++
+			if e.Series != nil {
+				created += int(e.Series.Count)
+			}
+		}
+	}
+	if created != 1 {
+		t.Errorf("%d Created events for one creation", created)
+	}
 }
 
 func TestSpecChangeRollsTheConfigHash(t *testing.T) {
