@@ -213,17 +213,17 @@ func TestCreateBuildsEveryOwnedObject(t *testing.T) {
 	if err := k8sClient.List(ctx, evs, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
-	created := 0
+	announced := 0
 	for _, e := range evs.Items {
 		if e.Regarding.Name == "web" && e.Reason == "Created" {
-			created++
+			announced++
 			if e.Series != nil {
-				created += int(e.Series.Count)
+				announced += int(e.Series.Count)
 			}
 		}
 	}
-	if created != 1 {
-		t.Errorf("%d Created events for one creation", created)
+	if announced != 1 {
+		t.Errorf("%d Created events for one creation", announced)
 	}
 }
 
