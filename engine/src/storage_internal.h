@@ -213,7 +213,8 @@ extern _Atomic uint64_t g_slab_moves;
 int  bags_init(void);
 void bags_destroy(void);
 void bags_append(storage_thread *t, item *it);   /* in a read section */
-void bags_stamp(item *it, int clsid);            /* GET: time + bag id only */
+void bags_stamp(item *it, int clsid);            /* GET: time + bag id only, marks fetched */
+void bags_bump(item *it, int clsid);             /* same without marking it fetched */
 /* Frees memory in class clsid by reclaiming dead/expired items or evicting
  * from the oldest bag. Returns how many chunks it freed. No locks held. */
 int  bags_evict(storage_thread *t, int clsid);
