@@ -40,7 +40,7 @@ struct page {
 };
 /* The class of each page, apart from the counters above: every GET reads it,
  * every store writes `used`, and they must not share cache lines. */
-static _Atomic uint8_t *page_cls;   /* 0 = not yet handed out */
+/* g_page_cls (storage_internal.h): 0 = not yet handed out */
 
 struct slabclass {
     pthread_mutex_t lock;
@@ -56,9 +56,14 @@ struct slabclass {
     _Atomic uint32_t last_move_in;   /* rel_time of the last page it received */
 } __attribute__((aligned(64)));
 
-static char *region, *raw_region;
+char *g_region;
+unsigned g_page_shift;
+_Atomic uint8_t *g_page_cls;
+#define region g_region
+#define page_shift g_page_shift
+#define page_cls g_page_cls
+static char *raw_region;
 static size_t region_bytes, raw_bytes, page_size, pages_max;
-static unsigned page_shift;
 static struct page *pages;
 static _Atomic size_t pages_next;        /* first page never handed out */
 static struct slabclass classes[MAX_SLAB_CLASSES + 1];
@@ -72,8 +77,6 @@ static pthread_t mover;
 static _Atomic bool mover_stop;
 static bool mover_running;
 
-uint32_t item_handle(const item *it) { return (uint32_t)(((const char *)it - region) >> 3) + 1; }
-item *handle_item(uint32_t h) { return (item *)(region + ((size_t)(h - 1) << 3)); }
 size_t slabs_page_size(void) { return page_size; }
 size_t slabs_pages_max(void) { return pages_max; }
 size_t slabs_pages_used(void)
@@ -88,7 +91,6 @@ uint32_t slabs_chunk_size(int c) { return classes[c].size; }
 unsigned slabs_class_pages(int c) { return atomic_load(&classes[c].pages); }
 
 static inline size_t page_of(const void *p) { return (size_t)((const char *)p - region) >> page_shift; }
-int slabs_clsid_of(const item *it) { return atomic_load_explicit(&page_cls[page_of(it)], memory_order_relaxed); }
 
 static uint32_t round8(double v) { uint32_t x = (uint32_t)v; if ((double)x < v) x++; return (x + 7) & ~7u; }
 

@@ -191,11 +191,20 @@ void slabs_destroy(void);
 int  slabs_clsid(size_t ntotal);                 /* 0 if too large */
 unsigned slabs_class_count(void);                /* classes are 1..count */
 uint32_t slabs_chunk_size(int clsid);
-int  slabs_clsid_of(const item *it);
+/* Hot on every lookup, so inline: the region base and page table are set
+ * once by slabs_init and never move. */
+extern char *g_region;
+extern unsigned g_page_shift;
+extern _Atomic uint8_t *g_page_cls;
+static inline int slabs_clsid_of(const item *it)
+{
+    return atomic_load_explicit(&g_page_cls[(size_t)((const char *)it - g_region) >> g_page_shift],
+                                memory_order_relaxed);
+}
 item *slabs_alloc_chunk(int clsid);              /* NULL if no free chunk and no free page */
 void slabs_free_chunk(item *it);
-uint32_t item_handle(const item *it);
-item *handle_item(uint32_t h);
+static inline uint32_t item_handle(const item *it) { return (uint32_t)(((const char *)it - g_region) >> 3) + 1; }
+static inline item *handle_item(uint32_t h) { return (item *)(g_region + ((size_t)(h - 1) << 3)); }
 void slabs_mark_starving(int clsid);
 void slabs_start_thread(void);
 void slabs_stop_thread(void);
