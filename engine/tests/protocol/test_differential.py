@@ -19,6 +19,7 @@ Keys are split so counters never get appended to, which would make that
 padding visible as data. TTLs are 0, far away or negative, never near.
 Against memcached itself the test is pointless, so it runs for cachetd only.
 """
+import base64
 import os
 import random
 import re
@@ -29,6 +30,9 @@ REFERENCE = "/usr/bin/memcached"
 TEXT_KEYS = [f"t{i}" for i in range(6)]
 NUM_KEYS = [f"n{i}" for i in range(4)]
 ALL_KEYS = TEXT_KEYS + NUM_KEYS
+# Binary keys never alias a text key: memcached remembers per item whether it was
+# stored under a binary key and answers `k` accordingly, whatever the request said.
+BIN_KEYS = [base64.b64encode(raw).decode() for raw in (b"\x00bin", b"\x01\x02", b"\xff\xfe key\r\n")]
 FAR = 100000  # a relative TTL no test run outlives
 HISTORY = 12  # requests shown before a divergence
 U64 = (1 << 64) - 1
@@ -187,7 +191,7 @@ def gen_ops(rng, n):
             flags = rng.sample(choices, rng.randrange(0, 3))
             quiet = "q" in flags
             yield ("meta", f"md {anyk} {' '.join(flags)}".strip(), None, quiet, anyk)
-        elif r < 0.97:
+        elif r < 0.94:
             key = nk if rng.random() < 0.9 else tk
             flags = rng.sample(["v", "t", "c", "k", "O5", "MI", "MD", "M+", "M-",
                                 f"D{rng.choice([1, 7, 1000, U64])}", f"N{FAR}", f"J{rng.randrange(50)}"],
@@ -200,6 +204,18 @@ def gen_ops(rng, n):
             if quiet:
                 flags.append("q")
             yield ("meta", f"ma {key} {' '.join(flags)}".strip(), None, quiet, key)
+        elif r < 0.965:
+            bk = rng.choice(BIN_KEYS)
+            op = rng.choice(["mg", "ms", "md"])
+            if op == "mg":
+                yield ("meta", f"mg {bk} b {' '.join(rng.sample(['v', 'k', 'f', 's', 'c'], rng.randrange(0, 4)))}".strip(),
+                       None, False, bk)
+            elif op == "ms":
+                v = value()
+                yield ("meta", f"ms {bk} {len(v)} b {rng.choice(['', 'k', 'c k', 'MA', 'ME'])}".strip(), v, False, bk)
+            else:
+                extra = rng.choice(["", "k", "q"])
+                yield ("meta", f"md {bk} b {extra}".strip(), None, extra == "q", bk)
         elif r < 0.975:
             yield ("line", "mn", None, False, None)
         elif r < 0.99:
