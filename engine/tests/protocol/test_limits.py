@@ -37,9 +37,12 @@ def open_and_probe(port, n):
     return accepted, rejected
 
 
-def test_more_connections_than_c_are_refused_cleanly(start_server):
+@pytest.mark.parametrize("backend", [
+    [], pytest.param(["-o", "no_io_uring"], marks=pytest.mark.cachetd_only(reason="memcached has one backend"))],
+    ids=["default", "epoll"])
+def test_more_connections_than_c_are_refused_cleanly(start_server, backend):
     max_conns = 32
-    srv = start_server("-c", str(max_conns), "-t", "2")
+    srv = start_server("-c", str(max_conns), "-t", "2", *backend)
     with srv.conn() as c:
         assert c.store("set", "keep", "me") == b"STORED"
         assert int(c.stats()["max_connections"]) == max_conns
