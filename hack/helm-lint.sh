@@ -197,6 +197,22 @@ else
   bad "does not render: $(cat "$work/full.err")"
 fi
 
+step "another release name, an existing ClusterIssuer"
+if helm_template prod "$chart" --namespace payments --api-versions cert-manager.io/v1 \
+     --set certManager.enabled=true,certManager.issuerRef.kind=ClusterIssuer,certManager.issuerRef.name=corp-ca \
+     >"$work/prod.yaml" 2>"$work/prod.err"; then
+  ok "renders"
+  hasnt prod '^kind: Issuer$' "no chart Issuer when issuerRef is given"
+  has prod '^ +kind: ClusterIssuer$' "Certificate uses the given ClusterIssuer"
+  has prod '^ +name: corp-ca$' "issuer name"
+  has prod '^ +- prod-cachet-webhook-service\.payments\.svc$' "certificate follows the release name and namespace"
+  has prod '^  name: prod-cachet-operator$' "objects prefixed by <release>-cachet"
+  has prod '- --leader-election-id=prod-cachet-operator\.cache\.cachet\.dev$' "per-release Lease"
+  has prod '- --webhook-service-name=prod-cachet-webhook-service$' "operator told the release's Service name"
+else
+  bad "does not render: $(cat "$work/prod.err")"
+fi
+
 step "optional parts switched off"
 if render minimal --namespace ops \
      --set webhook.enabled=false,metrics.enabled=false,crds.install=false,tests.enabled=false \
@@ -304,7 +320,7 @@ KCFG
   local k="$kubectl"
   # No controller-manager runs here, so create what it would: namespaces'
   # default ServiceAccounts (Pod admission insists on them).
-  for ns in cachet-system team-a caches; do
+  for ns in cachet-system team-a caches payments; do
     "$k" create namespace "$ns" >/dev/null && "$k" -n "$ns" create serviceaccount default >/dev/null
   done
 
@@ -322,8 +338,7 @@ KCFG
 
   # Every render variant, as the API server sees it (schemas, admission, RBAC escalation checks).
   local v
-  for v in default full; do
-    local ns=cachet-system; [ "$v" = full ] && ns=team-a
+  for v in default full prod; do
     if "$k" apply --dry-run=server -f "$work/$v.yaml" >"$work/$v.dry" 2>&1; then
       ok "$v: API server accepts all $(grep -c 'server dry run' "$work/$v.dry") objects (server-side dry run)"
     else
