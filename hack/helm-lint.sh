@@ -322,6 +322,9 @@ KCFG
   # default ServiceAccounts (Pod admission insists on them).
   for ns in cachet-system team-a caches payments; do
     "$k" create namespace "$ns" >/dev/null && "$k" -n "$ns" create serviceaccount default >/dev/null
+    # The restricted Pod Security Standard: the test Pod is refused and the
+    # Deployment warned about if either asks for more.
+    "$k" label namespace "$ns" pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/warn=restricted >/dev/null
   done
 
   # Third-party CRDs the optional parts use, from their Go modules (module proxy only).
@@ -341,6 +344,11 @@ KCFG
   for v in default full prod; do
     if "$k" apply --dry-run=server -f "$work/$v.yaml" >"$work/$v.dry" 2>&1; then
       ok "$v: API server accepts all $(grep -c 'server dry run' "$work/$v.dry") objects (server-side dry run)"
+      if grep -qi 'violate PodSecurity' "$work/$v.dry"; then
+        bad "$v: pods violate the restricted Pod Security Standard:"; grep -i 'violate' "$work/$v.dry" | sed 's/^/        /'
+      else
+        ok "$v: operator and test pods pass the restricted Pod Security Standard"
+      fi
     else
       bad "$v: API server rejected the render:"; sed 's/^/        /' "$work/$v.dry"
     fi
