@@ -39,6 +39,13 @@ static size_t flags_room(const struct request *r)
     return 64 + (size_t)r->meta.nflags * 24 + r->meta.nkey_token + r->meta.nopaque;
 }
 
+static bool text_key(const char *k, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if ((unsigned char)k[i] <= ' ' || (unsigned char)k[i] >= 0x7f) return false;
+    return n > 0;
+}
+
 /* Appends " O<opaque>", " k<key>" and " b" when asked: the parts every meta
  * reply echoes, including misses. */
 static char *echo_common(char *p, const struct request *r, char f)
@@ -51,9 +58,16 @@ static char *echo_common(char *p, const struct request *r, char f)
         break;
     case 'k':
         *p++ = ' '; *p++ = 'k';
+        if (r->meta.base64 && text_key(r->key, r->nkey)) {
+            /* memcached 1.6 echoes a key that was stored as text as text,
+             * even when the request spelled it in base64 */
+            memcpy(p, r->key, r->nkey);
+            p += r->nkey;
+            break;
+        }
         memcpy(p, r->meta.key_token, r->meta.nkey_token);
         p += r->meta.nkey_token;
-        /* memcached marks a base64 key right after it */
+        /* a binary key goes back in base64, marked b right after it */
         if (r->meta.base64) { *p++ = ' '; *p++ = 'b'; }
         break;
     default: break;

@@ -235,7 +235,7 @@ static enum parse_status parse_meta_flags(const struct tok *t, int nt, struct re
                 m->mode = c;
             }
             if (!ok) return client_error(r, r->cmd == CMD_MS ? "CLIENT_ERROR invalid mode for ms M token"
-                                                             : "CLIENT_ERROR invalid mode for ma");
+                                                             : "CLIENT_ERROR invalid mode for ma M token");
             break;
         default: break;
         }
@@ -246,7 +246,8 @@ static enum parse_status parse_meta_flags(const struct tok *t, int nt, struct re
 
 static enum parse_status parse_meta(struct tok *t, int nt, struct request *r)
 {
-    if (nt < 2) return client_error(r, BAD_FORMAT);
+    /* memcached: a meta command without its key is an unknown command */
+    if (nt < 2) return r->cmd == CMD_ME ? client_error(r, BAD_FORMAT) : PARSE_ERROR;
     const struct tok *key = &t[1];
     if (key->n > (r->cmd == CMD_ME ? KEY_MAX : 255 * 4 / 3 + 4)) return client_error(r, BAD_FORMAT);
     int first_flag = 2;
@@ -259,7 +260,12 @@ static enum parse_status parse_meta(struct tok *t, int nt, struct request *r)
         r->swallow = true;
     }
     enum parse_status st = parse_meta_flags(t + first_flag, nt - first_flag, r);
-    if (st != PARSE_OK) return st;
+    if (st != PARSE_OK) {
+        /* memcached 1.6 answers every flag problem of md and ma alike */
+        if ((r->cmd == CMD_MD || r->cmd == CMD_MA) && strncmp(r->error, "CLIENT_ERROR invalid mode", 25) != 0)
+            r->error = "CLIENT_ERROR invalid or duplicate flag";
+        return st;
+    }
     r->meta.key_token = key->p;
     r->meta.nkey_token = (uint8_t)(key->n > 255 ? 255 : key->n);
     if (r->meta.base64) {
