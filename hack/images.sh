@@ -25,8 +25,9 @@ IMG=${IMG:-localhost/cachet-operator:$VERSION}
 ENGINE_IMG=${ENGINE_IMG:-localhost/cachetd:$VERSION}
 PAUSE_IMG=${PAUSE_IMG:-localhost/cachet-pause:3.10}
 TOOLBOX_IMG=${TOOLBOX_IMG:-localhost/cachet-toolbox:$VERSION}
-# CoreDNS for the local cluster's DNS, built from the Go module proxy.
-COREDNS_VERSION=${COREDNS_VERSION:-v1.15.0}
+# CoreDNS for the local cluster's DNS: a slim build (hack/tools/coredns) of the
+# release pinned in its go.mod.
+COREDNS_VERSION=$(awk '$1=="require" && $2=="github.com/coredns/coredns" {print $3}' "$root/hack/tools/coredns/go.mod")
 COREDNS_IMG=${COREDNS_IMG:-localhost/cachet-coredns:${COREDNS_VERSION#v}}
 out="$root/bin/images"
 # The local cluster's containerd (hack/local-cluster.sh); CONTAINERD_ADDRESS overrides.
@@ -79,10 +80,16 @@ stage_binaries() {
       cp "$busybox" "$ctx/busybox"
       ;;
     coredns)
-      # Cached by version under $CACHET_CACHE/tools: minutes cold, instant warm.
-      log "coredns: $COREDNS_VERSION from the Go module proxy (hack/go-tool.sh)"
-      nice "$root/hack/go-tool.sh" "$ctx/coredns" github.com/coredns/coredns "$COREDNS_VERSION" \
-        || die "coredns: build failed"
+      # Cached by version outside the clone: minutes cold, instant warm.
+      local cache="${CACHET_CACHE:-$HOME/.cache/cachet}/coredns/$COREDNS_VERSION"
+      if [ ! -x "$cache/coredns" ]; then
+        log "coredns: building $COREDNS_VERSION (kubernetes, cache, errors, health, ready, reload) from the Go module proxy"
+        mkdir -p "$cache"
+        (cd "$root/hack/tools/coredns" && CGO_ENABLED=0 nice go build -trimpath -ldflags "-s -w" -o "$cache/coredns.tmp" .) \
+          || die "coredns: build failed"
+        mv "$cache/coredns.tmp" "$cache/coredns"
+      fi
+      cp "$cache/coredns" "$ctx/coredns"
       ;;
   esac
   # A dynamically linked binary in a FROM scratch image fails only at pod start
