@@ -17,13 +17,25 @@ want=("$@"); [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 mkdir -p "$cache" "$out"
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=$version"
 for b in "${want[@]}"; do
+  # envtest, the local cluster and make up may ask for the same binary at once:
+  # one builds, the others wait for it and then find it cached.
+  exec {lock}>"$cache/.$b.lock"
+  if ! flock -n "$lock"; then
+    echo "==> waiting for another build of $b"
+    flock "$lock"
+  fi
   if [ ! -x "$cache/$b" ]; then
     echo "==> building $b $version (cold builds take minutes; cached in $cache)"
     start=$SECONDS
-    (cd "$tools" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$cache/$b.tmp" "k8s.io/kubernetes/cmd/$b")
-    mv "$cache/$b.tmp" "$cache/$b"
+    (cd "$tools" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$cache/$b.tmp.$$" "k8s.io/kubernetes/cmd/$b")
+    mv "$cache/$b.tmp.$$" "$cache/$b"
     echo "    $b built in $((SECONDS - start))s"
   fi
-  if ! cmp -s "$cache/$b" "$out/$b" 2>/dev/null; then cp "$cache/$b" "$out/$b"; fi
+  exec {lock}>&-
+  # Copy then rename: bin/k8s/kubelet may be running, and writing over a running
+  # executable fails with "Text file busy".
+  if ! cmp -s "$cache/$b" "$out/$b" 2>/dev/null; then
+    cp "$cache/$b" "$out/.$b.tmp.$$" && mv "$out/.$b.tmp.$$" "$out/$b"
+  fi
 done
 echo "$version" > "$out/VERSION"
