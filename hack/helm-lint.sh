@@ -169,6 +169,7 @@ if render full --namespace team-a \
   ok "renders"
   has full 'kind: Issuer' "self-signed Issuer"
   has full 'kind: Certificate' "Certificate"
+  hasnt full '^[[:space:]]+$' "no whitespace-only lines (clean YAML lists for cert-manager and GitOps diffs)"
   has full '^ +- cachet-webhook-service\.team-a\.svc$' "certificate names the release namespace"
   has full '^ +- cachet-webhook-service\.team-a\.svc\.example\.org$' "certificate names the cluster domain"
   hasnt full 'cluster\.local' "no hard-coded cluster.local anywhere"

@@ -94,7 +94,7 @@ from .Values.clusterDomain, so neither a namespace change nor a cluster that is
 not cluster.local breaks the TLS handshake.
 */}}
 {{- define "cachet.webhookDNSNames" -}}
-{{- $svc := include "cachet.webhookServiceName" . }}
+{{- $svc := include "cachet.webhookServiceName" . -}}
 - {{ printf "%s.%s.svc" $svc .Release.Namespace }}
 - {{ printf "%s.%s.svc.%s" $svc .Release.Namespace (trimSuffix "." .Values.clusterDomain) }}
 {{- end }}
