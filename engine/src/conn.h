@@ -84,7 +84,6 @@ struct conn {
  * relaxed atomics, summed by whoever runs `stats`. */
 struct server_stats {
     uint64_t cmd_get, cmd_set, cmd_flush, cmd_touch, cmd_meta;
-    uint64_t get_hits_proto, get_misses_proto;
     uint64_t bytes_read, bytes_written, conn_yields;
 };
 
@@ -117,7 +116,6 @@ struct worker {
     int              nbatch;
     struct prefetched pf[PREFETCH_MAX];  /* GET keys of the batch being answered */
     int              npf, pf_pos;
-    char             iobuf[256];
 };
 
 /* ---- output API used by proto_text.c and proto_meta.c ---- */

@@ -108,11 +108,9 @@ static void process_mg(struct conn *c, struct request *r)
     bool hit = conn_storage_get(c, r->key, r->nkey, &opts, want_value ? copy_at : NULL,
                                 want_value ? COPY_MAX : 0, &v);
     if (!hit) {
-        STAT_INC(w, get_misses_proto);
         if (!r->meta.quiet) meta_simple(c, r, "EN");
         return;
     }
-    STAT_INC(w, get_hits_proto);
     char *p = base;
     if (want_value) {
         memcpy(p, "VA ", 3); p += 3;

@@ -45,17 +45,12 @@ static void reply(struct conn *c, const struct request *r, const char *s)
 static void emit_value(struct conn *c, const char *key, uint32_t nkey,
                        const struct get_opts *opts, bool with_cas)
 {
-    struct worker *w = c->w;
     size_t hdr_max = nkey + 64;
     out_reserve(c, hdr_max + COPY_MAX + 2);
     char *base = c->out.buf + c->out.len;
     char *copy_at = base + hdr_max;
     struct item_view v;
-    if (!conn_storage_get(c, key, nkey, opts, copy_at, COPY_MAX, &v)) {
-        STAT_INC(w, get_misses_proto);
-        return;
-    }
-    STAT_INC(w, get_hits_proto);
+    if (!conn_storage_get(c, key, nkey, opts, copy_at, COPY_MAX, &v)) return;
     char *p = base;
     memcpy(p, "VALUE ", 6); p += 6;
     memcpy(p, key, nkey); p += nkey;
