@@ -65,16 +65,21 @@ const (
 	// TerminationGracePeriodSeconds covers preStop plus cachetd's drain.
 	TerminationGracePeriodSeconds = 30
 
-	// Memory overhead budget of one pod on top of spec.memory; see
-	// docs/operator.md for where each figure comes from.
-	PerConnectionBytes = 32 << 10 // read and write buffers of one connection
+	// Memory overhead budget of one pod on top of spec.memory, from how
+	// cachetd allocates (engine/src/net.c, assoc.c, slabs.c); see
+	// docs/operator.md for the formula and what it does not cover.
+	PerConnectionBytes = 32 << 10 // a resting connection: 16 KiB read buffer + 16 KiB output buffer
 	PerThreadBytes     = 2 << 20  // a worker's stack, event loop and per-thread caches
-	BaseBytes          = 16 << 20 // binary, libc, clock/cleaner/expander threads, slab page rounding
-	HashBucketBytes    = 8        // one pointer per hash bucket
-	SmallestItemBytes  = 96       // item header plus the default 48-byte minimum chunk
-	HashLoadFactor     = 1.5      // the table doubles when items exceed 1.5 x buckets
-	DefaultHashPower   = 16
-
+	// OutputBurstBytes per worker: one client per worker may pipeline without
+	// reading until cachetd stops parsing it (OUT_HIGH_WATER, 4 MiB of unsent
+	// output) with its read buffer grown to the longest line (68 KiB).
+	OutputBurstBytes = 4<<20 + 68<<10
+	BaseBytes        = 16 << 20 // binary, libc, clock/cleaner/expander/mover threads, slab page rounding
+	HashBucketBytes  = 4        // a bucket is a 32-bit item handle
+	ItemFixedBytes   = 38       // item header 24 + CAS 8 + reference 4 + CRLF 2
+	HashLoadFactor   = 1.5      // the table doubles when items exceed 1.5 x buckets
+	DefaultHashPower = 16
+	MaxHashPower     = 30 // cachetd's ceiling
 	// Engine defaults written out explicitly so status.engineArgs is complete.
 	DefaultMaxConnections = 1024
 	DefaultMaxItemSize    = 1 << 20
@@ -201,29 +206,44 @@ func ConfigHash(argsFile string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
+// SmallestItemBytes is the engine's smallest slab chunk: the first explicit
+// chunk size, or the fixed part of an item plus minChunk, 8-byte aligned.
+func SmallestItemBytes(c *cachev1alpha1.Cache) int64 {
+	if len(c.Spec.Engine.ChunkSizes) > 0 {
+		return (int64(c.Spec.Engine.ChunkSizes[0]) + 7) &^ 7
+	}
+	n := int64(DefaultMinChunk)
+	if c.Spec.Engine.MinChunk != nil {
+		n = int64(*c.Spec.Engine.MinChunk)
+	}
+	return (ItemFixedBytes + n + 7) &^ 7
+}
+
 // HashTableBytes bounds the hash table of one pod: enough buckets for the
-// most items the item memory can hold (every item the smallest size) at the
-// engine's load factor, rounded up to a power of two, plus the old half-size
-// table that lives on while the table is being expanded.
+// most items the item memory can hold (every item the smallest chunk) at the
+// engine's load factor, rounded up to a power of two (at most the engine's
+// ceiling), plus the old half-size table that lives on while the table is
+// being expanded.
 func HashTableBytes(c *cachev1alpha1.Cache) int64 {
-	maxItems := c.Spec.Memory.Value() / SmallestItemBytes
+	maxItems := c.Spec.Memory.Value() / SmallestItemBytes(c)
 	buckets := int64(float64(maxItems)/HashLoadFactor) + 1
 	power := int64(bits.Len64(uint64(buckets - 1)))
 	initial := int64(DefaultHashPower)
 	if c.Spec.Engine.HashPower != nil {
 		initial = int64(*c.Spec.Engine.HashPower)
 	}
-	power = max(power, initial)
+	power = min(max(power, initial), MaxHashPower)
 	table := (int64(1) << power) * HashBucketBytes
 	return table + table/2
 }
 
-// MemoryLimitBytes is the pod's memory limit: item memory plus connection
-// buffers, worker threads, the hash table and a fixed base, rounded up to MiB.
+// MemoryLimitBytes is the pod's memory limit: item memory plus resting
+// connection buffers, worker threads with one output burst each, the hash
+// table and a fixed base, rounded up to MiB.
 func MemoryLimitBytes(c *cachev1alpha1.Cache) int64 {
 	total := c.Spec.Memory.Value() +
 		int64(MaxConnections(c))*PerConnectionBytes +
-		int64(Threads(c))*PerThreadBytes +
+		int64(Threads(c))*(PerThreadBytes+OutputBurstBytes) +
 		HashTableBytes(c) +
 		BaseBytes
 	const mib = 1 << 20

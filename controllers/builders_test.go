@@ -98,27 +98,40 @@ func TestArgsFileAndHash(t *testing.T) {
 }
 
 func TestMemoryLimitFormula(t *testing.T) {
-	// 64Mi item memory: 699050 smallest items / 1.5 -> 2^19 buckets of 8 bytes
-	// = 4Mi, plus half of it while expanding = 6Mi; 1024 connections x 32Ki =
-	// 32Mi; 2 threads x 2Mi = 4Mi; base 16Mi. Total 64+6+32+4+16 = 122Mi.
-	if got, want := MemoryLimitBytes(newCache()), int64(122<<20); got != want {
+	// 64Mi item memory, smallest chunk 38+48 -> 88 bytes: 762600 items / 1.5
+	// -> 2^19 buckets of 4 bytes = 2Mi, plus half of it while expanding = 3Mi;
+	// 1024 connections x 32Ki = 32Mi; 2 threads x (2Mi + 4Mi+68Ki) = 12.13Mi;
+	// base 16Mi. Total 64+3+32+12.13+16 = 127.13 -> 128Mi.
+	if got, want := MemoryLimitBytes(newCache()), int64(128<<20); got != want {
 		t.Fatalf("memory limit = %dMi, want %dMi", got>>20, want>>20)
+	}
+	if got := SmallestItemBytes(newCache()); got != 88 {
+		t.Fatalf("smallest item %d, want 88", got)
 	}
 	// The docs/operator.md table.
 	for _, tc := range []struct {
 		mem     string
 		cpu     int32
 		wantMiB int64
-	}{{"64Mi", 1, 120}, {"64Mi", 2, 122}, {"1Gi", 2, 1172}} {
+	}{{"64Mi", 1, 122}, {"64Mi", 2, 128}, {"1Gi", 2, 1133}} {
 		c := newCache(func(c *cachev1alpha1.Cache) { c.Spec.Memory = resource.MustParse(tc.mem); c.Spec.CPU = ptr.To(tc.cpu) })
 		if got := MemoryLimitBytes(c) >> 20; got != tc.wantMiB {
 			t.Errorf("limit for %s/%d CPU = %dMi, want %dMi", tc.mem, tc.cpu, got, tc.wantMiB)
 		}
 	}
-	// A bigger initial hash table is budgeted as such.
+	// A bigger initial hash table is budgeted as such, up to the engine's ceiling.
 	c := newCache(func(c *cachev1alpha1.Cache) { c.Spec.Engine.HashPower = ptr.To(int32(24)) })
-	if got, want := HashTableBytes(c), int64(3*(1<<26)); got != want { // 2^24 buckets x 8 bytes x 1.5
+	if got, want := HashTableBytes(c), int64(3*(1<<25)); got != want { // 2^24 buckets x 4 bytes x 1.5
 		t.Fatalf("hash table for hashpower 24 = %d, want %d", got, want)
+	}
+	huge := newCache(func(c *cachev1alpha1.Cache) { c.Spec.Memory = resource.MustParse("1Ti") })
+	if got, want := HashTableBytes(huge), int64(3*(1<<31)); got != want { // capped at 2^30 buckets
+		t.Fatalf("hash table for 1Ti = %d, want %d", got, want)
+	}
+	// Explicit chunk sizes set the smallest item.
+	chunks := newCache(func(c *cachev1alpha1.Cache) { c.Spec.Engine.ChunkSizes = []int32{100, 200} })
+	if got := SmallestItemBytes(chunks); got != 104 {
+		t.Fatalf("smallest item with chunkSizes = %d, want 104", got)
 	}
 }
 

@@ -48,12 +48,13 @@ type CacheSpec struct {
 	// +optional
 	Image string `json:"image,omitempty"`
 
-	// Memory is the item memory of each pod (cachetd -m), a whole number of MiB
-	// between 8Mi and 1Ti. The pod's memory limit adds the connection buffers,
-	// the hash table and a fixed base that the operator computes (see
+	// Memory is the item memory of each pod (cachetd -m), a whole number of
+	// MiB from 8Mi to 32767Mi (cachetd addresses items with 32-bit handles).
+	// The pod's memory limit adds connection buffers, worker threads, the
+	// hash table and a fixed base that the operator computes (see
 	// docs/operator.md).
 	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('8Mi')) >= 0",message="spec.memory must be at least 8Mi"
-	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('1Ti')) <= 0",message="spec.memory must be at most 1Ti"
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('32767Mi')) <= 0",message="spec.memory must be at most 32767Mi: cachetd addresses items with 32-bit handles"
 	Memory resource.Quantity `json:"memory"`
 
 	// CPU is the number of whole CPU cores of each pod. With dedicatedCPUs
@@ -113,16 +114,16 @@ type EngineSpec struct {
 	// +optional
 	MaxConnections *int32 `json:"maxConnections,omitempty"`
 
-	// MaxItemSize is the largest item accepted (-I), from 1Ki to 1Gi and at most
-	// half of spec.memory.
+	// MaxItemSize is the largest item accepted (-I), from 1Ki to 128Mi and at
+	// most half of spec.memory.
 	// +optional
 	MaxItemSize *resource.Quantity `json:"maxItemSize,omitempty"`
 
 	// HashPower is the initial hash table size as a power of two
-	// (-o hashpower). The table still grows on its own; set it to avoid
-	// growing under load when the item count is known.
+	// (-o hashpower), at most 30. The table still grows on its own; set it
+	// to avoid growing under load when the item count is known.
 	// +kubebuilder:validation:Minimum=12
-	// +kubebuilder:validation:Maximum=32
+	// +kubebuilder:validation:Maximum=30
 	// +optional
 	HashPower *int32 `json:"hashPower,omitempty"`
 
@@ -140,7 +141,8 @@ type EngineSpec struct {
 	// +optional
 	MinChunk *int32 `json:"minChunk,omitempty"`
 
-	// ChunkSizes lists explicit slab chunk sizes in bytes, ascending
+	// ChunkSizes lists explicit slab chunk sizes in bytes (item header
+	// included), ascending, each a multiple of 8 and at most maxItemSize
 	// (-o slab_sizes). It replaces growthFactor and minChunk.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=62

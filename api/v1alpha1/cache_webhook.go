@@ -138,8 +138,8 @@ func ValidateCacheSpec(c *Cache) (field.ErrorList, admission.Warnings) {
 		switch {
 		case itemMax < 1<<10:
 			errs = append(errs, field.Invalid(p, q.String(), "must be at least 1Ki"))
-		case itemMax > 1<<30:
-			errs = append(errs, field.Invalid(p, q.String(), "must be at most 1Gi"))
+		case itemMax > 128<<20:
+			errs = append(errs, field.Invalid(p, q.String(), "must be at most 128Mi, cachetd's largest item"))
 		case itemMax > mem/2:
 			errs = append(errs, field.Invalid(p, q.String(),
 				fmt.Sprintf("must be at most half of spec.memory (%s): the engine needs room for at least two items of the largest size",
@@ -163,9 +163,9 @@ func ValidateCacheSpec(c *Cache) (field.ErrorList, admission.Warnings) {
 		if size%8 != 0 {
 			errs = append(errs, field.Invalid(p, size, "must be a multiple of 8: items are 8-byte aligned"))
 		}
-		if int64(size) > itemMax/2 {
+		if int64(size) > itemMax {
 			errs = append(errs, field.Invalid(p, size,
-				fmt.Sprintf("must be at most half of spec.engine.maxItemSize (%d bytes): larger items are stored as chained chunks", itemMax/2)))
+				fmt.Sprintf("must be at most spec.engine.maxItemSize (%d bytes): no item is larger", itemMax)))
 		}
 	}
 

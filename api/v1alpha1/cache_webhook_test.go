@@ -74,20 +74,20 @@ func TestEveryRejectionNamesFieldAndRule(t *testing.T) {
 		field string
 		rule  string
 	}{
-		"memory not MiB":       {cache(func(c *Cache) { c.Spec.Memory = resource.MustParse("100M") }), "spec.memory", "whole number of MiB"},
-		"item too small":       {cache(func(c *Cache) { c.Spec.Engine.MaxItemSize = ptr.To(resource.MustParse("512")) }), "spec.engine.maxItemSize", "at least 1Ki"},
-		"item too big":         {cache(func(c *Cache) { c.Spec.Engine.MaxItemSize = ptr.To(resource.MustParse("2Gi")) }), "spec.engine.maxItemSize", "at most 1Gi"},
-		"item over half":       {cache(func(c *Cache) { c.Spec.Engine.MaxItemSize = ptr.To(resource.MustParse("33Mi")) }), "spec.engine.maxItemSize", "half of spec.memory (32Mi)"},
-		"default item vs mem":  {cache(func(c *Cache) { c.Spec.Memory = resource.MustParse("1Mi") }), "spec.memory", "twice spec.engine.maxItemSize"},
-		"factor":               {cache(func(c *Cache) { c.Spec.Engine.GrowthFactor = ptr.To("5") }), "spec.engine.growthFactor", "at most 4.0"},
-		"factor not a number":  {cache(func(c *Cache) { c.Spec.Engine.GrowthFactor = ptr.To("1.2.3") }), "spec.engine.growthFactor", "decimal number"},
-		"chunk unaligned":      {cache(func(c *Cache) { c.Spec.Engine.ChunkSizes = []int32{60} }), "spec.engine.chunkSizes[0]", "multiple of 8"},
-		"chunk over half item": {cache(func(c *Cache) { c.Spec.Engine.ChunkSizes = []int32{64, 1 << 20} }), "spec.engine.chunkSizes[1]", "half of spec.engine.maxItemSize"},
-		"reserved label":       {cache(func(c *Cache) { c.Spec.Placement.PodLabels = map[string]string{"app.kubernetes.io/name": "x"} }), "spec.placement.podLabels[app.kubernetes.io/name]", "cannot be overridden"},
-		"bad label value":      {cache(func(c *Cache) { c.Spec.Placement.PodLabels = map[string]string{"team": "has space"} }), "spec.placement.podLabels[team]", "valid label"},
-		"hash annotation":      {cache(func(c *Cache) { c.Spec.Placement.PodAnnotations = map[string]string{ConfigHashAnnotation: "1"} }), "spec.placement.podAnnotations", "roll pods"},
-		"long name":            {cache(func(c *Cache) { c.Name = strings.Repeat("a", 53) }), "metadata.name", "52"},
-		"name with dot":        {cache(func(c *Cache) { c.Name = "a.b" }), "metadata.name", "Service name"},
+		"memory not MiB":      {cache(func(c *Cache) { c.Spec.Memory = resource.MustParse("100M") }), "spec.memory", "whole number of MiB"},
+		"item too small":      {cache(func(c *Cache) { c.Spec.Engine.MaxItemSize = ptr.To(resource.MustParse("512")) }), "spec.engine.maxItemSize", "at least 1Ki"},
+		"item too big":        {cache(func(c *Cache) { c.Spec.Engine.MaxItemSize = ptr.To(resource.MustParse("2Gi")) }), "spec.engine.maxItemSize", "at most 128Mi"},
+		"item over half":      {cache(func(c *Cache) { c.Spec.Engine.MaxItemSize = ptr.To(resource.MustParse("33Mi")) }), "spec.engine.maxItemSize", "half of spec.memory (32Mi)"},
+		"default item vs mem": {cache(func(c *Cache) { c.Spec.Memory = resource.MustParse("1Mi") }), "spec.memory", "twice spec.engine.maxItemSize"},
+		"factor":              {cache(func(c *Cache) { c.Spec.Engine.GrowthFactor = ptr.To("5") }), "spec.engine.growthFactor", "at most 4.0"},
+		"factor not a number": {cache(func(c *Cache) { c.Spec.Engine.GrowthFactor = ptr.To("1.2.3") }), "spec.engine.growthFactor", "decimal number"},
+		"chunk unaligned":     {cache(func(c *Cache) { c.Spec.Engine.ChunkSizes = []int32{60} }), "spec.engine.chunkSizes[0]", "multiple of 8"},
+		"chunk over item":     {cache(func(c *Cache) { c.Spec.Engine.ChunkSizes = []int32{64, 1<<20 + 8} }), "spec.engine.chunkSizes[1]", "at most spec.engine.maxItemSize"},
+		"reserved label":      {cache(func(c *Cache) { c.Spec.Placement.PodLabels = map[string]string{"app.kubernetes.io/name": "x"} }), "spec.placement.podLabels[app.kubernetes.io/name]", "cannot be overridden"},
+		"bad label value":     {cache(func(c *Cache) { c.Spec.Placement.PodLabels = map[string]string{"team": "has space"} }), "spec.placement.podLabels[team]", "valid label"},
+		"hash annotation":     {cache(func(c *Cache) { c.Spec.Placement.PodAnnotations = map[string]string{ConfigHashAnnotation: "1"} }), "spec.placement.podAnnotations", "roll pods"},
+		"long name":           {cache(func(c *Cache) { c.Name = strings.Repeat("a", 53) }), "metadata.name", "52"},
+		"name with dot":       {cache(func(c *Cache) { c.Name = "a.b" }), "metadata.name", "Service name"},
 	}
 	for name, tc := range cases {
 		errs, _ := ValidateCacheSpec(tc.c)
