@@ -20,18 +20,26 @@ limitations under the License.
 package main
 
 import (
+	"bytes"
+	"context"
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -160,6 +168,16 @@ func main() {
 			setupLog.Error(err, "unable to set up certificate rotation")
 			os.Exit(1)
 		}
+		// Copy the certificate to disk at once, rather than waiting up to a
+		// minute and a half for the kubelet to refresh a Secret volume.
+		if err := mgr.Add(&certFileWriter{
+			reader: mgr.GetAPIReader(),
+			secret: types.NamespacedName{Namespace: namespace, Name: webhookSecret},
+			dir:    webhookCertDir,
+		}); err != nil {
+			setupLog.Error(err, "unable to set up the certificate writer")
+			os.Exit(1)
+		}
 	} else {
 		close(certsReady)
 	}
@@ -211,4 +229,74 @@ func main() {
 		setupLog.Error(err, "problem running manager")
 		os.Exit(1)
 	}
+}
+
+// certFileWriter copies the self-signed mode's Secret (filled and rotated by
+// cert-controller) into the webhook certificate directory whenever it
+// changes. With an emptyDir there, the webhook serves seconds after the
+// rotator writes the Secret; with the Secret mounted read-only instead, the
+// kubelet's volume refresh does the job and the writer stops at its first
+// refused write.
+type certFileWriter struct {
+	reader client.Reader
+	secret types.NamespacedName
+	dir    string
+}
+
+// NeedLeaderElection: every replica serves webhooks, so each needs the files.
+func (w *certFileWriter) NeedLeaderElection() bool { return false }
+
+// Start polls the Secret: every second until the first certificate is on
+// disk, then every minute (rotation happens weeks before expiry).
+func (w *certFileWriter) Start(ctx context.Context) error {
+	log := ctrl.Log.WithName("cert-files")
+	period := time.Second
+	for {
+		written, err := w.sync(ctx)
+		switch {
+		case errors.Is(err, syscall.EROFS) || errors.Is(err, os.ErrPermission):
+			log.Info("certificate directory is not writable; relying on the Secret volume", "dir", w.dir)
+			return nil
+		case err != nil:
+			log.V(1).Info("certificate not copied yet", "reason", err.Error())
+		case written:
+			log.Info("wrote the webhook certificate", "dir", w.dir)
+			period = time.Minute
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(period):
+		}
+	}
+}
+
+// sync writes tls.key, then tls.crt, when the Secret holds a certificate that
+// differs from the files. Each file is replaced by a rename, so the webhook
+// server never reads half a file.
+func (w *certFileWriter) sync(ctx context.Context) (bool, error) {
+	s := &corev1.Secret{}
+	if err := w.reader.Get(ctx, w.secret, s); err != nil {
+		return false, err
+	}
+	crt, key := s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey]
+	if len(crt) == 0 || len(key) == 0 {
+		return false, fmt.Errorf("secret %s holds no certificate yet", w.secret)
+	}
+	if old, err := os.ReadFile(filepath.Join(w.dir, corev1.TLSCertKey)); err == nil && bytes.Equal(old, crt) {
+		return false, nil
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{corev1.TLSPrivateKeyKey, key}, {corev1.TLSCertKey, crt}} {
+		tmp := filepath.Join(w.dir, "."+f.name+".tmp")
+		if err := os.WriteFile(tmp, f.data, 0o600); err != nil {
+			return false, err
+		}
+		if err := os.Rename(tmp, filepath.Join(w.dir, f.name)); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }

@@ -18,10 +18,10 @@ limitations under the License.
 // against a real kube-apiserver (envtest) and checks what a cluster relies
 // on: the rotator fills the Secret and injects its CA into both webhook
 // configurations, the webhook server starts once the certificate is on disk
-// and /readyz turns green, and the served certificate verifies for the
-// webhook Service's name with the injected CA. The test plays the kubelet by
-// copying the Secret into the certificate directory, as a secret volume
-// would. The API server itself cannot call the webhook here (Services do not
+// and only then does /readyz turn green, and the served certificate verifies for the
+// webhook Service's name with the injected CA; the operator copies the
+// certificate from the Secret to disk itself (an emptyDir in a pod), so no
+// kubelet volume refresh is awaited. The API server itself cannot call the webhook here (Services do not
 // route in envtest), so the test sends the AdmissionReviews itself.
 
 package main
@@ -210,28 +210,27 @@ func TestSelfSignedWebhookCertificates(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	poll(t, "the probe server answering", func() (bool, string) { s := readyStatus(); return s != 0, strconv.Itoa(s) })
-	if s := readyStatus(); s == http.StatusOK {
-		t.Fatal("/readyz is OK before any webhook certificate exists")
-	}
-
-	// The rotator fills the Secret; the "kubelet" copies it to disk.
+	// /readyz turns OK only once the certificate is on disk: checked at every
+	// sample, since the operator writes the files itself within seconds.
+	poll(t, "/readyz OK once the operator wrote the certificate", func() (bool, string) {
+		st := readyStatus()
+		if st == http.StatusOK {
+			if _, err := os.Stat(filepath.Join(certDir, "tls.crt")); err != nil {
+				t.Fatalf("/readyz is OK while no certificate is on disk: %v", err)
+			}
+		}
+		return st == http.StatusOK, strconv.Itoa(st)
+	})
 	secret := &corev1.Secret{}
-	poll(t, "the rotator filling the Secret", func() (bool, string) {
-		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: secretName}, secret); err != nil {
-			return false, err.Error()
-		}
-		return len(secret.Data["tls.crt"]) > 0 && len(secret.Data["tls.key"]) > 0 && len(secret.Data["ca.crt"]) > 0, fmt.Sprint(len(secret.Data))
-	})
-	for _, k := range []string{"tls.crt", "tls.key", "ca.crt"} {
-		if err := os.WriteFile(filepath.Join(certDir, k), secret.Data[k], 0o600); err != nil {
-			t.Fatal(err)
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: secretName}, secret); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"tls.crt", "tls.key"} {
+		onDisk, err := os.ReadFile(filepath.Join(certDir, k))
+		if err != nil || len(onDisk) == 0 || !bytes.Equal(onDisk, secret.Data[k]) {
+			t.Fatalf("%s on disk differs from the rotator's Secret (err %v)", k, err)
 		}
 	}
-	poll(t, "/readyz OK once the certificate is on disk", func() (bool, string) {
-		s := readyStatus()
-		return s == http.StatusOK, strconv.Itoa(s)
-	})
 
 	// Both configurations carry the CA, and it verifies the served certificate
 	// for the Service's DNS name.
