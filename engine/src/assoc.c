@@ -339,7 +339,6 @@ unsigned assoc_hashpower(void)
     return atomic_load_explicit(&state, memory_order_acquire)->cur_power;
 }
 
-bool assoc_expanding(void) { return atomic_load_explicit(&expanding, memory_order_acquire); }
 
 static bool needs_expansion(void)
 {
@@ -499,12 +498,14 @@ static void *expander_main(void *arg)
     return NULL;
 }
 
-void assoc_start_thread(void)
+int assoc_start_thread(void)
 {
     pthread_mutex_lock(&exp_lock);
     exp_stop = false;
     pthread_mutex_unlock(&exp_lock);
-    if (pthread_create(&expander, NULL, expander_main, NULL) == 0) exp_running = true;
+    int rc = pthread_create(&expander, NULL, expander_main, NULL);
+    exp_running = rc == 0;
+    return rc;
 }
 
 void assoc_stop_thread(void)

@@ -604,11 +604,13 @@ static void *cleaner_main(void *arg)
     return NULL;
 }
 
-void bags_start_thread(void)
+int bags_start_thread(void)
 {
     if (!cleaner_ctx) cleaner_ctx = storage_thread_register();
     atomic_store(&cleaner_stop, false);
-    if (pthread_create(&cleaner, NULL, cleaner_main, NULL) == 0) cleaner_running = true;
+    int rc = pthread_create(&cleaner, NULL, cleaner_main, NULL);
+    cleaner_running = rc == 0;
+    return rc;
 }
 
 void bags_stop_thread(void)

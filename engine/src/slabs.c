@@ -471,11 +471,13 @@ static void *mover_main(void *arg)
     return NULL;
 }
 
-void slabs_start_thread(void)
+int slabs_start_thread(void)
 {
     if (!mover_ctx) mover_ctx = storage_thread_register();
     atomic_store(&mover_stop, false);
-    if (pthread_create(&mover, NULL, mover_main, NULL) == 0) mover_running = true;
+    int rc = pthread_create(&mover, NULL, mover_main, NULL);
+    mover_running = rc == 0;
+    return rc;
 }
 
 void slabs_stop_thread(void)

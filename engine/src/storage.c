@@ -22,6 +22,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 struct storage_config g_cfg;
@@ -127,10 +128,12 @@ static void *clock_main(void *arg)
     return NULL;
 }
 
-void clock_start(void)
+int clock_start(void)
 {
     atomic_store(&clock_stop_flag, false);
-    if (pthread_create(&clock_thread, NULL, clock_main, NULL) == 0) clock_running = true;
+    int rc = pthread_create(&clock_thread, NULL, clock_main, NULL);
+    clock_running = rc == 0;
+    return rc;
 }
 
 void clock_stop(void)
@@ -207,14 +210,23 @@ int storage_init(const struct storage_config *cfg)
     return 0;
 }
 
-void storage_start_threads(void)
+int storage_start_threads(void)
 {
-    if (threads_started) return;
+    if (threads_started) return 0;
     threads_started = true;
-    clock_start();
-    assoc_start_thread();
-    bags_start_thread();
-    slabs_start_thread();
+    /* Without any one of these the cache silently degrades (a frozen clock
+     * never expires items, no expander means ever-longer chains, no cleaner
+     * means no eviction), so a failure to start one is fatal to the caller. */
+    int rc = clock_start();
+    if (rc == 0) rc = assoc_start_thread();
+    if (rc == 0) rc = bags_start_thread();
+    if (rc == 0) rc = slabs_start_thread();
+    if (rc != 0) {
+        fprintf(stderr, "cachetd: cannot start storage threads: %s\n", strerror(rc));
+        storage_stop_threads();
+        return -1;
+    }
+    return 0;
 }
 
 void storage_stop_threads(void)

@@ -5,8 +5,9 @@
  * Why the boundary sits here: the protocol layer (proto_text.c, proto_meta.c)
  * must never know how items are laid out or locked. Every read or write of an
  * item goes through these calls, so the storage side is free to keep GETs
- * lock-free (seqlock-validated copy-out, refcount only for values sent
- * zero-copy), stripe its write locks, and reclaim memory safely.
+ * lock-free (copy-out inside a short epoch read section, a refcount only
+ * for values sent zero-copy), stripe its write locks, and reclaim memory
+ * safely.
  *
  * Threading contract:
  *  - every worker thread calls storage_thread_register() once and passes the
@@ -65,7 +66,7 @@ enum store_mode {
 
 /* ---- lifecycle ---- */
 int  storage_init(const struct storage_config *cfg);  /* 0 or -1 with errno-style message on stderr */
-void storage_start_threads(void);                      /* clock, cleaner, hash expander, slab mover */
+int  storage_start_threads(void);                     /* clock, cleaner, hash expander, slab mover; 0 or -1 */
 void storage_stop_threads(void);
 storage_thread *storage_thread_register(void);
 void storage_quiescent(storage_thread *t);             /* optional, see above */

@@ -136,7 +136,7 @@ extern _Atomic uint32_t g_oldest_live;     /* flush_all: items with time <= this
 extern _Atomic uint32_t g_flush_pending;   /* cleaner should cut bags at g_oldest_live */
 
 static inline rel_time_t now_time(void) { return atomic_load_explicit(&g_current_time, memory_order_relaxed); }
-void clock_start(void);
+int clock_start(void);   /* 0 or pthread_create's error */
 void clock_stop(void);
 /* Tests move time forward instead of sleeping. */
 void storage_test_advance_clock(uint32_t seconds);
@@ -173,12 +173,11 @@ void assoc_replace_locked(item *old_it, item *new_it, uint32_t hv);
 void assoc_unlink_locked(item *it, uint32_t hv);
 void assoc_prefetch_bucket(uint32_t hv);
 void assoc_prefetch_item(uint32_t hv);
-void assoc_start_thread(void);
+int assoc_start_thread(void);   /* 0 or pthread_create's error */
 void assoc_stop_thread(void);
 void assoc_stats(stat_writer w, void *ctx);
 uint64_t assoc_item_count(void);
 unsigned assoc_hashpower(void);
-bool assoc_expanding(void);
 /* Tests: block until the current expansion (if any) finished. */
 void assoc_wait_expansion(void);
 
@@ -206,7 +205,7 @@ void slabs_free_chunk(item *it);
 static inline uint32_t item_handle(const item *it) { return (uint32_t)(((const char *)it - g_region) >> 3) + 1; }
 static inline item *handle_item(uint32_t h) { return (item *)(g_region + ((size_t)(h - 1) << 3)); }
 void slabs_mark_starving(int clsid);
-void slabs_start_thread(void);
+int slabs_start_thread(void);   /* 0 or pthread_create's error */
 void slabs_stop_thread(void);
 void slabs_stats(stat_writer w, void *ctx);
 size_t slabs_total_malloced(void);
@@ -229,7 +228,7 @@ void bags_bump(item *it, int clsid);             /* same without marking it fetc
 int  bags_evict(storage_thread *t, int clsid);
 /* Evicts every linked item whose chunk lies in [lo, hi) (slab mover). */
 void bags_purge_range(storage_thread *t, int clsid, const char *lo, const char *hi);
-void bags_start_thread(void);
+int bags_start_thread(void);   /* 0 or pthread_create's error */
 void bags_stop_thread(void);
 bool bags_clean_once(storage_thread *t);         /* one cleaner pass (tests) */
 void bags_stats_items(stat_writer w, void *ctx);

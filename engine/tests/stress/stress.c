@@ -268,7 +268,7 @@ int main(int argc, char **argv)
     if (storage_init(&cfg) != 0) return 2;
     /* readers stall now and then inside the read section (items.c) */
     atomic_store(&g_test_reader_stall, 1);
-    storage_start_threads();
+    if (storage_start_threads() != 0) return 2;
     printf("stress: %d threads, %d s / %ld ops per thread, %d keys, -m %d MB, hashpower %d\n",
            opt_threads, opt_seconds, opt_ops, opt_keys, opt_mem_mb, opt_hashpower);
     fflush(stdout);

@@ -26,7 +26,7 @@ static inline void setup(size_t mem_mb, int hashpower, bool threads)
     if (storage_init(&cfg) != 0) { fprintf(stderr, "storage_init failed\n"); exit(2); }
     if (!T) T = storage_thread_register();
     slabs_set_mover_ctx(T);
-    if (threads) storage_start_threads();
+    if (threads && storage_start_threads() != 0) { fprintf(stderr, "storage_start_threads failed\n"); exit(2); }
 }
 
 static inline void setup_cfg(const struct storage_config *cfg, bool threads)
@@ -34,7 +34,7 @@ static inline void setup_cfg(const struct storage_config *cfg, bool threads)
     if (storage_init(cfg) != 0) { fprintf(stderr, "storage_init failed\n"); exit(2); }
     if (!T) T = storage_thread_register();
     slabs_set_mover_ctx(T);
-    if (threads) storage_start_threads();
+    if (threads && storage_start_threads() != 0) { fprintf(stderr, "storage_start_threads failed\n"); exit(2); }
 }
 
 static inline void teardown(void) { storage_test_shutdown(); }
