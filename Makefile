@@ -179,8 +179,13 @@ down: ## Undo 'make up'.
 deps: ## Install the Debian packages the build and tests need (idempotent).
 	hack/install-deps.sh
 
+.PHONY: verify-generated
+verify-generated: manifests generate ## Fail when committed generated files (CRDs, RBAC, webhooks, DeepCopy, chart copies) are stale.
+	@git diff --exit-code --stat -- api config charts docs/api-reference.md || \
+	  { echo "generated files differ from the committed ones: run 'make manifests generate' and commit them"; exit 1; }
+
 .PHONY: check
-check: deps test-engine test helm-lint test-e2e ## Run every test, e2e included (CI runs this).
+check: deps verify-generated test-engine test helm-lint test-e2e ## Run every test, e2e included (CI runs this).
 
 ##@ Dependencies
 
