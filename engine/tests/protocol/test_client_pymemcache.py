@@ -14,7 +14,6 @@ import pytest
 from pymemcache.client.base import Client
 from pymemcache.exceptions import MemcacheClientError, MemcacheServerError
 
-from conftest import IS_MEMCACHED
 
 U64_MAX = (1 << 64) - 1
 ONE_MB = 1024 * 1024
@@ -483,10 +482,6 @@ def test_250_byte_key(mc):
 
 
 # ---- helpers -------------------------------------------------------------------------------------
-def server_conn(mc):
-    return mc_raw(mc)
-
-
 class mc_raw:
     """A raw connection to the same server as a pymemcache client."""
 
@@ -541,7 +536,7 @@ def test_empty_and_binary_values(mc, key):
     every_byte = bytes(range(256)) * 4
     assert mc.set(key + "-bin", every_byte)
     assert mc.get(key + "-bin") == every_byte
-    with server_conn(mc) as c:
+    with mc_raw(mc) as c:
         assert c.store("set", key + "-raw", b"") == b"STORED"
         assert c.values(f"get {key}-raw") == {key + "-raw": (0, b"", None)}
 

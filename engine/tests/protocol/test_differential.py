@@ -228,7 +228,7 @@ def gen_ops(rng, n):
                 (f"delete {tk} 5", None), (f"get {'k' * 251}", None), (f"mg {'k' * 251} v", None),
                 (f"ms {tk} abc", None), (f"ms {tk} 2 MZ", b"zz"), (f"ma {nk} Dabc", None),
                 (f"set {tk} 0 0 1", b"toolong"), (f"cas {tk} 0 0 1 abc", b"x"), ("verbosity", None),
-                (f"flush_all abc", None), (f"incr {nk} 18446744073709551616", None)])
+                ("flush_all abc", None), (f"incr {nk} 18446744073709551616", None)])
             yield ("drain", bad[0], bad[1], True, None)
         else:
             yield ("line", f"flush_all{nr}", None, noreply, None)

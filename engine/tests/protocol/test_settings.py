@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import CACHETD, IS_MEMCACHED, cpulist_to_set
+from conftest import CACHETD, cpulist_to_set
 
 
 def settings_of(srv):
