@@ -169,3 +169,21 @@ def test_reads_during_append_and_incr_are_never_torn(server, key):
         assert int(check.get(ctr)) == 1600
     finally:
         check.close()
+
+
+def test_noreply_flood_then_one_reply(server, key):
+    """5000 noreply writes in one burst: nothing answers until the version, and all landed."""
+    keys = [f"{key}-{i}" for i in range(5000)]
+    burst = b"".join(f"set {k} {i} 0 {len(k)} noreply\r\n{k}\r\n".encode() for i, k in enumerate(keys))
+    burst += b"".join(f"incr {k} 1 noreply\r\n".encode() for k in keys[:10])  # non-numeric: errors may be sent
+    with server.conn(timeout=30) as c:
+        c.send(burst + b"version\r\n")
+        while True:
+            line = c.line()
+            if line.startswith(b"VERSION "):
+                break
+            assert line == b"CLIENT_ERROR cannot increment or decrement non-numeric value", line
+        for start in range(0, len(keys), 500):
+            got = c.values("get " + " ".join(keys[start:start + 500]))
+            assert len(got) == 500 and all(got[k][:2] == (start + j, k.encode())
+                                           for j, k in enumerate(keys[start:start + 500]))
