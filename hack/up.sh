@@ -120,7 +120,9 @@ say "helm (make helm)"
 nice make --no-print-directory helm
 
 say "helm upgrade --install $release charts/cachet -n $system_ns"
-"$helm" upgrade --install "$release" charts/cachet -n "$system_ns" --create-namespace --wait --timeout 5m
+# tests.cache.*: `helm test` connects to the sample Cache this script applies.
+"$helm" upgrade --install "$release" charts/cachet -n "$system_ns" --create-namespace --wait --timeout 5m \
+  --set tests.cache.name="$(sed -n 's/^  name: *//p' "$sample" | head -n1)" --set tests.cache.namespace="$cache_ns"
 
 say "waiting for the operator's webhook to answer"
 probe="apiVersion: cache.cachet.dev/v1alpha1
@@ -175,6 +177,11 @@ echo "    > get greeting"
 memcache "get greeting\r\n"
 echo "    > stats settings (worker pinning)"
 memcache "stats settings\r\n" | grep -E "worker_cpus|num_threads|maxconns|maxbytes" || true
+
+kill $pf 2>/dev/null || true
+
+say "helm test $release -n $system_ns (cachet-probe connects to the Cache from inside the cluster)"
+"$helm" test "$release" -n "$system_ns" --timeout 3m
 
 cat <<EOF
 
