@@ -455,6 +455,9 @@ $([ "$CLUSTER_DNS" = 1 ] && echo "clusterDNS: [$DNS_IP]")
 resolvConf: /etc/resolv.conf
 maxPods: 110
 serializeImagePulls: false
+# Secret and ConfigMap volumes follow their objects on each pod sync; 10 s rather
+# than a minute lets a webhook's self-managed certificate reach its pod promptly.
+syncFrequency: 10s
 EOF
 }
 
