@@ -100,8 +100,8 @@ if render default --namespace cachet-system; then
            Pod/cachet-test-cache-connection; do
     if grep -qx "$k" "$work/default.kinds"; then ok "default: renders $k"; else bad "default: missing $k"; fi
   done
-  for k in Certificate Issuer ServiceMonitor; do
-    if grep -q "^$k/" "$work/default.kinds"; then bad "default: renders $k"; else ok "default: no $k (cert-manager and ServiceMonitor are opt-in)"; fi
+  for k in Certificate Issuer ServiceMonitor PodDisruptionBudget; do
+    if grep -q "^$k/" "$work/default.kinds"; then bad "default: renders $k"; else ok "default: no $k (opt-in, or pointless with one replica)"; fi
   done
   # Operator pod hardening, checked on the Deployment alone.
   render deployment --namespace cachet-system --show-only templates/manager/deployment.yaml
@@ -181,6 +181,7 @@ if render full --namespace team-a \
   has full 'kind: ServiceMonitor' "ServiceMonitor when its API exists"
   has full '^ +release: prom$' "ServiceMonitor extra labels"
   has full '^  replicas: 2$' "operator replicas"
+  has full '^kind: PodDisruptionBudget$' "PDB keeps a webhook replica through drains when replicas > 1"
   has full '- --zap-log-level=debug$' "log level"
   has full 'cpu: 50m' "resources override"
   has full 'memory: 512Mi' "resources override"
