@@ -35,6 +35,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -81,6 +82,20 @@ func getCache(t *testing.T, ns, name string) *cachev1alpha1.Cache {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// updateCache changes a Cache the way kubectl edit does: read, change,
+// write, and start over when the operator's status update got in between.
+func updateCache(ns, name string, mutate func(*cachev1alpha1.Cache)) (*cachev1alpha1.Cache, error) {
+	c := &cachev1alpha1.Cache{}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8sClient.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, c); err != nil {
+			return err
+		}
+		mutate(c)
+		return k8sClient.Update(context.Background(), c)
+	})
+	return c, err
 }
 
 func controlledBy(obj client.Object, c *cachev1alpha1.Cache) bool {
@@ -241,10 +256,11 @@ func TestSpecChangeRollsTheConfigHash(t *testing.T) {
 	oldHash := sts.Spec.Template.Annotations[ConfigHashAnnotation]
 	oldLimit := sts.Spec.Template.Spec.Containers[0].Resources.Limits.Memory().DeepCopy()
 
-	c := getCache(t, ns, "roll")
-	c.Spec.Memory = resource.MustParse("128Mi")
-	c.Spec.Engine.MaxConnections = ptr.To(int32(2048))
-	if err := k8sClient.Update(ctx, c); err != nil {
+	c, err := updateCache(ns, "roll", func(c *cachev1alpha1.Cache) {
+		c.Spec.Memory = resource.MustParse("128Mi")
+		c.Spec.Engine.MaxConnections = ptr.To(int32(2048))
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	wantArgs := ArgsFile(EngineArgs(c))
@@ -270,9 +286,7 @@ func TestSpecChangeRollsTheConfigHash(t *testing.T) {
 	}
 
 	// OnDelete is honoured on the live object too.
-	c = getCache(t, ns, "roll")
-	c.Spec.UpdateStrategy.Type = cachev1alpha1.OnDeleteStrategy
-	if err := k8sClient.Update(ctx, c); err != nil {
+	if _, err := updateCache(ns, "roll", func(c *cachev1alpha1.Cache) { c.Spec.UpdateStrategy.Type = cachev1alpha1.OnDeleteStrategy }); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "OnDelete strategy", func() (bool, string) {
@@ -300,8 +314,14 @@ func TestScaleSubresource(t *testing.T) {
 	if scale.Spec.Replicas != 1 || scale.Status.Selector != c.Status.Selector {
 		t.Fatalf("scale = %+v, selector want %q", scale, c.Status.Selector)
 	}
-	scale.Spec.Replicas = 3
-	if err := k8sClient.SubResource("scale").Update(ctx, c, client.WithSubResourceBody(scale)); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error { // as kubectl scale does
+		if err := k8sClient.SubResource("scale").Get(ctx, c, scale); err != nil {
+			return err
+		}
+		scale.Spec.Replicas = 3
+		return k8sClient.SubResource("scale").Update(ctx, c, client.WithSubResourceBody(scale))
+	})
+	if err != nil {
 		t.Fatalf("scaling through the subresource: %v", err)
 	}
 	if got := getCache(t, ns, "scaled").Spec.DesiredReplicas(); got != 3 {
@@ -323,13 +343,16 @@ func TestScaleSubresource(t *testing.T) {
 // setSTSStatus plays the StatefulSet controller.
 func setSTSStatus(t *testing.T, ns, name string, s appsv1.StatefulSetStatus) {
 	t.Helper()
-	sts := &appsv1.StatefulSet{}
-	if err := k8sClient.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, sts); err != nil {
-		t.Fatal(err)
-	}
-	s.ObservedGeneration = sts.Generation
-	sts.Status = s
-	if err := k8sClient.Status().Update(context.Background(), sts); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sts := &appsv1.StatefulSet{}
+		if err := k8sClient.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, sts); err != nil {
+			return err
+		}
+		s.ObservedGeneration = sts.Generation
+		sts.Status = s
+		return k8sClient.Status().Update(context.Background(), sts)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }
@@ -446,9 +469,7 @@ func TestStatusFollowsTheStatefulSetAndPods(t *testing.T) {
 
 	// A spec change makes the old StatefulSet status stale: not Ready until the
 	// StatefulSet controller has caught up.
-	c := getCache(t, ns, "st")
-	c.Spec.Memory = resource.MustParse("96Mi")
-	if err := k8sClient.Update(ctx, c); err != nil {
+	if _, err := updateCache(ns, "st", func(c *cachev1alpha1.Cache) { c.Spec.Memory = resource.MustParse("96Mi") }); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "Progressing after a spec change", func() (bool, string) {
@@ -501,9 +522,7 @@ func TestSpecTheAPIServerRefusesIsReported(t *testing.T) {
 			strings.Contains(d.Message, "toleration") && condOf(c, "Ready").Status == metav1.ConditionFalse, fmt.Sprintf("%+v", d)
 	})
 	// Fixing the spec recovers without any other nudge.
-	c := getCache(t, ns, "badtol")
-	c.Spec.Placement.Tolerations[0].Operator = corev1.TolerationOpEqual
-	if err := k8sClient.Update(ctx, c); err != nil {
+	if _, err := updateCache(ns, "badtol", func(c *cachev1alpha1.Cache) { c.Spec.Placement.Tolerations[0].Operator = corev1.TolerationOpEqual }); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "StatefulSet created after the fix", func() (bool, string) {
@@ -526,11 +545,19 @@ func TestImmutableStatefulSetChangeIsReplaced(t *testing.T) {
 		err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "imm"}, sts)
 		return err == nil, fmt.Sprint(err)
 	})
-	changed := StatefulSet(c, testEngineImage)
-	changed.Spec.ServiceName = "another"
-	changed.ResourceVersion = sts.ResourceVersion
-	changed.UID = sts.UID
-	err := k8sClient.Update(ctx, changed, client.DryRunAll)
+	// dryRunUpdate asks the API server to judge a change to the live
+	// StatefulSet, reading it afresh when the operator wrote in between.
+	dryRunUpdate := func(mutate func(*appsv1.StatefulSet)) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur := &appsv1.StatefulSet{}
+			if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "imm"}, cur); err != nil {
+				return err
+			}
+			mutate(cur)
+			return k8sClient.Update(ctx, cur, client.DryRunAll)
+		})
+	}
+	err := dryRunUpdate(func(s *appsv1.StatefulSet) { s.Spec.ServiceName = "another" })
 	if !isImmutableStatefulSetChange(err) {
 		t.Fatalf("the API server's refusal was not recognised: %v", err)
 	}
@@ -578,11 +605,11 @@ func TestImmutableStatefulSetChangeIsReplaced(t *testing.T) {
 		return cur.Spec.ServiceName == "imm-headless" && *cur.Spec.Replicas == 1, cur.Spec.ServiceName
 	})
 
-	tol := StatefulSet(c, testEngineImage)
-	tol.Spec.Template.Spec.Tolerations = []corev1.Toleration{{Key: "k", Operator: "Sometimes"}}
-	tol.ResourceVersion = sts.ResourceVersion
-	if err := k8sClient.Update(ctx, tol, client.DryRunAll); err == nil || isImmutableStatefulSetChange(err) {
-		t.Fatalf("an invalid pod template must not pass for an immutable-field change: %v", err)
+	err = dryRunUpdate(func(s *appsv1.StatefulSet) {
+		s.Spec.Template.Spec.Tolerations = []corev1.Toleration{{Key: "k", Operator: "Sometimes"}}
+	})
+	if !apierrors.IsInvalid(err) || isImmutableStatefulSetChange(err) {
+		t.Fatalf("an invalid pod template must be Invalid but not an immutable-field change: %v", err)
 	}
 }
 
@@ -651,9 +678,7 @@ func TestAdmissionRejectsInvalidCaches(t *testing.T) {
 
 	t.Run("update-is-validated-too", func(t *testing.T) {
 		createCache(t, ns, "upd")
-		c := getCache(t, ns, "upd")
-		c.Spec.Memory = resource.MustParse("1000000k")
-		err := k8sClient.Update(context.Background(), c)
+		_, err := updateCache(ns, "upd", func(c *cachev1alpha1.Cache) { c.Spec.Memory = resource.MustParse("1000000k") })
 		if err == nil || !strings.Contains(err.Error(), "whole number of MiB") {
 			t.Fatalf("err = %v", err)
 		}
