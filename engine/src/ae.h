@@ -3,8 +3,8 @@
  *
  * Why our own and not libevent: cachetd's workers each run one loop on one
  * pinned CPU; all they need is "call this function when this fd is readable
- * or writable", a hook before sleeping (where output is flushed and storage
- * is told the thread is quiescent) and a wake-up. Fifty lines of epoll
+ * or writable", a hook before sleeping (where batched I/O runs and
+ * connections that yielded continue) and a wake-up. Fifty lines of epoll
  * give exactly that with no allocation per event, and the loop can be read
  * in one sitting.
  */

@@ -13,9 +13,11 @@
  *  - out: reply bytes, contiguous. A GET copies small values straight into
  *    it (storage_get's copy-out), so the common hit needs no reference count.
  *    Large values are "ref" segments pointing into item memory (zero copy);
- *    their views are released once sent, or copied out if the client is
- *    slow, so a worker never holds a view across loop iterations and can
- *    always report itself quiescent to storage.
+ *    their views are released once sent. If the client is slow, the unsent
+ *    rest is copied out and the view released at once: a referenced item's
+ *    chunk cannot be reused or evicted, so a stalled reader would otherwise
+ *    pin cache memory for as long as it stalls. The copy is connection
+ *    buffer memory instead, counted against -o conn_buffer_limit.
  */
 #ifndef CACHET_CONN_H
 #define CACHET_CONN_H
@@ -78,6 +80,10 @@ struct conn {
     char             addr[64];
     volatile int     stat_state;
     volatile uint32_t last_cmd_time;
+    /* connection buffer memory above the resting size, as last added to
+     * conn_buffer_bytes (see -o conn_buffer_limit) */
+    size_t           accounted;
+    size_t           owned_bytes;   /* ref values copied out for a slow client */
 };
 
 /* Per-worker protocol counters: written only by the owning thread with
@@ -124,6 +130,10 @@ void  out_add(struct conn *c, const char *s, size_t n);
 void  out_str(struct conn *c, const char *s);     /* s + "\r\n" */
 void  out_ref(struct conn *c, const struct item_view *v);  /* value sent in place */
 void  out_printf(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Finishes a value reply whose header runs from the end of out.buf to p:
+ * a copied-out value (it sits behind the header's reserved room) slides up
+ * against the header, a referenced one becomes a zero-copy segment. */
+void  out_value(struct conn *c, char *p, const struct item_view *v);
 
 /* storage_get, using the hash computed when the batch was prefetched. */
 bool  conn_storage_get(struct conn *c, const char *key, uint32_t nkey, const struct get_opts *opts,
@@ -136,6 +146,7 @@ extern int             num_workers;
 extern volatile uint32_t curr_conns_global;
 extern uint64_t total_conns_global, rejected_conns_global;
 extern time_t   server_started;
+extern size_t   conn_buffer_bytes;   /* sum of every connection's accounted bytes */
 
 void server_stats_reset(void);
 void server_stats_general(void (*w)(void *, const char *, const char *, ...), void *ctx);

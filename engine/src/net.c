@@ -58,6 +58,7 @@ int              num_workers;
 volatile uint32_t curr_conns_global;
 uint64_t         total_conns_global, rejected_conns_global;
 time_t           server_started;
+size_t           conn_buffer_bytes;
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static volatile int shutting_down;
@@ -139,6 +140,37 @@ static size_t out_pending(const struct conn *c)
     return total - o->sent;
 }
 
+/* Connection buffer memory beyond the resting RBUF_INITIAL + OUT_INITIAL,
+ * kept in conn_buffer_bytes so -o conn_buffer_limit can bound the total
+ * that clients can make the server hold (the operator budgets pod memory
+ * with it). */
+static size_t conn_excess(const struct conn *c)
+{
+    size_t ex = c->owned_bytes;
+    /* values sent in place count too: if the client stalls they are copied */
+    for (int i = 0; i < c->out.nsegs; i++)
+        if (c->out.segs[i].view.ref) ex += c->out.segs[i].len;
+    if (c->out.cap > OUT_INITIAL) ex += c->out.cap - OUT_INITIAL;
+    if (c->rsize > RBUF_INITIAL) ex += c->rsize - RBUF_INITIAL;
+    return ex;
+}
+
+static void conn_account(struct conn *c)
+{
+    size_t ex = conn_excess(c);
+    if (ex == c->accounted) return;
+    if (ex > c->accounted) __atomic_add_fetch(&conn_buffer_bytes, ex - c->accounted, __ATOMIC_RELAXED);
+    else __atomic_sub_fetch(&conn_buffer_bytes, c->accounted - ex, __ATOMIC_RELAXED);
+    c->accounted = ex;
+}
+
+static bool over_buffer_limit(struct conn *c)
+{
+    if (!settings.conn_buffer_limit) return false;
+    conn_account(c);
+    return __atomic_load_n(&conn_buffer_bytes, __ATOMIC_RELAXED) > settings.conn_buffer_limit;
+}
+
 static void out_reset(struct conn *c)
 {
     struct outbuf *o = &c->out;
@@ -149,6 +181,13 @@ static void out_reset(struct conn *c)
     }
     o->nsegs = 0;
     o->len = o->seg_start = o->sent = 0;
+    c->owned_bytes = 0;
+    /* over the connection buffer limit: give back everything above resting */
+    if (o->cap > OUT_INITIAL && over_buffer_limit(c)) {
+        free(o->buf);
+        o->buf = NULL;
+        o->cap = 0;
+    }
     /* A burst (a multi-get of large values) can grow the buffer a lot; give
      * that back. Ordinary pipelined batches reach ~150 KB and keep theirs,
      * so they do not pay a malloc and regrowth on every batch. */
@@ -159,8 +198,10 @@ static void out_reset(struct conn *c)
     }
 }
 
-/* A slow client must not keep item views alive across loop iterations
- * (storage needs every worker quiescent now and then): copy what is left. */
+/* The kernel buffer is full: copy the unsent part of referenced values and
+ * release the views now, so a stalled client pins heap memory (bounded by
+ * the high-water mark and conn_buffer_limit) rather than cache chunks that
+ * could then be neither reused nor evicted. */
 static void out_detach_refs(struct conn *c)
 {
     struct outbuf *o = &c->out;
@@ -170,6 +211,7 @@ static void out_detach_refs(struct conn *c)
         char *copy = malloc(s->len ? s->len : 1);
         if (!copy) { perror("cachetd: out of memory"); abort(); }
         memcpy(copy, s->ptr, s->len);
+        c->owned_bytes += s->len;
         item_view_release(c->w->st, &s->view);
         s->view.ref = NULL;
         s->ptr = copy;
@@ -260,6 +302,7 @@ void conn_close(struct conn *c)
     free(c->out.segs);
     free(c->rbuf);
     free(c->pending_line);
+    if (c->accounted) __atomic_sub_fetch(&conn_buffer_bytes, c->accounted, __ATOMIC_RELAXED);
     free(c);
     __atomic_sub_fetch(&curr_conns_global, 1, __ATOMIC_RELAXED);
 }
@@ -368,7 +411,12 @@ static void process_input(struct conn *c)
                 break;
             }
         }
-        if (out_pending(c) > OUT_HIGH_WATER || handled >= settings.reqs_per_event) {
+        /* back-pressure: a client that does not read (per connection), all
+         * clients together holding too much buffer memory (conn_buffer_limit:
+         * only connections with unsent output wait, so others still progress),
+         * and fairness between connections (-R) */
+        if (out_pending(c) > OUT_HIGH_WATER || handled >= settings.reqs_per_event ||
+            (out_pending(c) > 0 && over_buffer_limit(c))) {
             conn_set_yielded(c);
             break;
         }
@@ -428,6 +476,7 @@ static bool conn_after_work(struct conn *c)
 {
     int rc = out_flush(c);
     if (rc < 0) { conn_close(c); return false; }
+    conn_account(c);
     struct ae_loop *l = c->w->loop;
     if (rc == 1) {
         if (!c->write_blocked) {
@@ -824,7 +873,7 @@ static int worker_before_sleep(struct ae_loop *l, void *data)
         }
         c = next;
     }
-    storage_quiescent(w->st);
+    storage_quiescent(w->st);   /* a no-op today: storage scopes its read sections itself */
     if (shutting_down && !w->conns) l->stop = 1;
     return w->pending ? 0 : 100;
 }
@@ -997,6 +1046,7 @@ void server_stats_general(void (*w)(void *, const char *, const char *, ...), vo
     w(ctx, "accepting_conns", "%d", shutting_down ? 0 : 1);
     w(ctx, "threads", "%d", num_workers);
     w(ctx, "conn_yields", "%llu", (unsigned long long)SUM(conn_yields));
+    w(ctx, "conn_buffer_bytes", "%zu", __atomic_load_n(&conn_buffer_bytes, __ATOMIC_RELAXED));
 }
 
 void server_stats_settings(void (*w)(void *, const char *, const char *, ...), void *ctx)
@@ -1026,6 +1076,7 @@ void server_stats_settings(void (*w)(void *, const char *, const char *, ...), v
     w(ctx, "reqs_per_event", "%d", settings.reqs_per_event);
     w(ctx, "worker_cpus", "%s", n ? cpus : "none");
     w(ctx, "io_uring", "%s", settings.io_uring != IO_URING_OFF ? "yes" : "no");
+    w(ctx, "conn_buffer_limit", "%zu", settings.conn_buffer_limit);
 }
 
 static const char *state_name(const struct conn *c)

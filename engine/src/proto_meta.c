@@ -141,16 +141,7 @@ static void process_mg(struct conn *c, struct request *r)
         c->out.len += (size_t)(p - base);
         return;
     }
-    if (!v.ref) {
-        memmove(p, v.value, v.nbytes);
-        p += v.nbytes;
-        *p++ = '\r'; *p++ = '\n';
-        c->out.len += (size_t)(p - base);
-    } else {
-        c->out.len += (size_t)(p - base);
-        out_ref(c, &v);
-        out_add(c, "\r\n", 2);
-    }
+    out_value(c, p, &v);
 }
 
 /* ms after its data block arrived (it == NULL: the block was malformed). */

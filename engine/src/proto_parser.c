@@ -179,8 +179,10 @@ struct meta_spec { const char *plain; const char *with_token; };
 static const struct meta_spec meta_specs[] = {
     [CMD_MG] = { "bcfhklqstuv", "ENORT" },
     [CMD_MS] = { "bcIkqs", "CEFMNOST" },
-    [CMD_MD] = { "bIkq", "CEOT" },
-    [CMD_MA] = { "bcktqv", "CDEJMNOT" },
+    /* E on md/ma is newer than memcached 1.6.18 and storage.h has no field
+     * for it: refused like 1.6.18 does, rather than accepted and ignored */
+    [CMD_MD] = { "bIkq", "COT" },
+    [CMD_MA] = { "bcktqv", "CDJMNOT" },
     [CMD_ME] = { "b", "" },
 };
 

@@ -60,14 +60,20 @@ static void emit_value(struct conn *c, const char *key, uint32_t nkey,
     p = u64_to_str(p, v.nbytes);
     if (with_cas) { *p++ = ' '; p = u64_to_str(p, v.cas); }
     *p++ = '\r'; *p++ = '\n';
-    if (!v.ref) {
-        memmove(p, v.value, v.nbytes);
-        p += v.nbytes;
+    out_value(c, p, &v);
+}
+
+void out_value(struct conn *c, char *p, const struct item_view *v)
+{
+    char *base = c->out.buf + c->out.len;
+    if (!v->ref) {
+        memmove(p, v->value, v->nbytes);
+        p += v->nbytes;
         *p++ = '\r'; *p++ = '\n';
         c->out.len += (size_t)(p - base);
     } else {
         c->out.len += (size_t)(p - base);
-        out_ref(c, &v);
+        out_ref(c, v);
         out_add(c, "\r\n", 2);
     }
 }

@@ -43,7 +43,9 @@ void settings_usage(FILE *out)
         "  -o, --extended=OPTS     comma separated: slab_sizes=A-B-C, hashpower=N,\n"
         "                          cpus=LIST (e.g. 0-3,6; 'none' = no pinning),\n"
         "                          io_uring (require io_uring batching; default: use it if the\n"
-        "                          kernel allows), no_io_uring (plain epoll read/send)\n"
+        "                          kernel allows), no_io_uring (plain epoll read/send),\n"
+        "                          conn_buffer_limit=SIZE (cap on connection buffer memory\n"
+        "                          above 32 KiB per connection, all connections together)\n"
         "      --args-file=PATH    read more arguments from PATH first (whitespace separated,\n"
         "                          '#' starts a comment line); the command line wins\n");
 }
@@ -176,6 +178,11 @@ static int parse_extended(struct settings *s, const char *arg, bool *cpus_given,
             s->io_uring = IO_URING_REQUIRED;
         } else if (!strcmp(opt, "no_io_uring") && !val) {
             s->io_uring = IO_URING_OFF;
+        } else if (!strcmp(opt, "conn_buffer_limit") && val) {
+            if (!parse_size(val, &s->conn_buffer_limit)) {
+                fprintf(err, "cachetd: -o conn_buffer_limit needs a size in bytes (k/m/g suffix allowed)\n");
+                return EX_USAGE_CODE;
+            }
         } else if (!strcmp(opt, "modern") || !strcmp(opt, "no_modern")) {
             /* memcached compatibility: accepted, our defaults are "modern". */
         } else {

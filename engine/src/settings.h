@@ -50,6 +50,8 @@ struct settings {
     int      backlog;              /* -b */
     int      reqs_per_event;       /* -R: requests per read batch before yielding */
     int      io_uring;             /* IO_URING_OFF / _AUTO (default) / _REQUIRED; see uring.h */
+    size_t   conn_buffer_limit;    /* -o conn_buffer_limit: bytes of connection buffers above
+                                      their resting 32 KiB, summed over all connections; 0 = none */
 };
 
 /* Fills s from defaults, then the args file (if --args-file is given), then

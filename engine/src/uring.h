@@ -33,7 +33,6 @@ unsigned uring_capacity(const struct uring *u);
 
 /* Queue operations; they run at the next uring_submit_and_wait(). */
 void uring_prep_recv(struct uring *u, int fd, void *buf, size_t len, uint64_t user_data);
-void uring_prep_sendmsg(struct uring *u, int fd, const struct msghdr *mh, uint64_t user_data);
 void uring_prep_send(struct uring *u, int fd, const void *buf, size_t len, uint64_t user_data);
 
 /* Submits what is queued and waits until that many completions exist.
