@@ -77,7 +77,15 @@ start() {
   exe=$(readlink -f "$(command -v "$1")")
   mkdir -p "$PIDS" "$LOGS"
   printf '\n==== %s starting at %s\n' "$name" "$(date -u +%FT%TZ)" >>"$LOGS/$name.log"
-  setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
+  # Daemons must not inherit the caller's descriptors: a caller holding a lock
+  # (hack/e2e.sh flocks /tmp/cachet-cluster.lock) would otherwise keep it held
+  # for as long as the cluster runs.
+  (
+    for fd in $(ls "/proc/$BASHPID/fd"); do
+      [ "$fd" -gt 2 ] && eval "exec $fd>&-"
+    done 2>/dev/null
+    exec setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null
+  ) &
   pid=$!
   echo "$pid $exe" >"$PIDS/$name.pid"
   sleep 0.2
@@ -161,6 +169,18 @@ setup_network() {
   # between two pods on the same bridge must pass iptables to be DNATed.
   set_sysctl net.ipv4.ip_forward 1
   set_sysctl net.bridge.bridge-nf-call-iptables 1
+  setup_egress_guard
+}
+
+# Pods may talk to the node and to each other, never beyond the machine: any
+# packet from the pod network forwarded to an interface other than the pod bridge
+# is rejected. This enforces the project's network rule in the cluster itself.
+setup_egress_guard() {
+  iptables -N CACHET-EGRESS 2>/dev/null || true
+  iptables -F CACHET-EGRESS
+  iptables -A CACHET-EGRESS -o "$POD_BRIDGE" -j RETURN
+  iptables -A CACHET-EGRESS -s "$POD_CIDR" -j REJECT --reject-with icmp-net-prohibited
+  iptables -C FORWARD -j CACHET-EGRESS 2>/dev/null || iptables -I FORWARD 1 -j CACHET-EGRESS
 }
 
 # ---- certificates --------------------------------------------------------------
@@ -587,21 +607,22 @@ remove_leftover_containers() {
   for id in $("${c[@]}" containers ls -q 2>/dev/null); do "${c[@]}" containers delete "$id" >/dev/null 2>&1 || true; done
 }
 
-# Removes iptables rules and chains made by kube-proxy, the kubelet and the CNI
-# portmap plugin (KUBE-*, CNI-*); nothing else on the host uses those prefixes.
+# Removes iptables rules and chains made by kube-proxy, the kubelet, the CNI
+# portmap plugin and us (KUBE-*, CNI-*, CACHET-*); nothing else on the host uses
+# those prefixes.
 cleanup_iptables() {
   local ipt table chain
   for ipt in iptables ip6tables; do
     command -v "$ipt" >/dev/null || continue
     for table in filter nat mangle; do
-      { "$ipt" -t "$table" -S 2>/dev/null || true; } | { grep -E '^-A [A-Z]+ .*-j (KUBE|CNI)-' || true; } | while read -r line; do
+      { "$ipt" -t "$table" -S 2>/dev/null || true; } | { grep -E '^-A [A-Z]+ .*-j (KUBE|CNI|CACHET)-' || true; } | while read -r line; do
         # shellcheck disable=SC2086
         "$ipt" -t "$table" ${line/-A /-D } 2>/dev/null || true
       done
-      for chain in $("$ipt" -t "$table" -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^(KUBE|CNI)-/ {print $2}'); do
+      for chain in $("$ipt" -t "$table" -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^(KUBE|CNI|CACHET)-/ {print $2}'); do
         "$ipt" -t "$table" -F "$chain" 2>/dev/null || true
       done
-      for chain in $("$ipt" -t "$table" -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^(KUBE|CNI)-/ {print $2}'); do
+      for chain in $("$ipt" -t "$table" -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^(KUBE|CNI|CACHET)-/ {print $2}'); do
         "$ipt" -t "$table" -X "$chain" 2>/dev/null || true
       done
     done

@@ -8,7 +8,8 @@
 #   3. kube-proxy routes a ClusterIP Service to that pod, and the kubernetes
 #      Service (10.96.0.1) reaches the apiserver, from another pod;
 #   4. cluster DNS resolves a Service name (when CoreDNS is deployed);
-#   5. kubectl logs, exec and port-forward (to 127.0.0.1) work.
+#   5. kubectl logs, exec and port-forward (to 127.0.0.1) work;
+#   6. pods cannot send traffic out of the pod network (the egress guard).
 # Run: hack/local-cluster.sh test (after `up`). Exits non-zero on any failure.
 # All traffic goes to 127.0.0.1 or to the cluster's own pod/service addresses.
 set -euo pipefail
@@ -31,6 +32,9 @@ check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; f
 
 cleanup() {
   [ -n "${pf_pid:-}" ] && kill "$pf_pid" 2>/dev/null || true
+  [ -n "${outside_pid:-}" ] && kill "$outside_pid" 2>/dev/null || true
+  ip link del cachet-smk0 2>/dev/null || true
+  ip netns del cachet-smoke-out 2>/dev/null || true
   [ "${SMOKE_KEEP:-0}" = 1 ] || k delete namespace "$ns" --ignore-not-found --wait=false >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -146,6 +150,26 @@ check "Service $svc_ip:80 -> pod via kube-proxy (got '$body')" [ "$body" = hello
 k8s_svc=$(k -n "$ns" exec client -- sh -c 'nc -w 5 $KUBERNETES_SERVICE_HOST $KUBERNETES_SERVICE_PORT </dev/null && echo connected' 2>&1 || true)
 check "kubernetes Service (\$KUBERNETES_SERVICE_HOST) reachable from a pod (got '$k8s_svc')" [ "$k8s_svc" = connected ]
 
+# The egress guard: a listener outside the cluster (in a network namespace made
+# here, reached over a veth, so still our own address) answers the host but
+# must be unreachable from a pod.
+ip netns del cachet-smoke-out 2>/dev/null || true
+ip link del cachet-smk0 2>/dev/null || true
+ip netns add cachet-smoke-out
+ip link add cachet-smk0 type veth peer name cachet-smk1
+ip link set cachet-smk1 netns cachet-smoke-out
+ip addr add 10.250.9.1/30 dev cachet-smk0 && ip link set cachet-smk0 up
+ip -n cachet-smoke-out addr add 10.250.9.2/30 dev cachet-smk1
+ip -n cachet-smoke-out link set cachet-smk1 up
+ip netns exec cachet-smoke-out timeout 60 busybox nc -ll -p 8080 -e echo outside >/dev/null 2>&1 &
+outside_pid=$!
+sleep 0.5
+from_host=$(busybox nc -w 3 10.250.9.2 8080 </dev/null 2>&1 || true)
+from_pod=$(k -n "$ns" exec client -- sh -c 'nc -w 3 10.250.9.2 8080 </dev/null && echo connected' 2>&1 || true)
+check "egress guard: the outside listener answers the host (got '$from_host')" [ "$from_host" = outside ]
+check "egress guard: a pod cannot leave the pod network (got '$from_pod')" sh -c "! echo '$from_pod' | grep -q -e outside -e connected"
+kill "$outside_pid" 2>/dev/null || true
+
 if [ "$(k -n kube-system get deployment coredns -o jsonpath='{.status.availableReplicas}' 2>/dev/null)" = 1 ]; then
   resolved=$(k -n "$ns" exec client -- nslookup "$svc.$ns.svc.cluster.local" 2>&1 || true)
   check "DNS: $svc.$ns.svc.cluster.local -> $svc_ip" sh -c "echo '$resolved' | grep -q 'Address: *$svc_ip'"
@@ -157,7 +181,8 @@ fi
 
 check "kubectl logs" sh -c "'$kubectl' -n '$ns' logs exclusive | grep -qx smoke-started"
 
-k -n "$ns" port-forward --address 127.0.0.1 pod/exclusive "$forward_port:8080" >/tmp/cachet-smoke-pf.log 2>&1 &
+# The binary itself in the background (not the k function), so $! is its PID.
+"$kubectl" -n "$ns" port-forward --address 127.0.0.1 pod/exclusive "$forward_port:8080" >/tmp/cachet-smoke-pf.log 2>&1 &
 pf_pid=$!
 got=""
 for _ in $(seq 1 20); do
