@@ -1,6 +1,6 @@
 /*
  * storage_internal.h - what the storage files (items.c, assoc.c, slabs.c,
- * bags.c, epoch.c, clock.c) share with each other and with the unit tests,
+ * bags.c, epoch.c) share with each other and with the unit tests,
  * and nothing the protocol layer should see.
  *
  * Why the item header looks like this (24 bytes, then optional fields):
@@ -129,7 +129,7 @@ struct storage_thread {
 #define STAT_INC(t, f) atomic_store_explicit(&(t)->st.f, atomic_load_explicit(&(t)->st.f, memory_order_relaxed) + 1, memory_order_relaxed)
 #define CLS_INC(t, c, f) atomic_store_explicit(&(t)->cls[c].f, atomic_load_explicit(&(t)->cls[c].f, memory_order_relaxed) + 1, memory_order_relaxed)
 
-/* ---- global settings and clock (storage.c, clock.c) ---- */
+/* ---- global settings and clock (storage.c) ---- */
 extern struct storage_config g_cfg;
 extern _Atomic uint32_t g_current_time;
 extern _Atomic uint32_t g_oldest_live;     /* flush_all: items with time <= this are gone once now >= it */
