@@ -95,7 +95,9 @@ finish() {
   if [ $rc -ne 0 ]; then dump_cluster; fi
   if [ "$started_cluster" = 1 ] && [ "${E2E_KEEP_CLUSTER:-0}" != 1 ]; then
     echo "==> [e2e] taking down the local cluster this run brought up (E2E_KEEP_CLUSTER=1 keeps it)"
+    down_start=$SECONDS
     hack/local-cluster.sh down || true
+    printf '%-34s %5ds\n' "local cluster down" $((SECONDS - down_start)) >> "$timings"
   fi
   echo "==> [e2e] stage timings (seconds):"
   cat "$timings"
