@@ -27,6 +27,7 @@ ENGINE_IMG=${ENGINE_IMG:-localhost/cachetd:0.1.0}
 mkdir -p "$artifacts"
 timings="$artifacts/script-timings.txt"
 : > "$timings"
+rm -f "$artifacts/timings.txt"
 
 # One e2e run per cluster at a time: two suites (or a suite and a developer's
 # smoke test) would each see the other's Caches and operator.
