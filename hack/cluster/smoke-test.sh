@@ -29,6 +29,7 @@ k() { "$kubectl" "$@"; }
 pass() { printf '  PASS %s\n' "$*"; }
 fail() { printf '  FAIL %s\n' "$*"; failures=$((failures + 1)); }
 check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
+not() { ! "$@"; }
 
 cleanup() {
   [ -n "${pf_pid:-}" ] && kill "$pf_pid" 2>/dev/null || true
@@ -100,8 +101,8 @@ check "exclusive pod is Guaranteed" [ "$(k -n "$ns" get pod exclusive -o jsonpat
 cpuset=$(k -n "$ns" exec exclusive -- cat /sys/fs/cgroup/cpuset/cpuset.cpus | tr -d '[:space:]')
 shared=$(k -n "$ns" exec client -- cat /sys/fs/cgroup/cpuset/cpuset.cpus | tr -d '[:space:]')
 echo "    exclusive container cpuset=$cpuset, shared-pool container cpuset=$shared"
-check "exclusive cpuset is one CPU other than 0 (got '$cpuset')" sh -c "echo '$cpuset' | grep -Eqx '[1-9][0-9]*'"
-check "shared pool excludes the exclusive CPU (got '$shared')" sh -c "! echo '$shared' | tr ',' '\n' | grep -qx '$cpuset'"
+check "exclusive cpuset is one CPU other than 0 (got '$cpuset')" grep -Eqx '[1-9][0-9]*' <<<"$cpuset"
+check "shared pool excludes the exclusive CPU (got '$shared')" not grep -qx "$cpuset" <<<"${shared//,/$'\n'}"
 
 uid=$(k -n "$ns" get pod exclusive -o jsonpath='{.metadata.uid}')
 state_cpu=$(python3 -c '
@@ -133,7 +134,7 @@ EOF
     [ -n "$msg" ] && break
     sleep 0.5
   done
-  check "a second 1-CPU Guaranteed pod stays Pending: '$msg'" sh -c "echo '$msg' | grep -q 'Insufficient cpu'"
+  check "a second 1-CPU Guaranteed pod stays Pending: '$msg'" grep -q 'Insufficient cpu' <<<"$msg"
   k -n "$ns" delete pod no-room --wait=false >/dev/null
 fi
 
@@ -161,18 +162,20 @@ ip link set cachet-smk1 netns cachet-smoke-out
 ip addr add 10.250.9.1/30 dev cachet-smk0 && ip link set cachet-smk0 up
 ip -n cachet-smoke-out addr add 10.250.9.2/30 dev cachet-smk1
 ip -n cachet-smoke-out link set cachet-smk1 up
+# A route back to the pods, so that only the guard (not a missing route) can stop them.
+ip -n cachet-smoke-out route add 10.244.0.0/16 via 10.250.9.1
 ip netns exec cachet-smoke-out timeout 60 busybox nc -ll -p 8080 -e echo outside >/dev/null 2>&1 &
 outside_pid=$!
 sleep 0.5
 from_host=$(busybox nc -w 3 10.250.9.2 8080 </dev/null 2>&1 || true)
 from_pod=$(k -n "$ns" exec client -- sh -c 'nc -w 3 10.250.9.2 8080 </dev/null && echo connected' 2>&1 || true)
 check "egress guard: the outside listener answers the host (got '$from_host')" [ "$from_host" = outside ]
-check "egress guard: a pod cannot leave the pod network (got '$from_pod')" sh -c "! echo '$from_pod' | grep -q -e outside -e connected"
+check "egress guard: a pod cannot leave the pod network (got '${from_pod//$'\n'/ }')" not grep -q -e outside -e connected <<<"$from_pod"
 kill "$outside_pid" 2>/dev/null || true
 
 if [ "$(k -n kube-system get deployment coredns -o jsonpath='{.status.availableReplicas}' 2>/dev/null)" = 1 ]; then
   resolved=$(k -n "$ns" exec client -- nslookup "$svc.$ns.svc.cluster.local" 2>&1 || true)
-  check "DNS: $svc.$ns.svc.cluster.local -> $svc_ip" sh -c "echo '$resolved' | grep -q 'Address: *$svc_ip'"
+  check "DNS: $svc.$ns.svc.cluster.local -> $svc_ip" grep -q "Address: *$svc_ip\$" <<<"$resolved"
   short=$(http_get "$svc")
   check "DNS search path: http://$svc/ from a pod (got '$short')" [ "$short" = hello-from-exclusive ]
 else
