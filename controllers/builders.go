@@ -70,16 +70,17 @@ const (
 	// docs/operator.md for the formula and what it does not cover.
 	PerConnectionBytes = 32 << 10 // a resting connection: 16 KiB read buffer + 16 KiB output buffer
 	PerThreadBytes     = 2 << 20  // a worker's stack, event loop and per-thread caches
-	// OutputBurstBytes per worker: one client per worker may pipeline without
-	// reading until cachetd stops parsing it (OUT_HIGH_WATER, 4 MiB of unsent
-	// output) with its read buffer grown to the longest line (68 KiB).
-	OutputBurstBytes = 4<<20 + 68<<10
-	BaseBytes        = 16 << 20 // binary, libc, clock/cleaner/expander/mover threads, slab page rounding
-	HashBucketBytes  = 4        // a bucket is a 32-bit item handle
-	ItemFixedBytes   = 38       // item header 24 + CAS 8 + reference 4 + CRLF 2
-	HashLoadFactor   = 1.5      // the table doubles when items exceed 1.5 x buckets
-	DefaultHashPower = 16
-	MaxHashPower     = 30 // cachetd's ceiling
+	// ConnBufferPerThreadBytes sizes cachetd's process-wide cap on
+	// connection buffer memory above the resting 32 KiB (-o conn_buffer_limit):
+	// grown read buffers, queued and unsent replies. Over the cap, cachetd
+	// stops parsing connections with unsent output until they drain.
+	ConnBufferPerThreadBytes = 4 << 20
+	BaseBytes                = 16 << 20 // binary, libc, clock/cleaner/expander/mover threads, slab page rounding
+	HashBucketBytes          = 4        // a bucket is a 32-bit item handle
+	ItemFixedBytes           = 38       // item header 24 + CAS 8 + reference 4 + CRLF 2
+	HashLoadFactor           = 1.5      // the table doubles when items exceed 1.5 x buckets
+	DefaultHashPower         = 16
+	MaxHashPower             = 30 // cachetd's ceiling
 	// Engine defaults written out explicitly so status.engineArgs is complete.
 	DefaultMaxConnections = 1024
 	DefaultMaxItemSize    = 1 << 20
@@ -188,10 +189,14 @@ func EngineArgs(c *cachev1alpha1.Cache) []string {
 	if e.HashPower != nil {
 		opts = append(opts, "hashpower="+strconv.Itoa(int(*e.HashPower)))
 	}
-	if len(opts) > 0 {
-		args = append(args, "-o", strings.Join(opts, ","))
-	}
-	return args
+	opts = append(opts, "conn_buffer_limit="+sizeArg(ConnBufferLimitBytes(c)))
+	return append(args, "-o", strings.Join(opts, ","))
+}
+
+// ConnBufferLimitBytes is the cap on connection buffer memory the operator
+// gives cachetd and budgets in the pod's limit: 4 MiB per worker thread.
+func ConnBufferLimitBytes(c *cachev1alpha1.Cache) int64 {
+	return int64(Threads(c)) * ConnBufferPerThreadBytes
 }
 
 // ArgsFile is the content of cachetd's --args-file: one argument per line.
@@ -238,12 +243,13 @@ func HashTableBytes(c *cachev1alpha1.Cache) int64 {
 }
 
 // MemoryLimitBytes is the pod's memory limit: item memory plus resting
-// connection buffers, worker threads with one output burst each, the hash
-// table and a fixed base, rounded up to MiB.
+// connection buffers, the capped buffer memory above them, worker threads,
+// the hash table and a fixed base, rounded up to MiB.
 func MemoryLimitBytes(c *cachev1alpha1.Cache) int64 {
 	total := c.Spec.Memory.Value() +
 		int64(MaxConnections(c))*PerConnectionBytes +
-		int64(Threads(c))*(PerThreadBytes+OutputBurstBytes) +
+		ConnBufferLimitBytes(c) +
+		int64(Threads(c))*PerThreadBytes +
 		HashTableBytes(c) +
 		BaseBytes
 	const mib = 1 << 20

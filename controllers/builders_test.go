@@ -49,7 +49,7 @@ func newCache(mutate ...func(*cachev1alpha1.Cache)) *cachev1alpha1.Cache {
 
 func TestEngineArgsDefaults(t *testing.T) {
 	got := EngineArgs(newCache())
-	want := []string{"-p", "11211", "-t", "2", "-m", "64", "-c", "1024", "-I", "1m", "-f", "1.25", "-n", "48"}
+	want := []string{"-p", "11211", "-t", "2", "-m", "64", "-c", "1024", "-I", "1m", "-f", "1.25", "-n", "48", "-o", "conn_buffer_limit=8m"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("EngineArgs = %q, want %q", got, want)
 	}
@@ -67,7 +67,7 @@ func TestEngineArgsExplicit(t *testing.T) {
 		}
 	})
 	got := EngineArgs(c)
-	want := []string{"-p", "11211", "-t", "4", "-m", "1024", "-c", "4096", "-I", "512k", "-o", "slab_sizes=64-128-1024,hashpower=20"}
+	want := []string{"-p", "11211", "-t", "4", "-m", "1024", "-c", "4096", "-I", "512k", "-o", "slab_sizes=64-128-1024,hashpower=20,conn_buffer_limit=16m"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("EngineArgs = %q, want %q", got, want)
 	}
@@ -85,7 +85,7 @@ func TestThreadsFollowCPUAndNeverZero(t *testing.T) {
 
 func TestArgsFileAndHash(t *testing.T) {
 	a := ArgsFile(EngineArgs(newCache()))
-	if !strings.HasPrefix(a, "-p\n11211\n-t\n2\n") || !strings.HasSuffix(a, "\n") {
+	if !strings.HasPrefix(a, "-p\n11211\n-t\n2\n") || !strings.HasSuffix(a, "\nconn_buffer_limit=8m\n") {
 		t.Fatalf("args file is not one argument per line: %q", a)
 	}
 	b := ArgsFile(EngineArgs(newCache(func(c *cachev1alpha1.Cache) { c.Spec.Memory = resource.MustParse("128Mi") })))
@@ -100,9 +100,9 @@ func TestArgsFileAndHash(t *testing.T) {
 func TestMemoryLimitFormula(t *testing.T) {
 	// 64Mi item memory, smallest chunk 38+48 -> 88 bytes: 762600 items / 1.5
 	// -> 2^19 buckets of 4 bytes = 2Mi, plus half of it while expanding = 3Mi;
-	// 1024 connections x 32Ki = 32Mi; 2 threads x (2Mi + 4Mi+68Ki) = 12.13Mi;
-	// base 16Mi. Total 64+3+32+12.13+16 = 127.13 -> 128Mi.
-	if got, want := MemoryLimitBytes(newCache()), int64(128<<20); got != want {
+	// 1024 connections x 32Ki = 32Mi; buffer cap 2 threads x 4Mi = 8Mi;
+	// 2 threads x 2Mi = 4Mi; base 16Mi. Total 64+3+32+8+4+16 = 127Mi.
+	if got, want := MemoryLimitBytes(newCache()), int64(127<<20); got != want {
 		t.Fatalf("memory limit = %dMi, want %dMi", got>>20, want>>20)
 	}
 	if got := SmallestItemBytes(newCache()); got != 88 {
@@ -113,7 +113,7 @@ func TestMemoryLimitFormula(t *testing.T) {
 		mem     string
 		cpu     int32
 		wantMiB int64
-	}{{"64Mi", 1, 122}, {"64Mi", 2, 128}, {"1Gi", 2, 1133}} {
+	}{{"64Mi", 1, 121}, {"64Mi", 2, 127}, {"1Gi", 2, 1132}} {
 		c := newCache(func(c *cachev1alpha1.Cache) { c.Spec.Memory = resource.MustParse(tc.mem); c.Spec.CPU = ptr.To(tc.cpu) })
 		if got := MemoryLimitBytes(c) >> 20; got != tc.wantMiB {
 			t.Errorf("limit for %s/%d CPU = %dMi, want %dMi", tc.mem, tc.cpu, got, tc.wantMiB)

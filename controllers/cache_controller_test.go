@@ -142,7 +142,7 @@ func TestCreateBuildsEveryOwnedObject(t *testing.T) {
 	if err := k8sClient.Get(ctx, key("web-config"), cm); err != nil {
 		t.Fatal(err)
 	}
-	if cm.Data["args"] != "-p\n11211\n-t\n1\n-m\n64\n-c\n1024\n-I\n1m\n-f\n1.25\n-n\n48\n" {
+	if cm.Data["args"] != "-p\n11211\n-t\n1\n-m\n64\n-c\n1024\n-I\n1m\n-f\n1.25\n-n\n48\n-o\nconn_buffer_limit=4m\n" {
 		t.Errorf("args file = %q", cm.Data["args"])
 	}
 	if sts.Spec.Template.Annotations[ConfigHashAnnotation] != ConfigHash(cm.Data["args"]) {

@@ -165,7 +165,7 @@ func TestStatusCrashAndImageAndOOM(t *testing.T) {
 		words  []string
 	}{
 		"crash": {pod("web-1", false, waiting("CrashLoopBackOff", &corev1.ContainerStateTerminated{ExitCode: 2, Message: "cachetd: -I 2g exceeds -m"})), ReasonCrashLooping, []string{"exit code 2", "exceeds -m", "logs --previous"}},
-		"oom":   {pod("web-1", false, waiting("CrashLoopBackOff", &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"})), ReasonOOMKilled, []string{"memory limit of 128Mi"}},
+		"oom":   {pod("web-1", false, waiting("CrashLoopBackOff", &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"})), ReasonOOMKilled, []string{"memory limit of 127Mi"}},
 		"image": {pod("web-1", false, waiting("ErrImageNeverPull", nil)), ReasonImagePullFailed, []string{"localhost/cachetd:x", "spec.image"}},
 		"rejected": {pod("web-1", false, func(p *corev1.Pod) {
 			p.Spec.NodeName = "n1"
