@@ -616,6 +616,24 @@ func (s *suite) configRolls(t *testing.T) {
 	}
 	w.mu.Unlock()
 
+	// status.engineArgs reports the arguments in effect: the new limit is there.
+	for _, name := range []string{s.shared, s.dedicated} {
+		cache, err := s.getCache(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := cache.get("status", "engineArgs").([]any)
+		found := false
+		for i := 0; i+1 < len(raw); i++ {
+			if fmt.Sprint(raw[i]) == "-c" && fmt.Sprint(raw[i+1]) == strconv.Itoa(newMaxConns) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("cache %s status.engineArgs %s does not carry -c %d", name, cache.str("status", "engineArgs"), newMaxConns)
+		}
+	}
+
 	sts, err := c.getJSON("statefulset", s.shared, "-n", c.cacheNS)
 	if err != nil {
 		t.Fatal(err)
