@@ -51,7 +51,9 @@ int main(int argc, char **argv)
         return 71;
     }
     if (server_listen_all() != 0) return 71;  /* EX_OSERR: message already printed */
-    storage_start_threads();
+    /* a cache without its clock, cleaner, expander or mover would serve
+     * wrong TTLs and fill up: refuse to run (storage printed why) */
+    if (storage_start_threads() != 0) return 70;
     if (server_start_workers() != 0) return 71;
 
     if (settings.verbose) {

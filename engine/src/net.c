@@ -873,7 +873,6 @@ static int worker_before_sleep(struct ae_loop *l, void *data)
         }
         c = next;
     }
-    storage_quiescent(w->st);   /* a no-op today: storage scopes its read sections itself */
     if (shutting_down && !w->conns) l->stop = 1;
     return w->pending ? 0 : 100;
 }
