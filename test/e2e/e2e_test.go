@@ -280,7 +280,9 @@ func (s *suite) engineSettings(t *testing.T, podName string) map[string]string {
 
 // nodeCores reads a pod's engine container cpuset on the node, checks it
 // against the kubelet's checkpoint, and returns it along with the shared pool.
-func (s *suite) nodeCores(t *testing.T, pod obj) (cores, sharedPool cpuSet) {
+// workers maps the engine's worker threads (named cachet-w<N>) to the CPUs the
+// kernel lets each run on.
+func (s *suite) nodeCores(t *testing.T, pod obj) (cores, sharedPool cpuSet, workers map[string]cpuSet) {
 	t.Helper()
 	id, err := containerID(pod, engineContainer)
 	if err != nil {
@@ -292,8 +294,12 @@ func (s *suite) nodeCores(t *testing.T, pod obj) (cores, sharedPool cpuSet) {
 		t.Fatalf("reading the container's cgroup on the node: %v", err)
 	}
 	t.Logf("pod %s container %s: cgroup %s cpuset.cpus=%s", pod.str("metadata", "name"), engineContainer, dir, cores)
+	workers = map[string]cpuSet{}
 	for tid, set := range threads {
 		t.Logf("  thread %s may run on cpus %s", tid, set)
+		if strings.Contains(tid, "(cachet-w") {
+			workers[tid] = set
+		}
 	}
 	state, err := readCPUManagerState(s.c.kubeletDir)
 	if err != nil {
@@ -305,5 +311,5 @@ func (s *suite) nodeCores(t *testing.T, pod obj) (cores, sharedPool cpuSet) {
 	if sharedPool, err = parseCPUList(state.DefaultCPUSet); err != nil {
 		t.Fatal(err)
 	}
-	return cores, sharedPool
+	return cores, sharedPool, workers
 }

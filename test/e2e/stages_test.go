@@ -145,7 +145,21 @@ func (s *suite) dedicatedCache(t *testing.T) {
 			t.Logf("pod %s: the node is not this machine (E2E_NODE_LOCAL!=1); the cgroup check runs only on the local cluster", name)
 			continue
 		}
-		cores, sharedPool := s.nodeCores(t, pod)
+		cores, sharedPool, workerThreads := s.nodeCores(t, pod)
+		// The kernel's view of the pinning: each worker thread may run on
+		// exactly one core, and together they cover the exclusive cores.
+		pinned := cpuSet{}
+		for tid, set := range workerThreads {
+			if len(set) != 1 {
+				t.Errorf("pod %s: worker thread %s may run on %s, want exactly one core", name, tid, set)
+			}
+			for id := range set {
+				pinned[id] = true
+			}
+		}
+		if len(workerThreads) == 0 || !pinned.equal(cores) {
+			t.Errorf("pod %s: worker threads %v are pinned to %s, want one per exclusive core %s", name, workerThreads, pinned, cores)
+		}
 		if len(cores) != cpus {
 			t.Errorf("pod %s: container cpuset %s has %d cpus, want exactly spec.cpu=%d exclusive cores", name, cores, len(cores), cpus)
 		}
@@ -436,7 +450,7 @@ func (s *suite) sharedCache(t *testing.T) {
 			t.Errorf("pod %s QoS class %q, want Burstable", name, q)
 		}
 		if c.nodeLocal {
-			cores, sharedPool := s.nodeCores(t, pod)
+			cores, sharedPool, _ := s.nodeCores(t, pod)
 			if !cores.equal(sharedPool) {
 				t.Errorf("pod %s runs on cpus %s, want the kubelet's shared pool %s", name, cores, sharedPool)
 			}
@@ -659,7 +673,7 @@ func (s *suite) configRolls(t *testing.T) {
 			t.Errorf("replaced pod %s QoS %q, want Guaranteed", p.str("metadata", "name"), q)
 		}
 		if c.nodeLocal {
-			cores, _ := s.nodeCores(t, p)
+			cores, _, _ := s.nodeCores(t, p)
 			workers, _ := parseCPUList(s.engineSettings(t, p.str("metadata", "name"))["worker_cpus"])
 			if !workers.equal(cores) {
 				t.Errorf("replaced pod %s: worker_cpus=%s, exclusive cores %s", p.str("metadata", "name"), workers, cores)
