@@ -81,7 +81,8 @@ start() {
   # (hack/e2e.sh flocks /tmp/cachet-cluster.lock) would otherwise keep it held
   # for as long as the cluster runs.
   (
-    for fd in $(ls "/proc/$BASHPID/fd"); do
+    for fd in "/proc/$BASHPID/fd/"*; do
+      fd=${fd##*/}
       [ "$fd" -gt 2 ] && eval "exec $fd>&-"
     done 2>/dev/null
     exec setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null
@@ -93,11 +94,11 @@ start() {
 }
 
 stop() {
-  local name=$1 pid i
+  local name=$1 pid
   pid=$(pid_of "$name") || { rm -f "$PIDS/$name.pid"; return 0; }
   log "stopping $name (pid $pid)"
   kill -TERM "$pid" 2>/dev/null || true
-  for i in $(seq 1 100); do
+  for _ in $(seq 1 100); do
     [ -d "/proc/$pid" ] || break
     sleep 0.1
   done
@@ -662,7 +663,8 @@ kill_orphans() {
       runc --root "$runc_root" delete --force "$id" >/dev/null 2>&1 || true
     done
   fi
-  for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+  for pid in /proc/[0-9]*; do
+    pid=${pid#/proc/}
     [ "$(basename "$(readlink "/proc/$pid/exe" 2>/dev/null)")" = containerd-shim-runc-v2 ] || continue
     args=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
     case " $args " in *" -address $CONTAINERD_SOCK "*) kill -KILL "$pid" 2>/dev/null || true ;; esac
