@@ -254,7 +254,11 @@ func (s *suite) clientSetGet(t *testing.T) {
 	// with its logs, only when it fails).
 	out, err = c.helmRun(4*time.Minute, "test", c.release, "-n", c.systemNS, "--timeout", "3m")
 	if err != nil {
-		logs, _ := c.k("logs", "-n", c.systemNS, c.release+"-test-cache-connection")
+		// The chart runs the test pod in the Cache's namespace and keeps it when it fails.
+		logs, lerr := c.k("logs", "-n", c.cacheNS, c.release+"-test-cache-connection")
+		if lerr != nil {
+			logs = "(could not read them: " + lerr.Error() + ")"
+		}
 		t.Fatalf("helm test: %v\n%s\ntest pod logs:\n%s", err, out, logs)
 	}
 	t.Logf("helm test:\n%s", out)
