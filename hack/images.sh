@@ -112,6 +112,10 @@ build_one() {
     -f "$root/hack/images/$name.Containerfile" -t "$image" "$ctx" >/dev/null
   rm -f "$archive"
   buildah push --quiet "$image" "oci-archive:$archive:$image" >/dev/null
+  # The archive is what gets loaded; keeping every build in buildah's own store
+  # would only grow /var/lib/containers run after run.
+  buildah rmi --force "$image" >/dev/null 2>&1 || true
+  buildah rmi --prune >/dev/null 2>&1 || true
   echo "    $archive ($(du -h "$archive" | cut -f1), $((SECONDS - start))s)"
 }
 
