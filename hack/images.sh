@@ -100,8 +100,31 @@ stage_binaries() {
   done
 }
 
+# The instructions of a final stage that matter to whoever runs the image (what
+# lands where, user, entrypoint, ports), from the root Dockerfile's stage NAME or
+# from a Containerfile's only stage. COPY keeps only its destination.
+final_stage() {
+  awk -v stage="$2" '
+    /^FROM / { in_stage = (stage == "" || $NF == stage); next }
+    !in_stage || /^[[:space:]]*(#|$)/ { next }
+    $1 == "COPY" { print "COPY " $NF; next }
+    { print }' "$1"
+}
+
+# The Containerfiles here repeat the root Dockerfile's final stages over
+# host-built binaries; refuse to build if the two have drifted apart.
+check_in_step() {
+  local name=$1
+  case $name in operator | engine) ;; *) return 0 ;; esac
+  if ! diff <(final_stage "$root/Dockerfile" "$name") <(final_stage "$root/hack/images/$name.Containerfile" "") >/dev/null; then
+    diff <(final_stage "$root/Dockerfile" "$name") <(final_stage "$root/hack/images/$name.Containerfile" "") >&2 || true
+    die "$name: hack/images/$name.Containerfile no longer matches the root Dockerfile's '$name' stage"
+  fi
+}
+
 build_one() {
   local name=$1 image ctx archive start=$SECONDS
+  check_in_step "$name"
   image=$(image_name "$name")
   ctx="$out/context/$name"
   archive=$(archive_of "$name")
