@@ -159,24 +159,35 @@ for i in $(seq 1 60); do
   sleep 0.5
 done
 # The text protocol over bash's /dev/tcp: no client tool needed for the demo.
-memcache() { # prints the server's reply to the commands in $1, up to END/STORED/...
-  exec 3<>"/dev/tcp/127.0.0.1/$port"
+memcache() { # sends $1, prints the reply up to its last line, and leaves it in $reply
+  reply=""
+  exec 3<>"/dev/tcp/127.0.0.1/$port" || { echo "    cannot connect to 127.0.0.1:$port"; return 1; }
   printf '%b' "$1" >&3
   local line
   while IFS= read -r -t 5 line <&3; do
     line=${line%$'\r'}
     echo "    < $line"
+    reply+="$line"$'\n'
     case $line in END|STORED|NOT_STORED|ERROR*|CLIENT_ERROR*|SERVER_ERROR*) break ;; esac
   done
   exec 3>&-
 }
+demo_failed() {
+  echo "the cache did not answer as expected: $1"
+  "$kubectl" get events -n "$cache_ns" --sort-by=.lastTimestamp | tail -n 20 || true
+  exit 1
+}
 value="hello from cachet at $(date -u +%H:%M:%S)"
 echo "    > set greeting 0 0 ${#value}"
-memcache "set greeting 0 0 ${#value}\r\n$value\r\n"
+memcache "set greeting 0 0 ${#value}\r\n$value\r\n" || demo_failed "no connection for set"
+[ "$reply" = $'STORED\n' ] || demo_failed "set answered '${reply%$'\n'}', want STORED"
 echo "    > get greeting"
-memcache "get greeting\r\n"
+memcache "get greeting\r\n" || demo_failed "no connection for get"
+[ "$reply" = "VALUE greeting 0 ${#value}"$'\n'"$value"$'\n'"END"$'\n' ] || demo_failed "get did not return the value just set"
 echo "    > stats settings (worker pinning)"
-memcache "stats settings\r\n" | grep -E "worker_cpus|num_threads|maxconns|maxbytes" || true
+memcache "stats settings\r\n" >/dev/null || demo_failed "no connection for stats"
+grep -E "worker_cpus|num_threads|maxconns|maxbytes" <<<"$reply" | sed 's/^/    < /' || true
+grep -q "^STAT worker_cpus " <<<"$reply" || demo_failed "stats settings has no worker_cpus"
 
 kill $pf 2>/dev/null || true
 
