@@ -60,22 +60,6 @@ reachable() { # kubeconfig
 
 started_cluster=0
 node_local=0
-if [ -n "${KUBECONFIG:-}" ] && reachable "$KUBECONFIG"; then
-  echo "    using the cluster KUBECONFIG reaches: $KUBECONFIG"
-  if [ "$(readlink -f "$KUBECONFIG")" = "$(readlink -f "$local_kubeconfig")" ]; then node_local=1; fi
-else
-  [ -n "${KUBECONFIG:-}" ] && echo "    KUBECONFIG=$KUBECONFIG does not answer; using the local cluster"
-  if hack/local-cluster.sh status >/dev/null 2>&1; then
-    echo "    the local cluster is already running; it stays up afterwards"
-  else
-    step "local cluster up (hack/local-cluster.sh up)"
-    started_cluster=1
-    # 9>&-: the cluster's daemons must not inherit (and so hold) the run lock.
-    hack/local-cluster.sh up 9>&-
-  fi
-  export KUBECONFIG=$local_kubeconfig
-  node_local=1
-fi
 
 dump_cluster() {
   echo "==> [e2e] diagnostics"
@@ -108,6 +92,24 @@ finish() {
   exit $rc
 }
 trap finish EXIT
+
+if [ -n "${KUBECONFIG:-}" ] && reachable "$KUBECONFIG"; then
+  echo "    using the cluster KUBECONFIG reaches: $KUBECONFIG"
+  if [ "$(readlink -f "$KUBECONFIG")" = "$(readlink -f "$local_kubeconfig")" ]; then node_local=1; fi
+else
+  [ -n "${KUBECONFIG:-}" ] && echo "    KUBECONFIG=$KUBECONFIG does not answer; using the local cluster"
+  if hack/local-cluster.sh status >/dev/null 2>&1; then
+    echo "    the local cluster is already running; it stays up afterwards"
+  else
+    step "local cluster up (hack/local-cluster.sh up)"
+    started_cluster=1
+    # 9>&-: the cluster's daemons must not inherit (and so hold) the run lock.
+    hack/local-cluster.sh up 9>&-
+  fi
+  export KUBECONFIG=$local_kubeconfig
+  node_local=1
+fi
+
 
 if [ "$node_local" = 1 ]; then
   # The cluster's own smoke test (CPU pinning, Services, DNS, logs/exec/
