@@ -137,7 +137,11 @@ func (s *suite) cleanStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, other := range helmReleasesOfChart(releases, "cachet") {
+	ours, err := helmReleasesOfChart(releases, "cachet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, other := range ours {
 		if other == c.release {
 			t.Logf("a release %s is left from an earlier run; removing it first", c.release)
 			s.cleanup(t)
@@ -163,13 +167,13 @@ func (s *suite) cleanStart(t *testing.T) {
 
 // helmReleasesOfChart picks the names of releases of the given chart out of
 // `helm list -o json`, whose "chart" field reads <chart>-<version>.
-func helmReleasesOfChart(listJSON, chart string) []string {
+func helmReleasesOfChart(listJSON, chart string) ([]string, error) {
 	var releases []struct {
 		Name  string `json:"name"`
 		Chart string `json:"chart"`
 	}
 	if err := json.Unmarshal([]byte(listJSON), &releases); err != nil {
-		return []string{"(unreadable helm list output: " + err.Error() + ")"}
+		return nil, fmt.Errorf("reading `helm list -o json`: %v", err)
 	}
 	var out []string
 	for _, r := range releases {
@@ -177,7 +181,7 @@ func helmReleasesOfChart(listJSON, chart string) []string {
 			out = append(out, r.Name)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // ---------------------------------------------------------------- helpers shared by stages
