@@ -56,7 +56,9 @@ def main():
         if n.get("loadgen_mean") is not None and n.get("server_mean") is not None:
             print(f"- waiting for a CPU (other processes on the shared VM) while measuring {name}: generator "
                   f"{100 * n['loadgen_mean']:.1f}% of the time (worst step {100 * n['loadgen_max']:.0f}%), server "
-                  f"{100 * n['server_mean']:.1f}% (worst step {100 * n['server_max']:.0f}%)")
+                  f"{100 * n['server_mean']:.1f}% (worst step {100 * n['server_max']:.0f}%)"
+                  + (f"; hypervisor steal {100 * n['steal_mean']:.1f}% (worst step {100 * n['steal_max']:.0f}%)"
+                     if n.get("steal_mean") is not None else ""))
     fc, fm = s["figures"]["cachetd"], s["figures"]["memcached"]
     print()
     print("Max-throughput rounds (median is quoted): "

@@ -133,7 +133,7 @@ def main():
     # generator and each server spent runnable but waiting for a CPU.
     noise = {}
     for s in SERVERS:
-        gen, srv = [], []
+        gen, srv, steal = [], [], []
         for name in sorted(os.listdir(d)):
             if name.endswith(f"-{s}.json") or f"-{s}-" in name:
                 j = load(d, name)
@@ -142,6 +142,8 @@ def main():
                         gen.append(st["loadgen_runqueue_wait_share"])
                     if st.get("server_runqueue_wait_share") is not None:
                         srv.append(st["server_runqueue_wait_share"])
+                    if st.get("steal_share_per_cpu"):
+                        steal.append(max(st["steal_share_per_cpu"]))
         integrity = {"wrong_values": 0, "errors": 0, "w1_w2_misses": 0, "w1_w2_lookups": 0}
         for name in sorted(os.listdir(d)):
             if not name.endswith(".json") or not (name.endswith(f"-{s}.json") or f"-{s}-" in name):
@@ -156,7 +158,8 @@ def main():
                     integrity["w1_w2_lookups"] += st.get("hits", 0) + st.get("misses", 0)
         figures[s]["integrity"] = integrity
         noise[s] = {"loadgen_mean": statistics.mean(gen) if gen else None, "loadgen_max": max(gen) if gen else None,
-                    "server_mean": statistics.mean(srv) if srv else None, "server_max": max(srv) if srv else None}
+                    "server_mean": statistics.mean(srv) if srv else None, "server_max": max(srv) if srv else None,
+                    "steal_mean": statistics.mean(steal) if steal else None, "steal_max": max(steal) if steal else None}
 
     c, m = figures["cachetd"], figures["memcached"]
     targets = [
@@ -252,7 +255,9 @@ def main():
         if n["loadgen_mean"] is not None and n["server_mean"] is not None:
             print(f"waiting for a CPU while measuring {s}: generator {100 * n['loadgen_mean']:.1f}% of the time "
                   f"(worst step {100 * n['loadgen_max']:.0f}%), server {100 * n['server_mean']:.1f}% "
-                  f"(worst {100 * n['server_max']:.0f}%)")
+                  f"(worst {100 * n['server_max']:.0f}%)"
+                  + (f"; hypervisor steal {100 * n['steal_mean']:.1f}% (worst {100 * n['steal_max']:.0f}%)"
+                     if n.get("steal_mean") is not None else ""))
     print("(a benchmark, not a test: MISS never fails the build)")
     summary = {"machine": machine, "calibration": cal, "cpu_wait": noise, "cachetd_epoll": epoll, "efficiency": eff,
                "loadavg_end": load(d, "loadavg_end.json"), "targets": rows, "figures": figures}

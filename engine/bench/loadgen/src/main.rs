@@ -294,6 +294,7 @@ fn step_json(r: &StepResult) -> Value {
         "loadgen_runqueue_wait_share": r.loadgen_runq_share,
         "server_runqueue_wait_share": r.server_runq_share,
         "server_cpu_seconds": r.server_cpu_seconds,
+        "steal_share_per_cpu": r.steal_share,
         // Whole step (warm-up and drain included) over every reply received.
         "server_cpu_us_per_request": match r.server_cpu_seconds {
             Some(c) if r.sent > 0 => json!(c * 1e6 / r.sent as f64),
@@ -338,7 +339,12 @@ fn step_line(r: &StepResult) -> String {
         },
         hit,
         match (r.loadgen_runq_share, r.server_runq_share) {
-            (Some(a), Some(b)) if a > 0.05 || b > 0.05 => format!(" [waited for CPU: gen {:.0}%, server {:.0}%]", a * 100.0, b * 100.0),
+            (Some(a), Some(b)) if a > 0.05 || b > 0.05 || r.steal_share.iter().any(|&x| x > 0.02) => format!(
+                " [waited for CPU: gen {:.0}%, server {:.0}%; steal {}]",
+                a * 100.0,
+                b * 100.0,
+                r.steal_share.iter().map(|x| format!("{:.0}%", x * 100.0)).collect::<Vec<_>>().join("/")
+            ),
             (Some(a), None) if a > 0.05 => format!(" [waited for CPU: gen {:.0}%]", a * 100.0),
             _ => String::new(),
         },

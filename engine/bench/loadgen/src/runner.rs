@@ -132,6 +132,10 @@ pub struct StepResult {
     /// is the server's cost, which other processes on the machine barely
     /// change, unlike its throughput.
     pub server_cpu_seconds: Option<f64>,
+    /// Per CPU, the share of the step the hypervisor ran something else
+    /// (steal time, /proc/stat): invisible to schedstat, and on a VM a
+    /// source of millisecond stalls in the tail.
+    pub steal_share: Vec<f64>,
 }
 
 impl StepResult {
@@ -168,6 +172,15 @@ pub struct Runner {
     pub workload: Workload,
     /// The server's pid, when given, for its run-queue wait.
     pub server_pid: Option<u32>,
+}
+
+/// Steal ticks of each CPU (cpu0, cpu1, ...) from /proc/stat.
+fn steal_ticks() -> Vec<u64> {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).map_or(false, |b| b.is_ascii_digit()))
+        .map(|l| l.split_whitespace().nth(8).and_then(|v| v.parse().ok()).unwrap_or(0))
+        .collect()
 }
 
 /// Sums over a process's threads of (time on a CPU, time waiting on a run
@@ -278,7 +291,9 @@ impl Runner {
             loadgen_runq_share: None,
             server_runq_share: None,
             server_cpu_seconds: None,
+            steal_share: Vec::new(),
         };
+        let steal_start = steal_ticks();
         let cpu_start = cpu_time();
         let sched_self_start = sched_ns("self");
         let sched_server_start = self.server_pid.and_then(|p| sched_ns(&p.to_string()));
@@ -501,6 +516,15 @@ impl Runner {
         r.cpu_seconds = cpu_time() - cpu_start;
         r.wall_seconds = (self.now() - start) as f64 / 1e9;
         let wall_ns = r.wall_seconds * 1e9;
+        let steal_end = steal_ticks();
+        if steal_start.len() == steal_end.len() {
+            let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+            r.steal_share = steal_start
+                .iter()
+                .zip(&steal_end)
+                .map(|(a, b)| b.saturating_sub(*a) as f64 / ticks_per_s / r.wall_seconds.max(1e-9))
+                .collect();
+        }
         if let (Some(a), Some(b)) = (sched_self_start, sched_ns("self")) {
             r.loadgen_runq_share = Some(b.1.saturating_sub(a.1) as f64 / wall_ns);
         }
