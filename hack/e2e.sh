@@ -122,14 +122,7 @@ step "images (make images)"
 nice make --no-print-directory images IMG="$IMG" ENGINE_IMG="$ENGINE_IMG"
 if [ "$node_local" = 1 ] || [ "${E2E_LOAD_IMAGES:-0}" = 1 ]; then
   step "load images (make load-images)"
-  # Up to 3 tries: hack/images.sh's after-import check (`ctr images ls | grep -q`
-  # under pipefail) can fail on SIGPIPE although the image is there. An image
-  # that is truly missing fails all three.
-  for try in 1 2 3; do
-    make --no-print-directory load-images IMG="$IMG" ENGINE_IMG="$ENGINE_IMG" && break
-    [ "$try" = 3 ] && exit 1
-    echo "    load-images failed (try $try of 3); importing again"
-  done
+  make --no-print-directory load-images IMG="$IMG" ENGINE_IMG="$ENGINE_IMG"
 else
   echo "    not the local cluster: images are not loaded (E2E_LOAD_IMAGES=1 to load them anyway)"
 fi

@@ -50,7 +50,7 @@ image_name() {
 archive_of() { echo "$out/$1.oci.tar"; }
 
 # A program with an ELF interpreter needs a libc the scratch image lacks.
-is_static() { ! readelf -l "$1" 2>/dev/null | grep -q 'Requesting program interpreter'; }
+is_static() { local headers; headers=$(readelf -l "$1" 2>/dev/null) && ! grep -q 'Requesting program interpreter' <<<"$headers"; }
 
 # Fills the build context of one image with its static binaries.
 stage_binaries() {
@@ -149,8 +149,11 @@ load_one() {
   [ -f "$archive" ] || die "$name: $archive missing; run 'hack/images.sh build $name' (make images) first"
   log "$name: import $image into $CONTAINERD_ADDRESS"
   ctr --address "$CONTAINERD_ADDRESS" -n k8s.io images import --all-platforms "$archive" >/dev/null
-  ctr --address "$CONTAINERD_ADDRESS" -n k8s.io images ls -q | grep -qxF "$image" \
-    || die "$name: $image not listed by containerd after import"
+  # Capture the list first: with pipefail, `ctr ... | grep -q` fails whenever grep
+  # exits on its match before ctr has written everything (ctr dies of SIGPIPE).
+  local listed
+  listed=$(ctr --address "$CONTAINERD_ADDRESS" -n k8s.io images ls -q)
+  grep -qxF "$image" <<<"$listed" || die "$name: $image not listed by containerd after import"
 }
 
 cmd=${1:-build}; [ $# -gt 0 ] && shift

@@ -359,6 +359,13 @@ EOF
 EOF
 }
 
+# With pipefail, `ctr images ls | grep -q` fails whenever grep exits on its match
+# before ctr has written everything (ctr dies of SIGPIPE), so read the list first.
+containerd_has_image() {
+  local listed
+  listed=$(ctr --address "$CONTAINERD_SOCK" -n k8s.io images ls -q) || return 1
+  grep -qxF "$1" <<<"$listed"
+}
 start_containerd() {
   if ! running containerd; then
     log "starting containerd ($CONTAINERD_SOCK)"
@@ -366,11 +373,11 @@ start_containerd() {
     start containerd containerd --config "$STATE/containerd/config.toml"
     must_wait_for containerd 60 containerd ctr --address "$CONTAINERD_SOCK" version
   fi
-  if ! ctr --address "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -qxF "$PAUSE_IMG"; then
+  if ! containerd_has_image "$PAUSE_IMG"; then
     [ -f "$root/bin/images/pause.oci.tar" ] || PAUSE_IMG="$PAUSE_IMG" "$root/hack/images.sh" build pause
     log "importing the pause image"
     ctr --address "$CONTAINERD_SOCK" -n k8s.io images import "$root/bin/images/pause.oci.tar" >/dev/null
-    ctr --address "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -qxF "$PAUSE_IMG" \
+    containerd_has_image "$PAUSE_IMG" \
       || die "pause image $PAUSE_IMG not in containerd after import"
   fi
 }
@@ -524,11 +531,11 @@ setup_dns() {
   [ "$CLUSTER_DNS" = 1 ] || return 0
   local img
   img=$("$root/hack/images.sh" list | awk '$1=="coredns" {print $2}')
-  if ! ctr --address "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -qxF "$img"; then
+  if ! containerd_has_image "$img"; then
     # A previous archive is reused; load checks it holds the expected name.
     "$root/hack/images.sh" load coredns >>"$LOGS/coredns-build.log" 2>&1 || true
   fi
-  if ! ctr --address "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -qxF "$img"; then
+  if ! containerd_has_image "$img"; then
     log "cluster DNS: building and importing $img (first time: minutes)"
     if ! { "$root/hack/images.sh" build coredns && "$root/hack/images.sh" load coredns; } >>"$LOGS/coredns-build.log" 2>&1; then
       log "WARNING: CoreDNS image build failed (log: $LOGS/coredns-build.log); Service names will not resolve"

@@ -111,14 +111,7 @@ say "images (make images)"
 nice make --no-print-directory images IMG="$IMG" ENGINE_IMG="$ENGINE_IMG"
 if [ "$node_local" = 1 ]; then
   say "loading images into the local cluster (make load-images)"
-  # Up to 3 tries: hack/images.sh's after-import check (`ctr images ls | grep -q`
-  # under pipefail) can fail on SIGPIPE although the image is there. An image
-  # that is truly missing fails all three.
-  for try in 1 2 3; do
-    make --no-print-directory load-images IMG="$IMG" ENGINE_IMG="$ENGINE_IMG" && break
-    [ "$try" = 3 ] && exit 1
-    echo "    load-images failed (try $try of 3); importing again"
-  done
+  make --no-print-directory load-images IMG="$IMG" ENGINE_IMG="$ENGINE_IMG"
 else
   echo "    not the local cluster: make sure its nodes can get $IMG and $ENGINE_IMG"
 fi
