@@ -25,6 +25,12 @@ else
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# The load generator is Rust. The machine image ships rustup's toolchain; where a
+# machine has none, Debian's cargo is the only one that can be installed here.
+if ! command -v cargo >/dev/null && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
+  echo "deps: no Rust toolchain; installing Debian's cargo"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends cargo >/dev/null
+fi
 # Debian's memcached package starts a daemon on 11211 where an init system exists;
 # our tests use their own ports, so it is harmless, but stop it to keep CPUs quiet.
 if pgrep -x memcached >/dev/null && [ -f /etc/init.d/memcached ]; then
