@@ -41,11 +41,12 @@ def main():
     print("| figure | cachetd | memcached 1.6.18 | ratio | target | result |")
     print("|---|---:|---:|---:|---|---|")
     for r in s["targets"]:
-        ratio = "–" if r["ratio"] is None else f"{r['ratio']:.2f}×"
+        ratio = "–" if r["ratio"] is None else f"{r['ratio']:.3f}×"
         unit = f" {r['unit']}" if r["unit"] else ""
         note = f" ({r['note']})" if r["note"] else ""
         print(f"| {r['target']} | {fmt(r['cachetd'], r['key'])}{unit} | {fmt(r['memcached'], r['key'])}{unit} | "
               f"{ratio} | {r['goal'].replace('x', '×')} | **{r['verdict']}**{note} |")
+    print()
     for name in ("cachetd", "memcached"):
         i = s["figures"][name].get("integrity")
         if i:

@@ -205,7 +205,7 @@ def main():
     print()
     print(f"{'figure':<38} {'cachetd':>12} {'memcached':>12} {'ratio':>7}  target   result")
     for row in rows:
-        r = "-" if row["ratio"] is None else f"{row['ratio']:.2f}x"
+        r = "-" if row["ratio"] is None else f"{row['ratio']:.3f}x"
         print(f"{row['target']:<38} {fmt(row['cachetd'], row['key']):>12} {fmt(row['memcached'], row['key']):>12} "
               f"{r:>7}  {row['goal']:<8} {row['verdict']}" + (f"  ({row['note']})" if row["note"] else ""))
     print()
