@@ -7,7 +7,9 @@
 //!
 //! usage: cachet-sink PORT [VALUE_BYTES] [SECONDS] [AFTER_MS:STALL_MS]
 //! Binds 127.0.0.1 only and exits after SECONDS (default 600). The optional
-//! stall freezes the server once, AFTER_MS into its life, for STALL_MS: the
+//! stall freezes the server once, AFTER_MS after the first request it reads
+//! (not after its start, which a slow test harness could make pass before any
+//! load arrives), for STALL_MS: the
 //! load generator's tests use it to check that open-loop latency counts the
 //! requests that came due while the server was frozen.
 
@@ -37,7 +39,7 @@ fn main() {
         let (a, b) = v.split_once(':')?;
         Some((a.parse().ok()?, b.parse().ok()?))
     });
-    let started = Instant::now();
+    let mut first_request: Option<Instant> = None;
     let mut stalled = false;
     let value: Vec<u8> = (0..vlen).map(|i| b'a' + (i % 26) as u8).collect();
     let vlen_str = vlen.to_string();
@@ -55,7 +57,7 @@ fn main() {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < deadline {
         if let Some((after, ms)) = stall {
-            if !stalled && started.elapsed() >= Duration::from_millis(after) {
+            if !stalled && first_request.is_some_and(|t| t.elapsed() >= Duration::from_millis(after)) {
                 stalled = true;
                 std::thread::sleep(Duration::from_millis(ms));
             }
@@ -80,7 +82,7 @@ fn main() {
             }
             let slot = id as usize;
             let keep = match conns[slot].as_mut() {
-                Some(c) => serve(c, &value, vlen_str.as_bytes()),
+                Some(c) => serve(c, &value, vlen_str.as_bytes(), &mut first_request),
                 None => continue,
             };
             if !keep {
@@ -92,10 +94,13 @@ fn main() {
 }
 
 /// Reads what is there, answers every complete request with one write.
-fn serve(c: &mut Conn, value: &[u8], vlen: &[u8]) -> bool {
+fn serve(c: &mut Conn, value: &[u8], vlen: &[u8], first_request: &mut Option<Instant>) -> bool {
     let n = unsafe { libc::recv(c.fd, c.rbuf[c.rlen..].as_mut_ptr() as *mut _, c.rbuf.len() - c.rlen, 0) };
     if n == 0 {
         return false;
+    }
+    if n > 0 && first_request.is_none() {
+        *first_request = Some(Instant::now());
     }
     if n < 0 {
         return io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock;
