@@ -93,11 +93,6 @@ storage_thread *storage_thread_register(void)
     return t;
 }
 
-/* Read sections are scoped to each storage call (epoch.c), so a worker that
- * holds no view is already quiescent; nothing to do here. Kept so the
- * network layer does not depend on which reclamation scheme storage uses. */
-void storage_quiescent(storage_thread *t) { (void)t; }
-
 uint64_t storage_next_cas(storage_thread *t)
 {
     (void)t;

@@ -19,8 +19,6 @@
  *  - values handed out by reference (item_view.ref) are protected by their
  *    refcount until item_view_release(), not by a section, so a slow client
  *    never holds back reclamation.
- *  - storage_quiescent() is kept for the network layer's convenience and
- *    costs nothing; nothing depends on it being called.
  */
 #ifndef CACHET_STORAGE_H
 #define CACHET_STORAGE_H
@@ -69,7 +67,6 @@ int  storage_init(const struct storage_config *cfg);  /* 0 or -1 with errno-styl
 int  storage_start_threads(void);                     /* clock, cleaner, hash expander, slab mover; 0 or -1 */
 void storage_stop_threads(void);
 storage_thread *storage_thread_register(void);
-void storage_quiescent(storage_thread *t);             /* optional, see above */
 
 /* ---- time ---- */
 rel_time_t storage_now(void);
