@@ -166,6 +166,12 @@ setup_network() {
   fi
   ip addr show dev "$NODE_BRIDGE" | grep -q "inet $NODE_IP/" || ip addr add "$NODE_IP/32" dev "$NODE_BRIDGE"
   ip link set "$NODE_BRIDGE" up
+  # The host dials Services too (kube-apiserver calls webhooks by ClusterIP).
+  # kube-proxy's OUTPUT DNAT reroutes the ones it knows; one it has no rule for
+  # yet (a Service just created, kube-proxy restarting) would otherwise follow
+  # the default route off the machine. On our own empty bridge it dies here.
+  # The route goes away with the bridge on `down`.
+  ip route replace "$SERVICE_CIDR" dev "$NODE_BRIDGE"
   # Pods reach Services through the host (forwarding), and Service traffic
   # between two pods on the same bridge must pass iptables to be DNATed.
   set_sysctl net.ipv4.ip_forward 1
