@@ -172,10 +172,12 @@ def test_incr_invalid_delta(server, key):
 # ---- touch / delete ------------------------------------------------------------------
 def test_touch(mc, key):
     assert mc.touch(key, 10) is False
-    mc.set(key, b"t", expire=2)
+    # 3 s, not less: the server's clock ticks once a second, so a short TTL can
+    # lose a second, and a busy ASan run must still touch it before it expires.
+    mc.set(key, b"t", expire=3)
     assert mc.touch(key, 100) is True
-    time.sleep(3.5)
-    assert mc.get(key) == b"t", "touch must replace the 2 s TTL"
+    time.sleep(4.5)
+    assert mc.get(key) == b"t", "touch must replace the 3 s TTL"
     assert mc.touch(key, -1) is True
     assert mc.get(key) is None, "touch with a negative TTL expires the item"
 
@@ -238,17 +240,17 @@ def test_verbosity_and_quit(server):
 # ---- gat / gats (raw: pymemcache has neither) ---------------------------------------------
 def test_gat_and_gats(server, key):
     with server.conn() as c:
-        assert c.store("set", key + "-a", "A", flags=3, exptime=2) == b"STORED"
-        assert c.store("set", key + "-b", "B", exptime=2) == b"STORED"
+        assert c.store("set", key + "-a", "A", flags=3, exptime=3) == b"STORED"
+        assert c.store("set", key + "-b", "B", exptime=3) == b"STORED"
         got = c.values(f"gat 100 {key}-a {key}-b {key}-missing")
         assert got == {key + "-a": (3, b"A", None), key + "-b": (0, b"B", None)}
         got = c.values(f"gats 100 {key}-a")
         assert got[key + "-a"][:2] == (3, b"A") and got[key + "-a"][2] > 0
         gets = c.values(f"gets {key}-a")
         assert gets[key + "-a"][2] == got[key + "-a"][2], "gats must report the same CAS as gets"
-        time.sleep(3.5)
+        time.sleep(4.5)
         got = c.values(f"get {key}-a {key}-b")
-        assert set(got) == {key + "-a", key + "-b"}, "gat must replace the 2 s TTL with 100 s"
+        assert set(got) == {key + "-a", key + "-b"}, "gat must replace the 3 s TTL with 100 s"
         assert c.values(f"gat -1 {key}-a") == {key + "-a": (3, b"A", None)}
         assert c.values(f"get {key}-a") == {}, "gat with a negative TTL returns the value, then it is gone"
 
