@@ -7,7 +7,8 @@
 #
 # Machines without a daemon or registry (CI here) build the same final stages from
 # host-built static binaries with buildah: see hack/images.sh and
-# hack/images/Containerfile.prebuilt, whose final stages must stay identical.
+# hack/images/{operator,engine}.Containerfile, whose final stages must stay
+# identical to the ones below (hack/images.sh refuses to build if they differ).
 
 ARG GO_VERSION=1.26
 ARG DEBIAN_VERSION=bookworm
