@@ -300,12 +300,18 @@ func HeadlessService(c *cachev1alpha1.Cache) *corev1.Service {
 			ClusterIP:                corev1.ClusterIPNone,
 			PublishNotReadyAddresses: true,
 			Selector:                 SelectorLabels(c),
-			Ports: []corev1.ServicePort{{
-				Name: EnginePortName, Port: EnginePort, Protocol: corev1.ProtocolTCP,
-				TargetPort: intstr.FromString(EnginePortName),
-			}},
+			Ports:                    enginePorts(EnginePort),
 		},
 	}
+}
+
+// enginePorts is the one port both Services expose: PORT on the Service,
+// the engine's named container port behind it.
+func enginePorts(port int32) []corev1.ServicePort {
+	return []corev1.ServicePort{{
+		Name: EnginePortName, Port: port, Protocol: corev1.ProtocolTCP,
+		TargetPort: intstr.FromString(EnginePortName),
+	}}
 }
 
 // ClientService spreads connections over the Ready pods, for clients that do
@@ -329,10 +335,7 @@ func ClientService(c *cachev1alpha1.Cache) *corev1.Service {
 		Spec: corev1.ServiceSpec{
 			Type:     svcType,
 			Selector: SelectorLabels(c),
-			Ports: []corev1.ServicePort{{
-				Name: EnginePortName, Port: port, Protocol: corev1.ProtocolTCP,
-				TargetPort: intstr.FromString(EnginePortName),
-			}},
+			Ports:    enginePorts(port),
 		},
 	}
 }
