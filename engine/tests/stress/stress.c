@@ -7,7 +7,10 @@
  * freed memory. Every value here encodes its key, a version and its own
  * length, and its body is a pseudo-random function of (key, version), so any
  * wrong, torn or stale-chunk value is caught byte for byte. Numeric keys
- * (incr/decr) hold numbers congruent to their key id modulo 1000, and append
+ * (incr/decr) hold numbers congruent to their key id modulo 1000; every set
+ * starts them above what all the run's decrements together could take away,
+ * so decr never floors at 0 (which would legitimately lose the residue and
+ * make a correct server look wrong), and a 0 is itself a wrong value. Append
  * keys hold only repetitions of "<id>.", so a mix of two versions or two keys
  * is detectable there too. The run forces the paths that make lock-free
  * reads hard: a tiny initial table (online expansion while threads run), a
@@ -29,6 +32,9 @@ void storage_test_shutdown(void);
 
 static int opt_threads = 4, opt_seconds = 30, opt_keys = 20000, opt_mem_mb = 8, opt_hashpower = 8;
 static long opt_ops = 3000000;
+/* Largest decrement, in thousands, and the set floor derived from it (main). */
+enum { ARITH_MAX_THOUSANDS = 5 };
+static uint64_t number_floor_thousands;
 static _Atomic bool stop_flag;
 static _Atomic int phase;                 /* 0: small values, 1: large values */
 static _Atomic uint64_t wrong, gets, hits, sets, stored, oom, deletes, ariths, appends, touches, flushes, refs;
@@ -88,8 +94,7 @@ static void verify_n(const char *key, uint64_t id, const char *v, size_t n)
     if (i == 0) { report_wrong("number digits", key, v, n); return; }
     for (; i < n; i++)   /* memcached-style padding after a shrinking decr */
         if (v[i] != ' ') { report_wrong("number padding", key, v, n); return; }
-    /* decr floors at 0, the one value that does not keep the residue */
-    if (x != 0 && x % 1000 != id % 1000) report_wrong("number residue", key, v, n);
+    if (x % 1000 != id % 1000) report_wrong("number residue", key, v, n);
 }
 
 static void verify_a(const char *key, uint64_t id, const char *v, size_t n)
@@ -158,7 +163,8 @@ static void *worker_main(void *arg)
                 size_t minlen = atomic_load(&phase) == 0 ? 24 : 1200;
                 len = make_value(val, kid, ++ver, minlen + (size_t)(xs(&w->seed) % (maxlen - minlen)));
             } else if (kind <= 8) {
-                len = (size_t)snprintf(val, sizeof val, "%" PRIu64, kid + 1000 * (xs(&w->seed) % 100000));
+                len = (size_t)snprintf(val, sizeof val, "%" PRIu64,
+                                       kid + 1000 * (number_floor_thousands + xs(&w->seed) % 100000));
             } else {
                 len = (size_t)snprintf(val, sizeof val, "%" PRIu64 ".", kid);
             }
@@ -191,7 +197,8 @@ static void *worker_main(void *arg)
         } else if (op < 94) {                            /* incr/decr on numbers, append on a-keys */
             if (kind == 7 || kind == 8) {
                 uint64_t out;
-                storage_arith(t, key, (size_t)nk, (r >> 20) & 1, 1000 * (1 + (r >> 24) % 5), NULL, &out, NULL, NULL);
+                storage_arith(t, key, (size_t)nk, (r >> 20) & 1, 1000 * (1 + (r >> 24) % ARITH_MAX_THOUSANDS),
+                              NULL, &out, NULL, NULL);
                 atomic_fetch_add_explicit(&ariths, 1, memory_order_relaxed);
             } else if (kind == 9) {
                 int tl = snprintf(val, sizeof val, "%" PRIu64 ".", kid);
@@ -257,7 +264,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--hashpower")) opt_hashpower = atoi(argv[i + 1]);
         else { fprintf(stderr, "usage: stress [--threads N] [--seconds S] [--ops N] [--keys N] [--mem MB] [--hashpower P]\n"); return 64; }
     }
-    if (opt_threads < 1 || opt_threads > 64 || opt_seconds < 1 || opt_keys < 10) return 64;
+    if (opt_threads < 1 || opt_threads > 64 || opt_seconds < 1 || opt_keys < 10 || opt_ops < 1) return 64;
+    /* Even if every operation of every thread were a decrement of one key, it stays above 0. */
+    number_floor_thousands = (uint64_t)opt_ops * (uint64_t)opt_threads * ARITH_MAX_THOUSANDS + 1;
     struct storage_config cfg = {0};
     cfg.mem_limit = (size_t)opt_mem_mb << 20;
     cfg.item_size_max = 1024 * 1024;
