@@ -239,6 +239,8 @@ static void fill_view(storage_thread *t, item *it, char *copy_buf, size_t copy_c
     out->last_access = atomic_load_explicit(&it->time, memory_order_relaxed);
     out->fetched_before = (atomic_load_explicit(&it->bag, memory_order_relaxed) & ITEM_FETCHED_BIT) != 0;
     out->stale = (fl & ITEM_STALE) != 0;
+    out->slab_class = (uint8_t)slabs_clsid_of(it);
+    out->item_size = (uint32_t)item_ntotal_for(item_layout(it), it->nkey, it->nbytes);
     out->ref = NULL;
     if (!copy_buf && copy_cap == 0) {
         /* metadata only (mg without v): no copy, no reference */

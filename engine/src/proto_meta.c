@@ -266,20 +266,18 @@ static void process_ma(struct conn *c, struct request *r)
 static void process_me(struct conn *c, struct request *r)
 {
     struct get_opts opts = { .no_lru_bump = true };
-    char scratch[64];
     struct item_view v;
-    /* a copy buffer too small for most values: we only want the metadata */
-    if (!storage_get(c->w->st, r->key, r->nkey, &opts, scratch, sizeof(scratch), &v)) {
+    /* metadata only: no copy of the value and no reference to release */
+    if (!storage_get(c->w->st, r->key, r->nkey, &opts, NULL, 0, &v)) {
         out_str(c, "EN");
         return;
     }
     uint32_t now = (uint32_t)storage_now();
-    out_printf(c, "ME %.*s exp=%lld la=%u cas=%llu fetch=%s size=%u\r\n",
+    out_printf(c, "ME %.*s exp=%lld la=%u cas=%llu fetch=%s cls=%u size=%u\r\n",
                (int)r->meta.nkey_token, r->meta.key_token,
                (long long)storage_ttl_remaining(v.exptime),
                now >= v.last_access ? now - v.last_access : 0,
-               (unsigned long long)v.cas, v.fetched_before ? "yes" : "no", v.nbytes);
-    if (v.ref) item_view_release(c->w->st, &v);
+               (unsigned long long)v.cas, v.fetched_before ? "yes" : "no", (unsigned)v.slab_class, v.item_size);
 }
 
 bool proto_meta_dispatch(struct conn *c, struct request *r)

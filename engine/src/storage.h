@@ -92,6 +92,8 @@ struct item_view {
     bool        stale;         /* meta X (marked by md I / ms I) */
     bool        win;           /* meta W: this client should recache */
     bool        win_sent_before; /* meta Z */
+    uint8_t     slab_class;    /* meta me: cls= */
+    uint32_t    item_size;     /* meta me: size=, the whole item as memcached counts it */
     item       *ref;
 };
 

@@ -74,9 +74,18 @@ def test_me_hit_and_miss(c, key):
     line = c.cmd(f"me {key}").decode()
     assert line.startswith(f"ME {key} "), line
     fields = dict(tok.split("=", 1) for tok in line.split()[2:])
-    for name in ("exp", "la", "cas", "fetch"):
+    for name in ("exp", "la", "cas", "fetch", "cls", "size"):
         assert name in fields, f"me lacks {name}: {line}"
     assert int(fields["cas"]) == gets_cas(c, key)
+    # As memcached: the slab class the item lives in, and the whole item's size
+    # (header, key, value and its CRLF), so it always exceeds the value's length.
+    assert int(fields["cls"]) >= 1
+    assert int(fields["size"]) > len("debug") + len(key)
+    big = "v" * 5000
+    assert ms(c, key + "-big", big).code == "HD"
+    big_fields = dict(tok.split("=", 1) for tok in c.cmd(f"me {key}-big").decode().split()[2:])
+    assert int(big_fields["cls"]) > int(fields["cls"]), "a larger item lives in a larger class"
+    assert int(big_fields["size"]) > len(big)
     assert c.cmd(f"me {key}-missing") == b"EN"
 
 
