@@ -180,6 +180,21 @@ class Conn:
 
 
 # ---- a server under test --------------------------------------------------------
+def expires_within(read, seconds=12.0):
+    """Polls read() until it returns None (a miss); False if it never does in `seconds`.
+
+    Expiry waits poll instead of sleeping a fixed time: the server's clock ticks
+    once a second and a sanitizer build can stall, so a fixed sleep either
+    wastes time or races the TTL. The bound still fails a server that never expires.
+    """
+    deadline = time.monotonic() + seconds
+    while read() is not None:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 def is_memcached_binary(path):
     return os.path.basename(os.path.realpath(path)) == "memcached"
 

@@ -72,16 +72,23 @@ def test_more_connections_than_c_are_refused_cleanly(start_server, backend):
         for s, _ in rejected:
             s.close()
     deadline = time.monotonic() + 10
-    while True:  # closing is asynchronous on the server side: poll, bounded
+    # Closing is asynchronous on the server side: poll, bounded. A poll that
+    # arrives before the server has seen the closes is itself refused and
+    # counted, so the counter may exceed len(rejected) by those polls, no more.
+    refused_polls = 0
+    while True:
         try:
             with srv.conn() as c:
                 if c.cmd("version").startswith(b"VERSION "):
                     stats = c.stats()
-                    assert int(stats["rejected_connections"]) == len(rejected)
+                    counted = int(stats["rejected_connections"])
+                    assert len(rejected) <= counted <= len(rejected) + refused_polls, \
+                        f"rejected_connections {counted}: {len(rejected)} refused, {refused_polls} refused polls"
                     assert c.values("get keep") == {"keep": (0, b"me", None)}
                     break
+                refused_polls += 1
         except (ConnectionError, OSError):
-            pass
+            refused_polls += 1
         assert time.monotonic() < deadline, "server did not accept again after the others closed"
         time.sleep(0.1)
 
