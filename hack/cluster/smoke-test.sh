@@ -166,8 +166,13 @@ ip -n cachet-smoke-out link set cachet-smk1 up
 ip -n cachet-smoke-out route add 10.244.0.0/16 via 10.250.9.1
 ip netns exec cachet-smoke-out timeout 60 busybox nc -ll -p 8080 -e echo outside >/dev/null 2>&1 &
 outside_pid=$!
-sleep 0.5
-from_host=$(busybox nc -w 3 10.250.9.2 8080 </dev/null 2>&1 || true)
+# The listener starts in the background: ask until it answers (bounded, ~10 s).
+from_host=
+for _ in $(seq 1 20); do
+  from_host=$(busybox nc -w 3 10.250.9.2 8080 </dev/null 2>&1 || true)
+  [ "$from_host" = outside ] && break
+  sleep 0.5
+done
 from_pod=$(k -n "$ns" exec client -- sh -c 'nc -w 3 10.250.9.2 8080 </dev/null && echo connected' 2>&1 || true)
 check "egress guard: the outside listener answers the host (got '$from_host')" [ "$from_host" = outside ]
 check "egress guard: a pod cannot leave the pod network (got '${from_pod//$'\n'/ }')" not grep -q -e outside -e connected <<<"$from_pod"

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // ---------------------------------------------------------------- stage 1
@@ -310,24 +311,38 @@ func (s *suite) scalePastCores(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := cache.num("spec", "replicas")
-	target := before + 1
+	// One replica more than the node's free whole CPUs can hold: on the 2-CPU
+	// machines that is before+1, on a larger node it is more.
+	fits := s.freeWholeCPUs(t) / max(cache.num("spec", "cpu"), 1)
+	target := before + fits + 1
 	if v := os.Getenv("E2E_SCALE_TO"); v != "" {
 		target, _ = strconv.Atoi(v)
 	}
 	c.mustK(t, "scale", cacheGroupResource+"/"+s.dedicated, "-n", c.cacheNS, fmt.Sprintf("--replicas=%d", target))
-	t.Logf("scaled cache %s from %d to %d replicas", s.dedicated, before, target)
+	t.Logf("scaled cache %s from %d to %d replicas (%d more fit on the node)", s.dedicated, before, target, fits)
 
-	pending := fmt.Sprintf("%s-%d", s.dedicated, target-1)
-	eventually(t, 3*time.Minute, time.Second, "pod "+pending+" to be unschedulable for lack of cpu", func() (bool, string) {
-		pod, err := c.getJSON("pod", pending, "-n", c.cacheNS)
+	// Pods are created in parallel, so which new ordinal is left over is the
+	// scheduler's choice: look for it among the new pods.
+	var pending string
+	eventually(t, 3*time.Minute, time.Second, "a new pod to be unschedulable for lack of cpu", func() (bool, string) {
+		pods, err := s.cachePods(s.dedicated)
 		if err != nil {
 			return false, err.Error()
 		}
-		sched := condition(pod, "PodScheduled")
-		state := fmt.Sprintf("phase=%s scheduled=%s", pod.str("status", "phase"), describeConditions(pod))
-		return pod.str("status", "phase") == "Pending" && sched != nil && sched.str("status") == "False" &&
-			sched.str("reason") == "Unschedulable" && strings.Contains(sched.str("message"), "Insufficient cpu"), state
+		var states []string
+		for _, pod := range pods {
+			sched := condition(pod, "PodScheduled")
+			name := pod.str("metadata", "name")
+			if pod.str("status", "phase") == "Pending" && sched != nil && sched.str("status") == "False" &&
+				sched.str("reason") == "Unschedulable" && strings.Contains(sched.str("message"), "Insufficient cpu") {
+				pending = name
+				return true, ""
+			}
+			states = append(states, fmt.Sprintf("%s phase=%s %s", name, pod.str("status", "phase"), describeConditions(pod)))
+		}
+		return false, strings.Join(states, "; ")
 	})
+	t.Logf("pod %s is unschedulable for lack of cpu", pending)
 	var explained string
 	eventually(t, 2*time.Minute, time.Second, "the Cache's conditions to explain the Pending pod", func() (bool, string) {
 		cache, err := s.getCache(s.dedicated)
@@ -369,6 +384,49 @@ func (s *suite) scalePastCores(t *testing.T) {
 			t.Errorf("after scaling back, condition %s still says %q", cond.str("type"), cond.str("message"))
 		}
 	}
+}
+
+// freeWholeCPUs is the node's allocatable CPU less what its running and pending
+// pods request, in whole CPUs: how many more one-CPU Guaranteed pods fit.
+func (s *suite) freeWholeCPUs(t *testing.T) int {
+	t.Helper()
+	pods, err := s.cachePods(s.dedicated)
+	if err != nil || len(pods) == 0 {
+		t.Fatalf("pods of %s: %v", s.dedicated, err)
+	}
+	nodeName := pods[0].str("spec", "nodeName")
+	node, err := s.c.getJSON("node", nodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc, err := resource.ParseQuantity(node.str("status", "allocatable", "cpu"))
+	if err != nil {
+		t.Fatalf("node %s allocatable cpu: %v", nodeName, err)
+	}
+	free := alloc.MilliValue()
+	onNode, err := s.c.items("pods", "-A", "--field-selector", "spec.nodeName="+nodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pod := range onNode {
+		if phase := pod.str("status", "phase"); phase == "Succeeded" || phase == "Failed" {
+			continue
+		}
+		for _, ctr := range pod.list("spec", "containers") {
+			if req := ctr.str("resources", "requests", "cpu"); req != "" {
+				q, err := resource.ParseQuantity(req)
+				if err != nil {
+					t.Fatalf("pod %s cpu request %q: %v", pod.str("metadata", "name"), req, err)
+				}
+				free -= q.MilliValue()
+			}
+		}
+	}
+	t.Logf("node %s: allocatable cpu %s, %dm free after its pods' requests", nodeName, alloc.String(), free)
+	if free < 0 {
+		return 0
+	}
+	return int(free / 1000)
 }
 
 // ---------------------------------------------------------------- stage 6
