@@ -229,7 +229,7 @@ static void set_cas(storage_thread *t, item *it, uint64_t explicit_cas)
 
 /* ---- reads ---- */
 
-static void fill_view(storage_thread *t, item *it, char *copy_buf, size_t copy_cap, struct item_view *out)
+static void fill_view(storage_thread *t, item *it, int clsid, char *copy_buf, size_t copy_cap, struct item_view *out)
 {
     uint8_t fl = item_fl(it);
     out->nbytes = it->nbytes;
@@ -239,8 +239,8 @@ static void fill_view(storage_thread *t, item *it, char *copy_buf, size_t copy_c
     out->last_access = atomic_load_explicit(&it->time, memory_order_relaxed);
     out->fetched_before = (atomic_load_explicit(&it->bag, memory_order_relaxed) & ITEM_FETCHED_BIT) != 0;
     out->stale = (fl & ITEM_STALE) != 0;
-    out->slab_class = (uint8_t)slabs_clsid_of(it);
-    out->item_size = (uint32_t)item_ntotal_for(item_layout(it), it->nkey, it->nbytes);
+    out->slab_class = (uint8_t)clsid;
+    out->item_size = (uint32_t)item_ntotal_for(fl & (ITEM_HAS_CAS | ITEM_HAS_REF | ITEM_HAS_FLAGS), it->nkey, it->nbytes);
     out->ref = NULL;
     if (!copy_buf && copy_cap == 0) {
         /* metadata only (mg without v): no copy, no reference */
@@ -307,7 +307,8 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
             return false;
         }
         if (opts->touch) atomic_store_explicit(&it->exptime, opts->new_exptime, memory_order_relaxed);
-        fill_view(t, it, copy_buf, copy_cap, out);
+        int clsid = slabs_clsid_of(it);
+        fill_view(t, it, clsid, copy_buf, copy_cap, out);
         out->win = false;
         out->win_sent_before = false;
         if (created) {
@@ -326,7 +327,6 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
                 out->win = true;
             }
         }
-        int clsid = slabs_clsid_of(it);
         if (!opts->no_lru_bump) bags_stamp(it, clsid);
         stripe_unlock(hv);
         if (created) enter_bag(t, it);
@@ -403,8 +403,8 @@ bool storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_
         epoch_exit(t);
         return get_locked(t, key, nkey, hv, opts, copy_buf, copy_cap, out);
     }
-    fill_view(t, it, copy_buf, copy_cap, out);
     int clsid = slabs_clsid_of(it);
+    fill_view(t, it, clsid, copy_buf, copy_cap, out);
     if (!opts->no_lru_bump) bags_stamp(it, clsid);
     epoch_exit(t);
     STAT_INC(t, get_hits);
