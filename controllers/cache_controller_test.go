@@ -621,9 +621,13 @@ func TestAdmissionRejectsInvalidCaches(t *testing.T) {
 		mutate func(*cachev1alpha1.Cache)
 		want   []string // every fragment must appear in the error
 	}{
-		{"memory-not-mib", func(c *cachev1alpha1.Cache) { c.Spec.Memory = resource.MustParse("100M") }, []string{"spec.memory", "whole number of MiB"}},
+		// The next three are CEL rules in the CRD (they hold without the
+		// webhook); "spec.<field> must" is the CEL message's own wording,
+		// which the webhook's messages do not repeat.
+		{"memory-not-mib", func(c *cachev1alpha1.Cache) { c.Spec.Memory = resource.MustParse("100M") }, []string{"spec.memory", "spec.memory must be a whole number of MiB"}},
+		{"item-too-small", func(c *cachev1alpha1.Cache) { c.Spec.Engine.MaxItemSize = ptr.To(resource.MustParse("512")) }, []string{"spec.engine.maxItemSize", "spec.engine.maxItemSize must be from 1Ki to 128Mi"}},
 		{"memory-too-small", func(c *cachev1alpha1.Cache) { c.Spec.Memory = resource.MustParse("4Mi") }, []string{"spec.memory", "at least 8Mi"}},
-		{"item-bigger-than-half", func(c *cachev1alpha1.Cache) { c.Spec.Engine.MaxItemSize = ptr.To(resource.MustParse("48Mi")) }, []string{"spec.engine.maxItemSize", "half of spec.memory"}},
+		{"item-bigger-than-half", func(c *cachev1alpha1.Cache) { c.Spec.Engine.MaxItemSize = ptr.To(resource.MustParse("48Mi")) }, []string{"spec.engine.maxItemSize", "spec.engine.maxItemSize must be at most half of spec.memory"}},
 		{"cpu-zero-dedicated", func(c *cachev1alpha1.Cache) { c.Spec.CPU = ptr.To(int32(0)) }, []string{"spec.cpu", "at least 1 when spec.dedicatedCPUs"}},
 		{"threads-below-cpu", func(c *cachev1alpha1.Cache) { c.Spec.CPU = ptr.To(int32(4)); c.Spec.Engine.Threads = ptr.To(int32(2)) }, []string{"spec.engine.threads", "at least spec.cpu"}},
 		{"chunks-unsorted", func(c *cachev1alpha1.Cache) { c.Spec.Engine.ChunkSizes = []int32{128, 64} }, []string{"spec.engine.chunkSizes", "ascending"}},

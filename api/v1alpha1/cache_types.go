@@ -32,6 +32,7 @@ import (
 // CacheSpec is the desired state of a Cache.
 // +kubebuilder:validation:XValidation:rule="(has(self.dedicatedCPUs) && !self.dedicatedCPUs) || !has(self.cpu) || self.cpu >= 1",message="spec.cpu must be at least 1 when spec.dedicatedCPUs is true: exclusive cores come in whole CPUs"
 // +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.engine.threads) || (has(self.dedicatedCPUs) && !self.dedicatedCPUs) || !has(self.cpu) || self.engine.threads >= self.cpu",message="spec.engine.threads must be at least spec.cpu when spec.dedicatedCPUs is true: every exclusive core needs a worker pinned to it"
+// +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.engine.maxItemSize) || !isQuantity(string(self.engine.maxItemSize)) || !isQuantity(string(self.memory)) || quantity(string(self.engine.maxItemSize)).asApproximateFloat() * 2.0 <= quantity(string(self.memory)).asApproximateFloat()",message="spec.engine.maxItemSize must be at most half of spec.memory: the engine needs room for at least two items of the largest size",fieldPath=".engine.maxItemSize"
 type CacheSpec struct {
 	// Replicas is the number of cache pods. Each pod is an independent shard:
 	// clients hash keys across status.endpoints.
@@ -55,6 +56,7 @@ type CacheSpec struct {
 	// docs/operator.md).
 	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('8Mi')) >= 0",message="spec.memory must be at least 8Mi"
 	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('32767Mi')) <= 0",message="spec.memory must be at most 32767Mi: cachetd addresses items with 32-bit handles"
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('32767Mi')) > 0 || (quantity(string(self)).isInteger() && quantity(string(self)).asInteger() % 1048576 == 0)",message="spec.memory must be a whole number of MiB (e.g. 64Mi, 1Gi): cachetd's -m counts mebibytes"
 	Memory resource.Quantity `json:"memory"`
 
 	// CPU is the number of whole CPU cores of each pod. With dedicatedCPUs
@@ -116,6 +118,7 @@ type EngineSpec struct {
 
 	// MaxItemSize is the largest item accepted (-I), from 1Ki to 128Mi and at
 	// most half of spec.memory.
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || (quantity(string(self)).compareTo(quantity('1Ki')) >= 0 && quantity(string(self)).compareTo(quantity('128Mi')) <= 0)",message="spec.engine.maxItemSize must be from 1Ki to 128Mi, cachetd's largest item"
 	// +optional
 	MaxItemSize *resource.Quantity `json:"maxItemSize,omitempty"`
 

@@ -79,7 +79,9 @@ func (d *CacheDefaulter) Default(_ context.Context, c *Cache) error {
 
 // +kubebuilder:webhook:path=/validate-cache-cachet-dev-v1alpha1-cache,mutating=false,failurePolicy=fail,sideEffects=None,groups=cache.cachet.dev,resources=caches,verbs=create;update,versions=v1alpha1,name=vcache-v1alpha1.kb.io,admissionReviewVersions=v1
 
-// CacheValidator checks the rules the schema's markers and CEL cannot express.
+// CacheValidator checks the rules the schema's markers and CEL cannot express,
+// and repeats the CEL quantity rules (memory in whole MiB, maxItemSize bounds)
+// as a second line with the exact limit in the message.
 type CacheValidator struct{}
 
 var _ admission.Validator[*Cache] = &CacheValidator{}

@@ -445,8 +445,9 @@ func (s *suite) invalidRefused(t *testing.T) {
 		{"memory-below-minimum", "memory: -64Mi", "spec.memory", false},
 		{"dedicated-zero-cpu", "memory: 64Mi\n  cpu: 0", "spec.cpu", false},
 		{"negative-replicas", "memory: 64Mi\n  replicas: -1", "spec.replicas", false},
-		{"item-over-half-memory", "memory: 16Mi\n  engine:\n    maxItemSize: 16Mi", "spec.engine.maxItemSize", true},
-		{"memory-not-whole-mib", "memory: 100M", "spec.memory", true},
+		{"item-over-half-memory", "memory: 16Mi\n  engine:\n    maxItemSize: 16Mi", "spec.engine.maxItemSize", false},
+		{"memory-not-whole-mib", "memory: 100M", "spec.memory", false},
+		{"reserved-pod-label", "memory: 64Mi\n  placement:\n    podLabels:\n      app.kubernetes.io/instance: other", "spec.placement.podLabels", true},
 	}
 	for _, tc := range cases {
 		manifest := fmt.Sprintf("apiVersion: cache.cachet.dev/v1alpha1\nkind: Cache\nmetadata:\n  name: e2e-invalid-%s\n  namespace: %s\nspec:\n  %s\n", tc.name, c.cacheNS, tc.spec)
