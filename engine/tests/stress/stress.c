@@ -108,11 +108,12 @@ static void verify_a(const char *key, uint64_t id, const char *v, size_t n)
 
 struct worker { int idx; uint64_t seed; _Atomic long ops; };
 
+/* s-values carry their length in the client flags, the others 0. */
 static void do_store(storage_thread *t, const char *key, size_t nkey, const char *val, size_t n,
-                     rel_time_t exp, enum store_mode mode)
+                     uint32_t client_flags, rel_time_t exp, enum store_mode mode)
 {
     enum store_result err;
-    item *it = item_alloc(t, key, nkey, (uint32_t)n, exp, (uint32_t)n, &err);
+    item *it = item_alloc(t, key, nkey, client_flags, exp, (uint32_t)n, &err);
     atomic_fetch_add_explicit(&sets, 1, memory_order_relaxed);
     if (!it) { atomic_fetch_add_explicit(&oom, 1, memory_order_relaxed); return; }
     memcpy(item_value(it), val, n);
@@ -177,28 +178,10 @@ static void *worker_main(void *arg)
                 len = (size_t)snprintf(val, sizeof val, "%" PRIu64 ".", kid);
             }
             rel_time_t exp = (r >> 50) % 8 == 0 ? storage_exptime(1 + (int64_t)((r >> 53) % 3)) : 0;
-            if (kind <= 6 || kind == 9) {
-                if (kind == 9) {
-                    /* s-values carry their length in the client flags; others 0 */
-                    enum store_result err;
-                    item *it = item_alloc(t, key, (size_t)nk, 0, exp, (uint32_t)len, &err);
-                    atomic_fetch_add_explicit(&sets, 1, memory_order_relaxed);
-                    if (!it) { atomic_fetch_add_explicit(&oom, 1, memory_order_relaxed); continue; }
-                    memcpy(item_value(it), val, len);
-                    if (storage_store(t, it, MODE_SET, NULL, NULL) == STORE_STORED)
-                        atomic_fetch_add_explicit(&stored, 1, memory_order_relaxed);
-                } else {
-                    do_store(t, key, (size_t)nk, val, len, exp, op < 77 ? MODE_SET : MODE_ADD);
-                }
-            } else {
-                enum store_result err;
-                item *it = item_alloc(t, key, (size_t)nk, 0, exp, (uint32_t)len, &err);
-                atomic_fetch_add_explicit(&sets, 1, memory_order_relaxed);
-                if (!it) { atomic_fetch_add_explicit(&oom, 1, memory_order_relaxed); continue; }
-                memcpy(item_value(it), val, len);
-                if (storage_store(t, it, MODE_SET, NULL, NULL) == STORE_STORED)
-                    atomic_fetch_add_explicit(&stored, 1, memory_order_relaxed);
-            }
+            if (kind <= 6)
+                do_store(t, key, (size_t)nk, val, len, (uint32_t)len, exp, op < 77 ? MODE_SET : MODE_ADD);
+            else
+                do_store(t, key, (size_t)nk, val, len, 0, exp, MODE_SET);
         } else if (op < 86) {                            /* delete */
             storage_delete(t, key, (size_t)nk, NULL);
             atomic_fetch_add_explicit(&deletes, 1, memory_order_relaxed);
