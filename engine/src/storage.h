@@ -45,6 +45,8 @@ struct storage_config {
     int      slab_sizes_count;
     int      hashpower_init;     /* -o hashpower */
     bool     use_cas;            /* false with -C */
+    bool     evict_disabled;     /* -M: refuse a store instead of evicting */
+    size_t   slab_chunk_max;     /* -o slab_chunk_max: larger items are chained from chunks of this size; 0 = default */
     int      verbose;
 };
 
@@ -160,6 +162,8 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
 
 struct delete_opts {
     uint64_t cas_in;           /* md C */
+    uint64_t cas_set;          /* md E: the CAS the item gets if it is modified (I, x); 0 = generate */
+    bool     remove_value;     /* md x: replace the value with an empty one, keep the item */
     bool     invalidate;       /* md I: mark stale instead of removing */
     bool     update_ttl;       /* md T with I */
     rel_time_t new_exptime;
@@ -173,6 +177,7 @@ enum store_result storage_touch(storage_thread *t, const char *key, size_t nkey,
 enum arith_result { ARITH_OK, ARITH_NOT_FOUND, ARITH_NON_NUMERIC, ARITH_NO_MEMORY, ARITH_EXISTS };
 struct arith_opts {
     uint64_t cas_in;           /* ma C */
+    uint64_t cas_set;          /* ma E: the new CAS (0 = generate) */
     bool     vivify;           /* ma N: create with initial on miss */
     rel_time_t vivify_exptime;
     uint64_t initial;          /* ma J */
