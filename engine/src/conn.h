@@ -148,10 +148,11 @@ extern uint64_t total_conns_global, rejected_conns_global;
 extern time_t   server_started;
 extern size_t   conn_buffer_bytes;   /* sum of every connection's accounted bytes */
 
+/* Providers for the stats registry (stats.c). */
 void server_stats_reset(void);
-void server_stats_general(void (*w)(void *, const char *, const char *, ...), void *ctx);
-void server_stats_settings(void (*w)(void *, const char *, const char *, ...), void *ctx);
-void server_stats_conns(struct conn *c);
+void server_stats_general(stat_writer w, void *ctx);
+void server_stats_settings(stat_writer w, void *ctx);
+void server_stats_conns(stat_writer w, void *ctx);
 
 /* net.c */
 int  server_listen_all(void);     /* binds every worker's sockets; 0 or -1 */

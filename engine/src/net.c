@@ -1017,7 +1017,7 @@ static uint64_t sum_stat(size_t offset)
 }
 #define SUM(field) sum_stat(offsetof(struct server_stats, field))
 
-void server_stats_general(void (*w)(void *, const char *, const char *, ...), void *ctx)
+void server_stats_general(stat_writer w, void *ctx)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -1048,7 +1048,7 @@ void server_stats_general(void (*w)(void *, const char *, const char *, ...), vo
     w(ctx, "conn_buffer_bytes", "%zu", __atomic_load_n(&conn_buffer_bytes, __ATOMIC_RELAXED));
 }
 
-void server_stats_settings(void (*w)(void *, const char *, const char *, ...), void *ctx)
+void server_stats_settings(stat_writer w, void *ctx)
 {
     char cpus[1024];
     int list[MAX_WORKERS];
@@ -1088,16 +1088,20 @@ static const char *state_name(const struct conn *c)
     }
 }
 
-void server_stats_conns(struct conn *self)
+void server_stats_conns(stat_writer w, void *ctx)
 {
     uint32_t now = (uint32_t)storage_now();
+    char name[48];
     pthread_mutex_lock(&registry_lock);
     for (int i = 0; i < num_workers; i++) {
         for (struct conn *c = workers[i].conns; c; c = c->next) {
-            out_printf(self, "STAT %d:addr tcp:%s\r\n", c->fd, c->addr);
-            out_printf(self, "STAT %d:state %s\r\n", c->fd, state_name(c));
+            snprintf(name, sizeof name, "%d:addr", c->fd);
+            w(ctx, name, "tcp:%s", c->addr);
+            snprintf(name, sizeof name, "%d:state", c->fd);
+            w(ctx, name, "%s", state_name(c));
             uint32_t last = c->last_cmd_time;
-            out_printf(self, "STAT %d:secs_since_last_cmd %u\r\n", c->fd, now >= last ? now - last : 0);
+            snprintf(name, sizeof name, "%d:secs_since_last_cmd", c->fd);
+            w(ctx, name, "%u", now >= last ? now - last : 0);
         }
     }
     pthread_mutex_unlock(&registry_lock);

@@ -22,6 +22,7 @@
 
 #include "conn.h"
 #include "proto_parser.h"
+#include "stats.h"
 
 #define COPY_MAX (16 * 1024)   /* larger values are sent in place (zero copy) */
 
@@ -238,30 +239,16 @@ static bool arg_is(const struct request *r, const char *word)
 
 static void process_stats(struct conn *c, struct request *r)
 {
-    if (r->nargs == 0) {
-        server_stats_general(stat_line, c);
-        storage_stats_general(stat_line, c);
-    } else if (arg_is(r, "settings")) {
-        server_stats_settings(stat_line, c);
-        storage_stats_settings(stat_line, c);
-    } else if (arg_is(r, "items")) {
-        storage_stats_items(stat_line, c);
-    } else if (arg_is(r, "slabs")) {
-        storage_stats_slabs(stat_line, c);
-    } else if (arg_is(r, "sizes")) {
-        storage_stats_sizes(stat_line, c);
-    } else if (arg_is(r, "conns")) {
-        server_stats_conns(c);
-    } else if (arg_is(r, "reset")) {
-        server_stats_reset();
-        storage_stats_reset();
+    enum stats_group group;
+    if (arg_is(r, "reset")) {
+        stats_reset();
         out_str(c, "RESET");
-        return;
+    } else if (stats_group_by_name(r->args, r->nargs, &group)) {
+        stats_emit(group, stat_line, c);
+        out_add(c, "END\r\n", 5);
     } else {
         out_str(c, "ERROR");
-        return;
     }
-    out_add(c, "END\r\n", 5);
 }
 
 bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t len)
