@@ -64,6 +64,7 @@ struct lru {
 } __attribute__((aligned(64)));
 
 struct class_stats g_class_stats[MAX_SLAB_CLASSES + 1] __attribute__((aligned(64)));
+_Atomic uint32_t g_last_eviction_age;
 static struct lru lrus[MAX_SLAB_CLASSES + 1];
 /* What a GET stamps: kept apart from the lru structs, whose locks the
  * cleaner and evictors write all the time (no false sharing on GETs). */
@@ -539,7 +540,11 @@ int bags_evict(storage_thread *t, int clsid)
             atomic_fetch_add_explicit(&cs->evicted, 1, memory_order_relaxed);
             if (exp != 0) atomic_fetch_add_explicit(&cs->evicted_nonzero, 1, memory_order_relaxed);
             if (!(tag & ITEM_FETCHED_BIT)) atomic_fetch_add_explicit(&cs->evicted_unfetched, 1, memory_order_relaxed);
-            atomic_store_explicit(&cs->evicted_time, now_time() - last, memory_order_relaxed);
+            rel_time_t age = now_time() - last;
+            atomic_store_explicit(&cs->evicted_time, age, memory_order_relaxed);
+            atomic_store_explicit(&g_last_eviction_age, age, memory_order_relaxed);
+            if ((tag & ITEM_FETCHED_BIT) && age < g_cfg.young_window)
+                atomic_fetch_add_explicit(&cs->evicted_young, 1, memory_order_relaxed);
             limbo_push(&lb, it);
             freed++;
         }
@@ -663,6 +668,7 @@ void bags_stats_items(stat_writer w, void *ctx)
         S("expired", atomic_load(&cs->expired));
         S("slab_reassign_evictions", atomic_load(&cs->reassign_evicted));
         S("evicted_unfetched", atomic_load(&cs->evicted_unfetched));
+        S("evicted_young", atomic_load(&cs->evicted_young));
         S("bags", atomic_load(&l->nbags));
         S("dead_waiting", atomic_load(&cs->dead_waiting));
 #undef S

@@ -180,6 +180,7 @@ int storage_init(const struct storage_config *cfg)
     if (g_cfg.growth_factor <= 1.0) g_cfg.growth_factor = 1.25;
     if (!g_cfg.chunk_size_min) g_cfg.chunk_size_min = 48;
     if (!g_cfg.hashpower_init) g_cfg.hashpower_init = 16;
+    if (!g_cfg.young_window) g_cfg.young_window = 60;
     if (g_cfg.item_size_max > g_cfg.mem_limit) {
         fprintf(stderr, "cachetd: item size max (-I %zu) cannot exceed the memory limit (-m %zu)\n",
                 g_cfg.item_size_max, g_cfg.mem_limit);
@@ -289,7 +290,7 @@ void storage_stats_general(stat_writer w, void *ctx)
     W(get_hits); W(get_misses); W(get_expired); W(get_flushed);
     W(delete_hits); W(delete_misses); W(incr_hits); W(incr_misses); W(decr_hits); W(decr_misses);
     W(cas_hits); W(cas_misses); W(cas_badval); W(touch_hits); W(touch_misses);
-    uint64_t curr = 0, bytes = 0, reclaimed = 0, exp_unf = 0, ev_unf = 0, oom = 0;
+    uint64_t curr = 0, bytes = 0, reclaimed = 0, exp_unf = 0, ev_unf = 0, oom = 0, young = 0;
     for (unsigned c = 1; c <= slabs_class_count(); c++) {
         struct class_stats *cs = &g_class_stats[c];
         curr += atomic_load(&cs->curr_items);
@@ -298,6 +299,7 @@ void storage_stats_general(stat_writer w, void *ctx)
         exp_unf += atomic_load(&cs->expired_unfetched);
         ev_unf += atomic_load(&cs->evicted_unfetched);
         oom += atomic_load(&cs->outofmemory);
+        young += atomic_load(&cs->evicted_young);
     }
     w(ctx, "curr_items", "%llu", (unsigned long long)curr);
     W(total_items);
@@ -307,6 +309,10 @@ void storage_stats_general(stat_writer w, void *ctx)
     w(ctx, "expired_unfetched", "%llu", (unsigned long long)exp_unf);
     w(ctx, "evicted_unfetched", "%llu", (unsigned long long)ev_unf);
     w(ctx, "outofmemory", "%llu", (unsigned long long)oom);
+    /* cache-pressure signals: evictions of items still being read, and the
+     * idle age of the last item evicted (small = the cache is too small) */
+    w(ctx, "evictions_young", "%llu", (unsigned long long)young);
+    w(ctx, "eviction_age_last", "%u", atomic_load(&g_last_eviction_age));
     w(ctx, "limit_maxbytes", "%zu", g_cfg.mem_limit);
     w(ctx, "total_malloced", "%zu", slabs_total_malloced());
     W(get_copied); W(get_referenced);
@@ -341,6 +347,7 @@ void storage_stats_settings(stat_writer w, void *ctx)
     w(ctx, "slab_reassign", "%s", "yes");
     w(ctx, "lru_type", "%s", "bags");
     w(ctx, "item_header_bytes", "%zu", sizeof(struct item));
+    w(ctx, "young_window", "%u", g_cfg.young_window);
 }
 
 void storage_stats_items(stat_writer w, void *ctx) { bags_stats_items(w, ctx); }

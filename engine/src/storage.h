@@ -47,6 +47,7 @@ struct storage_config {
     bool     use_cas;            /* false with -C */
     bool     evict_disabled;     /* -M: refuse a store instead of evicting */
     size_t   slab_chunk_max;     /* -o slab_chunk_max: larger items are chained from chunks of this size; 0 = default */
+    uint32_t young_window;       /* -o young_window: an eviction of an item read within this many seconds is "young" (0 = 60) */
     int      verbose;
 };
 

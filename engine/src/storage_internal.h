@@ -243,7 +243,10 @@ struct class_stats {
     _Atomic uint64_t evicted, evicted_nonzero, evicted_unfetched, evicted_time;
     _Atomic uint64_t expired_unfetched, expired, reclaimed, outofmemory, moves_to_alt;
     _Atomic uint64_t dead_waiting, reassign_evicted;
+    _Atomic uint64_t evicted_young;   /* evicted within young_window of its last access: the cache is too small */
 };
+/* Age (now - last access) of the item most recently evicted, any class. */
+extern _Atomic uint32_t g_last_eviction_age;
 extern struct class_stats g_class_stats[MAX_SLAB_CLASSES + 1];
 
 /* item lifecycle helpers (items.c) */
