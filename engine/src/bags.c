@@ -29,6 +29,7 @@
  * (see assoc.c for the whole reclamation scheme).
  */
 #include "storage_internal.h"
+#include "bgthread.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,9 +73,8 @@ static _Atomic uint16_t newest_ids[MAX_SLAB_CLASSES + 1];
 static _Atomic uint64_t cleaner_passes, items_moved, bags_merged, items_merged, bags_opened;
 static _Atomic uint32_t bag_target_min = BAG_TARGET_MIN;
 
-static pthread_t cleaner;
-static _Atomic bool cleaner_stop;
-static bool cleaner_running;
+static bool cleaner_pass(void *arg);
+static struct bgthread cleaner = { .name = "cachet-cleaner", .pass = cleaner_pass, .period_ms = 50 };
 static storage_thread *cleaner_ctx;
 static pthread_mutex_t cleaner_lock = PTHREAD_MUTEX_INITIALIZER; /* one cleaner pass at a time */
 
@@ -598,33 +598,20 @@ void bags_purge_range(storage_thread *t, int clsid, const char *lo, const char *
     limbo_free(&lb);
 }
 
-static void *cleaner_main(void *arg)
+static bool cleaner_pass(void *arg)
 {
     (void)arg;
-    while (!atomic_load(&cleaner_stop)) {
-        bags_clean_once(cleaner_ctx);
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    return NULL;
+    bags_clean_once(cleaner_ctx);
+    return false;
 }
 
 int bags_start_thread(void)
 {
     if (!cleaner_ctx) cleaner_ctx = storage_thread_register();
-    atomic_store(&cleaner_stop, false);
-    int rc = pthread_create(&cleaner, NULL, cleaner_main, NULL);
-    cleaner_running = rc == 0;
-    return rc;
+    return bgthread_start(&cleaner);
 }
 
-void bags_stop_thread(void)
-{
-    if (!cleaner_running) return;
-    atomic_store(&cleaner_stop, true);
-    pthread_join(cleaner, NULL);
-    cleaner_running = false;
-}
+void bags_stop_thread(void) { bgthread_stop(&cleaner); }
 
 rel_time_t bags_oldest_age(int clsid)
 {

@@ -17,6 +17,7 @@
  * monotonically across threads. One relaxed fetch_add per store.
  */
 #include "storage_internal.h"
+#include "bgthread.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -60,9 +61,9 @@ void storage_class_thread_stats(int clsid, uint64_t out[CLASS_STATS_N])
 }
 static _Atomic int32_t clock_offset;     /* tests move time forward */
 static struct timespec mono_start;
-static pthread_t clock_thread;
-static _Atomic bool clock_stop_flag;
-static bool clock_running, threads_started;
+static bool clock_pass(void *arg);
+static struct bgthread clock_thread = { .name = "cachet-clock", .pass = clock_pass, .period_ms = 100 };
+static bool threads_started;
 static storage_thread *bg_ctx;
 
 int items_init(void);
@@ -109,35 +110,18 @@ static uint32_t compute_now(void)
     return (uint32_t)s;
 }
 
-static void *clock_main(void *arg)
+static bool clock_pass(void *arg)
 {
     (void)arg;
-    while (!atomic_load(&clock_stop_flag)) {
-        uint32_t now = compute_now();
-        /* store only on change: every GET reads this cache line */
-        if (atomic_load_explicit(&g_current_time, memory_order_relaxed) != now)
-            atomic_store_explicit(&g_current_time, now, memory_order_relaxed);
-        struct timespec ts = {0, 100 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    return NULL;
+    uint32_t now = compute_now();
+    /* store only on change: every GET reads this cache line */
+    if (atomic_load_explicit(&g_current_time, memory_order_relaxed) != now)
+        atomic_store_explicit(&g_current_time, now, memory_order_relaxed);
+    return false;
 }
 
-int clock_start(void)
-{
-    atomic_store(&clock_stop_flag, false);
-    int rc = pthread_create(&clock_thread, NULL, clock_main, NULL);
-    clock_running = rc == 0;
-    return rc;
-}
-
-void clock_stop(void)
-{
-    if (!clock_running) return;
-    atomic_store(&clock_stop_flag, true);
-    pthread_join(clock_thread, NULL);
-    clock_running = false;
-}
+int clock_start(void) { return bgthread_start(&clock_thread); }
+void clock_stop(void) { bgthread_stop(&clock_thread); }
 
 void storage_test_advance_clock(uint32_t seconds)
 {
