@@ -437,8 +437,12 @@ static bool expansion_migrate(uint32_t n)
                 item *it = handle_item(h);
                 uint32_t next = atomic_load_explicit(&it->h_next, memory_order_relaxed);
                 uint32_t nbk = k < nd ? dest[k] : (hash_key(item_key(it), it->nkey) & new_mask);
+                /* Release, not relaxed: `it` is already reachable, and a
+                 * reader standing on it follows this link into the new
+                 * chain; the release carries the contents of the items there
+                 * (published to us under the stripe lock) to that reader. */
                 atomic_store_explicit(&it->h_next, atomic_load_explicit(&mid->cur[nbk], memory_order_relaxed),
-                                      memory_order_relaxed);
+                                      memory_order_release);
                 atomic_store_explicit(&mid->cur[nbk], h, memory_order_release);
                 h = next;
             }

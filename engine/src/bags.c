@@ -530,7 +530,8 @@ int bags_evict(storage_thread *t, int clsid)
                 move_to_alt(l, b, prev, it);
                 continue;
             }
-            if (item_refs(it) > 1) { prev = it; continue; }
+            /* -M: only dead and expired items make room, never live ones */
+            if (g_cfg.evict_disabled || item_refs(it) > 1) { prev = it; continue; }
             rel_time_t last = atomic_load_explicit(&it->time, memory_order_relaxed);
             rel_time_t exp = atomic_load_explicit(&it->exptime, memory_order_relaxed);
             if (!unlink_for_reclaim(it, false)) { prev = it; continue; }

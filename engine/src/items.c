@@ -164,17 +164,20 @@ static item *alloc_chunk(storage_thread *t, size_t ntotal, enum store_result *er
 {
     int clsid = slabs_clsid(ntotal);
     if (clsid == 0) { if (err) *err = STORE_TOO_LARGE; return NULL; }
-    for (int tries = 0; tries < 10; tries++) {
+    /* memcached's order: a free chunk, a new page, the class's own dead or
+     * expired items, its oldest live items (unless -M); and, when the class
+     * has nothing of its own to give, a page from another class, now. A store
+     * is refused only when nothing anywhere can be freed. Bounded: each round
+     * either frees memory for this class or gives up. */
+    for (int round = 0; round < 8; round++) {
         item *it = slabs_alloc_chunk(clsid);
         if (it) return it;
-        if (bags_evict(t, clsid) == 0) {
-            /* Nothing to evict in this class: ask the mover for a page. */
-            slabs_mark_starving(clsid);
-            if (tries >= 2) break;
-        }
+        if (bags_evict(t, clsid) > 0) continue;
+        if (!slabs_acquire_page(clsid)) break;
     }
+    item *it = slabs_alloc_chunk(clsid);   /* a concurrent free may have landed */
+    if (it) return it;
     atomic_fetch_add_explicit(&g_class_stats[clsid].outofmemory, 1, memory_order_relaxed);
-    slabs_mark_starving(clsid);
     if (err) *err = STORE_NO_MEMORY;
     return NULL;
 }

@@ -147,6 +147,7 @@ uint64_t storage_next_cas(storage_thread *t);
 
 extern _Atomic unsigned g_test_reader_stall;  /* stress test only, see items.c */
 extern _Atomic unsigned g_test_migrate_stall; /* unit test only, see assoc.c */
+extern _Atomic unsigned g_test_poison_free;   /* stress test only, see slabs.c */
 
 /* ---- read sections / grace periods (epoch.c) ---- */
 void epoch_enter(storage_thread *t);
@@ -204,16 +205,22 @@ item *slabs_alloc_chunk(int clsid);              /* NULL if no free chunk and no
 void slabs_free_chunk(item *it);
 static inline uint32_t item_handle(const item *it) { return (uint32_t)(((const char *)it - g_region) >> 3) + 1; }
 static inline item *handle_item(uint32_t h) { return (item *)(g_region + ((size_t)(h - 1) << 3)); }
-void slabs_mark_starving(int clsid);
 int slabs_start_thread(void);   /* 0 or pthread_create's error */
 void slabs_stop_thread(void);
 void slabs_stats(stat_writer w, void *ctx);
+/* slabs_mover.c: gives class clsid a page from another class now (evicting
+ * there), for a store that has nothing of its own to evict. No lock held,
+ * not in a read section. True if the class got memory. */
+bool slabs_acquire_page(int clsid);
+void slabs_mover_stats(stat_writer w, void *ctx);
+void slabs_mover_reset(void);
 size_t slabs_total_malloced(void);
 size_t slabs_page_size(void);
 size_t slabs_pages_max(void);
 size_t slabs_pages_used(void);
 unsigned slabs_class_pages(int clsid);
-/* One mover pass: returns true if a page changed class (tests call it directly). */
+/* One background balancing pass: returns true if a page changed class
+ * (tests call it directly). */
 bool slabs_rebalance_once(void);
 extern _Atomic uint64_t g_slab_moves;
 

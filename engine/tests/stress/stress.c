@@ -266,8 +266,12 @@ int main(int argc, char **argv)
     cfg.hashpower_init = opt_hashpower;
     cfg.use_cas = true;
     if (storage_init(&cfg) != 0) return 2;
-    /* readers stall now and then inside the read section (items.c) */
+    /* readers stall now and then inside the read section (items.c), and
+     * every freed chunk is overwritten with garbage (slabs.c): a reader that
+     * reaches a freed or reused chunk reads bytes no value or key can match,
+     * and under ThreadSanitizer the poisoning write races with its read */
     atomic_store(&g_test_reader_stall, 1);
+    atomic_store(&g_test_poison_free, 1);
     if (storage_start_threads() != 0) return 2;
     printf("stress: %d threads, %d s / %ld ops per thread, %d keys, -m %d MB, hashpower %d\n",
            opt_threads, opt_seconds, opt_ops, opt_keys, opt_mem_mb, opt_hashpower);
