@@ -208,7 +208,7 @@ static inline _Atomic uint32_t *bucket_for(struct tstate *st, uint32_t hv, uint3
 
 static inline bool key_matches(item *it, const char *key, size_t nkey)
 {
-    return it->nkey == nkey && memcmp(item_key(it), key, nkey) == 0;
+    return item_nkey(it) == nkey && memcmp(item_key(it), key, nkey) == 0;
 }
 
 static inline void cpu_relax(void)
@@ -422,7 +422,7 @@ static bool expansion_migrate(uint32_t n)
             unsigned nd = 0;
             for (uint32_t x = h; x && nd < 64; nd++) {
                 item *it = handle_item(x);
-                dest[nd] = hash_key(item_key(it), it->nkey) & new_mask;
+                dest[nd] = hash_key(item_key(it), item_nkey(it)) & new_mask;
                 x = atomic_load_explicit(&it->h_next, memory_order_relaxed);
             }
             uint32_t s = atomic_load_explicit(&SEQ(sp), memory_order_relaxed);
@@ -436,7 +436,7 @@ static bool expansion_migrate(uint32_t n)
             for (unsigned k = 0; h; k++) {
                 item *it = handle_item(h);
                 uint32_t next = atomic_load_explicit(&it->h_next, memory_order_relaxed);
-                uint32_t nbk = k < nd ? dest[k] : (hash_key(item_key(it), it->nkey) & new_mask);
+                uint32_t nbk = k < nd ? dest[k] : (hash_key(item_key(it), item_nkey(it)) & new_mask);
                 /* Release, not relaxed: `it` is already reachable, and a
                  * reader standing on it follows this link into the new
                  * chain; the release carries the contents of the items there

@@ -175,7 +175,7 @@ void bags_bump(item *it, int clsid)
     uint16_t cur = atomic_load_explicit(&it->bag, memory_order_relaxed);
     uint16_t want = (uint16_t)(atomic_load_explicit(&newest_ids[clsid], memory_order_relaxed) | (cur & ITEM_FETCHED_BIT));
     if (cur != want) atomic_store_explicit(&it->bag, want, memory_order_relaxed);
-    rel_time_t now = now_time();
+    rel_time_t now = stamp_time();
     if (atomic_load_explicit(&it->time, memory_order_relaxed) != now)
         atomic_store_explicit(&it->time, now, memory_order_relaxed);
 }
@@ -185,7 +185,7 @@ void bags_stamp(item *it, int clsid)
     uint16_t want = (uint16_t)(atomic_load_explicit(&newest_ids[clsid], memory_order_relaxed) | ITEM_FETCHED_BIT);
     if (atomic_load_explicit(&it->bag, memory_order_relaxed) != want)
         atomic_store_explicit(&it->bag, want, memory_order_relaxed);
-    rel_time_t now = now_time();
+    rel_time_t now = stamp_time();
     if (atomic_load_explicit(&it->time, memory_order_relaxed) != now)
         atomic_store_explicit(&it->time, now, memory_order_relaxed);
 }
@@ -227,7 +227,6 @@ struct limbo { item *head; unsigned n; };
 
 static void limbo_push(struct limbo *lb, item *it)
 {
-    atomic_fetch_or_explicit(&it->iflags, ITEM_LIMBO, memory_order_relaxed);
     atomic_store_explicit(&it->lru_next, lb->head ? item_handle(lb->head) : 0, memory_order_relaxed);
     lb->head = it;
     lb->n++;
@@ -250,7 +249,7 @@ static void limbo_free(struct limbo *lb)
 
 static inline uint32_t item_refs(item *it)
 {
-    return (item_layout(it) & ITEM_HAS_REF) ? atomic_load_explicit(item_ref_ptr(it), memory_order_acquire) : 1;
+    return item_refcounted(it) ? atomic_load_explicit(item_ref_ptr(it), memory_order_acquire) : 1;
 }
 
 /* Removes `it` (whose predecessor in b is prev, or NULL) from bag b. */
@@ -280,7 +279,7 @@ enum fate { KEEP, REMOVED, BUSY };
  * eviction path; the cleaner may). */
 static bool unlink_for_reclaim(item *it, bool wait)
 {
-    uint32_t hv = hash_key(item_key(it), it->nkey);
+    uint32_t hv = hash_key(item_key(it), item_nkey(it));
     if (wait) stripe_lock(hv);
     else if (!stripe_trylock(hv)) return false;
     if (item_fl(it) & ITEM_LINKED) item_unlink_locked(it, hv);
@@ -446,9 +445,9 @@ bool bags_clean_once(storage_thread *t)
     (void)t;
     pthread_mutex_lock(&cleaner_lock);
     rel_time_t now = now_time();
-    uint32_t ol = atomic_load(&g_oldest_live);
+    uint64_t fw = atomic_load(&g_flush_word);
     bool flush = false;
-    if (atomic_load(&g_flush_pending) && ol != 0 && ol <= now) {
+    if (atomic_load(&g_flush_pending) && fw != 0 && flush_effective(fw) <= now) {
         atomic_store(&g_flush_pending, 0);
         flush = true;
     }
@@ -533,7 +532,7 @@ int bags_evict(storage_thread *t, int clsid)
             /* -M: only dead and expired items make room, never live ones */
             if (g_cfg.evict_disabled || item_refs(it) > 1) { prev = it; continue; }
             rel_time_t last = atomic_load_explicit(&it->time, memory_order_relaxed);
-            rel_time_t exp = atomic_load_explicit(&it->exptime, memory_order_relaxed);
+            rel_time_t exp = item_exptime(it);
             if (!unlink_for_reclaim(it, false)) { prev = it; continue; }
             bag_remove(b, prev, it);
             struct class_stats *cs = &g_class_stats[clsid];
@@ -541,7 +540,8 @@ int bags_evict(storage_thread *t, int clsid)
             atomic_fetch_add_explicit(&cs->evicted, 1, memory_order_relaxed);
             if (exp != 0) atomic_fetch_add_explicit(&cs->evicted_nonzero, 1, memory_order_relaxed);
             if (!(tag & ITEM_FETCHED_BIT)) atomic_fetch_add_explicit(&cs->evicted_unfetched, 1, memory_order_relaxed);
-            rel_time_t age = now_time() - last;
+            rel_time_t now = now_time();
+            rel_time_t age = now > last ? now - last : 0;   /* a flush second stamps ahead */
             atomic_store_explicit(&cs->evicted_time, age, memory_order_relaxed);
             atomic_store_explicit(&g_last_eviction_age, age, memory_order_relaxed);
             if ((tag & ITEM_FETCHED_BIT) && age < g_cfg.young_window)
@@ -560,7 +560,14 @@ int bags_evict(storage_thread *t, int clsid)
     return freed;
 }
 
-void bags_purge_range(storage_thread *t, int clsid, const char *lo, const char *hi)
+static bool is_listed(uint32_t h, const uint32_t *heads, size_t n)
+{
+    for (size_t i = 0; i < n; i++) if (heads[i] == h) return true;
+    return false;
+}
+
+void bags_purge(storage_thread *t, int clsid, const char *lo, const char *hi,
+                const uint32_t *heads, size_t nheads)
 {
     (void)t;
     struct lru *l = &lrus[clsid];
@@ -579,7 +586,7 @@ void bags_purge_range(storage_thread *t, int clsid, const char *lo, const char *
         while (h) {
             item *it = handle_item(h);
             uint32_t nx = atomic_load_explicit(&it->lru_next, memory_order_relaxed);
-            if ((const char *)it >= lo && (const char *)it < hi) {
+            if (((const char *)it >= lo && (const char *)it < hi) || (nheads && is_listed(h, heads, nheads))) {
                 if (item_fl(it) & ITEM_LINKED) {
                     unlink_for_reclaim(it, true);
                     atomic_fetch_add_explicit(&g_class_stats[clsid].reassign_evicted, 1, memory_order_relaxed);

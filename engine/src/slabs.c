@@ -61,15 +61,23 @@ unsigned slabs_class_pages(int c) { return atomic_load(&g_classes[c].pages); }
 
 static uint32_t round8(double v) { uint32_t x = (uint32_t)v; if ((double)x < v) x++; return (x + 7) & ~7u; }
 
+uint32_t g_class_size[MAX_SLAB_CLASSES + 1];
+static size_t chunk_max;
+
+size_t slabs_chunk_max(void) { return chunk_max; }
+
 int slabs_init(void)
 {
-    size_t ism = g_cfg.item_size_max ? g_cfg.item_size_max : 1024 * 1024;
-    if (ism < 1024) { fprintf(stderr, "cachetd: item_size_max must be at least 1024 bytes\n"); return -1; }
-    ism = (ism + 7) & ~(size_t)7;
-    g_page_size = 1024 * 1024;
-    while (g_page_size < ism) g_page_size <<= 1;
-    g_page_shift = (unsigned)__builtin_ctzll(g_page_size);
     size_t limit = g_cfg.mem_limit ? g_cfg.mem_limit : (size_t)64 << 20;
+    /* 1 MB pages as memcached, but never fewer than 64 of them while they
+     * are at least 64 KB: with a few megabytes of memory, whole-megabyte
+     * pages strand memory in classes that hold a handful of items (seed
+     * 003: at -m 3 only three classes could hold anything at all). Values
+     * above slab_chunk_max are chained from chunks, so no item needs a page
+     * of its own size. */
+    g_page_size = 1024 * 1024;
+    while (g_page_size > 64 * 1024 && limit / g_page_size < 64) g_page_size >>= 1;
+    g_page_shift = (unsigned)__builtin_ctzll(g_page_size);
     g_pages_max = limit / g_page_size;
     if (g_pages_max < 1) g_pages_max = 1;
     region_bytes = g_pages_max * g_page_size;
@@ -78,43 +86,53 @@ int slabs_init(void)
                 (unsigned long long)((size_t)0xfffffff0u * 8 / (1024 * 1024)) - 1);
         return -1;
     }
+    /* memcached: half a page unless -o slab_chunk_max says otherwise; never
+     * more than a page */
+    chunk_max = g_cfg.slab_chunk_max ? g_cfg.slab_chunk_max : g_page_size / 2;
+    if (chunk_max > g_page_size) chunk_max = g_page_size;
+    if (chunk_max > g_page_size / 2 && !g_cfg.slab_chunk_max) chunk_max = g_page_size / 2;
+    chunk_max &= ~(size_t)7;
 
-    /* class ladder */
-    uint32_t min_chunk = (uint32_t)(sizeof(struct item) + 8 + 4 + 2 + 8);
+    /* class ladder: the smallest class holds -n bytes of key, value, flags and
+     * expiry behind the fixed header and the CAS */
+    uint32_t fixed = ITEM_HDR + (g_cfg.use_cas ? 8 : 0);
+    uint32_t min_chunk = (fixed + 16 + 7) & ~7u;
     g_nclasses = 0;
     if (g_cfg.slab_sizes && g_cfg.slab_sizes_count > 0) {
         uint32_t prev = 0;
         for (int i = 0; i < g_cfg.slab_sizes_count; i++) {
-            uint32_t s = (g_cfg.slab_sizes[i] + 7) & ~7u;
-            if (s < min_chunk || s <= prev || s > ism) {
+            uint32_t sz = (g_cfg.slab_sizes[i] + 7) & ~7u;
+            if (sz < min_chunk || sz <= prev || sz > chunk_max) {
                 fprintf(stderr, "cachetd: slab_sizes: %u is not valid (need ascending sizes from %u to %zu)\n",
-                        g_cfg.slab_sizes[i], min_chunk, ism);
+                        g_cfg.slab_sizes[i], min_chunk, chunk_max);
                 return -1;
             }
             if (g_nclasses >= MAX_SLAB_CLASSES - 1) {
-                fprintf(stderr, "cachetd: slab_sizes: at most %d g_classes\n", MAX_SLAB_CLASSES - 1);
+                fprintf(stderr, "cachetd: slab_sizes: at most %d classes\n", MAX_SLAB_CLASSES - 1);
                 return -1;
             }
-            g_classes[++g_nclasses].size = s;
-            prev = s;
+            g_classes[++g_nclasses].size = sz;
+            prev = sz;
         }
     } else {
         double f = g_cfg.growth_factor > 1.0 ? g_cfg.growth_factor : 1.25;
         uint32_t n = g_cfg.chunk_size_min ? g_cfg.chunk_size_min : 48;
-        double s = (double)(sizeof(struct item) + 8 + 4 + 2 + n);
+        double sz_next = (double)(fixed + n);
         uint32_t prev = 0;
         while (g_nclasses < MAX_SLAB_CLASSES - 1) {
-            uint32_t sz = round8(s);
+            uint32_t sz = round8(sz_next);
             if (sz <= prev) sz = prev + 8;
-            if (sz >= ism) break;
+            if (sz >= chunk_max) break;
             g_classes[++g_nclasses].size = sz;
             prev = sz;
-            s = (double)sz * f;
+            sz_next = (double)sz * f;
         }
     }
-    if (g_classes[g_nclasses].size < ism) g_classes[++g_nclasses].size = (uint32_t)ism;
+    if (g_classes[g_nclasses].size < chunk_max) g_classes[++g_nclasses].size = (uint32_t)chunk_max;
+    g_class_size[0] = 0;
     for (unsigned c = 1; c <= g_nclasses; c++) {
         struct slabclass *sc = &g_classes[c];
+        g_class_size[c] = sc->size;
         pthread_mutex_init(&sc->lock, NULL);
         sc->perpage = (uint32_t)(g_page_size / sc->size);
         sc->free_head = 0;
@@ -222,11 +240,12 @@ _Atomic unsigned g_test_poison_free;
 
 static void poison_chunk(item *it, uint32_t size)
 {
-    /* h_next first: a chain walk that lands here follows a handle that
-     * points outside the region's items, and the key length never matches */
+    /* everything but the free-list link and the flags byte: a chain walk
+     * that lands here follows a handle that points nowhere useful, and no
+     * key length or value can match */
     memset((char *)it, 0xA5, offsetof(struct item, lru_next));
     memset((char *)it + offsetof(struct item, time), 0xA5, offsetof(struct item, iflags) - offsetof(struct item, time));
-    memset((char *)it + sizeof(struct item), 0xA5, size - sizeof(struct item));
+    memset((char *)it + offsetof(struct item, iflags) + 1, 0xA5, size - offsetof(struct item, iflags) - 1);
 }
 
 void slabs_free_chunk(item *it)
@@ -234,8 +253,9 @@ void slabs_free_chunk(item *it)
     size_t pg = page_of(it);
     int clsid = atomic_load_explicit(&g_page_cls[pg], memory_order_relaxed);
     struct slabclass *sc = &g_classes[clsid];
-    if (atomic_load_explicit(&g_test_poison_free, memory_order_relaxed)) poison_chunk(it, sc->size);
     pthread_mutex_lock(&sc->lock);
+    /* under the lock: the mover reads a data chunk's owner under it */
+    if (atomic_load_explicit(&g_test_poison_free, memory_order_relaxed)) poison_chunk(it, sc->size);
     g_pages[pg].used--;
     atomic_fetch_sub_explicit(&sc->used_chunks, 1, memory_order_relaxed);
     atomic_store_explicit(&it->iflags, ITEM_FREE, memory_order_relaxed);

@@ -18,7 +18,8 @@
  *
  * Moving a page: it stops taking part in its class (its free chunks leave
  * the free list, it is no longer carved), its live items are evicted through
- * the bag LRU (bags_purge_range, which waits for the grace period), and once
+ * the bag LRU (bags_purge, which waits for the grace period) together with
+ * the heads of chained values that own data chunks in it, and once
  * its last chunk is free (zero-copy readers may still hold one for a moment)
  * it is carved into the new class. If it does not empty within a bounded
  * time it goes back to its class.
@@ -103,6 +104,45 @@ static size_t cheapest_page(int src)
     return victim;
 }
 
+/* Evicts what lives in page pg of class src: its items, and the chained
+ * values whose data chunks sit in it (their heads may be in any class). A
+ * data chunk names its head in h_next, read under the class lock while the
+ * chunk is still allocated; the head is only unlinked if it still owns the
+ * chunk (bags_purge checks that it is linked; a freed chunk in a draining
+ * page cannot be handed out again). */
+#define PURGE_HEADS_MAX 512
+static void purge_page(int src, size_t pg, const char *lo, const char *hi)
+{
+    struct slabclass *sc = &g_classes[src];
+    static uint32_t heads[PURGE_HEADS_MAX];   /* mover lock held: one user */
+    size_t n = 0;
+    pthread_mutex_lock(&sc->lock);
+    for (uint32_t i = 0; i < sc->perpage && n < PURGE_HEADS_MAX; i++) {
+        item *c = slabs_chunk_at(pg, i, sc->size);
+        if (atomic_load_explicit(&c->iflags, memory_order_acquire) != ITEM_DATA) continue;
+        uint32_t h = atomic_load_explicit(&c->h_next, memory_order_relaxed);
+        bool seen = false;
+        for (size_t k = 0; k < n && !seen; k++) seen = heads[k] == h;
+        if (!seen && h) heads[n++] = h;
+    }
+    pthread_mutex_unlock(&sc->lock);
+    /* group the heads by their class: one pass over each class's bags */
+    uint32_t group[PURGE_HEADS_MAX];
+    size_t ng = 0;
+    for (size_t k = 0; k < n; k++)
+        if (slabs_clsid_of(handle_item(heads[k])) == src) { group[ng++] = heads[k]; heads[k] = 0; }
+    bags_purge(mover_ctx, src, lo, hi, group, ng);
+    for (size_t k = 0; k < n; k++) {
+        if (!heads[k]) continue;
+        int c = slabs_clsid_of(handle_item(heads[k]));
+        ng = 0;
+        for (size_t j = k; j < n; j++) {
+            if (heads[j] && slabs_clsid_of(handle_item(heads[j])) == c) { group[ng++] = heads[j]; heads[j] = 0; }
+        }
+        if (c != 0) bags_purge(mover_ctx, c, NULL, NULL, group, ng);
+    }
+}
+
 /* Empties page pg of class src and gives it to dst. Mover lock held.
  * evict=false only takes a page that is already empty (-M). */
 static bool move_page(int src, int dst, size_t pg, bool evict)
@@ -126,7 +166,7 @@ static bool move_page(int src, int dst, size_t pg, bool evict)
             struct timespec ts = {0, 1000 * 1000};
             nanosleep(&ts, NULL);
         }
-        bags_purge_range(mover_ctx, src, lo, hi);
+        purge_page(src, pg, lo, hi);
         pthread_mutex_lock(&sc->lock);
         drained = g_pages[pg].used == 0;
         pthread_mutex_unlock(&sc->lock);

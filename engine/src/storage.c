@@ -11,10 +11,15 @@
  * Why a clock thread: memcached's rel_time: one relaxed load per request
  * instead of a clock_gettime() call, one-second resolution like the protocol.
  *
- * Why one global CAS counter: flush_all must also invalidate items stored in
- * the same second as the flush; like memcached we remember the CAS counter at
- * the flush and treat older CAS ids as flushed, which needs CAS ids that grow
- * monotonically across threads. One relaxed fetch_add per store.
+ * Why flush_all moves a time floor instead of comparing CAS ids: an
+ * immediate flush in second T invalidates every item whose last access is
+ * at or before T (items touched in the same second included), and from then
+ * on until the clock leaves T, stores and reads stamp items with T+1, so an
+ * item stored after the flush in that same second survives it. This does
+ * not depend on CAS ids at all, so it holds with -C and for items whose CAS
+ * a client chose (meta E); memcached 1.6 gets the same outcome by unlinking
+ * the items of the flush second synchronously. An item's time may then run
+ * up to a second ahead of the clock; `mg l` reports 0 for it.
  */
 #include "storage_internal.h"
 #include "bgthread.h"
@@ -27,9 +32,10 @@
 #include <time.h>
 
 struct storage_config g_cfg;
+bool g_use_cas;
 _Atomic uint32_t g_current_time;
-_Atomic uint32_t g_oldest_live;
-_Atomic uint64_t g_oldest_cas;
+_Atomic uint64_t g_flush_word;
+_Atomic uint32_t g_stamp_floor;
 _Atomic uint32_t g_flush_pending;
 time_t storage_process_started;
 
@@ -178,9 +184,10 @@ int storage_init(const struct storage_config *cfg)
     storage_process_started = time(NULL) - 2;
     atomic_store(&clock_offset, 0);
     atomic_store(&g_current_time, compute_now());
-    atomic_store(&g_oldest_live, 0);
-    atomic_store(&g_oldest_cas, 0);
+    atomic_store(&g_flush_word, 0);
+    atomic_store(&g_stamp_floor, 0);
     atomic_store(&g_flush_pending, 0);
+    g_use_cas = g_cfg.use_cas;
     atomic_store(&cas_counter, 0);
     memset(class_baseline, 0, sizeof class_baseline);
     if (slabs_init() != 0) return -1;
@@ -234,11 +241,17 @@ void storage_flush(rel_time_t when)
 {
     rel_time_t now = now_time();
     if (when == 0 || when <= now) {
-        atomic_store(&g_oldest_cas, atomic_load(&cas_counter) + 1);
-        atomic_store_explicit(&g_oldest_live, now - 1, memory_order_release);
+        /* Everything stamped up to `base` goes; later stamps are base + 1.
+         * A second flush within the same second must also cover what was
+         * stored between the two, so the base is the current floor when that
+         * is ahead of the clock. The floor first: a store that sees the new
+         * oldest_live must not stamp its item with a time it covers. */
+        rel_time_t floor = atomic_load_explicit(&g_stamp_floor, memory_order_relaxed);
+        rel_time_t base = floor > now ? floor : now;
+        atomic_store_explicit(&g_stamp_floor, base + 1, memory_order_release);
+        atomic_store_explicit(&g_flush_word, flush_word(base, now), memory_order_release);
     } else {
-        atomic_store(&g_oldest_cas, 0);
-        atomic_store_explicit(&g_oldest_live, when - 1, memory_order_release);
+        atomic_store_explicit(&g_flush_word, flush_word(when - 1, when - 1), memory_order_release);
     }
     atomic_store(&g_flush_pending, 1);
 }
@@ -330,7 +343,8 @@ void storage_stats_settings(stat_writer w, void *ctx)
     w(ctx, "slab_sizes", "%s", buf);
     w(ctx, "slab_reassign", "%s", "yes");
     w(ctx, "lru_type", "%s", "bags");
-    w(ctx, "item_header_bytes", "%zu", sizeof(struct item));
+    w(ctx, "item_header_bytes", "%u", ITEM_HDR);
+    w(ctx, "slab_chunk_max", "%zu", slabs_chunk_max());
     w(ctx, "young_window", "%u", g_cfg.young_window);
 }
 

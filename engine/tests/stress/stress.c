@@ -116,8 +116,7 @@ static void do_store(storage_thread *t, const char *key, size_t nkey, const char
     item *it = item_alloc(t, key, nkey, client_flags, exp, (uint32_t)n, &err);
     atomic_fetch_add_explicit(&sets, 1, memory_order_relaxed);
     if (!it) { atomic_fetch_add_explicit(&oom, 1, memory_order_relaxed); return; }
-    memcpy(item_value(it), val, n);
-    memcpy(item_value(it) + n, "\r\n", 2);
+    memcpy(item_value(it), val, n);   /* at most 8 KB: one piece */
     if (storage_store(t, it, mode, NULL, NULL) == STORE_STORED) atomic_fetch_add_explicit(&stored, 1, memory_order_relaxed);
 }
 
