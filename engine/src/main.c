@@ -43,6 +43,7 @@ int main(int argc, char **argv)
         .slab_sizes_count = settings.slab_sizes_count,
         .hashpower_init = settings.hashpower,
         .use_cas = settings.use_cas,
+        .evict_disabled = settings.evict_disabled,
         .verbose = settings.verbose,
     };
     if (storage_init(&sc) != 0) return 70;   /* EX_SOFTWARE: storage already said why */

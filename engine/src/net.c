@@ -1080,7 +1080,7 @@ void server_stats_settings(stat_writer w, void *ctx)
     w(ctx, "udpport", "%d", 0);
     w(ctx, "inter", "%s", settings.listen[0] ? settings.listen : "NULL");
     w(ctx, "verbosity", "%d", settings.verbose);
-    w(ctx, "evictions", "%s", "on");
+    w(ctx, "evictions", "%s", settings.evict_disabled ? "off" : "on");
     w(ctx, "cas_enabled", "%s", settings.use_cas ? "yes" : "no");
     w(ctx, "tcp_backlog", "%d", settings.backlog);
     w(ctx, "binding_protocol", "%s", "ascii");

@@ -35,6 +35,7 @@ void settings_usage(FILE *out)
         "  -f, --factor=NUM        slab chunk growth factor (default 1.25)\n"
         "  -n, --slab-min-size=NUM minimum space for key+value+flags (default 48)\n"
         "  -C, --disable-cas       do not keep CAS values\n"
+        "  -M, --disable-evictions return an error when memory is full instead of evicting\n"
         "  -b, --listen-backlog=N  accept backlog (default 1024)\n"
         "  -R, --max-reqs-per-event=N  requests handled per read batch before yielding (default 200)\n"
         "  -U, --udp-port=0        UDP is not supported; only 0 is accepted\n"
@@ -303,6 +304,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         {"factor", required_argument, 0, 'f'},
         {"slab-min-size", required_argument, 0, 'n'},
         {"disable-cas", no_argument, 0, 'C'},
+        {"disable-evictions", no_argument, 0, 'M'},
         {"listen-backlog", required_argument, 0, 'b'},
         {"max-reqs-per-event", required_argument, 0, 'R'},
         {"udp-port", required_argument, 0, 'U'},
@@ -317,7 +319,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
     opterr = 0;
     optind = 0;   /* full re-initialisation: settings_parse may run more than once in tests */
     int c;
-    while ((c = getopt_long(n, merged, ":p:l:t:m:c:I:f:n:Cb:R:U:vho:", longopts, NULL)) != -1) {
+    while ((c = getopt_long(n, merged, ":p:l:t:m:c:I:f:n:CMb:R:U:vho:", longopts, NULL)) != -1) {
         switch (c) {
         case 'p':
             if (!parse_int(optarg, 0, 65535, &v)) { fprintf(err, "cachetd: -p needs a port 0-65535, got '%s'\n", optarg); return EX_USAGE_CODE; }
@@ -351,6 +353,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
             if (!parse_int(optarg, 1, 1 << 20, &v)) { fprintf(err, "cachetd: -n needs a positive byte count, got '%s'\n", optarg); return EX_USAGE_CODE; }
             s->chunk_size = (uint32_t)v; break;
         case 'C': s->use_cas = false; break;
+        case 'M': s->evict_disabled = true; break;
         case 'b':
             if (!parse_int(optarg, 1, 65535, &v)) { fprintf(err, "cachetd: -b needs a positive backlog, got '%s'\n", optarg); return EX_USAGE_CODE; }
             s->backlog = (int)v; break;

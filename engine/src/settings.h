@@ -40,6 +40,7 @@ struct settings {
     double   growth_factor;        /* -f */
     uint32_t chunk_size;           /* -n */
     bool     use_cas;              /* !-C */
+    bool     evict_disabled;       /* -M: refuse stores instead of evicting */
     int      verbose;              /* -v count */
     uint32_t slab_sizes[MAX_SLAB_SIZES];
     int      slab_sizes_count;
