@@ -232,9 +232,18 @@ static uint32_t wait_even(struct stripe *sp)
     return s;
 }
 
+/* The concurrent checker's stall between reading an item and following its
+ * link: the window in which a bucket move redirects that link. */
+static void walk_stall(storage_thread *t)
+{
+    if ((++t->stall_tick & 127) == 0) {
+        struct timespec ts = {0, 100 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 item *assoc_find(storage_thread *t, const char *key, size_t nkey, uint32_t hv)
 {
-    (void)t;
     struct stripe *sp = stripe_of(hv);
     for (int attempt = 0; attempt < READ_RETRIES; attempt++) {
         uint32_t s1 = atomic_load_explicit(&SEQ(sp), memory_order_acquire);
@@ -254,6 +263,7 @@ item *assoc_find(storage_thread *t, const char *key, size_t nkey, uint32_t hv)
         for (unsigned steps = 0; h && steps < MAX_CHAIN_WALK; steps++) {
             item *it = handle_item(h);
             if (key_matches(it, key, nkey)) return it;
+            if (atomic_load_explicit(&g_test_reader_stall, memory_order_relaxed)) walk_stall(t);
             h = atomic_load_explicit(&it->h_next, memory_order_acquire);
         }
         atomic_thread_fence(memory_order_acquire);

@@ -606,6 +606,25 @@ void bags_purge(storage_thread *t, int clsid, const char *lo, const char *hi,
     limbo_free(&lb);
 }
 
+void bags_test_reclaim_all(void)
+{
+    pthread_mutex_lock(&cleaner_lock);
+    struct limbo lb = {0};
+    unsigned n = slabs_class_count();
+    for (unsigned c = 1; c <= n; c++) {
+        struct lru *l = &lrus[c];
+        /* the two append targets become editable after a grace period */
+        pthread_mutex_lock(&l->lock);
+        open_bag(l);
+        open_bag(l);
+        pthread_mutex_unlock(&l->lock);
+    }
+    epoch_synchronize();
+    for (unsigned c = 1; c <= n; c++) clean_class((int)c, false, true, &lb);
+    limbo_free(&lb);
+    pthread_mutex_unlock(&cleaner_lock);
+}
+
 static bool cleaner_pass(void *arg)
 {
     (void)arg;

@@ -650,6 +650,16 @@ bool storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_
         return false;
     }
     if (atomic_load_explicit(&g_test_reader_stall, memory_order_relaxed)) test_reader_stall(t);
+    unsigned hold = atomic_load_explicit(&t->test_hold_us, memory_order_relaxed);
+    if (hold) {
+        /* the checker's reclaim race: another thread now deletes this key and
+         * forces the item's reclamation; the grace period must outlast us */
+        atomic_store_explicit(&t->test_hold_us, 0, memory_order_relaxed);
+        atomic_store_explicit(&t->test_held, it, memory_order_release);
+        struct timespec ts = {0, (long)hold * 1000};
+        nanosleep(&ts, NULL);
+        atomic_store_explicit(&t->test_held, NULL, memory_order_release);
+    }
     uint8_t fl = item_fl(it);
     if (opts->win_tokens && (fl & (ITEM_STALE | ITEM_WIN_SENT))) {
         /* Handing out the win token must be exclusive: take the lock. */

@@ -187,6 +187,18 @@ static bool move_page(int src, int dst, size_t pg, bool evict)
     return true;
 }
 
+bool slabs_test_move_page_of(const item *it)
+{
+    size_t pg = slabs_page_index(it);
+    int src = atomic_load_explicit(&g_page_cls[pg], memory_order_relaxed);
+    int dst = src == 1 ? 2 : 1;
+    if (src == 0 || (int)g_nclasses < 2) return false;
+    pthread_mutex_lock(&mover_lock);
+    bool moved = move_page(src, dst, pg, true);
+    pthread_mutex_unlock(&mover_lock);
+    return moved;
+}
+
 /* Hysteresis for the background pass: a class that just received a page
  * does not give one back within the same few seconds. */
 static bool recently_grown(int c)

@@ -212,6 +212,10 @@ struct storage_thread {
     int      index;
     int      section_depth;
     unsigned stall_tick;             /* g_test_reader_stall */
+    /* concurrent checker: the next lock-free GET holds the item it found for
+     * this many microseconds, published in test_held meanwhile */
+    _Atomic unsigned test_hold_us;
+    _Atomic(item *) test_held;
     uint64_t cas_next, cas_end;      /* block of CAS ids owned by this thread */
     struct thread_stats st;
     struct class_thread_stats cls[64 + 1];
@@ -256,6 +260,11 @@ uint64_t storage_next_cas(storage_thread *t);
 extern _Atomic unsigned g_test_reader_stall;  /* stress test only, see items.c */
 extern _Atomic unsigned g_test_migrate_stall; /* unit test only, see assoc.c */
 extern _Atomic unsigned g_test_poison_free;   /* stress test only, see slabs.c */
+/* Concurrent checker hooks: reclaim every dead item now (full cleaner sweep),
+ * and move the page holding `it` to another class (returns false if it could
+ * not). Neither may be called inside a read section. */
+void bags_test_reclaim_all(void);
+bool slabs_test_move_page_of(const item *it);
 
 /* ---- read sections / grace periods (epoch.c) ---- */
 void epoch_enter(storage_thread *t);
