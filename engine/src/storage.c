@@ -47,7 +47,6 @@ static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct { _Atomic uint64_t v; char pad[56]; } cas_line __attribute__((aligned(64)));
 #define cas_counter (cas_line.v)
 static uint64_t stats_baseline[THREAD_STATS_N];
-static uint64_t class_baseline_evicted;
 static uint64_t class_baseline[MAX_SLAB_CLASSES + 1][CLASS_STATS_N];
 
 static void sum_class(int clsid, uint64_t out[CLASS_STATS_N])
@@ -301,7 +300,7 @@ void storage_stats_general(stat_writer w, void *ctx)
     w(ctx, "curr_items", "%llu", (unsigned long long)curr);
     W(total_items);
     w(ctx, "bytes", "%llu", (unsigned long long)bytes);
-    w(ctx, "evictions", "%llu", (unsigned long long)(total_evictions() - class_baseline_evicted));
+    w(ctx, "evictions", "%llu", (unsigned long long)total_evictions());
     w(ctx, "reclaimed", "%llu", (unsigned long long)reclaimed);
     w(ctx, "expired_unfetched", "%llu", (unsigned long long)exp_unf);
     w(ctx, "evicted_unfetched", "%llu", (unsigned long long)ev_unf);
@@ -324,7 +323,16 @@ void storage_stats_general(stat_writer w, void *ctx)
 void storage_stats_reset(void)
 {
     sum_threads(stats_baseline);
-    class_baseline_evicted = total_evictions();
+    /* memcached's stats reset also zeroes the per-class item counters
+     * (items:N:evicted and the rest); the gauges (number, bytes, waiting
+     * dead items) describe what is stored now and stay */
+    for (unsigned c = 1; c <= slabs_class_count(); c++) {
+        struct class_stats *cs = &g_class_stats[c];
+        _Atomic uint64_t *counters[] = { &cs->evicted, &cs->evicted_nonzero, &cs->evicted_unfetched,
+                                         &cs->expired_unfetched, &cs->expired, &cs->reclaimed, &cs->outofmemory,
+                                         &cs->moves_to_alt, &cs->reassign_evicted, &cs->evicted_young };
+        for (size_t k = 0; k < sizeof counters / sizeof counters[0]; k++) atomic_store(counters[k], 0);
+    }
     for (unsigned c = 1; c <= slabs_class_count(); c++) sum_class((int)c, class_baseline[c]);
 }
 

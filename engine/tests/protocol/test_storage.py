@@ -180,3 +180,19 @@ def test_seed003_keeps_at_least_as_many_items_as_memcached(start_server):
                 store_many(c, "set", items)
                 kept[name] = stat(c, "curr_items")
         assert kept["cachetd"] >= kept["memcached"], f"-f {f}: {kept}"
+
+
+def test_stats_reset_clears_the_per_class_eviction_counters(start_server):
+    """`stats reset` left items:N:evicted (and the other per-class counters)
+    as they were; memcached resets them with the rest."""
+    s = start_server("-m", "8")
+    with s.conn() as c:
+        store_many(c, "set", [(f"e{i}", b"e" * 200) for i in range(60000)])
+        evicted = {k: int(v) for k, v in c.stats("items").items() if k.endswith(":evicted")}
+        assert sum(evicted.values()) > 0 and stat(c, "evictions") > 0
+        items_before = stat(c, "curr_items")
+        assert c.cmd("stats reset") == b"RESET"
+        after = c.stats("items")
+        assert all(int(after[k]) == 0 for k in evicted), {k: after[k] for k in evicted}
+        assert stat(c, "evictions") == 0
+        assert stat(c, "curr_items") == items_before, "a reset drops counters, never items"
