@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -62,6 +63,7 @@ struct hconn {
     enum hconn_phase phase;
     int64_t  deadline_ms;
     int64_t  idle_since_ms;
+    uint64_t idle_seq;           /* order of becoming idle: the lowest gives way first */
     int      requests;
     bool     close_after;        /* close once the response is sent */
     char     in[HTTP_HEAD_MAX];
@@ -79,6 +81,7 @@ static struct {
     struct hconn conns[HTTP_CONNS_MAX];
     struct engine_probe_target target;
     bool      have_target;
+    uint64_t  idle_seq;
     int64_t   probed_at_ms;      /* 0: never */
     bool      probe_ok;
     char      probe_why[200];
@@ -128,9 +131,19 @@ static const char *status_text(int status)
     }
 }
 
+/* Unread input would make close() send an RST that can destroy a response
+ * before the client reads it: end our side, drain what came, then close. */
+static void close_lingering(int fd)
+{
+    shutdown(fd, SHUT_WR);
+    char scratch[4096];
+    for (int i = 0; i < 16 && recv(fd, scratch, sizeof scratch, MSG_DONTWAIT) > 0; i++) { }
+    close(fd);
+}
+
 static void hconn_close(struct hconn *c)
 {
-    close(c->fd);
+    if (c->fd >= 0) close(c->fd);
     free(c->out);
     c->fd = -1;
     c->out = NULL;
@@ -220,9 +233,10 @@ static void handle_input(struct hconn *c)
         return;
     }
     c->requests++;
+    serve(c, &req);                             /* req points into c->in: consume after */
+    if (c->fd < 0) return;
     memmove(c->in, c->in + req.head_len, c->in_len - req.head_len);
     c->in_len -= req.head_len;
-    serve(c, &req);
 }
 
 /* Sends what is queued; after a whole response, goes on with the next. */
@@ -240,16 +254,14 @@ static void flush_output(struct hconn *c)
     c->out = NULL;
     c->out_len = c->out_sent = 0;
     if (c->close_after) {
-        /* Unread input would make close() send an RST that can destroy the
-         * response before the client reads it: end our side, drain, close. */
-        shutdown(c->fd, SHUT_WR);
-        char scratch[4096];
-        for (int i = 0; i < 16 && recv(c->fd, scratch, sizeof scratch, MSG_DONTWAIT) > 0; i++) { }
+        close_lingering(c->fd);
+        c->fd = -1;
         hconn_close(c);
         return;
     }
     c->phase = IDLE;
     c->idle_since_ms = now_ms();
+    c->idle_seq = ++srv.idle_seq;
     c->deadline_ms = c->idle_since_ms + IDLE_TIMEOUT_MS;
     handle_input(c);                            /* a pipelined request */
 }
@@ -282,13 +294,21 @@ static void expire(struct hconn *c, int64_t now)
 
 /* ------------------------------------------------------------------ accept */
 
+/* Idle: between requests, and no byte of the next one has arrived, not
+ * even one this thread has not read yet. */
+static bool is_idle(const struct hconn *c)
+{
+    int pending = 0;
+    return c->phase == IDLE && c->in_len == 0 && ioctl(c->fd, FIONREAD, &pending) == 0 && pending == 0;
+}
+
 static struct hconn *free_slot(void)
 {
     struct hconn *idlest = NULL;
     for (int i = 0; i < HTTP_CONNS_MAX; i++) {
         struct hconn *c = &srv.conns[i];
         if (c->fd < 0) return c;
-        if (c->phase == IDLE && c->in_len == 0 && (!idlest || c->idle_since_ms < idlest->idle_since_ms)) idlest = c;
+        if ((!idlest || c->idle_seq < idlest->idle_seq) && is_idle(c)) idlest = c;
     }
     if (idlest) hconn_close(idlest);
     return idlest;
@@ -305,12 +325,12 @@ static void http_accept(int lfd)
                                        "Content-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n";
             ssize_t ignored = send(fd, busy, sizeof busy - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
             (void)ignored;
-            close(fd);
+            close_lingering(fd);
             continue;
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        *c = (struct hconn){ .fd = fd, .phase = IDLE, .idle_since_ms = now_ms() };
+        *c = (struct hconn){ .fd = fd, .phase = IDLE, .idle_since_ms = now_ms(), .idle_seq = ++srv.idle_seq };
         c->deadline_ms = c->idle_since_ms + IDLE_TIMEOUT_MS;
     }
 }
