@@ -55,6 +55,7 @@
 #define REQUESTS_PER_CONN  1000
 #define PROBE_TIMEOUT_MS   500
 #define PROBE_REUSE_MS     1000
+#define ACCEPT_PAUSE_MS    100    /* after accept() ran out of descriptors or memory */
 
 enum hconn_phase { IDLE, HEAD, WRITE };
 
@@ -82,6 +83,7 @@ static struct {
     struct engine_probe_target target;
     bool      have_target;
     uint64_t  idle_seq;
+    int64_t   accept_paused_until_ms;
     int64_t   probed_at_ms;      /* 0: never */
     bool      probe_ok;
     char      probe_why[200];
@@ -318,7 +320,13 @@ static void http_accept(int lfd)
 {
     for (int i = 0; i < HTTP_CONNS_MAX; i++) {
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) return;
+        if (fd < 0) {
+            /* out of descriptors: the listener stays readable, and polling it
+             * again at once would spin on the CPU a worker shares */
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                srv.accept_paused_until_ms = now_ms() + ACCEPT_PAUSE_MS;
+            return;
+        }
         struct hconn *c = free_slot();
         if (!c) {
             static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
@@ -345,9 +353,12 @@ static void *server_main(void *arg)
     struct hconn *who[HTTP_CONNS_MAX];
     for (;;) {
         int n = 0, nc = 0;
-        pfd[n++] = (struct pollfd){ .fd = srv.wake_fd, .events = POLLIN };
-        for (int i = 0; i < srv.nlisten; i++) pfd[n++] = (struct pollfd){ .fd = srv.listen_fds[i], .events = POLLIN };
         int64_t now = now_ms(), next = now + 1000;
+        bool accepting = now >= srv.accept_paused_until_ms;
+        if (!accepting) next = srv.accept_paused_until_ms;
+        pfd[n++] = (struct pollfd){ .fd = srv.wake_fd, .events = POLLIN };
+        for (int i = 0; i < srv.nlisten; i++)
+            pfd[n++] = (struct pollfd){ .fd = srv.listen_fds[i], .events = accepting ? POLLIN : 0 };
         for (int i = 0; i < HTTP_CONNS_MAX; i++) {
             struct hconn *c = &srv.conns[i];
             if (c->fd < 0) continue;
