@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "latency.h"
 #include "proto_parser.h"
 #include "uring.h"
 
@@ -468,10 +469,12 @@ static void process_input(struct conn *c)
             }
             continue;
         }
+        latency_note(c->w->id, r.cmd);
         if (!proto_dispatch(c, &r, line, (size_t)ll)) {
             if (c->state == CONN_CMD) break;   /* e.g. quit */
         }
     }
+    latency_batch_end(c->w->id);   /* every reply of the batch is queued */
     /* the hashes point into rbuf, which the next read may move */
     c->w->npf = c->w->pf_pos = 0;
     if (c->rstart == c->rend) c->rstart = c->rend = 0;

@@ -47,6 +47,9 @@ void settings_usage(FILE *out)
         "                          kernel allows), no_io_uring (plain epoll read/send),\n"
         "                          conn_buffer_limit=SIZE (cap on connection buffer memory\n"
         "                          above 32 KiB per connection, all connections together)\n"
+        "                          metrics_port=N (Prometheus GET /metrics and /healthz on port N,\n"
+        "                          same addresses as -l; default off), young_window=SECS (an eviction\n"
+        "                          of an item read this recently is young; default 60)\n"
         "      --args-file=PATH    read more arguments from PATH first (whitespace separated,\n"
         "                          '#' starts a comment line); the command line wins\n");
 }
@@ -184,6 +187,18 @@ static int parse_extended(struct settings *s, const char *arg, bool *cpus_given,
                 fprintf(err, "cachetd: -o conn_buffer_limit needs a size in bytes (k/m/g suffix allowed)\n");
                 return EX_USAGE_CODE;
             }
+        } else if (!strcmp(opt, "metrics_port") && val) {
+            if (!parse_int(val, 0, 65535, &v)) {
+                fprintf(err, "cachetd: -o metrics_port needs a port 0-65535 (0 = off), got '%s'\n", val);
+                return EX_USAGE_CODE;
+            }
+            s->metrics_port = (int)v;
+        } else if (!strcmp(opt, "young_window") && val) {
+            if (!parse_int(val, 1, 30 * 24 * 3600, &v)) {
+                fprintf(err, "cachetd: -o young_window needs seconds between 1 and 2592000, got '%s'\n", val);
+                return EX_USAGE_CODE;
+            }
+            s->young_window = (uint32_t)v;
         } else if (!strcmp(opt, "modern") || !strcmp(opt, "no_modern")) {
             /* memcached compatibility: accepted, our defaults are "modern". */
         } else {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "conn.h"
+#include "latency.h"
 
 struct provider {
     enum stats_group group;
@@ -25,17 +26,19 @@ static const struct provider providers[] = {
     { STATS_SLABS,    storage_stats_slabs },
     { STATS_SIZES,    storage_stats_sizes },
     { STATS_CONNS,    server_stats_conns },
+    { STATS_LATENCY,  latency_stats },
 };
 
 static const char *const group_names[STATS_GROUP_COUNT] = {
     [STATS_GENERAL] = "", [STATS_SETTINGS] = "settings", [STATS_ITEMS] = "items",
     [STATS_SLABS] = "slabs", [STATS_SIZES] = "sizes", [STATS_CONNS] = "conns",
+    [STATS_LATENCY] = NULL,   /* not a `stats` argument */
 };
 
 bool stats_group_by_name(const char *arg, size_t len, enum stats_group *out)
 {
     for (int g = 0; g < STATS_GROUP_COUNT; g++) {
-        if (strlen(group_names[g]) == len && !memcmp(group_names[g], arg, len)) {
+        if (group_names[g] && strlen(group_names[g]) == len && !memcmp(group_names[g], arg, len)) {
             *out = (enum stats_group)g;
             return true;
         }

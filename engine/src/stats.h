@@ -28,10 +28,13 @@ enum stats_group {
     STATS_SLABS,      /* `stats slabs`: <class>:<name>, then totals */
     STATS_SIZES,      /* `stats sizes`: <size> <count> */
     STATS_CONNS,      /* `stats conns`: <fd>:<name> */
+    STATS_LATENCY,    /* no `stats` argument: the Prometheus endpoint's command
+                         latency histograms (latency.h) */
     STATS_GROUP_COUNT,
 };
 
-/* The group a `stats` argument names ("" is STATS_GENERAL); false if none. */
+/* The group a `stats` argument names ("" is STATS_GENERAL); false if none
+ * (and for groups that only other readers ask for). */
 bool stats_group_by_name(const char *arg, size_t len, enum stats_group *out);
 
 /* Emits every statistic of the group, in `stats` order. */
