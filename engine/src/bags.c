@@ -60,6 +60,7 @@ struct lru {
     uint16_t next_id;
     _Atomic uint32_t nbags;
     struct bag *cursor;         /* where the cleaner's sweep resumes */
+    _Atomic uint32_t oldest_time;  /* last access of the oldest item, kept for readers that take no lock */
     bool sweeping;              /* a sweep over all bags is under way */
     rel_time_t last_sweep;
 } __attribute__((aligned(64)));
@@ -382,6 +383,8 @@ static bool class_needs_sweep(int clsid, bool flush)
     return flush || dead > live / 8 + 64;
 }
 
+static void note_oldest(struct lru *l);
+
 static void clean_class(int clsid, bool flush, bool full, struct limbo *lb)
 {
     struct lru *l = &lrus[clsid];
@@ -437,6 +440,7 @@ static void clean_class(int clsid, bool flush, bool full, struct limbo *lb)
         l->last_sweep = now;
     }
     l->cursor = (b && bag_editable(l, b)) ? b : NULL;
+    note_oldest(l);
     pthread_mutex_unlock(&l->lock);
 }
 
@@ -640,21 +644,34 @@ int bags_start_thread(void)
 
 void bags_stop_thread(void) { bgthread_stop(&cleaner); }
 
-rel_time_t bags_oldest_age(int clsid)
+/* Class lock held: remembers the oldest item's last access for readers
+ * that must not take the lock (stats, metrics). */
+static void note_oldest(struct lru *l)
 {
-    struct lru *l = &lrus[clsid];
-    rel_time_t now = now_time(), age = 0;
-    pthread_mutex_lock(&l->lock);
+    rel_time_t t = 0;
     for (struct bag *b = l->oldest; b; b = b->newer) {
         uint32_t h = atomic_load_explicit(&b->head, memory_order_relaxed);
         if (h) {
-            rel_time_t t = atomic_load_explicit(&handle_item(h)->time, memory_order_relaxed);
-            age = now > t ? now - t : 0;
+            t = atomic_load_explicit(&handle_item(h)->time, memory_order_relaxed);
             break;
         }
     }
+    atomic_store_explicit(&l->oldest_time, t, memory_order_relaxed);
+}
+
+rel_time_t bags_oldest_age(int clsid)
+{
+    struct lru *l = &lrus[clsid];
+    pthread_mutex_lock(&l->lock);
+    note_oldest(l);
     pthread_mutex_unlock(&l->lock);
-    return age;
+    return bags_oldest_age_cached(clsid);
+}
+
+rel_time_t bags_oldest_age_cached(int clsid)
+{
+    rel_time_t now = now_time(), t = atomic_load_explicit(&lrus[clsid].oldest_time, memory_order_relaxed);
+    return t && now > t ? now - t : 0;
 }
 
 void bags_stats_items(stat_writer w, void *ctx)
@@ -667,7 +684,7 @@ void bags_stats_items(stat_writer w, void *ctx)
         uint64_t num = atomic_load(&cs->curr_items);
         if (slabs_class_pages((int)c) == 0 && num == 0) continue;
         struct lru *l = &lrus[c];
-        rel_time_t age = bags_oldest_age((int)c);
+        rel_time_t age = bags_oldest_age_cached((int)c);   /* no class lock on the stats path */
         (void)now;
 #define S(nm, v) do { snprintf(name, sizeof name, "items:%u:%s", c, nm); \
                       w(ctx, name, "%llu", (unsigned long long)(v)); } while (0)

@@ -222,6 +222,8 @@ item *slabs_alloc_chunk(int clsid)
             grab_fresh_page(sc, clsid);
         }
         if (sc->bump_page >= 0) it = chunk_at((size_t)sc->bump_page, sc->bump_next++, sc->size);
+        atomic_store_explicit(&sc->end_free, sc->bump_page >= 0 ? sc->perpage - sc->bump_next : 0,
+                              memory_order_relaxed);
     }
     if (it) {
         g_pages[page_of(it)].used++;
@@ -298,11 +300,12 @@ void slabs_stats(stat_writer w, void *ctx)
         unsigned np = atomic_load(&sc->pages);
         if (np == 0) continue;
         active++;
-        pthread_mutex_lock(&sc->lock);
-        uint32_t free_chunks = sc->free_count;
-        uint32_t end_free = sc->bump_page >= 0 ? sc->perpage - sc->bump_next : 0;
-        pthread_mutex_unlock(&sc->lock);
+        /* no class lock: stats (and the metrics thread) never wait on what
+         * the request path takes */
+        uint32_t end_free = atomic_load_explicit(&sc->end_free, memory_order_relaxed);
         uint32_t used = atomic_load(&sc->used_chunks);
+        uint64_t total = (uint64_t)np * sc->perpage;
+        uint32_t free_chunks = (uint32_t)(total > used + end_free ? total - used - end_free : 0);
 #define S(n, f, v) do { snprintf(name, sizeof name, "%u:%s", c, n); w(ctx, name, f, v); } while (0)
         S("chunk_size", "%u", sc->size);
         S("chunks_per_page", "%u", sc->perpage);

@@ -28,6 +28,7 @@ struct slabclass {
     uint32_t bump_next;
     _Atomic uint32_t pages;
     _Atomic uint32_t used_chunks;
+    _Atomic uint32_t end_free;       /* chunks of the page being carved not yet handed out (stats) */
     _Atomic uint64_t pages_moved_in, pages_moved_out;
     _Atomic uint32_t last_move_in;   /* rel_time of the last page it received */
 } __attribute__((aligned(64)));

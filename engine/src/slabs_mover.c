@@ -55,6 +55,7 @@ static void start_draining(struct slabclass *sc, size_t pg)
         for (uint32_t i = sc->bump_next; i < sc->perpage; i++)
             atomic_store_explicit(&slabs_chunk_at(pg, i, sc->size)->iflags, ITEM_FREE, memory_order_relaxed);
         sc->bump_page = -1;
+        atomic_store_explicit(&sc->end_free, 0, memory_order_relaxed);
     }
     item *prev = NULL;
     uint32_t h = sc->free_head;

@@ -352,6 +352,7 @@ void bags_stats_general(stat_writer w, void *ctx);
 void bags_note_unlinked(item *it, int clsid);    /* counts dead items waiting in bags */
 unsigned bags_count(int clsid);
 rel_time_t bags_oldest_age(int clsid);           /* now - last access of the oldest item, 0 if none */
+rel_time_t bags_oldest_age_cached(int clsid);    /* the same as of the last cleaner pass, without a lock */
 
 /* per-class item statistics kept by items.c/bags.c */
 struct class_stats {
