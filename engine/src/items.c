@@ -446,6 +446,35 @@ static item *alloc_copy(storage_thread *t, const char *key, const struct copy_pl
                       (uint8_t)((p->layout & ITEM_KEY_BINARY) | ITEM_HAS_EXPTIME), NULL);
 }
 
+/* Under the stripe lock: gives *itp an expiry field if it needs one for
+ * `exptime`, by replacing it with a copy (the copy-on-write of items.c's
+ * header). The copy is allocated outside the lock: RESHAPE_RETRY means the
+ * lock was dropped for that, retake it and look the key up again (the copy
+ * waits in *fresh, sized for *want); RESHAPE_NOMEM means the lock was dropped
+ * and there is no memory. On RESHAPE_OK *itp may be the copy, now linked in
+ * place of the old item (*reshaped set: it must enter a bag after the lock). */
+enum reshape { RESHAPE_OK, RESHAPE_RETRY, RESHAPE_NOMEM };
+static enum reshape reshape_for_exptime(storage_thread *t, const char *key, uint32_t hv, item **itp,
+                                        rel_time_t exptime, item **fresh, struct copy_plan *want, bool *reshaped)
+{
+    item *it = *itp;
+    if (exptime_fits(it, exptime)) return RESHAPE_OK;
+    struct copy_plan p = plan_copy(it);
+    if (!*fresh || !plan_equal(&p, want)) {
+        stripe_unlock(hv);
+        if (*fresh) item_discard(t, *fresh);
+        *want = p;
+        *fresh = alloc_copy(t, key, &p);
+        return *fresh ? RESHAPE_RETRY : RESHAPE_NOMEM;
+    }
+    fill_copy(*fresh, it);
+    replace_locked(t, it, *fresh, hv, false);
+    *itp = *fresh;
+    *fresh = NULL;
+    *reshaped = true;
+    return RESHAPE_OK;
+}
+
 /* ---- reads ---- */
 
 static void fill_view(storage_thread *t, item *it, int clsid, char *copy_buf, size_t copy_cap, struct item_view *out)
@@ -543,22 +572,10 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
             STAT_INC(t, get_misses);
             break;
         }
-        if (opts->touch && !exptime_fits(it, opts->new_exptime)) {
-            /* the item has no field for an expiry: replace it with a copy that has one */
-            struct copy_plan p = plan_copy(it);
-            if (!fresh || !plan_equal(&p, &want)) {
-                stripe_unlock(hv);
-                if (fresh) item_discard(t, fresh);
-                want = p;
-                fresh = alloc_copy(t, key, &p);
-                if (!fresh) { STAT_INC(t, get_misses); return false; }
-                continue;
-            }
-            fill_copy(fresh, it);
-            replace_locked(t, it, fresh, hv, false);
-            it = fresh;
-            fresh = NULL;
-            reshaped = true;
+        if (opts->touch) {
+            enum reshape r = reshape_for_exptime(t, key, hv, &it, opts->new_exptime, &fresh, &want, &reshaped);
+            if (r == RESHAPE_NOMEM) { STAT_INC(t, get_misses); return false; }
+            if (r == RESHAPE_RETRY) continue;
         }
         if (opts->touch) set_exptime(it, opts->new_exptime);
         int clsid = slabs_clsid_of(it);
@@ -835,21 +852,10 @@ enum store_result storage_delete(storage_thread *t, const char *key, size_t nkey
         } else if (opts->invalidate) {
             /* md I: keep serving it, flagged stale; the next mg wins the recache. */
             bool reshaped = false;
-            if (opts->update_ttl && !exptime_fits(it, opts->new_exptime)) {
-                struct copy_plan p = plan_copy(it);
-                if (!fresh || !plan_equal(&p, &want)) {
-                    stripe_unlock(hv);
-                    if (fresh) item_discard(t, fresh);
-                    want = p;
-                    fresh = alloc_copy(t, key, &p);
-                    if (!fresh) return STORE_NO_MEMORY;
-                    continue;
-                }
-                fill_copy(fresh, it);
-                replace_locked(t, it, fresh, hv, false);
-                it = fresh;
-                fresh = NULL;
-                reshaped = true;
+            if (opts->update_ttl) {
+                enum reshape r = reshape_for_exptime(t, key, hv, &it, opts->new_exptime, &fresh, &want, &reshaped);
+                if (r == RESHAPE_NOMEM) return STORE_NO_MEMORY;
+                if (r == RESHAPE_RETRY) continue;
             }
             atomic_fetch_and_explicit(&it->iflags, (uint8_t)~ITEM_WIN_SENT, memory_order_relaxed);
             atomic_fetch_or_explicit(&it->iflags, ITEM_STALE, memory_order_relaxed);
@@ -886,21 +892,10 @@ enum store_result storage_touch(storage_thread *t, const char *key, size_t nkey,
         stripe_lock(hv);
         item *it = find_live_locked(key, nkey, hv);
         bool reshaped = false;
-        if (it && !exptime_fits(it, exptime)) {
-            struct copy_plan p = plan_copy(it);
-            if (!fresh || !plan_equal(&p, &want)) {
-                stripe_unlock(hv);
-                if (fresh) item_discard(t, fresh);
-                want = p;
-                fresh = alloc_copy(t, key, &p);
-                if (!fresh) return STORE_NO_MEMORY;
-                continue;
-            }
-            fill_copy(fresh, it);
-            replace_locked(t, it, fresh, hv, false);
-            it = fresh;
-            fresh = NULL;
-            reshaped = true;
+        if (it) {
+            enum reshape r = reshape_for_exptime(t, key, hv, &it, exptime, &fresh, &want, &reshaped);
+            if (r == RESHAPE_NOMEM) return STORE_NO_MEMORY;
+            if (r == RESHAPE_RETRY) continue;
         }
         if (it) {
             set_exptime(it, exptime);

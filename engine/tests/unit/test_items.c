@@ -366,6 +366,44 @@ static void test_without_cas(void)
     setup(64, 10, false);
 }
 
+/* An item that fills its chunk to the byte has no room for an expiry: a
+ * touch (or gat, or md I with T) gives it one by replacing it with a copy,
+ * which keeps its value, CAS and client flags and then expires on time. */
+static void test_touch_gives_an_expiry_to_an_item_without_one(void)
+{
+    char key[16] = "k12345678", val[101];   /* 9 + 100: the W3 item, 136 bytes exactly */
+    memset(val, 'q', 100);
+    val[100] = 0;
+    uint64_t cas = 0;
+    CHECK(put_full(key, val, 7, 0, MODE_SET, NULL, &cas) == STORE_STORED);
+    struct item_view v;
+    CHECK(streq(get_str(key, &v), val));
+    long long items = gstat("curr_items");
+    CHECK(storage_touch(T, key, strlen(key), storage_exptime(5)) == STORE_STORED);
+    CHECK(streq(get_str(key, &v), val));
+    CHECK_EQ_U64(v.cas, cas);
+    CHECK_EQ_U64(v.client_flags, 7);
+    CHECK(v.exptime != 0);
+    CHECK_EQ_U64(gstat("curr_items"), items);            /* replaced, not added */
+    storage_test_advance_clock(6);
+    CHECK(get_str(key, NULL) == NULL);
+    /* gat on another such item */
+    CHECK(put_full("k87654321", val, 0, 0, MODE_SET, NULL, NULL) == STORE_STORED);
+    struct get_opts go = { .touch = true, .new_exptime = storage_exptime(3) };
+    char buf[128];
+    CHECK(storage_get(T, "k87654321", 9, &go, buf, sizeof buf, &v));
+    CHECK(v.exptime != 0);
+    storage_test_advance_clock(4);
+    CHECK(get_str("k87654321", NULL) == NULL);
+    /* md I T */
+    CHECK(put_full("k11111111", val, 0, 0, MODE_SET, NULL, NULL) == STORE_STORED);
+    struct delete_opts d = { .invalidate = true, .update_ttl = true, .new_exptime = storage_exptime(2) };
+    CHECK(storage_delete(T, "k11111111", 9, &d) == STORE_STORED);
+    CHECK(get_str("k11111111", &v) && v.stale);
+    storage_test_advance_clock(3);
+    CHECK(get_str("k11111111", NULL) == NULL);
+}
+
 int main(void)
 {
     setup(64, 10, false);
@@ -376,6 +414,7 @@ int main(void)
     TEST(test_arith);
     TEST(test_ttl_rules);
     TEST(test_touch_and_gat);
+    TEST(test_touch_gives_an_expiry_to_an_item_without_one);
     TEST(test_flush);
     TEST(test_meta_stale_win);
     TEST(test_fetched_and_last_access);
