@@ -101,6 +101,15 @@ long find_line(const char *buf, size_t len, size_t *consumed);
 /* The longest line allowed for a (partial) line starting with these bytes. */
 size_t line_limit_for(const char *buf, size_t len);
 
+/* For batched lookups (prefetch.c), which look at a whole read batch before
+ * any of it is parsed: is this line a retrieval (get, gets, mg), and where do
+ * its keys start (*first_only: only the first token is a key, as in mg)? A
+ * storage command is reported apart because a data block follows it, which
+ * a scan must not read as lines. A quick look at the verb, not a parse: a
+ * malformed line is classified as whatever its verb says. */
+enum line_kind { LINE_OTHER, LINE_RETRIEVAL, LINE_STORAGE };
+enum line_kind classify_line(const char *line, size_t len, const char **keys, bool *first_only);
+
 /* Parses one command line (without its terminator). */
 enum parse_status parse_request(const char *line, size_t len, struct request *r);
 

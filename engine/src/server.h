@@ -1,0 +1,47 @@
+/*
+ * server.h - process-wide server state shared by the network layer, the
+ * protocol layer and `stats`: the settings, the worker table, connection
+ * counters, the shutdown flag, and the registry of live connections.
+ *
+ * Why a file of its own: `stats` (protocol) reads what the network layer
+ * counts, and the network layer calls into the protocol. Keeping the shared
+ * state below both means neither calls the other to get at it, so the
+ * layers form no circle (the include graph is in engine/README.md).
+ *
+ * Concurrency: settings and the worker table are written before the
+ * workers start and read-only afterwards (except settings.verbose, a relaxed
+ * atomic). Counters are relaxed atomics. The registry lock guards every
+ * worker's connection list against `stats conns` running on another worker;
+ * a worker changes its own list only under it.
+ */
+#ifndef CACHET_SERVER_H
+#define CACHET_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "conn.h"
+#include "settings.h"
+
+extern struct settings settings;
+extern struct worker  *workers;
+extern int             num_workers;
+extern uint32_t        curr_conns_global;     /* relaxed atomics */
+extern uint64_t        total_conns_global, rejected_conns_global;
+extern time_t          server_started;
+
+/* SIGTERM/SIGINT arrived: stop accepting, finish queued replies, close. */
+void server_set_shutting_down(void);
+bool server_shutting_down(void);
+
+void registry_lock(void);
+void registry_unlock(void);
+
+typedef void (*stat_line_fn)(void *, const char *, const char *, ...);
+void server_stats_reset(void);
+void server_stats_general(stat_line_fn w, void *ctx);
+void server_stats_settings(stat_line_fn w, void *ctx);
+void server_stats_conns(struct conn *c);
+
+#endif
