@@ -220,6 +220,12 @@ static void process_input(struct conn *c)
             continue;
         }
         if (!avail) break;
+        /* shutting down: no new request is started; a GET half answered
+         * (resume_off) is finished, so its reply is whole */
+        if (!c->resume_off && server_shutting_down()) {
+            c->state = CONN_CLOSING;
+            break;
+        }
         if (!c->started) {
             c->started = true;
             /* a binary-protocol client would wait forever for a newline */
@@ -332,15 +338,18 @@ static bool conn_after_work(struct conn *c)
         c->write_blocked = false;
         ae_del(l, c->fd, AE_WRITABLE);
     }
+    bool stopping = server_shutting_down();
     if (rc == OUT_FLUSH_DONE &&
-        (c->state == CONN_CLOSING || (server_shutting_down() && c->state == CONN_CMD))) {
+        (c->state == CONN_CLOSING || (stopping && c->state == CONN_CMD && !c->resume_off))) {
         conn_close(c);
         return false;
     }
     /* a client that does not read its replies must not make us buffer
-     * without bound: stop reading it until it catches up */
+     * without bound: stop reading it until it catches up. Shutting down,
+     * only a value already being received is read to its end. */
     bool want_read = c->state != CONN_CLOSING && rbuf_wants_read(c) &&
-                     !(c->write_blocked && outbuf_pending(&c->out) > OUT_HIGH_WATER);
+                     !(c->write_blocked && outbuf_pending(&c->out) > OUT_HIGH_WATER) &&
+                     (!stopping || c->state == CONN_NREAD || c->state == CONN_SWALLOW);
     bool reading = (ae_mask(l, c->fd) & AE_READABLE) != 0;
     if (want_read && !reading) ae_add(l, c->fd, AE_READABLE, read_proc, c);
     else if (!want_read && reading) ae_del(l, c->fd, AE_READABLE);
@@ -823,7 +832,7 @@ static void wake_ready(struct ae_loop *l, int fd, void *data, int mask)
     while (c) {
         struct conn *next = c->next;
         ae_del(l, c->fd, AE_READABLE);
-        if (c->state != CONN_NREAD) c->state = CONN_CLOSING;
+        if (c->state != CONN_NREAD && !c->resume_off) c->state = CONN_CLOSING;
         conn_after_work(c);
         c = next;
     }
