@@ -20,6 +20,7 @@
 #ifndef CACHET_BUFMEM_H
 #define CACHET_BUFMEM_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -32,7 +33,14 @@ bool   bufmem_reserve(size_t n);
 void   bufmem_release(size_t n);
 size_t bufmem_used(void);
 /* True when more than three quarters of the budget is in use: connections
- * then give back grown buffers as soon as they are sent. */
-bool   bufmem_under_pressure(void);
+ * then give back grown buffers as soon as they are sent, and those with
+ * output to send wait. Inline: it is asked before every pipelined request. */
+extern size_t bufmem_pressure_bytes;        /* 3/4 of the limit; 0 = no limit */
+extern _Atomic size_t bufmem_used_bytes;
+static inline bool bufmem_under_pressure(void)
+{
+    return bufmem_pressure_bytes &&
+           atomic_load_explicit(&bufmem_used_bytes, memory_order_relaxed) > bufmem_pressure_bytes;
+}
 
 #endif

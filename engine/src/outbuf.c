@@ -81,26 +81,18 @@ static bool grow_segs(struct outbuf *o, uint32_t want)
     return true;
 }
 
-bool outbuf_try_room(struct outbuf *o, size_t n)
+bool outbuf_try_room_slow(struct outbuf *o, size_t n)
 {
-    if (o->cap - o->len >= n + OUT_TAIL_ROOM) return true;
     return grow_buf(o, n + OUT_TAIL_ROOM);
 }
 
-bool outbuf_reserve(struct outbuf *o, size_t n)
+bool outbuf_reserve_slow(struct outbuf *o, size_t n)
 {
     if (o->failed) return false;
     if (o->cap - o->len >= n + OUT_TAIL_ROOM) return true;
     if (grow_buf(o, n + OUT_TAIL_ROOM)) return true;
     o->failed = true;
     return false;
-}
-
-void outbuf_add(struct outbuf *o, const char *s, size_t n)
-{
-    if (!outbuf_reserve(o, n)) return;
-    memcpy(o->buf + o->len, s, n);
-    o->len += n;
 }
 
 void outbuf_str(struct outbuf *o, const char *s)
@@ -126,16 +118,10 @@ void outbuf_vprintf(struct outbuf *o, const char *fmt, va_list ap)
     va_end(again);
 }
 
-bool outbuf_value_room(struct outbuf *o, size_t hdr_max, size_t *copy_cap)
+bool outbuf_value_room_slow(struct outbuf *o, size_t hdr_max, size_t *copy_cap)
 {
     if (o->failed) return false;
     size_t fixed = hdr_max + 2 + OUT_TAIL_ROOM;
-    /* the common case: a buffer with room, a client keeping up */
-    if (o->cap - o->len >= fixed + OUT_COPY_MAX && o->nsegs + 2 <= o->segcap &&
-        outbuf_pending(o) <= OUT_HIGH_WATER) {
-        *copy_cap = OUT_COPY_MAX;
-        return true;
-    }
     if (outbuf_pending(o) > OUT_HIGH_WATER) return false;
     if (o->nsegs + 2 > o->segcap && !grow_segs(o, o->nsegs + 2)) return false;
     /* Copy what fits in the room left, reference the rest: the buffer grows
@@ -210,13 +196,6 @@ static void seg_drop(struct outbuf *o, struct out_seg *s)
         o->ndeferred--;
         reply_handle_drop(s->h);
     }
-}
-
-void outbuf_mark(const struct outbuf *o, struct out_mark *m)
-{
-    m->len = o->len;
-    m->run_start = o->run_start;
-    m->nsegs = o->nsegs;
 }
 
 void outbuf_rollback(struct outbuf *o, const struct out_mark *m)

@@ -47,6 +47,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "reply.h"
 #include "storage.h"
@@ -131,10 +132,24 @@ void outbuf_consumed(struct outbuf *o, size_t n);
 
 /* At least n + OUT_TAIL_ROOM free bytes at buf + len. On failure sets
  * `failed` and returns false: the reply under construction is lost. */
-bool outbuf_reserve(struct outbuf *o, size_t n);
+bool outbuf_reserve_slow(struct outbuf *o, size_t n);
+static inline bool outbuf_reserve(struct outbuf *o, size_t n)
+{
+    if (o->cap - o->len >= n + OUT_TAIL_ROOM && !o->failed) return true;
+    return outbuf_reserve_slow(o, n);
+}
 /* Same without marking the reply failed: false means "not now". */
-bool outbuf_try_room(struct outbuf *o, size_t n);
-void outbuf_add(struct outbuf *o, const char *s, size_t n);
+bool outbuf_try_room_slow(struct outbuf *o, size_t n);
+static inline bool outbuf_try_room(struct outbuf *o, size_t n)
+{
+    return o->cap - o->len >= n + OUT_TAIL_ROOM || outbuf_try_room_slow(o, n);
+}
+static inline void outbuf_add(struct outbuf *o, const char *s, size_t n)
+{
+    if (!outbuf_reserve(o, n)) return;
+    memcpy(o->buf + o->len, s, n);
+    o->len += n;
+}
 void outbuf_str(struct outbuf *o, const char *s);     /* s + "\r\n" */
 void outbuf_vprintf(struct outbuf *o, const char *fmt, va_list ap);
 
@@ -143,7 +158,20 @@ void outbuf_vprintf(struct outbuf *o, const char *fmt, va_list ap);
  * not (room for the segments included). *copy_cap is at least OUT_COPY_MIN.
  * False when the queue is at one of its bounds or memory is refused: wait
  * if outbuf_pending() > 0, else the reply fails. */
-bool outbuf_value_room(struct outbuf *o, size_t hdr_max, size_t *copy_cap);
+bool outbuf_value_room_slow(struct outbuf *o, size_t hdr_max, size_t *copy_cap);
+static inline bool outbuf_value_room(struct outbuf *o, size_t hdr_max, size_t *copy_cap)
+{
+    /* the common case, inline: no segments queued (so at most OUT_BUF_MAX
+     * bytes queued, below OUT_HIGH_WATER) and room for a small value */
+    size_t fixed = hdr_max + 2 + OUT_TAIL_ROOM;
+    size_t room = o->cap - o->len;
+    if (!o->nsegs && room >= fixed + OUT_COPY_MIN && !o->failed) {
+        room -= fixed;
+        *copy_cap = room < OUT_COPY_MAX ? room : OUT_COPY_MAX;
+        return true;
+    }
+    return outbuf_value_room_slow(o, hdr_max, copy_cap);
+}
 /* Queues v's value in place; the queue takes over v's reference. The
  * segment room must come from outbuf_value_room(). */
 void outbuf_push_ref(struct outbuf *o, const struct item_view *v);
@@ -155,7 +183,12 @@ void outbuf_deferred_ready(struct outbuf *o, struct reply_handle *h);
 /* Waiting on a deferred slot with nothing sendable in front of it. */
 bool outbuf_blocked_on_deferred(const struct outbuf *o);
 
-void outbuf_mark(const struct outbuf *o, struct out_mark *m);
+static inline void outbuf_mark(const struct outbuf *o, struct out_mark *m)
+{
+    m->len = o->len;
+    m->run_start = o->run_start;
+    m->nsegs = o->nsegs;
+}
 /* Takes back everything queued after m (releasing refs, cancelling slots)
  * and clears `failed`. Nothing after m may have been sent. */
 void outbuf_rollback(struct outbuf *o, const struct out_mark *m);

@@ -433,16 +433,3 @@ enum parse_status parse_request(const char *line, size_t len, struct request *r)
     }
     return PARSE_ERROR;
 }
-
-enum line_kind classify_line(const char *p, size_t len, const char **keys, bool *first_only)
-{
-    *first_only = false;
-    if (len > 4 && !memcmp(p, "get ", 4)) { *keys = p + 4; return LINE_RETRIEVAL; }
-    if (len > 5 && !memcmp(p, "gets ", 5)) { *keys = p + 5; return LINE_RETRIEVAL; }
-    if (len > 3 && !memcmp(p, "mg ", 3)) { *keys = p + 3; *first_only = true; return LINE_RETRIEVAL; }
-    if (len > 3 && (!memcmp(p, "set", 3) || !memcmp(p, "add", 3) || !memcmp(p, "cas", 3) ||
-                    !memcmp(p, "ms ", 3) || !memcmp(p, "rep", 3) || !memcmp(p, "app", 3) ||
-                    !memcmp(p, "pre", 3)))
-        return LINE_STORAGE;
-    return LINE_OTHER;
-}

@@ -23,12 +23,9 @@ uint64_t         total_conns_global, rejected_conns_global;
 time_t           server_started;
 
 static pthread_mutex_t registry_mutex = PTHREAD_MUTEX_INITIALIZER;
-/* Written by the main thread at SIGTERM, read by every worker: an atomic,
- * or the workers would race with it (TSan reported exactly that). */
-static atomic_bool shutting_down;
+atomic_bool server_stopping;
 
-void server_set_shutting_down(void) { atomic_store_explicit(&shutting_down, true, memory_order_release); }
-bool server_shutting_down(void) { return atomic_load_explicit(&shutting_down, memory_order_acquire); }
+void server_set_shutting_down(void) { atomic_store_explicit(&server_stopping, true, memory_order_release); }
 void registry_lock(void) { pthread_mutex_lock(&registry_mutex); }
 void registry_unlock(void) { pthread_mutex_unlock(&registry_mutex); }
 

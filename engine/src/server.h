@@ -17,6 +17,7 @@
 #ifndef CACHET_SERVER_H
 #define CACHET_SERVER_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
@@ -33,7 +34,13 @@ extern time_t          server_started;
 
 /* SIGTERM/SIGINT arrived: stop accepting, finish queued replies, close. */
 void server_set_shutting_down(void);
-bool server_shutting_down(void);
+/* An atomic: written by the main thread at SIGTERM, read by every worker
+ * (TSan reported the plain int this was). Inline: read once per request. */
+extern atomic_bool server_stopping;
+static inline bool server_shutting_down(void)
+{
+    return atomic_load_explicit(&server_stopping, memory_order_acquire);
+}
 
 void registry_lock(void);
 void registry_unlock(void);
