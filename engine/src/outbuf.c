@@ -126,7 +126,11 @@ bool outbuf_value_room_slow(struct outbuf *o, size_t hdr_max, size_t *copy_cap)
     if (o->nsegs + 2 > o->segcap && !grow_segs(o, o->nsegs + 2)) return false;
     /* Copy what fits in the room left, reference the rest: the buffer grows
      * only when not even a small value fits, never to make room for a
-     * value that can be sent in place. */
+     * value that can be sent in place; and not at all, when the budget is
+     * nearly spent, for a reply that can wait for its client instead (the
+     * rest of the budget goes to connections with nothing queued). */
+    if (o->cap - o->len < fixed + OUT_COPY_MIN && outbuf_pending(o) > 0 && bufmem_under_pressure())
+        return false;
     if (!grow_buf(o, fixed + OUT_COPY_MIN)) return false;
     size_t room = o->cap - o->len - fixed;
     *copy_cap = room < OUT_COPY_MAX ? room : OUT_COPY_MAX;

@@ -474,7 +474,10 @@ def test_many_stalled_clients_stay_within_the_memory_formula(start_server):
                 used_peak = max(used_peak, int(c.stats()["conn_buffer_bytes"]))
             assert c.values("get k7")["k7"][1] == value_of(900, "k7")
             s = c.stats()
-            assert int(s["curr_connections"]) >= 70
+            # An attacker may be cut off when the budget is spent (a 60 KB line needs a
+            # bigger read buffer), but never silently: each close is counted.
+            counted = int(s["curr_connections"]) + int(s["response_obj_oom"]) + int(s["read_buf_oom"])
+            assert counted >= len(hogs) + 1, s
     finally:
         for h in hogs:
             h.close()
