@@ -49,6 +49,8 @@ int ae_add(struct ae_loop *l, int fd, int mask, ae_file_proc *proc, void *data)
     struct ae_file_event *fe = &l->events[fd];
     struct epoll_event ee = { .events = (uint32_t)to_epoll(fe->mask | mask), .data.fd = fd };
     int op = fe->mask == AE_NONE ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+    if ((mask & AE_EXCLUSIVE) && op == EPOLL_CTL_ADD) ee.events |= EPOLLEXCLUSIVE;
+    mask &= ~AE_EXCLUSIVE;
     if (epoll_ctl(l->epfd, op, fd, &ee) < 0) return -1;
     fe->mask |= mask;
     if (mask & AE_READABLE) fe->rproc = proc;
@@ -93,15 +95,20 @@ int ae_process(struct ae_loop *l, int timeout_ms)
     return n < 0 ? 0 : n;
 }
 
+void ae_stop(struct ae_loop *l)
+{
+    atomic_store_explicit(&l->stop, 1, memory_order_relaxed);
+}
+
 void ae_run(struct ae_loop *l, int default_timeout_ms)
 {
-    while (!l->stop) {
+    while (!atomic_load_explicit(&l->stop, memory_order_relaxed)) {
         int timeout = default_timeout_ms;
         if (l->before_sleep) {
             int t = l->before_sleep(l, l->hook_data);
             if (t >= 0 && (timeout < 0 || t < timeout)) timeout = t;
         }
-        if (l->stop) break;
+        if (atomic_load_explicit(&l->stop, memory_order_relaxed)) break;
         ae_process(l, timeout);
     }
 }

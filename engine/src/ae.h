@@ -7,13 +7,21 @@
  * connections that yielded continue) and a wake-up. Fifty lines of epoll
  * give exactly that with no allocation per event, and the loop can be read
  * in one sitting.
+ *
+ * Concurrency: a loop belongs to the thread that runs it; only ae_stop() may
+ * be called from another thread.
  */
 #ifndef CACHET_AE_H
 #define CACHET_AE_H
 
+#include <stdatomic.h>
+
 #define AE_NONE     0
 #define AE_READABLE 1
 #define AE_WRITABLE 2
+/* With AE_READABLE, when the fd is added: one fd in several loops (a shared
+ * listening socket) wakes one of them per event, not all (EPOLLEXCLUSIVE). */
+#define AE_EXCLUSIVE 4
 
 struct ae_loop;
 typedef void ae_file_proc(struct ae_loop *loop, int fd, void *data, int mask);
@@ -32,7 +40,7 @@ struct ae_loop {
     struct ae_file_event *events;        /* indexed by fd */
     void                 *fired;         /* struct epoll_event[setsize] */
     int                   max_fired;
-    int                   stop;
+    atomic_int            stop;          /* ae_stop(); any thread */
     ae_hook_proc         *before_sleep;  /* may return a shorter timeout */
     void                 *hook_data;
 };
@@ -45,5 +53,8 @@ int  ae_mask(struct ae_loop *loop, int fd);
 /* Waits at most timeout_ms (-1 forever) and dispatches; returns events handled. */
 int  ae_process(struct ae_loop *loop, int timeout_ms);
 void ae_run(struct ae_loop *loop, int default_timeout_ms);
+/* Makes ae_run return after the current turn; safe from another thread
+ * (which must then wake the loop, e.g. through an eventfd it watches). */
+void ae_stop(struct ae_loop *loop);
 
 #endif

@@ -1,36 +1,44 @@
 /*
- * conn.h - a client connection, its buffers, and the worker that owns it.
+ * conn.h - a client connection and the worker that owns it: the boundary
+ * between the network layer (net.c and below) and the protocol layer
+ * (proto_text.c, proto_meta.c). The protocol sees a connection through this
+ * header only: its input state, its output queue (outbuf.h, through the
+ * out_* calls below), its worker's storage context and counters.
  *
  * Why the buffers look like this: on this kind of machine a syscall costs
  * more than parsing and answering a small request, so a connection reads
  * everything the kernel has in one read(), answers every complete request in
- * that batch into one contiguous output buffer, and sends the whole batch
- * with one send() (or one writev() when large values are sent in place).
- * memcached 1.6.18 does one sendmsg per request; that is the difference.
+ * that batch into its output queue, and sends the whole batch with one
+ * send() (or one sendmsg() when values are sent in place). memcached 1.6.18
+ * does one sendmsg per request; that is the difference.
  *
  *  - rbuf: bytes read but not yet consumed. Requests are parsed in place.
- *    A value too large for rbuf is read straight into its item memory.
- *  - out: reply bytes, contiguous. A GET copies small values straight into
- *    it (storage_get's copy-out), so the common hit needs no reference count.
- *    Large values are "ref" segments pointing into item memory (zero copy);
- *    their views are released once sent. If the client is slow, the unsent
- *    rest is copied out and the view released at once: a referenced item's
- *    chunk cannot be reused or evicted, so a stalled reader would otherwise
- *    pin cache memory for as long as it stalls. The copy is connection
- *    buffer memory instead, counted against -o conn_buffer_limit.
+ *    A value too large for rbuf is read straight into its item memory. It
+ *    rests at RBUF_INITIAL and grows (from the buffer budget) only to hold
+ *    one long line.
+ *  - out: the output queue, see outbuf.h for its segments and bounds.
+ *
+ * Concurrency: a connection belongs to its worker thread. Other threads
+ * read only addr, stat_state and last_cmd_time (for `stats conns`, under
+ * the registry lock; the latter two are relaxed atomics), and reach the
+ * connection otherwise only through its worker's completion queue.
  */
 #ifndef CACHET_CONN_H
 #define CACHET_CONN_H
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ae.h"
+#include "outbuf.h"
+#include "reply.h"
 #include "settings.h"
 #include "storage.h"
 
+struct ae_loop;
+struct uring;
 struct worker;
 
 enum conn_state {
@@ -38,23 +46,6 @@ enum conn_state {
     CONN_NREAD,     /* reading a storage command's data block into an item */
     CONN_SWALLOW,   /* discarding a data block we could not store */
     CONN_CLOSING,   /* flush what is queued, then close */
-};
-
-struct out_seg {
-    size_t      off, len;     /* bytes in out.buf, or in ptr when ptr != NULL */
-    const char *ptr;
-    bool        owned;        /* ptr was malloc'ed (a copied-out ref) */
-    bool        in_item;      /* ptr points into item memory (a piece of a referenced value) */
-    struct item_view view;    /* view.ref != NULL: release after send */
-};
-
-struct outbuf {
-    char           *buf;
-    size_t          len, cap;
-    size_t          seg_start;  /* where the current in-buffer run begins */
-    struct out_seg *segs;       /* only non-empty when ref segments were added */
-    int             nsegs, segcap;
-    size_t          sent;       /* bytes of the queued output already sent */
 };
 
 struct conn {
@@ -72,20 +63,23 @@ struct conn {
     size_t           swallow_left;
     char            *pending_line;  /* the storage command line, re-parsed on completion */
     size_t           pending_len;
+    /* A multi-key GET that had to wait for its output to drain stopped
+     * before the key at this offset of its line (0: none). The line stays
+     * in rbuf and the GET resumes there. */
+    uint32_t         resume_off;
     bool             write_blocked; /* waiting for EPOLLOUT */
     bool             yielded;       /* on the worker's pending list */
+    bool             waits_output;  /* yielded for output room, not for fairness (-R) */
     bool             started;       /* the first byte has been looked at */
+    bool             tcp;           /* TCP (not a unix socket): idle_timeout applies */
     int              batch_idx;     /* io_uring mode: slot in the worker's batch, -1 if none */
     struct conn     *next_pending;
     struct conn     *prev, *next;   /* worker's connection list */
+    size_t           rbuf_reserved; /* rbuf bytes above RBUF_INITIAL, from the budget */
     /* for stats conns (read by other threads under the registry lock) */
-    char             addr[64];
-    volatile int     stat_state;
-    volatile uint32_t last_cmd_time;
-    /* connection buffer memory above the resting size, as last added to
-     * conn_buffer_bytes (see -o conn_buffer_limit) */
-    size_t           accounted;
-    size_t           owned_bytes;   /* ref values copied out for a slow client */
+    char             addr[128];     /* "tcp:host:port" or "unix:path" */
+    int              stat_state;    /* relaxed atomic: enum conn_state */
+    uint32_t         last_cmd_time; /* relaxed atomic: rel_time_t */
 };
 
 /* Per-worker protocol counters: written only by the owning thread with
@@ -93,6 +87,7 @@ struct conn {
 struct server_stats {
     uint64_t cmd_get, cmd_set, cmd_flush, cmd_touch, cmd_meta;
     uint64_t bytes_read, bytes_written, conn_yields;
+    uint64_t response_obj_oom, read_buf_oom, idle_kicks;
 };
 
 #define STAT_ADD(w, field, n) \
@@ -115,65 +110,54 @@ struct worker {
     storage_thread  *st;
     int              listen_fds[16];
     int              nlisten;
-    int              wake_fd;      /* eventfd: shutdown */
+    int              wake_fd;      /* eventfd: shutdown, and deferred replies completed */
+    struct reply_queue replies;    /* deferred replies completed by any thread */
     struct conn     *conns;        /* all connections of this worker */
     struct conn     *pending;      /* connections with unparsed input left */
     struct server_stats stats;
-    struct uring    *ring;         /* -o io_uring: batch reads and sends per loop turn */
+    struct uring    *ring;         /* io_uring: batch reads and sends per loop turn */
     struct conn    **batch;        /* connections found readable this turn */
     int              nbatch;
+    rel_time_t       idle_checked; /* last idle_timeout sweep */
+    bool             stopping;     /* shutdown seen: listeners closed, connections closing */
     struct prefetched pf[PREFETCH_MAX];  /* GET keys of the batch being answered */
     int              npf, pf_pos;
 };
 
-/* ---- output API used by proto_text.c and proto_meta.c ---- */
-void  out_reserve(struct conn *c, size_t n);      /* ensure n free bytes in out.buf */
-void  out_add(struct conn *c, const char *s, size_t n);
-void  out_str(struct conn *c, const char *s);     /* s + "\r\n" */
-void  out_ref(struct conn *c, const struct item_view *v);  /* value sent in place */
-void  out_printf(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Finishes a value reply whose header runs from the end of out.buf to p:
- * a copied-out value (it sits behind the header's reserved room) slides up
- * against the header, a referenced one becomes a zero-copy segment. */
-void  out_value(struct conn *c, char *p, const struct item_view *v);
+/* ---- output, for the protocol (see outbuf.h) ---- */
+/* At least n free bytes at out.buf + out.len; false: the reply failed (the
+ * read loop takes it back and answers SERVER_ERROR). */
+static inline bool out_reserve(struct conn *c, size_t n) { return outbuf_reserve(&c->out, n); }
+static inline void out_add(struct conn *c, const char *s, size_t n) { outbuf_add(&c->out, s, n); }
+static inline void out_str(struct conn *c, const char *s) { outbuf_str(&c->out, s); }  /* s + "\r\n" */
+static inline void out_printf(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline void out_printf(struct conn *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    outbuf_vprintf(&c->out, fmt, ap);
+    va_end(ap);
+}
+/* See outbuf_value_room(). */
+static inline bool out_value_room(struct conn *c, size_t hdr_max, size_t *copy_cap)
+{
+    return outbuf_value_room(&c->out, hdr_max, copy_cap);
+}
+static inline void out_ref(struct conn *c, const struct item_view *v) { outbuf_push_ref(&c->out, v); }
+/* Output queued that the connection can wait for (to resume a request). */
+static inline bool out_can_wait(const struct conn *c)
+{
+    return outbuf_pending(&c->out) > 0 || c->out.ndeferred > 0;
+}
+/* A reply slot filled later, by any thread: see reply.h. */
+static inline struct reply_handle *reply_defer(struct conn *c, const struct reply_spec *spec)
+{
+    return outbuf_defer(&c->out, spec);
+}
 
-/* storage_get, using the hash computed when the batch was prefetched. */
+/* storage_get, using the hash computed when the batch was prefetched
+ * (prefetch.c). */
 bool  conn_storage_get(struct conn *c, const char *key, uint32_t nkey, const struct get_opts *opts,
                        char *copy_buf, size_t copy_cap, struct item_view *out);
-
-/* ---- global server state ---- */
-extern struct settings settings;
-extern struct worker  *workers;
-extern int             num_workers;
-extern volatile uint32_t curr_conns_global;
-extern uint64_t total_conns_global, rejected_conns_global;
-extern time_t   server_started;
-extern size_t   conn_buffer_bytes;   /* sum of every connection's accounted bytes */
-
-/* Providers for the stats registry (stats.c). */
-void server_stats_reset(void);
-void server_stats_general(stat_writer w, void *ctx);
-void server_stats_settings(stat_writer w, void *ctx);
-void server_stats_conns(stat_writer w, void *ctx);
-
-/* net.c */
-int  server_listen_all(void);     /* binds every worker's sockets; 0 or -1 */
-int  server_start_workers(void);
-void server_shutdown(void);       /* stop accepting, flush, close, join */
-void conn_close(struct conn *c);
-
-/* proto_text.c / proto_meta.c: dispatch one parsed request. The request's
- * line starts at line (len bytes); for storage commands the data block
- * follows in the connection's input. Returns false if the connection must
- * stop processing input (closing, or waiting for a data block). */
-struct request;
-bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t len);
-/* A data block in progress (CONN_NREAD): where its next bytes go (value
- * pieces of c->it, then the terminator) and how many fit there; then how
- * many arrived (completes the store when the block is whole). */
-char *proto_nread_dst(struct conn *c, size_t *len);
-void proto_nread_advance(struct conn *c, size_t n);
-bool proto_meta_dispatch(struct conn *c, struct request *r);
-void proto_meta_complete_set(struct conn *c, struct request *r, item *it, bool bad_chunk);
 
 #endif

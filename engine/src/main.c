@@ -9,6 +9,7 @@
  * within a few seconds, which is what a Kubernetes preStop hook and the
  * pod's termination grace period expect.
  */
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,12 +19,31 @@
 #include "conn.h"
 #include "latency.h"
 #include "metrics_server.h"
+#include "bufmem.h"
+#include "net.h"
+#include "server.h"
 #include "storage.h"
 
-int server_create_workers(void);
+/* The memory bound in engine/README.md ("Memory") rests on two allocator
+ * settings, made before anything is allocated: one malloc arena, so memory
+ * one worker frees is reused by any other instead of staying behind in a
+ * per-thread arena (no request path allocates, so there is no contention to
+ * lose); and a fixed mmap threshold, so every grown connection buffer is a
+ * mapping of its own, given back to the kernel when it is freed, instead of
+ * glibc raising the threshold after each free and fragmenting the heap. */
+static void malloc_for_bounded_memory(void)
+{
+#ifdef M_ARENA_MAX
+    mallopt(M_ARENA_MAX, 1);
+#endif
+#ifdef M_MMAP_THRESHOLD
+    mallopt(M_MMAP_THRESHOLD, 64 * 1024);
+#endif
+}
 
 int main(int argc, char **argv)
 {
+    malloc_for_bounded_memory();
     int rc = settings_parse(&settings, argc, argv, stderr);
     if (rc == 1) return 0;
     if (rc) return rc;
@@ -35,6 +55,7 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
     server_started = time(NULL);
+    bufmem_set_limit(settings.conn_buffer_limit);
 
     struct storage_config sc = {
         .mem_limit = settings.maxbytes,
@@ -76,8 +97,12 @@ int main(int argc, char **argv)
         int list[MAX_WORKERS], n = 0;
         for (int i = 0; i < num_workers; i++) if (workers[i].cpu >= 0) list[n++] = workers[i].cpu;
         if (n) format_cpu_list(list, n, cpus, sizeof(cpus));
-        fprintf(stderr, "cachetd %s listening on port %d, %d worker(s), CPUs %s, %zu MB\n",
-                CACHET_VERSION, settings.port, num_workers, cpus, settings.maxbytes >> 20);
+        char where[160];
+        if (settings.socketpath[0]) snprintf(where, sizeof(where), "unix socket %s", settings.socketpath);
+        else snprintf(where, sizeof(where), "port %d", settings.port);
+        fprintf(stderr, "cachetd %s listening on %s, %d worker(s), CPUs %s, %zu MB, "
+                "connection buffers capped at %zu bytes\n",
+                CACHET_VERSION, where, num_workers, cpus, settings.maxbytes >> 20, settings.conn_buffer_limit);
     }
 
     int sig = 0;

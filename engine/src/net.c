@@ -1,5 +1,6 @@
 /*
- * net.c - listening sockets, worker threads, connections and their I/O.
+ * net.c - listening sockets, worker threads, and each connection's read,
+ * parse and send loop.
  *
  * Accept path: every worker owns its own listening socket(s), all bound to
  * the same port with SO_REUSEPORT. The kernel spreads new connections over
@@ -10,7 +11,9 @@
  * workloads we serve (tens to thousands of long-lived client connections)
  * that is the better trade. Because SO_REUSEPORT would also let a second
  * cachetd silently share the port, we first bind a plain socket to prove the
- * port is free, so "address in use" is still an error.
+ * port is free, so "address in use" is still an error. A unix socket (-s)
+ * cannot be shared that way: its one listening socket is in every worker's
+ * epoll set with EPOLLEXCLUSIVE, so a new connection wakes one worker.
  *
  * Workers are pinned one per CPU (settings.worker_cpus) so a connection's
  * buffers stay in one CPU's cache and the operator can verify the pinning
@@ -18,10 +21,29 @@
  *
  * Syscalls per request: see conn.h. One read() per batch (a short read means
  * the socket is drained; level-triggered epoll tells us if more arrives),
- * every complete request answered, one send()/writev() per batch.
+ * every complete request answered, one send()/sendmsg() per batch.
+ *
+ * Flow control: before each request (and each key of a multi-key GET) the
+ * connection checks that its output queue can take one more reply
+ * (outbuf.h). If not and it has output queued, it stops there and resumes
+ * when the queue drains: the client reading (EPOLLOUT), the next loop turn,
+ * or a deferred reply completing. A GET stopped between keys keeps its line
+ * in rbuf and picks up at c->resume_off. A reply that cannot get memory
+ * with nothing queued to wait for is taken back and answered with one
+ * SERVER_ERROR line, and the connection is closed (response_obj_oom), as
+ * memcached does when its response objects run out; a read buffer that
+ * cannot grow for a long line does the same (read_buf_oom). Nothing in the
+ * request path aborts on a failed allocation.
+ *
+ * Deferred replies (reply.h) complete on any thread: the completion queue is
+ * drained when the worker's eventfd fires, and each completed slot's
+ * connection is flushed and, if it was waiting, resumed.
+ *
+ * Concurrency: everything here runs on the connection's worker thread, except
+ * server_shutdown (main thread: it sets the atomic shutdown flag, writes each
+ * worker's eventfd and joins).
  */
 #include <arpa/inet.h>
-#include <stddef.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -29,259 +51,40 @@
 #include <netinet/tcp.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "ae.h"
+#include "bufmem.h"
 #include "conn.h"
 #include "latency.h"
+#include "net.h"
+#include "outbuf.h"
+#include "prefetch.h"
+#include "proto.h"
 #include "proto_parser.h"
+#include "reply.h"
+#include "server.h"
 #include "uring.h"
 
-#define RBUF_INITIAL   (16 * 1024)
-#define RBUF_MAX       (LINE_MAX_RETRIEVAL + 4096)
-#define OUT_INITIAL    (16 * 1024)
-#define OUT_KEEP_MAX   (512u << 10)  /* larger output buffers are freed once sent */
-#define OUT_HIGH_WATER (4u << 20)    /* stop parsing a client that does not read */
+#define RBUF_INITIAL    (16 * 1024)
+#define RBUF_MAX        (LINE_MAX_RETRIEVAL + 4096)
 #define DIRECT_READ_MIN 4096          /* values this large are read straight into the item */
-#define MAX_IOV        512
+/* Free output room a connection with queued output needs before it takes
+ * another request: more than the largest reply header plus a copied small
+ * value, so a single-key reply never fails for lack of room once started. */
+#define OUT_REQUEST_ROOM (OUT_COPY_MIN + 3072)
 
-struct settings  settings;
-struct worker   *workers;
-int              num_workers;
-volatile uint32_t curr_conns_global;
-uint64_t         total_conns_global, rejected_conns_global;
-time_t           server_started;
-size_t           conn_buffer_bytes;
-
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static volatile int shutting_down;
-
-/* ------------------------------------------------------------------ output */
-
-void out_reserve(struct conn *c, size_t n)
-{
-    struct outbuf *o = &c->out;
-    if (o->cap - o->len >= n) return;
-    size_t cap = o->cap ? o->cap : OUT_INITIAL;
-    while (cap - o->len < n) cap *= 2;
-    char *b = realloc(o->buf, cap);
-    if (!b) { perror("cachetd: out of memory for output buffer"); abort(); }
-    o->buf = b;
-    o->cap = cap;
-}
-
-void out_add(struct conn *c, const char *s, size_t n)
-{
-    out_reserve(c, n);
-    memcpy(c->out.buf + c->out.len, s, n);
-    c->out.len += n;
-}
-
-void out_str(struct conn *c, const char *s)
-{
-    size_t n = strlen(s);
-    out_reserve(c, n + 2);
-    memcpy(c->out.buf + c->out.len, s, n);
-    memcpy(c->out.buf + c->out.len + n, "\r\n", 2);
-    c->out.len += n + 2;
-}
-
-void out_printf(struct conn *c, const char *fmt, ...)
-{
-    va_list ap;
-    out_reserve(c, 256);
-    va_start(ap, fmt);
-    int n = vsnprintf(c->out.buf + c->out.len, c->out.cap - c->out.len, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n >= c->out.cap - c->out.len) {
-        out_reserve(c, (size_t)n + 1);
-        va_start(ap, fmt);
-        vsnprintf(c->out.buf + c->out.len, c->out.cap - c->out.len, fmt, ap);
-        va_end(ap);
-    }
-    c->out.len += (size_t)n;
-}
-
-static void seg_push(struct conn *c, struct out_seg s)
-{
-    struct outbuf *o = &c->out;
-    if (o->nsegs == o->segcap) {
-        int cap = o->segcap ? o->segcap * 2 : 16;
-        struct out_seg *ns = realloc(o->segs, sizeof(*ns) * (size_t)cap);
-        if (!ns) { perror("cachetd: out of memory"); abort(); }
-        o->segs = ns;
-        o->segcap = cap;
-    }
-    o->segs[o->nsegs++] = s;
-}
-
-void out_ref(struct conn *c, const struct item_view *v)
-{
-    struct outbuf *o = &c->out;
-    if (o->len > o->seg_start)
-        seg_push(c, (struct out_seg){ .off = o->seg_start, .len = o->len - o->seg_start });
-    /* a chained value is several pieces; the first segment holds the view */
-    struct iovec iov[16];
-    size_t done = 0;
-    bool first = true;
-    for (;;) {
-        size_t k = item_view_pieces(v, done, iov, 16);
-        if (k == 0) break;
-        for (size_t i = 0; i < k; i++) {
-            struct out_seg sg = { .ptr = iov[i].iov_base, .len = iov[i].iov_len, .in_item = true };
-            if (first) { sg.view = *v; first = false; }
-            seg_push(c, sg);
-            done += iov[i].iov_len;
-        }
-    }
-    if (first) item_view_release(c->w->st, (struct item_view *)v);   /* an empty value */
-    o->seg_start = o->len;
-}
-
-static size_t out_pending(const struct conn *c)
-{
-    const struct outbuf *o = &c->out;
-    size_t total = o->len - o->seg_start;
-    for (int i = 0; i < o->nsegs; i++) total += o->segs[i].len;
-    return total - o->sent;
-}
-
-/* Connection buffer memory beyond the resting RBUF_INITIAL + OUT_INITIAL,
- * kept in conn_buffer_bytes so -o conn_buffer_limit can bound the total
- * that clients can make the server hold (the operator budgets pod memory
- * with it). */
-static size_t conn_excess(const struct conn *c)
-{
-    size_t ex = c->owned_bytes;
-    /* values sent in place count too: if the client stalls they are copied */
-    for (int i = 0; i < c->out.nsegs; i++)
-        if (c->out.segs[i].in_item) ex += c->out.segs[i].len;
-    if (c->out.cap > OUT_INITIAL) ex += c->out.cap - OUT_INITIAL;
-    if (c->rsize > RBUF_INITIAL) ex += c->rsize - RBUF_INITIAL;
-    return ex;
-}
-
-static void conn_account(struct conn *c)
-{
-    size_t ex = conn_excess(c);
-    if (ex == c->accounted) return;
-    if (ex > c->accounted) __atomic_add_fetch(&conn_buffer_bytes, ex - c->accounted, __ATOMIC_RELAXED);
-    else __atomic_sub_fetch(&conn_buffer_bytes, c->accounted - ex, __ATOMIC_RELAXED);
-    c->accounted = ex;
-}
-
-static bool over_buffer_limit(struct conn *c)
-{
-    if (!settings.conn_buffer_limit) return false;
-    conn_account(c);
-    return __atomic_load_n(&conn_buffer_bytes, __ATOMIC_RELAXED) > settings.conn_buffer_limit;
-}
-
-static void out_reset(struct conn *c)
-{
-    struct outbuf *o = &c->out;
-    for (int i = 0; i < o->nsegs; i++) {
-        struct out_seg *s = &o->segs[i];
-        if (s->view.ref) item_view_release(c->w->st, &s->view);
-        if (s->owned) free((void *)s->ptr);
-    }
-    o->nsegs = 0;
-    o->len = o->seg_start = o->sent = 0;
-    c->owned_bytes = 0;
-    /* over the connection buffer limit: give back everything above resting */
-    if (o->cap > OUT_INITIAL && over_buffer_limit(c)) {
-        free(o->buf);
-        o->buf = NULL;
-        o->cap = 0;
-    }
-    /* A burst (a multi-get of large values) can grow the buffer a lot; give
-     * that back. Ordinary pipelined batches reach ~150 KB and keep theirs,
-     * so they do not pay a malloc and regrowth on every batch. */
-    if (o->cap > OUT_KEEP_MAX) {
-        free(o->buf);
-        o->buf = NULL;
-        o->cap = 0;
-    }
-}
-
-/* The kernel buffer is full: copy the unsent part of referenced values and
- * release the views now, so a stalled client pins heap memory (bounded by
- * the high-water mark and conn_buffer_limit) rather than cache chunks that
- * could then be neither reused nor evicted. */
-static void out_detach_refs(struct conn *c)
-{
-    struct outbuf *o = &c->out;
-    for (int i = 0; i < o->nsegs; i++) {
-        struct out_seg *s = &o->segs[i];
-        if (!s->in_item) continue;
-        char *copy = malloc(s->len ? s->len : 1);
-        if (!copy) { perror("cachetd: out of memory"); abort(); }
-        memcpy(copy, s->ptr, s->len);
-        c->owned_bytes += s->len;
-        s->ptr = copy;
-        s->owned = true;
-        s->in_item = false;
-    }
-    /* every piece is copied: now the items may go */
-    for (int i = 0; i < o->nsegs; i++)
-        if (o->segs[i].view.ref) item_view_release(c->w->st, &o->segs[i].view);
-}
-
-/* Sends what is queued with one send() or writev(). Returns -1 if the
- * connection failed, 0 if everything went, 1 if the kernel buffer is full. */
-static int out_flush(struct conn *c)
-{
-    struct outbuf *o = &c->out;
-    while (out_pending(c) > 0) {
-        ssize_t n;
-        if (o->nsegs == 0) {
-            n = send(c->fd, o->buf + o->sent, o->len - o->sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-        } else {
-            struct iovec iov[MAX_IOV];
-            int niov = 0;
-            size_t skip = o->sent;
-            for (int i = 0; i < o->nsegs && niov < MAX_IOV; i++) {
-                const struct out_seg *s = &o->segs[i];
-                if (skip >= s->len) { skip -= s->len; continue; }
-                const char *base = s->ptr ? s->ptr : o->buf + s->off;
-                iov[niov].iov_base = (void *)(base + skip);
-                iov[niov].iov_len = s->len - skip;
-                skip = 0;
-                niov++;
-            }
-            if (niov < MAX_IOV && o->len > o->seg_start + skip) {
-                iov[niov].iov_base = o->buf + o->seg_start + skip;
-                iov[niov].iov_len = o->len - o->seg_start - skip;
-                niov++;
-            }
-            struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)niov };
-            n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-        }
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                out_detach_refs(c);
-                return 1;
-            }
-            return -1;
-        }
-        STAT_ADD(c->w, bytes_written, (uint64_t)n);
-        o->sent += (size_t)n;
-    }
-    out_reset(c);
-    return 0;
-}
-
-/* -------------------------------------------------------------- connections */
+static int unix_listen_fd = -1;   /* -s: shared by every worker's loop */
 
 static void conn_readable(struct ae_loop *l, int fd, void *data, int mask);
 static void conn_writable(struct ae_loop *l, int fd, void *data, int mask);
@@ -289,14 +92,18 @@ static void conn_mark_ready(struct ae_loop *l, int fd, void *data, int mask);
 /* conn_readable (epoll: read at once) or conn_mark_ready (io_uring: batch) */
 static ae_file_proc *read_proc = conn_readable;
 
-void conn_close(struct conn *c)
+static int verbosity(void) { return __atomic_load_n(&settings.verbose, __ATOMIC_RELAXED); }
+
+/* -------------------------------------------------------------- connections */
+
+static void conn_close(struct conn *c)
 {
     struct worker *w = c->w;
     ae_del(w->loop, c->fd, AE_READABLE | AE_WRITABLE);
-    pthread_mutex_lock(&registry_lock);
+    registry_lock();
     if (c->prev) c->prev->next = c->next; else w->conns = c->next;
     if (c->next) c->next->prev = c->prev;
-    pthread_mutex_unlock(&registry_lock);
+    registry_unlock();
     if (c->yielded) {
         struct conn **pp = &w->pending;
         while (*pp && *pp != c) pp = &(*pp)->next_pending;
@@ -312,92 +119,88 @@ void conn_close(struct conn *c)
     }
     close(c->fd);
     if (c->it) item_discard(w->st, c->it);
-    c->out.len = c->out.seg_start;   /* nothing more will be sent */
-    c->out.sent = 0;
-    out_reset(c);
-    free(c->out.buf);
-    free(c->out.segs);
+    /* references released; deferred slots still waiting are orphaned and
+     * freed when their completion arrives (reply.h) */
+    outbuf_free(&c->out);
     free(c->rbuf);
+    bufmem_release(c->rbuf_reserved);
     free(c->pending_line);
-    if (c->accounted) __atomic_sub_fetch(&conn_buffer_bytes, c->accounted, __ATOMIC_RELAXED);
+    if (verbosity() > 1) fprintf(stderr, "<%d connection closed.\n", c->fd);
     free(c);
     __atomic_sub_fetch(&curr_conns_global, 1, __ATOMIC_RELAXED);
 }
 
-static void conn_set_yielded(struct conn *c)
+/* fairness: the -R limit was reached (counted as conn_yields, as memcached);
+ * otherwise the connection waits for its output queue to drain */
+static void conn_set_yielded(struct conn *c, bool fairness)
 {
+    c->waits_output = !fairness;
+    if (fairness) STAT_INC(c->w, conn_yields);
     if (c->yielded) return;
     c->yielded = true;
     c->next_pending = c->w->pending;
     c->w->pending = c;
-    STAT_INC(c->w, conn_yields);
 }
 
-/* Batched lookups: a pipeline of GETs would otherwise pay two dependent
- * cache misses per key (bucket word, then item header), one key after the
- * other. Before answering a read batch, hash every GET key in it and
- * prefetch its bucket, then prefetch every item, so the misses overlap.
- * The scan stops at the first storage command (its data block could look
- * like a command line); prefetches are only hints, a key not found here is
- * looked up the ordinary way. */
-static void prefetch_batch(struct conn *c)
+/* Can a connection with queued output take one more request now? A
+ * connection with nothing queued always can, so every connection makes
+ * progress whatever the others hold. */
+static bool conn_can_take_request(struct conn *c)
 {
-    struct worker *w = c->w;
-    w->npf = w->pf_pos = 0;
-    const char *p = c->rbuf + c->rstart, *end = c->rbuf + c->rend;
-    for (int lines = 0; p < end && w->npf < PREFETCH_MAX && lines < PREFETCH_MAX; lines++) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        if (!nl) break;
-        const char *lend = nl > p && nl[-1] == '\r' ? nl - 1 : nl;
-        size_t len = (size_t)(lend - p);
-        const char *keys = NULL;
-        bool first_only = false;
-        if (len > 4 && !memcmp(p, "get ", 4)) keys = p + 4;
-        else if (len > 5 && !memcmp(p, "gets ", 5)) keys = p + 5;
-        else if (len > 3 && !memcmp(p, "mg ", 3)) { keys = p + 3; first_only = true; }
-        else if (len > 3 && (!memcmp(p, "set", 3) || !memcmp(p, "add", 3) || !memcmp(p, "cas", 3) ||
-                             !memcmp(p, "ms ", 3) || !memcmp(p, "rep", 3) || !memcmp(p, "app", 3) ||
-                             !memcmp(p, "pre", 3)))
-            break;
-        if (keys) {
-            const char *k;
-            uint32_t nk;
-            while (w->npf < PREFETCH_MAX && next_key(&keys, lend, &k, &nk)) {
-                if (nk > KEY_MAX) break;
-                w->pf[w->npf].key = k;
-                w->pf[w->npf].nkey = nk;
-                w->pf[w->npf].hv = storage_prefetch_bucket(w->st, k, nk);
-                w->npf++;
-                if (first_only) break;
-            }
-        }
-        p = nl + 1;
-    }
-    if (w->npf < 2) {          /* a lone GET gains nothing from the extra pass */
-        w->npf = 0;
-        return;
-    }
-    for (int i = 0; i < w->npf; i++) storage_prefetch_item(w->st, w->pf[i].hv);
+    if (!out_can_wait(c)) return true;
+    size_t pending = outbuf_pending(&c->out);
+    if (pending > OUT_HIGH_WATER || c->out.nsegs + 2 > OUT_MAX_SEGS) return false;
+    /* the budget is nearly used up: whoever still has output to send waits
+     * for it, so the memory goes to connections that have none */
+    if (pending > 0 && bufmem_under_pressure()) return false;
+    return outbuf_try_room(&c->out, OUT_REQUEST_ROOM);
 }
 
-bool conn_storage_get(struct conn *c, const char *key, uint32_t nkey, const struct get_opts *opts,
-                      char *copy_buf, size_t copy_cap, struct item_view *out)
+/* A reply could not get memory: take it back, say so, close. */
+static void conn_reply_failed(struct conn *c, const struct out_mark *m, const struct request *r)
 {
-    struct worker *w = c->w;
-    for (int i = w->pf_pos; i < w->npf; i++) {
-        if (w->pf[i].key == key && w->pf[i].nkey == nkey) {
-            w->pf_pos = i + 1;
-            return storage_get_hashed(w->st, key, nkey, w->pf[i].hv, opts, copy_buf, copy_cap, out);
-        }
+    outbuf_rollback(&c->out, m);
+    STAT_INC(c->w, response_obj_oom);
+    c->resume_off = 0;
+    const char *msg = r ? proto_oom_reply(r) : "SERVER_ERROR out of memory writing response";
+    size_t n = strlen(msg);
+    /* the queue always keeps OUT_TAIL_ROOM free for exactly this line */
+    if (c->out.buf && c->out.cap - c->out.len >= n + 2) {
+        memcpy(c->out.buf + c->out.len, msg, n);
+        memcpy(c->out.buf + c->out.len + n, "\r\n", 2);
+        c->out.len += n + 2;
     }
-    return storage_get(w->st, key, nkey, opts, copy_buf, copy_cap, out);
+    if (verbosity() > 0) fprintf(stderr, "cachetd: %s: %s, closing\n", c->addr, msg);
+    c->state = CONN_CLOSING;
+}
+
+/* Data block bytes arrived; the store's reply may fail for memory. */
+static void nread_advance(struct conn *c, size_t n)
+{
+    struct out_mark m;
+    outbuf_mark(&c->out, &m);
+    proto_nread_advance(c, n);
+    if (c->out.failed) conn_reply_failed(c, &m, NULL);
+}
+
+static void rbuf_shrink(struct conn *c)
+{
+    if (c->rsize <= RBUF_INITIAL || c->rstart != c->rend) return;
+    char *nb = realloc(c->rbuf, RBUF_INITIAL);
+    if (!nb) return;
+    c->rbuf = nb;
+    c->rsize = RBUF_INITIAL;
+    c->rstart = c->rend = 0;
+    bufmem_release(c->rbuf_reserved);
+    c->rbuf_reserved = 0;
 }
 
 /* Parses and answers every complete request in rbuf. */
 static void process_input(struct conn *c)
 {
+    struct worker *w = c->w;
     int handled = 0;
-    if (c->state == CONN_CMD && c->rend > c->rstart) prefetch_batch(c);
+    if (c->state == CONN_CMD && c->rend > c->rstart) prefetch_batch(w, c->rbuf + c->rstart, c->rend - c->rstart);
     while (c->state != CONN_CLOSING) {
         size_t avail = c->rend - c->rstart;
         if (c->state == CONN_NREAD) {
@@ -407,7 +210,7 @@ static void process_input(struct conn *c)
             if (n > avail) n = avail;
             memcpy(dst, c->rbuf + c->rstart, n);
             c->rstart += n;
-            proto_nread_advance(c, n);
+            nread_advance(c, n);
             continue;
         }
         if (c->state == CONN_SWALLOW) {
@@ -419,6 +222,12 @@ static void process_input(struct conn *c)
             continue;
         }
         if (!avail) break;
+        /* shutting down: no new request is started; a GET half answered
+         * (resume_off) is finished, so its reply is whole */
+        if (!c->resume_off && server_shutting_down()) {
+            c->state = CONN_CLOSING;
+            break;
+        }
         if (!c->started) {
             c->started = true;
             /* a binary-protocol client would wait forever for a newline */
@@ -428,13 +237,14 @@ static void process_input(struct conn *c)
                 break;
             }
         }
-        /* back-pressure: a client that does not read (per connection), all
-         * clients together holding too much buffer memory (conn_buffer_limit:
-         * only connections with unsent output wait, so others still progress),
-         * and fairness between connections (-R) */
-        if (out_pending(c) > OUT_HIGH_WATER || handled >= settings.reqs_per_event ||
-            (out_pending(c) > 0 && over_buffer_limit(c))) {
-            conn_set_yielded(c);
+        /* fairness between connections (-R), then back-pressure: a client
+         * that does not read its replies, or a budget nearly used up */
+        if (handled >= settings.reqs_per_event) {
+            conn_set_yielded(c, true);
+            break;
+        }
+        if (!conn_can_take_request(c)) {
+            conn_set_yielded(c, false);
             break;
         }
         size_t consumed;
@@ -454,34 +264,49 @@ static void process_input(struct conn *c)
         }
         c->rstart += consumed;
         handled++;
-        c->last_cmd_time = (uint32_t)storage_now();
+        __atomic_store_n(&c->last_cmd_time, (uint32_t)storage_now(), __ATOMIC_RELAXED);
+        struct out_mark mark;
+        outbuf_mark(&c->out, &mark);
         struct request r;
         enum parse_status st = parse_request(line, (size_t)ll, &r);
+        bool go_on = true;
         if (st == PARSE_ERROR) {
             out_str(c, "ERROR");
-            continue;
-        }
-        if (st == PARSE_CLIENT_ERROR) {
+        } else if (st == PARSE_CLIENT_ERROR) {
             out_str(c, r.error);
             if (r.swallow) {
                 c->swallow_left = (size_t)r.vlen + 2;
                 c->state = CONN_SWALLOW;
             }
-            continue;
+        } else {
+            go_on = proto_dispatch(c, &r, line, (size_t)ll);
         }
         latency_note(c->w->id, r.cmd);
-        if (!proto_dispatch(c, &r, line, (size_t)ll)) {
+        if (c->out.failed) {
+            conn_reply_failed(c, &mark, st == PARSE_OK ? &r : NULL);
+            break;
+        }
+        if (!go_on) {
+            if (c->resume_off) {
+                /* a GET waits for its output to drain: keep its line */
+                c->rstart -= consumed;
+                conn_set_yielded(c, false);
+                break;
+            }
             if (c->state == CONN_CMD) break;   /* e.g. quit */
         }
     }
     latency_batch_end(c->w->id);   /* every reply of the batch is queued */
     /* the hashes point into rbuf, which the next read may move */
-    c->w->npf = c->w->pf_pos = 0;
-    if (c->rstart == c->rend) c->rstart = c->rend = 0;
+    prefetch_forget(w);
+    if (c->rstart == c->rend) {
+        c->rstart = c->rend = 0;
+        rbuf_shrink(c);
+    }
     if (c->rend - c->rstart == 0 || c->state == CONN_CLOSING) {
         /* nothing left to parse: no need to be called back for this */
         if (c->yielded) {
-            struct conn **pp = &c->w->pending;
+            struct conn **pp = &w->pending;
             while (*pp && *pp != c) pp = &(*pp)->next_pending;
             if (*pp) *pp = c->next_pending;
             c->yielded = false;
@@ -489,52 +314,95 @@ static void process_input(struct conn *c)
     }
 }
 
+/* Reading more is pointless while rbuf is full of complete requests that
+ * wait their turn (they are parsed first; the kernel keeps the rest). */
+static bool rbuf_wants_read(const struct conn *c)
+{
+    if (c->rend < c->rsize || c->rstart > 0) return true;
+    return c->state != CONN_CMD || !memchr(c->rbuf, '\n', c->rend);
+}
+
 /* Flushes output, then decides what the connection waits for next. Returns
  * false if the connection was closed. */
 static bool conn_after_work(struct conn *c)
 {
-    int rc = out_flush(c);
-    if (rc < 0) { conn_close(c); return false; }
-    conn_account(c);
-    struct ae_loop *l = c->w->loop;
-    if (rc == 1) {
+    struct worker *w = c->w;
+    uint64_t written;
+    enum out_flush_result rc = outbuf_flush(&c->out, c->fd, &written);
+    if (written) STAT_ADD(w, bytes_written, written);
+    if (rc == OUT_FLUSH_ERROR) { conn_close(c); return false; }
+    __atomic_store_n(&c->stat_state, (int)c->state, __ATOMIC_RELAXED);
+    struct ae_loop *l = w->loop;
+    if (rc == OUT_FLUSH_BLOCKED) {
         if (!c->write_blocked) {
             c->write_blocked = true;
             ae_add(l, c->fd, AE_WRITABLE, conn_writable, c);
         }
-        /* a client that does not read its replies must not make us buffer
-         * without bound: stop reading it until it catches up */
-        if (out_pending(c) > OUT_HIGH_WATER && (ae_mask(l, c->fd) & AE_READABLE))
-            ae_del(l, c->fd, AE_READABLE);
-        return true;
-    }
-    if (c->write_blocked) {
+    } else if (c->write_blocked) {
         c->write_blocked = false;
         ae_del(l, c->fd, AE_WRITABLE);
     }
-    if (c->state == CONN_CLOSING || shutting_down) {
-        if (c->state == CONN_CLOSING || c->state == CONN_CMD) { conn_close(c); return false; }
+    bool stopping = server_shutting_down();
+    if (rc == OUT_FLUSH_DONE &&
+        (c->state == CONN_CLOSING || (stopping && c->state == CONN_CMD && !c->resume_off))) {
+        conn_close(c);
+        return false;
     }
-    if (!(ae_mask(l, c->fd) & AE_READABLE))
-        ae_add(l, c->fd, AE_READABLE, read_proc, c);
+    /* a client that does not read its replies must not make us buffer
+     * without bound: stop reading it until it catches up. Shutting down,
+     * only a value already being received is read to its end. */
+    bool want_read = c->state != CONN_CLOSING && rbuf_wants_read(c) &&
+                     !(c->write_blocked && outbuf_pending(&c->out) > OUT_HIGH_WATER) &&
+                     (!stopping || c->state == CONN_NREAD || c->state == CONN_SWALLOW);
+    bool reading = (ae_mask(l, c->fd) & AE_READABLE) != 0;
+    if (want_read && !reading) ae_add(l, c->fd, AE_READABLE, read_proc, c);
+    else if (!want_read && reading) ae_del(l, c->fd, AE_READABLE);
     return true;
 }
 
-static bool rbuf_make_room(struct conn *c)
+enum rbuf_room { ROOM_OK, ROOM_FULL, ROOM_TOO_LONG, ROOM_NO_MEMORY };
+
+static enum rbuf_room rbuf_make_room(struct conn *c)
 {
     if (c->rstart > 0 && c->rend == c->rsize) {
         memmove(c->rbuf, c->rbuf + c->rstart, c->rend - c->rstart);
         c->rend -= c->rstart;
         c->rstart = 0;
     }
-    if (c->rend < c->rsize) return true;
-    if (c->rsize >= RBUF_MAX) return false;
+    if (c->rend < c->rsize) return ROOM_OK;
+    if (!rbuf_wants_read(c)) return ROOM_FULL;
+    /* one line longer than the buffer: grow, within RBUF_MAX and the budget */
+    if (c->rsize >= RBUF_MAX) return ROOM_TOO_LONG;
     size_t ns = c->rsize * 2 > RBUF_MAX ? RBUF_MAX : c->rsize * 2;
+    if (!bufmem_reserve(ns - c->rsize)) return ROOM_NO_MEMORY;
     char *nb = realloc(c->rbuf, ns);
-    if (!nb) return false;
+    if (!nb) {
+        bufmem_release(ns - c->rsize);
+        return ROOM_NO_MEMORY;
+    }
+    c->rbuf_reserved += ns - c->rsize;
     c->rbuf = nb;
     c->rsize = ns;
-    return true;
+    return ROOM_OK;
+}
+
+/* false: nothing can be read now (the reason is handled) */
+static bool conn_read_room(struct conn *c)
+{
+    switch (rbuf_make_room(c)) {
+    case ROOM_OK: return true;
+    case ROOM_FULL: return false;
+    case ROOM_TOO_LONG:
+        /* only reachable if the parser left a full buffer unparsed */
+        out_str(c, "CLIENT_ERROR line too long");
+        c->state = CONN_CLOSING;
+        return false;
+    default:
+        STAT_INC(c->w, read_buf_oom);
+        out_str(c, "SERVER_ERROR out of memory reading request");
+        c->state = CONN_CLOSING;
+        return false;
+    }
 }
 
 static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
@@ -550,18 +418,13 @@ static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
             n = read(fd, dst, want);
             if (n > 0) {
                 STAT_ADD(c->w, bytes_read, (uint64_t)n);
-                proto_nread_advance(c, (size_t)n);
+                nread_advance(c, (size_t)n);
                 if (c->state != CONN_NREAD) process_input(c);
                 if ((size_t)n < want) break;
                 continue;
             }
         } else {
-            if (!rbuf_make_room(c)) {
-                /* only reachable if the parser left a full buffer unparsed */
-                out_str(c, "CLIENT_ERROR line too long");
-                c->state = CONN_CLOSING;
-                break;
-            }
+            if (!conn_read_room(c)) break;
             want = c->rsize - c->rend;
             n = read(fd, c->rbuf + c->rend, want);
             if (n > 0) {
@@ -581,10 +444,46 @@ static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
     conn_after_work(c);
 }
 
+/* The queue moved (sent, or a deferred slot completed): resume a connection
+ * that waited for it. */
+static void conn_resume(struct conn *c)
+{
+    if (c->rend > c->rstart && c->state != CONN_CLOSING) process_input(c);
+    conn_after_work(c);
+}
+
+static void conn_writable(struct ae_loop *l, int fd, void *data, int mask)
+{
+    struct conn *c = data;
+    uint64_t written;
+    enum out_flush_result rc = outbuf_flush(&c->out, c->fd, &written);
+    if (written) STAT_ADD(c->w, bytes_written, written);
+    if (rc == OUT_FLUSH_ERROR) { conn_close(c); return; }
+    if (rc == OUT_FLUSH_BLOCKED) return;
+    conn_resume(c);
+}
+
+/* Deferred replies completed by any thread (reply.h). */
+static void drain_completions(struct worker *w)
+{
+    struct reply_handle *h = reply_queue_take(&w->replies);
+    while (h) {
+        struct reply_handle *next = reply_handle_next(h);
+        struct conn *c = reply_handle_arrived(h);
+        if (!c) {
+            reply_handle_free(h);    /* its connection closed meanwhile */
+        } else {
+            outbuf_deferred_ready(&c->out, h);
+            conn_resume(c);
+        }
+        h = next;
+    }
+}
+
 /* ---------------------------------------------------------------- io_uring
  * One loop turn in io_uring mode: epoll marked connections readable; here
  * one io_uring_enter reads all of them, every complete request is answered
- * into the output buffers, and one more io_uring_enter sends all replies.
+ * into the output queues, and one more io_uring_enter sends all replies.
  * See uring.h for why every operation completes inside its submit. */
 
 static void conn_mark_ready(struct ae_loop *l, int fd, void *data, int mask)
@@ -610,7 +509,7 @@ static void uring_turn(struct worker *w)
         struct conn *c = w->batch[i];
         if (!c) continue;
         bool direct = c->state == CONN_NREAD && c->rstart == c->rend && c->nread_left >= DIRECT_READ_MIN;
-        if (direct || c->state == CONN_CLOSING || !rbuf_make_room(c)) {
+        if (direct || c->state == CONN_CLOSING || rbuf_make_room(c) != ROOM_OK) {
             /* large values go straight into item memory; odd cases use the plain path */
             w->batch[i] = NULL;
             c->batch_idx = -1;
@@ -645,12 +544,13 @@ static void uring_turn(struct worker *w)
             conn_close(c);   /* clears w->batch[ud] */
         }
     }
-    /* phase 2: send every connection's replies in one submit */
+    /* phase 2: send every connection's replies in one submit (those whose
+     * queue is one contiguous piece; the others take the plain path) */
     queued = 0;
     for (int i = 0; i < n; i++) {
         struct conn *c = w->batch[i];
-        if (!c || c->write_blocked || c->out.nsegs || out_pending(c) == 0) continue;
-        uring_prep_send(w->ring, c->fd, c->out.buf + c->out.sent, c->out.len - c->out.sent, (uint64_t)i);
+        if (!c || c->write_blocked || !outbuf_contiguous(&c->out) || outbuf_contig_len(&c->out) == 0) continue;
+        uring_prep_send(w->ring, c->fd, outbuf_contig_ptr(&c->out), outbuf_contig_len(&c->out), (uint64_t)i);
         queued++;
     }
     if (queued && uring_submit_and_wait(w->ring) >= 0) {
@@ -658,7 +558,7 @@ static void uring_turn(struct worker *w)
             struct conn *c = w->batch[ud];
             if (!c || res <= 0) continue;    /* errors and EAGAIN: conn_after_work retries and decides */
             STAT_ADD(w, bytes_written, (uint64_t)res);
-            c->out.sent += (size_t)res;
+            outbuf_consumed(&c->out, (size_t)res);
         }
     }
     /* whatever is left (partial sends, in-place values, closing) takes the plain path */
@@ -672,16 +572,6 @@ static void uring_turn(struct worker *w)
     w->nbatch = 0;
 }
 
-static void conn_writable(struct ae_loop *l, int fd, void *data, int mask)
-{
-    struct conn *c = data;
-    int rc = out_flush(c);
-    if (rc < 0) { conn_close(c); return; }
-    if (rc == 1) return;
-    if (c->rend > c->rstart && c->state != CONN_CLOSING) process_input(c);
-    conn_after_work(c);
-}
-
 /* ------------------------------------------------------------------ accept */
 
 static void reject_conn(int fd)
@@ -691,6 +581,26 @@ static void reject_conn(int fd)
     (void)ignored;
     close(fd);
     __atomic_add_fetch(&rejected_conns_global, 1, __ATOMIC_RELAXED);
+}
+
+static void describe_peer(struct conn *c, const struct sockaddr_storage *ss)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+        port = ntohs(a->sin_port);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+        port = ntohs(a->sin6_port);
+    } else if (ss->ss_family == AF_UNIX) {
+        /* a unix client rarely binds a name: show the socket it came in on */
+        snprintf(c->addr, sizeof(c->addr), "unix:%s", settings.socketpath);
+        return;
+    }
+    snprintf(c->addr, sizeof(c->addr), ss->ss_family == AF_INET6 ? "tcp:[%s]:%d" : "tcp:%s:%d", host, port);
 }
 
 static void accept_ready(struct ae_loop *l, int lfd, void *data, int mask)
@@ -712,8 +622,12 @@ static void accept_ready(struct ae_loop *l, int lfd, void *data, int mask)
             reject_conn(fd);
             continue;
         }
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        bool tcp = ss.ss_family == AF_INET || ss.ss_family == AF_INET6;
+        if (tcp) {
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        }
+        /* a failed allocation refuses this one connection, nothing more */
         struct conn *c = calloc(1, sizeof(*c));
         char *rb = malloc(RBUF_INITIAL);
         if (!c || !rb) {
@@ -727,18 +641,9 @@ static void accept_ready(struct ae_loop *l, int lfd, void *data, int mask)
         c->rbuf = rb;
         c->rsize = RBUF_INITIAL;
         c->state = CONN_CMD;
-        char host[INET6_ADDRSTRLEN] = "?";
-        int port = 0;
-        if (ss.ss_family == AF_INET) {
-            struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-            inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
-            port = ntohs(a->sin_port);
-        } else if (ss.ss_family == AF_INET6) {
-            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-            inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
-            port = ntohs(a->sin6_port);
-        }
-        snprintf(c->addr, sizeof(c->addr), ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, port);
+        c->tcp = tcp;
+        outbuf_init(&c->out, w->st, &w->replies, c);
+        describe_peer(c, &ss);
         c->last_cmd_time = (uint32_t)storage_now();
         c->batch_idx = -1;
         if (ae_add(l, fd, AE_READABLE, read_proc, c) < 0) {
@@ -747,13 +652,38 @@ static void accept_ready(struct ae_loop *l, int lfd, void *data, int mask)
             reject_conn(fd);
             continue;
         }
-        pthread_mutex_lock(&registry_lock);
+        registry_lock();
         c->next = w->conns;
         if (w->conns) w->conns->prev = c;
         w->conns = c;
-        pthread_mutex_unlock(&registry_lock);
+        registry_unlock();
         __atomic_add_fetch(&total_conns_global, 1, __ATOMIC_RELAXED);
-        if (settings.verbose > 1) fprintf(stderr, "<%d new client connection from %s on worker %d\n", fd, c->addr, w->id);
+        if (verbosity() > 1) fprintf(stderr, "<%d new client connection from %s on worker %d\n", fd, c->addr, w->id);
+    }
+}
+
+/* ------------------------------------------------------------ idle timeout */
+
+/* memcached's idle_timeout: a TCP connection waiting for a command (nothing
+ * queued, no request half done) whose last command is more than
+ * idle_timeout seconds old is closed and counted (idle_kicks). A client
+ * that has replies coming, or is sending a value, is not idle. */
+static void close_idle(struct worker *w)
+{
+    rel_time_t now = storage_now();
+    if (now == w->idle_checked) return;
+    w->idle_checked = now;
+    struct conn *c = w->conns;
+    while (c) {
+        struct conn *next = c->next;
+        uint32_t last = c->last_cmd_time;
+        if (c->tcp && c->state == CONN_CMD && outbuf_empty(&c->out) && !c->resume_off &&
+            now > last && now - last > (uint32_t)settings.idle_timeout) {
+            if (verbosity() > 1) fprintf(stderr, "Closing idle fd %d\n", c->fd);
+            STAT_INC(w, idle_kicks);
+            conn_close(c);
+        }
+        c = next;
     }
 }
 
@@ -789,8 +719,40 @@ static int bound_port(int fd)
                                    : ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 }
 
+/* -s PATH, as memcached: a socket file left by an earlier run is replaced,
+ * the file gets the permissions of -a (umask ~mask while binding), and no
+ * TCP port is opened. Runs before any thread exists (umask is per process). */
+static int listen_unix(void)
+{
+    const char *path = settings.socketpath;
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)) unlink(path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        fprintf(stderr, "cachetd: cannot create unix socket: %s\n", strerror(errno));
+        return -1;
+    }
+    struct sockaddr_un addr;
+    memset(&addr, 0, sizeof(addr));
+    addr.sun_family = AF_UNIX;
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+    mode_t old = umask((mode_t)~(settings.access_mask & 0777));
+    int rc = bind(fd, (struct sockaddr *)&addr, sizeof(addr));
+    int e = errno;
+    umask(old);
+    if (rc < 0 || listen(fd, settings.backlog) < 0) {
+        if (rc == 0) e = errno;
+        fprintf(stderr, "cachetd: cannot listen on unix socket %s: %s\n", path, strerror(e));
+        close(fd);
+        return -1;
+    }
+    unix_listen_fd = fd;
+    return 0;
+}
+
 int server_listen_all(void)
 {
+    if (settings.socketpath[0]) return listen_unix();
     char list[sizeof(settings.listen)];
     snprintf(list, sizeof(list), "%s", settings.listen[0] ? settings.listen : "");
     int port = settings.port;
@@ -856,18 +818,22 @@ static void wake_ready(struct ae_loop *l, int fd, void *data, int mask)
     uint64_t v;
     ssize_t ignored = read(fd, &v, sizeof(v));
     (void)ignored;
-    if (!shutting_down) return;
+    drain_completions(w);
+    if (!server_shutting_down() || w->stopping) return;
+    w->stopping = true;
     for (int i = 0; i < w->nlisten; i++) {
         ae_del(l, w->listen_fds[i], AE_READABLE);
         close(w->listen_fds[i]);
     }
     w->nlisten = 0;
-    /* finish replies already queued, then close; new requests are not read */
+    if (unix_listen_fd >= 0) ae_del(l, unix_listen_fd, AE_READABLE);   /* closed by main */
+    /* finish replies already queued (deferred ones included), then close;
+     * new requests are not read */
     struct conn *c = w->conns;
     while (c) {
         struct conn *next = c->next;
         ae_del(l, c->fd, AE_READABLE);
-        if (c->state != CONN_NREAD) c->state = CONN_CLOSING;
+        if (c->state != CONN_NREAD && !c->resume_off) c->state = CONN_CLOSING;
         conn_after_work(c);
         c = next;
     }
@@ -877,19 +843,22 @@ static int worker_before_sleep(struct ae_loop *l, void *data)
 {
     struct worker *w = data;
     if (w->ring) uring_turn(w);
-    /* connections that yielded (-R limit) continue where they stopped */
+    /* connections that yielded continue where they stopped; those waiting
+     * for the client (EPOLLOUT) or for a deferred reply are resumed by that
+     * event instead (conn_writable, drain_completions) */
     struct conn *c = w->pending;
     w->pending = NULL;
     while (c) {
         struct conn *next = c->next_pending;
         c->yielded = false;
-        if (!c->write_blocked) {
+        if (!c->write_blocked && !(c->waits_output && outbuf_blocked_on_deferred(&c->out))) {
             process_input(c);
             conn_after_work(c);
         }
         c = next;
     }
-    if (shutting_down && !w->conns) l->stop = 1;
+    if (settings.idle_timeout) close_idle(w);
+    if (server_shutting_down() && !w->conns) ae_stop(l);
     return w->pending ? 0 : 100;
 }
 
@@ -909,6 +878,8 @@ static void *worker_main(void *arg)
     w->st = storage_thread_register();
     for (int i = 0; i < w->nlisten; i++)
         ae_add(w->loop, w->listen_fds[i], AE_READABLE, accept_ready, w);
+    if (unix_listen_fd >= 0)
+        ae_add(w->loop, unix_listen_fd, AE_READABLE | AE_EXCLUSIVE, accept_ready, w);
     ae_add(w->loop, w->wake_fd, AE_READABLE, wake_ready, w);
     w->loop->before_sleep = worker_before_sleep;
     w->loop->hook_data = w;
@@ -936,7 +907,6 @@ static int fd_setsize(void)
     return settings.maxconns + 1024;
 }
 
-int server_create_workers(void);
 int server_create_workers(void)
 {
     num_workers = settings.num_threads;
@@ -951,6 +921,7 @@ int server_create_workers(void)
         w->loop = ae_create(setsize, 1024);
         w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (!w->loop || w->wake_fd < 0) return -1;
+        reply_queue_init(&w->replies, w->wake_fd);
         if (settings.io_uring != IO_URING_OFF) {
             w->ring = uring_create(1024);
             w->batch = calloc(1024, sizeof(*w->batch));
@@ -993,7 +964,7 @@ int server_start_workers(void)
 
 void server_shutdown(void)
 {
-    shutting_down = 1;
+    server_set_shutting_down();
     for (int i = 0; i < num_workers; i++) {
         uint64_t one = 1;
         ssize_t ignored = write(workers[i].wake_fd, &one, sizeof(one));
@@ -1005,120 +976,13 @@ void server_shutdown(void)
     deadline.tv_sec += 3;
     for (int i = 0; i < num_workers; i++) {
         if (pthread_timedjoin_np(workers[i].thread, NULL, &deadline) != 0) {
-            workers[i].loop->stop = 1;
+            ae_stop(workers[i].loop);
             uint64_t one = 1;
             ssize_t ignored = write(workers[i].wake_fd, &one, sizeof(one));
             (void)ignored;
             pthread_join(workers[i].thread, NULL);
         }
     }
+    if (unix_listen_fd >= 0) close(unix_listen_fd);
 }
 
-/* ------------------------------------------------------------------- stats */
-
-void server_stats_reset(void)
-{
-    for (int i = 0; i < num_workers; i++)
-        memset(&workers[i].stats, 0, sizeof(workers[i].stats));
-    __atomic_store_n(&total_conns_global, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&rejected_conns_global, 0, __ATOMIC_RELAXED);
-}
-
-static uint64_t sum_stat(size_t offset)
-{
-    uint64_t s = 0;
-    for (int i = 0; i < num_workers; i++)
-        s += __atomic_load_n((uint64_t *)((char *)&workers[i].stats + offset), __ATOMIC_RELAXED);
-    return s;
-}
-#define SUM(field) sum_stat(offsetof(struct server_stats, field))
-
-void server_stats_general(stat_writer w, void *ctx)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    time_t now = time(NULL);
-    w(ctx, "pid", "%d", (int)getpid());
-    w(ctx, "uptime", "%ld", (long)(now - server_started));
-    w(ctx, "time", "%ld", (long)now);
-    w(ctx, "version", "%s", CACHET_PROTO_VERSION);
-    w(ctx, "libevent", "%s", "none");
-    w(ctx, "pointer_size", "%d", (int)(8 * sizeof(void *)));
-    w(ctx, "rusage_user", "%ld.%06ld", (long)ru.ru_utime.tv_sec, (long)ru.ru_utime.tv_usec);
-    w(ctx, "rusage_system", "%ld.%06ld", (long)ru.ru_stime.tv_sec, (long)ru.ru_stime.tv_usec);
-    w(ctx, "max_connections", "%d", settings.maxconns);
-    w(ctx, "curr_connections", "%u", __atomic_load_n(&curr_conns_global, __ATOMIC_RELAXED));
-    w(ctx, "total_connections", "%llu", (unsigned long long)__atomic_load_n(&total_conns_global, __ATOMIC_RELAXED));
-    w(ctx, "rejected_connections", "%llu", (unsigned long long)__atomic_load_n(&rejected_conns_global, __ATOMIC_RELAXED));
-    w(ctx, "connection_structures", "%u", __atomic_load_n(&curr_conns_global, __ATOMIC_RELAXED));
-    w(ctx, "cmd_get", "%llu", (unsigned long long)SUM(cmd_get));
-    w(ctx, "cmd_set", "%llu", (unsigned long long)SUM(cmd_set));
-    w(ctx, "cmd_flush", "%llu", (unsigned long long)SUM(cmd_flush));
-    w(ctx, "cmd_touch", "%llu", (unsigned long long)SUM(cmd_touch));
-    w(ctx, "cmd_meta", "%llu", (unsigned long long)SUM(cmd_meta));
-    w(ctx, "bytes_read", "%llu", (unsigned long long)SUM(bytes_read));
-    w(ctx, "bytes_written", "%llu", (unsigned long long)SUM(bytes_written));
-    w(ctx, "accepting_conns", "%d", shutting_down ? 0 : 1);
-    w(ctx, "threads", "%d", num_workers);
-    w(ctx, "conn_yields", "%llu", (unsigned long long)SUM(conn_yields));
-    w(ctx, "conn_buffer_bytes", "%zu", __atomic_load_n(&conn_buffer_bytes, __ATOMIC_RELAXED));
-}
-
-void server_stats_settings(stat_writer w, void *ctx)
-{
-    char cpus[1024];
-    int list[MAX_WORKERS];
-    int n = 0;
-    for (int i = 0; i < num_workers; i++) {
-        if (workers[i].cpu < 0) continue;
-        bool seen = false;
-        for (int j = 0; j < n; j++) if (list[j] == workers[i].cpu) seen = true;
-        if (!seen) list[n++] = workers[i].cpu;
-    }
-    for (int i = 1; i < n; i++)        /* tiny insertion sort */
-        for (int j = i; j > 0 && list[j - 1] > list[j]; j--) { int t = list[j]; list[j] = list[j - 1]; list[j - 1] = t; }
-    format_cpu_list(list, n, cpus, sizeof(cpus));
-    w(ctx, "maxconns", "%d", settings.maxconns);
-    w(ctx, "tcpport", "%d", settings.port);
-    w(ctx, "udpport", "%d", 0);
-    w(ctx, "inter", "%s", settings.listen[0] ? settings.listen : "NULL");
-    w(ctx, "verbosity", "%d", settings.verbose);
-    w(ctx, "evictions", "%s", settings.evict_disabled ? "off" : "on");
-    w(ctx, "cas_enabled", "%s", settings.use_cas ? "yes" : "no");
-    w(ctx, "tcp_backlog", "%d", settings.backlog);
-    w(ctx, "binding_protocol", "%s", "ascii");
-    w(ctx, "num_threads", "%d", num_workers);
-    w(ctx, "reqs_per_event", "%d", settings.reqs_per_event);
-    w(ctx, "worker_cpus", "%s", n ? cpus : "none");
-    w(ctx, "io_uring", "%s", settings.io_uring != IO_URING_OFF ? "yes" : "no");
-    w(ctx, "conn_buffer_limit", "%zu", settings.conn_buffer_limit);
-}
-
-static const char *state_name(const struct conn *c)
-{
-    switch (c->state) {
-    case CONN_CMD: return "conn_parse_cmd";
-    case CONN_NREAD: return "conn_nread";
-    case CONN_SWALLOW: return "conn_swallow";
-    default: return "conn_closing";
-    }
-}
-
-void server_stats_conns(stat_writer w, void *ctx)
-{
-    uint32_t now = (uint32_t)storage_now();
-    char name[48];
-    pthread_mutex_lock(&registry_lock);
-    for (int i = 0; i < num_workers; i++) {
-        for (struct conn *c = workers[i].conns; c; c = c->next) {
-            snprintf(name, sizeof name, "%d:addr", c->fd);
-            w(ctx, name, "tcp:%s", c->addr);
-            snprintf(name, sizeof name, "%d:state", c->fd);
-            w(ctx, name, "%s", state_name(c));
-            uint32_t last = c->last_cmd_time;
-            snprintf(name, sizeof name, "%d:secs_since_last_cmd", c->fd);
-            w(ctx, name, "%u", now >= last ? now - last : 0);
-        }
-    }
-    pthread_mutex_unlock(&registry_lock);
-}

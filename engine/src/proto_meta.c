@@ -17,16 +17,7 @@
 
 #include "conn.h"
 #include "proto_parser.h"
-
-char *u64_to_str(char *p, uint64_t v);
-
-#define COPY_MAX (16 * 1024)
-
-static char *i64_to_str(char *p, int64_t v)
-{
-    if (v < 0) { *p++ = '-'; return u64_to_str(p, (uint64_t)0 - (uint64_t)v); }
-    return u64_to_str(p, (uint64_t)v);
-}
+#include "proto_reply.h"
 
 static bool has(const struct request *r, char f)
 {
@@ -78,7 +69,7 @@ static char *echo_common(char *p, const struct request *r, char f)
 /* A short reply: code, then the common echoed flags, then "\r\n". */
 static void meta_simple(struct conn *c, const struct request *r, const char *code)
 {
-    out_reserve(c, flags_room(r));
+    if (!out_reserve(c, flags_room(r))) return;
     char *base = c->out.buf + c->out.len, *p = base;
     memcpy(p, code, 2); p += 2;
     for (int i = 0; i < r->meta.nflags; i++) p = echo_common(p, r, r->meta.flags[i].flag);
@@ -101,12 +92,17 @@ static void process_mg(struct conn *c, struct request *r)
     if (opts.touch) STAT_INC(w, cmd_touch);
 
     size_t hdr_max = flags_room(r) + 32;
-    out_reserve(c, hdr_max + COPY_MAX + 2);
+    size_t copy_cap;
+    /* the read loop made room for one reply before dispatching (net.c) */
+    if (!out_value_room(c, hdr_max, &copy_cap)) {
+        c->out.failed = true;
+        return;
+    }
     char *base = c->out.buf + c->out.len;
     char *copy_at = base + hdr_max;
     struct item_view v;
     bool hit = conn_storage_get(c, r->key, r->nkey, &opts, want_value ? copy_at : NULL,
-                                want_value ? COPY_MAX : 0, &v);
+                                want_value ? copy_cap : 0, &v);
     if (!hit) {
         if (!r->meta.quiet) meta_simple(c, r, "EN");
         return;
@@ -185,7 +181,7 @@ void proto_meta_complete_set(struct conn *c, struct request *r, item *it, bool b
     default: out_str(c, "SERVER_ERROR out of memory storing object"); return;
     }
     if (res == STORE_STORED && r->meta.quiet) return;
-    out_reserve(c, flags_room(r));
+    if (!out_reserve(c, flags_room(r))) return;
     char *base = c->out.buf + c->out.len, *p = base;
     memcpy(p, code, 2); p += 2;
     for (int i = 0; i < r->meta.nflags; i++) {
@@ -224,8 +220,8 @@ static void process_ma(struct conn *c, struct request *r)
     if (may_create) {
         struct item_view probe;
         struct get_opts po = { .no_lru_bump = true };
-        char scratch[32];
-        if (storage_get(c->w->st, r->key, r->nkey, &po, scratch, sizeof(scratch), &probe)) {
+        /* metadata only: no copy, no reference */
+        if (storage_get(c->w->st, r->key, r->nkey, &po, NULL, 0, &probe)) {
             may_create = false;
             if (probe.ref) item_view_release(c->w->st, &probe);
         }
@@ -248,7 +244,7 @@ static void process_ma(struct conn *c, struct request *r)
     if (r->meta.quiet && !may_create) return;
     char num[24];
     size_t nnum = (size_t)(u64_to_str(num, value) - num);
-    out_reserve(c, flags_room(r) + 32 + nnum);
+    if (!out_reserve(c, flags_room(r) + 32 + nnum)) return;
     char *base = c->out.buf + c->out.len, *p = base;
     if (want_value) { memcpy(p, "VA ", 3); p += 3; p = u64_to_str(p, nnum); }
     else { memcpy(p, "HD", 2); p += 2; }

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define KEY_MAX 250
 /* memcached closes a connection whose command line has no end after 2048
@@ -100,6 +101,28 @@ long find_line(const char *buf, size_t len, size_t *consumed);
 
 /* The longest line allowed for a (partial) line starting with these bytes. */
 size_t line_limit_for(const char *buf, size_t len);
+
+/* For batched lookups (prefetch.c), which look at a whole read batch before
+ * any of it is parsed: is this line a retrieval (get, gets, mg), and where do
+ * its keys start (*first_only: only the first token is a key, as in mg)? A
+ * storage command is reported apart because a data block follows it, which
+ * a scan must not read as lines. A quick look at the verb, not a parse: a
+ * malformed line is classified as whatever its verb says. Inline, as pure as
+ * the rest of the parser: a call per line cost 1% of the instructions of
+ * pipelined GETs (callgrind). */
+enum line_kind { LINE_OTHER, LINE_RETRIEVAL, LINE_STORAGE };
+static inline enum line_kind classify_line(const char *p, size_t len, const char **keys, bool *first_only)
+{
+    *first_only = false;
+    if (len > 4 && !memcmp(p, "get ", 4)) { *keys = p + 4; return LINE_RETRIEVAL; }
+    if (len > 5 && !memcmp(p, "gets ", 5)) { *keys = p + 5; return LINE_RETRIEVAL; }
+    if (len > 3 && !memcmp(p, "mg ", 3)) { *keys = p + 3; *first_only = true; return LINE_RETRIEVAL; }
+    if (len > 3 && (!memcmp(p, "set", 3) || !memcmp(p, "add", 3) || !memcmp(p, "cas", 3) ||
+                    !memcmp(p, "ms ", 3) || !memcmp(p, "rep", 3) || !memcmp(p, "app", 3) ||
+                    !memcmp(p, "pre", 3)))
+        return LINE_STORAGE;
+    return LINE_OTHER;
+}
 
 /* Parses one command line (without its terminator). */
 enum parse_status parse_request(const char *line, size_t len, struct request *r);

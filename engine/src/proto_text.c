@@ -21,20 +21,12 @@
 #include <string.h>
 
 #include "conn.h"
+#include "proto.h"
 #include "proto_parser.h"
+#include "proto_reply.h"
+#include "server.h"
 #include "stats.h"
-
-#define COPY_MAX (16 * 1024)   /* larger values are sent in place (zero copy) */
-
-char *u64_to_str(char *p, uint64_t v);
-char *u64_to_str(char *p, uint64_t v)
-{
-    char tmp[20];
-    int n = 0;
-    do { tmp[n++] = (char)('0' + v % 10); v /= 10; } while (v);
-    while (n) *p++ = tmp[--n];
-    return p;
-}
+#include "testhook.h"
 
 static void reply(struct conn *c, const struct request *r, const char *s)
 {
@@ -43,15 +35,17 @@ static void reply(struct conn *c, const struct request *r, const char *s)
 
 /* ---- retrieval ---- */
 
+#define VALUE_HDR_MAX(nkey) ((size_t)(nkey) + 64)
+
+/* The room (header and copy_cap) came from out_value_room(). */
 static void emit_value(struct conn *c, const char *key, uint32_t nkey,
-                       const struct get_opts *opts, bool with_cas)
+                       const struct get_opts *opts, bool with_cas, size_t copy_cap)
 {
-    size_t hdr_max = nkey + 64;
-    out_reserve(c, hdr_max + COPY_MAX + 2);
+    size_t hdr_max = VALUE_HDR_MAX(nkey);
     char *base = c->out.buf + c->out.len;
     char *copy_at = base + hdr_max;
     struct item_view v;
-    if (!conn_storage_get(c, key, nkey, opts, copy_at, COPY_MAX, &v)) return;
+    if (!conn_storage_get(c, key, nkey, opts, copy_at, copy_cap, &v)) return;
     char *p = base;
     memcpy(p, "VALUE ", 6); p += 6;
     memcpy(p, key, nkey); p += nkey;
@@ -64,22 +58,9 @@ static void emit_value(struct conn *c, const char *key, uint32_t nkey,
     out_value(c, p, &v);
 }
 
-void out_value(struct conn *c, char *p, const struct item_view *v)
-{
-    char *base = c->out.buf + c->out.len;
-    if (!v->ref) {
-        memmove(p, v->value, v->nbytes);
-        p += v->nbytes;
-        *p++ = '\r'; *p++ = '\n';
-        c->out.len += (size_t)(p - base);
-    } else {
-        c->out.len += (size_t)(p - base);
-        out_ref(c, v);
-        out_add(c, "\r\n", 2);
-    }
-}
-
-static void process_get(struct conn *c, struct request *r)
+/* Returns false when the GET has to wait for its output to drain before
+ * the next key: c->resume_off then says where to pick up (see conn.h). */
+static bool process_get(struct conn *c, struct request *r, const char *line)
 {
     struct get_opts opts = {0};
     bool touch = r->cmd == CMD_GAT || r->cmd == CMD_GATS;
@@ -89,14 +70,34 @@ static void process_get(struct conn *c, struct request *r)
         opts.new_exptime = storage_exptime(r->exptime);
     }
     const char *p = r->keys, *end = r->keys + r->nkeys_text;
+    if (c->resume_off) p = line + c->resume_off;
+    c->resume_off = 0;
     const char *key;
     uint32_t nkey;
     while (next_key(&p, end, &key, &nkey)) {
+        size_t copy_cap;
+#ifdef CACHET_TEST_HOOKS
+        int hooked = testhook_get(c, key, nkey, &opts, with_cas);
+        if (hooked < 0) goto wait;
+        if (hooked > 0) { STAT_INC(c->w, cmd_get); continue; }
+#endif
+        if (!out_value_room(c, VALUE_HDR_MAX(nkey), &copy_cap)) {
+            if (out_can_wait(c)) goto wait;
+            c->out.failed = true;   /* nothing to wait for: this reply cannot be built */
+            return true;
+        }
         STAT_INC(c->w, cmd_get);
         if (touch) STAT_INC(c->w, cmd_touch);
-        emit_value(c, key, nkey, &opts, with_cas);
+        emit_value(c, key, nkey, &opts, with_cas, copy_cap);
+        continue;
+    wait:
+        /* bounded memory for any number of keys: the rest of the line is
+         * answered once the client has read what is queued */
+        c->resume_off = (uint32_t)(key - line);
+        return false;
     }
     out_add(c, "END\r\n", 5);
+    return true;
 }
 
 /* ---- storage ---- */
@@ -252,17 +253,9 @@ static void stat_line(void *ctx, const char *name, const char *fmt, ...)
     out_add(c, "STAT ", 5);
     out_add(c, name, strlen(name));
     out_add(c, " ", 1);
-    out_reserve(c, 512);
     va_start(ap, fmt);
-    int n = vsnprintf(c->out.buf + c->out.len, c->out.cap - c->out.len, fmt, ap);
+    outbuf_vprintf(&c->out, fmt, ap);
     va_end(ap);
-    if (n > 0 && (size_t)n >= c->out.cap - c->out.len) {
-        out_reserve(c, (size_t)n + 1);
-        va_start(ap, fmt);
-        vsnprintf(c->out.buf + c->out.len, c->out.cap - c->out.len, fmt, ap);
-        va_end(ap);
-    }
-    if (n > 0) c->out.len += (size_t)n;
     out_add(c, "\r\n", 2);
 }
 
@@ -291,8 +284,7 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
     struct worker *w = c->w;
     switch (r->cmd) {
     case CMD_GET: case CMD_GETS: case CMD_GAT: case CMD_GATS:
-        process_get(c, r);
-        return true;
+        return process_get(c, r, line);
     case CMD_SET: case CMD_ADD: case CMD_REPLACE: case CMD_APPEND: case CMD_PREPEND: case CMD_CAS:
         return start_store(c, r, line, len, r->client_flags, r->exptime);
     case CMD_INCR: case CMD_DECR: {
@@ -353,5 +345,15 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
                            (r->meta.seen & meta_bit('T')) ? r->meta.ttl_T : 0);
     default:
         return proto_meta_dispatch(c, r);
+    }
+}
+
+const char *proto_oom_reply(const struct request *r)
+{
+    switch (r->cmd) {
+    case CMD_GET: case CMD_GETS: case CMD_GAT: case CMD_GATS: case CMD_MG:
+        return "SERVER_ERROR out of memory writing get response";   /* memcached's words */
+    default:
+        return "SERVER_ERROR out of memory writing response";
     }
 }

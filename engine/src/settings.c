@@ -21,6 +21,16 @@
 
 #define MAX_ARGS 1024
 
+size_t conn_buffer_limit_default(size_t maxbytes, int maxconns)
+{
+    const size_t floor = (size_t)4 << 20;
+    size_t cap = (size_t)maxconns * (64u << 10);
+    size_t ceiling = maxbytes / 8 > floor ? maxbytes / 8 : floor;
+    if (cap < floor) cap = floor;
+    if (cap > ceiling) cap = ceiling;
+    return cap;
+}
+
 void settings_usage(FILE *out)
 {
     fprintf(out,
@@ -31,6 +41,8 @@ void settings_usage(FILE *out)
         "  -t, --threads=NUM       worker threads (default: one per allowed CPU)\n"
         "  -m, --memory-limit=NUM  item memory in megabytes (default 64; k/m/g suffix = bytes)\n"
         "  -c, --conn-limit=NUM    max simultaneous connections (default 1024)\n"
+        "  -s, --unix-socket=PATH  listen on this unix socket (disables TCP)\n"
+        "  -a, --unix-mask=MASK    the unix socket's access mask, octal (default 700)\n"
         "  -I, --max-item-size=SZ  max item size, k/m suffix (default 1m)\n"
         "  -f, --factor=NUM        slab chunk growth factor (default 1.25)\n"
         "  -n, --slab-min-size=NUM minimum space for key+value+flags (default 48)\n"
@@ -45,8 +57,10 @@ void settings_usage(FILE *out)
         "                          cpus=LIST (e.g. 0-3,6; 'none' = no pinning),\n"
         "                          io_uring (require io_uring batching; default: use it if the\n"
         "                          kernel allows), no_io_uring (plain epoll read/send),\n"
-        "                          conn_buffer_limit=SIZE (cap on connection buffer memory\n"
-        "                          above 32 KiB per connection, all connections together)\n"
+        "                          conn_buffer_limit=SIZE or read_buf_mem_limit=MB (cap on\n"
+        "                          connection buffer memory above 32 KiB per connection, all\n"
+        "                          connections together; 0 = none; default sized from -m, -c),\n"
+        "                          idle_timeout=N (close TCP connections idle N seconds; 0 = never)\n"
         "                          metrics_port=N (Prometheus GET /metrics and /healthz on port N,\n"
         "                          same addresses as -l; default off), young_window=SECS (an eviction\n"
         "                          of an item read this recently is young; default 60)\n"
@@ -187,6 +201,21 @@ static int parse_extended(struct settings *s, const char *arg, bool *cpus_given,
                 fprintf(err, "cachetd: -o conn_buffer_limit needs a size in bytes (k/m/g suffix allowed)\n");
                 return EX_USAGE_CODE;
             }
+            s->conn_buffer_limit_set = true;
+        } else if (!strcmp(opt, "read_buf_mem_limit") && val) {
+            /* memcached's name and unit: megabytes, 0 = no limit */
+            if (!parse_int(val, 0, 1L << 30, &v)) {
+                fprintf(err, "cachetd: -o read_buf_mem_limit needs a number of megabytes\n");
+                return EX_USAGE_CODE;
+            }
+            s->conn_buffer_limit = (size_t)v << 20;
+            s->conn_buffer_limit_set = true;
+        } else if (!strcmp(opt, "idle_timeout") && val) {
+            if (!parse_int(val, 0, INT32_MAX, &v)) {
+                fprintf(err, "cachetd: -o idle_timeout needs a number of seconds (0 = never)\n");
+                return EX_USAGE_CODE;
+            }
+            s->idle_timeout = (int)v;
         } else if (!strcmp(opt, "metrics_port") && val) {
             if (!parse_int(val, 0, 65535, &v)) {
                 fprintf(err, "cachetd: -o metrics_port needs a port 0-65535 (0 = off), got '%s'\n", val);
@@ -281,6 +310,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
     s->reqs_per_event = 200;
     s->pin_workers = true;
     s->io_uring = IO_URING_AUTO;
+    s->access_mask = 0700;
 
     /* Merge: argv[0], the args file's arguments, then the command line minus --args-file. */
     static char *merged[MAX_ARGS + 1];
@@ -326,6 +356,8 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
         {"extended", required_argument, 0, 'o'},
+        {"unix-socket", required_argument, 0, 's'},
+        {"unix-mask", required_argument, 0, 'a'},
         {0, 0, 0, 0},
     };
     bool threads_given = false, cpus_given = false;
@@ -334,7 +366,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
     opterr = 0;
     optind = 0;   /* full re-initialisation: settings_parse may run more than once in tests */
     int c;
-    while ((c = getopt_long(n, merged, ":p:l:t:m:c:I:f:n:CMb:R:U:vho:", longopts, NULL)) != -1) {
+    while ((c = getopt_long(n, merged, ":p:l:t:m:c:I:f:n:CMb:R:U:vho:s:a:", longopts, NULL)) != -1) {
         switch (c) {
         case 'p':
             if (!parse_int(optarg, 0, 65535, &v)) { fprintf(err, "cachetd: -p needs a port 0-65535, got '%s'\n", optarg); return EX_USAGE_CODE; }
@@ -378,6 +410,25 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         case 'U':
             if (!parse_int(optarg, 0, 0, &v)) { fprintf(err, "cachetd: UDP is not supported; -U accepts only 0\n"); return EX_USAGE_CODE; }
             break;
+        case 's':
+            if (!*optarg || strlen(optarg) >= sizeof(s->socketpath)) {
+                fprintf(err, "cachetd: -s needs a unix socket path of at most %zu bytes\n", sizeof(s->socketpath) - 1);
+                return EX_USAGE_CODE;
+            }
+            strcpy(s->socketpath, optarg);
+            break;
+        case 'a': {
+            /* memcached: an octal mask, like chmod */
+            char *end;
+            errno = 0;
+            long mask = strtol(optarg, &end, 8);
+            if (errno || end == optarg || *end || mask < 0 || mask > 0777) {
+                fprintf(err, "cachetd: -a needs an octal access mask like 700, got '%s'\n", optarg);
+                return EX_USAGE_CODE;
+            }
+            s->access_mask = (int)mask;
+            break;
+        }
         case 'v': s->verbose++; break;
         case 'h': settings_usage(stdout); return 1;
         case 'o': {
@@ -398,6 +449,8 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         fprintf(err, "cachetd: unexpected argument '%s' (see -h)\n", merged[optind]);
         return EX_USAGE_CODE;
     }
+    if (!s->conn_buffer_limit_set)
+        s->conn_buffer_limit = conn_buffer_limit_default(s->maxbytes, s->maxconns);
     if (s->item_size_max > s->maxbytes / 2) {
         fprintf(err, "cachetd: -I (%zu bytes) must be at most half of -m (%zu bytes)\n", s->item_size_max, s->maxbytes);
         return EX_USAGE_CODE;

@@ -51,12 +51,24 @@ struct settings {
     int      backlog;              /* -b */
     int      reqs_per_event;       /* -R: requests per read batch before yielding */
     int      io_uring;             /* IO_URING_OFF / _AUTO (default) / _REQUIRED; see uring.h */
-    size_t   conn_buffer_limit;    /* -o conn_buffer_limit: bytes of connection buffers above
-                                      their resting 32 KiB, summed over all connections; 0 = none */
     int      metrics_port;         /* -o metrics_port: Prometheus /metrics and /healthz over HTTP; 0 = off */
     uint32_t young_window;         /* -o young_window: seconds; an eviction of an item read within
                                       it counts as young (evictions_young); 0 = storage default (60) */
+    size_t   conn_buffer_limit;    /* -o conn_buffer_limit=SIZE / read_buf_mem_limit=MB: bytes of
+                                      connection buffers above their resting size, summed over
+                                      all connections (bufmem.h); 0 = none. Default: see
+                                      conn_buffer_limit_default() */
+    bool     conn_buffer_limit_set;
+    char     socketpath[108];      /* -s: unix socket to listen on instead of TCP; "" = none */
+    int      access_mask;          /* -a: the unix socket's permissions (octal), default 0700 */
+    int      idle_timeout;         /* -o idle_timeout: close TCP connections idle this many
+                                      seconds (memcached's idle_kicks); 0 = never */
 };
+
+/* The connection buffer cap when none is given: 64 KiB per allowed
+ * connection, at least 4 MiB, and at most an eighth of -m (unless that is
+ * below 4 MiB). engine/README.md "Memory" explains the choice. */
+size_t conn_buffer_limit_default(size_t maxbytes, int maxconns);
 
 /* Fills s from defaults, then the args file (if --args-file is given), then
  * argv. Returns 0 to run, 1 when help was printed (exit 0), EX_USAGE_CODE on

@@ -8,7 +8,7 @@
 
 #include <string.h>
 
-#include "conn.h"
+#include "server.h"
 #include "latency.h"
 
 struct provider {

@@ -6,12 +6,16 @@
  * Why this shape rather than a full io_uring event loop: epoll already tells
  * a worker which connections are readable, and every operation is submitted
  * with MSG_DONTWAIT, so each one completes (or fails with -EAGAIN) inside the
- * submitting io_uring_enter(). No request is ever in flight across loop turns,
- * buffers never have to be pinned, and the connection code stays the same as
- * in plain epoll mode. What changes is the syscall count: with k connections
+ * submitting io_uring_enter(). No ring operation is ever in flight across loop
+ * turns, buffers never have to be pinned, and the connection code stays the
+ * same as in plain epoll mode. (A reply that waits across turns, for example
+ * for a value on disk, is a deferred reply slot in the output queue, reply.h:
+ * that is the protocol waiting, not the ring.) What changes is the syscall count: with k connections
  * ready, one turn costs epoll_wait + 2 io_uring_enter instead of
  * epoll_wait + k read + k send. Raw syscalls (no liburing) keep the build
  * free of extra packages.
+ *
+ * Concurrency: a ring belongs to one worker thread.
  */
 #ifndef CACHET_URING_H
 #define CACHET_URING_H

@@ -25,6 +25,7 @@ import pytest
 
 CACHETD = os.environ.get("CACHETD", "")
 IS_MEMCACHED = os.path.basename(os.path.realpath(CACHETD)) == "memcached" if CACHETD else False
+HAS_TEST_HOOKS = os.environ.get("CACHETD_TEST_HOOKS") == "1"
 PORT_RANGE = (21000, 21999)
 START_DEADLINE_S = 20.0  # an ASan build on a busy 2-core machine starts slowly
 IO_TIMEOUT_S = 10.0
@@ -33,11 +34,23 @@ SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSa
 
 
 def pytest_report_header(config):
-    flavour = "memcached (reference mode)" if IS_MEMCACHED else "cachetd"
+    flavour = "memcached (reference mode)" if IS_MEMCACHED else \
+        "cachetd test build" if HAS_TEST_HOOKS else "cachetd"
     return [f"server under test: {CACHETD or '<unset>'} [{flavour}]"]
 
 
 def pytest_collection_modifyitems(config, items):
+    # A test build (CACHETD_TEST_HOOKS=1, see tests/protocol/test_deferred.py) runs the
+    # tests of its hooks; a release build runs the check that it has none. Each set is
+    # deselected, not skipped, on the other kind of binary.
+    keep, drop = [], []
+    for item in items:
+        hooks_only = item.get_closest_marker("test_hooks") is not None
+        release_only = item.get_closest_marker("release_build") is not None
+        (drop if (hooks_only and not HAS_TEST_HOOKS) or (release_only and HAS_TEST_HOOKS) else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
     if not IS_MEMCACHED:
         return  # against cachetd nothing is ever skipped
     for item in items:

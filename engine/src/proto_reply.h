@@ -1,0 +1,62 @@
+/*
+ * proto_reply.h - reply helpers shared by the protocol files (proto_text.c,
+ * proto_meta.c), and the meta entry points proto_text.c dispatches to.
+ * Protocol-internal: the network layer never includes it.
+ *
+ * They are inline, in this one file: they run for every key of every GET.
+ *
+ * Concurrency: the connection's worker thread only.
+ */
+#ifndef CACHET_PROTO_REPLY_H
+#define CACHET_PROTO_REPLY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "conn.h"
+
+struct request;
+
+/* Decimal writers for reply headers: on a pipelined GET load formatting
+ * numbers is the largest cost after the syscalls, so no printf, and inline
+ * (they run for every key of every GET). */
+static inline char *u64_to_str(char *p, uint64_t v)
+{
+    char tmp[20];
+    int n = 0;
+    do { tmp[n++] = (char)('0' + v % 10); v /= 10; } while (v);
+    while (n) *p++ = tmp[--n];
+    return p;
+}
+
+static inline char *i64_to_str(char *p, int64_t v)
+{
+    if (v < 0) { *p++ = '-'; return u64_to_str(p, (uint64_t)0 - (uint64_t)v); }
+    return u64_to_str(p, (uint64_t)v);
+}
+
+/* Finishes a value reply whose header runs from out.buf + out.len to p: a
+ * value copied by storage (it sits behind the header's reserved room) slides
+ * up against the header, a referenced one is queued in place. The room
+ * came from out_value_room(). */
+static inline void out_value(struct conn *c, char *p, const struct item_view *v)
+{
+    char *base = c->out.buf + c->out.len;
+    if (!v->ref) {
+        memmove(p, v->value, v->nbytes);
+        p += v->nbytes;
+        *p++ = '\r'; *p++ = '\n';
+        c->out.len += (size_t)(p - base);
+    } else {
+        c->out.len += (size_t)(p - base);
+        out_ref(c, v);
+        out_add(c, "\r\n", 2);
+    }
+}
+
+/* proto_meta.c */
+bool proto_meta_dispatch(struct conn *c, struct request *r);
+void proto_meta_complete_set(struct conn *c, struct request *r, item *it, bool bad_chunk);
+
+#endif
