@@ -37,9 +37,10 @@ CACHETD=${CACHETD:-$engine/build/cachetd}
 MEMCACHED_1618=${MEMCACHED_1618:-${MEMCACHED:-/usr/bin/memcached}}
 LOADGEN_DIR=$here/loadgen
 # The generator's build (~90 s from scratch) is cached outside the clone when
-# CACHET_CACHE is set (the top-level Makefile exports it); nothing relies on it.
+# CACHET_CACHE is set (the top-level Makefile exports it), one directory per
+# checkout as in bench.mk; nothing relies on it.
 if [ -n "${CACHET_CACHE:-}" ]; then
-  export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$CACHET_CACHE/loadgen-target}
+  export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$CACHET_CACHE/loadgen-target/$(printf '%s' "$engine" | sha256sum | cut -c1-12)}
 else
   export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$LOADGEN_DIR/target}
 fi
@@ -301,8 +302,8 @@ for s in "${SERVERS[@]}"; do
   loadgen $s "$(port_of $s)" "$out/w2-steps-$s.json" --keys $W2_KEYS --key-size 4 --value-size 256 --ratio 80:20 \
     --conns $W2_CONNS --depth 1 --rate $W2_RATES --duration $STEP_SECS --warmup $STEP_WARM --stop-when-behind --retries 2 \
     --bound-p99-us $W2_P99_US --refine $W2_REFINE --seed 2 2> >(sed 's/^/  /' >&2)
-  say "  $s: highest rate with p99 <= $W2_P99_US us: $(jget "$out/w2-steps-$s.json" 'j["search"]["highest_rate_within"]')/s" \
-      "(lowest rate above it that was not: $(jget "$out/w2-steps-$s.json" 'j["search"]["lowest_rate_over"]')/s)"
+  say "  $s: highest rate with p99 <= $W2_P99_US us: $(jget "$out/w2-steps-$s.json" 'j["search"]["highest_rate_within"] or "none"')/s" \
+      "(lowest rate above it that was not: $(jget "$out/w2-steps-$s.json" 'j["search"]["lowest_rate_over"] or "none"')/s)"
   stop_server "$SERVER_PID"
 done
 
@@ -312,10 +313,13 @@ for s in "${SERVERS[@]}"; do
   start_server $s "$(port_of $s)" 1024
   sleep 0.5
   before=$(rss_kb "$SERVER_PID")
-  loadgen $s "$(port_of $s)" "$out/w3-$s.json" --keys $W3_ITEMS --key-size 9 --value-size 100 --conns 8 --prefill-only --prefill-depth 64 --stats
+  loadgen $s "$(port_of $s)" "$out/w3-$s.json" --keys $W3_ITEMS --key-size 9 --value-size 100 --conns 8 --prefill-only --prefill-depth 64
+  # A hash table still expanding holds two tables (hash_bytes and RSS count
+  # both), and memcached expands in a background thread: wait until it is done.
+  "$PY" "$here/mcstats.py" --port "$(port_of $s)" --settle 30 --json "$out/w3-stats-$s.json" || say "  bench: stats of $s failed"
   sleep 0.5
   after=$(rss_kb "$SERVER_PID")
-  items=$(jget "$out/w3-$s.json" 'j["server_stats"].get("curr_items", 0)')
+  items=$(jget "$out/w3-stats-$s.json" 'j["stats"].get("curr_items", 0)')
   [ "$items" = "-" ] && items=0
   echo "{\"rss_before_kb\": $before, \"rss_after_kb\": $after, \"curr_items\": $items}" >"$out/w3-rss-$s.json"
   say "  $s: RSS $before kB -> $after kB, curr_items $items, $("$PY" -c "print(round(($after-$before)*1024/max($items,1),1))") bytes/item"
@@ -352,6 +356,12 @@ done
 echo "\"$(cut -d' ' -f1-3 /proc/loadavg)\"" >"$out/loadavg_end.json"
 step "summary"
 "$PY" "$here/summarize.py" "$out"
-"$PY" "$here/plot.py" "$out" "$engine/../docs/img/bench-latency.png" || say "bench: plot failed (python3-matplotlib missing? run make deps)"
+# The plot goes with the run; a full run also redraws the one in the docs
+# (a quick run's smaller key spaces and shorter steps are not what they describe).
+if "$PY" "$here/plot.py" "$out" "$out/bench-latency.png"; then
+  [ "$QUICK" = 1 ] || cp "$out/bench-latency.png" "$engine/../docs/img/bench-latency.png"
+else
+  say "bench: plot failed (python3-matplotlib missing? run make deps)"
+fi
 say "bench: results in $out"
 [ "$failures" = 0 ] || say "bench: $failures load generator run(s) failed; their figures show as NO DATA"

@@ -14,8 +14,12 @@
 #   make bench-loadgen-test  the load generator's own tests (part of `make check`)
 
 # Where cargo builds the load generator: cached outside the clone when
-# CACHET_CACHE is set, else in the gitignored loadgen/target.
-LOADGEN_TARGET_DIR ?= $(if $(CACHET_CACHE),$(CACHET_CACHE)/loadgen-target,$(CURDIR)/bench/loadgen/target)
+# CACHET_CACHE is set (one directory per checkout: clones and worktrees share
+# CACHET_CACHE, and cargo's release/cachet-loadgen would otherwise be whichever
+# checkout built last), else in the gitignored loadgen/target. bench-engine.sh
+# derives the same directory when run on its own.
+LOADGEN_CHECKOUT_KEY = $(shell printf '%s' '$(CURDIR)' | sha256sum | cut -c1-12)
+LOADGEN_TARGET_DIR ?= $(if $(CACHET_CACHE),$(CACHET_CACHE)/loadgen-target/$(LOADGEN_CHECKOUT_KEY),$(CURDIR)/bench/loadgen/target)
 SOAK_SECONDS ?= 600
 
 .PHONY: bench bench-loadgen-test bench-soak bench-differential

@@ -117,10 +117,10 @@ def main():
 
     print()
     print("W3, where the bytes of one item go: its chunk (`stats slabs`: chunk_size × used_chunks / items), the hash "
-          "table (`stats` hash_bytes / items) and the rest (partly used pages, buffers, allocator; negative when "
-          "part of the hash table was never touched, so never resident):")
+          "table (`stats` hash_bytes / items, read once the table has stopped expanding) and the rest (partly used "
+          "pages, connection buffers, allocator and process overhead):")
     print()
-    print("| server | RSS before → after | items | RSS B/item | chunk | hash table | rest | chunk sizes used (size: chunks) |")
+    print("| server | RSS before → after | items | RSS B/item | chunk | hash table (power) | rest | chunk sizes used (size: chunks) |")
     print("|---|---|---:|---:|---:|---:|---:|---|")
     for n in SERVERS:
         f = F[n]
@@ -128,7 +128,9 @@ def main():
         if not f.get("w3_items"):
             continue
         print(f"| {NAMES[n]} | {f['w3_rss_kb_before']:,} → {f['w3_rss_kb_after']:,} kB | {f['w3_items']:,} | "
-              f"{f['w3_bytes_per_item']:.1f} | " + (f"{b['chunk']:.1f} | {b['hash']:.1f} | {b['rest']:.1f} | "
+              f"{f['w3_bytes_per_item']:.1f} | " + (f"{b['chunk']:.1f} | {b['hash']:.1f} ({f.get('w3_hash_power')}"
+                                                     f"{'' if f.get('w3_hash_settled') else ', still expanding'}) | "
+                                                     f"{b['rest']:.1f} | "
                                                      f"{', '.join(f'{k}: {v:,}' for k, v in b['chunk_sizes'].items())} |"
                                                      if b else "– | – | – | – |"))
     print()

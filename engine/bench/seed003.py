@@ -31,7 +31,6 @@ pinning and flags):
 import argparse
 import json
 import random
-import socket
 import sys
 import time
 
@@ -52,75 +51,18 @@ def seed003_workload(seed=SEED):
     return out
 
 
-class Client:
-    """Just enough of the ASCII protocol for `set` and `stats`, on loopback."""
-
-    def __init__(self, port, host="127.0.0.1", timeout=30.0):
-        if not host.startswith("127."):
-            raise ValueError(f"refusing {host}: only 127.0.0.0/8")
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = b""
-
-    def close(self):
-        self.sock.close()
-
-    def _line(self):
-        while b"\r\n" not in self.buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("server closed the connection")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line.decode(errors="replace")
-
-    def set_many(self, pairs, batch=256):
-        """Stores every pair, pipelined `batch` at a time, in order. Returns
-        the count of each reply line (STORED, or the server's error text)."""
-        replies = {}
-        for start in range(0, len(pairs), batch):
-            chunk = pairs[start:start + batch]
-            req = b"".join(b"set %s 0 0 %d\r\n%s\r\n" % (k.encode(), len(v.encode()), v.encode()) for k, v in chunk)
-            self.sock.sendall(req)
-            for _ in chunk:
-                line = self._line()
-                replies[line] = replies.get(line, 0) + 1
-        return replies
-
-    def stats(self, sub=""):
-        self.sock.sendall(f"stats {sub}".strip().encode() + b"\r\n")
-        out = {}
-        while True:
-            line = self._line()
-            if line == "END":
-                return out
-            parts = line.split(" ", 2)
-            if len(parts) != 3 or parts[0] != "STAT":
-                raise ValueError(f"unexpected stats line {line!r}")
-            out[parts[1]] = int(parts[2]) if parts[2].lstrip("-").isdigit() else parts[2]
-
-
-def slab_classes(slabs):
-    """Per class id: chunk_size, used_chunks, total_pages, from `stats slabs`."""
-    classes = {}
-    for name, value in slabs.items():
-        cls, sep, field = name.partition(":")
-        if sep and cls.isdigit() and field in ("chunk_size", "used_chunks", "total_pages", "total_chunks"):
-            classes.setdefault(int(cls), {})[field] = value
-    return dict(sorted(classes.items()))
-
-
 def fill(port, seed=SEED):
+    """Stores the workload into the server on 127.0.0.1:PORT; returns the
+    replies by kind and the server's counts afterwards."""
+    # Imported here so that seed003_workload needs nothing beside this file.
+    from mcstats import Client, slab_classes
     pairs = seed003_workload(seed)
-    c = Client(port)
-    try:
+    with Client(port) as c:
         t0 = time.monotonic()
         replies = c.set_many(pairs)
         seconds = time.monotonic() - t0
         st = c.stats()
         classes = slab_classes(c.stats("slabs"))
-    finally:
-        c.close()
     return {
         "seed": seed, "items_sent": len(pairs), "seconds": round(seconds, 3),
         "replies": replies, "stored": replies.get("STORED", 0),

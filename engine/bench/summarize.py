@@ -143,9 +143,11 @@ def w3_figures(d, s):
     # Where the bytes go: the chunks the items occupy (`stats slabs`
     # chunk_size x used_chunks), the hash table (`stats` hash_bytes), and
     # the rest (partly filled pages, buffers, allocator and process overhead).
-    j = load(d, f"w3-{s}.json") or {}
-    slabs = j.get("server_stats_slabs") or {}
-    stats = j.get("server_stats") or {}
+    j = load(d, f"w3-stats-{s}.json") or {}
+    slabs = j.get("slabs") or {}
+    stats = j.get("stats") or {}
+    f["w3_hash_settled"] = j.get("settled")
+    f["w3_hash_power"] = stats.get("hash_power_level")
     chunk_bytes, chunk_sizes = 0, {}
     for k, v in slabs.items():
         cls, sep, field = k.partition(":")
@@ -322,7 +324,9 @@ def main():
         b = figures[s].get("w3_breakdown")
         if b:
             print(f"W3 {NAMES[s]}: {figures[s]['w3_bytes_per_item']:.1f} B/item = chunk {b['chunk']:.1f} "
-                  f"(chunk sizes {b['chunk_sizes']}) + hash table {b['hash']:.1f} + rest {b['rest']:.1f}")
+                  f"(chunk sizes {b['chunk_sizes']}) + hash table {b['hash']:.1f} (hash power "
+                  f"{figures[s]['w3_hash_power']}) + rest {b['rest']:.1f}"
+                  + ("" if figures[s]["w3_hash_settled"] else "  (the hash table was still expanding)"))
     for s in SERVERS:
         f = figures[s]
         if f.get("w4_items_held") is not None:
