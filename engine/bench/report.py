@@ -89,10 +89,10 @@ def main():
         for name in SERVERS:
             f = F[name]
             us = f.get(f"w1_{kind}_server_cpu_us")
-            print(f"| {kind} | {NAMES[name]} | {[round(x) for x in f[f'w1_{kind}_rounds']]} | "
+            print(f"| {kind} | {NAMES[name]} | {', '.join(f'{x:,.0f}' for x in f[f'w1_{kind}_rounds'])} | "
                   f"{'–' if us is None else f'{us:.3f}'} | "
                   f"{rat(ref.get(f'w1_{kind}_server_cpu_us'), us)} | {rat(old.get(f'w1_{kind}_server_cpu_us'), us)} | "
-                  f"{[pct(b) for b in f[f'w1_{kind}_loadgen_busy'] if b is not None]} |")
+                  f"{', '.join(pct(b) for b in f[f'w1_{kind}_loadgen_busy'] if b is not None)} |")
     ep = s.get("cachetd_epoll") or {}
     if ep.get("w1_pipelined") is not None:
         print()
@@ -141,16 +141,17 @@ def main():
     if factors:
         best = ref.get("seed003_best_items")
         print()
-        print(f"Seed 003 at `-m {m['seed003']['m']} -n {m['seed003']['n']}`: items kept (`curr_items`) and evictions "
-              f"after the 50,000 sets; cachetd against 1.6.45 at the same f, and against 1.6.45's best f "
-              f"({ref.get('seed003_best_f')}: {fmt(best)} items):")
+        print(f"Seed 003 at `-m {m['seed003']['m']} -n {m['seed003']['n']}`: items kept (`curr_items`), evictions and "
+              f"slab pages in use (`stats slabs` total_pages, 1 MB each) after the 50,000 sets; cachetd against 1.6.45 "
+              f"at the same f, and against 1.6.45's best f ({ref.get('seed003_best_f')}: {fmt(best)} items):")
         print()
-        print("| -f | cachetd kept | cachetd evictions | 1.6.45 kept | 1.6.45 evictions | 1.6.18 kept | 1.6.18 evictions | "
+        print("| -f | cachetd kept | evictions | pages | 1.6.45 kept | evictions | pages | 1.6.18 kept | evictions | pages | "
               "cachetd / 1.6.45 same f | cachetd / 1.6.45 best f |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for fac in factors:
             e = {n: F[n]["seed003"].get(str(fac)) or {} for n in SERVERS}
-            print(f"| {fac} | " + " | ".join(f"{fmt(e[n].get('curr_items'))} | {fmt(e[n].get('evictions'))}" for n in SERVERS)
+            print(f"| {fac} | " + " | ".join(f"{fmt(e[n].get('curr_items'))} | {fmt(e[n].get('evictions'))} | "
+                                             f"{fmt(e[n].get('pages'))}" for n in SERVERS)
                   + f" | {rat(e['cachetd'].get('curr_items'), e['mc1645'].get('curr_items'))} | "
                     f"{rat(e['cachetd'].get('curr_items'), best)} |")
 

@@ -25,7 +25,7 @@ TARGETS = [
     ("W1 pipelined GETs/s", "w1_pipelined", ">=", 2.0, "req/s"),
     ("W1 pipelined GETs per server CPU-second", "w1_pipelined_gets_per_cpu_s", ">=", 2.0, "/CPU-s"),
     ("W1 unpipelined GETs per server CPU-second", "w1_unpipelined_gets_per_cpu_s", ">=", 1.2, "/CPU-s"),
-    ("W1 unpipelined GETs/s (generator-bound)", "w1_unpipelined", ">=", None, "req/s"),
+    ("W1 unpipelined GETs/s (beside the cost; not judged)", "w1_unpipelined", ">=", None, "req/s"),
     ("W2 highest rate with p99 < 1 ms, 256 conns", "w2_rate_p99_under_1ms", ">=", None, "req/s"),
     ("W3 RSS bytes per item", "w3_bytes_per_item", "<=", 0.70, "B"),
     ("W4 hit ratio, Zipf 0.99, 10% memory", "w4_hit_ratio", ">=", 1.0, ""),
@@ -180,6 +180,9 @@ def seed003_figures(d, s, factors):
         j = load(d, f"seed003-{s}-f{fac}.json")
         if j:
             per_f[str(fac)] = {k: j.get(k) for k in ("curr_items", "evictions", "stored", "classes_used", "items_sent")}
+            # Slab pages in use: memcached gives a class its first page even
+            # past -m, so with many small classes it holds more than -m.
+            per_f[str(fac)]["pages"] = sum(v.get("total_pages", 0) for v in (j.get("slab_classes") or {}).values())
     kept = {k: v["curr_items"] for k, v in per_f.items() if v.get("curr_items") is not None}
     best = max(kept, key=lambda k: kept[k]) if kept else None
     worst = min(kept, key=lambda k: kept[k]) if kept else None
@@ -332,12 +335,12 @@ def main():
         if f.get("w4_items_held") is not None:
             print(f"W4 {NAMES[s]}: items held {f['w4_items_held']:,}, evictions {f['w4_evictions']:,}")
     if factors:
-        print("seed 003, items kept (curr_items) / evictions at -m 3 -n 24, and cachetd's ratio against 1.6.45 at the same f:")
+        print("seed 003, items kept (curr_items) / evictions / slab pages at -m 3 -n 24, and cachetd's ratio against 1.6.45 at the same f:")
         for fac in factors:
             cells = []
             for s in SERVERS:
                 e = figures[s]["seed003"].get(str(fac)) or {}
-                cells.append(f"{NAMES[s]} {fmt(e.get('curr_items'))} / {fmt(e.get('evictions'))}")
+                cells.append(f"{NAMES[s]} {fmt(e.get('curr_items'))} / {fmt(e.get('evictions'))} / {fmt(e.get('pages'))}")
             cf = (c["seed003"].get(str(fac)) or {}).get("curr_items")
             rf = (ref["seed003"].get(str(fac)) or {}).get("curr_items")
             print(f"  f {fac:<6}: " + "; ".join(cells) + f"; ratio {fmt_ratio(ratio(cf, rf))}")
