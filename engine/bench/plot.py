@@ -20,8 +20,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-SERVERS = ("cachetd", "mc1645", "mc1618")
-NAMES = {"cachetd": "cachetd", "mc1645": "memcached 1.6.45", "mc1618": "memcached 1.6.18"}
+from summarize import NAMES, SERVERS  # noqa: E402
+
 COLORS = {"cachetd": "tab:blue", "mc1645": "tab:orange", "mc1618": "tab:gray"}
 
 

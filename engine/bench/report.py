@@ -9,18 +9,12 @@ import json
 import os
 import sys
 
-SERVERS = ("cachetd", "mc1645", "mc1618")
-NAMES = {"cachetd": "cachetd", "mc1645": "memcached 1.6.45", "mc1618": "memcached 1.6.18"}
+from summarize import NAMES, SERVERS
+from summarize import fmt as plain_fmt
 
 
 def fmt(v, key=""):
-    if v is None:
-        return "–"
-    if key == "w4_hit_ratio":
-        return f"{v:.4f}"
-    if key == "w3_bytes_per_item":
-        return f"{v:.1f}"
-    return f"{v:,.0f}"
+    return plain_fmt(v, key, missing="–")
 
 
 def lat(v):

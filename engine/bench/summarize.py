@@ -253,9 +253,10 @@ def target_rows(figures):
     return rows
 
 
-def fmt(v, key=""):
+def fmt(v, key="", missing="-"):
+    """A figure as printed: hit ratios to 4 places, bytes per item to 1, counts and rates whole."""
     if v is None:
-        return "-"
+        return missing
     if key == "w4_hit_ratio":
         return f"{v:.4f}"
     if key == "w3_bytes_per_item":
