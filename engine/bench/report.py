@@ -75,10 +75,11 @@ def main():
     print()
     print("W1 closed-loop rounds (the median is quoted), the server's CPU time per GET (from "
           "/proc/PID/task/*/schedstat: a cost, which other processes on the machine change far less than "
-          "throughput), and how busy the load generator was:")
+          "throughput, though not nothing), how busy the load generator was, and how much of the server's CPU "
+          "the hypervisor stole:")
     print()
-    print("| W1 run | server | rounds, GETs/s | CPU µs per GET (median) | GETs per CPU-second vs 1.6.45 | vs 1.6.18 | generator busy |")
-    print("|---|---|---|---:|---:|---:|---|")
+    print("| W1 run | server | rounds, GETs/s | CPU µs per GET (median) | GETs per CPU-second vs 1.6.45 | vs 1.6.18 | generator busy | steal on the server's CPU |")
+    print("|---|---|---|---:|---:|---:|---|---|")
     for kind in ("pipelined", "unpipelined"):
         for name in SERVERS:
             f = F[name]
@@ -86,7 +87,8 @@ def main():
             print(f"| {kind} | {NAMES[name]} | {', '.join(f'{x:,.0f}' for x in f[f'w1_{kind}_rounds'])} | "
                   f"{'–' if us is None else f'{us:.3f}'} | "
                   f"{rat(ref.get(f'w1_{kind}_server_cpu_us'), us)} | {rat(old.get(f'w1_{kind}_server_cpu_us'), us)} | "
-                  f"{', '.join(pct(b) for b in f[f'w1_{kind}_loadgen_busy'] if b is not None)} |")
+                  f"{', '.join(pct(b) for b in f[f'w1_{kind}_loadgen_busy'] if b is not None)} | "
+                  f"{', '.join(pct(x) for x in f.get(f'w1_{kind}_server_cpu_steal', []) if x is not None)} |")
     ep = s.get("cachetd_epoll") or {}
     if ep.get("w1_pipelined") is not None:
         print()

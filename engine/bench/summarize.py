@@ -16,6 +16,12 @@ import sys
 SERVERS = ("cachetd", "mc1645", "mc1618")
 NAMES = {"cachetd": "cachetd", "mc1645": "memcached 1.6.45", "mc1618": "memcached 1.6.18"}
 REFERENCE, OLD = "mc1645", "mc1618"
+SERVER_CPU = 1  # bench-engine.sh pins the servers here
+# Above this share of steal on the server's CPU a round's cost is flagged: the
+# kernel here keeps steal out of a thread's run time (paravirt time
+# accounting), but a core the hypervisor keeps taking away also loses its
+# caches, and the CPU per GET of such rounds has been seen to rise by 50-80%.
+STEAL_NOTE = 0.05
 W1_MEAN_LIMIT_US = 1000.0
 W2_P99_LIMIT_US = 1000.0
 
@@ -49,7 +55,9 @@ def rounds(d, kind, server):
         j = load(d, f"w1-{kind}-{server}-{i}.json")
         if j and j["steps"]:
             st = j["steps"][0]
-            out.append((st["throughput"], st.get("server_cpu_us_per_request"), st.get("loadgen_cpu_busy")))
+            steal = st.get("steal_share_per_cpu") or []
+            out.append((st["throughput"], st.get("server_cpu_us_per_request"), st.get("loadgen_cpu_busy"),
+                        steal[SERVER_CPU] if len(steal) > SERVER_CPU else None))
     return out
 
 
@@ -89,6 +97,7 @@ def w1_figures(d, s):
         f[f"w1_{kind}"] = median_or_none([x[0] for x in r])
         f[f"w1_{kind}_rounds"] = [x[0] for x in r]
         f[f"w1_{kind}_loadgen_busy"] = [x[2] for x in r]
+        f[f"w1_{kind}_server_cpu_steal"] = [x[3] for x in r]
         # The server's CPU time per GET: its cost, which a busy machine
         # changes far less than its throughput. Median over rounds.
         us = median_or_none([x[1] for x in r])
@@ -313,6 +322,10 @@ def main():
               f"unpipelined {[round(x) for x in f['w1_unpipelined_rounds']]}; generator CPU busy "
               f"{[round(100 * b) for b in f['w1_pipelined_loadgen_busy'] if b is not None]}% / "
               f"{[round(100 * b) for b in f['w1_unpipelined_loadgen_busy'] if b is not None]}%")
+        stolen = [x for x in f["w1_pipelined_server_cpu_steal"] + f["w1_unpipelined_server_cpu_steal"] if x is not None]
+        if stolen and max(stolen) > STEAL_NOTE:
+            print(f"  note: the hypervisor stole up to {100 * max(stolen):.0f}% of the server's CPU in {NAMES[s]}'s rounds: "
+                  f"their CPU per GET was measured on a disturbed core")
         if any(b is not None and b > 0.9 for b in f["w1_pipelined_loadgen_busy"] + f["w1_unpipelined_loadgen_busy"]):
             print(f"  note: the load generator was >90% busy against {NAMES[s]}: that throughput may be the generator's limit")
     print(f"W1 rate with mean RTT <= 1 ms (seed 000's criterion): "
