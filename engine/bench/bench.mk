@@ -11,6 +11,8 @@
 #   make bench-differential  [bench-differential] the long differential test
 #                            against memcached 1.6.45: differential-long, with
 #                            CACHET_DIFF_SEEDS / CACHET_DIFF_REQUESTS
+#   make bench-metrics       what the metrics port costs (docs/benchmarks.md,
+#                            "Metrics endpoint cost")
 #   make bench-loadgen-test  the load generator's own tests (part of `make check`)
 
 # Where cargo builds the load generator: cached outside the clone when
@@ -43,3 +45,15 @@ bench-differential:
 	@grep -qsE '^differential-long[[:space:]]*:' $(MAKEFILE_LIST) || \
 	  { echo "bench-differential: this engine has no 'differential-long' target yet (it runs the differential test against memcached 1.6.45 with CACHET_DIFF_SEEDS / CACHET_DIFF_REQUESTS); nothing was run"; exit 2; }
 	$(MAKE) differential-long
+
+# `make bench-metrics`: what the metrics port costs (engine metrics issue):
+# W1 pipelined with and without -o metrics_port, and with a scrape of
+# /metrics every second, alternated in one run; BENCH_QUICK=1 ~2 minutes.
+$(BUILD)/bench/latency_cost: bench/latency_cost.c $(BUILD)/obj/latency.o src/latency.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CACHET_CFLAGS) $(CFLAGS) -o $@ bench/latency_cost.c $(BUILD)/obj/latency.o $(LDFLAGS) $(LDLIBS)
+
+.PHONY: bench-metrics
+bench-metrics: $(BUILD)/cachetd $(BUILD)/bench/latency_cost
+	CACHETD=$(abspath $(BUILD)/cachetd) LATENCY_COST=$(abspath $(BUILD)/bench/latency_cost) \
+	  CARGO_TARGET_DIR=$(LOADGEN_TARGET_DIR) bench/bench-metrics.sh
