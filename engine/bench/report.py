@@ -138,16 +138,16 @@ def main():
         best = ref.get("seed003_best_items")
         print()
         print(f"Seed 003 at `-m {m['seed003']['m']} -n {m['seed003']['n']}`: items kept (`curr_items`), evictions and "
-              f"slab pages in use (`stats slabs` total_pages, 1 MB each) after the 50,000 sets; cachetd against 1.6.45 "
-              f"at the same f, and against 1.6.45's best f ({ref.get('seed003_best_f')}: {fmt(best)} items):")
+              f"the MB of slab pages each server held (`stats slabs` total_malloced) after the 50,000 sets; cachetd "
+              f"against 1.6.45 at the same f, and against 1.6.45's best f ({ref.get('seed003_best_f')}: {fmt(best)} items):")
         print()
-        print("| -f | cachetd kept | evictions | pages | 1.6.45 kept | evictions | pages | 1.6.18 kept | evictions | pages | "
+        print("| -f | cachetd kept | evictions | MB | 1.6.45 kept | evictions | MB | 1.6.18 kept | evictions | MB | "
               "cachetd / 1.6.45 same f | cachetd / 1.6.45 best f |")
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for fac in factors:
             e = {n: F[n]["seed003"].get(str(fac)) or {} for n in SERVERS}
             print(f"| {fac} | " + " | ".join(f"{fmt(e[n].get('curr_items'))} | {fmt(e[n].get('evictions'))} | "
-                                             f"{fmt(e[n].get('pages'))}" for n in SERVERS)
+                                             f"{fmt(e[n].get('slab_mb'), 'mb')}" for n in SERVERS)
                   + f" | {rat(e['cachetd'].get('curr_items'), e['mc1645'].get('curr_items'))} | "
                     f"{rat(e['cachetd'].get('curr_items'), best)} |")
 

@@ -24,8 +24,9 @@ CLI (used by bench-engine.sh; the server is started by the caller, which owns
 pinning and flags):
     seed003.py fill --port PORT [--seed N] [--json OUT]
         stores the workload, prints one line and writes JSON: replies by kind,
-        and the server's curr_items, evictions, total_items and the slab
-        classes in use.
+        and the server's curr_items, evictions, total_items, the slab classes
+        in use and the bytes of slab pages it holds (`stats slabs`
+        total_malloced).
     seed003.py dump [--seed N]     prints the workload, one "key value" a line
 """
 import argparse
@@ -62,13 +63,17 @@ def fill(port, seed=SEED):
         replies = c.set_many(pairs)
         seconds = time.monotonic() - t0
         st = c.stats()
-        classes = slab_classes(c.stats("slabs"))
+        slabs = c.stats("slabs")
+        classes = slab_classes(slabs)
     return {
         "seed": seed, "items_sent": len(pairs), "seconds": round(seconds, 3),
         "replies": replies, "stored": replies.get("STORED", 0),
         "curr_items": st.get("curr_items"), "evictions": st.get("evictions"),
         "total_items": st.get("total_items"),
         "classes_used": sum(1 for v in classes.values() if v.get("used_chunks")),
+        # Bytes of slab pages the server holds for items: page sizes differ
+        # between servers (and with -m), so pages alone do not compare.
+        "slab_bytes": slabs.get("total_malloced"),
         "slab_classes": {str(k): v for k, v in classes.items()},
         "payload_bytes": sum(len(k) + len(v) for k, v in pairs),
     }
@@ -96,7 +101,8 @@ def main(argv=None):
             json.dump(r, out, indent=2)
     other = {k: v for k, v in r["replies"].items() if k != "STORED"}
     print(f"{a.label or a.port}: {r['stored']:,} stored, curr_items {r['curr_items']:,}, evictions {r['evictions']:,}, "
-          f"{r['classes_used']} slab classes in use" + (f"; other replies {other}" if other else ""))
+          f"{r['classes_used']} slab classes in use, {r['slab_bytes'] or 0:,} bytes of slab pages"
+          + (f"; other replies {other}" if other else ""))
     return 0
 
 

@@ -189,9 +189,10 @@ def seed003_figures(d, s, factors):
         j = load(d, f"seed003-{s}-f{fac}.json")
         if j:
             per_f[str(fac)] = {k: j.get(k) for k in ("curr_items", "evictions", "stored", "classes_used", "items_sent")}
-            # Slab pages in use: memcached gives a class its first page even
-            # past -m, so with many small classes it holds more than -m.
-            per_f[str(fac)]["pages"] = sum(v.get("total_pages", 0) for v in (j.get("slab_classes") or {}).values())
+            # Item memory held (`stats slabs` total_malloced): memcached gives
+            # a class its first page even past -m, so with many small classes
+            # it holds more than -m.
+            per_f[str(fac)]["slab_mb"] = j["slab_bytes"] / 2**20 if j.get("slab_bytes") is not None else None
     kept = {k: v["curr_items"] for k, v in per_f.items() if v.get("curr_items") is not None}
     best = max(kept, key=lambda k: kept[k]) if kept else None
     worst = min(kept, key=lambda k: kept[k]) if kept else None
@@ -270,6 +271,8 @@ def fmt(v, key="", missing="-"):
         return f"{v:.4f}"
     if key == "w3_bytes_per_item":
         return f"{v:.1f}"
+    if key == "mb":
+        return f"{v:.2f}"
     return f"{v:,.0f}"
 
 
@@ -349,12 +352,13 @@ def main():
         if f.get("w4_items_held") is not None:
             print(f"W4 {NAMES[s]}: items held {f['w4_items_held']:,}, evictions {f['w4_evictions']:,}")
     if factors:
-        print("seed 003, items kept (curr_items) / evictions / slab pages at -m 3 -n 24, and cachetd's ratio against 1.6.45 at the same f:")
+        print("seed 003, items kept (curr_items) / evictions / MB of slab pages held, at -m 3 -n 24, and cachetd's ratio "
+              "against 1.6.45 at the same f:")
         for fac in factors:
             cells = []
             for s in SERVERS:
                 e = figures[s]["seed003"].get(str(fac)) or {}
-                cells.append(f"{NAMES[s]} {fmt(e.get('curr_items'))} / {fmt(e.get('evictions'))} / {fmt(e.get('pages'))}")
+                cells.append(f"{NAMES[s]} {fmt(e.get('curr_items'))} / {fmt(e.get('evictions'))} / {fmt(e.get('slab_mb'), 'mb')}")
             cf = (c["seed003"].get(str(fac)) or {}).get("curr_items")
             rf = (ref["seed003"].get(str(fac)) or {}).get("curr_items")
             print(f"  f {fac:<6}: " + "; ".join(cells) + f"; ratio {fmt_ratio(ratio(cf, rf))}")
