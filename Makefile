@@ -151,8 +151,16 @@ fuzz-engine: ## Fuzz the request parser (FUZZ_SECONDS=300 by default).
 	$(MAKE) -C engine fuzz
 
 .PHONY: bench-engine
-bench-engine: ## Benchmark cachetd against Debian's memcached side by side (W1-W4).
+bench-engine: ## Benchmark cachetd against memcached 1.6.45 and 1.6.18 side by side (W1-W4, seed 003; BENCH_QUICK=1: ~3 min).
 	$(MAKE) -C engine bench
+
+.PHONY: bench-soak
+bench-soak: ## TSan concurrent checker for SOAK_SECONDS (default 600); fails on any wrong value or sanitizer report.
+	$(MAKE) -C engine bench-soak
+
+.PHONY: bench-differential
+bench-differential: ## Long differential test against memcached 1.6.45 (CACHET_DIFF_SEEDS, CACHET_DIFF_REQUESTS).
+	$(MAKE) -C engine bench-differential
 
 ##@ Cluster
 

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Latency against throughput for the open-loop steps of W1 and W2, both
-servers, from one bench-engine.sh results directory.
+"""Latency against throughput for the open-loop steps of W1 and W2, all three
+servers (cachetd, memcached 1.6.45, memcached 1.6.18), from one
+bench-engine.sh results directory.
 
 Usage: plot.py RESULTS_DIR OUT.png
 Each point is one open-loop step: x is the throughput the server actually
 delivered, y the latency measured from each request's intended send time.
 Steps where the server fell behind its schedule are drawn hollow: there the
-latency is queueing, not service.
+latency is queueing, not service. W2's refine steps (bisecting the bracket of
+the highest rate with p99 under 1 ms) are drawn in order of rate with the
+listed ones.
 """
 import json
 import os
@@ -17,7 +20,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLORS = {"cachetd": "tab:blue", "memcached": "tab:orange"}
+from summarize import NAMES, SERVERS  # noqa: E402
+
+COLORS = {"cachetd": "tab:blue", "mc1645": "tab:orange", "mc1618": "tab:gray"}
 
 
 def load_steps(d, name):
@@ -25,17 +30,20 @@ def load_steps(d, name):
     if not os.path.exists(p):
         return []
     with open(p) as f:
-        return [s for s in json.load(f)["steps"] if s["latency_us"] and not s.get("superseded")]
+        steps = [s for s in json.load(f)["steps"] if s["latency_us"] and not s.get("superseded")]
+    return sorted(steps, key=lambda s: s["target_rate"])
 
 
 def series(ax, steps, server, stat, style, label):
+    if not steps:
+        return
     xs = [s["throughput"] / 1000 for s in steps]
     ys = [s["latency_us"][stat] for s in steps]
-    ax.plot(xs, ys, style, color=COLORS[server], label=label, markersize=5)
+    ax.plot(xs, ys, style, color=COLORS[server], label=label, markersize=4)
     bad = [(x, y) for s, x, y in zip(steps, xs, ys) if not s["kept_up"]]
     if bad:
         ax.plot([b[0] for b in bad], [b[1] for b in bad], "o", markerfacecolor="white",
-                markeredgecolor=COLORS[server], markersize=8)
+                markeredgecolor=COLORS[server], markersize=7)
 
 
 def main():
@@ -44,26 +52,27 @@ def main():
     if os.path.exists(os.path.join(d, "machine.json")):
         with open(os.path.join(d, "machine.json")) as f:
             machine = json.load(f)
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5))
-    for s in ("cachetd", "memcached"):
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(14, 5.5))
+    for s in SERVERS:
         w1 = load_steps(d, f"w1-steps-{s}.json")
-        series(a1, w1, s, "mean", "-o", f"{s} mean")
-        series(a1, w1, s, "p99", "--s", f"{s} p99")
+        series(a1, w1, s, "mean", "-o", f"{NAMES[s]} mean")
+        series(a1, w1, s, "p99", "--s", f"{NAMES[s]} p99")
         w2 = load_steps(d, f"w2-steps-{s}.json")
-        series(a2, w2, s, "p50", "-o", f"{s} p50")
-        series(a2, w2, s, "p999", "--s", f"{s} p999")
+        series(a2, w2, s, "p99", "-o", f"{NAMES[s]} p99")
+        series(a2, w2, s, "p999", ":^", f"{NAMES[s]} p999")
     a1.axhline(1000, color="grey", linewidth=0.8, linestyle=":")
     a1.set_title("W1: GET-only, 64 B values, 32 conns (open loop)")
-    a2.axhline(2000, color="red", linewidth=0.8, linestyle=":", label="2 ms p999 SLO")
-    a2.set_title("W2: 80:20 get:set, 256 B values, 1024 conns (open loop)")
+    a2.axhline(machine.get("w2_p99_bound_us", 1000), color="red", linewidth=0.8, linestyle=":", label="1 ms p99 bound")
+    a2.set_title(f"W2: 80:20 get:set, 256 B values, {machine.get('w2_conns', 256)} conns (open loop)")
     for a in (a1, a2):
         a.set_yscale("log")
         a.set_xlabel("delivered throughput (k requests/s)")
         a.set_ylabel("latency from intended send (µs)")
         a.grid(True, which="both", alpha=0.3)
-        a.legend(fontsize=8)
-    fig.suptitle(f"cachetd vs Debian memcached {machine.get('memcached_version', '')}, server on CPU 1, load on CPU 0 "
-                 f"(run {machine.get('run_id', '?')}; hollow = fell behind schedule)", fontsize=10)
+        a.legend(fontsize=7)
+    fig.suptitle(f"cachetd vs memcached 1.6.45 and 1.6.18, server on CPU 1, load on CPU 0 "
+                 f"(run {machine.get('run_id', '?')}, quick={machine.get('quick', '?')}; hollow = fell behind schedule)",
+                 fontsize=10)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     fig.savefig(out, dpi=110)

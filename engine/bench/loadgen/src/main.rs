@@ -9,9 +9,11 @@
 
 mod proto;
 mod runner;
+mod search;
 mod workload;
 
 use runner::{Pace, Runner, Source, StepResult, StepSpec};
+use search::Outcome;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
@@ -37,6 +39,11 @@ pacing (each rate in --rate is one step; no --rate means one closed-loop step)
   --stop-when-behind     stop stepping after a step that fell behind its schedule
   --retries N            re-run a step that broke the limit (N re-runs in all) before stopping
                          (a busy shared machine can spoil one step; default 0)
+  --bound-p99-us US      a step is within the bound when it kept up and its p99 <= US;
+                         the JSON gets the highest rate within it (its search object)
+  --refine N             after the --rate steps, up to N more steps bisecting between the
+                         highest rate within --bound-p99-us and the lowest one above it that
+                         was not (a step over the bound is re-run while --retries remain)
 
 workload
   --keys N               key space size (default 100000)
@@ -55,7 +62,7 @@ workload
 output
   --json PATH            write results as JSON (- for stdout)
   --label STR            a name carried into the JSON
-  --stats                fetch the server's `stats` at the end into the JSON
+  --stats                fetch the server's `stats` and `stats slabs` at the end into the JSON
   --server-pid PID       report how long the server's threads waited for a CPU (shared-machine noise)
   --quiet                no per-second progress
 ";
@@ -72,6 +79,8 @@ struct Opts {
     stop_mean_us: Option<f64>,
     retries: u32,
     stop_when_behind: bool,
+    bound_p99_us: Option<f64>,
+    refine: u32,
     keys: u64,
     key_size: Option<usize>,
     key_prefix: String,
@@ -142,6 +151,8 @@ fn parse_args() -> Opts {
         stop_mean_us: None,
         retries: 0,
         stop_when_behind: false,
+        bound_p99_us: None,
+        refine: 0,
         keys: 100_000,
         key_size: None,
         key_prefix: String::new(),
@@ -199,6 +210,8 @@ fn parse_args() -> Opts {
             "--stop-p999-us" => o.stop_p999_us = Some(num(v) as f64),
             "--stop-mean-us" => o.stop_mean_us = Some(num(v) as f64),
             "--retries" => o.retries = num(v) as u32,
+            "--bound-p99-us" => o.bound_p99_us = Some(num(v) as f64),
+            "--refine" => o.refine = v.parse().unwrap_or_else(|_| die("--refine wants a count")),
             "--stop-when-behind" => o.stop_when_behind = true,
             "--keys" => o.keys = num(v),
             "--key-size" => o.key_size = Some(num(v) as usize),
@@ -236,6 +249,12 @@ fn parse_args() -> Opts {
     }
     if o.set_on_miss && o.multiget != 1 {
         die("--set-on-miss needs --multiget 1");
+    }
+    if o.refine > 0 && (o.bound_p99_us.is_none() || o.rates.is_empty()) {
+        die("--refine needs --bound-p99-us and --rate steps to bracket the rate");
+    }
+    if o.refine > 64 {
+        die("--refine must be at most 64");
     }
     if o.duration <= 0.0 {
         die("--duration must be positive: every run stops by itself");
@@ -357,11 +376,19 @@ fn step_line(r: &StepResult) -> String {
     )
 }
 
-/// `stats` over a separate short-lived connection.
-fn fetch_stats(addr: SocketAddrV4) -> Result<Value, String> {
+/// Within --bound-p99-us: kept up with its schedule and p99 at or under the
+/// bound. None without a bound.
+fn within_bound(o: &Opts, r: &StepResult) -> Option<bool> {
+    let bound = o.bound_p99_us?;
+    Some(r.kept_up() && r.hist.len() > 0 && r.hist.value_at_quantile(0.99) as f64 / 1000.0 <= bound)
+}
+
+/// `stats` (or `stats SUB`, e.g. slabs) over a separate short-lived connection.
+fn fetch_stats(addr: SocketAddrV4, sub: &str) -> Result<Value, String> {
     let mut s = TcpStream::connect_timeout(&addr.into(), Duration::from_secs(2)).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
-    s.write_all(b"stats\r\n").map_err(|e| e.to_string())?;
+    let cmd = if sub.is_empty() { "stats\r\n".to_string() } else { format!("stats {sub}\r\n") };
+    s.write_all(cmd.as_bytes()).map_err(|e| e.to_string())?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
     while !buf.ends_with(b"END\r\n") {
@@ -444,25 +471,30 @@ fn main() {
     }
 
     let mut steps: Vec<Value> = Vec::new();
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    let mut refined = 0u32;
     if !o.prefill_only {
+        let step_spec = |pace: Pace| StepSpec {
+            pace,
+            source: Source::Mix,
+            set_on_miss: o.set_on_miss,
+            duration: Duration::from_secs_f64(o.duration),
+            warmup: Duration::from_secs_f64(o.warmup),
+            max_requests: o.requests,
+            progress,
+            label: label.clone(),
+        };
         let paces: Vec<Pace> = if o.rates.is_empty() { vec![Pace::Closed] } else { o.rates.iter().map(|&r| Pace::Open(r)).collect() };
         let mut i = 0;
         let mut retries_left = o.retries;
         while i < paces.len() {
-            let pace = paces[i];
-            let spec = StepSpec {
-                pace,
-                source: Source::Mix,
-                set_on_miss: o.set_on_miss,
-                duration: Duration::from_secs_f64(o.duration),
-                warmup: Duration::from_secs_f64(o.warmup),
-                max_requests: o.requests,
-                progress,
-                label: label.clone(),
-            };
-            let r = runner.run_step(&spec).unwrap_or_else(|e| fail(e));
+            let r = runner.run_step(&step_spec(paces[i])).unwrap_or_else(|e| fail(e));
             eprintln!("{}", step_line(&r));
             let mut sj = step_json(&r);
+            let within = within_bound(&o, &r);
+            if let Some(w) = within {
+                sj["within_bound"] = json!(w);
+            }
             let mean_us = r.hist.mean() / 1000.0;
             let p999_us = r.hist.value_at_quantile(0.999) as f64 / 1000.0;
             let over = o.stop_p999_us.map_or(false, |l| p999_us > l) || o.stop_mean_us.map_or(false, |l| mean_us > l);
@@ -476,19 +508,64 @@ fn main() {
                     steps.push(sj);
                     continue;
                 }
+                if let (Pace::Open(rate), Some(w)) = (r.pace, within) {
+                    outcomes.push(Outcome { rate, within: w });
+                }
                 steps.push(sj);
                 eprintln!("  stopping: limit exceeded at this rate");
                 break;
             }
+            if let (Pace::Open(rate), Some(w)) = (r.pace, within) {
+                outcomes.push(Outcome { rate, within: w });
+            }
             steps.push(sj);
             i += 1;
         }
+        // Bisect the bracket the listed steps found. A step over the bound
+        // is re-run while retries remain, as a listed step that broke its
+        // limit is: one noisy second must not pull the figure down.
+        while refined < o.refine {
+            let (Some(lo), Some(hi)) = search::bracket(&outcomes) else { break };
+            let Some(rate) = search::next_rate(lo, hi) else { break };
+            refined += 1;
+            eprintln!("  refining: {lo:.0}/s was within p99 <= {:.0} us, {hi:.0}/s was not; trying {rate:.0}/s", o.bound_p99_us.unwrap());
+            loop {
+                let r = runner.run_step(&step_spec(Pace::Open(rate))).unwrap_or_else(|e| fail(e));
+                eprintln!("{}", step_line(&r));
+                let w = within_bound(&o, &r).unwrap_or(false);
+                let mut sj = step_json(&r);
+                sj["within_bound"] = json!(w);
+                sj["refine"] = json!(true);
+                if !w && retries_left > 0 {
+                    retries_left -= 1;
+                    eprintln!("  over the bound: running the step again ({retries_left} retries left)");
+                    sj["superseded"] = json!(true);
+                    steps.push(sj);
+                    continue;
+                }
+                outcomes.push(Outcome { rate, within: w });
+                steps.push(sj);
+                break;
+            }
+        }
     }
+    let search_json = match o.bound_p99_us {
+        Some(bound) => {
+            let (lo, hi) = search::bracket(&outcomes);
+            json!({ "bound_p99_us": bound, "highest_rate_within": lo, "lowest_rate_over": hi, "refine_steps": refined })
+        }
+        None => Value::Null,
+    };
 
-    let stats = if o.stats {
-        fetch_stats(o.server).unwrap_or_else(|e| json!({ "error": e }))
+    // `stats slabs` too: where an item's bytes go (its chunk size) is part
+    // of the memory figures.
+    let (stats, stats_slabs) = if o.stats {
+        (
+            fetch_stats(o.server, "").unwrap_or_else(|e| json!({ "error": e })),
+            fetch_stats(o.server, "slabs").unwrap_or_else(|e| json!({ "error": e })),
+        )
     } else {
-        Value::Null
+        (Value::Null, Value::Null)
     };
     let out = json!({
         "tool": "cachet-loadgen",
@@ -503,7 +580,9 @@ fn main() {
         },
         "prefill": prefill_json,
         "steps": steps,
+        "search": search_json,
         "server_stats": stats,
+        "server_stats_slabs": stats_slabs,
     });
     if let Some(path) = &o.json {
         let text = serde_json::to_string_pretty(&out).unwrap();

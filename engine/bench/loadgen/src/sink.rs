@@ -5,13 +5,17 @@
 //! prints is the generator's, not theirs. Every get hits with a fixed-size
 //! value; there is no storage. One thread, one reply write per read.
 //!
-//! usage: cachet-sink PORT [VALUE_BYTES] [SECONDS] [AFTER_MS:STALL_MS]
+//! usage: cachet-sink PORT [VALUE_BYTES] [SECONDS] [AFTER_MS:STALL_MS|-] [COST_US]
 //! Binds 127.0.0.1 only and exits after SECONDS (default 600). The optional
 //! stall freezes the server once, AFTER_MS after the first request it reads
 //! (not after its start, which a slow test harness could make pass before any
 //! load arrives), for STALL_MS: the
 //! load generator's tests use it to check that open-loop latency counts the
-//! requests that came due while the server was frozen.
+//! requests that came due while the server was frozen ("-" for no stall).
+//! The optional COST_US makes every request take that long (measured on the
+//! wall clock, so the sink can never answer more than 1e6/COST_US requests a
+//! second on any machine): the tests use it to give the rate search a server
+//! with a known ceiling.
 
 use std::io;
 use std::net::TcpListener;
@@ -30,7 +34,7 @@ struct Conn {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let port: u16 = args.get(1).and_then(|p| p.parse().ok()).unwrap_or_else(|| {
-        eprintln!("usage: cachet-sink PORT [VALUE_BYTES] [SECONDS]");
+        eprintln!("usage: cachet-sink PORT [VALUE_BYTES] [SECONDS] [AFTER_MS:STALL_MS|-] [COST_US]");
         std::process::exit(2)
     });
     let vlen: usize = args.get(2).and_then(|v| v.parse().ok()).unwrap_or(64);
@@ -39,6 +43,7 @@ fn main() {
         let (a, b) = v.split_once(':')?;
         Some((a.parse().ok()?, b.parse().ok()?))
     });
+    let cost = Duration::from_micros(args.get(5).and_then(|v| v.parse().ok()).unwrap_or(0));
     let mut first_request: Option<Instant> = None;
     let mut stalled = false;
     let value: Vec<u8> = (0..vlen).map(|i| b'a' + (i % 26) as u8).collect();
@@ -82,7 +87,7 @@ fn main() {
             }
             let slot = id as usize;
             let keep = match conns[slot].as_mut() {
-                Some(c) => serve(c, &value, vlen_str.as_bytes(), &mut first_request),
+                Some(c) => serve(c, &value, vlen_str.as_bytes(), &mut first_request, cost),
                 None => continue,
             };
             if !keep {
@@ -94,7 +99,7 @@ fn main() {
 }
 
 /// Reads what is there, answers every complete request with one write.
-fn serve(c: &mut Conn, value: &[u8], vlen: &[u8], first_request: &mut Option<Instant>) -> bool {
+fn serve(c: &mut Conn, value: &[u8], vlen: &[u8], first_request: &mut Option<Instant>, cost: Duration) -> bool {
     let n = unsafe { libc::recv(c.fd, c.rbuf[c.rlen..].as_mut_ptr() as *mut _, c.rbuf.len() - c.rlen, 0) };
     if n == 0 {
         return false;
@@ -120,6 +125,12 @@ fn serve(c: &mut Conn, value: &[u8], vlen: &[u8], first_request: &mut Option<Ins
         let line = &c.rbuf[pos..pos + nl];
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let mut toks = line.split(|&b| b == b' ').filter(|t| !t.is_empty());
+        if !cost.is_zero() {
+            let t = Instant::now();
+            while t.elapsed() < cost {
+                std::hint::spin_loop();
+            }
+        }
         match toks.next() {
             Some(b"get") | Some(b"gets") => {
                 for k in toks {

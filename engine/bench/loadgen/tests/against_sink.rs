@@ -1,7 +1,9 @@
 //! End-to-end checks of cachet-loadgen against cachet-sink on loopback:
 //! counts add up, the open loop holds its rate, latency of a frozen server is
 //! charged to every request that came due meanwhile (no coordinated
-//! omission), and non-loopback targets are refused. Ports 23050-23059.
+//! omission), the rate search brackets and bisects, and non-loopback targets
+//! are refused. Ports 23050-23059, or from CACHET_LOADGEN_TEST_PORT_BASE on
+//! (so that runs on a shared machine can keep to their own range).
 
 use serde_json::Value;
 use std::net::TcpStream;
@@ -17,12 +19,26 @@ impl Drop for Sink {
     }
 }
 
+/// The test's port: its offset from the base (default 23050).
+fn port(offset: u16) -> u16 {
+    let base = std::env::var("CACHET_LOADGEN_TEST_PORT_BASE").ok().and_then(|v| v.parse().ok()).unwrap_or(23050u16);
+    base + offset
+}
+
+fn addr(port: u16) -> String {
+    format!("127.0.0.1:{port}")
+}
+
 fn sink(port: u16, stall: Option<&str>) -> Sink {
+    sink_with_cost(port, stall, 0)
+}
+
+/// A sink that spends `cost_us` of wall time on every request.
+fn sink_with_cost(port: u16, stall: Option<&str>, cost_us: u32) -> Sink {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cachet-sink"));
     cmd.args([port.to_string(), "32".into(), "60".into()]);
-    if let Some(s) = stall {
-        cmd.arg(s);
-    }
+    cmd.arg(stall.unwrap_or("-"));
+    cmd.arg(cost_us.to_string());
     let child = Sink(cmd.spawn().expect("start cachet-sink"));
     let t = Instant::now();
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -53,8 +69,9 @@ fn loadgen(args: &[&str]) -> (i32, Value) {
 
 #[test]
 fn closed_loop_counts_add_up() {
-    let _s = sink(23050, None);
-    let (code, j) = loadgen(&["--server", "127.0.0.1:23050", "--conns", "4", "--depth", "8", "--duration", "1",
+    let p = port(0);
+    let _s = sink(p, None);
+    let (code, j) = loadgen(&["--server", &addr(p), "--conns", "4", "--depth", "8", "--duration", "1",
         "--multiget", "3", "--ratio", "70:30", "--keys", "1000", "--value-size", "32"]);
     assert_eq!(code, 0);
     let st = &j["steps"][0];
@@ -75,8 +92,9 @@ fn closed_loop_counts_add_up() {
 #[test]
 fn values_of_the_wrong_length_are_counted() {
     // The sink's values are 32 bytes; tell the generator every value is 40.
-    let _s = sink(23054, None);
-    let (code, j) = loadgen(&["--server", "127.0.0.1:23054", "--duration", "0.5", "--value-size", "40"]);
+    let p = port(4);
+    let _s = sink(p, None);
+    let (code, j) = loadgen(&["--server", &addr(p), "--duration", "0.5", "--value-size", "40"]);
     assert_eq!(code, 0);
     let st = &j["steps"][0];
     assert!(st["gets"].as_u64().unwrap() > 0);
@@ -85,8 +103,9 @@ fn values_of_the_wrong_length_are_counted() {
 
 #[test]
 fn request_bound_stops_the_run() {
-    let _s = sink(23051, None);
-    let (code, j) = loadgen(&["--server", "127.0.0.1:23051", "--conns", "2", "--depth", "4", "--duration", "30",
+    let p = port(1);
+    let _s = sink(p, None);
+    let (code, j) = loadgen(&["--server", &addr(p), "--conns", "2", "--depth", "4", "--duration", "30",
         "--requests", "5000"]);
     assert_eq!(code, 0);
     // Exactly the bound: a run that ignored it would send far more than 5000
@@ -96,8 +115,9 @@ fn request_bound_stops_the_run() {
 
 #[test]
 fn open_loop_holds_its_rate() {
-    let _s = sink(23052, None);
-    let (code, j) = loadgen(&["--server", "127.0.0.1:23052", "--conns", "8", "--depth", "4", "--duration", "2",
+    let p = port(2);
+    let _s = sink(p, None);
+    let (code, j) = loadgen(&["--server", &addr(p), "--conns", "8", "--depth", "4", "--duration", "2",
         "--rate", "2000,5000"]);
     assert_eq!(code, 0);
     for (i, rate) in [2000.0, 5000.0].iter().enumerate() {
@@ -120,8 +140,9 @@ fn a_frozen_server_shows_in_open_loop_latency() {
     // their intended send time they wait up to 300 ms, so p99 must be far
     // above 100 ms. A generator that timed from the actual send would
     // report only the handful of requests in flight.
-    let _s = sink(23053, Some("1000:300"));
-    let (code, j) = loadgen(&["--server", "127.0.0.1:23053", "--conns", "4", "--depth", "1", "--duration", "3",
+    let p = port(3);
+    let _s = sink(p, Some("1000:300"));
+    let (code, j) = loadgen(&["--server", &addr(p), "--conns", "4", "--depth", "1", "--duration", "3",
         "--rate", "2000"]);
     assert_eq!(code, 0);
     let lat = &j["steps"][0]["latency_us"];
@@ -129,6 +150,58 @@ fn a_frozen_server_shows_in_open_loop_latency() {
     let max = lat["max"].as_f64().unwrap();
     assert!(max >= 250_000.0, "max {max} us: the freeze was not seen");
     assert!(p99 >= 100_000.0, "p99 {p99} us: requests due during the freeze were not charged");
+}
+
+#[test]
+fn rate_search_brackets_and_bisects_below_the_servers_ceiling() {
+    // Every request costs the sink 250 us of wall time: it cannot answer more
+    // than 4000/s on any machine, so the 8000/s step can never be within the
+    // bound. Whether 200/s and 1000/s are within 100 ms depends on how busy
+    // the machine is (they are, unless it is badly overloaded), so the checks
+    // are about the search's bookkeeping, not a particular figure: refined
+    // rates lie strictly inside the bracket the listed steps found, and the
+    // reported figure is the highest step within.
+    let p = port(5);
+    let _s = sink_with_cost(p, None, 250);
+    let (code, j) = loadgen(&["--server", &addr(p), "--conns", "4", "--depth", "1", "--duration", "1",
+        "--value-size", "32", "--rate", "200,1000,8000", "--bound-p99-us", "100000", "--refine", "3"]);
+    assert_eq!(code, 0);
+    let steps: Vec<&Value> = j["steps"].as_array().unwrap().iter().filter(|s| s["superseded"] != true).collect();
+    let rate = |s: &Value| s["target_rate"].as_f64().unwrap();
+    let within = |s: &Value| s["within_bound"].as_bool().expect("every step carries within_bound");
+    let (listed, refined): (Vec<&Value>, Vec<&Value>) = steps.iter().partition(|s| s["refine"] != true);
+    assert_eq!(listed.iter().map(|s| rate(s)).collect::<Vec<_>>(), vec![200.0, 1000.0, 8000.0]);
+    let top = listed.iter().find(|s| rate(s) == 8000.0).unwrap();
+    assert!(!within(top), "8000/s within the bound of a server that answers at most 4000/s: {top}");
+    let lo = listed.iter().filter(|s| within(s)).map(|s| rate(s)).fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
+    let search = &j["search"];
+    assert_eq!(search["bound_p99_us"].as_f64(), Some(100000.0));
+    assert!(steps.iter().all(|s| s["wrong_values"] == 0));
+    assert_eq!(search["refine_steps"].as_u64().unwrap() as usize, refined.len());
+    match lo {
+        None => assert!(refined.is_empty(), "refined without a bracket: {refined:?}"),
+        Some(lo) => {
+            assert!(!refined.is_empty() && refined.len() <= 3, "{} refine steps", refined.len());
+            let hi0 = listed.iter().filter(|s| !within(s) && rate(s) > lo).map(|s| rate(s)).fold(f64::MAX, f64::min);
+            for s in &refined {
+                assert!(rate(s) > lo && rate(s) < hi0, "refined rate {} outside ({lo}, {hi0})", rate(s));
+            }
+        }
+    }
+    let best = steps.iter().filter(|s| within(s)).map(|s| rate(s)).fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
+    assert_eq!(search["highest_rate_within"].as_f64(), best);
+    if let Some(b) = best {
+        // Within means kept up: at least 95% of the rate delivered.
+        assert!(b < 4000.0 / 0.95, "reported {b}/s within the bound of a 4000/s server");
+        let over = search["lowest_rate_over"].as_f64().unwrap();
+        assert!(over > b);
+    }
+}
+
+#[test]
+fn refine_needs_a_bound_and_rates() {
+    assert_eq!(loadgen(&["--refine", "2", "--rate", "1000"]).0, 2);
+    assert_eq!(loadgen(&["--refine", "2", "--bound-p99-us", "1000"]).0, 2);
 }
 
 #[test]
