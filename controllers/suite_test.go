@@ -144,6 +144,8 @@ func run(m *testing.M) int {
 	if err := (&CacheReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: testRecorder,
 		EngineImage: testEngineImage, ClusterDomain: "cluster.test",
+		// Short enough that tests see a retry after the cause went away.
+		MaxBackoff: 4 * time.Second,
 	}).SetupWithManager(mgr); err != nil {
 		fmt.Fprintf(os.Stderr, "controller: %v\n", err)
 		return 1
