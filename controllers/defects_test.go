@@ -93,7 +93,7 @@ func TestRefusedApplyIsReportedAndRetried(t *testing.T) {
 		c := getCache(t, ns, "guarded")
 		d := condOf(c, "Degraded")
 		return d.Status == metav1.ConditionTrue && d.Reason == ReasonApplyFailed && strings.Contains(d.Message, msg) &&
-			strings.Contains(d.Message, "PodDisruptionBudget") && condOf(c, "Ready").Status == metav1.ConditionFalse,
+				strings.Contains(d.Message, "PodDisruptionBudget") && condOf(c, "Ready").Status == metav1.ConditionFalse,
 			fmt.Sprintf("%+v", c.Status.Conditions)
 	})
 	eventually(t, "a Warning event with the API server's message", func() (bool, string) {
@@ -191,8 +191,8 @@ func TestRBACMarkersMatchOwnedKinds(t *testing.T) {
 		"cache.cachet.dev/caches/status": {"get", "update"},
 		// blockOwnerDeletion on owner references (OwnerReferencesPermissionEnforcement).
 		"cache.cachet.dev/caches/finalizers": {"update"},
-		"/pods":                          {"get", "list", "watch"},
-		"events.k8s.io/events":           {"create", "patch"},
+		"/pods":                              {"get", "list", "watch"},
+		"events.k8s.io/events":               {"create", "patch"},
 		// Self-signed webhook certificates (narrowed by name in the chart).
 		"admissionregistration.k8s.io/mutatingwebhookconfigurations":   {"get", "list", "watch", "update", "patch"},
 		"admissionregistration.k8s.io/validatingwebhookconfigurations": {"get", "list", "watch", "update", "patch"},
@@ -257,4 +257,3 @@ func TestAdmissionWarnsWhenAnUpdateRestartsPods(t *testing.T) {
 		t.Errorf("a memory change was not warned about: %q", w)
 	}
 }
-

@@ -91,7 +91,9 @@ var ownedKinds = []ownedKind{
 			return []client.Object{HeadlessService(c), ClientService(c)}
 		}},
 	{group: "policy", resource: "poddisruptionbudgets", object: &policyv1.PodDisruptionBudget{}, list: &policyv1.PodDisruptionBudgetList{},
-		build: one(func(c *cachev1alpha1.Cache, _ BuildOptions) *policyv1.PodDisruptionBudget { return PodDisruptionBudget(c) })},
+		build: one(func(c *cachev1alpha1.Cache, _ BuildOptions) *policyv1.PodDisruptionBudget {
+			return PodDisruptionBudget(c)
+		})},
 	{group: "networking.k8s.io", resource: "networkpolicies", object: &networkingv1.NetworkPolicy{}, list: &networkingv1.NetworkPolicyList{},
 		build: one(NetworkPolicy), prune: true},
 	{group: "apps", resource: "statefulsets", object: &appsv1.StatefulSet{}, list: &appsv1.StatefulSetList{},
