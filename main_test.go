@@ -50,10 +50,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"cachet.dev/cachet/test/utils"
 )
 
 func freePort(t *testing.T) int {
@@ -68,15 +69,7 @@ func freePort(t *testing.T) int {
 
 func poll(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	var last string
-	// The bound only keeps a broken run from hanging; nothing asserts speed.
-	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
-		ok, why := cond()
-		last = why
-		return ok, nil
-	}); err != nil {
-		t.Fatalf("%s never happened; last: %s", what, last)
-	}
+	utils.Eventually(t, 3*time.Minute, 200*time.Millisecond, what, cond)
 }
 
 func TestSelfSignedWebhookCertificates(t *testing.T) {

@@ -49,6 +49,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+	"cachet.dev/cachet/test/utils"
 )
 
 const testEngineImage = "localhost/cachetd:envtest"
@@ -188,17 +189,9 @@ func needIntegration(t *testing.T) {
 	}
 }
 
-// eventually polls cond until it holds. The bound only stops a broken test
-// from hanging; no test asserts how long anything takes.
+// eventually polls cond until it holds (test/utils.Eventually with the
+// envtest suite's bounds).
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-		ok, why := cond()
-		last = why
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("%s never happened; last observation: %s", what, last)
-	}
+	utils.Eventually(t, 60*time.Second, 100*time.Millisecond, what, cond)
 }

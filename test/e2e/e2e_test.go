@@ -36,6 +36,7 @@ type suite struct {
 	dedicated      string // the sample Cache (dedicated CPUs)
 	dedicatedCores cpuSet // what the kubelet gave its pod
 	shared         string // the second Cache (dedicatedCPUs: false)
+	spread         string // the two-node stages' Cache
 
 	timings []stageTiming
 }
@@ -65,6 +66,13 @@ func TestE2E(t *testing.T) {
 	s.stage(t, "6-invalid-cache-refused", []string{"1-helm-install"}, s.invalidRefused)
 	s.stage(t, "7-shared-cpus-beside", []string{"2-dedicated-cpus"}, s.sharedCache)
 	s.stage(t, "5-config-change-rolls", []string{"7-shared-cpus-beside"}, s.configRolls)
+	s.stage(t, "9-ondelete-keeps-args", []string{"1-helm-install"}, s.onDeleteKeepsArgs)
+	s.stage(t, "10-bad-image-rolls-back", []string{"1-helm-install"}, s.badImageRollsBack)
+	s.stage(t, "11-operator-upgrade-keeps-pods", []string{"5-config-change-rolls"}, s.operatorUpgradeKeepsPods)
+	// Two nodes from here on: the pinning checks above ran on node 1 alone.
+	s.stage(t, "12-two-nodes-spread", []string{"1-helm-install"}, s.twoNodesSpread)
+	s.stage(t, "13-drain-holds-pdb", []string{"12-two-nodes-spread"}, s.drainHoldsPDB)
+	s.stage(t, "14-node-stops", []string{"13-drain-holds-pdb"}, s.nodeStops)
 	s.stage(t, "8-delete-and-uninstall", []string{"1-helm-install"}, s.deleteAndUninstall)
 }
 

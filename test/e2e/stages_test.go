@@ -512,6 +512,11 @@ func (s *suite) sharedCache(t *testing.T) {
 		if q := pod.str("status", "qosClass"); q != "Burstable" {
 			t.Errorf("pod %s QoS class %q, want Burstable", name, q)
 		}
+		// Defect 2: a shared pod's workers are not pinned (-o cpus=none); they
+		// used to be pinned to the lowest shared CPUs, all shared Caches alike.
+		if wc := s.engineSettings(t, name)["worker_cpus"]; wc != "none" {
+			t.Errorf("pod %s: engine worker_cpus=%q, want none (shared cores are not pinned)", name, wc)
+		}
 		if c.nodeLocal {
 			cores, sharedPool, _ := s.nodeCores(t, pod)
 			if !cores.equal(sharedPool) {
@@ -778,7 +783,7 @@ func (s *suite) ownedBy(uid string) ([]string, error) {
 func (s *suite) deleteAndUninstall(t *testing.T) {
 	c := s.c
 	c.dumpOnFailure(t, s.dedicated, s.shared)
-	for _, name := range []string{s.dedicated, s.shared} {
+	for _, name := range []string{s.dedicated, s.shared, s.spread} {
 		if name == "" {
 			continue
 		}
