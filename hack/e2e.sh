@@ -24,7 +24,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 export CACHET_CLUSTER=${E2E_CLUSTER:-test}
-eval "$(hack/local-cluster.sh env)"   # KUBECONFIG (as the local one's), KUBELET_DIR, CONTAINERD_ADDRESS, ...
+set -a   # KUBECONFIG (the local one's), KUBELET_DIR, CONTAINERD_ADDRESS (for make load-images), ...
+eval "$(hack/local-cluster.sh env)"
+set +a
 local_kubeconfig=$KUBECONFIG
 local_kubelet_dir=$KUBELET_DIR
 local_logs=$CACHET_CLUSTER_LOGS
