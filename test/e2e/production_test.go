@@ -66,7 +66,8 @@ func (s *suite) killEngine(t *testing.T, pod obj) {
 
 func revisionOf(cache obj, pod string) (hash string, args string) {
 	for _, r := range cache.list("status", "revisions") {
-		for _, p := range r.get("pods").([]any) {
+		pods, _ := r.get("pods").([]any)
+		for _, p := range pods {
 			if p == pod {
 				return r.str("configHash"), r.str("engineArgs")
 			}
@@ -271,8 +272,8 @@ func (s *suite) operatorUpgradeKeepsPods(t *testing.T) {
 	// has observed it, the new operator has reconciled it.
 	for _, cache := range caches {
 		name := cache.str("metadata", "name")
-		c.mustK(t, "annotate", cacheGroupResource, name, "-n", c.cacheNS, "--overwrite", "e2e.cachet.dev/upgraded="+tag)
-		c.mustK(t, "patch", cacheGroupResource, name, "-n", c.cacheNS, "--type=merge", "-p", `{"spec":{"podDisruptionBudget":{"maxUnavailable":1}}}`)
+		c.mustK(t, "patch", cacheGroupResource, name, "-n", c.cacheNS, "--type=merge", "-p",
+			fmt.Sprintf(`{"spec":{"service":{"annotations":{"e2e.cachet.dev/upgraded":%q}}}}`, tag))
 	}
 	for _, cache := range caches {
 		name := cache.str("metadata", "name")
@@ -413,8 +414,11 @@ func (s *suite) drainHoldsPDB(t *testing.T) {
 	cache, _ := s.getCache(name)
 	w := s.watchReadiness(t, cache.str("status", "selector"), 3)
 	eventually(t, 30*time.Second, 200*time.Millisecond, "the readiness watch to see all pods Ready", func() (bool, string) { return w.allReady(), "" })
-	out, err := run(6*time.Minute, nil, c.kubectl, "drain", target, "--pod-selector=app.kubernetes.io/instance="+name,
+	// kubectl reports refused evictions on stderr and retries them: keep both streams.
+	drain := exec.Command(c.kubectl, "drain", target, "--pod-selector=app.kubernetes.io/instance="+name,
 		"--ignore-daemonsets", "--delete-emptydir-data", "--timeout=5m")
+	raw, err := drain.CombinedOutput()
+	out := string(raw)
 	t.Logf("kubectl drain %s:\n%s", target, lastLines(out, 12))
 	if err != nil {
 		t.Fatalf("drain: %v", err)
