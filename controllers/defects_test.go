@@ -32,8 +32,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -255,5 +257,43 @@ func TestAdmissionWarnsWhenAnUpdateRestartsPods(t *testing.T) {
 	}
 	if w := strings.Join(warnings.take(), "\n"); !strings.Contains(w, "changing spec.memory restarts every pod") || !strings.Contains(w, "empty cache") {
 		t.Errorf("a memory change was not warned about: %q", w)
+	}
+}
+
+// spec.networkPolicy becomes a NetworkPolicy the API server accepts, and goes
+// away with the field. (Enforcement needs a CNI that implements it; the
+// local cluster's bridge does not, see docs/e2e.md.)
+func TestNetworkPolicyFollowsTheSpec(t *testing.T) {
+	needIntegration(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	createCache(t, ns, "fenced", func(c *cachev1alpha1.Cache) {
+		c.Spec.NetworkPolicy = &cachev1alpha1.NetworkPolicySpec{
+			Clients: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}},
+		}
+	})
+	key := types.NamespacedName{Namespace: ns, Name: "fenced"}
+	np := &networkingv1.NetworkPolicy{}
+	eventually(t, "NetworkPolicy created", func() (bool, string) {
+		err := k8sClient.Get(ctx, key, np)
+		return err == nil, fmt.Sprint(err)
+	})
+	if len(np.Spec.Ingress) != 1 || np.Spec.Ingress[0].From[0].PodSelector.MatchLabels["app"] != "web" || !controlledBy(np, getCache(t, ns, "fenced")) {
+		t.Fatalf("policy %+v owners %+v", np.Spec, np.OwnerReferences)
+	}
+	if _, err := updateCache(ns, "fenced", func(c *cachev1alpha1.Cache) { c.Spec.NetworkPolicy = nil }); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "NetworkPolicy deleted with the field", func() (bool, string) {
+		err := k8sClient.Get(ctx, key, &networkingv1.NetworkPolicy{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	// A Cache asking for no clients is refused by the schema.
+	err := k8sClient.Create(ctx, &cachev1alpha1.Cache{
+		ObjectMeta: metav1.ObjectMeta{Name: "nobody", Namespace: ns},
+		Spec:       cachev1alpha1.CacheSpec{Memory: resource.MustParse("64Mi"), NetworkPolicy: &cachev1alpha1.NetworkPolicySpec{}},
+	})
+	if err == nil || !strings.Contains(err.Error(), "spec.networkPolicy.clients") {
+		t.Fatalf("a policy with no clients: %v", err)
 	}
 }
