@@ -226,7 +226,7 @@ func main() {
 		setupLog.Error(err, "unable to set up health check")
 		os.Exit(1)
 	}
-	readyCheck := healthz.Checker(healthz.Ping)
+	readyCheck := healthz.Ping
 	if enableWebhooks {
 		// The webhook server is created (and so started) only once the
 		// certificate exists: it reads tls.crt when it starts.

@@ -32,6 +32,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -127,7 +128,7 @@ func TestSelfSignedWebhookCertificates(t *testing.T) {
 		}
 		var doc runtime.RawExtension
 		if err := dec.Decode(&doc); err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				break
 			}
 			t.Fatal(err)
@@ -252,10 +253,10 @@ func TestSelfSignedWebhookCertificates(t *testing.T) {
 		if err != nil {
 			t.Fatalf("certificate does not verify for %s: %v", name, err)
 		}
-		conn.Close()
+		_ = conn.Close()
 	}
 	if conn, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(webhookPort), &tls.Config{RootCAs: pool, ServerName: "elsewhere.example", MinVersion: tls.VersionTLS12}); err == nil {
-		conn.Close()
+		_ = conn.Close()
 		t.Fatal("certificate verified for a name it must not hold")
 	}
 

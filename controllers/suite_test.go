@@ -160,7 +160,9 @@ func run(m *testing.M) int {
 	go func() { done <- mgr.Start(ctx) }()
 	defer func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			fmt.Fprintf(os.Stderr, "manager: %v\n", err)
+		}
 	}()
 
 	// Wait until the webhook server accepts TLS connections, so that the first
@@ -169,7 +171,7 @@ func run(m *testing.M) int {
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only probing that the local server is up
 		if err != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // not up yet: keep polling
 		}
 		_ = conn.Close()
 		return true, nil

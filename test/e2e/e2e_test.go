@@ -181,7 +181,7 @@ func helmReleasesOfChart(listJSON, chart string) ([]string, error) {
 		Chart string `json:"chart"`
 	}
 	if err := json.Unmarshal([]byte(listJSON), &releases); err != nil {
-		return nil, fmt.Errorf("reading `helm list -o json`: %v", err)
+		return nil, fmt.Errorf("reading `helm list -o json`: %w", err)
 	}
 	var out []string
 	for _, r := range releases {

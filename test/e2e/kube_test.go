@@ -107,7 +107,7 @@ func run(timeout time.Duration, stdin []byte, name string, args ...string) (stri
 		return out.String(), fmt.Errorf("%s %s: timed out after %s; stderr: %s", filepath.Base(name), strings.Join(args, " "), timeout, strings.TrimSpace(errb.String()))
 	}
 	if err != nil {
-		return out.String(), fmt.Errorf("%s %s: %v; stderr: %s", filepath.Base(name), strings.Join(args, " "), err, strings.TrimSpace(errb.String()+"\n"+out.String()))
+		return out.String(), fmt.Errorf("%s %s: %w; stderr: %s", filepath.Base(name), strings.Join(args, " "), err, strings.TrimSpace(errb.String()+"\n"+out.String()))
 	}
 	return out.String(), nil
 }
@@ -142,7 +142,7 @@ func (c *cluster) getJSON(args ...string) (obj, error) {
 	}
 	var o obj
 	if err := json.Unmarshal([]byte(out), &o); err != nil {
-		return nil, fmt.Errorf("decoding kubectl output: %v", err)
+		return nil, fmt.Errorf("decoding kubectl output: %w", err)
 	}
 	return o, nil
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -52,8 +53,10 @@ func (s *suite) killEngine(t *testing.T, pod obj) {
 	}
 	for tid := range threads {
 		if strings.HasSuffix(tid, "(cachetd)") {
-			var pid int
-			fmt.Sscanf(tid, "%d", &pid)
+			pid, err := strconv.Atoi(tid[:strings.IndexByte(tid, '(')])
+			if err != nil {
+				t.Fatalf("thread %q: %v", tid, err)
+			}
 			t.Logf("killing cachetd (pid %d) in pod %s", pid, pod.str("metadata", "name"))
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)

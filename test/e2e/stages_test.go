@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -214,7 +215,7 @@ func setGet(t *testing.T, addr, prefix string) {
 	if err := mc.Delete(keys[0]); err != nil {
 		t.Fatalf("delete %s: %v", keys[0], err)
 	}
-	if _, err := mc.Get(keys[0]); err != memcache.ErrCacheMiss {
+	if _, err := mc.Get(keys[0]); !errors.Is(err, memcache.ErrCacheMiss) {
 		t.Fatalf("get of deleted %s: err=%v, want a miss", keys[0], err)
 	}
 	t.Logf("memcached client through %s: %d sets, %d-key get, delete and miss all as expected", addr, len(keys), len(keys))
@@ -245,7 +246,7 @@ func (s *suite) clientSetGet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := c.helmRun(5*time.Minute, "upgrade", c.release, c.chart, "-n", c.systemNS, "--reuse-values", "--wait", "--timeout", "4m",
+	_, err = c.helmRun(5*time.Minute, "upgrade", c.release, c.chart, "-n", c.systemNS, "--reuse-values", "--wait", "--timeout", "4m",
 		"--set", "tests.cache.name="+s.dedicated, "--set", "tests.cache.namespace="+c.cacheNS,
 		"--set", "tests.cache.host="+svc.str("spec", "clusterIP"))
 	if err != nil {
@@ -253,7 +254,7 @@ func (s *suite) clientSetGet(t *testing.T) {
 	}
 	// No --logs: the hook pod is deleted as soon as it succeeds (it is kept,
 	// with its logs, only when it fails).
-	out, err = c.helmRun(4*time.Minute, "test", c.release, "-n", c.systemNS, "--timeout", "3m")
+	out, err := c.helmRun(4*time.Minute, "test", c.release, "-n", c.systemNS, "--timeout", "3m")
 	if err != nil {
 		// The chart runs the test pod in the Cache's namespace and keeps it when it fails.
 		logs, lerr := c.k("logs", "-n", c.cacheNS, c.release+"-test-cache-connection")
@@ -474,14 +475,6 @@ func (s *suite) invalidRefused(t *testing.T) {
 			t.Errorf("%s: the refused Cache exists", tc.name)
 		}
 	}
-}
-
-func firstLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
 }
 
 // ---------------------------------------------------------------- stage 7
