@@ -224,9 +224,14 @@ setup_network() {
   for n in $(seq 1 "$MAX_NODES"); do
     in_ns ip addr show dev "$NS_LINK" | grep -q "inet $(node_ip "$n")/" || in_ns ip addr add "$(node_ip "$n")/24" dev "$NS_LINK"
   done
-  # Service IPs nobody has a rule for yet (kube-proxy starting) die here
-  # instead of wandering: there is no default route in the namespace.
-  in_ns ip route replace unreachable "$SERVICE_CIDR"
+  # The API server dials Services too (webhooks): its packets need a route to
+  # leave by before kube-proxy's OUTPUT rules rewrite them, and one kube-proxy
+  # has no rule for yet (a Service just created) must die here. An empty
+  # bridge is both (an "unreachable" route would refuse them before the
+  # rewrite).
+  in_ns ip link show cachetsvc0 >/dev/null 2>&1 || in_ns ip link add cachetsvc0 type bridge
+  in_ns ip link set cachetsvc0 up
+  in_ns ip route replace "$SERVICE_CIDR" dev cachetsvc0
   # Pods reach Services through the namespace (forwarding), and Service
   # traffic between two pods on the same bridge must pass iptables to be DNATed.
   modprobe br_netfilter 2>/dev/null || true
