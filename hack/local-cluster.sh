@@ -217,12 +217,16 @@ setup_network() {
   if ! ip link show "$HOST_LINK" >/dev/null 2>&1; then
     ip link add "$HOST_LINK" type veth peer name "$NS_LINK" netns "$NETNS"
   fi
-  ip addr show dev "$HOST_LINK" | grep -q "inet $HOST_IP/" || ip addr add "$HOST_IP/24" dev "$HOST_LINK"
+  # (Read the address lists first: with pipefail, `ip | grep -q` fails when
+  # grep exits on its match before ip has written everything.)
+  local addrs n
+  addrs=$(ip -o addr show dev "$HOST_LINK")
+  grep -q "inet $HOST_IP/" <<<"$addrs" || ip addr add "$HOST_IP/24" dev "$HOST_LINK"
   ip link set "$HOST_LINK" up
   in_ns ip link set "$NS_LINK" up
-  local n
+  addrs=$(in_ns ip -o addr show dev "$NS_LINK")
   for n in $(seq 1 "$MAX_NODES"); do
-    in_ns ip addr show dev "$NS_LINK" | grep -q "inet $(node_ip "$n")/" || in_ns ip addr add "$(node_ip "$n")/24" dev "$NS_LINK"
+    grep -q "inet $(node_ip "$n")/" <<<"$addrs" || in_ns ip addr add "$(node_ip "$n")/24" dev "$NS_LINK"
   done
   # The API server dials Services too (webhooks): its packets need a route to
   # leave by before kube-proxy's OUTPUT rules rewrite them, and one kube-proxy
