@@ -380,6 +380,9 @@ func (s *suite) twoNodesSpread(t *testing.T) {
 		x := condition(cache, "CoresExclusive")
 		return x != nil && x.str("status") == "False" && x.str("reason") == "SharedCores" && strings.Contains(x.str("message"), secondNode), describeConditions(cache)
 	})
+	if cache, err := s.getCache(shared); err == nil {
+		t.Logf("cache %s: %s", shared, describeConditions(cache))
+	}
 	if ev, err := c.k("get", "events", "-n", c.cacheNS, "--field-selector", "involvedObject.name="+shared+",reason=SharedCores", "-o", "name"); err != nil || strings.TrimSpace(ev) == "" {
 		t.Errorf("no SharedCores Warning event for %s (%v)", shared, err)
 	}
@@ -486,6 +489,9 @@ func (s *suite) nodeStops(t *testing.T) {
 		return d != nil && d.str("status") == "True" && d.str("reason") == "NodeNotReady" && strings.Contains(d.str("message"), secondNode) &&
 			strings.Contains(d.str("message"), onNode), describeConditions(cache)
 	})
+	if cache, err := s.getCache(name); err == nil {
+		t.Logf("cache %s while %s is stopped: %s", name, secondNode, describeConditions(cache))
+	}
 	if ev, err := c.k("get", "events", "-n", c.cacheNS, "--field-selector", "involvedObject.name="+name+",reason=NodeNotReady,type=Warning", "-o", "name"); err != nil || strings.TrimSpace(ev) == "" {
 		t.Errorf("no NodeNotReady Warning event on cache %s (%v)", name, err)
 	}
