@@ -40,6 +40,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	networkingv1 "k8s.io/api/networking/v1"
+
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
 	"cachet.dev/cachet/internal/engine"
 )
@@ -585,19 +587,26 @@ func TestSpecTheAPIServerRefusesIsReported(t *testing.T) {
 	needIntegration(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
-	// The CRD cannot validate a toleration's operator; the API server refuses
-	// the StatefulSet that carries it.
+	// Neither the CRD nor the webhook checks the selectors of NetworkPolicy
+	// peers; the API server refuses the NetworkPolicy that carries one whose
+	// value is no label value. (A pod template field would not do: before
+	// v1.31 or so the API server did not validate a StatefulSet's pod spec,
+	// and the floor, v1.30, accepts it.)
 	createCache(t, ns, "badtol", func(c *cachev1alpha1.Cache) {
-		c.Spec.Placement.Tolerations = []corev1.Toleration{{Key: "k", Operator: "Sometimes", Value: "v"}}
+		c.Spec.NetworkPolicy = &cachev1alpha1.NetworkPolicySpec{Clients: []networkingv1.NetworkPolicyPeer{
+			{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "not a label value"}}},
+		}}
 	})
 	eventually(t, "InvalidSpec reported", func() (bool, string) {
 		c := getCache(t, ns, "badtol")
 		d := condOf(c, "Degraded")
-		return d.Status == metav1.ConditionTrue && d.Reason == ReasonInvalidSpec && strings.Contains(d.Message, "StatefulSet") &&
-			strings.Contains(d.Message, "toleration") && condOf(c, "Ready").Status == metav1.ConditionFalse, fmt.Sprintf("%+v", d)
+		return d.Status == metav1.ConditionTrue && d.Reason == ReasonInvalidSpec && strings.Contains(d.Message, "NetworkPolicy") &&
+			strings.Contains(d.Message, "podSelector") && condOf(c, "Ready").Status == metav1.ConditionFalse, fmt.Sprintf("%+v", d)
 	})
 	// Fixing the spec recovers without any other nudge.
-	if _, err := updateCache(ns, "badtol", func(c *cachev1alpha1.Cache) { c.Spec.Placement.Tolerations[0].Operator = corev1.TolerationOpEqual }); err != nil {
+	if _, err := updateCache(ns, "badtol", func(c *cachev1alpha1.Cache) {
+		c.Spec.NetworkPolicy.Clients[0].PodSelector.MatchLabels["app"] = "web"
+	}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "StatefulSet created after the fix", func() (bool, string) {
@@ -681,7 +690,7 @@ func TestImmutableStatefulSetChangeIsReplaced(t *testing.T) {
 	})
 
 	err = dryRunUpdate(func(s *appsv1.StatefulSet) {
-		s.Spec.Template.Spec.Tolerations = []corev1.Toleration{{Key: "k", Operator: "Sometimes"}}
+		s.Spec.Template.Labels["not a label key!"] = "x"
 	})
 	if !apierrors.IsInvalid(err) || isImmutableStatefulSetChange(err) {
 		t.Fatalf("an invalid pod template must be Invalid but not an immutable-field change: %v", err)
