@@ -12,6 +12,8 @@ packages=(
   busybox-static
   # benchmark plots
   python3-matplotlib
+  # promtool validates cachetd's /metrics output in the engine's protocol tests
+  prometheus
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -35,4 +37,8 @@ fi
 # our tests use their own ports, so it is harmless, but stop it to keep CPUs quiet.
 if pgrep -x memcached >/dev/null && [ -f /etc/init.d/memcached ]; then
   /etc/init.d/memcached stop >/dev/null 2>&1 || true
+fi
+# Likewise Debian's prometheus package may start a Prometheus server; only promtool is used.
+if pgrep -x prometheus >/dev/null && [ -f /etc/init.d/prometheus ]; then
+  /etc/init.d/prometheus stop >/dev/null 2>&1 || true
 fi

@@ -15,3 +15,15 @@ bench: $(BUILD)/cachetd
 # loopback-only targets, and end-to-end runs against cachet-sink.
 bench-loadgen-test:
 	cd bench/loadgen && CARGO_TARGET_DIR=$(LOADGEN_TARGET_DIR) cargo test --release --locked
+
+# `make bench-metrics`: what the metrics port costs (engine metrics issue):
+# W1 pipelined with and without -o metrics_port, and with a scrape of
+# /metrics every second, alternated in one run; BENCH_QUICK=1 ~2 minutes.
+$(BUILD)/bench/latency_cost: bench/latency_cost.c $(BUILD)/obj/latency.o src/latency.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CACHET_CFLAGS) $(CFLAGS) -o $@ bench/latency_cost.c $(BUILD)/obj/latency.o $(LDFLAGS) $(LDLIBS)
+
+.PHONY: bench-metrics
+bench-metrics: $(BUILD)/cachetd $(BUILD)/bench/latency_cost
+	CACHETD=$(abspath $(BUILD)/cachetd) LATENCY_COST=$(abspath $(BUILD)/bench/latency_cost) \
+	  CARGO_TARGET_DIR=$(LOADGEN_TARGET_DIR) bench/bench-metrics.sh

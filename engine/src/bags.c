@@ -29,6 +29,7 @@
  * (see assoc.c for the whole reclamation scheme).
  */
 #include "storage_internal.h"
+#include "bgthread.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,11 +60,13 @@ struct lru {
     uint16_t next_id;
     _Atomic uint32_t nbags;
     struct bag *cursor;         /* where the cleaner's sweep resumes */
+    _Atomic uint32_t oldest_time;  /* last access of the oldest item, kept for readers that take no lock */
     bool sweeping;              /* a sweep over all bags is under way */
     rel_time_t last_sweep;
 } __attribute__((aligned(64)));
 
 struct class_stats g_class_stats[MAX_SLAB_CLASSES + 1] __attribute__((aligned(64)));
+_Atomic uint32_t g_last_eviction_age;
 static struct lru lrus[MAX_SLAB_CLASSES + 1];
 /* What a GET stamps: kept apart from the lru structs, whose locks the
  * cleaner and evictors write all the time (no false sharing on GETs). */
@@ -71,9 +74,8 @@ static _Atomic uint16_t newest_ids[MAX_SLAB_CLASSES + 1];
 static _Atomic uint64_t cleaner_passes, items_moved, bags_merged, items_merged, bags_opened;
 static _Atomic uint32_t bag_target_min = BAG_TARGET_MIN;
 
-static pthread_t cleaner;
-static _Atomic bool cleaner_stop;
-static bool cleaner_running;
+static bool cleaner_pass(void *arg);
+static struct bgthread cleaner = { .name = "cachet-cleaner", .pass = cleaner_pass, .period_ms = 50 };
 static storage_thread *cleaner_ctx;
 static pthread_mutex_t cleaner_lock = PTHREAD_MUTEX_INITIALIZER; /* one cleaner pass at a time */
 
@@ -174,7 +176,7 @@ void bags_bump(item *it, int clsid)
     uint16_t cur = atomic_load_explicit(&it->bag, memory_order_relaxed);
     uint16_t want = (uint16_t)(atomic_load_explicit(&newest_ids[clsid], memory_order_relaxed) | (cur & ITEM_FETCHED_BIT));
     if (cur != want) atomic_store_explicit(&it->bag, want, memory_order_relaxed);
-    rel_time_t now = now_time();
+    rel_time_t now = stamp_time();
     if (atomic_load_explicit(&it->time, memory_order_relaxed) != now)
         atomic_store_explicit(&it->time, now, memory_order_relaxed);
 }
@@ -184,7 +186,7 @@ void bags_stamp(item *it, int clsid)
     uint16_t want = (uint16_t)(atomic_load_explicit(&newest_ids[clsid], memory_order_relaxed) | ITEM_FETCHED_BIT);
     if (atomic_load_explicit(&it->bag, memory_order_relaxed) != want)
         atomic_store_explicit(&it->bag, want, memory_order_relaxed);
-    rel_time_t now = now_time();
+    rel_time_t now = stamp_time();
     if (atomic_load_explicit(&it->time, memory_order_relaxed) != now)
         atomic_store_explicit(&it->time, now, memory_order_relaxed);
 }
@@ -226,7 +228,6 @@ struct limbo { item *head; unsigned n; };
 
 static void limbo_push(struct limbo *lb, item *it)
 {
-    atomic_fetch_or_explicit(&it->iflags, ITEM_LIMBO, memory_order_relaxed);
     atomic_store_explicit(&it->lru_next, lb->head ? item_handle(lb->head) : 0, memory_order_relaxed);
     lb->head = it;
     lb->n++;
@@ -249,7 +250,7 @@ static void limbo_free(struct limbo *lb)
 
 static inline uint32_t item_refs(item *it)
 {
-    return (item_layout(it) & ITEM_HAS_REF) ? atomic_load_explicit(item_ref_ptr(it), memory_order_acquire) : 1;
+    return item_refcounted(it) ? atomic_load_explicit(item_ref_ptr(it), memory_order_acquire) : 1;
 }
 
 /* Removes `it` (whose predecessor in b is prev, or NULL) from bag b. */
@@ -279,7 +280,7 @@ enum fate { KEEP, REMOVED, BUSY };
  * eviction path; the cleaner may). */
 static bool unlink_for_reclaim(item *it, bool wait)
 {
-    uint32_t hv = hash_key(item_key(it), it->nkey);
+    uint32_t hv = hash_key(item_key(it), item_nkey(it));
     if (wait) stripe_lock(hv);
     else if (!stripe_trylock(hv)) return false;
     if (item_fl(it) & ITEM_LINKED) item_unlink_locked(it, hv);
@@ -382,6 +383,8 @@ static bool class_needs_sweep(int clsid, bool flush)
     return flush || dead > live / 8 + 64;
 }
 
+static void note_oldest(struct lru *l);
+
 static void clean_class(int clsid, bool flush, bool full, struct limbo *lb)
 {
     struct lru *l = &lrus[clsid];
@@ -437,6 +440,7 @@ static void clean_class(int clsid, bool flush, bool full, struct limbo *lb)
         l->last_sweep = now;
     }
     l->cursor = (b && bag_editable(l, b)) ? b : NULL;
+    note_oldest(l);
     pthread_mutex_unlock(&l->lock);
 }
 
@@ -445,9 +449,9 @@ bool bags_clean_once(storage_thread *t)
     (void)t;
     pthread_mutex_lock(&cleaner_lock);
     rel_time_t now = now_time();
-    uint32_t ol = atomic_load(&g_oldest_live);
+    uint64_t fw = atomic_load(&g_flush_word);
     bool flush = false;
-    if (atomic_load(&g_flush_pending) && ol != 0 && ol <= now) {
+    if (atomic_load(&g_flush_pending) && fw != 0 && flush_effective(fw) <= now) {
         atomic_store(&g_flush_pending, 0);
         flush = true;
     }
@@ -529,9 +533,10 @@ int bags_evict(storage_thread *t, int clsid)
                 move_to_alt(l, b, prev, it);
                 continue;
             }
-            if (item_refs(it) > 1) { prev = it; continue; }
+            /* -M: only dead and expired items make room, never live ones */
+            if (g_cfg.evict_disabled || item_refs(it) > 1) { prev = it; continue; }
             rel_time_t last = atomic_load_explicit(&it->time, memory_order_relaxed);
-            rel_time_t exp = atomic_load_explicit(&it->exptime, memory_order_relaxed);
+            rel_time_t exp = item_exptime(it);
             if (!unlink_for_reclaim(it, false)) { prev = it; continue; }
             bag_remove(b, prev, it);
             struct class_stats *cs = &g_class_stats[clsid];
@@ -539,7 +544,12 @@ int bags_evict(storage_thread *t, int clsid)
             atomic_fetch_add_explicit(&cs->evicted, 1, memory_order_relaxed);
             if (exp != 0) atomic_fetch_add_explicit(&cs->evicted_nonzero, 1, memory_order_relaxed);
             if (!(tag & ITEM_FETCHED_BIT)) atomic_fetch_add_explicit(&cs->evicted_unfetched, 1, memory_order_relaxed);
-            atomic_store_explicit(&cs->evicted_time, now_time() - last, memory_order_relaxed);
+            rel_time_t now = now_time();
+            rel_time_t age = now > last ? now - last : 0;   /* a flush second stamps ahead */
+            atomic_store_explicit(&cs->evicted_time, age, memory_order_relaxed);
+            atomic_store_explicit(&g_last_eviction_age, age, memory_order_relaxed);
+            if ((tag & ITEM_FETCHED_BIT) && age < g_cfg.young_window)
+                atomic_fetch_add_explicit(&cs->evicted_young, 1, memory_order_relaxed);
             limbo_push(&lb, it);
             freed++;
         }
@@ -554,7 +564,14 @@ int bags_evict(storage_thread *t, int clsid)
     return freed;
 }
 
-void bags_purge_range(storage_thread *t, int clsid, const char *lo, const char *hi)
+static bool is_listed(uint32_t h, const uint32_t *heads, size_t n)
+{
+    for (size_t i = 0; i < n; i++) if (heads[i] == h) return true;
+    return false;
+}
+
+void bags_purge(storage_thread *t, int clsid, const char *lo, const char *hi,
+                const uint32_t *heads, size_t nheads)
 {
     (void)t;
     struct lru *l = &lrus[clsid];
@@ -573,7 +590,7 @@ void bags_purge_range(storage_thread *t, int clsid, const char *lo, const char *
         while (h) {
             item *it = handle_item(h);
             uint32_t nx = atomic_load_explicit(&it->lru_next, memory_order_relaxed);
-            if ((const char *)it >= lo && (const char *)it < hi) {
+            if (((const char *)it >= lo && (const char *)it < hi) || (nheads && is_listed(h, heads, nheads))) {
                 if (item_fl(it) & ITEM_LINKED) {
                     unlink_for_reclaim(it, true);
                     atomic_fetch_add_explicit(&g_class_stats[clsid].reassign_evicted, 1, memory_order_relaxed);
@@ -593,49 +610,68 @@ void bags_purge_range(storage_thread *t, int clsid, const char *lo, const char *
     limbo_free(&lb);
 }
 
-static void *cleaner_main(void *arg)
+void bags_test_reclaim_all(void)
+{
+    pthread_mutex_lock(&cleaner_lock);
+    struct limbo lb = {0};
+    unsigned n = slabs_class_count();
+    for (unsigned c = 1; c <= n; c++) {
+        struct lru *l = &lrus[c];
+        /* the two append targets become editable after a grace period */
+        pthread_mutex_lock(&l->lock);
+        open_bag(l);
+        open_bag(l);
+        pthread_mutex_unlock(&l->lock);
+    }
+    epoch_synchronize();
+    for (unsigned c = 1; c <= n; c++) clean_class((int)c, false, true, &lb);
+    limbo_free(&lb);
+    pthread_mutex_unlock(&cleaner_lock);
+}
+
+static bool cleaner_pass(void *arg)
 {
     (void)arg;
-    while (!atomic_load(&cleaner_stop)) {
-        bags_clean_once(cleaner_ctx);
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    return NULL;
+    bags_clean_once(cleaner_ctx);
+    return false;
 }
 
 int bags_start_thread(void)
 {
     if (!cleaner_ctx) cleaner_ctx = storage_thread_register();
-    atomic_store(&cleaner_stop, false);
-    int rc = pthread_create(&cleaner, NULL, cleaner_main, NULL);
-    cleaner_running = rc == 0;
-    return rc;
+    return bgthread_start(&cleaner);
 }
 
-void bags_stop_thread(void)
+void bags_stop_thread(void) { bgthread_stop(&cleaner); }
+
+/* Class lock held: remembers the oldest item's last access for readers
+ * that must not take the lock (stats, metrics). */
+static void note_oldest(struct lru *l)
 {
-    if (!cleaner_running) return;
-    atomic_store(&cleaner_stop, true);
-    pthread_join(cleaner, NULL);
-    cleaner_running = false;
+    rel_time_t t = 0;
+    for (struct bag *b = l->oldest; b; b = b->newer) {
+        uint32_t h = atomic_load_explicit(&b->head, memory_order_relaxed);
+        if (h) {
+            t = atomic_load_explicit(&handle_item(h)->time, memory_order_relaxed);
+            break;
+        }
+    }
+    atomic_store_explicit(&l->oldest_time, t, memory_order_relaxed);
 }
 
 rel_time_t bags_oldest_age(int clsid)
 {
     struct lru *l = &lrus[clsid];
-    rel_time_t now = now_time(), age = 0;
     pthread_mutex_lock(&l->lock);
-    for (struct bag *b = l->oldest; b; b = b->newer) {
-        uint32_t h = atomic_load_explicit(&b->head, memory_order_relaxed);
-        if (h) {
-            rel_time_t t = atomic_load_explicit(&handle_item(h)->time, memory_order_relaxed);
-            age = now > t ? now - t : 0;
-            break;
-        }
-    }
+    note_oldest(l);
     pthread_mutex_unlock(&l->lock);
-    return age;
+    return bags_oldest_age_cached(clsid);
+}
+
+rel_time_t bags_oldest_age_cached(int clsid)
+{
+    rel_time_t now = now_time(), t = atomic_load_explicit(&lrus[clsid].oldest_time, memory_order_relaxed);
+    return t && now > t ? now - t : 0;
 }
 
 void bags_stats_items(stat_writer w, void *ctx)
@@ -648,7 +684,7 @@ void bags_stats_items(stat_writer w, void *ctx)
         uint64_t num = atomic_load(&cs->curr_items);
         if (slabs_class_pages((int)c) == 0 && num == 0) continue;
         struct lru *l = &lrus[c];
-        rel_time_t age = bags_oldest_age((int)c);
+        rel_time_t age = bags_oldest_age_cached((int)c);   /* no class lock on the stats path */
         (void)now;
 #define S(nm, v) do { snprintf(name, sizeof name, "items:%u:%s", c, nm); \
                       w(ctx, name, "%llu", (unsigned long long)(v)); } while (0)
@@ -663,6 +699,7 @@ void bags_stats_items(stat_writer w, void *ctx)
         S("expired", atomic_load(&cs->expired));
         S("slab_reassign_evictions", atomic_load(&cs->reassign_evicted));
         S("evicted_unfetched", atomic_load(&cs->evicted_unfetched));
+        S("evicted_young", atomic_load(&cs->evicted_young));
         S("bags", atomic_load(&l->nbags));
         S("dead_waiting", atomic_load(&cs->dead_waiting));
 #undef S

@@ -44,6 +44,7 @@ struct out_seg {
     size_t      off, len;     /* bytes in out.buf, or in ptr when ptr != NULL */
     const char *ptr;
     bool        owned;        /* ptr was malloc'ed (a copied-out ref) */
+    bool        in_item;      /* ptr points into item memory (a piece of a referenced value) */
     struct item_view view;    /* view.ref != NULL: release after send */
 };
 
@@ -65,8 +66,9 @@ struct conn {
     struct outbuf    out;
     /* data block in progress (CONN_NREAD / CONN_SWALLOW) */
     item            *it;
-    char            *nread_dst;
+    size_t           nread_off;     /* bytes of value + "\r\n" read so far */
     size_t           nread_left;    /* bytes of value + "\r\n" still to read */
+    char             nread_crlf[2]; /* the data block's terminator (not stored in the item) */
     size_t           swallow_left;
     char            *pending_line;  /* the storage command line, re-parsed on completion */
     size_t           pending_len;
@@ -148,10 +150,11 @@ extern uint64_t total_conns_global, rejected_conns_global;
 extern time_t   server_started;
 extern size_t   conn_buffer_bytes;   /* sum of every connection's accounted bytes */
 
+/* Providers for the stats registry (stats.c). */
 void server_stats_reset(void);
-void server_stats_general(void (*w)(void *, const char *, const char *, ...), void *ctx);
-void server_stats_settings(void (*w)(void *, const char *, const char *, ...), void *ctx);
-void server_stats_conns(struct conn *c);
+void server_stats_general(stat_writer w, void *ctx);
+void server_stats_settings(stat_writer w, void *ctx);
+void server_stats_conns(stat_writer w, void *ctx);
 
 /* net.c */
 int  server_listen_all(void);     /* binds every worker's sockets; 0 or -1 */
@@ -165,7 +168,11 @@ void conn_close(struct conn *c);
  * stop processing input (closing, or waiting for a data block). */
 struct request;
 bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t len);
-void proto_complete_nread(struct conn *c);   /* data block fully read into c->it */
+/* A data block in progress (CONN_NREAD): where its next bytes go (value
+ * pieces of c->it, then the terminator) and how many fit there; then how
+ * many arrived (completes the store when the block is whole). */
+char *proto_nread_dst(struct conn *c, size_t *len);
+void proto_nread_advance(struct conn *c, size_t n);
 bool proto_meta_dispatch(struct conn *c, struct request *r);
 void proto_meta_complete_set(struct conn *c, struct request *r, item *it, bool bad_chunk);
 

@@ -1,22 +1,30 @@
 /*
  * items.c - memcached's item semantics on top of the hash table, slabs and
  * bags: get/gat/mg, the six store modes, delete, touch, incr/decr, flush, and
- * the meta protocol's vivify/recache/stale/win rules.
+ * the meta protocol's vivify/recache/stale/win rules; chained values.
  *
  * Why every change builds a new item (copy-on-write) instead of editing in
  * place: a GET takes no lock, so it may be copying a value at the very moment
  * a writer changes it. Swapping in a complete new item with one release store
  * means a reader sees the old value or the new one, never a mix; incr/decr
  * and append/prepend pay one allocation and copy for that, which is what
- * memcached does for them anyway whenever the item is in use.
+ * memcached does for them anyway whenever the item is in use. The same
+ * applies to giving an item an expiry it has no field for (touch of an item
+ * stored without a TTL whose chunk has no spare bytes).
  *
  * Why allocation happens outside every lock: allocating may evict, eviction
  * takes other stripes' locks and waits for a grace period; doing that while
  * holding a stripe lock would stall that stripe's writers for the wait and
  * invite lock-order cycles. So read-modify-write commands (append, prepend,
- * incr/decr, vivify) look up the old item under the lock, drop the lock,
- * allocate, retake it and check that the old item is still the current one
- * (retrying, bounded, if not).
+ * incr/decr, vivify, touch needing a new shape) look up the old item under
+ * the lock, note the sizes, drop the lock, allocate, retake it and check that
+ * the old item is still the current one (retrying, bounded, if not).
+ *
+ * Chained values (longer than the largest class, slab_chunk_max): the item
+ * is a head holding a descriptor and the value's last piece; the rest sits in
+ * data chunks that name their head (storage_internal.h). Heads always carry a
+ * refcount, so a chained value is only ever sent in place, piece by piece,
+ * and its chunks go back to the allocator with the head.
  */
 #include "storage_internal.h"
 
@@ -25,6 +33,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #define RMW_RETRIES 16
@@ -35,7 +44,7 @@ static size_t size_hist_n;
 
 int items_init(void)
 {
-    size_hist_n = slabs_chunk_size((int)slabs_class_count()) / 32 + 2;
+    size_hist_n = slabs_chunk_max() / 32 + 2;
     size_hist = calloc(size_hist_n, sizeof(*size_hist));
     return size_hist ? 0 : -1;
 }
@@ -66,18 +75,14 @@ void storage_stats_sizes(stat_writer w, void *ctx)
 
 bool item_is_flushed(item *it, rel_time_t now)
 {
-    rel_time_t ol = atomic_load_explicit(&g_oldest_live, memory_order_acquire);
-    if (ol == 0 || ol > now) return false;
-    if (atomic_load_explicit(&it->time, memory_order_relaxed) <= ol) return true;
-    extern _Atomic uint64_t g_oldest_cas;
-    uint64_t oc = atomic_load_explicit(&g_oldest_cas, memory_order_relaxed);
-    uint64_t cas = item_get_cas(it);
-    return oc != 0 && cas != 0 && cas < oc;
+    uint64_t fw = atomic_load_explicit(&g_flush_word, memory_order_acquire);
+    if (fw == 0 || flush_effective(fw) > now) return false;
+    return atomic_load_explicit(&it->time, memory_order_relaxed) <= flush_oldest(fw);
 }
 
 bool item_is_live(item *it, rel_time_t now)
 {
-    rel_time_t exp = atomic_load_explicit(&it->exptime, memory_order_relaxed);
+    rel_time_t exp = item_exptime(it);
     if (exp != 0 && exp <= now) return false;
     return !item_is_flushed(it, now);
 }
@@ -85,11 +90,10 @@ bool item_is_live(item *it, rel_time_t now)
 /* Once ITEM_LINKED is cleared the cleaner may reclaim the chunk at any time
  * (a stripe-lock holder is not in a read section): read what the accounting
  * needs first, clear the flag last. */
-void item_unlink_locked(item *it, uint32_t hv)
+static void account_unlinked(item *it)
 {
     int c = slabs_clsid_of(it);
     size_t nt = item_ntotal(it);
-    assoc_unlink_locked(it, hv);
     atomic_fetch_and_explicit(&it->iflags, (uint8_t)~ITEM_LINKED, memory_order_release);
     atomic_fetch_sub_explicit(&g_class_stats[c].curr_items, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&g_class_stats[c].bytes_requested, nt, memory_order_relaxed);
@@ -97,7 +101,13 @@ void item_unlink_locked(item *it, uint32_t hv)
     sizes_account(nt, -1);
 }
 
-static void account_link(storage_thread *t, item *it)
+void item_unlink_locked(item *it, uint32_t hv)
+{
+    assoc_unlink_locked(it, hv);
+    account_unlinked(it);
+}
+
+static void account_link(storage_thread *t, item *it, bool new_item)
 {
     atomic_fetch_or_explicit(&it->iflags, ITEM_LINKED, memory_order_release);
     int c = slabs_clsid_of(it);
@@ -105,38 +115,46 @@ static void account_link(storage_thread *t, item *it)
     atomic_fetch_add_explicit(&g_class_stats[c].curr_items, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&g_class_stats[c].bytes_requested, nt, memory_order_relaxed);
     sizes_account(nt, 1);
-    STAT_INC(t, total_items);
+    if (new_item) STAT_INC(t, total_items);
 }
 
 static void link_new_locked(storage_thread *t, item *it, uint32_t hv)
 {
-    account_link(t, it);
+    account_link(t, it, true);
     assoc_insert_locked(it, hv);
 }
 
-static void replace_locked(storage_thread *t, item *old_it, item *new_it, uint32_t hv)
+/* new_item: a store (counted in total_items), not a reshape of the same item. */
+static void replace_locked(storage_thread *t, item *old_it, item *new_it, uint32_t hv, bool new_item)
 {
-    account_link(t, new_it);
+    account_link(t, new_it, new_item);
     assoc_replace_locked(old_it, new_it, hv);
-    /* The table no longer reaches old_it; account it like an unlink (read
-     * first: see item_unlink_locked). */
-    int c = slabs_clsid_of(old_it);
-    size_t nt = item_ntotal(old_it);
-    atomic_fetch_and_explicit(&old_it->iflags, (uint8_t)~ITEM_LINKED, memory_order_release);
-    atomic_fetch_sub_explicit(&g_class_stats[c].curr_items, 1, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&g_class_stats[c].bytes_requested, nt, memory_order_relaxed);
-    atomic_fetch_add_explicit(&g_class_stats[c].dead_waiting, 1, memory_order_relaxed);
-    sizes_account(nt, -1);
+    /* the table no longer reaches old_it: account it like an unlink */
+    account_unlinked(old_it);
+}
+
+/* Frees a chunk that was never reachable, or is no longer (grace passed and
+ * no reference left), with the data chunks of a chained value. */
+static void free_item_memory(item *it)
+{
+    if (item_layout(it) & ITEM_CHAINED) {
+        struct chain_desc d = item_chain(it);
+        for (uint32_t i = 0; i < d.nchunks; i++) {
+            uint32_t h = item_chain_handle(it, i);
+            if (h) slabs_free_chunk(handle_item(h));
+        }
+    }
+    slabs_free_chunk(it);
 }
 
 /* After the grace period: the chunk goes back unless a zero-copy reader
  * still holds it (then the last item_view_release frees it). */
 void item_free_dead(item *it)
 {
-    if (item_layout(it) & ITEM_HAS_REF) {
+    if (item_refcounted(it)) {
         if (atomic_fetch_sub_explicit(item_ref_ptr(it), 1, memory_order_acq_rel) != 1) return;
     }
-    slabs_free_chunk(it);
+    free_item_memory(it);
 }
 
 /* Linked items enter their bag inside a read section (bags may be closing). */
@@ -160,71 +178,272 @@ static item *find_live_locked(const char *key, size_t nkey, uint32_t hv)
 
 /* ---- allocation ---- */
 
-static item *alloc_chunk(storage_thread *t, size_t ntotal, enum store_result *err)
+static item *alloc_chunk(storage_thread *t, int clsid, enum store_result *err)
 {
-    int clsid = slabs_clsid(ntotal);
-    if (clsid == 0) { if (err) *err = STORE_TOO_LARGE; return NULL; }
-    for (int tries = 0; tries < 10; tries++) {
+    /* memcached's order: a free chunk, a new page, the class's own dead or
+     * expired items, its oldest live items (unless -M); and, when the class
+     * has nothing of its own to give, a page from another class, now. A store
+     * is refused only when nothing anywhere can be freed. Bounded: each round
+     * either frees memory for this class or gives up. */
+    for (int round = 0; round < 8; round++) {
         item *it = slabs_alloc_chunk(clsid);
         if (it) return it;
-        if (bags_evict(t, clsid) == 0) {
-            /* Nothing to evict in this class: ask the mover for a page. */
-            slabs_mark_starving(clsid);
-            if (tries >= 2) break;
-        }
+        if (bags_evict(t, clsid) > 0) continue;
+        if (!slabs_acquire_page(clsid)) break;
     }
+    item *it = slabs_alloc_chunk(clsid);   /* a concurrent free may have landed */
+    if (it) return it;
     atomic_fetch_add_explicit(&g_class_stats[clsid].outofmemory, 1, memory_order_relaxed);
-    slabs_mark_starving(clsid);
     if (err) *err = STORE_NO_MEMORY;
     return NULL;
 }
 
-static item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t client_flags,
-                        rel_time_t exptime, uint32_t nbytes, enum store_result *err)
+/* How a value of nbytes is laid out: stored in the item itself, or chained
+ * (chunks of the largest class, maybe one smaller last chunk, and a last
+ * piece in the head). */
+struct shape {
+    uint8_t  layout;
+    size_t   nstored;       /* bytes in the item after its key */
+    uint32_t nchunks;       /* data chunks */
+    size_t   tail;          /* chained: value bytes in the head */
+    size_t   last_chunk;    /* chained: bytes in the last data chunk */
+    int      clsid;         /* class of the item */
+};
+
+static bool plan_shape(size_t nkey, uint64_t nbytes, uint8_t layout, struct shape *sh)
 {
-    uint8_t fl = 0;
-    if (g_cfg.use_cas) fl |= ITEM_HAS_CAS;
-    if (nbytes > ITEM_REF_MIN_BYTES) fl |= ITEM_HAS_REF;
-    if (client_flags) fl |= ITEM_HAS_FLAGS;
+    size_t cmax = slabs_chunk_max();
+    sh->layout = layout & ~ITEM_CHAINED;
+    sh->nchunks = 0;
+    sh->tail = sh->last_chunk = 0;
+    sh->nstored = (size_t)nbytes;
+    size_t nt = item_ntotal_for(sh->layout, nkey, sh->nstored);
+    if (nt <= cmax) {
+        sh->clsid = slabs_clsid(nt);
+        /* an expiry field costs nothing when the chunk has room for it, and
+         * spares a copy if the item is ever touched */
+        if (!(sh->layout & ITEM_HAS_EXPTIME) &&
+            item_ntotal_for(sh->layout | ITEM_HAS_EXPTIME, nkey, sh->nstored) <= g_class_size[sh->clsid])
+            sh->layout |= ITEM_HAS_EXPTIME;
+        return sh->clsid != 0;
+    }
+    /* chained: heads always keep an expiry field (they are large anyway) */
+    sh->layout |= ITEM_CHAINED | ITEM_HAS_EXPTIME;
+    int top = (int)slabs_class_count();
+    size_t cap = chunk_capacity(top);
+    uint64_t full = nbytes / cap, rem = nbytes % cap;
+    if (full + 1 > UINT32_MAX / 8) return false;
+    /* the remainder in the head if it fits, else in one more chunk sized to it */
+    size_t head_nt = item_ntotal_for(sh->layout, nkey, sizeof(struct chain_desc) + 4 * (size_t)full + rem);
+    if (head_nt <= cmax) {
+        sh->nchunks = (uint32_t)full;
+        sh->tail = (size_t)rem;
+        sh->last_chunk = full ? cap : 0;
+    } else {
+        sh->nchunks = (uint32_t)full + 1;
+        sh->tail = 0;
+        sh->last_chunk = (size_t)rem;
+    }
+    sh->nstored = sizeof(struct chain_desc) + 4 * (size_t)sh->nchunks + sh->tail;
+    if (sh->nstored > ITEM_NBYTES_MAX) return false;
+    nt = item_ntotal_for(sh->layout, nkey, sh->nstored);
+    if (nt > cmax) return false;
+    sh->clsid = slabs_clsid(nt);
+    return sh->clsid != 0;
+}
+
+/* Allocates the data chunks of a chained head; false (and nothing held) if
+ * memory ran out. */
+static bool alloc_chain(storage_thread *t, item *head, const struct shape *sh, enum store_result *err)
+{
+    int top = (int)slabs_class_count();
+    struct chain_desc d = { .total = 0, .nchunks = sh->nchunks };
+    size_t cap = chunk_capacity(top);
+    for (uint32_t i = 0; i < sh->nchunks; i++) {
+        bool last = i + 1 == sh->nchunks;
+        size_t len = last ? sh->last_chunk : cap;
+        int cls = last ? slabs_clsid(ITEM_HDR + len) : top;
+        item *c = cls ? alloc_chunk(t, cls, err) : NULL;
+        if (!c) {
+            for (uint32_t j = 0; j < i; j++) slabs_free_chunk(handle_item(item_chain_handle(head, j)));
+            return false;
+        }
+        atomic_store_explicit(&c->h_next, item_handle(head), memory_order_relaxed);
+        atomic_store_explicit(&c->lru_next, 0, memory_order_relaxed);
+        c->size_key = (uint32_t)len;
+        atomic_store_explicit(&c->iflags, ITEM_DATA, memory_order_release);
+        uint32_t h = item_handle(c);
+        memcpy(item_data(head) + sizeof d + 4 * (size_t)i, &h, 4);
+        d.total += len;
+    }
+    d.total += sh->tail;
+    memcpy(item_data(head), &d, sizeof d);
+    return true;
+}
+
+static item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t client_flags,
+                        rel_time_t exptime, uint64_t nbytes, uint8_t extra_layout, enum store_result *err)
+{
     if (nkey == 0 || nkey > KEY_MAX_LENGTH) { if (err) *err = STORE_NOT_STORED; return NULL; }
-    size_t ntotal = item_ntotal_for(fl, nkey, nbytes);
-    if (ntotal > g_cfg.item_size_max) { if (err) *err = STORE_TOO_LARGE; return NULL; }
-    item *it = alloc_chunk(t, ntotal, err);
+    if (nbytes > g_cfg.item_size_max) { if (err) *err = STORE_TOO_LARGE; return NULL; }
+    uint8_t layout = extra_layout & (ITEM_HAS_EXPTIME | ITEM_KEY_BINARY);
+    if (client_flags) layout |= ITEM_HAS_FLAGS;
+    if (exptime) layout |= ITEM_HAS_EXPTIME;
+    struct shape sh;
+    if (!plan_shape(nkey, nbytes, layout, &sh)) { if (err) *err = STORE_TOO_LARGE; return NULL; }
+    item *it = alloc_chunk(t, sh.clsid, err);
     if (!it) return NULL;
     atomic_store_explicit(&it->h_next, 0, memory_order_relaxed);
     atomic_store_explicit(&it->lru_next, 0, memory_order_relaxed);
-    atomic_store_explicit(&it->time, now_time(), memory_order_relaxed);
-    atomic_store_explicit(&it->exptime, exptime, memory_order_relaxed);
-    it->nbytes = nbytes;
+    atomic_store_explicit(&it->time, stamp_time(), memory_order_relaxed);
+    it->size_key = (uint32_t)sh.nstored | (uint32_t)nkey << 24;
     atomic_store_explicit(&it->bag, 0, memory_order_relaxed);
-    it->nkey = (uint8_t)nkey;
-    atomic_store_explicit(&it->iflags, fl, memory_order_relaxed);
-    if (fl & ITEM_HAS_CAS) atomic_store_explicit(item_cas_ptr(it), 0, memory_order_relaxed);
-    if (fl & ITEM_HAS_REF) atomic_store_explicit(item_ref_ptr(it), 1, memory_order_relaxed);
-    if (fl & ITEM_HAS_FLAGS) memcpy((char *)it + item_header_size(fl) - 4, &client_flags, 4);
+    atomic_store_explicit(&it->iflags, sh.layout, memory_order_relaxed);
     memcpy(item_key(it), key, nkey);
+    if (g_use_cas) atomic_store_explicit(item_cas_ptr(it), 0, memory_order_relaxed);
+    if (sh.layout & ITEM_HAS_EXPTIME) atomic_store_explicit(item_exptime_ptr(it), exptime, memory_order_relaxed);
+    if (sh.layout & ITEM_HAS_FLAGS) memcpy(item_cflags_ptr(it), &client_flags, 4);
+    if (item_refcounted(it)) atomic_store_explicit(item_ref_ptr(it), 1, memory_order_relaxed);
+    if ((sh.layout & ITEM_CHAINED) && !alloc_chain(t, it, &sh, err)) {
+        slabs_free_chunk(it);
+        return NULL;
+    }
     return it;
 }
 
 item *item_alloc(storage_thread *t, const char *key, size_t nkey, uint32_t client_flags,
                  rel_time_t exptime, uint32_t nbytes, enum store_result *err)
 {
-    return alloc_item(t, key, nkey, client_flags, exptime, nbytes, err);
+    return alloc_item(t, key, nkey, client_flags, exptime, nbytes, 0, err);
+}
+
+void item_set_key_binary(item *it)
+{
+    atomic_fetch_or_explicit(&it->iflags, ITEM_KEY_BINARY, memory_order_relaxed);
+}
+
+/* The value, piece by piece: data chunks in order, then the head's piece. */
+static size_t value_pieces(item *it, size_t skip, struct iovec *iov, size_t max)
+{
+    if (!(item_layout(it) & ITEM_CHAINED)) {
+        size_t n = item_nstored(it);
+        if (max == 0 || skip >= n) return 0;
+        iov[0].iov_base = item_data(it) + skip;
+        iov[0].iov_len = n - skip;
+        return 1;
+    }
+    struct chain_desc d = item_chain(it);
+    size_t k = 0;
+    for (uint32_t i = 0; i <= d.nchunks && k < max; i++) {
+        char *p;
+        size_t len;
+        if (i < d.nchunks) {
+            item *c = handle_item(item_chain_handle(it, i));
+            p = chunk_data(c);
+            len = item_nstored(c);
+        } else {
+            p = item_data(it) + sizeof d + 4 * (size_t)d.nchunks;
+            len = item_nstored(it) - sizeof d - 4 * (size_t)d.nchunks;
+        }
+        if (skip >= len) { skip -= len; continue; }
+        iov[k].iov_base = p + skip;
+        iov[k].iov_len = len - skip;
+        skip = 0;
+        if (iov[k].iov_len) k++;
+    }
+    return k;
+}
+
+char *item_value_span(item *it, size_t off, size_t *len)
+{
+    struct iovec v;
+    if (value_pieces(it, off, &v, 1) == 0) { *len = 0; return NULL; }
+    *len = v.iov_len;
+    return v.iov_base;
 }
 
 char *item_value(item *it) { return item_data(it); }
 
+/* Copies len bytes of the value starting at off into dst. */
+static void copy_value_out(item *it, size_t off, char *dst, size_t len)
+{
+    while (len) {
+        size_t n;
+        char *p = item_value_span(it, off, &n);
+        if (!p) break;
+        if (n > len) n = len;
+        memcpy(dst, p, n);
+        dst += n; off += n; len -= n;
+    }
+}
+
+/* Copies len bytes of src's value from src_off into dst's value at dst_off. */
+static void copy_value(item *dst, size_t dst_off, item *src, size_t src_off, size_t len)
+{
+    while (len) {
+        size_t n;
+        char *p = item_value_span(dst, dst_off, &n);
+        if (!p) break;
+        if (n > len) n = len;
+        copy_value_out(src, src_off, p, n);
+        dst_off += n; src_off += n; len -= n;
+    }
+}
+
 void item_discard(storage_thread *t, item *it)
 {
     (void)t;
-    if (it) slabs_free_chunk(it);
+    if (it) free_item_memory(it);
 }
 
 static void set_cas(storage_thread *t, item *it, uint64_t explicit_cas)
 {
-    if (!(item_layout(it) & ITEM_HAS_CAS)) return;
+    if (!g_use_cas) return;
     uint64_t c = explicit_cas ? explicit_cas : storage_next_cas(t);
     atomic_store_explicit(item_cas_ptr(it), c, memory_order_relaxed);
+}
+
+static void set_exptime(item *it, rel_time_t exptime)
+{
+    if (item_layout(it) & ITEM_HAS_EXPTIME)
+        atomic_store_explicit(item_exptime_ptr(it), exptime, memory_order_relaxed);
+}
+
+/* Whether the item can take this expiry in place. */
+static bool exptime_fits(item *it, rel_time_t exptime)
+{
+    return exptime == 0 || (item_layout(it) & ITEM_HAS_EXPTIME);
+}
+
+/* The sizes a copy of `it` needs, read under its stripe lock. */
+struct copy_plan { size_t nkey; uint64_t nbytes; uint32_t cflags; uint8_t layout; };
+static struct copy_plan plan_copy(item *it)
+{
+    return (struct copy_plan){ item_nkey(it), item_nbytes(it), item_cflags(it), item_layout(it) };
+}
+static bool plan_equal(const struct copy_plan *a, const struct copy_plan *b)
+{
+    return a->nkey == b->nkey && a->nbytes == b->nbytes && a->cflags == b->cflags && a->layout == b->layout;
+}
+
+/* A copy of the current item `old` (stripe lock held) into `fresh` (allocated
+ * from plan_copy(old) with an expiry field): same value, flags, CAS, state
+ * and fetched bit. */
+static void fill_copy(item *fresh, item *old)
+{
+    copy_value(fresh, 0, old, 0, (size_t)item_nbytes(old));
+    if (g_use_cas) atomic_store_explicit(item_cas_ptr(fresh), item_get_cas(old), memory_order_relaxed);
+    set_exptime(fresh, item_exptime(old));
+    atomic_fetch_or_explicit(&fresh->iflags, item_fl(old) & (ITEM_STALE | ITEM_WIN_SENT), memory_order_relaxed);
+    atomic_store_explicit(&fresh->bag, atomic_load_explicit(&old->bag, memory_order_relaxed) & ITEM_FETCHED_BIT,
+                          memory_order_relaxed);
+    atomic_store_explicit(&fresh->time, atomic_load_explicit(&old->time, memory_order_relaxed), memory_order_relaxed);
+}
+
+static item *alloc_copy(storage_thread *t, const char *key, const struct copy_plan *p)
+{
+    return alloc_item(t, key, p->nkey, p->cflags, 0, p->nbytes,
+                      (uint8_t)((p->layout & ITEM_KEY_BINARY) | ITEM_HAS_EXPTIME), NULL);
 }
 
 /* ---- reads ---- */
@@ -232,36 +451,48 @@ static void set_cas(storage_thread *t, item *it, uint64_t explicit_cas)
 static void fill_view(storage_thread *t, item *it, int clsid, char *copy_buf, size_t copy_cap, struct item_view *out)
 {
     uint8_t fl = item_fl(it);
-    out->nbytes = it->nbytes;
+    uint64_t nbytes = item_nbytes(it);
+    out->nbytes = (uint32_t)nbytes;
     out->client_flags = item_cflags(it);
     out->cas = item_get_cas(it);
-    out->exptime = atomic_load_explicit(&it->exptime, memory_order_relaxed);
+    out->exptime = item_exptime(it);
     out->last_access = atomic_load_explicit(&it->time, memory_order_relaxed);
     out->fetched_before = (atomic_load_explicit(&it->bag, memory_order_relaxed) & ITEM_FETCHED_BIT) != 0;
     out->stale = (fl & ITEM_STALE) != 0;
+    out->key_binary = (fl & ITEM_KEY_BINARY) != 0;
     out->slab_class = (uint8_t)clsid;
-    out->item_size = (uint32_t)item_ntotal_for(fl & (ITEM_HAS_CAS | ITEM_HAS_REF | ITEM_HAS_FLAGS), it->nkey, it->nbytes);
+    out->item_size = (uint32_t)item_ntotal(it);
     out->ref = NULL;
     if (!copy_buf && copy_cap == 0) {
         /* metadata only (mg without v): no copy, no reference */
         out->value = NULL;
-    } else if (copy_buf && it->nbytes <= copy_cap) {
-        memcpy(copy_buf, item_data(it), it->nbytes);
+    } else if (copy_buf && nbytes <= copy_cap) {
+        copy_value_out(it, 0, copy_buf, (size_t)nbytes);
         out->value = copy_buf;
         STAT_INC(t, get_copied);
-    } else if (fl & ITEM_HAS_REF) {
+    } else if (item_refcounted(it)) {
         atomic_fetch_add_explicit(item_ref_ptr(it), 1, memory_order_relaxed);
-        out->value = item_data(it);
+        size_t first;
+        out->value = item_value_span(it, 0, &first);
         out->ref = it;
         STAT_INC(t, get_referenced);
     } else {
         /* Small value and no room in the caller's buffer: a private copy. */
-        char *p = malloc(it->nbytes ? it->nbytes : 1);
-        if (p) memcpy(p, item_data(it), it->nbytes);
+        char *p = malloc(nbytes ? (size_t)nbytes : 1);
+        if (p) copy_value_out(it, 0, p, (size_t)nbytes);
         out->value = p ? p : "";
         out->ref = p ? &heap_view_marker : NULL;
         if (!p) out->nbytes = 0;
     }
+}
+
+size_t item_view_pieces(const struct item_view *v, size_t skip, struct iovec *iov, size_t max)
+{
+    if (v->ref && v->ref != &heap_view_marker) return value_pieces(v->ref, skip, iov, max);
+    if (max == 0 || skip >= v->nbytes) return 0;
+    iov[0].iov_base = (char *)v->value + skip;
+    iov[0].iov_len = v->nbytes - skip;
+    return 1;
 }
 
 static void count_miss(storage_thread *t, item *it, rel_time_t now)
@@ -272,11 +503,15 @@ static void count_miss(storage_thread *t, item *it, rel_time_t now)
     else STAT_INC(t, get_expired);
 }
 
+/* The locked GET: touch (gat, mg T), vivify (mg N), recache (mg R) and win
+ * tokens. `fresh` is memory allocated outside the lock on an earlier round:
+ * a vivified item, or a copy of the item with room for a new expiry. */
 static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t hv,
                        const struct get_opts *opts, char *copy_buf, size_t copy_cap, struct item_view *out)
 {
     item *fresh = NULL;
-    for (int attempt = 0; attempt < 2; attempt++) {
+    struct copy_plan want = {0};
+    for (int attempt = 0; attempt < RMW_RETRIES; attempt++) {
         stripe_lock(hv);
         rel_time_t now = now_time();
         item *it = assoc_find_locked(key, nkey, hv);
@@ -284,17 +519,19 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
             count_miss(t, it, now);
             item_unlink_locked(it, hv);
             it = NULL;
-            if (!opts->vivify) { stripe_unlock(hv); return false; }
+            if (!opts->vivify) { stripe_unlock(hv); break; }
         }
-        bool created = false;
+        bool created = false, reshaped = false;
         if (!it && opts->vivify) {
-            if (!fresh) {
+            if (!fresh || plan_copy(fresh).nbytes != 0 || item_nkey(fresh) != nkey) {
                 stripe_unlock(hv);
-                fresh = alloc_item(t, key, nkey, 0, opts->vivify_exptime, 0, NULL);
+                if (fresh) item_discard(t, fresh);
+                fresh = alloc_item(t, key, nkey, 0, opts->vivify_exptime, 0, 0, NULL);
                 if (!fresh) { STAT_INC(t, get_misses); return false; }
                 continue;   /* retake the lock and look again */
             }
             atomic_fetch_or_explicit(&fresh->iflags, ITEM_WIN_SENT, memory_order_relaxed);
+            set_exptime(fresh, opts->vivify_exptime);
             set_cas(t, fresh, opts->vivify_cas);
             link_new_locked(t, fresh, hv);
             it = fresh;
@@ -304,9 +541,26 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
         if (!it) {
             stripe_unlock(hv);
             STAT_INC(t, get_misses);
-            return false;
+            break;
         }
-        if (opts->touch) atomic_store_explicit(&it->exptime, opts->new_exptime, memory_order_relaxed);
+        if (opts->touch && !exptime_fits(it, opts->new_exptime)) {
+            /* the item has no field for an expiry: replace it with a copy that has one */
+            struct copy_plan p = plan_copy(it);
+            if (!fresh || !plan_equal(&p, &want)) {
+                stripe_unlock(hv);
+                if (fresh) item_discard(t, fresh);
+                want = p;
+                fresh = alloc_copy(t, key, &p);
+                if (!fresh) { STAT_INC(t, get_misses); return false; }
+                continue;
+            }
+            fill_copy(fresh, it);
+            replace_locked(t, it, fresh, hv, false);
+            it = fresh;
+            fresh = NULL;
+            reshaped = true;
+        }
+        if (opts->touch) set_exptime(it, opts->new_exptime);
         int clsid = slabs_clsid_of(it);
         fill_view(t, it, clsid, copy_buf, copy_cap, out);
         out->win = false;
@@ -317,7 +571,7 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
             uint8_t fl = item_fl(it);
             bool wants = (fl & ITEM_STALE) && opts->win_tokens;
             if (opts->recache) {
-                rel_time_t exp = atomic_load_explicit(&it->exptime, memory_order_relaxed);
+                rel_time_t exp = item_exptime(it);
                 if (exp != 0 && exp - now < opts->recache_below) wants = true;
             }
             if (fl & ITEM_WIN_SENT) {
@@ -329,14 +583,13 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
         }
         if (!opts->no_lru_bump) bags_stamp(it, clsid);
         stripe_unlock(hv);
-        if (created) enter_bag(t, it);
+        if (created || reshaped) enter_bag(t, it);
         if (fresh) item_discard(t, fresh);   /* somebody else created it first */
         STAT_INC(t, get_hits);
         CLS_INC(t, clsid, get_hits);
         return true;
     }
     if (fresh) item_discard(t, fresh);
-    STAT_INC(t, get_misses);
     return false;
 }
 
@@ -397,6 +650,16 @@ bool storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_
         return false;
     }
     if (atomic_load_explicit(&g_test_reader_stall, memory_order_relaxed)) test_reader_stall(t);
+    unsigned hold = atomic_load_explicit(&t->test_hold_us, memory_order_relaxed);
+    if (hold) {
+        /* the checker's reclaim race: another thread now deletes this key and
+         * forces the item's reclamation; the grace period must outlast us */
+        atomic_store_explicit(&t->test_hold_us, 0, memory_order_relaxed);
+        atomic_store_explicit(&t->test_held, it, memory_order_release);
+        struct timespec ts = {0, (long)hold * 1000};
+        nanosleep(&ts, NULL);
+        atomic_store_explicit(&t->test_held, NULL, memory_order_release);
+    }
     uint8_t fl = item_fl(it);
     if (opts->win_tokens && (fl & (ITEM_STALE | ITEM_WIN_SENT))) {
         /* Handing out the win token must be exclusive: take the lock. */
@@ -420,7 +683,7 @@ void item_view_release(storage_thread *t, struct item_view *v)
         free((void *)v->value);
     } else {
         item *it = v->ref;
-        if (atomic_fetch_sub_explicit(item_ref_ptr(it), 1, memory_order_acq_rel) == 1) slabs_free_chunk(it);
+        if (atomic_fetch_sub_explicit(item_ref_ptr(it), 1, memory_order_acq_rel) == 1) free_item_memory(it);
     }
     v->ref = NULL;
     v->value = NULL;
@@ -433,21 +696,19 @@ static bool cas_mismatch(item *it, uint64_t cas_in)
     return item_get_cas(it) != cas_in;
 }
 
-/* Fills n (allocated for old->nbytes + add->nbytes) with old+add (append)
- * or add+old (prepend). Caller holds the stripe lock, so old is current. */
+/* Fills n (allocated for old + add) with old+add (append) or add+old
+ * (prepend). Caller holds the stripe lock, so old is current. */
 static void combine_into(item *n, item *old_it, item *add, bool append)
 {
-    char *d = item_data(n);
+    size_t on = (size_t)item_nbytes(old_it), an = (size_t)item_nbytes(add);
     if (append) {
-        memcpy(d, item_data(old_it), old_it->nbytes);
-        memcpy(d + old_it->nbytes, item_data(add), add->nbytes);
+        copy_value(n, 0, old_it, 0, on);
+        copy_value(n, on, add, 0, an);
     } else {
-        memcpy(d, item_data(add), add->nbytes);
-        memcpy(d + add->nbytes, item_data(old_it), old_it->nbytes);
+        copy_value(n, 0, add, 0, an);
+        copy_value(n, an, old_it, 0, on);
     }
-    memcpy(d + n->nbytes, "\r\n", 2);
-    atomic_store_explicit(&n->exptime, atomic_load_explicit(&old_it->exptime, memory_order_relaxed),
-                          memory_order_relaxed);
+    set_exptime(n, item_exptime(old_it));
 }
 
 enum store_result storage_store(storage_thread *t, item *it, enum store_mode mode,
@@ -456,10 +717,10 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
     static const struct store_opts none;
     if (!opts) opts = &none;
     const char *key = item_key(it);
-    size_t nkey = it->nkey;
+    size_t nkey = item_nkey(it);
     uint32_t hv = hash_key(key, nkey);
     enum store_result res = STORE_NOT_STORED;
-    item *combined = NULL;
+    item *combined = NULL;   /* append/prepend result, or `it` reshaped to take an expiry */
     if (cas_out) *cas_out = 0;
     bool check_cas = mode == MODE_CAS || opts->cas_in != 0;
 
@@ -490,29 +751,40 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
             goto out_unlock;
         }
         if (mode == MODE_REPLACE && !old) { res = STORE_NOT_STORED; goto out_unlock; }
-        if ((mode == MODE_APPEND || mode == MODE_PREPEND) && !old) {
-            if (!opts->vivify_on_miss) { res = STORE_NOT_STORED; goto out_unlock; }
-            atomic_store_explicit(&it->exptime, opts->vivify_exptime, memory_order_relaxed);
-        }
+        bool vivify = (mode == MODE_APPEND || mode == MODE_PREPEND) && !old;
+        if (vivify && !opts->vivify_on_miss) { res = STORE_NOT_STORED; goto out_unlock; }
 
         item *store_it = it;
-        if ((mode == MODE_APPEND || mode == MODE_PREPEND) && old) {
-            uint64_t total = (uint64_t)old->nbytes + it->nbytes;
-            uint32_t cf = item_cflags(old);
-            if (!combined || combined->nbytes != total || item_cflags(combined) != cf) {
+        /* an expiry the new item must carry but has no field for */
+        rel_time_t keep_exp = stale_store ? item_exptime(old) : vivify ? opts->vivify_exptime : 0;
+        bool needs_exp_field = (stale_store || vivify) && !exptime_fits(it, keep_exp);
+        if (((mode == MODE_APPEND || mode == MODE_PREPEND) && old) || needs_exp_field) {
+            bool combine = !needs_exp_field;
+            uint64_t total = combine ? item_nbytes(old) + item_nbytes(it) : item_nbytes(it);
+            uint32_t cf = combine ? item_cflags(old) : item_cflags(it);
+            uint8_t extra = (uint8_t)(item_layout(combine ? old : it) & ITEM_KEY_BINARY) |
+                            (needs_exp_field || (combine && item_exptime(old)) ? ITEM_HAS_EXPTIME : 0);
+            if (!combined || item_nbytes(combined) != total || item_cflags(combined) != cf ||
+                (item_layout(combined) & extra) != extra) {
                 stripe_unlock(hv);
                 if (combined) item_discard(t, combined);
                 combined = NULL;
                 enum store_result err = STORE_NO_MEMORY;
                 if (total <= UINT32_MAX)
-                    combined = alloc_item(t, key, nkey, cf, 0, (uint32_t)total, &err);
+                    combined = alloc_item(t, key, nkey, cf, 0, total, extra, &err);
                 /* memcached answers an oversized append with out-of-memory */
                 if (!combined) { res = STORE_NO_MEMORY; goto out; }
                 continue;   /* retake the lock; `old` may have changed meanwhile */
             }
-            combine_into(combined, old, it, mode == MODE_APPEND);
+            if (combine) {
+                combine_into(combined, old, it, mode == MODE_APPEND);
+            } else {
+                copy_value(combined, 0, it, 0, (size_t)item_nbytes(it));
+                set_exptime(combined, item_exptime(it));
+            }
             store_it = combined;
         }
+        if (vivify) set_exptime(store_it, opts->vivify_exptime);
 
         set_cas(t, store_it, opts->cas_set);
         if (stale_store) {
@@ -520,10 +792,9 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
              * TTL and whether a win token was already handed out */
             atomic_fetch_or_explicit(&store_it->iflags, ITEM_STALE | (item_fl(old) & ITEM_WIN_SENT),
                                      memory_order_relaxed);
-            atomic_store_explicit(&store_it->exptime, atomic_load_explicit(&old->exptime, memory_order_relaxed),
-                                  memory_order_relaxed);
+            set_exptime(store_it, item_exptime(old));
         }
-        if (old) replace_locked(t, old, store_it, hv);
+        if (old) replace_locked(t, old, store_it, hv, true);
         else link_new_locked(t, store_it, hv);
         if (cas_out) *cas_out = item_get_cas(store_it);
         int sclsid = slabs_clsid_of(store_it);
@@ -550,56 +821,114 @@ enum store_result storage_delete(storage_thread *t, const char *key, size_t nkey
     static const struct delete_opts none;
     if (!opts) opts = &none;
     uint32_t hv = hash_key(key, nkey);
-    stripe_lock(hv);
-    item *it = find_live_locked(key, nkey, hv);
-    enum store_result res;
-    if (!it) {
-        res = STORE_NOT_FOUND;
-        STAT_INC(t, delete_misses);
-    } else if (opts->cas_in && cas_mismatch(it, opts->cas_in)) {
-        res = STORE_EXISTS;
-    } else if (opts->invalidate) {
-        /* md I: keep serving it, flagged stale; the next mg wins the recache. */
-        atomic_fetch_and_explicit(&it->iflags, (uint8_t)~ITEM_WIN_SENT, memory_order_relaxed);
-        atomic_fetch_or_explicit(&it->iflags, ITEM_STALE, memory_order_relaxed);
-        set_cas(t, it, 0);
-        if (opts->update_ttl) atomic_store_explicit(&it->exptime, opts->new_exptime, memory_order_relaxed);
-        res = STORE_STORED;
-        STAT_INC(t, delete_hits);
-        CLS_INC(t, slabs_clsid_of(it), delete_hits);
-    } else {
-        CLS_INC(t, slabs_clsid_of(it), delete_hits);
-        item_unlink_locked(it, hv);
-        res = STORE_STORED;
-        STAT_INC(t, delete_hits);
+    item *fresh = NULL;
+    struct copy_plan want = {0};
+    enum store_result res = STORE_NOT_FOUND;
+    for (int attempt = 0; attempt < RMW_RETRIES; attempt++) {
+        stripe_lock(hv);
+        item *it = find_live_locked(key, nkey, hv);
+        if (!it) {
+            res = STORE_NOT_FOUND;
+            STAT_INC(t, delete_misses);
+        } else if (opts->cas_in && cas_mismatch(it, opts->cas_in)) {
+            res = STORE_EXISTS;
+        } else if (opts->invalidate) {
+            /* md I: keep serving it, flagged stale; the next mg wins the recache. */
+            bool reshaped = false;
+            if (opts->update_ttl && !exptime_fits(it, opts->new_exptime)) {
+                struct copy_plan p = plan_copy(it);
+                if (!fresh || !plan_equal(&p, &want)) {
+                    stripe_unlock(hv);
+                    if (fresh) item_discard(t, fresh);
+                    want = p;
+                    fresh = alloc_copy(t, key, &p);
+                    if (!fresh) return STORE_NO_MEMORY;
+                    continue;
+                }
+                fill_copy(fresh, it);
+                replace_locked(t, it, fresh, hv, false);
+                it = fresh;
+                fresh = NULL;
+                reshaped = true;
+            }
+            atomic_fetch_and_explicit(&it->iflags, (uint8_t)~ITEM_WIN_SENT, memory_order_relaxed);
+            atomic_fetch_or_explicit(&it->iflags, ITEM_STALE, memory_order_relaxed);
+            set_cas(t, it, opts->cas_set);
+            if (opts->update_ttl) set_exptime(it, opts->new_exptime);
+            res = STORE_STORED;
+            STAT_INC(t, delete_hits);
+            CLS_INC(t, slabs_clsid_of(it), delete_hits);
+            if (reshaped) {
+                stripe_unlock(hv);
+                enter_bag(t, it);
+                return res;
+            }
+        } else {
+            CLS_INC(t, slabs_clsid_of(it), delete_hits);
+            item_unlink_locked(it, hv);
+            res = STORE_STORED;
+            STAT_INC(t, delete_hits);
+        }
+        stripe_unlock(hv);
+        break;
     }
-    stripe_unlock(hv);
+    if (fresh) item_discard(t, fresh);
     return res;
 }
 
 enum store_result storage_touch(storage_thread *t, const char *key, size_t nkey, rel_time_t exptime)
 {
     uint32_t hv = hash_key(key, nkey);
-    stripe_lock(hv);
-    item *it = find_live_locked(key, nkey, hv);
-    if (it) {
-        atomic_store_explicit(&it->exptime, exptime, memory_order_relaxed);
-        bags_stamp(it, slabs_clsid_of(it));
-        STAT_INC(t, touch_hits);
-        CLS_INC(t, slabs_clsid_of(it), touch_hits);
-    } else {
-        STAT_INC(t, touch_misses);
+    item *fresh = NULL;
+    struct copy_plan want = {0};
+    enum store_result res = STORE_NOT_FOUND;
+    for (int attempt = 0; attempt < RMW_RETRIES; attempt++) {
+        stripe_lock(hv);
+        item *it = find_live_locked(key, nkey, hv);
+        bool reshaped = false;
+        if (it && !exptime_fits(it, exptime)) {
+            struct copy_plan p = plan_copy(it);
+            if (!fresh || !plan_equal(&p, &want)) {
+                stripe_unlock(hv);
+                if (fresh) item_discard(t, fresh);
+                want = p;
+                fresh = alloc_copy(t, key, &p);
+                if (!fresh) return STORE_NO_MEMORY;
+                continue;
+            }
+            fill_copy(fresh, it);
+            replace_locked(t, it, fresh, hv, false);
+            it = fresh;
+            fresh = NULL;
+            reshaped = true;
+        }
+        if (it) {
+            set_exptime(it, exptime);
+            bags_stamp(it, slabs_clsid_of(it));
+            STAT_INC(t, touch_hits);
+            CLS_INC(t, slabs_clsid_of(it), touch_hits);
+            res = STORE_STORED;
+        } else {
+            STAT_INC(t, touch_misses);
+        }
+        stripe_unlock(hv);
+        if (reshaped) enter_bag(t, it);
+        break;
     }
-    stripe_unlock(hv);
-    return it ? STORE_STORED : STORE_NOT_FOUND;
+    if (fresh) item_discard(t, fresh);
+    return res;
 }
 
 /* memcached's safe_strtoull on the stored value: leading spaces and '+'
  * allowed, digits, then the end or a space (so "12 abc" is 12, as in
  * memcached); no digits, a '-' sign on a huge number, or more than 64 bits is
- * not a number. An empty value is not a number. */
-static bool parse_u64(const char *p, size_t n, uint64_t *out)
+ * not a number. An empty value is not a number, nor is a chained one (far
+ * longer than any number). */
+static bool value_to_u64(item *it, uint64_t *out)
 {
+    if (item_layout(it) & ITEM_CHAINED) return false;
+    const char *p = item_data(it);
+    size_t n = item_nstored(it);
     if (n == 0) return false;
     char stackbuf[64];
     char *buf = n < sizeof stackbuf ? stackbuf : malloc(n + 1);
@@ -643,7 +972,7 @@ enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
             value = opts->initial;
         } else {
             if (opts->cas_in && cas_mismatch(old, opts->cas_in)) { res = ARITH_EXISTS; break; }
-            if (!parse_u64(item_data(old), old->nbytes, &value)) { res = ARITH_NON_NUMERIC; break; }
+            if (!value_to_u64(old, &value)) { res = ARITH_NON_NUMERIC; break; }
             if (incr) value += delta;                      /* wraps at 2^64, as memcached */
             else value = delta > value ? 0 : value - delta; /* floors at 0 */
             cf = item_cflags(old);
@@ -654,24 +983,25 @@ enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
          * its flags (stale, win, fetched); a longer number gets a new item.
          * We always build a new item (readers never see a half-written
          * number) but reproduce both outcomes byte for byte. */
-        bool same_item = old && (uint32_t)dlen <= old->nbytes;
-        uint32_t len = same_item ? old->nbytes : (uint32_t)dlen;
-        if (!fresh || fresh->nbytes != len || item_cflags(fresh) != cf) {
+        bool same_item = old && (uint32_t)dlen <= item_nstored(old);
+        uint32_t len = same_item ? item_nstored(old) : (uint32_t)dlen;
+        rel_time_t exp = old ? item_exptime(old) : opts->vivify_exptime;
+        if (opts->update_ttl) exp = opts->new_exptime;
+        uint8_t keybin = old ? (item_layout(old) & ITEM_KEY_BINARY) : 0;
+        if (!fresh || item_nstored(fresh) != len || item_cflags(fresh) != cf || !exptime_fits(fresh, exp) ||
+            (item_layout(fresh) & ITEM_KEY_BINARY) != keybin) {
             stripe_unlock(hv);
             locked = false;
             res = ARITH_NO_MEMORY;
             if (fresh) item_discard(t, fresh);
-            fresh = alloc_item(t, key, nkey, cf, 0, len, NULL);
+            fresh = alloc_item(t, key, nkey, cf, exp, len, keybin, NULL);
             if (!fresh) { res = ARITH_NO_MEMORY; goto out; }
             continue;
         }
         memcpy(item_data(fresh), digits, (size_t)dlen);
         memset(item_data(fresh) + dlen, ' ', len - (uint32_t)dlen);
-        memcpy(item_data(fresh) + len, "\r\n", 2);
-        rel_time_t exp = old ? atomic_load_explicit(&old->exptime, memory_order_relaxed) : opts->vivify_exptime;
-        if (opts->update_ttl) exp = opts->new_exptime;
-        atomic_store_explicit(&fresh->exptime, exp, memory_order_relaxed);
-        set_cas(t, fresh, 0);
+        set_exptime(fresh, exp);
+        set_cas(t, fresh, opts->cas_set);
         if (same_item) {
             atomic_fetch_or_explicit(&fresh->iflags, item_fl(old) & (ITEM_STALE | ITEM_WIN_SENT), memory_order_relaxed);
             atomic_store_explicit(&fresh->bag, atomic_load_explicit(&old->bag, memory_order_relaxed) & ITEM_FETCHED_BIT,
@@ -679,7 +1009,7 @@ enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
             atomic_store_explicit(&fresh->time, atomic_load_explicit(&old->time, memory_order_relaxed),
                                   memory_order_relaxed);
         }
-        if (old) replace_locked(t, old, fresh, hv);
+        if (old) replace_locked(t, old, fresh, hv, true);
         else link_new_locked(t, fresh, hv);
         if (value_out) *value_out = value;
         if (cas_out) *cas_out = item_get_cas(fresh);

@@ -16,6 +16,8 @@
 #include <time.h>
 
 #include "conn.h"
+#include "latency.h"
+#include "metrics_server.h"
 #include "storage.h"
 
 int server_create_workers(void);
@@ -43,6 +45,8 @@ int main(int argc, char **argv)
         .slab_sizes_count = settings.slab_sizes_count,
         .hashpower_init = settings.hashpower,
         .use_cas = settings.use_cas,
+        .evict_disabled = settings.evict_disabled,
+        .young_window = settings.young_window,
         .verbose = settings.verbose,
     };
     if (storage_init(&sc) != 0) return 70;   /* EX_SOFTWARE: storage already said why */
@@ -54,6 +58,17 @@ int main(int argc, char **argv)
     /* a cache without its clock, cleaner, expander or mover would serve
      * wrong TTLs and fill up: refuse to run (storage printed why) */
     if (storage_start_threads() != 0) return 70;
+    if (settings.metrics_port) {
+        /* the histograms exist only for the metrics port: without it the
+         * workers' hook is one branch */
+        if (latency_init(num_workers) != 0) {
+            fprintf(stderr, "cachetd: no memory for the latency histograms\n");
+            return 70;
+        }
+        struct metrics_server_config mc = { .port = settings.metrics_port, .listen = settings.listen,
+                                             .engine_port = settings.port, .verbose = settings.verbose };
+        if (metrics_server_start(&mc) != 0) return 71;
+    }
     if (server_start_workers() != 0) return 71;
 
     if (settings.verbose) {
@@ -69,6 +84,7 @@ int main(int argc, char **argv)
     while (sigwait(&stop_signals, &sig) != 0) { }
     if (settings.verbose) fprintf(stderr, "cachetd: signal %d, shutting down\n", sig);
     server_shutdown();
+    metrics_server_stop();   /* after the workers: /healthz says 503 while they drain */
     storage_stop_threads();
     return 0;
 }

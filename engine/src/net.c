@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "latency.h"
 #include "proto_parser.h"
 #include "uring.h"
 
@@ -128,7 +129,21 @@ void out_ref(struct conn *c, const struct item_view *v)
     struct outbuf *o = &c->out;
     if (o->len > o->seg_start)
         seg_push(c, (struct out_seg){ .off = o->seg_start, .len = o->len - o->seg_start });
-    seg_push(c, (struct out_seg){ .ptr = v->value, .len = v->nbytes, .view = *v });
+    /* a chained value is several pieces; the first segment holds the view */
+    struct iovec iov[16];
+    size_t done = 0;
+    bool first = true;
+    for (;;) {
+        size_t k = item_view_pieces(v, done, iov, 16);
+        if (k == 0) break;
+        for (size_t i = 0; i < k; i++) {
+            struct out_seg sg = { .ptr = iov[i].iov_base, .len = iov[i].iov_len, .in_item = true };
+            if (first) { sg.view = *v; first = false; }
+            seg_push(c, sg);
+            done += iov[i].iov_len;
+        }
+    }
+    if (first) item_view_release(c->w->st, (struct item_view *)v);   /* an empty value */
     o->seg_start = o->len;
 }
 
@@ -149,7 +164,7 @@ static size_t conn_excess(const struct conn *c)
     size_t ex = c->owned_bytes;
     /* values sent in place count too: if the client stalls they are copied */
     for (int i = 0; i < c->out.nsegs; i++)
-        if (c->out.segs[i].view.ref) ex += c->out.segs[i].len;
+        if (c->out.segs[i].in_item) ex += c->out.segs[i].len;
     if (c->out.cap > OUT_INITIAL) ex += c->out.cap - OUT_INITIAL;
     if (c->rsize > RBUF_INITIAL) ex += c->rsize - RBUF_INITIAL;
     return ex;
@@ -207,16 +222,18 @@ static void out_detach_refs(struct conn *c)
     struct outbuf *o = &c->out;
     for (int i = 0; i < o->nsegs; i++) {
         struct out_seg *s = &o->segs[i];
-        if (!s->view.ref) continue;
+        if (!s->in_item) continue;
         char *copy = malloc(s->len ? s->len : 1);
         if (!copy) { perror("cachetd: out of memory"); abort(); }
         memcpy(copy, s->ptr, s->len);
         c->owned_bytes += s->len;
-        item_view_release(c->w->st, &s->view);
-        s->view.ref = NULL;
         s->ptr = copy;
         s->owned = true;
+        s->in_item = false;
     }
+    /* every piece is copied: now the items may go */
+    for (int i = 0; i < o->nsegs; i++)
+        if (o->segs[i].view.ref) item_view_release(c->w->st, &o->segs[i].view);
 }
 
 /* Sends what is queued with one send() or writev(). Returns -1 if the
@@ -385,12 +402,12 @@ static void process_input(struct conn *c)
         size_t avail = c->rend - c->rstart;
         if (c->state == CONN_NREAD) {
             if (!avail) break;
-            size_t n = avail < c->nread_left ? avail : c->nread_left;
-            memcpy(c->nread_dst, c->rbuf + c->rstart, n);
-            c->nread_dst += n;
-            c->nread_left -= n;
+            size_t n;
+            char *dst = proto_nread_dst(c, &n);
+            if (n > avail) n = avail;
+            memcpy(dst, c->rbuf + c->rstart, n);
             c->rstart += n;
-            if (c->nread_left == 0) proto_complete_nread(c);
+            proto_nread_advance(c, n);
             continue;
         }
         if (c->state == CONN_SWALLOW) {
@@ -452,10 +469,12 @@ static void process_input(struct conn *c)
             }
             continue;
         }
+        latency_note(c->w->id, r.cmd);
         if (!proto_dispatch(c, &r, line, (size_t)ll)) {
             if (c->state == CONN_CMD) break;   /* e.g. quit */
         }
     }
+    latency_batch_end(c->w->id);   /* every reply of the batch is queued */
     /* the hashes point into rbuf, which the next read may move */
     c->w->npf = c->w->pf_pos = 0;
     if (c->rstart == c->rend) c->rstart = c->rend = 0;
@@ -525,17 +544,14 @@ static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
         ssize_t n;
         size_t want;
         if (c->state == CONN_NREAD && c->rstart == c->rend && c->nread_left >= DIRECT_READ_MIN) {
-            /* a large value: read it straight into item memory */
-            want = c->nread_left;
-            n = read(fd, c->nread_dst, want);
+            /* a large value: read it straight into item memory, piece by
+             * piece (the terminator goes to the connection's two bytes) */
+            char *dst = proto_nread_dst(c, &want);
+            n = read(fd, dst, want);
             if (n > 0) {
-                c->nread_dst += n;
-                c->nread_left -= (size_t)n;
                 STAT_ADD(c->w, bytes_read, (uint64_t)n);
-                if (c->nread_left == 0) {
-                    proto_complete_nread(c);
-                    process_input(c);
-                }
+                proto_nread_advance(c, (size_t)n);
+                if (c->state != CONN_NREAD) process_input(c);
                 if ((size_t)n < want) break;
                 continue;
             }
@@ -1017,7 +1033,7 @@ static uint64_t sum_stat(size_t offset)
 }
 #define SUM(field) sum_stat(offsetof(struct server_stats, field))
 
-void server_stats_general(void (*w)(void *, const char *, const char *, ...), void *ctx)
+void server_stats_general(stat_writer w, void *ctx)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -1048,7 +1064,7 @@ void server_stats_general(void (*w)(void *, const char *, const char *, ...), vo
     w(ctx, "conn_buffer_bytes", "%zu", __atomic_load_n(&conn_buffer_bytes, __ATOMIC_RELAXED));
 }
 
-void server_stats_settings(void (*w)(void *, const char *, const char *, ...), void *ctx)
+void server_stats_settings(stat_writer w, void *ctx)
 {
     char cpus[1024];
     int list[MAX_WORKERS];
@@ -1067,7 +1083,7 @@ void server_stats_settings(void (*w)(void *, const char *, const char *, ...), v
     w(ctx, "udpport", "%d", 0);
     w(ctx, "inter", "%s", settings.listen[0] ? settings.listen : "NULL");
     w(ctx, "verbosity", "%d", settings.verbose);
-    w(ctx, "evictions", "%s", "on");
+    w(ctx, "evictions", "%s", settings.evict_disabled ? "off" : "on");
     w(ctx, "cas_enabled", "%s", settings.use_cas ? "yes" : "no");
     w(ctx, "tcp_backlog", "%d", settings.backlog);
     w(ctx, "binding_protocol", "%s", "ascii");
@@ -1088,16 +1104,20 @@ static const char *state_name(const struct conn *c)
     }
 }
 
-void server_stats_conns(struct conn *self)
+void server_stats_conns(stat_writer w, void *ctx)
 {
     uint32_t now = (uint32_t)storage_now();
+    char name[48];
     pthread_mutex_lock(&registry_lock);
     for (int i = 0; i < num_workers; i++) {
         for (struct conn *c = workers[i].conns; c; c = c->next) {
-            out_printf(self, "STAT %d:addr tcp:%s\r\n", c->fd, c->addr);
-            out_printf(self, "STAT %d:state %s\r\n", c->fd, state_name(c));
+            snprintf(name, sizeof name, "%d:addr", c->fd);
+            w(ctx, name, "tcp:%s", c->addr);
+            snprintf(name, sizeof name, "%d:state", c->fd);
+            w(ctx, name, "%s", state_name(c));
             uint32_t last = c->last_cmd_time;
-            out_printf(self, "STAT %d:secs_since_last_cmd %u\r\n", c->fd, now >= last ? now - last : 0);
+            snprintf(name, sizeof name, "%d:secs_since_last_cmd", c->fd);
+            w(ctx, name, "%u", now >= last ? now - last : 0);
         }
     }
     pthread_mutex_unlock(&registry_lock);

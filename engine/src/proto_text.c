@@ -22,6 +22,7 @@
 
 #include "conn.h"
 #include "proto_parser.h"
+#include "stats.h"
 
 #define COPY_MAX (16 * 1024)   /* larger values are sent in place (zero copy) */
 
@@ -124,12 +125,12 @@ static const char *store_reply(enum store_result res)
     }
 }
 
-/* The data block (value + "\r\n") is in it; store it and answer. */
-static void finish_store(struct conn *c, struct request *r, item *it)
+/* The data block is in it and its two terminator bytes in crlf; store it
+ * and answer. */
+static void finish_store(struct conn *c, struct request *r, item *it, const char crlf[2])
 {
     struct worker *w = c->w;
-    char *val = item_value(it);
-    if (val[r->vlen] != '\r' || val[r->vlen + 1] != '\n') {
+    if (crlf[0] != '\r' || crlf[1] != '\n') {
         item_discard(w->st, it);
         if (r->cmd == CMD_MS) proto_meta_complete_set(c, r, NULL, true);
         else reply(c, r, "CLIENT_ERROR bad data chunk");
@@ -140,6 +141,36 @@ static void finish_store(struct conn *c, struct request *r, item *it)
     uint64_t cas_out = 0;
     enum store_result res = storage_store(w->st, it, mode_of(r->cmd), &so, &cas_out);
     reply(c, r, store_reply(res));
+}
+
+char *proto_nread_dst(struct conn *c, size_t *len)
+{
+    size_t vlen = c->nread_off + c->nread_left - 2;
+    if (c->nread_off < vlen) {
+        char *p = item_value_span(c->it, c->nread_off, len);
+        if (*len > vlen - c->nread_off) *len = vlen - c->nread_off;
+        return p;
+    }
+    *len = c->nread_left;
+    return c->nread_crlf + (c->nread_off - vlen);
+}
+
+static void complete_nread(struct conn *c)
+{
+    struct request r;
+    item *it = c->it;
+    c->it = NULL;
+    c->state = CONN_CMD;
+    /* cannot fail: this line parsed before */
+    parse_request(c->pending_line, c->pending_len, &r);
+    finish_store(c, &r, it, c->nread_crlf);
+}
+
+void proto_nread_advance(struct conn *c, size_t n)
+{
+    c->nread_off += n;
+    c->nread_left -= n;
+    if (c->nread_left == 0) complete_nread(c);
 }
 
 /* Shared by set/add/.../cas and ms: allocate, then take the data block from
@@ -166,20 +197,28 @@ static bool start_store(struct conn *c, struct request *r, const char *line, siz
         c->state = CONN_SWALLOW;
         return true;
     }
+    if (r->cmd == CMD_MS && r->meta.base64) item_set_key_binary(it);
     size_t need = (size_t)r->vlen + 2;
     size_t avail = c->rend - c->rstart;
-    char *dst = item_value(it);
+    c->it = it;
+    c->nread_off = 0;
+    c->nread_left = need;
     if (avail >= need) {
-        memcpy(dst, c->rbuf + c->rstart, need);
-        c->rstart += need;
-        finish_store(c, r, it);
+        /* the whole block is here: copy it and store without a state change */
+        while (c->nread_left > 2) {
+            size_t n;
+            char *dst = proto_nread_dst(c, &n);
+            memcpy(dst, c->rbuf + c->rstart, n);
+            c->rstart += n;
+            c->nread_off += n;
+            c->nread_left -= n;
+        }
+        memcpy(c->nread_crlf, c->rbuf + c->rstart, 2);
+        c->rstart += 2;
+        c->it = NULL;
+        finish_store(c, r, it, c->nread_crlf);
         return true;
     }
-    memcpy(dst, c->rbuf + c->rstart, avail);
-    c->rstart += avail;
-    c->it = it;
-    c->nread_dst = dst + avail;
-    c->nread_left = need - avail;
     /* the line lives in rbuf, which will be reused: keep a copy to re-parse */
     char *pl = realloc(c->pending_line, len ? len : 1);
     if (!pl) {
@@ -193,18 +232,15 @@ static bool start_store(struct conn *c, struct request *r, const char *line, siz
     c->pending_line = pl;
     c->pending_len = len;
     c->state = CONN_NREAD;
+    while (c->state == CONN_NREAD && c->rstart < c->rend) {
+        size_t n;
+        char *dst = proto_nread_dst(c, &n);
+        if (n > c->rend - c->rstart) n = c->rend - c->rstart;
+        memcpy(dst, c->rbuf + c->rstart, n);
+        c->rstart += n;
+        proto_nread_advance(c, n);
+    }
     return false;
-}
-
-void proto_complete_nread(struct conn *c)
-{
-    struct request r;
-    item *it = c->it;
-    c->it = NULL;
-    c->state = CONN_CMD;
-    /* cannot fail: this line parsed before */
-    parse_request(c->pending_line, c->pending_len, &r);
-    finish_store(c, &r, it);
 }
 
 /* ---- the rest ---- */
@@ -238,30 +274,16 @@ static bool arg_is(const struct request *r, const char *word)
 
 static void process_stats(struct conn *c, struct request *r)
 {
-    if (r->nargs == 0) {
-        server_stats_general(stat_line, c);
-        storage_stats_general(stat_line, c);
-    } else if (arg_is(r, "settings")) {
-        server_stats_settings(stat_line, c);
-        storage_stats_settings(stat_line, c);
-    } else if (arg_is(r, "items")) {
-        storage_stats_items(stat_line, c);
-    } else if (arg_is(r, "slabs")) {
-        storage_stats_slabs(stat_line, c);
-    } else if (arg_is(r, "sizes")) {
-        storage_stats_sizes(stat_line, c);
-    } else if (arg_is(r, "conns")) {
-        server_stats_conns(c);
-    } else if (arg_is(r, "reset")) {
-        server_stats_reset();
-        storage_stats_reset();
+    enum stats_group group;
+    if (arg_is(r, "reset")) {
+        stats_reset();
         out_str(c, "RESET");
-        return;
+    } else if (stats_group_by_name(r->args, r->nargs, &group)) {
+        stats_emit(group, stat_line, c);
+        out_add(c, "END\r\n", 5);
     } else {
         out_str(c, "ERROR");
-        return;
     }
-    out_add(c, "END\r\n", 5);
 }
 
 bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t len)

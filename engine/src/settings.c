@@ -35,6 +35,7 @@ void settings_usage(FILE *out)
         "  -f, --factor=NUM        slab chunk growth factor (default 1.25)\n"
         "  -n, --slab-min-size=NUM minimum space for key+value+flags (default 48)\n"
         "  -C, --disable-cas       do not keep CAS values\n"
+        "  -M, --disable-evictions return an error when memory is full instead of evicting\n"
         "  -b, --listen-backlog=N  accept backlog (default 1024)\n"
         "  -R, --max-reqs-per-event=N  requests handled per read batch before yielding (default 200)\n"
         "  -U, --udp-port=0        UDP is not supported; only 0 is accepted\n"
@@ -46,6 +47,9 @@ void settings_usage(FILE *out)
         "                          kernel allows), no_io_uring (plain epoll read/send),\n"
         "                          conn_buffer_limit=SIZE (cap on connection buffer memory\n"
         "                          above 32 KiB per connection, all connections together)\n"
+        "                          metrics_port=N (Prometheus GET /metrics and /healthz on port N,\n"
+        "                          same addresses as -l; default off), young_window=SECS (an eviction\n"
+        "                          of an item read this recently is young; default 60)\n"
         "      --args-file=PATH    read more arguments from PATH first (whitespace separated,\n"
         "                          '#' starts a comment line); the command line wins\n");
 }
@@ -183,6 +187,18 @@ static int parse_extended(struct settings *s, const char *arg, bool *cpus_given,
                 fprintf(err, "cachetd: -o conn_buffer_limit needs a size in bytes (k/m/g suffix allowed)\n");
                 return EX_USAGE_CODE;
             }
+        } else if (!strcmp(opt, "metrics_port") && val) {
+            if (!parse_int(val, 0, 65535, &v)) {
+                fprintf(err, "cachetd: -o metrics_port needs a port 0-65535 (0 = off), got '%s'\n", val);
+                return EX_USAGE_CODE;
+            }
+            s->metrics_port = (int)v;
+        } else if (!strcmp(opt, "young_window") && val) {
+            if (!parse_int(val, 1, 30 * 24 * 3600, &v)) {
+                fprintf(err, "cachetd: -o young_window needs seconds between 1 and 2592000, got '%s'\n", val);
+                return EX_USAGE_CODE;
+            }
+            s->young_window = (uint32_t)v;
         } else if (!strcmp(opt, "modern") || !strcmp(opt, "no_modern")) {
             /* memcached compatibility: accepted, our defaults are "modern". */
         } else {
@@ -303,6 +319,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         {"factor", required_argument, 0, 'f'},
         {"slab-min-size", required_argument, 0, 'n'},
         {"disable-cas", no_argument, 0, 'C'},
+        {"disable-evictions", no_argument, 0, 'M'},
         {"listen-backlog", required_argument, 0, 'b'},
         {"max-reqs-per-event", required_argument, 0, 'R'},
         {"udp-port", required_argument, 0, 'U'},
@@ -317,7 +334,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
     opterr = 0;
     optind = 0;   /* full re-initialisation: settings_parse may run more than once in tests */
     int c;
-    while ((c = getopt_long(n, merged, ":p:l:t:m:c:I:f:n:Cb:R:U:vho:", longopts, NULL)) != -1) {
+    while ((c = getopt_long(n, merged, ":p:l:t:m:c:I:f:n:CMb:R:U:vho:", longopts, NULL)) != -1) {
         switch (c) {
         case 'p':
             if (!parse_int(optarg, 0, 65535, &v)) { fprintf(err, "cachetd: -p needs a port 0-65535, got '%s'\n", optarg); return EX_USAGE_CODE; }
@@ -351,6 +368,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
             if (!parse_int(optarg, 1, 1 << 20, &v)) { fprintf(err, "cachetd: -n needs a positive byte count, got '%s'\n", optarg); return EX_USAGE_CODE; }
             s->chunk_size = (uint32_t)v; break;
         case 'C': s->use_cas = false; break;
+        case 'M': s->evict_disabled = true; break;
         case 'b':
             if (!parse_int(optarg, 1, 65535, &v)) { fprintf(err, "cachetd: -b needs a positive backlog, got '%s'\n", optarg); return EX_USAGE_CODE; }
             s->backlog = (int)v; break;

@@ -40,6 +40,7 @@ struct settings {
     double   growth_factor;        /* -f */
     uint32_t chunk_size;           /* -n */
     bool     use_cas;              /* !-C */
+    bool     evict_disabled;       /* -M: refuse stores instead of evicting */
     int      verbose;              /* -v count */
     uint32_t slab_sizes[MAX_SLAB_SIZES];
     int      slab_sizes_count;
@@ -52,6 +53,9 @@ struct settings {
     int      io_uring;             /* IO_URING_OFF / _AUTO (default) / _REQUIRED; see uring.h */
     size_t   conn_buffer_limit;    /* -o conn_buffer_limit: bytes of connection buffers above
                                       their resting 32 KiB, summed over all connections; 0 = none */
+    int      metrics_port;         /* -o metrics_port: Prometheus /metrics and /healthz over HTTP; 0 = off */
+    uint32_t young_window;         /* -o young_window: seconds; an eviction of an item read within
+                                      it counts as young (evictions_young); 0 = storage default (60) */
 };
 
 /* Fills s from defaults, then the args file (if --args-file is given), then

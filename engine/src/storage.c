@@ -11,12 +11,18 @@
  * Why a clock thread: memcached's rel_time: one relaxed load per request
  * instead of a clock_gettime() call, one-second resolution like the protocol.
  *
- * Why one global CAS counter: flush_all must also invalidate items stored in
- * the same second as the flush; like memcached we remember the CAS counter at
- * the flush and treat older CAS ids as flushed, which needs CAS ids that grow
- * monotonically across threads. One relaxed fetch_add per store.
+ * Why flush_all moves a time floor instead of comparing CAS ids: an
+ * immediate flush in second T invalidates every item whose last access is
+ * at or before T (items touched in the same second included), and from then
+ * on until the clock leaves T, stores and reads stamp items with T+1, so an
+ * item stored after the flush in that same second survives it. This does
+ * not depend on CAS ids at all, so it holds with -C and for items whose CAS
+ * a client chose (meta E); memcached 1.6 gets the same outcome by unlinking
+ * the items of the flush second synchronously. An item's time may then run
+ * up to a second ahead of the clock; `mg l` reports 0 for it.
  */
 #include "storage_internal.h"
+#include "bgthread.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -26,9 +32,10 @@
 #include <time.h>
 
 struct storage_config g_cfg;
+bool g_use_cas;
 _Atomic uint32_t g_current_time;
-_Atomic uint32_t g_oldest_live;
-_Atomic uint64_t g_oldest_cas;
+_Atomic uint64_t g_flush_word;
+_Atomic uint32_t g_stamp_floor;
 _Atomic uint32_t g_flush_pending;
 time_t storage_process_started;
 
@@ -40,7 +47,6 @@ static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct { _Atomic uint64_t v; char pad[56]; } cas_line __attribute__((aligned(64)));
 #define cas_counter (cas_line.v)
 static uint64_t stats_baseline[THREAD_STATS_N];
-static uint64_t class_baseline_evicted;
 static uint64_t class_baseline[MAX_SLAB_CLASSES + 1][CLASS_STATS_N];
 
 static void sum_class(int clsid, uint64_t out[CLASS_STATS_N])
@@ -60,9 +66,9 @@ void storage_class_thread_stats(int clsid, uint64_t out[CLASS_STATS_N])
 }
 static _Atomic int32_t clock_offset;     /* tests move time forward */
 static struct timespec mono_start;
-static pthread_t clock_thread;
-static _Atomic bool clock_stop_flag;
-static bool clock_running, threads_started;
+static bool clock_pass(void *arg);
+static struct bgthread clock_thread = { .name = "cachet-clock", .pass = clock_pass, .period_ms = 100 };
+static bool threads_started;
 static storage_thread *bg_ctx;
 
 int items_init(void);
@@ -109,35 +115,18 @@ static uint32_t compute_now(void)
     return (uint32_t)s;
 }
 
-static void *clock_main(void *arg)
+static bool clock_pass(void *arg)
 {
     (void)arg;
-    while (!atomic_load(&clock_stop_flag)) {
-        uint32_t now = compute_now();
-        /* store only on change: every GET reads this cache line */
-        if (atomic_load_explicit(&g_current_time, memory_order_relaxed) != now)
-            atomic_store_explicit(&g_current_time, now, memory_order_relaxed);
-        struct timespec ts = {0, 100 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    return NULL;
+    uint32_t now = compute_now();
+    /* store only on change: every GET reads this cache line */
+    if (atomic_load_explicit(&g_current_time, memory_order_relaxed) != now)
+        atomic_store_explicit(&g_current_time, now, memory_order_relaxed);
+    return false;
 }
 
-int clock_start(void)
-{
-    atomic_store(&clock_stop_flag, false);
-    int rc = pthread_create(&clock_thread, NULL, clock_main, NULL);
-    clock_running = rc == 0;
-    return rc;
-}
-
-void clock_stop(void)
-{
-    if (!clock_running) return;
-    atomic_store(&clock_stop_flag, true);
-    pthread_join(clock_thread, NULL);
-    clock_running = false;
-}
+int clock_start(void) { return bgthread_start(&clock_thread); }
+void clock_stop(void) { bgthread_stop(&clock_thread); }
 
 void storage_test_advance_clock(uint32_t seconds)
 {
@@ -180,6 +169,7 @@ int storage_init(const struct storage_config *cfg)
     if (g_cfg.growth_factor <= 1.0) g_cfg.growth_factor = 1.25;
     if (!g_cfg.chunk_size_min) g_cfg.chunk_size_min = 48;
     if (!g_cfg.hashpower_init) g_cfg.hashpower_init = 16;
+    if (!g_cfg.young_window) g_cfg.young_window = 60;
     if (g_cfg.item_size_max > g_cfg.mem_limit) {
         fprintf(stderr, "cachetd: item size max (-I %zu) cannot exceed the memory limit (-m %zu)\n",
                 g_cfg.item_size_max, g_cfg.mem_limit);
@@ -193,9 +183,10 @@ int storage_init(const struct storage_config *cfg)
     storage_process_started = time(NULL) - 2;
     atomic_store(&clock_offset, 0);
     atomic_store(&g_current_time, compute_now());
-    atomic_store(&g_oldest_live, 0);
-    atomic_store(&g_oldest_cas, 0);
+    atomic_store(&g_flush_word, 0);
+    atomic_store(&g_stamp_floor, 0);
     atomic_store(&g_flush_pending, 0);
+    g_use_cas = g_cfg.use_cas;
     atomic_store(&cas_counter, 0);
     memset(class_baseline, 0, sizeof class_baseline);
     if (slabs_init() != 0) return -1;
@@ -249,11 +240,17 @@ void storage_flush(rel_time_t when)
 {
     rel_time_t now = now_time();
     if (when == 0 || when <= now) {
-        atomic_store(&g_oldest_cas, atomic_load(&cas_counter) + 1);
-        atomic_store_explicit(&g_oldest_live, now - 1, memory_order_release);
+        /* Everything stamped up to `base` goes; later stamps are base + 1.
+         * A second flush within the same second must also cover what was
+         * stored between the two, so the base is the current floor when that
+         * is ahead of the clock. The floor first: a store that sees the new
+         * oldest_live must not stamp its item with a time it covers. */
+        rel_time_t floor = atomic_load_explicit(&g_stamp_floor, memory_order_relaxed);
+        rel_time_t base = floor > now ? floor : now;
+        atomic_store_explicit(&g_stamp_floor, base + 1, memory_order_release);
+        atomic_store_explicit(&g_flush_word, flush_word(base, now), memory_order_release);
     } else {
-        atomic_store(&g_oldest_cas, 0);
-        atomic_store_explicit(&g_oldest_live, when - 1, memory_order_release);
+        atomic_store_explicit(&g_flush_word, flush_word(when - 1, when - 1), memory_order_release);
     }
     atomic_store(&g_flush_pending, 1);
 }
@@ -289,7 +286,7 @@ void storage_stats_general(stat_writer w, void *ctx)
     W(get_hits); W(get_misses); W(get_expired); W(get_flushed);
     W(delete_hits); W(delete_misses); W(incr_hits); W(incr_misses); W(decr_hits); W(decr_misses);
     W(cas_hits); W(cas_misses); W(cas_badval); W(touch_hits); W(touch_misses);
-    uint64_t curr = 0, bytes = 0, reclaimed = 0, exp_unf = 0, ev_unf = 0, oom = 0;
+    uint64_t curr = 0, bytes = 0, reclaimed = 0, exp_unf = 0, ev_unf = 0, oom = 0, young = 0;
     for (unsigned c = 1; c <= slabs_class_count(); c++) {
         struct class_stats *cs = &g_class_stats[c];
         curr += atomic_load(&cs->curr_items);
@@ -298,15 +295,20 @@ void storage_stats_general(stat_writer w, void *ctx)
         exp_unf += atomic_load(&cs->expired_unfetched);
         ev_unf += atomic_load(&cs->evicted_unfetched);
         oom += atomic_load(&cs->outofmemory);
+        young += atomic_load(&cs->evicted_young);
     }
     w(ctx, "curr_items", "%llu", (unsigned long long)curr);
     W(total_items);
     w(ctx, "bytes", "%llu", (unsigned long long)bytes);
-    w(ctx, "evictions", "%llu", (unsigned long long)(total_evictions() - class_baseline_evicted));
+    w(ctx, "evictions", "%llu", (unsigned long long)total_evictions());
     w(ctx, "reclaimed", "%llu", (unsigned long long)reclaimed);
     w(ctx, "expired_unfetched", "%llu", (unsigned long long)exp_unf);
     w(ctx, "evicted_unfetched", "%llu", (unsigned long long)ev_unf);
     w(ctx, "outofmemory", "%llu", (unsigned long long)oom);
+    /* cache-pressure signals: evictions of items still being read, and the
+     * idle age of the last item evicted (small = the cache is too small) */
+    w(ctx, "evictions_young", "%llu", (unsigned long long)young);
+    w(ctx, "eviction_age_last", "%u", atomic_load(&g_last_eviction_age));
     w(ctx, "limit_maxbytes", "%zu", g_cfg.mem_limit);
     w(ctx, "total_malloced", "%zu", slabs_total_malloced());
     W(get_copied); W(get_referenced);
@@ -321,7 +323,16 @@ void storage_stats_general(stat_writer w, void *ctx)
 void storage_stats_reset(void)
 {
     sum_threads(stats_baseline);
-    class_baseline_evicted = total_evictions();
+    /* memcached's stats reset also zeroes the per-class item counters
+     * (items:N:evicted and the rest); the gauges (number, bytes, waiting
+     * dead items) describe what is stored now and stay */
+    for (unsigned c = 1; c <= slabs_class_count(); c++) {
+        struct class_stats *cs = &g_class_stats[c];
+        _Atomic uint64_t *counters[] = { &cs->evicted, &cs->evicted_nonzero, &cs->evicted_unfetched,
+                                         &cs->expired_unfetched, &cs->expired, &cs->reclaimed, &cs->outofmemory,
+                                         &cs->moves_to_alt, &cs->reassign_evicted, &cs->evicted_young };
+        for (size_t k = 0; k < sizeof counters / sizeof counters[0]; k++) atomic_store(counters[k], 0);
+    }
     for (unsigned c = 1; c <= slabs_class_count(); c++) sum_class((int)c, class_baseline[c]);
 }
 
@@ -340,7 +351,9 @@ void storage_stats_settings(stat_writer w, void *ctx)
     w(ctx, "slab_sizes", "%s", buf);
     w(ctx, "slab_reassign", "%s", "yes");
     w(ctx, "lru_type", "%s", "bags");
-    w(ctx, "item_header_bytes", "%zu", sizeof(struct item));
+    w(ctx, "item_header_bytes", "%u", ITEM_HDR);
+    w(ctx, "slab_chunk_max", "%zu", slabs_chunk_max());
+    w(ctx, "young_window", "%u", g_cfg.young_window);
 }
 
 void storage_stats_items(stat_writer w, void *ctx) { bags_stats_items(w, ctx); }

@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #define KEY_MAX_LENGTH 250
@@ -47,6 +48,7 @@ struct storage_config {
     bool     use_cas;            /* false with -C */
     bool     evict_disabled;     /* -M: refuse a store instead of evicting */
     size_t   slab_chunk_max;     /* -o slab_chunk_max: larger items are chained from chunks of this size; 0 = default */
+    uint32_t young_window;       /* -o young_window: an eviction of an item read within this many seconds is "young" (0 = 60) */
     int      verbose;
 };
 
@@ -82,7 +84,9 @@ extern time_t storage_process_started;                 /* unix time of rel_time 
 
 /* What a lookup found. On a hit the value is either copied into the caller's
  * buffer (value == that buffer, ref == NULL) or referenced in place
- * (ref != NULL: call item_view_release() after the bytes have been sent). */
+ * (ref != NULL: call item_view_release() after the bytes have been sent). A
+ * referenced value may be in several pieces (values longer than the largest
+ * slab class are chained): send it with item_view_pieces(). */
 struct item_view {
     const char *value;
     uint32_t    nbytes;        /* value length, without "\r\n" */
@@ -94,6 +98,7 @@ struct item_view {
     bool        stale;         /* meta X (marked by md I / ms I) */
     bool        win;           /* meta W: this client should recache */
     bool        win_sent_before; /* meta Z */
+    bool        key_binary;    /* stored with a base64 key (meta b): echo it in base64 */
     uint8_t     slab_class;    /* meta me: cls= */
     uint32_t    item_size;     /* meta me: size=, the whole item as memcached counts it */
     item       *ref;
@@ -121,6 +126,9 @@ bool storage_get(storage_thread *t, const char *key, size_t nkey,
                  const struct get_opts *opts,
                  char *copy_buf, size_t copy_cap, struct item_view *out);
 void item_view_release(storage_thread *t, struct item_view *v);
+/* The value's pieces, in order, from byte `skip` on: fills at most max iovecs
+ * and returns how many (0 once skip reaches the end). */
+size_t item_view_pieces(const struct item_view *v, size_t skip, struct iovec *iov, size_t max);
 
 /* Batched GETs (a pipeline of many keys): the two cache misses of a lookup
  * (bucket word, then item header) can overlap across keys. Call
@@ -140,12 +148,19 @@ bool     storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uin
 /* ---- writes ---- */
 
 /* Two-step store so the value can be read off the socket straight into item
- * memory: allocate (unlinked), fill item_value(), then storage_store() or
- * item_discard(). *err is STORE_TOO_LARGE or STORE_NO_MEMORY on NULL. */
+ * memory: allocate (unlinked), fill the value through item_value_span(), then
+ * storage_store() or item_discard(). The value's "\r\n" is not stored. *err
+ * is STORE_TOO_LARGE or STORE_NO_MEMORY on NULL. */
 item *item_alloc(storage_thread *t, const char *key, size_t nkey,
                  uint32_t client_flags, rel_time_t exptime, uint32_t nbytes,
                  enum store_result *err);
-char *item_value(item *it);    /* nbytes of value, then room for "\r\n" */
+/* Where value byte `off` goes, and how many bytes follow it contiguously
+ * (a chained value is in several pieces); NULL at the end. */
+char *item_value_span(item *it, size_t off, size_t *len);
+/* The whole value when it is in one piece: values up to slab_chunk_max. */
+char *item_value(item *it);
+/* Remember that the key was given in base64 (meta b); before storage_store. */
+void  item_set_key_binary(item *it);
 void  item_discard(storage_thread *t, item *it);
 
 struct store_opts {

@@ -1,23 +1,36 @@
 /*
  * storage_internal.h - what the storage files (items.c, assoc.c, slabs.c,
- * bags.c, epoch.c) share with each other and with the unit tests,
- * and nothing the protocol layer should see.
+ * slabs_mover.c, bags.c, epoch.c) share with each other and with the unit
+ * tests, and nothing the protocol layer should see.
  *
- * Why the item header looks like this (24 bytes, then optional fields):
- * benchmark W3 wants <= 150 bytes of RSS per item for 9-byte keys and
- * 100-byte values. memcached spends 48 bytes on its header plus 8-byte hash
- * and LRU pointers; we spend 24: chain and bag links are 32-bit chunk handles
- * (offset/8 into one reserved region, see slabs.c), the slab class is found
- * from the page, and CAS, refcount and client flags are stored only when the
- * item needs them (CAS unless -C, refcount only for values large enough to be
- * sent zero-copy, client flags only when non-zero). With CAS a 9+100 item is
- * 24+8+9+100+2 = 143 bytes and lands in the 144-byte class of the default
- * -n 48 -f 1.25 ladder (88, 112, 144, ...).
+ * Why the item header looks like this (19 bytes, optional fields at the END
+ * of the chunk): benchmark W3 wants at most 0.70x memcached's RSS per item
+ * for 9-byte keys and 100-byte values. memcached spends 48 bytes on its
+ * header plus 8-byte hash and LRU pointers. Here:
+ *   0  h_next    hash chain link (32-bit chunk handle, see slabs.c)
+ *   4  lru_next  bag link / free-list link
+ *   8  time      last access (rel_time_t)
+ *  12  size_key  value length (low 24 bits) and key length (high 8), fixed
+ *  16  bag       bag stamp | ITEM_FETCHED_BIT
+ *  18  iflags    state and layout bits
+ *  19  key, then the value. The "\r\n" after a value is not stored: it is
+ *      added when the value is sent.
+ * Fields only some items need live at the end of the chunk, where the chunk
+ * size (a multiple of 8) keeps them aligned: the 8-byte CAS (unless -C), the
+ * expiry (only when non-zero, or when the chunk has room to spare), the
+ * client flags (only when non-zero) and a refcount (only for values large
+ * enough to be sent zero-copy). A 9+100 item with CAS is 19+9+100+8 = 136
+ * bytes and lands in the 136-byte class of the default ladder.
  *
- * Fields a lock-free reader may see change are C11 atomics (time, exptime,
- * bag, iflags, links, cas); everything else is written once before the item
- * is published with a release store and never changes while any reader can
- * reach the chunk (see the reclamation notes in assoc.c).
+ * Values longer than the largest class (slab_chunk_max) are chained: the
+ * item (the head) holds a descriptor of data chunks (total length, count,
+ * handles) and the last piece of the value; each data chunk carries the
+ * head's handle in h_next so the page mover can find its owner.
+ *
+ * Fields a lock-free reader may see change are C11 atomics (time, bag,
+ * iflags, links, the CAS, the expiry); everything else is written once before
+ * the item is published with a release store and never changes while any
+ * reader can reach the chunk (see the reclamation notes in assoc.c).
  */
 #ifndef CACHET_STORAGE_INTERNAL_H
 #define CACHET_STORAGE_INTERNAL_H
@@ -30,70 +43,151 @@
 
 /* ---- item layout ---- */
 struct item {
-    _Atomic uint32_t h_next;    /* next item in the hash chain (handle) */
+    _Atomic uint32_t h_next;    /* next item in the hash chain (handle); a data chunk's head */
     _Atomic uint32_t lru_next;  /* next item in its bag; free-list link when free */
     _Atomic uint32_t time;      /* last access (rel_time_t) */
-    _Atomic uint32_t exptime;   /* 0 = never */
-    uint32_t nbytes;            /* value length, without "\r\n" */
+    uint32_t size_key;          /* nbytes (24 bits) | nkey << 24 */
     _Atomic uint16_t bag;       /* id of the bag it was last stamped with | ITEM_FETCHED_BIT */
-    uint8_t  nkey;
     _Atomic uint8_t iflags;
-    /* then: [uint64 cas] [uint32 refcount] [uint32 client flags] key value "\r\n" */
+    /* the key starts at ITEM_HDR (byte 19), overlapping the padding */
 };
-_Static_assert(sizeof(struct item) == 24, "item header must stay 24 bytes");
+#define ITEM_HDR 19u
+_Static_assert(offsetof(struct item, iflags) == 18, "iflags is the last header byte");
 
 #define ITEM_FETCHED_BIT 0x8000u
 #define ITEM_BAG_MASK    0x7fffu
+#define ITEM_NBYTES_MAX  0xffffffu  /* longer values are chained */
 
 enum {
-    ITEM_LINKED    = 1,   /* reachable from the hash table */
-    ITEM_HAS_CAS   = 2,
-    ITEM_HAS_REF   = 4,
-    ITEM_HAS_FLAGS = 8,
-    ITEM_STALE     = 16,  /* md I / ms I: serve, but flag X and hand out a win */
-    ITEM_WIN_SENT  = 32,  /* a client already got W for this item */
-    ITEM_FREE      = 64,  /* chunk sits on a free list */
-    ITEM_LIMBO     = 128, /* unlinked, out of its bag, waiting for the grace period */
+    /* state: changes while readers may look */
+    ITEM_LINKED      = 1,   /* reachable from the hash table */
+    ITEM_STALE       = 2,   /* md I / ms I: serve, but flag X and hand out a win */
+    ITEM_WIN_SENT    = 4,   /* a client already got W for this item */
+    /* layout: fixed when the chunk is allocated */
+    ITEM_HAS_FLAGS   = 8,   /* client flags field at the chunk end */
+    ITEM_HAS_EXPTIME = 16,  /* expiry field at the chunk end (absent = never expires) */
+    ITEM_CHAINED     = 32,  /* the value is in data chunks (see above) */
+    ITEM_ON_DISK     = 64,  /* extstore: the value lives on disk, the item holds its locator */
+    ITEM_KEY_BINARY  = 128, /* the key was stored in base64 form (meta b): echo it so */
 };
+/* Whole-byte values no item can have: chunks that are not items. */
+#define ITEM_FREE  0xffu     /* on a free list, or never handed out */
+#define ITEM_DATA  0xfeu     /* a data chunk of a chained value */
+#define ITEM_STATE_BITS  (ITEM_LINKED | ITEM_STALE | ITEM_WIN_SENT)
+#define ITEM_LAYOUT_BITS (ITEM_HAS_FLAGS | ITEM_HAS_EXPTIME | ITEM_CHAINED | ITEM_ON_DISK | ITEM_KEY_BINARY)
 
 /* Values above this carry a refcount and may be handed out zero-copy;
  * smaller ones are always copied out (a copy beats two atomic RMWs). */
 #define ITEM_REF_MIN_BYTES 1024u
 
-static inline size_t item_header_size(uint8_t fl)
+/* Whether CAS ids are kept (-C turns them off for every item). */
+extern bool g_use_cas;
+/* Chunk size of each class, indexed by class id; set by slabs_init. */
+extern uint32_t g_class_size[];
+extern char *g_region;
+extern unsigned g_page_shift;
+extern _Atomic uint8_t *g_page_cls;
+
+static inline int slabs_clsid_of(const item *it)
 {
-    return sizeof(struct item) + ((fl & ITEM_HAS_CAS) ? 8 : 0) + ((fl & ITEM_HAS_REF) ? 4 : 0)
-         + ((fl & ITEM_HAS_FLAGS) ? 4 : 0);
+    return atomic_load_explicit(&g_page_cls[(size_t)((const char *)it - g_region) >> g_page_shift],
+                                memory_order_relaxed);
 }
-static inline size_t item_ntotal_for(uint8_t fl, size_t nkey, size_t nbytes)
-{
-    return item_header_size(fl) + nkey + nbytes + 2;
-}
+static inline uint32_t item_handle(const item *it) { return (uint32_t)(((const char *)it - g_region) >> 3) + 1; }
+static inline item *handle_item(uint32_t h) { return (item *)(g_region + ((size_t)(h - 1) << 3)); }
+
 static inline uint8_t item_fl(const item *it) { return atomic_load_explicit(&((item *)it)->iflags, memory_order_acquire); }
-/* Layout bits (HAS_*) never change after allocation, so a relaxed read is enough. */
+/* Layout bits never change after allocation, so a relaxed read is enough. */
 static inline uint8_t item_layout(const item *it)
 {
-    return atomic_load_explicit(&((item *)it)->iflags, memory_order_relaxed) & (ITEM_HAS_CAS | ITEM_HAS_REF | ITEM_HAS_FLAGS);
+    return atomic_load_explicit(&((item *)it)->iflags, memory_order_relaxed) & ITEM_LAYOUT_BITS;
 }
-static inline _Atomic uint64_t *item_cas_ptr(item *it) { return (_Atomic uint64_t *)((char *)it + sizeof(struct item)); }
+static inline uint32_t item_nkey(const item *it) { return it->size_key >> 24; }
+/* Bytes stored in the item itself: the value, or for a chained item its
+ * descriptor and last piece. */
+static inline uint32_t item_nstored(const item *it) { return it->size_key & ITEM_NBYTES_MAX; }
+static inline char *item_key(item *it) { return (char *)it + ITEM_HDR; }
+static inline char *item_data(item *it) { return item_key(it) + item_nkey(it); }
+static inline bool item_has_ref(uint8_t layout, size_t nbytes)
+{
+    return (layout & ITEM_CHAINED) || nbytes > ITEM_REF_MIN_BYTES;
+}
+/* Bytes the optional tail fields take. */
+static inline size_t item_tail_size(uint8_t layout, size_t nstored)
+{
+    return (g_use_cas ? 8 : 0) + ((layout & ITEM_HAS_EXPTIME) ? 4 : 0) + ((layout & ITEM_HAS_FLAGS) ? 4 : 0)
+         + (item_has_ref(layout, nstored) ? 4 : 0);
+}
+/* Chunk bytes an item needs. */
+static inline size_t item_ntotal_for(uint8_t layout, size_t nkey, size_t nstored)
+{
+    return ITEM_HDR + nkey + nstored + item_tail_size(layout, nstored);
+}
+static inline char *item_end(const item *it) { return (char *)it + g_class_size[slabs_clsid_of(it)]; }
+/* Tail fields, from the chunk end backwards: CAS, expiry, flags, refcount. */
+static inline _Atomic uint64_t *item_cas_ptr(item *it) { return (_Atomic uint64_t *)(item_end(it) - 8); }
+static inline char *item_tail_after_cas(item *it) { return item_end(it) - (g_use_cas ? 8 : 0); }
+static inline _Atomic uint32_t *item_exptime_ptr(item *it)
+{
+    return (_Atomic uint32_t *)(item_tail_after_cas(it) - 4);
+}
+static inline char *item_tail_after_exptime(item *it)
+{
+    return item_tail_after_cas(it) - ((item_layout(it) & ITEM_HAS_EXPTIME) ? 4 : 0);
+}
+static inline char *item_cflags_ptr(item *it) { return item_tail_after_exptime(it) - 4; }
 static inline _Atomic uint32_t *item_ref_ptr(item *it)
 {
-    return (_Atomic uint32_t *)((char *)it + sizeof(struct item) + ((item_layout(it) & ITEM_HAS_CAS) ? 8 : 0));
+    return (_Atomic uint32_t *)(item_tail_after_exptime(it) - ((item_layout(it) & ITEM_HAS_FLAGS) ? 4 : 0) - 4);
 }
+static inline bool item_refcounted(item *it) { return item_has_ref(item_layout(it), item_nstored(it)); }
 static inline uint32_t item_cflags(item *it)
 {
-    uint8_t fl = item_layout(it);
-    if (!(fl & ITEM_HAS_FLAGS)) return 0;
+    if (!(item_layout(it) & ITEM_HAS_FLAGS)) return 0;
     uint32_t v;
-    memcpy(&v, (char *)it + item_header_size(fl) - 4, 4);
+    memcpy(&v, item_cflags_ptr(it), 4);
     return v;
 }
-static inline char *item_key(item *it) { return (char *)it + item_header_size(item_layout(it)); }
-static inline char *item_data(item *it) { return item_key(it) + it->nkey; }
-static inline size_t item_ntotal(item *it) { return item_ntotal_for(item_layout(it), it->nkey, it->nbytes); }
+static inline rel_time_t item_exptime(item *it)
+{
+    return (item_layout(it) & ITEM_HAS_EXPTIME) ? atomic_load_explicit(item_exptime_ptr(it), memory_order_relaxed) : 0;
+}
 static inline uint64_t item_get_cas(item *it)
 {
-    return (item_layout(it) & ITEM_HAS_CAS) ? atomic_load_explicit(item_cas_ptr(it), memory_order_relaxed) : 0;
+    return g_use_cas ? atomic_load_explicit(item_cas_ptr(it), memory_order_relaxed) : 0;
+}
+
+/* Chained values: the descriptor at the start of the head's stored bytes. */
+struct chain_desc {
+    uint64_t total;      /* value length */
+    uint32_t nchunks;    /* data chunks, in value order, before the head's own piece */
+    /* then uint32_t handles[nchunks], then the last piece of the value */
+};
+static inline struct chain_desc item_chain(item *it)
+{
+    struct chain_desc d;
+    memcpy(&d, item_data(it), sizeof d);
+    return d;
+}
+static inline uint32_t item_chain_handle(item *it, uint32_t i)
+{
+    uint32_t h;
+    memcpy(&h, item_data(it) + sizeof(struct chain_desc) + 4 * (size_t)i, 4);
+    return h;
+}
+/* Bytes a data chunk of a class holds. */
+static inline size_t chunk_capacity(int clsid) { return g_class_size[clsid] - ITEM_HDR; }
+static inline char *chunk_data(item *chunk) { return (char *)chunk + ITEM_HDR; }
+/* The value's length, chained or not. */
+static inline uint64_t item_nbytes(item *it)
+{
+    return (item_layout(it) & ITEM_CHAINED) ? item_chain(it).total : item_nstored(it);
+}
+/* Bytes of memory the item occupies, as memcached reports them (me size=). */
+static inline size_t item_ntotal(item *it)
+{
+    return item_ntotal_for(item_layout(it), item_nkey(it), item_nstored(it))
+         + ((item_layout(it) & ITEM_CHAINED) ? item_chain(it).total : 0);
 }
 
 /* ---- per-thread context ---- */
@@ -118,6 +212,10 @@ struct storage_thread {
     int      index;
     int      section_depth;
     unsigned stall_tick;             /* g_test_reader_stall */
+    /* concurrent checker: the next lock-free GET holds the item it found for
+     * this many microseconds, published in test_held meanwhile */
+    _Atomic unsigned test_hold_us;
+    _Atomic(item *) test_held;
     uint64_t cas_next, cas_end;      /* block of CAS ids owned by this thread */
     struct thread_stats st;
     struct class_thread_stats cls[64 + 1];
@@ -132,10 +230,24 @@ struct storage_thread {
 /* ---- global settings and clock (storage.c) ---- */
 extern struct storage_config g_cfg;
 extern _Atomic uint32_t g_current_time;
-extern _Atomic uint32_t g_oldest_live;     /* flush_all: items with time <= this are gone once now >= it */
-extern _Atomic uint32_t g_flush_pending;   /* cleaner should cut bags at g_oldest_live */
+/* flush_all, in one word so a reader sees both halves of the same flush:
+ * items whose time is <= oldest are gone once the clock reaches effective
+ * (an immediate flush takes effect at once, a delayed one at its time). */
+extern _Atomic uint64_t g_flush_word;
+static inline uint64_t flush_word(rel_time_t oldest, rel_time_t effective) { return (uint64_t)oldest << 32 | effective; }
+static inline rel_time_t flush_oldest(uint64_t w) { return (rel_time_t)(w >> 32); }
+static inline rel_time_t flush_effective(uint64_t w) { return (rel_time_t)w; }
+extern _Atomic uint32_t g_flush_pending;   /* cleaner should cut bags once the flush is effective */
+extern _Atomic uint32_t g_stamp_floor;     /* flush_all: no access is stamped before this (storage.c) */
 
 static inline rel_time_t now_time(void) { return atomic_load_explicit(&g_current_time, memory_order_relaxed); }
+/* The time an access or store records in an item: now, but never inside the
+ * second an immediate flush_all covers (see storage.c). */
+static inline rel_time_t stamp_time(void)
+{
+    rel_time_t n = now_time(), f = atomic_load_explicit(&g_stamp_floor, memory_order_acquire);
+    return n < f ? f : n;
+}
 int clock_start(void);   /* 0 or pthread_create's error */
 void clock_stop(void);
 /* Tests move time forward instead of sleeping. */
@@ -147,6 +259,12 @@ uint64_t storage_next_cas(storage_thread *t);
 
 extern _Atomic unsigned g_test_reader_stall;  /* stress test only, see items.c */
 extern _Atomic unsigned g_test_migrate_stall; /* unit test only, see assoc.c */
+extern _Atomic unsigned g_test_poison_free;   /* stress test only, see slabs.c */
+/* Concurrent checker hooks: reclaim every dead item now (full cleaner sweep),
+ * and move the page holding `it` to another class (returns false if it could
+ * not). Neither may be called inside a read section. */
+void bags_test_reclaim_all(void);
+bool slabs_test_move_page_of(const item *it);
 
 /* ---- read sections / grace periods (epoch.c) ---- */
 void epoch_enter(storage_thread *t);
@@ -190,30 +308,25 @@ void slabs_destroy(void);
 int  slabs_clsid(size_t ntotal);                 /* 0 if too large */
 unsigned slabs_class_count(void);                /* classes are 1..count */
 uint32_t slabs_chunk_size(int clsid);
-/* Hot on every lookup, so inline: the region base and page table are set
- * once by slabs_init and never move. */
-extern char *g_region;
-extern unsigned g_page_shift;
-extern _Atomic uint8_t *g_page_cls;
-static inline int slabs_clsid_of(const item *it)
-{
-    return atomic_load_explicit(&g_page_cls[(size_t)((const char *)it - g_region) >> g_page_shift],
-                                memory_order_relaxed);
-}
 item *slabs_alloc_chunk(int clsid);              /* NULL if no free chunk and no free page */
 void slabs_free_chunk(item *it);
-static inline uint32_t item_handle(const item *it) { return (uint32_t)(((const char *)it - g_region) >> 3) + 1; }
-static inline item *handle_item(uint32_t h) { return (item *)(g_region + ((size_t)(h - 1) << 3)); }
-void slabs_mark_starving(int clsid);
 int slabs_start_thread(void);   /* 0 or pthread_create's error */
 void slabs_stop_thread(void);
 void slabs_stats(stat_writer w, void *ctx);
+/* slabs_mover.c: gives class clsid a page from another class now (evicting
+ * there), for a store that has nothing of its own to evict. No lock held,
+ * not in a read section. True if the class got memory. */
+bool slabs_acquire_page(int clsid);
+void slabs_mover_stats(stat_writer w, void *ctx);
+void slabs_mover_reset(void);
 size_t slabs_total_malloced(void);
+size_t slabs_chunk_max(void);                    /* largest class: longer items are chained */
 size_t slabs_page_size(void);
 size_t slabs_pages_max(void);
 size_t slabs_pages_used(void);
 unsigned slabs_class_pages(int clsid);
-/* One mover pass: returns true if a page changed class (tests call it directly). */
+/* One background balancing pass: returns true if a page changed class
+ * (tests call it directly). */
 bool slabs_rebalance_once(void);
 extern _Atomic uint64_t g_slab_moves;
 
@@ -226,8 +339,11 @@ void bags_bump(item *it, int clsid);             /* same without marking it fetc
 /* Frees memory in class clsid by reclaiming dead/expired items or evicting
  * from the oldest bag. Returns how many chunks it freed. No locks held. */
 int  bags_evict(storage_thread *t, int clsid);
-/* Evicts every linked item whose chunk lies in [lo, hi) (slab mover). */
-void bags_purge_range(storage_thread *t, int clsid, const char *lo, const char *hi);
+/* Evicts every item of class clsid whose chunk lies in [lo, hi), and the
+ * items named by the `heads` handles (owners of data chunks in that range),
+ * for the slab mover. */
+void bags_purge(storage_thread *t, int clsid, const char *lo, const char *hi,
+                const uint32_t *heads, size_t nheads);
 int bags_start_thread(void);   /* 0 or pthread_create's error */
 void bags_stop_thread(void);
 bool bags_clean_once(storage_thread *t);         /* one cleaner pass (tests) */
@@ -236,6 +352,7 @@ void bags_stats_general(stat_writer w, void *ctx);
 void bags_note_unlinked(item *it, int clsid);    /* counts dead items waiting in bags */
 unsigned bags_count(int clsid);
 rel_time_t bags_oldest_age(int clsid);           /* now - last access of the oldest item, 0 if none */
+rel_time_t bags_oldest_age_cached(int clsid);    /* the same as of the last cleaner pass, without a lock */
 
 /* per-class item statistics kept by items.c/bags.c */
 struct class_stats {
@@ -243,7 +360,10 @@ struct class_stats {
     _Atomic uint64_t evicted, evicted_nonzero, evicted_unfetched, evicted_time;
     _Atomic uint64_t expired_unfetched, expired, reclaimed, outofmemory, moves_to_alt;
     _Atomic uint64_t dead_waiting, reassign_evicted;
+    _Atomic uint64_t evicted_young;   /* evicted within young_window of its last access: the cache is too small */
 };
+/* Age (now - last access) of the item most recently evicted, any class. */
+extern _Atomic uint32_t g_last_eviction_age;
 extern struct class_stats g_class_stats[MAX_SLAB_CLASSES + 1];
 
 /* item lifecycle helpers (items.c) */

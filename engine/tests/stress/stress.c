@@ -19,6 +19,18 @@
  * Bounded in seconds and operations; exits non-zero on any wrong value or if
  * expansion, eviction or a page move never happened (the test would then
  * prove nothing).
+ *
+ * Chunk reuse is targeted, not left to chance: every freed chunk is
+ * overwritten with garbage at once (slabs.c), and a pair of threads races
+ * reclamation on purpose. The holder GETs a key and, inside its read
+ * section, holds the item it found for a few hundred microseconds (a test
+ * hook in items.c); meanwhile the reclaimer deletes that key and forces the
+ * item's memory back, alternating a full cleaner sweep and a move of the
+ * item's page to another class. A correct grace period makes both wait for
+ * the holder; any hole in it frees the chunk under the holder, which then
+ * reads garbage: a wrong value, and a ThreadSanitizer report of the
+ * overwrite racing with its read. Shown to fail this way with the grace
+ * period of limbo_free removed (see docs/benchmarks.md, bench-soak).
  */
 #include "storage_internal.h"
 
@@ -108,6 +120,75 @@ static void verify_a(const char *key, uint64_t id, const char *v, size_t n)
 
 struct worker { int idx; uint64_t seed; _Atomic long ops; };
 
+/* ---- the reclaim race (see the header) ---- */
+static storage_thread *_Atomic holder_ctx;
+static _Atomic int held_key = -1;           /* r:<n> the holder is holding, -1 if none */
+static _Atomic uint64_t races, races_moved;
+
+static void *holder_main(void *arg)
+{
+    (void)arg;
+    storage_thread *t = storage_thread_register();
+    atomic_store(&holder_ctx, t);
+    static char val[512], copy[1024];
+    char key[32];
+    uint64_t ver = 0;
+    for (long i = 0; !atomic_load_explicit(&stop_flag, memory_order_relaxed); i++) {
+        int n = (int)(i % 64);
+        uint64_t id = 5000000 + (uint64_t)n;
+        int nk = snprintf(key, sizeof key, "r:%d", n);
+        size_t len = make_value(val, id, ++ver, 100 + (size_t)(i % 300));
+        enum store_result err;
+        item *it = item_alloc(t, key, (size_t)nk, (uint32_t)len, 0, (uint32_t)len, &err);
+        if (!it) continue;
+        memcpy(item_value(it), val, len);
+        if (storage_store(t, it, MODE_SET, NULL, NULL) != STORE_STORED) continue;
+        atomic_store(&held_key, n);
+        atomic_store(&t->test_hold_us, 400);
+        struct item_view v;
+        if (storage_get(t, key, (size_t)nk, NULL, copy, sizeof copy, &v)) {
+            verify_s(key, id, v.value, v.nbytes);
+            if (v.client_flags != v.nbytes) report_wrong("client flags", key, v.value, v.nbytes);
+            item_view_release(t, &v);
+        }
+        atomic_store(&t->test_hold_us, 0);
+        atomic_store(&held_key, -1);
+    }
+    return NULL;
+}
+
+static void *reclaimer_main(void *arg)
+{
+    (void)arg;
+    storage_thread *t = storage_thread_register();
+    char key[32];
+    for (uint64_t i = 0; !atomic_load_explicit(&stop_flag, memory_order_relaxed); ) {
+        storage_thread *h = atomic_load(&holder_ctx);
+        item *held = h ? atomic_load_explicit(&h->test_held, memory_order_acquire) : NULL;
+        int n = atomic_load(&held_key);
+        if (!held || n < 0) {
+            struct timespec ts = {0, 20 * 1000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        int nk = snprintf(key, sizeof key, "r:%d", n);
+        storage_delete(t, key, (size_t)nk, NULL);
+        if (i++ & 1) {
+            if (slabs_test_move_page_of(held)) atomic_fetch_add(&races_moved, 1);
+        } else {
+            bags_test_reclaim_all();
+        }
+        atomic_fetch_add(&races, 1);
+        /* wait for this hold to end before looking for the next */
+        while (atomic_load_explicit(&h->test_held, memory_order_acquire) == held &&
+               !atomic_load_explicit(&stop_flag, memory_order_relaxed)) {
+            struct timespec ts = {0, 20 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return NULL;
+}
+
 /* s-values carry their length in the client flags, the others 0. */
 static void do_store(storage_thread *t, const char *key, size_t nkey, const char *val, size_t n,
                      uint32_t client_flags, rel_time_t exp, enum store_mode mode)
@@ -116,8 +197,7 @@ static void do_store(storage_thread *t, const char *key, size_t nkey, const char
     item *it = item_alloc(t, key, nkey, client_flags, exp, (uint32_t)n, &err);
     atomic_fetch_add_explicit(&sets, 1, memory_order_relaxed);
     if (!it) { atomic_fetch_add_explicit(&oom, 1, memory_order_relaxed); return; }
-    memcpy(item_value(it), val, n);
-    memcpy(item_value(it) + n, "\r\n", 2);
+    memcpy(item_value(it), val, n);   /* at most 8 KB: one piece */
     if (storage_store(t, it, mode, NULL, NULL) == STORE_STORED) atomic_fetch_add_explicit(&stored, 1, memory_order_relaxed);
 }
 
@@ -266,14 +346,20 @@ int main(int argc, char **argv)
     cfg.hashpower_init = opt_hashpower;
     cfg.use_cas = true;
     if (storage_init(&cfg) != 0) return 2;
-    /* readers stall now and then inside the read section (items.c) */
+    /* readers stall now and then inside the read section (items.c), and
+     * every freed chunk is overwritten with garbage (slabs.c): a reader that
+     * reaches a freed or reused chunk reads bytes no value or key can match,
+     * and under ThreadSanitizer the poisoning write races with its read */
     atomic_store(&g_test_reader_stall, 1);
+    atomic_store(&g_test_poison_free, 1);
     if (storage_start_threads() != 0) return 2;
     printf("stress: %d threads, %d s / %ld ops per thread, %d keys, -m %d MB, hashpower %d\n",
            opt_threads, opt_seconds, opt_ops, opt_keys, opt_mem_mb, opt_hashpower);
     fflush(stdout);
 
-    pthread_t th[64];
+    pthread_t th[64], race_th[2];
+    pthread_create(&race_th[0], NULL, holder_main, NULL);
+    pthread_create(&race_th[1], NULL, reclaimer_main, NULL);
     struct worker ws[64];
     for (int i = 0; i < opt_threads; i++) {
         ws[i].idx = i;
@@ -296,8 +382,9 @@ int main(int argc, char **argv)
             uint64_t none = 0;   /* flush_all while the workers run, once */
             if (atomic_compare_exchange_strong(&flushes, &none, 1)) storage_flush(0);
         }
-        printf("  t=%4.0fs ops=%ld hits=%llu wrong=%llu hashpower=%llu evictions=%llu slab_moves=%llu\n", el, total,
-               (unsigned long long)atomic_load(&hits), (unsigned long long)atomic_load(&wrong),
+        printf("  t=%4.0fs ops=%ld hits=%llu wrong=%llu reclaim_races=%llu hashpower=%llu evictions=%llu slab_moves=%llu\n",
+               el, total, (unsigned long long)atomic_load(&hits), (unsigned long long)atomic_load(&wrong),
+               (unsigned long long)atomic_load(&races),
                (unsigned long long)stat("hash_power_level"), (unsigned long long)stat("evictions"),
                (unsigned long long)atomic_load(&g_slab_moves));
         fflush(stdout);
@@ -305,6 +392,8 @@ int main(int argc, char **argv)
     }
     atomic_store(&stop_flag, true);
     for (int i = 0; i < opt_threads; i++) pthread_join(th[i], NULL);
+    pthread_join(race_th[0], NULL);
+    pthread_join(race_th[1], NULL);
 
     /* Final sweep: every key still present must verify. */
     storage_thread *t = storage_thread_register();
@@ -345,6 +434,12 @@ int main(int argc, char **argv)
     if (atomic_load(&g_slab_moves) == 0) { printf("FAIL: the slab mover never moved a page\n"); rc = 1; }
     if (pages_used > pages_max) { printf("FAIL: item memory above -m\n"); rc = 1; }
     if (hits == 0) { printf("FAIL: no hits at all\n"); rc = 1; }
+    printf("reclaim races: %llu (%llu by a page move)\n", (unsigned long long)atomic_load(&races),
+           (unsigned long long)atomic_load(&races_moved));
+    if (atomic_load(&races) < 20 || atomic_load(&races_moved) == 0) {
+        printf("FAIL: too few reclaim races to prove anything\n");
+        rc = 1;
+    }
     printf("%s: %llu wrong values\n", rc ? "FAIL" : "OK", (unsigned long long)atomic_load(&wrong));
     return rc;
 }

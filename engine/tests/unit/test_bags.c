@@ -11,7 +11,7 @@ static char val100[101];
 static long long class_bags(void)
 {
     char nm[32];
-    sprintf(nm, "items:%d:bags", slabs_clsid(24 + 8 + 6 + 100 + 2));
+    sprintf(nm, "items:%d:bags", slabs_clsid(ITEM_HDR + 8 + 5 + 100));   /* 19-byte header, CAS, key, value */
     return stat_of(storage_stats_items, nm);
 }
 
@@ -19,7 +19,7 @@ static void put100(const char *k) { CHECK(put(k, val100) == STORE_STORED); }
 
 static void test_eviction_order_and_touch(void)
 {
-    setup(2, 10, false);                 /* 2 pages of 144-byte chunks: 14562 items */
+    setup(2, 10, false);                 /* 2 MB of 136-byte chunks: about 15400 items */
     bags_set_target_min(512);
     char k[32];
     int n = 12000;
@@ -33,20 +33,20 @@ static void test_eviction_order_and_touch(void)
     /* touch a few old items: they must survive the eviction of their neighbours */
     const char *touched[] = {"o10", "o500", "o1500"};
     for (int i = 0; i < 3; i++) CHECK(get_str(touched[i], NULL) != NULL);
-    for (int i = n; i < n + 6000; i++) { sprintf(k, "o%d", i); put100(k); }
+    for (int i = n; i < n + 9000; i++) { sprintf(k, "o%d", i); put100(k); }
     CHECK(gstat("evictions") > 3000);
     for (int i = 0; i < 3; i++) CHECK(get_str(touched[i], NULL) != NULL);
     CHECK(get_str("o11", NULL) == NULL);
     CHECK(get_str("o501", NULL) == NULL);
     /* evicted from the old end: a contiguous run of the first keys is gone, the newest stay */
     int first_present = -1;
-    for (int i = 0; i < n + 6000; i++) {
+    for (int i = 0; i < n + 9000; i++) {
         sprintf(k, "o%d", i);
         if (i != 10 && i != 500 && i != 1500 && get_str(k, NULL)) { first_present = i; break; }
     }
     CHECK(first_present >= 3000);
     int missing_after = 0;
-    for (int i = first_present; i < n + 6000; i++) { sprintf(k, "o%d", i); if (!get_str(k, NULL)) missing_after++; }
+    for (int i = first_present; i < n + 9000; i++) { sprintf(k, "o%d", i); if (!get_str(k, NULL)) missing_after++; }
     CHECK(missing_after < 600);   /* only the batch granularity of bags/eviction */
     CHECK(gstat("lru_items_moved") >= 3);
     teardown();

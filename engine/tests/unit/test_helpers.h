@@ -46,8 +46,12 @@ static inline enum store_result put_full(const char *key, const char *val, uint3
     size_t n = strlen(val);
     item *it = item_alloc(T, key, strlen(key), flags, exp, (uint32_t)n, &err);
     if (!it) return err;
-    memcpy(item_value(it), val, n);
-    memcpy(item_value(it) + n, "\r\n", 2);
+    for (size_t off = 0; off < n;) {   /* values past slab_chunk_max are in pieces */
+        size_t len;
+        char *dst = item_value_span(it, off, &len);
+        memcpy(dst, val + off, len);
+        off += len;
+    }
     return storage_store(T, it, mode, o, cas);
 }
 

@@ -44,7 +44,7 @@ static void test_rss_per_item(void)
     assoc_wait_expansion();
     long after = rss_bytes();
     double per_item = (double)(after - before) / n;
-    uint32_t chunk = slabs_chunk_size(slabs_clsid(143));
+    uint32_t chunk = slabs_chunk_size(slabs_clsid(ITEM_HDR + 9 + 100 + 8));
     double structural = chunk + (double)gstat("hash_bytes") / n;
     printf("W3: %d items, RSS +%ld bytes, %.1f bytes/item (hash_power_level %lld, chunk %u; "
            "chunk + hash share = %.1f)\n", n, after - before, per_item, gstat("hash_power_level"), chunk, structural);

@@ -1,0 +1,34 @@
+/*
+ * engine_probe.h - one `mn` round trip through cachetd's own memcached port.
+ *
+ * Why a real round trip and not a flag: /healthz and memcached_up must say
+ * whether a client would be served, and only a client's path proves that:
+ * the listener accepts (connection limit, backlog), a worker reads, parses
+ * and answers (not wedged). Asking in-process state would report "healthy"
+ * for a server whose workers are stuck. The same check as cachet-probe's
+ * default, done from inside the process.
+ *
+ * Concurrency: none of its own; each call uses its own socket. It blocks
+ * its caller for at most the timeout.
+ */
+#ifndef CACHET_ENGINE_PROBE_H
+#define CACHET_ENGINE_PROBE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Where the engine listens, as -l and -p give it: the first -l address
+ * ("" = all interfaces; a wildcard address means loopback). */
+struct engine_probe_target {
+    char host[256];   /* numeric address to connect to */
+    int  port;
+};
+
+/* Resolves the target from -l's list and the bound port; false if none. */
+bool engine_probe_target_from(const char *listen, int port, struct engine_probe_target *t);
+
+/* Connects, sends "mn\r\n", expects "MN\r\n", all within timeout_ms.
+ * Returns true if so; else why holds one line saying what went wrong. */
+bool engine_probe(const struct engine_probe_target *t, int timeout_ms, char *why, size_t why_cap);
+
+#endif

@@ -1,0 +1,59 @@
+/*
+ * stats.c - the registry of statistics providers; see stats.h for why.
+ *
+ * Concurrency: the table is constant; providers are safe to call from any
+ * thread (each documents how it reads other threads' counters).
+ */
+#include "stats.h"
+
+#include <string.h>
+
+#include "conn.h"
+#include "latency.h"
+
+struct provider {
+    enum stats_group group;
+    void (*emit)(stat_writer w, void *ctx);
+};
+
+/* `stats` prints the server's counters first, then storage's, as memcached does. */
+static const struct provider providers[] = {
+    { STATS_GENERAL,  server_stats_general },
+    { STATS_GENERAL,  storage_stats_general },
+    { STATS_SETTINGS, server_stats_settings },
+    { STATS_SETTINGS, storage_stats_settings },
+    { STATS_ITEMS,    storage_stats_items },
+    { STATS_SLABS,    storage_stats_slabs },
+    { STATS_SIZES,    storage_stats_sizes },
+    { STATS_CONNS,    server_stats_conns },
+    { STATS_LATENCY,  latency_stats },
+};
+
+static const char *const group_names[STATS_GROUP_COUNT] = {
+    [STATS_GENERAL] = "", [STATS_SETTINGS] = "settings", [STATS_ITEMS] = "items",
+    [STATS_SLABS] = "slabs", [STATS_SIZES] = "sizes", [STATS_CONNS] = "conns",
+    [STATS_LATENCY] = NULL,   /* not a `stats` argument */
+};
+
+bool stats_group_by_name(const char *arg, size_t len, enum stats_group *out)
+{
+    for (int g = 0; g < STATS_GROUP_COUNT; g++) {
+        if (group_names[g] && strlen(group_names[g]) == len && !memcmp(group_names[g], arg, len)) {
+            *out = (enum stats_group)g;
+            return true;
+        }
+    }
+    return false;
+}
+
+void stats_emit(enum stats_group group, stat_writer w, void *ctx)
+{
+    for (size_t i = 0; i < sizeof providers / sizeof providers[0]; i++)
+        if (providers[i].group == group) providers[i].emit(w, ctx);
+}
+
+void stats_reset(void)
+{
+    server_stats_reset();
+    storage_stats_reset();
+}
