@@ -123,9 +123,9 @@ func DesiredConfigHash(c *cachev1alpha1.Cache, o BuildOptions) string {
 // and the CPU count is whole, which makes the pod Guaranteed and eligible for
 // exclusive cores. Otherwise the CPUs are only requested (none with cpu 0),
 // so the pod is never throttled by a CFS quota on shared cores.
-func Resources(c *cachev1alpha1.Cache) corev1.ResourceRequirements {
+func Resources(c *cachev1alpha1.Cache, o BuildOptions) corev1.ResourceRequirements {
 	cpu := *resource.NewQuantity(int64(c.Spec.CPUs()), resource.DecimalSI)
-	mem := *resource.NewQuantity(engine.MemoryLimitBytes(&c.Spec), resource.BinarySI)
+	mem := *resource.NewQuantity(engine.MemoryLimitBytes(&c.Spec, o.Engine), resource.BinarySI)
 	r := corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceMemory: mem},
 		Limits:   corev1.ResourceList{corev1.ResourceMemory: mem},
@@ -366,7 +366,7 @@ func StatefulSet(c *cachev1alpha1.Cache, o BuildOptions) *appsv1.StatefulSet {
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{"/usr/local/bin/cachetd", "--args-file", ConfigDir + "/" + ArgsFileKey},
 		Ports:           ports,
-		Resources:       Resources(c),
+		Resources:       Resources(c, o),
 		ReadinessProbe: &corev1.Probe{
 			ProbeHandler:     readiness,
 			PeriodSeconds:    5,

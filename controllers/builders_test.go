@@ -54,18 +54,18 @@ func newCache(mutate ...func(*cachev1alpha1.Cache)) *cachev1alpha1.Cache {
 }
 
 func TestResourcesGuaranteedOnlyWhenDedicated(t *testing.T) {
-	r := Resources(newCache())
+	r := Resources(newCache(), testOpts)
 	if !r.Requests.Cpu().Equal(*r.Limits.Cpu()) || !r.Requests.Memory().Equal(*r.Limits.Memory()) || r.Limits.Cpu().Value() != 2 {
 		t.Fatalf("dedicated resources are not Guaranteed with 2 CPUs: %+v", r)
 	}
-	shared := Resources(newCache(func(c *cachev1alpha1.Cache) { c.Spec.DedicatedCPUs = ptr.To(false) }))
+	shared := Resources(newCache(func(c *cachev1alpha1.Cache) { c.Spec.DedicatedCPUs = ptr.To(false) }), testOpts)
 	if _, ok := shared.Limits[corev1.ResourceCPU]; ok {
 		t.Fatalf("shared pods must have no CPU limit (no CFS throttling): %+v", shared)
 	}
 	if shared.Requests.Cpu().Value() != 2 {
 		t.Fatalf("shared pods still request their CPUs: %+v", shared)
 	}
-	none := Resources(newCache(func(c *cachev1alpha1.Cache) { c.Spec.DedicatedCPUs = ptr.To(false); c.Spec.CPU = ptr.To(int32(0)) }))
+	none := Resources(newCache(func(c *cachev1alpha1.Cache) { c.Spec.DedicatedCPUs = ptr.To(false); c.Spec.CPU = ptr.To(int32(0)) }), testOpts)
 	if _, ok := none.Requests[corev1.ResourceCPU]; ok {
 		t.Fatalf("cpu 0 must request no CPU: %+v", none)
 	}

@@ -309,7 +309,7 @@ func TestSpecChangeGetsANewRevisionAndOldPodsKeepTheirs(t *testing.T) {
 		h := sts.Spec.Template.Annotations[ConfigHashAnnotation]
 		return h == engine.ConfigHash(wantArgs) && h != oldHash, h
 	})
-	if lim := sts.Spec.Template.Spec.Containers[0].Resources.Limits.Memory(); lim.Cmp(oldLimit) <= 0 || lim.Value() != engine.MemoryLimitBytes(&c.Spec) {
+	if lim := sts.Spec.Template.Spec.Containers[0].Resources.Limits.Memory(); lim.Cmp(oldLimit) <= 0 || lim.Value() != engine.MemoryLimitBytes(&c.Spec, engine.Options{}) {
 		t.Errorf("memory limit %s did not follow (was %s)", lim, &oldLimit)
 	}
 	newCM := ConfigMapOfPod(&sts.Spec.Template.Spec)

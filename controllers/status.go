@@ -90,7 +90,7 @@ type podProblem struct {
 
 // diagnosePod reports why a pod cannot serve, or nil when nothing is wrong
 // beyond plain waiting.
-func diagnosePod(c *cachev1alpha1.Cache, pod *corev1.Pod) *podProblem {
+func diagnosePod(c *cachev1alpha1.Cache, pod *corev1.Pod, o BuildOptions) *podProblem {
 	if pod.Status.Phase == corev1.PodFailed {
 		// The node refused or evicted the pod (OutOfcpu, UnexpectedAdmissionError
 		// from the CPU manager, Evicted); the StatefulSet controller replaces it.
@@ -110,7 +110,7 @@ func diagnosePod(c *cachev1alpha1.Cache, pod *corev1.Pod) *podProblem {
 				}
 			} else if strings.Contains(cond.Message, "Insufficient memory") {
 				msg += fmt.Sprintf(" Each pod needs %s of memory (spec.memory plus overhead): free memory, add nodes, or lower spec.memory, spec.engine.maxConnections or spec.replicas.",
-					formatBytes(engine.MemoryLimitBytes(&c.Spec)))
+					formatBytes(engine.MemoryLimitBytes(&c.Spec, o.Engine)))
 			}
 			return &podProblem{ReasonPodUnschedulable, msg}
 		}
@@ -124,7 +124,7 @@ func diagnosePod(c *cachev1alpha1.Cache, pod *corev1.Pod) *podProblem {
 				return &podProblem{ReasonPodConfigError, fmt.Sprintf("pod %s container %s cannot start (%s): %s", pod.Name, cs.Name, w.Reason, w.Message)}
 			case "CrashLoopBackOff":
 				if t := cs.LastTerminationState.Terminated; t != nil && t.Reason == "OOMKilled" {
-					return &podProblem{ReasonOOMKilled, fmt.Sprintf("pod %s was killed for exceeding its memory limit of %s; lower spec.engine.maxConnections or report the engine's memory use", pod.Name, formatBytes(engine.MemoryLimitBytes(&c.Spec)))}
+					return &podProblem{ReasonOOMKilled, fmt.Sprintf("pod %s was killed for exceeding its memory limit of %s; lower spec.engine.maxConnections or report the engine's memory use", pod.Name, formatBytes(engine.MemoryLimitBytes(&c.Spec, o.Engine)))}
 				}
 				msg := fmt.Sprintf("pod %s keeps crashing (restarted %d times)", pod.Name, cs.RestartCount)
 				if t := cs.LastTerminationState.Terminated; t != nil {
@@ -290,7 +290,7 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 		})
 	}
 	desired := c.Spec.DesiredReplicas()
-	setRestartCondition(c, st.Endpoints, set)
+	setRestartCondition(c, st.Endpoints, obs.Options, set)
 	setCoresCondition(c, obs, set)
 
 	// Problems come first: they explain every other condition.
@@ -298,7 +298,7 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 	pods := append([]corev1.Pod(nil), obs.Pods...)
 	sort.Slice(pods, func(i, j int) bool { return ordinal(c, pods[i].Name) < ordinal(c, pods[j].Name) })
 	for i := range pods {
-		if p := diagnosePod(c, &pods[i]); p != nil {
+		if p := diagnosePod(c, &pods[i], obs.Options); p != nil {
 			problems = append(problems, *p)
 		}
 	}
@@ -367,7 +367,7 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 // setRestartCondition reports pods whose engine restarted: a restart is not
 // a crash loop once the pod is back, but it emptied that shard, and an OOM
 // kill says the memory limit is too small for the load.
-func setRestartCondition(c *cachev1alpha1.Cache, eps []cachev1alpha1.CacheEndpoint, set func(string, metav1.ConditionStatus, string, string)) {
+func setRestartCondition(c *cachev1alpha1.Cache, eps []cachev1alpha1.CacheEndpoint, o BuildOptions, set func(string, metav1.ConditionStatus, string, string)) {
 	var worst *cachev1alpha1.CacheEndpoint
 	var restarted []string
 	for i := range eps {
@@ -390,7 +390,7 @@ func setRestartCondition(c *cachev1alpha1.Cache, eps []cachev1alpha1.CacheEndpoi
 		}
 		detail = fmt.Sprintf("; last: pod %s ended with %s (exit code %d) at %s", worst.Pod, t.Reason, t.ExitCode, t.FinishedAt.UTC().Format("2006-01-02T15:04:05Z"))
 		if t.Reason == "OOMKilled" {
-			detail += fmt.Sprintf(", over its memory limit of %s: lower spec.engine.maxConnections or spec.engine.maxItemSize, or report the engine's memory use", formatBytes(engine.MemoryLimitBytes(&c.Spec)))
+			detail += fmt.Sprintf(", over its memory limit of %s: lower spec.engine.maxConnections or spec.engine.maxItemSize, or report the engine's memory use", formatBytes(engine.MemoryLimitBytes(&c.Spec, o.Engine)))
 		}
 	}
 	set(cachev1alpha1.ConditionPodsRestarted, metav1.ConditionTrue, reason,

@@ -132,7 +132,7 @@ if render default --namespace cachet-system; then
   hasnt default 'caBundle' "Helm never renders caBundle (upgrades keep the injected CA)"
   hasnt default 'cert-manager.io/inject-ca-from' "no cainjector annotation without cert-manager"
   has default 'helm.sh/resource-policy: keep' "CRD kept on uninstall by default"
-  has default '- --engine-metrics-port=0$' "engine metrics port passed to the operator"
+  has default '- --engine-metrics-port=9150$' "engine metrics port (and so the HTTP probes) on by default"
   has default '- --check-cpu-manager=false$' "kubelet check off by default"
   hasnt default 'nodes/proxy' "no nodes/proxy permission unless operator.checkCPUManager"
   has default '- --metrics-cert-dir=/tmp/k8s-webhook-server/serving-certs$' "metrics served with the webhook certificate"

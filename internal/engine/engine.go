@@ -47,6 +47,10 @@ const (
 	// stops parsing connections with unsent output until they drain.
 	ConnBufferPerThreadBytes = 4 << 20
 	BaseBytes                = 16 << 20 // binary, libc, clock/cleaner/expander/mover threads, slab page rounding
+	// MetricsBytes is the metrics thread (-o metrics_port): its stack, 16
+	// connections' request buffers and one /metrics body at the engine's 4 MiB
+	// cap (about 20 KB in practice).
+	MetricsBytes = 4 << 20
 	HashBucketBytes          = 4        // a bucket is a 32-bit item handle
 	ItemFixedBytes           = 38       // item header 24 + CAS 8 + reference 4 + CRLF 2
 	HashLoadFactor           = 1.5      // the table doubles when items exceed 1.5 x buckets
@@ -59,6 +63,10 @@ const (
 	DefaultGrowthFactor   = "1.25"
 	DefaultMinChunk       = 48
 )
+
+// DefaultMetricsPort is where the operator has cachetd serve /healthz and
+// /metrics unless told otherwise.
+const DefaultMetricsPort = 9150
 
 // Options are the operator-wide choices that shape every engine's arguments.
 type Options struct {
@@ -209,17 +217,18 @@ func HashTableBytes(s *cachev1alpha1.CacheSpec) int64 {
 
 // MemoryBudget is one process's memory, part by part.
 type MemoryBudget struct {
-	ItemMemory, Connections, ConnBufferCap, Workers, HashTable, Base int64
+	ItemMemory, Connections, ConnBufferCap, Workers, HashTable, Metrics, Base int64
 	// Limit is the sum rounded up to a whole MiB: the container's memory
 	// request and limit.
 	Limit int64
 }
 
 // Budget is the memory formula: item memory plus resting connection buffers,
-// the capped buffer memory above them, worker threads, the hash table and a
-// fixed base, rounded up to MiB. Change it here, and in docs/operator.md,
-// when the engine changes how it allocates.
-func Budget(s *cachev1alpha1.CacheSpec) MemoryBudget {
+// the capped buffer memory above them, worker threads, the hash table, the
+// metrics thread when there is one, and a fixed base, rounded up to MiB.
+// Change it here, and in docs/operator.md, when the engine changes how it
+// allocates.
+func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 	b := MemoryBudget{
 		ItemMemory:    s.Memory.Value(),
 		Connections:   int64(MaxConnections(s)) * PerConnectionBytes,
@@ -228,13 +237,16 @@ func Budget(s *cachev1alpha1.CacheSpec) MemoryBudget {
 		HashTable:     HashTableBytes(s),
 		Base:          BaseBytes,
 	}
-	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.Workers + b.HashTable + b.Base
+	if o.MetricsPort > 0 {
+		b.Metrics = MetricsBytes
+	}
+	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.Workers + b.HashTable + b.Metrics + b.Base
 	const mib = 1 << 20
 	b.Limit = (total + mib - 1) / mib * mib
 	return b
 }
 
-// MemoryLimitBytes is Budget(s).Limit.
-func MemoryLimitBytes(s *cachev1alpha1.CacheSpec) int64 {
-	return Budget(s).Limit
+// MemoryLimitBytes is Budget(s, o).Limit.
+func MemoryLimitBytes(s *cachev1alpha1.CacheSpec, o Options) int64 {
+	return Budget(s, o).Limit
 }

@@ -106,11 +106,11 @@ func TestMemoryBudget(t *testing.T) {
 	// -> 2^19 buckets of 4 bytes = 2Mi, plus half of it while expanding = 3Mi;
 	// 1024 connections x 32Ki = 32Mi; buffer cap 2 threads x 4Mi = 8Mi;
 	// 2 threads x 2Mi = 4Mi; base 16Mi. Total 64+3+32+8+4+16 = 127Mi.
-	b := Budget(spec())
+	b := Budget(spec(), Options{})
 	if b.Limit != 127<<20 || b.HashTable != 3<<20 || b.Connections != 32<<20 || b.ConnBufferCap != 8<<20 || b.Workers != 4<<20 || b.Base != 16<<20 {
 		t.Fatalf("budget %+v", b)
 	}
-	if MemoryLimitBytes(spec()) != b.Limit {
+	if MemoryLimitBytes(spec(), Options{}) != b.Limit {
 		t.Fatal("MemoryLimitBytes is not Budget().Limit")
 	}
 	if got := SmallestItemBytes(spec()); got != 88 {
@@ -123,7 +123,11 @@ func TestMemoryBudget(t *testing.T) {
 		wantMiB int64
 	}{{"64Mi", 1, 121}, {"64Mi", 2, 127}, {"1Gi", 2, 1132}} {
 		s := spec(func(s *cachev1alpha1.CacheSpec) { s.Memory = resource.MustParse(tc.mem); s.CPU = ptr.To(tc.cpu) })
-		if got := MemoryLimitBytes(s) >> 20; got != tc.wantMiB {
+		if got := MemoryLimitBytes(s, Options{}) >> 20; got != tc.wantMiB {
+			t.Errorf("limit for %s/%d CPU = %dMi, want %dMi", tc.mem, tc.cpu, got, tc.wantMiB)
+		}
+		// The metrics thread adds its 4 MiB.
+		if got := MemoryLimitBytes(s, Options{MetricsPort: DefaultMetricsPort}) >> 20; got != tc.wantMiB+4 {
 			t.Errorf("limit for %s/%d CPU = %dMi, want %dMi", tc.mem, tc.cpu, got, tc.wantMiB)
 		}
 	}

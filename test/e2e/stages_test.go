@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,6 +138,7 @@ func (s *suite) dedicatedCache(t *testing.T) {
 		if q := pod.str("status", "qosClass"); q != "Guaranteed" {
 			t.Errorf("pod %s QoS class %q, want Guaranteed", name, q)
 		}
+		s.checkHealthProbe(t, pod)
 		settings := s.engineSettings(t, name)
 		workers, err := parseCPUList(settings["worker_cpus"])
 		if err != nil || len(workers) == 0 {
@@ -878,4 +881,50 @@ func (s *suite) deleteAndUninstall(t *testing.T) {
 	if len(leftovers) > 0 {
 		t.Errorf("helm uninstall left behind: %s", strings.Join(leftovers, " "))
 	}
+}
+
+// checkHealthProbe: the kubelet probes the engine's /healthz over HTTP on the
+// metrics port (no process started inside the pod's exclusive cores), and
+// the endpoint answers as the engine documents: 200 on /healthz, and
+// memcached_up 1 on /metrics.
+func (s *suite) checkHealthProbe(t *testing.T, pod obj) {
+	t.Helper()
+	name := pod.str("metadata", "name")
+	var ctr obj
+	for _, c := range pod.list("spec", "containers") {
+		if c.str("name") == engineContainer {
+			ctr = c
+		}
+	}
+	metricsPort := 0
+	for _, p := range ctr.list("ports") {
+		if p.str("name") == "metrics" {
+			metricsPort = p.num("containerPort")
+		}
+	}
+	for _, probe := range []string{"readinessProbe", "livenessProbe"} {
+		if ctr.str(probe, "httpGet", "path") != "/healthz" || ctr.str(probe, "httpGet", "port") != "metrics" || ctr.get(probe, "exec") != nil {
+			t.Errorf("pod %s %s = %s, want httpGet /healthz on port metrics", name, probe, ctr.str(probe))
+		}
+	}
+	if metricsPort == 0 {
+		t.Fatalf("pod %s has no metrics port: %s", name, ctr.str("ports"))
+	}
+	addr := s.c.portForward(t, s.c.cacheNS, "pod/"+name, metricsPort)
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path) //nolint:noctx // bounded by the client's timeout
+		if err != nil {
+			t.Fatalf("GET %s from pod %s: %v", path, name, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get("/healthz"); code != http.StatusOK {
+		t.Errorf("pod %s GET /healthz: %d %q", name, code, body)
+	}
+	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "\nmemcached_up 1") {
+		t.Errorf("pod %s GET /metrics: %d, memcached_up 1 missing", name, code)
+	}
+	t.Logf("pod %s: probes are httpGet /healthz on port %d; /healthz 200, /metrics has memcached_up 1", name, metricsPort)
 }
