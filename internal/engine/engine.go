@@ -50,12 +50,12 @@ const (
 	// MetricsBytes is the metrics thread (-o metrics_port): its stack, 16
 	// connections' request buffers and one /metrics body at the engine's 4 MiB
 	// cap (about 20 KB in practice).
-	MetricsBytes = 4 << 20
-	HashBucketBytes          = 4        // a bucket is a 32-bit item handle
-	ItemFixedBytes           = 38       // item header 24 + CAS 8 + reference 4 + CRLF 2
-	HashLoadFactor           = 1.5      // the table doubles when items exceed 1.5 x buckets
-	DefaultHashPower         = 16
-	MaxHashPower             = 30 // cachetd's ceiling
+	MetricsBytes     = 4 << 20
+	HashBucketBytes  = 4   // a bucket is a 32-bit item handle
+	ItemFixedBytes   = 38  // item header 24 + CAS 8 + reference 4 + CRLF 2
+	HashLoadFactor   = 1.5 // the table doubles when items exceed 1.5 x buckets
+	DefaultHashPower = 16
+	MaxHashPower     = 30 // cachetd's ceiling
 
 	// Engine defaults, written out explicitly so that status.engineArgs is complete.
 	DefaultMaxConnections = 1024
