@@ -30,6 +30,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -37,6 +38,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -50,6 +52,7 @@ import (
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
 	"cachet.dev/cachet/controllers"
+	"cachet.dev/cachet/internal/engine"
 )
 
 var (
@@ -84,6 +87,9 @@ func main() {
 		mutatingConfig, validatingConfig        string
 		namespace, leaderElectionID             string
 		engineImage, clusterDomain              string
+		watchNamespaces, metricsCertDir         string
+		engineMetricsPort                       int
+		checkCPUManager                         bool
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint (HTTPS unless --metrics-secure=false). \"0\" disables it.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, allowing only callers authorized by a SubjectAccessReview.")
@@ -102,6 +108,10 @@ func main() {
 	flag.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "The operator's namespace (default $POD_NAMESPACE, then the service account's namespace).")
 	flag.StringVar(&engineImage, "engine-image", "localhost/cachetd:0.1.0", "Engine image written into Caches that name none.")
 	flag.StringVar(&clusterDomain, "cluster-domain", "cluster.local", "Cluster DNS domain, used in the pods' names in status.endpoints and in self-signed certificates.")
+	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces whose Caches the operator manages; empty: all namespaces. With a list, Roles in those namespaces are all the operator needs.")
+	flag.IntVar(&engineMetricsPort, "engine-metrics-port", engine.DefaultMetricsPort, "Port on which cachetd serves GET /healthz and /metrics (-o metrics_port); the kubelet probes /healthz there. 0: engines older than metrics_port, probed by cachet-probe inside the pod.")
+	flag.BoolVar(&checkCPUManager, "check-cpu-manager", false, "Read each node's kubelet /configz (nodes/proxy permission) to report whether dedicated-CPU pods really get exclusive cores (condition CoresExclusive).")
+	flag.StringVar(&metricsCertDir, "metrics-cert-dir", "", "Directory with tls.crt and tls.key for the metrics endpoint (e.g. the webhook certificate's); empty: a self-signed certificate.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -121,7 +131,15 @@ func main() {
 	if !enableHTTP2 {
 		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
 	}
-	metricsOptions := metricsserver.Options{BindAddress: metricsAddr, SecureServing: secureMetrics, TLSOpts: tlsOpts}
+	metricsTLS := tlsOpts
+	if metricsCertDir != "" {
+		// Read lazily: in self-signed mode the certificate reaches the
+		// directory only after the rotator has made it, and the metrics
+		// server must not fail to start meanwhile.
+		files := &certFiles{dir: metricsCertDir}
+		metricsTLS = append(append([]func(*tls.Config){}, tlsOpts...), func(c *tls.Config) { c.GetCertificate = files.get })
+	}
+	metricsOptions := metricsserver.Options{BindAddress: metricsAddr, SecureServing: secureMetrics, TLSOpts: metricsTLS}
 	if secureMetrics {
 		metricsOptions.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
@@ -135,7 +153,7 @@ func main() {
 		LeaderElectionID:       leaderElectionID,
 		// Stepping down on SIGTERM lets the next leader start at once.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controllers.CacheOptions(),
+		Cache:                         controllers.CacheOptions(splitList(watchNamespaces)...),
 	})
 	if err != nil {
 		setupLog.Error(err, "unable to create manager")
@@ -182,14 +200,24 @@ func main() {
 		close(certsReady)
 	}
 
-	if err := (&controllers.CacheReconciler{
+	reconciler := &controllers.CacheReconciler{
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
 		Scheme:        mgr.GetScheme(),
 		Recorder:      mgr.GetEventRecorder("cachet-operator"),
 		EngineImage:   engineImage,
+		Engine:        engine.Options{MetricsPort: int32(engineMetricsPort)},
 		ClusterDomain: clusterDomain,
-	}).SetupWithManager(mgr); err != nil {
+	}
+	if checkCPUManager {
+		cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+		if err != nil {
+			setupLog.Error(err, "unable to create a client for the kubelet check")
+			os.Exit(1)
+		}
+		reconciler.CPUManager = &controllers.KubeletConfigz{REST: cs.CoreV1().RESTClient(), TTL: 5 * time.Minute}
+	}
+	if err := reconciler.SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "unable to create controller", "controller", "Cache")
 		os.Exit(1)
 	}
@@ -198,7 +226,7 @@ func main() {
 		setupLog.Error(err, "unable to set up health check")
 		os.Exit(1)
 	}
-	readyCheck := healthz.Checker(healthz.Ping)
+	readyCheck := healthz.Ping
 	if enableWebhooks {
 		// The webhook server is created (and so started) only once the
 		// certificate exists: it reads tls.crt when it starts.
@@ -224,11 +252,49 @@ func main() {
 		os.Exit(1)
 	}
 
-	setupLog.Info("starting manager", "engineImage", engineImage, "clusterDomain", clusterDomain, "webhooks", enableWebhooks, "certMode", webhookCertMode)
+	setupLog.Info("starting manager", "engineImage", engineImage, "clusterDomain", clusterDomain, "webhooks", enableWebhooks, "certMode", webhookCertMode,
+		"watchNamespaces", watchNamespaces, "engineMetricsPort", engineMetricsPort, "checkCPUManager", checkCPUManager)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		setupLog.Error(err, "problem running manager")
 		os.Exit(1)
 	}
+}
+
+// splitList reads a comma-separated flag into its non-empty elements.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// certFiles serves the key pair in dir, reloading it when tls.crt changes.
+type certFiles struct {
+	dir   string
+	mu    sync.Mutex
+	mtime time.Time
+	cert  *tls.Certificate
+}
+
+func (f *certFiles) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	crt := filepath.Join(f.dir, corev1.TLSCertKey)
+	st, err := os.Stat(crt)
+	if err != nil {
+		return nil, fmt.Errorf("no serving certificate yet: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cert == nil || !st.ModTime().Equal(f.mtime) {
+		pair, err := tls.LoadX509KeyPair(crt, filepath.Join(f.dir, corev1.TLSPrivateKeyKey))
+		if err != nil {
+			return nil, err
+		}
+		f.cert, f.mtime = &pair, st.ModTime()
+	}
+	return f.cert, nil
 }
 
 // certFileWriter copies the self-signed mode's Secret (filled and rotated by

@@ -32,6 +32,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -50,10 +51,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"cachet.dev/cachet/test/utils"
 )
 
 func freePort(t *testing.T) int {
@@ -68,15 +70,7 @@ func freePort(t *testing.T) int {
 
 func poll(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	var last string
-	// The bound only keeps a broken run from hanging; nothing asserts speed.
-	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
-		ok, why := cond()
-		last = why
-		return ok, nil
-	}); err != nil {
-		t.Fatalf("%s never happened; last: %s", what, last)
-	}
+	utils.Eventually(t, 3*time.Minute, 200*time.Millisecond, what, cond)
 }
 
 func TestSelfSignedWebhookCertificates(t *testing.T) {
@@ -134,7 +128,7 @@ func TestSelfSignedWebhookCertificates(t *testing.T) {
 		}
 		var doc runtime.RawExtension
 		if err := dec.Decode(&doc); err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				break
 			}
 			t.Fatal(err)
@@ -259,10 +253,10 @@ func TestSelfSignedWebhookCertificates(t *testing.T) {
 		if err != nil {
 			t.Fatalf("certificate does not verify for %s: %v", name, err)
 		}
-		conn.Close()
+		_ = conn.Close()
 	}
 	if conn, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(webhookPort), &tls.Config{RootCAs: pool, ServerName: "elsewhere.example", MinVersion: tls.VersionTLS12}); err == nil {
-		conn.Close()
+		_ = conn.Close()
 		t.Fatal("certificate verified for a name it must not hold")
 	}
 

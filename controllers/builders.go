@@ -17,21 +17,19 @@ limitations under the License.
 // This file holds the pure functions that turn a Cache into the objects the
 // operator owns. They read nothing but their arguments and return new
 // objects, so each can be unit-tested without an API server and the
-// reconciler stays a thin loop of "build, apply, observe".
+// reconciler stays a thin loop of "build, apply, observe". What the engine
+// itself needs (arguments, memory) comes from internal/engine.
 
 package controllers
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"maps"
-	"math/bits"
 	"strconv"
-	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,230 +37,95 @@ import (
 	"k8s.io/utils/ptr"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+	"cachet.dev/cachet/internal/engine"
 )
 
 const (
 	// EnginePort is the port cachetd listens on inside every pod.
-	EnginePort = 11211
+	EnginePort = engine.Port
 	// EnginePortName names the port on pods and Services.
 	EnginePortName = "memcache"
+	// MetricsPortName names the engine's HTTP port (health and metrics).
+	MetricsPortName = "metrics"
 	// EngineContainerName is the cache container's name.
 	EngineContainerName = "cachetd"
 	// ArgsFileKey is the ConfigMap key holding cachetd's arguments.
 	ArgsFileKey = "args"
 	// ConfigDir is where the ConfigMap is mounted.
 	ConfigDir = "/etc/cachet"
-	// ConfigHashAnnotation on the pod template changes with the engine
-	// arguments, so that a new configuration rolls the pods.
+	// ConfigHashAnnotation on the pod template names the arguments the pod
+	// runs; a new configuration changes it and so rolls the pods.
 	ConfigHashAnnotation = cachev1alpha1.ConfigHashAnnotation
 	// EngineUID is the non-root user the engine image runs as.
 	EngineUID = 65532
 
 	// PreStopSleepSeconds keeps a terminating pod serving while its endpoint
 	// is removed from Services and client DNS, before SIGTERM makes cachetd
-	// drain.
+	// drain. The sleep action needs Kubernetes 1.30 (the chart's floor).
 	PreStopSleepSeconds = 5
 	// TerminationGracePeriodSeconds covers preStop plus cachetd's drain.
 	TerminationGracePeriodSeconds = 30
 
-	// Memory overhead budget of one pod on top of spec.memory, from how
-	// cachetd allocates (engine/src/net.c, assoc.c, slabs.c); see
-	// docs/operator.md for the formula and what it does not cover.
-	PerConnectionBytes = 32 << 10 // a resting connection: 16 KiB read buffer + 16 KiB output buffer
-	PerThreadBytes     = 2 << 20  // a worker's stack, event loop and per-thread caches
-	// ConnBufferPerThreadBytes sizes cachetd's process-wide cap on
-	// connection buffer memory above the resting 32 KiB (-o conn_buffer_limit):
-	// grown read buffers, queued and unsent replies. Over the cap, cachetd
-	// stops parsing connections with unsent output until they drain.
-	ConnBufferPerThreadBytes = 4 << 20
-	BaseBytes                = 16 << 20 // binary, libc, clock/cleaner/expander/mover threads, slab page rounding
-	HashBucketBytes          = 4        // a bucket is a 32-bit item handle
-	ItemFixedBytes           = 38       // item header 24 + CAS 8 + reference 4 + CRLF 2
-	HashLoadFactor           = 1.5      // the table doubles when items exceed 1.5 x buckets
-	DefaultHashPower         = 16
-	MaxHashPower             = 30 // cachetd's ceiling
-	// Engine defaults written out explicitly so status.engineArgs is complete.
-	DefaultMaxConnections = 1024
-	DefaultMaxItemSize    = 1 << 20
-	DefaultGrowthFactor   = "1.25"
-	DefaultMinChunk       = 48
+	// ZoneTopologyKey is the well-known zone label the default spread uses.
+	ZoneTopologyKey = "topology.kubernetes.io/zone"
 
-	managerName = "cachet-operator"
+	managerName = cachev1alpha1.ManagerName
 )
 
-// Names of the owned objects. They are derived from the Cache's name alone so
-// that clients and people can predict them.
-func ConfigMapName(c *cachev1alpha1.Cache) string       { return c.Name + "-config" }
+// BuildOptions are the operator-wide inputs of the builders.
+type BuildOptions struct {
+	// Engine shapes every engine's arguments.
+	Engine engine.Options
+	// Image is the engine image of the pod template.
+	Image string
+}
+
+// Names of the owned objects. They are derived from the Cache's name alone
+// (and, for the per-revision ConfigMaps, the configuration's hash) so that
+// clients and people can predict them.
+func ConfigMapName(c *cachev1alpha1.Cache, hash string) string {
+	return c.Name + "-config-" + hash
+}
 func HeadlessServiceName(c *cachev1alpha1.Cache) string { return c.Name + "-headless" }
 func ClientServiceName(c *cachev1alpha1.Cache) string   { return c.Name }
 func StatefulSetName(c *cachev1alpha1.Cache) string     { return c.Name }
 func PDBName(c *cachev1alpha1.Cache) string             { return c.Name }
+func NetworkPolicyName(c *cachev1alpha1.Cache) string   { return c.Name }
 
 // SelectorLabels select a Cache's pods. They never change for a Cache, as a
 // StatefulSet's selector is immutable.
 func SelectorLabels(c *cachev1alpha1.Cache) map[string]string {
 	return map[string]string{
-		"app.kubernetes.io/name":      "cachet",
-		"app.kubernetes.io/instance":  c.Name,
-		"app.kubernetes.io/component": "cache",
+		cachev1alpha1.LabelName:      cachev1alpha1.LabelNameValue,
+		cachev1alpha1.LabelInstance:  c.Name,
+		cachev1alpha1.LabelComponent: cachev1alpha1.LabelComponentCache,
 	}
 }
 
 // Labels go on every owned object.
 func Labels(c *cachev1alpha1.Cache) map[string]string {
 	l := SelectorLabels(c)
-	l["app.kubernetes.io/managed-by"] = managerName
+	l[cachev1alpha1.LabelManagedBy] = managerName
 	return l
 }
 
-// Threads is the number of worker threads: spec.engine.threads, or one per CPU.
-func Threads(c *cachev1alpha1.Cache) int32 {
-	if c.Spec.Engine.Threads != nil {
-		return *c.Spec.Engine.Threads
-	}
-	return max(c.Spec.CPUs(), 1)
+// EngineArgs are the arguments of the current spec.
+func EngineArgs(c *cachev1alpha1.Cache, o BuildOptions) []string {
+	return engine.Args(&c.Spec, o.Engine)
 }
 
-// MaxConnections with its default applied.
-func MaxConnections(c *cachev1alpha1.Cache) int32 {
-	if c.Spec.Engine.MaxConnections != nil {
-		return *c.Spec.Engine.MaxConnections
-	}
-	return DefaultMaxConnections
-}
-
-// MaxItemSizeBytes with its default applied.
-func MaxItemSizeBytes(c *cachev1alpha1.Cache) int64 {
-	if c.Spec.Engine.MaxItemSize != nil {
-		return c.Spec.Engine.MaxItemSize.Value()
-	}
-	return DefaultMaxItemSize
-}
-
-// ItemMemoryMiB is spec.memory in whole MiB (cachetd -m), rounded down; the
-// webhook refuses values that are not whole MiB, so nothing is lost.
-func ItemMemoryMiB(c *cachev1alpha1.Cache) int64 {
-	return c.Spec.Memory.Value() >> 20
-}
-
-// sizeArg writes a byte count the way memcached's -I reads it.
-func sizeArg(b int64) string {
-	switch {
-	case b%(1<<30) == 0:
-		return strconv.FormatInt(b>>30, 10) + "g"
-	case b%(1<<20) == 0:
-		return strconv.FormatInt(b>>20, 10) + "m"
-	case b%(1<<10) == 0:
-		return strconv.FormatInt(b>>10, 10) + "k"
-	}
-	return strconv.FormatInt(b, 10)
-}
-
-// EngineArgs are cachetd's arguments derived from the spec, one element per
-// argument, in a fixed order so that equal specs hash equally.
-func EngineArgs(c *cachev1alpha1.Cache) []string {
-	e := c.Spec.Engine
-	args := []string{
-		"-p", strconv.Itoa(EnginePort),
-		"-t", strconv.Itoa(int(Threads(c))),
-		"-m", strconv.FormatInt(ItemMemoryMiB(c), 10),
-		"-c", strconv.Itoa(int(MaxConnections(c))),
-		"-I", sizeArg(MaxItemSizeBytes(c)),
-	}
-	var opts []string
-	if len(e.ChunkSizes) > 0 {
-		sizes := make([]string, len(e.ChunkSizes))
-		for i, s := range e.ChunkSizes {
-			sizes[i] = strconv.Itoa(int(s))
-		}
-		opts = append(opts, "slab_sizes="+strings.Join(sizes, "-"))
-	} else {
-		f, n := DefaultGrowthFactor, int32(DefaultMinChunk)
-		if e.GrowthFactor != nil {
-			f = *e.GrowthFactor
-		}
-		if e.MinChunk != nil {
-			n = *e.MinChunk
-		}
-		args = append(args, "-f", f, "-n", strconv.Itoa(int(n)))
-	}
-	if e.HashPower != nil {
-		opts = append(opts, "hashpower="+strconv.Itoa(int(*e.HashPower)))
-	}
-	opts = append(opts, "conn_buffer_limit="+sizeArg(ConnBufferLimitBytes(c)))
-	return append(args, "-o", strings.Join(opts, ","))
-}
-
-// ConnBufferLimitBytes is the cap on connection buffer memory the operator
-// gives cachetd and budgets in the pod's limit: 4 MiB per worker thread.
-func ConnBufferLimitBytes(c *cachev1alpha1.Cache) int64 {
-	return int64(Threads(c)) * ConnBufferPerThreadBytes
-}
-
-// ArgsFile is the content of cachetd's --args-file: one argument per line.
-func ArgsFile(args []string) string {
-	return strings.Join(args, "\n") + "\n"
-}
-
-// ConfigHash identifies an arguments file; it is short because it only has
-// to change when the content does.
-func ConfigHash(argsFile string) string {
-	sum := sha256.Sum256([]byte(argsFile))
-	return hex.EncodeToString(sum[:8])
-}
-
-// SmallestItemBytes is the engine's smallest slab chunk: the first explicit
-// chunk size, or the fixed part of an item plus minChunk, 8-byte aligned.
-func SmallestItemBytes(c *cachev1alpha1.Cache) int64 {
-	if len(c.Spec.Engine.ChunkSizes) > 0 {
-		return (int64(c.Spec.Engine.ChunkSizes[0]) + 7) &^ 7
-	}
-	n := int64(DefaultMinChunk)
-	if c.Spec.Engine.MinChunk != nil {
-		n = int64(*c.Spec.Engine.MinChunk)
-	}
-	return (ItemFixedBytes + n + 7) &^ 7
-}
-
-// HashTableBytes bounds the hash table of one pod: enough buckets for the
-// most items the item memory can hold (every item the smallest chunk) at the
-// engine's load factor, rounded up to a power of two (at most the engine's
-// ceiling), plus the old half-size table that lives on while the table is
-// being expanded.
-func HashTableBytes(c *cachev1alpha1.Cache) int64 {
-	maxItems := c.Spec.Memory.Value() / SmallestItemBytes(c)
-	buckets := int64(float64(maxItems)/HashLoadFactor) + 1
-	power := int64(bits.Len64(uint64(buckets - 1)))
-	initial := int64(DefaultHashPower)
-	if c.Spec.Engine.HashPower != nil {
-		initial = int64(*c.Spec.Engine.HashPower)
-	}
-	power = min(max(power, initial), MaxHashPower)
-	table := (int64(1) << power) * HashBucketBytes
-	return table + table/2
-}
-
-// MemoryLimitBytes is the pod's memory limit: item memory plus resting
-// connection buffers, the capped buffer memory above them, worker threads,
-// the hash table and a fixed base, rounded up to MiB.
-func MemoryLimitBytes(c *cachev1alpha1.Cache) int64 {
-	total := c.Spec.Memory.Value() +
-		int64(MaxConnections(c))*PerConnectionBytes +
-		ConnBufferLimitBytes(c) +
-		int64(Threads(c))*PerThreadBytes +
-		HashTableBytes(c) +
-		BaseBytes
-	const mib = 1 << 20
-	return (total + mib - 1) / mib * mib
+// DesiredConfigHash is the hash of the current spec's arguments file.
+func DesiredConfigHash(c *cachev1alpha1.Cache, o BuildOptions) string {
+	return engine.ConfigHash(engine.ArgsFile(EngineArgs(c, o)))
 }
 
 // Resources of the cache container. With dedicated CPUs requests equal limits
 // and the CPU count is whole, which makes the pod Guaranteed and eligible for
 // exclusive cores. Otherwise the CPUs are only requested (none with cpu 0),
 // so the pod is never throttled by a CFS quota on shared cores.
-func Resources(c *cachev1alpha1.Cache) corev1.ResourceRequirements {
+func Resources(c *cachev1alpha1.Cache, o BuildOptions) corev1.ResourceRequirements {
 	cpu := *resource.NewQuantity(int64(c.Spec.CPUs()), resource.DecimalSI)
-	mem := *resource.NewQuantity(MemoryLimitBytes(c), resource.BinarySI)
+	mem := *resource.NewQuantity(engine.MemoryLimitBytes(&c.Spec, o.Engine), resource.BinarySI)
 	r := corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceMemory: mem},
 		Limits:   corev1.ResourceList{corev1.ResourceMemory: mem},
@@ -280,12 +143,20 @@ func objectMeta(c *cachev1alpha1.Cache, name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: Labels(c)}
 }
 
-// ConfigMap holds cachetd's arguments file.
-func ConfigMap(c *cachev1alpha1.Cache) *corev1.ConfigMap {
+// ConfigMap holds one revision's arguments file. It is immutable and named
+// after the hash of its content: a pod mounts the ConfigMap of its own
+// revision, so a pod that restarts before the roll reaches it restarts with
+// the arguments it was created with, never the new ones.
+func ConfigMap(c *cachev1alpha1.Cache, o BuildOptions) *corev1.ConfigMap {
+	file := engine.ArgsFile(EngineArgs(c, o))
+	hash := engine.ConfigHash(file)
+	meta := objectMeta(c, ConfigMapName(c, hash))
+	meta.Labels[cachev1alpha1.LabelConfigHash] = hash
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: objectMeta(c, ConfigMapName(c)),
-		Data:       map[string]string{ArgsFileKey: ArgsFile(EngineArgs(c))},
+		ObjectMeta: meta,
+		Immutable:  ptr.To(true),
+		Data:       map[string]string{ArgsFileKey: file},
 	}
 }
 
@@ -329,7 +200,7 @@ func ClientService(c *cachev1alpha1.Cache) *corev1.Service {
 	if port == 0 {
 		port = EnginePort
 	}
-	return &corev1.Service{
+	svc := &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: meta,
 		Spec: corev1.ServiceSpec{
@@ -338,31 +209,123 @@ func ClientService(c *cachev1alpha1.Cache) *corev1.Service {
 			Ports:    enginePorts(port),
 		},
 	}
+	if svcType == corev1.ServiceTypeLoadBalancer && len(c.Spec.Service.LoadBalancerSourceRanges) > 0 {
+		svc.Spec.LoadBalancerSourceRanges = append([]string(nil), c.Spec.Service.LoadBalancerSourceRanges...)
+	}
+	return svc
 }
 
-// PodDisruptionBudget bounds voluntary evictions of the cache pods.
+// PodDisruptionBudget bounds voluntary evictions of the cache pods. A pod
+// that is not Ready serves nothing, so evicting it may always proceed
+// (AlwaysAllow): otherwise one crash-looping pod would block every drain.
 func PodDisruptionBudget(c *cachev1alpha1.Cache) *policyv1.PodDisruptionBudget {
 	maxUnavailable := intstr.FromInt32(1)
 	if c.Spec.PodDisruptionBudget.MaxUnavailable != nil {
 		maxUnavailable = *c.Spec.PodDisruptionBudget.MaxUnavailable
 	}
+	always := policyv1.AlwaysAllow
 	return &policyv1.PodDisruptionBudget{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
 		ObjectMeta: objectMeta(c, PDBName(c)),
 		Spec: policyv1.PodDisruptionBudgetSpec{
-			MaxUnavailable: &maxUnavailable,
-			Selector:       &metav1.LabelSelector{MatchLabels: SelectorLabels(c)},
+			MaxUnavailable:             &maxUnavailable,
+			Selector:                   &metav1.LabelSelector{MatchLabels: SelectorLabels(c)},
+			UnhealthyPodEvictionPolicy: &always,
 		},
 	}
 }
 
-// StatefulSet runs the cache pods. image is the engine image to use when the
-// Cache names none (the webhook normally fills spec.image).
-func StatefulSet(c *cachev1alpha1.Cache, image string) *appsv1.StatefulSet {
-	if c.Spec.Image != "" {
-		image = c.Spec.Image
+// NetworkPolicy admits the listed clients to the memcached port and the
+// metrics scrapers to the metrics port, and nothing else, when the Cache asks
+// for a policy (nil otherwise).
+func NetworkPolicy(c *cachev1alpha1.Cache, o BuildOptions) *networkingv1.NetworkPolicy {
+	np := c.Spec.NetworkPolicy
+	if np == nil {
+		return nil
 	}
-	hash := ConfigHash(ArgsFile(EngineArgs(c)))
+	tcp := corev1.ProtocolTCP
+	memcache := intstr.FromInt32(EnginePort)
+	ingress := []networkingv1.NetworkPolicyIngressRule{{
+		From:  copyPeers(np.Clients),
+		Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &memcache}},
+	}}
+	if o.Engine.MetricsPort > 0 && len(np.MetricsScrapers) > 0 {
+		metrics := intstr.FromInt32(o.Engine.MetricsPort)
+		ingress = append(ingress, networkingv1.NetworkPolicyIngressRule{
+			From:  copyPeers(np.MetricsScrapers),
+			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &metrics}},
+		})
+	}
+	return &networkingv1.NetworkPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
+		ObjectMeta: objectMeta(c, NetworkPolicyName(c)),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: SelectorLabels(c)},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress:     ingress,
+		},
+	}
+}
+
+func copyPeers(in []networkingv1.NetworkPolicyPeer) []networkingv1.NetworkPolicyPeer {
+	out := make([]networkingv1.NetworkPolicyPeer, len(in))
+	for i := range in {
+		out[i] = *in[i].DeepCopy()
+	}
+	return out
+}
+
+// defaultAffinity prefers one pod of a Cache per node, so that one node's loss
+// (or drain) takes one shard. Soft: a small cluster still runs every replica.
+func defaultAffinity(c *cachev1alpha1.Cache) *corev1.Affinity {
+	return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+			Weight: 100,
+			PodAffinityTerm: corev1.PodAffinityTerm{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: SelectorLabels(c)},
+				TopologyKey:   corev1.LabelHostname,
+			},
+		}},
+	}}
+}
+
+// spreadConstraints are the Cache's own constraints (an empty selector
+// filled with the pods' labels), or a soft spread over zones.
+func spreadConstraints(c *cachev1alpha1.Cache) []corev1.TopologySpreadConstraint {
+	if len(c.Spec.Placement.TopologySpreadConstraints) == 0 {
+		return []corev1.TopologySpreadConstraint{{
+			MaxSkew: 1, TopologyKey: ZoneTopologyKey, WhenUnsatisfiable: corev1.ScheduleAnyway,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: SelectorLabels(c)},
+		}}
+	}
+	spread := make([]corev1.TopologySpreadConstraint, len(c.Spec.Placement.TopologySpreadConstraints))
+	for i, t := range c.Spec.Placement.TopologySpreadConstraints {
+		t = *t.DeepCopy()
+		if t.LabelSelector == nil {
+			t.LabelSelector = &metav1.LabelSelector{MatchLabels: SelectorLabels(c)}
+		}
+		spread[i] = t
+	}
+	return spread
+}
+
+// probes checks the engine answers. With a metrics port the kubelet itself
+// sends GET /healthz (a storage round trip inside cachetd); an exec probe
+// would start a process inside the pod's exclusive cpuset every few seconds.
+// Without one (an engine built before metrics_port) the probe speaks the
+// memcached protocol through cachet-probe.
+func probes(o BuildOptions) (readiness, liveness corev1.ProbeHandler) {
+	if o.Engine.MetricsPort > 0 {
+		h := corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString(MetricsPortName)}}
+		return h, h
+	}
+	h := corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"/usr/local/bin/cachet-probe", "-p", strconv.Itoa(EnginePort)}}}
+	return h, h
+}
+
+// StatefulSet runs the cache pods from o.Image.
+func StatefulSet(c *cachev1alpha1.Cache, o BuildOptions) *appsv1.StatefulSet {
+	hash := DesiredConfigHash(c, o)
 
 	podLabels := maps.Clone(c.Spec.Placement.PodLabels)
 	if podLabels == nil {
@@ -380,38 +343,32 @@ func StatefulSet(c *cachev1alpha1.Cache, image string) *appsv1.StatefulSet {
 		strategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
 	}
 
-	spread := make([]corev1.TopologySpreadConstraint, len(c.Spec.Placement.TopologySpreadConstraints))
-	for i, t := range c.Spec.Placement.TopologySpreadConstraints {
-		t = *t.DeepCopy()
-		if t.LabelSelector == nil {
-			t.LabelSelector = &metav1.LabelSelector{MatchLabels: SelectorLabels(c)}
-		}
-		spread[i] = t
-	}
-	if len(spread) == 0 {
-		spread = nil
-	}
-	var affinity *corev1.Affinity
+	affinity := defaultAffinity(c)
 	if c.Spec.Placement.Affinity != nil {
 		affinity = c.Spec.Placement.Affinity.DeepCopy()
+		if *affinity == (corev1.Affinity{}) {
+			affinity = nil // "affinity: {}" opts out of the default
+		}
 	}
 	var tolerations []corev1.Toleration
 	for _, t := range c.Spec.Placement.Tolerations {
 		tolerations = append(tolerations, *t.DeepCopy())
 	}
 
-	probe := []string{"/usr/local/bin/cachet-probe", "-p", strconv.Itoa(EnginePort)}
+	ports := []corev1.ContainerPort{{Name: EnginePortName, ContainerPort: EnginePort, Protocol: corev1.ProtocolTCP}}
+	if o.Engine.MetricsPort > 0 {
+		ports = append(ports, corev1.ContainerPort{Name: MetricsPortName, ContainerPort: o.Engine.MetricsPort, Protocol: corev1.ProtocolTCP})
+	}
+	readiness, liveness := probes(o)
 	container := corev1.Container{
 		Name:            EngineContainerName,
-		Image:           image,
+		Image:           o.Image,
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{"/usr/local/bin/cachetd", "--args-file", ConfigDir + "/" + ArgsFileKey},
-		Ports: []corev1.ContainerPort{{
-			Name: EnginePortName, ContainerPort: EnginePort, Protocol: corev1.ProtocolTCP,
-		}},
-		Resources: Resources(c),
+		Ports:           ports,
+		Resources:       Resources(c, o),
 		ReadinessProbe: &corev1.Probe{
-			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: probe}},
+			ProbeHandler:     readiness,
 			PeriodSeconds:    5,
 			TimeoutSeconds:   2,
 			FailureThreshold: 2,
@@ -419,7 +376,7 @@ func StatefulSet(c *cachev1alpha1.Cache, image string) *appsv1.StatefulSet {
 		// Liveness only restarts an engine that stopped answering for a
 		// minute: a restart empties the cache, so it must be rare.
 		LivenessProbe: &corev1.Probe{
-			ProbeHandler:        corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: probe}},
+			ProbeHandler:        liveness,
 			InitialDelaySeconds: 10,
 			PeriodSeconds:       10,
 			TimeoutSeconds:      5,
@@ -465,7 +422,7 @@ func StatefulSet(c *cachev1alpha1.Cache, image string) *appsv1.StatefulSet {
 					Volumes: []corev1.Volume{{
 						Name: "config",
 						VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-							LocalObjectReference: corev1.LocalObjectReference{Name: ConfigMapName(c)},
+							LocalObjectReference: corev1.LocalObjectReference{Name: ConfigMapName(c, hash)},
 							Items:                []corev1.KeyToPath{{Key: ArgsFileKey, Path: ArgsFileKey}},
 							DefaultMode:          ptr.To(int32(0o444)),
 						}},
@@ -473,7 +430,7 @@ func StatefulSet(c *cachev1alpha1.Cache, image string) *appsv1.StatefulSet {
 					NodeSelector:              maps.Clone(c.Spec.Placement.NodeSelector),
 					Tolerations:               tolerations,
 					Affinity:                  affinity,
-					TopologySpreadConstraints: spread,
+					TopologySpreadConstraints: spreadConstraints(c),
 					PriorityClassName:         c.Spec.Placement.PriorityClassName,
 				},
 			},
@@ -484,4 +441,15 @@ func StatefulSet(c *cachev1alpha1.Cache, image string) *appsv1.StatefulSet {
 // PodHost is a pod's stable DNS name behind the headless Service.
 func PodHost(c *cachev1alpha1.Cache, pod, clusterDomain string) string {
 	return fmt.Sprintf("%s.%s.%s.svc.%s", pod, HeadlessServiceName(c), c.Namespace, clusterDomain)
+}
+
+// ConfigMapOfPod is the name of the ConfigMap a pod (or pod template) mounts
+// its arguments from, or "".
+func ConfigMapOfPod(spec *corev1.PodSpec) string {
+	for _, v := range spec.Volumes {
+		if v.Name == "config" && v.ConfigMap != nil {
+			return v.ConfigMap.Name
+		}
+	}
+	return ""
 }

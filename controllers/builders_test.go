@@ -17,12 +17,16 @@ limitations under the License.
 package controllers
 
 import (
+	"encoding/json"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -30,6 +34,8 @@ import (
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
 )
+
+var testOpts = BuildOptions{Image: "localhost/cachetd:test"}
 
 func newCache(mutate ...func(*cachev1alpha1.Cache)) *cachev1alpha1.Cache {
 	c := &cachev1alpha1.Cache{
@@ -47,107 +53,19 @@ func newCache(mutate ...func(*cachev1alpha1.Cache)) *cachev1alpha1.Cache {
 	return c
 }
 
-func TestEngineArgsDefaults(t *testing.T) {
-	got := EngineArgs(newCache())
-	want := []string{"-p", "11211", "-t", "2", "-m", "64", "-c", "1024", "-I", "1m", "-f", "1.25", "-n", "48", "-o", "conn_buffer_limit=8m"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("EngineArgs = %q, want %q", got, want)
-	}
-}
-
-func TestEngineArgsExplicit(t *testing.T) {
-	c := newCache(func(c *cachev1alpha1.Cache) {
-		c.Spec.Memory = resource.MustParse("1Gi")
-		c.Spec.Engine = cachev1alpha1.EngineSpec{
-			Threads:        ptr.To(int32(4)),
-			MaxConnections: ptr.To(int32(4096)),
-			MaxItemSize:    ptr.To(resource.MustParse("512Ki")),
-			HashPower:      ptr.To(int32(20)),
-			ChunkSizes:     []int32{64, 128, 1024},
-		}
-	})
-	got := EngineArgs(c)
-	want := []string{"-p", "11211", "-t", "4", "-m", "1024", "-c", "4096", "-I", "512k", "-o", "slab_sizes=64-128-1024,hashpower=20,conn_buffer_limit=16m"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("EngineArgs = %q, want %q", got, want)
-	}
-}
-
-func TestThreadsFollowCPUAndNeverZero(t *testing.T) {
-	if got := Threads(newCache(func(c *cachev1alpha1.Cache) { c.Spec.CPU = ptr.To(int32(3)) })); got != 3 {
-		t.Errorf("threads for 3 CPUs = %d, want 3", got)
-	}
-	shared := newCache(func(c *cachev1alpha1.Cache) { c.Spec.CPU = ptr.To(int32(0)); c.Spec.DedicatedCPUs = ptr.To(false) })
-	if got := Threads(shared); got != 1 {
-		t.Errorf("threads for cpu 0 = %d, want 1", got)
-	}
-}
-
-func TestArgsFileAndHash(t *testing.T) {
-	a := ArgsFile(EngineArgs(newCache()))
-	if !strings.HasPrefix(a, "-p\n11211\n-t\n2\n") || !strings.HasSuffix(a, "\nconn_buffer_limit=8m\n") {
-		t.Fatalf("args file is not one argument per line: %q", a)
-	}
-	b := ArgsFile(EngineArgs(newCache(func(c *cachev1alpha1.Cache) { c.Spec.Memory = resource.MustParse("128Mi") })))
-	if ConfigHash(a) == ConfigHash(b) {
-		t.Fatal("config hash did not change with the memory")
-	}
-	if ConfigHash(a) != ConfigHash(ArgsFile(EngineArgs(newCache()))) {
-		t.Fatal("config hash is not stable for equal specs")
-	}
-}
-
-func TestMemoryLimitFormula(t *testing.T) {
-	// 64Mi item memory, smallest chunk 38+48 -> 88 bytes: 762600 items / 1.5
-	// -> 2^19 buckets of 4 bytes = 2Mi, plus half of it while expanding = 3Mi;
-	// 1024 connections x 32Ki = 32Mi; buffer cap 2 threads x 4Mi = 8Mi;
-	// 2 threads x 2Mi = 4Mi; base 16Mi. Total 64+3+32+8+4+16 = 127Mi.
-	if got, want := MemoryLimitBytes(newCache()), int64(127<<20); got != want {
-		t.Fatalf("memory limit = %dMi, want %dMi", got>>20, want>>20)
-	}
-	if got := SmallestItemBytes(newCache()); got != 88 {
-		t.Fatalf("smallest item %d, want 88", got)
-	}
-	// The docs/operator.md table.
-	for _, tc := range []struct {
-		mem     string
-		cpu     int32
-		wantMiB int64
-	}{{"64Mi", 1, 121}, {"64Mi", 2, 127}, {"1Gi", 2, 1132}} {
-		c := newCache(func(c *cachev1alpha1.Cache) { c.Spec.Memory = resource.MustParse(tc.mem); c.Spec.CPU = ptr.To(tc.cpu) })
-		if got := MemoryLimitBytes(c) >> 20; got != tc.wantMiB {
-			t.Errorf("limit for %s/%d CPU = %dMi, want %dMi", tc.mem, tc.cpu, got, tc.wantMiB)
-		}
-	}
-	// A bigger initial hash table is budgeted as such, up to the engine's ceiling.
-	c := newCache(func(c *cachev1alpha1.Cache) { c.Spec.Engine.HashPower = ptr.To(int32(24)) })
-	if got, want := HashTableBytes(c), int64(3*(1<<25)); got != want { // 2^24 buckets x 4 bytes x 1.5
-		t.Fatalf("hash table for hashpower 24 = %d, want %d", got, want)
-	}
-	huge := newCache(func(c *cachev1alpha1.Cache) { c.Spec.Memory = resource.MustParse("1Ti") })
-	if got, want := HashTableBytes(huge), int64(3*(1<<31)); got != want { // capped at 2^30 buckets
-		t.Fatalf("hash table for 1Ti = %d, want %d", got, want)
-	}
-	// Explicit chunk sizes set the smallest item.
-	chunks := newCache(func(c *cachev1alpha1.Cache) { c.Spec.Engine.ChunkSizes = []int32{100, 200} })
-	if got := SmallestItemBytes(chunks); got != 104 {
-		t.Fatalf("smallest item with chunkSizes = %d, want 104", got)
-	}
-}
-
 func TestResourcesGuaranteedOnlyWhenDedicated(t *testing.T) {
-	r := Resources(newCache())
+	r := Resources(newCache(), testOpts)
 	if !r.Requests.Cpu().Equal(*r.Limits.Cpu()) || !r.Requests.Memory().Equal(*r.Limits.Memory()) || r.Limits.Cpu().Value() != 2 {
 		t.Fatalf("dedicated resources are not Guaranteed with 2 CPUs: %+v", r)
 	}
-	shared := Resources(newCache(func(c *cachev1alpha1.Cache) { c.Spec.DedicatedCPUs = ptr.To(false) }))
+	shared := Resources(newCache(func(c *cachev1alpha1.Cache) { c.Spec.DedicatedCPUs = ptr.To(false) }), testOpts)
 	if _, ok := shared.Limits[corev1.ResourceCPU]; ok {
 		t.Fatalf("shared pods must have no CPU limit (no CFS throttling): %+v", shared)
 	}
 	if shared.Requests.Cpu().Value() != 2 {
 		t.Fatalf("shared pods still request their CPUs: %+v", shared)
 	}
-	none := Resources(newCache(func(c *cachev1alpha1.Cache) { c.Spec.DedicatedCPUs = ptr.To(false); c.Spec.CPU = ptr.To(int32(0)) }))
+	none := Resources(newCache(func(c *cachev1alpha1.Cache) { c.Spec.DedicatedCPUs = ptr.To(false); c.Spec.CPU = ptr.To(int32(0)) }), testOpts)
 	if _, ok := none.Requests[corev1.ResourceCPU]; ok {
 		t.Fatalf("cpu 0 must request no CPU: %+v", none)
 	}
@@ -165,7 +83,7 @@ func TestStatefulSetPodTemplate(t *testing.T) {
 			PriorityClassName: "high",
 		}
 	})
-	sts := StatefulSet(c, "localhost/default:1")
+	sts := StatefulSet(c, testOpts)
 	if sts.Name != "web" || sts.Namespace != "prod" || sts.Spec.ServiceName != "web-headless" || *sts.Spec.Replicas != 3 {
 		t.Fatalf("identity wrong: %s/%s service %s replicas %d", sts.Namespace, sts.Name, sts.Spec.ServiceName, *sts.Spec.Replicas)
 	}
@@ -176,7 +94,7 @@ func TestStatefulSetPodTemplate(t *testing.T) {
 	if tpl.Labels["team"] != "web" || tpl.Labels["app.kubernetes.io/instance"] != "web" || tpl.Annotations["note"] != "x" {
 		t.Fatalf("pod metadata: %v %v", tpl.Labels, tpl.Annotations)
 	}
-	if tpl.Annotations[ConfigHashAnnotation] != ConfigHash(ArgsFile(EngineArgs(c))) {
+	if tpl.Annotations[ConfigHashAnnotation] != DesiredConfigHash(c, testOpts) {
 		t.Fatal("pod template does not carry the config hash")
 	}
 	ps := tpl.Spec
@@ -193,8 +111,8 @@ func TestStatefulSetPodTemplate(t *testing.T) {
 		t.Fatalf("pod security context: %+v", ps.SecurityContext)
 	}
 	ctr := ps.Containers[0]
-	if ctr.Image != "localhost/cachetd:test" {
-		t.Fatalf("image %q: spec.image must win over the operator default", ctr.Image)
+	if ctr.Image != testOpts.Image {
+		t.Fatalf("image %q: the builder must use the image it is given", ctr.Image)
 	}
 	if !slices.Equal(ctr.Command, []string{"/usr/local/bin/cachetd", "--args-file", "/etc/cachet/args"}) {
 		t.Fatalf("command %q", ctr.Command)
@@ -209,19 +127,179 @@ func TestStatefulSetPodTemplate(t *testing.T) {
 	if ctr.Lifecycle.PreStop.Sleep == nil || ctr.Lifecycle.PreStop.Sleep.Seconds != PreStopSleepSeconds {
 		t.Fatal("preStop sleep missing")
 	}
-	if !ctr.VolumeMounts[0].ReadOnly || ps.Volumes[0].ConfigMap.Name != "web-config" {
-		t.Fatal("config volume not mounted read-only from the ConfigMap")
+	if !ctr.VolumeMounts[0].ReadOnly || ps.Volumes[0].ConfigMap.Name != "web-config-"+DesiredConfigHash(c, testOpts) {
+		t.Fatal("config volume not mounted read-only from the revision's ConfigMap")
 	}
 
 	onDelete := StatefulSet(newCache(func(c *cachev1alpha1.Cache) {
 		c.Spec.UpdateStrategy.Type = cachev1alpha1.OnDeleteStrategy
-		c.Spec.Image = ""
-	}), "localhost/default:1")
+	}), testOpts)
 	if onDelete.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType {
 		t.Fatal("OnDelete not honoured")
 	}
-	if onDelete.Spec.Template.Spec.Containers[0].Image != "localhost/default:1" {
-		t.Fatal("operator default image not used when spec.image is empty")
+}
+
+// Defect 1: every pod read its arguments from one ConfigMap, rewritten before
+// the StatefulSet rolled, so a pod that restarted before the roll reached it
+// ran the new arguments inside its old memory limit. Each revision now has
+// its own immutable ConfigMap, named after its hash, and the pod template
+// mounts its own.
+func TestEachRevisionHasItsOwnImmutableConfigMap(t *testing.T) {
+	small := newCache(func(c *cachev1alpha1.Cache) { c.Spec.Memory = resource.MustParse("48Mi") })
+	big := newCache(func(c *cachev1alpha1.Cache) { c.Spec.Memory = resource.MustParse("96Mi") })
+	cmSmall, cmBig := ConfigMap(small, testOpts), ConfigMap(big, testOpts)
+	if cmSmall.Name == cmBig.Name {
+		t.Fatalf("two configurations share the ConfigMap %s: a pod that has not rolled would read the new arguments", cmSmall.Name)
+	}
+	for _, tc := range []struct {
+		c  *cachev1alpha1.Cache
+		cm *corev1.ConfigMap
+		m  string
+	}{{small, cmSmall, "48"}, {big, cmBig, "96"}} {
+		if tc.cm.Immutable == nil || !*tc.cm.Immutable {
+			t.Errorf("ConfigMap %s is not immutable", tc.cm.Name)
+		}
+		if !strings.Contains(tc.cm.Data[ArgsFileKey], "-m\n"+tc.m+"\n") || tc.cm.Labels[cachev1alpha1.LabelConfigHash] != DesiredConfigHash(tc.c, testOpts) {
+			t.Errorf("ConfigMap %s: args %q labels %v", tc.cm.Name, tc.cm.Data[ArgsFileKey], tc.cm.Labels)
+		}
+		if got := ConfigMapOfPod(&StatefulSet(tc.c, testOpts).Spec.Template.Spec); got != tc.cm.Name {
+			t.Errorf("pod template mounts %s, want its own revision's %s", got, tc.cm.Name)
+		}
+	}
+}
+
+// Defect 6: an operator upgrade with a new --engine-image restarted every
+// Cache whose spec.image was empty (webhooks off).
+func TestEngineImagePinnedByTheExistingStatefulSet(t *testing.T) {
+	c := newCache(func(c *cachev1alpha1.Cache) { c.Spec.Image = "" })
+	existing := StatefulSet(c, BuildOptions{Image: "localhost/cachetd:old"})
+	if got := EngineImageFor(c, existing, "localhost/cachetd:new"); got != "localhost/cachetd:old" {
+		t.Fatalf("image %q: a new operator default replaced the running image", got)
+	}
+	if got := EngineImageFor(c, nil, "localhost/cachetd:new"); got != "localhost/cachetd:new" {
+		t.Fatalf("image %q: a new Cache must get the operator's default", got)
+	}
+	c.Spec.Image = "localhost/cachetd:pinned"
+	if got := EngineImageFor(c, existing, "localhost/cachetd:new"); got != "localhost/cachetd:pinned" {
+		t.Fatalf("image %q: spec.image must win", got)
+	}
+}
+
+// Defect 3: by default all shards of a Cache could sit on one node.
+func TestDefaultPlacementSpreadsShards(t *testing.T) {
+	ps := StatefulSet(newCache(), testOpts).Spec.Template.Spec
+	aa := ps.Affinity.PodAntiAffinity
+	if aa == nil || len(aa.PreferredDuringSchedulingIgnoredDuringExecution) != 1 || len(aa.RequiredDuringSchedulingIgnoredDuringExecution) != 0 {
+		t.Fatalf("default affinity %+v: want one soft anti-affinity term", ps.Affinity)
+	}
+	term := aa.PreferredDuringSchedulingIgnoredDuringExecution[0]
+	if term.PodAffinityTerm.TopologyKey != corev1.LabelHostname || term.PodAffinityTerm.LabelSelector.MatchLabels[cachev1alpha1.LabelInstance] != "web" {
+		t.Fatalf("anti-affinity term %+v", term)
+	}
+	if len(ps.TopologySpreadConstraints) != 1 || ps.TopologySpreadConstraints[0].TopologyKey != ZoneTopologyKey ||
+		ps.TopologySpreadConstraints[0].WhenUnsatisfiable != corev1.ScheduleAnyway {
+		t.Fatalf("default spread %+v: want a soft zone spread", ps.TopologySpreadConstraints)
+	}
+	// The user's own placement replaces the defaults; an empty affinity removes it.
+	own := StatefulSet(newCache(func(c *cachev1alpha1.Cache) {
+		c.Spec.Placement.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{}}
+		c.Spec.Placement.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 2, TopologyKey: "rack", WhenUnsatisfiable: corev1.DoNotSchedule}}
+	}), testOpts).Spec.Template.Spec
+	if own.Affinity.PodAntiAffinity != nil || own.Affinity.NodeAffinity == nil || len(own.TopologySpreadConstraints) != 1 || own.TopologySpreadConstraints[0].TopologyKey != "rack" {
+		t.Fatalf("user placement not used as given: %+v %+v", own.Affinity, own.TopologySpreadConstraints)
+	}
+	none := StatefulSet(newCache(func(c *cachev1alpha1.Cache) { c.Spec.Placement.Affinity = &corev1.Affinity{} }), testOpts).Spec.Template.Spec
+	if none.Affinity != nil {
+		t.Fatalf("affinity {} must opt out of the default: %+v", none.Affinity)
+	}
+}
+
+// Defect 10: exec probes started processes inside the exclusive cpuset.
+func TestProbesAreHTTPWhenTheEngineServesHealth(t *testing.T) {
+	o := testOpts
+	o.Engine.MetricsPort = 9150
+	c := newCache()
+	ctr := StatefulSet(c, o).Spec.Template.Spec.Containers[0]
+	for name, p := range map[string]*corev1.Probe{"readiness": ctr.ReadinessProbe, "liveness": ctr.LivenessProbe} {
+		if p.Exec != nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.StrVal != MetricsPortName {
+			t.Errorf("%s probe %+v: want httpGet /healthz on the metrics port", name, p.ProbeHandler)
+		}
+	}
+	if len(ctr.Ports) != 2 || ctr.Ports[1].Name != MetricsPortName || ctr.Ports[1].ContainerPort != 9150 {
+		t.Errorf("ports %+v: want the metrics port named %q", ctr.Ports, MetricsPortName)
+	}
+	if !strings.Contains(strings.Join(EngineArgs(c, o), " "), "metrics_port=9150") {
+		t.Errorf("args %q do not turn the engine's metrics port on", EngineArgs(c, o))
+	}
+}
+
+// Defect 11: the list of fields that restart pods, which the webhook warns
+// about and docs/operator.md documents, must be exactly what the StatefulSet
+// builder reads into the pod template.
+func TestPodTemplateFieldsAreWhatTheBuilderReads(t *testing.T) {
+	base := newCache()
+	template := func(c *cachev1alpha1.Cache) string {
+		b, _ := json.Marshal(StatefulSet(c, BuildOptions{Image: EngineImageFor(c, nil, "x")}).Spec.Template)
+		return string(b)
+	}
+	changes := map[string]func(*cachev1alpha1.Cache){
+		"image":               func(c *cachev1alpha1.Cache) { c.Spec.Image = "other" },
+		"memory":              func(c *cachev1alpha1.Cache) { c.Spec.Memory = resource.MustParse("128Mi") },
+		"cpu":                 func(c *cachev1alpha1.Cache) { c.Spec.CPU = ptr.To(int32(3)) },
+		"dedicatedCPUs":       func(c *cachev1alpha1.Cache) { c.Spec.DedicatedCPUs = ptr.To(false) },
+		"engine":              func(c *cachev1alpha1.Cache) { c.Spec.Engine.MaxConnections = ptr.To(int32(99)) },
+		"placement":           func(c *cachev1alpha1.Cache) { c.Spec.Placement.PriorityClassName = "p" },
+		"replicas":            func(c *cachev1alpha1.Cache) { c.Spec.Replicas = ptr.To(int32(7)) },
+		"service":             func(c *cachev1alpha1.Cache) { c.Spec.Service.Port = 1 },
+		"updateStrategy":      func(c *cachev1alpha1.Cache) { c.Spec.UpdateStrategy.Type = cachev1alpha1.OnDeleteStrategy },
+		"podDisruptionBudget": func(c *cachev1alpha1.Cache) { c.Spec.PodDisruptionBudget.MaxUnavailable = ptr.To(intstr.FromInt32(2)) },
+		"networkPolicy":       func(c *cachev1alpha1.Cache) { c.Spec.NetworkPolicy = &cachev1alpha1.NetworkPolicySpec{} },
+	}
+	specFields := reflect.TypeOf(cachev1alpha1.CacheSpec{})
+	if specFields.NumField() != len(changes) {
+		t.Fatalf("CacheSpec has %d fields and this test changes %d: add the new field here", specFields.NumField(), len(changes))
+	}
+	for name, change := range changes {
+		c := base.DeepCopy()
+		change(c)
+		restarts := template(c) != template(base)
+		listed := slices.Contains(cachev1alpha1.PodTemplateFields, name)
+		if restarts != listed {
+			t.Errorf("spec.%s: changes the pod template = %v, listed in PodTemplateFields = %v", name, restarts, listed)
+		}
+		warned := cachev1alpha1.RestartWarning(base, c) != ""
+		if name != "image" && warned != restarts { // the image check is separate: an empty image is defaulted
+			t.Errorf("spec.%s: restart warning = %v, restarts = %v", name, warned, restarts)
+		}
+	}
+}
+
+func TestNetworkPolicyAdmitsOnlyClientsAndScrapers(t *testing.T) {
+	if NetworkPolicy(newCache(), testOpts) != nil {
+		t.Fatal("a NetworkPolicy without spec.networkPolicy")
+	}
+	c := newCache(func(c *cachev1alpha1.Cache) {
+		c.Spec.NetworkPolicy = &cachev1alpha1.NetworkPolicySpec{
+			Clients:         []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}},
+			MetricsScrapers: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"name": "monitoring"}}}},
+		}
+	})
+	np := NetworkPolicy(c, testOpts)
+	if np.Spec.PodSelector.MatchLabels[cachev1alpha1.LabelInstance] != "web" || len(np.Spec.PolicyTypes) != 1 || np.Spec.PolicyTypes[0] != networkingv1.PolicyTypeIngress {
+		t.Fatalf("policy %+v", np.Spec)
+	}
+	if len(np.Spec.Ingress) != 1 || np.Spec.Ingress[0].Ports[0].Port.IntValue() != EnginePort || np.Spec.Ingress[0].From[0].PodSelector.MatchLabels["app"] != "web" {
+		t.Fatalf("without a metrics port only the clients' rule: %+v", np.Spec.Ingress)
+	}
+	o := testOpts
+	o.Engine.MetricsPort = 9150
+	np = NetworkPolicy(c, o)
+	if len(np.Spec.Ingress) != 2 || np.Spec.Ingress[1].Ports[0].Port.IntValue() != 9150 || np.Spec.Ingress[1].From[0].NamespaceSelector == nil {
+		t.Fatalf("scrapers' rule: %+v", np.Spec.Ingress)
+	}
+	c.Spec.NetworkPolicy.Clients[0].PodSelector.MatchLabels["app"] = "changed"
+	if np.Spec.Ingress[0].From[0].PodSelector.MatchLabels["app"] != "web" {
+		t.Fatal("the builder shares its peers with the Cache")
 	}
 }
 
@@ -242,10 +320,20 @@ func TestServicesAndPDB(t *testing.T) {
 	if p.Spec.MaxUnavailable.String() != "50%" || p.Spec.Selector.MatchLabels["app.kubernetes.io/instance"] != "web" {
 		t.Fatalf("pdb: %+v", p.Spec)
 	}
+	// Defect 9: a pod that is not Ready must never block a drain.
+	if p.Spec.UnhealthyPodEvictionPolicy == nil || *p.Spec.UnhealthyPodEvictionPolicy != policyv1.AlwaysAllow {
+		t.Fatalf("pdb unhealthyPodEvictionPolicy %v, want AlwaysAllow", p.Spec.UnhealthyPodEvictionPolicy)
+	}
+	lb := ClientService(newCache(func(c *cachev1alpha1.Cache) {
+		c.Spec.Service = cachev1alpha1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerSourceRanges: []string{"10.0.0.0/8"}}
+	}))
+	if !slices.Equal(lb.Spec.LoadBalancerSourceRanges, []string{"10.0.0.0/8"}) {
+		t.Fatalf("load balancer source ranges %v", lb.Spec.LoadBalancerSourceRanges)
+	}
 	if d := PodDisruptionBudget(newCache()); d.Spec.MaxUnavailable.IntValue() != 1 {
 		t.Fatal("pdb default is not 1")
 	}
-	for _, l := range []map[string]string{h.Labels, s.Labels, p.Labels, ConfigMap(c).Labels} {
+	for _, l := range []map[string]string{h.Labels, s.Labels, p.Labels, ConfigMap(c, testOpts).Labels} {
 		if l["app.kubernetes.io/managed-by"] != "cachet-operator" || l["app.kubernetes.io/component"] != "cache" {
 			t.Fatalf("labels %v", l)
 		}

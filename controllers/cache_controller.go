@@ -25,7 +25,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -34,8 +33,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -43,42 +44,56 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+	"cachet.dev/cachet/internal/engine"
 )
 
-// CacheReconciler turns each Cache into a ConfigMap, two Services, a
-// StatefulSet and a PodDisruptionBudget, and reports what the pods do.
+// CacheReconciler turns each Cache into the objects of ownedKinds and
+// reports what the pods do.
 type CacheReconciler struct {
 	client.Client
 	// APIReader reads around the informers, which only hold labelled objects.
 	APIReader client.Reader
 	Scheme    *runtime.Scheme
 	Recorder  recorder.EventRecorder
-	// EngineImage is used when a Cache names no image (webhooks disabled).
+	// EngineImage is used for a new StatefulSet when a Cache names no image
+	// (webhooks disabled). An existing StatefulSet keeps its image.
 	EngineImage string
+	// Engine shapes every engine's arguments (e.g. the metrics port).
+	Engine engine.Options
 	// ClusterDomain completes the pods' DNS names in status.endpoints.
 	ClusterDomain string
+	// CPUManager, when set, tells which nodes give exclusive cores.
+	CPUManager CPUManagerChecker
+	// MaxBackoff caps the retry delay after a failed apply (default 5 min).
+	MaxBackoff time.Duration
 }
 
 // errNotOurs marks an object that exists under an owned object's name but is
 // controlled by someone else: the operator must not take it over.
 var errNotOurs = errors.New("exists and is not controlled by this Cache")
 
+// applyFailed is returned from Reconcile after the failure was written to
+// status, so that the work queue retries with exponential backoff: the cause
+// (a conflicting object, a policy webhook, a quota) may go away without any
+// event the operator watches.
+type applyFailed struct{ reason, msg string }
+
+func (e *applyFailed) Error() string { return e.reason + ": " + e.msg }
+
 // requeueSoon retries after a write conflict or a replaced StatefulSet, which
 // resolve by themselves.
 const requeueSoon = time.Second
 
-// +kubebuilder:rbac:groups=cache.cachet.dev,resources=caches,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=cache.cachet.dev,resources=caches/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=cache.cachet.dev,resources=caches,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cache.cachet.dev,resources=caches/status,verbs=get;update
+// Owner references with blockOwnerDeletion need update on the owner's
+// finalizers where the OwnerReferencesPermissionEnforcement admission plugin runs.
 // +kubebuilder:rbac:groups=cache.cachet.dev,resources=caches/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile applies the owned objects and recomputes the status.
 func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	log := logf.FromContext(ctx)
 	c := &cachev1alpha1.Cache{}
 	if err := r.Get(ctx, req.NamespacedName, c); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -86,36 +101,68 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if !c.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil // owner references let the garbage collector remove the rest
 	}
+	return r.reconcileCache(ctx, c)
+}
 
-	prevSTS := &appsv1.StatefulSet{}
-	stsKey := types.NamespacedName{Namespace: c.Namespace, Name: StatefulSetName(c)}
-	err := r.Get(ctx, stsKey, prevSTS)
+// getAround reads obj from the informer and, when it is not there, from the
+// API server: the informer may not have seen an object created a moment ago,
+// and holds no object without the operator's label.
+func (r *CacheReconciler) getAround(ctx context.Context, key types.NamespacedName, obj client.Object) error {
+	err := r.Get(ctx, key, obj)
 	if apierrors.IsNotFound(err) && r.APIReader != nil {
-		// The informer may not have seen a StatefulSet created a moment ago;
-		// ask the API server before announcing a creation.
-		err = r.APIReader.Get(ctx, stsKey, prevSTS)
+		err = r.APIReader.Get(ctx, key, obj)
 	}
-	if err != nil {
+	return err
+}
+
+// EngineImageFor is the image of the pod template: spec.image, else the image
+// the existing StatefulSet already runs (so an operator upgrade with a new
+// --engine-image never restarts a Cache that named none), else the operator's.
+func EngineImageFor(c *cachev1alpha1.Cache, existing *appsv1.StatefulSet, operatorDefault string) string {
+	if c.Spec.Image != "" {
+		return c.Spec.Image
+	}
+	if existing != nil {
+		for _, ctr := range existing.Spec.Template.Spec.Containers {
+			if ctr.Name == EngineContainerName && ctr.Image != "" {
+				return ctr.Image
+			}
+		}
+	}
+	return operatorDefault
+}
+
+func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.Cache) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	prevSTS := &appsv1.StatefulSet{}
+	if err := r.getAround(ctx, types.NamespacedName{Namespace: c.Namespace, Name: StatefulSetName(c)}, prevSTS); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}
 		prevSTS = nil
 	}
+	opts := BuildOptions{Engine: r.Engine, Image: EngineImageFor(c, prevSTS, r.EngineImage)}
 
-	sts := StatefulSet(c, r.EngineImage)
-	owned := []client.Object{ConfigMap(c), HeadlessService(c), ClientService(c), PodDisruptionBudget(c), sts}
-	if prevSTS != nil && prevSTS.DeletionTimestamp != nil {
-		// Being replaced (or deleted by someone): wait until it is gone,
-		// then create the new one; its deletion brings us back here.
-		owned = owned[:len(owned)-1]
-	}
-	for _, obj := range owned {
-		if err := r.apply(ctx, c, obj); err != nil {
-			kind := obj.GetObjectKind().GroupVersionKind().Kind
+	var sts *appsv1.StatefulSet
+	stsPending := prevSTS != nil && prevSTS.DeletionTimestamp != nil
+	for _, kind := range ownedKinds {
+		for _, obj := range kind.build(c, opts) {
+			if s, ok := obj.(*appsv1.StatefulSet); ok {
+				sts = s
+				if stsPending {
+					// Being replaced (or deleted by someone): wait until it is
+					// gone, then create the new one; its deletion brings us back.
+					continue
+				}
+			}
+			err := r.apply(ctx, c, obj)
+			if err == nil {
+				continue
+			}
+			kindName := obj.GetObjectKind().GroupVersionKind().Kind
 			switch {
 			case errors.Is(err, errNotOurs):
-				r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonNameConflict, "Apply", "%v", err)
-				return ctrl.Result{}, r.setApplyFailure(ctx, c, ReasonNameConflict, fmt.Sprintf("%v: delete or rename it, or rename the Cache", err))
+				return r.applyFailure(ctx, c, ReasonNameConflict, fmt.Sprintf("%v: delete or rename it, or rename the Cache", err))
 			case obj == client.Object(sts) && prevSTS != nil && isImmutableStatefulSetChange(err):
 				// An immutable StatefulSet field changed (e.g. after an
 				// operator upgrade). Replace the StatefulSet but orphan its
@@ -128,36 +175,57 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 					return ctrl.Result{}, derr
 				}
 				return ctrl.Result{RequeueAfter: requeueSoon}, nil
+			case apierrors.IsConflict(err):
+				return ctrl.Result{RequeueAfter: requeueSoon}, nil
 			case apierrors.IsInvalid(err):
 				// The API server refused what the spec asks for (e.g. a
-				// malformed toleration the CRD schema cannot check). Retrying
-				// cannot help until the spec changes, which triggers a new
-				// reconcile.
-				msg := fmt.Sprintf("the API server refused the %s built from this spec: %v; fix spec and the operator retries", kind, err)
-				r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonInvalidSpec, "Apply", "%s", msg)
-				return ctrl.Result{}, r.setApplyFailure(ctx, c, ReasonInvalidSpec, msg)
+				// malformed toleration the CRD schema cannot check).
+				return r.applyFailure(ctx, c, ReasonInvalidSpec,
+					fmt.Sprintf("the API server refused the %s built from this spec: %v; fix the spec and the operator retries", kindName, err))
+			default:
+				// Anything else the API server said no to: an admission
+				// webhook or policy, a quota, missing permissions. The pods
+				// may still serve, but they no longer follow the spec.
+				return r.applyFailure(ctx, c, ReasonApplyFailed,
+					fmt.Sprintf("the API server refused %s %s: %v; the operator retries with backoff", kindName, obj.GetName(), err))
 			}
-			return ctrl.Result{}, fmt.Errorf("applying %s %s: %w", kind, obj.GetName(), err)
 		}
 	}
-	if len(owned) < 5 {
+	if stsPending {
 		return ctrl.Result{}, nil
 	}
-	r.recordSpecEvents(c, prevSTS, sts)
+	r.recordSpecEvents(c, prevSTS, sts, opts)
 
-	live := &appsv1.StatefulSet{}
-	if err := r.Get(ctx, client.ObjectKeyFromObject(sts), live); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, err
-		}
-		live = nil
+	live := &liveState{}
+	liveSTS := &appsv1.StatefulSet{}
+	if err := r.Get(ctx, client.ObjectKeyFromObject(sts), liveSTS); err == nil {
+		live.statefulSet = liveSTS
+	} else if !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
 	}
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(SelectorLabels(c))); err != nil {
 		return ctrl.Result{}, err
 	}
+	live.pods = pods.Items
+	configs, err := r.prune(ctx, c, opts, live)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 
-	status := ComputeStatus(c, Observed{StatefulSet: live, Pods: pods.Items}, r.ClusterDomain)
+	obs := Observed{StatefulSet: live.statefulSet, Pods: live.pods, ConfigMaps: configs, Image: opts.Image, Options: opts}
+	if r.CPUManager != nil && c.Spec.IsDedicatedCPUs() {
+		obs.NodePolicies = map[string]NodeCPUPolicy{}
+		for _, p := range live.pods {
+			if n := p.Spec.NodeName; n != "" {
+				if _, done := obs.NodePolicies[n]; !done {
+					obs.NodePolicies[n] = r.CPUManager.Policy(ctx, n)
+				}
+			}
+		}
+	}
+	status := ComputeStatus(c, obs, r.ClusterDomain)
+	recordCoresMetric(c, status)
 	if equality.Semantic.DeepEqual(c.Status, status) {
 		return ctrl.Result{}, nil
 	}
@@ -172,23 +240,65 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	// Only a transition that was stored is news, so a retried update never
 	// repeats an Event.
 	r.recordConditionEvents(c, previous, status)
+	r.recordRestartEvents(c, previous, status)
 	return ctrl.Result{}, nil
 }
+
+// prune deletes owned objects the Cache no longer wants (old revisions'
+// ConfigMaps once no pod can need them, a NetworkPolicy the spec dropped),
+// and returns the arguments files of the ConfigMaps that remain, by name.
+func (r *CacheReconciler) prune(ctx context.Context, c *cachev1alpha1.Cache, opts BuildOptions, live *liveState) (map[string][]string, error) {
+	configs := map[string][]string{}
+	for _, kind := range ownedKinds {
+		if !kind.prune {
+			continue
+		}
+		wanted := map[string]bool{}
+		for _, obj := range kind.build(c, opts) {
+			wanted[obj.GetName()] = true
+		}
+		list := kind.list.DeepCopyObject().(client.ObjectList)
+		if err := r.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels(Labels(c))); err != nil {
+			return nil, err
+		}
+		items, err := meta.ExtractList(list)
+		if err != nil {
+			return nil, err
+		}
+		for _, item := range items {
+			obj := item.(client.Object)
+			if owner := metav1.GetControllerOf(obj); owner == nil || owner.UID != c.UID {
+				continue
+			}
+			if kind.prune && !wanted[obj.GetName()] && (kind.keep == nil || !kind.keep(obj, live)) {
+				if err := r.Delete(ctx, obj, client.Preconditions{UID: ptrTo(obj.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
+					return nil, err
+				}
+				logf.FromContext(ctx).Info("deleted an object the Cache no longer uses", "kind", fmt.Sprintf("%T", obj), "name", obj.GetName())
+				continue
+			}
+			if cm, ok := obj.(*corev1.ConfigMap); ok {
+				configs[cm.Name] = engine.ParseArgsFile(cm.Data[ArgsFileKey])
+			}
+		}
+	}
+	return configs, nil
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 // apply server-side applies obj with the Cache as its controller. Applying
 // the full desired object every time is idempotent, and fields that other
 // controllers or people own (e.g. a Service's clusterIP) are left alone.
 func (r *CacheReconciler) apply(ctx context.Context, c *cachev1alpha1.Cache, obj client.Object) error {
 	existing := obj.DeepCopyObject().(client.Object)
-	err := r.Get(ctx, client.ObjectKeyFromObject(obj), existing)
-	if apierrors.IsNotFound(err) && r.APIReader != nil {
-		// Not in the informer: absent, or present without our label.
-		err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), existing)
-	}
-	switch {
+	switch err := r.getAround(ctx, client.ObjectKeyFromObject(obj), existing); {
 	case err == nil:
 		if owner := metav1.GetControllerOf(existing); owner == nil || owner.UID != c.UID {
 			return fmt.Errorf("%s %s/%s %w", obj.GetObjectKind().GroupVersionKind().Kind, existing.GetNamespace(), existing.GetName(), errNotOurs)
+		}
+		if cm, ok := existing.(*corev1.ConfigMap); ok && cm.Immutable != nil && *cm.Immutable {
+			return nil // named after its content's hash: it already holds what we would write
 		}
 	case !apierrors.IsNotFound(err):
 		return err
@@ -226,10 +336,13 @@ func isImmutableStatefulSetChange(err error) bool {
 	return false
 }
 
-// setApplyFailure reports, where kubectl shows it, why the owned objects
-// could not be written. The Cache stays in that state until its spec or an
-// owned object changes; retrying sooner cannot help.
-func (r *CacheReconciler) setApplyFailure(ctx context.Context, c *cachev1alpha1.Cache, reason, msg string) error {
+// applyFailure reports, where kubectl shows it, why the owned objects could
+// not be written (Degraded and not Ready, with the API server's message),
+// emits a Warning when the problem is new, and returns an error so that the
+// work queue retries with backoff.
+func (r *CacheReconciler) applyFailure(ctx context.Context, c *cachev1alpha1.Cache, reason, msg string) (ctrl.Result, error) {
+	prev := meta.FindStatusCondition(c.Status.Conditions, cachev1alpha1.ConditionDegraded)
+	isNew := prev == nil || prev.Status != metav1.ConditionTrue || prev.Reason != reason || prev.Message != msg
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
 		Type: cachev1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: reason,
 		Message: msg, ObservedGeneration: c.Generation,
@@ -239,17 +352,23 @@ func (r *CacheReconciler) setApplyFailure(ctx context.Context, c *cachev1alpha1.
 		Message: msg, ObservedGeneration: c.Generation,
 	})
 	c.Status.ObservedGeneration = c.Generation
-	if err := r.Status().Update(ctx, c); err != nil && !apierrors.IsConflict(err) {
-		return err
+	if err := r.Status().Update(ctx, c); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: requeueSoon}, nil
+		}
+		return ctrl.Result{}, err
 	}
-	return nil
+	if isNew {
+		r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, reason, "Apply", "%s", msg)
+	}
+	return ctrl.Result{}, &applyFailed{reason: reason, msg: msg}
 }
 
 // recordSpecEvents notes what this reconcile set in motion.
-func (r *CacheReconciler) recordSpecEvents(c *cachev1alpha1.Cache, prev, next *appsv1.StatefulSet) {
+func (r *CacheReconciler) recordSpecEvents(c *cachev1alpha1.Cache, prev, next *appsv1.StatefulSet, opts BuildOptions) {
 	if prev == nil {
 		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Created", "Apply",
-			"created StatefulSet %s with %d pod(s), engine arguments %v", next.Name, *next.Spec.Replicas, EngineArgs(c))
+			"created StatefulSet %s with %d pod(s), engine arguments %v", next.Name, *next.Spec.Replicas, EngineArgs(c, opts))
 		return
 	}
 	if prev.Spec.Replicas != nil && *prev.Spec.Replicas != *next.Spec.Replicas {
@@ -259,18 +378,18 @@ func (r *CacheReconciler) recordSpecEvents(c *cachev1alpha1.Cache, prev, next *a
 	oldHash := prev.Spec.Template.Annotations[ConfigHashAnnotation]
 	newHash := next.Spec.Template.Annotations[ConfigHashAnnotation]
 	if oldHash != newHash {
-		how := "rolling pods one at a time"
+		how := "rolling pods one at a time; each restarted pod starts empty"
 		if c.Spec.UpdateStrategy.Type == cachev1alpha1.OnDeleteStrategy {
-			how = "pods take it when deleted (OnDelete)"
+			how = "pods take it when deleted (OnDelete); until then each keeps its own arguments"
 		}
 		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "ConfigChanged", "Apply",
-			"engine configuration %s -> %s, %s: %v", oldHash, newHash, how, EngineArgs(c))
+			"engine configuration %s -> %s, %s: %v", oldHash, newHash, how, EngineArgs(c, opts))
 	}
 }
 
 // recordConditionEvents emits an Event when the Cache becomes Ready or stops
 // being Ready, and when it becomes Degraded (a Warning), recovers, or its
-// problem changes.
+// problem changes; and when dedicated cores turn out not to be exclusive.
 func (r *CacheReconciler) recordConditionEvents(c *cachev1alpha1.Cache, prev, next cachev1alpha1.CacheStatus) {
 	statusOf := func(st cachev1alpha1.CacheStatus, t string) (metav1.ConditionStatus, string) {
 		if cond := meta.FindStatusCondition(st.Conditions, t); cond != nil {
@@ -278,7 +397,7 @@ func (r *CacheReconciler) recordConditionEvents(c *cachev1alpha1.Cache, prev, ne
 		}
 		return metav1.ConditionFalse, "" // absent reads as False: a new Cache is neither Ready nor Degraded
 	}
-	for _, t := range []string{cachev1alpha1.ConditionReady, cachev1alpha1.ConditionDegraded} {
+	for _, t := range []string{cachev1alpha1.ConditionReady, cachev1alpha1.ConditionDegraded, cachev1alpha1.ConditionCoresExclusive} {
 		oldStatus, oldReason := statusOf(prev, t)
 		cur := meta.FindStatusCondition(next.Conditions, t)
 		if cur == nil {
@@ -288,40 +407,73 @@ func (r *CacheReconciler) recordConditionEvents(c *cachev1alpha1.Cache, prev, ne
 		if t == cachev1alpha1.ConditionDegraded && cur.Status == metav1.ConditionTrue && cur.Reason != oldReason {
 			changed = true // a different problem
 		}
+		if t == cachev1alpha1.ConditionCoresExclusive {
+			// Only the discovery that cores are shared is news.
+			changed = cur.Status == metav1.ConditionFalse && (oldStatus != metav1.ConditionFalse || cur.Reason != oldReason)
+		}
 		// StatefulSetPending lasts until the StatefulSet controller reads the
 		// new spec, a moment; the next state is the news.
 		if !changed || cur.Reason == ReasonStatefulSetPending {
 			continue
 		}
 		// Planned work (a roll, a scale) also makes a Cache not Ready; only
-		// problems, which always show as Degraded, are Warnings.
+		// problems are Warnings.
 		kind := corev1.EventTypeNormal
-		if t == cachev1alpha1.ConditionDegraded && cur.Status == metav1.ConditionTrue {
+		if (t == cachev1alpha1.ConditionDegraded && cur.Status == metav1.ConditionTrue) || t == cachev1alpha1.ConditionCoresExclusive {
 			kind = corev1.EventTypeWarning
 		}
 		r.Recorder.Eventf(c, nil, kind, cur.Reason, "Observe", "%s=%s: %s", t, cur.Status, cur.Message)
 	}
 }
 
+// recordRestartEvents emits a Warning for each pod whose engine restarted
+// since the last stored status: every restart empties that shard.
+func (r *CacheReconciler) recordRestartEvents(c *cachev1alpha1.Cache, prev, next cachev1alpha1.CacheStatus) {
+	before := map[string]int32{}
+	for _, ep := range prev.Endpoints {
+		before[ep.Pod] = ep.Restarts
+	}
+	for _, ep := range next.Endpoints {
+		if ep.Restarts <= before[ep.Pod] {
+			continue
+		}
+		why := "unknown"
+		if ep.LastTermination != nil {
+			why = fmt.Sprintf("%s, exit code %d", ep.LastTermination.Reason, ep.LastTermination.ExitCode)
+		}
+		r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonEngineRestarted, "Observe",
+			"pod %s restarted its engine (%d restart(s), last: %s): that shard is empty again", ep.Pod, ep.Restarts, why)
+	}
+}
+
 // podToCache maps a cache pod to the Cache named by its instance label.
 func podToCache(_ context.Context, obj client.Object) []reconcile.Request {
 	l := obj.GetLabels()
-	if l["app.kubernetes.io/name"] != "cachet" || l["app.kubernetes.io/component"] != "cache" || l["app.kubernetes.io/instance"] == "" {
+	if l[cachev1alpha1.LabelName] != cachev1alpha1.LabelNameValue || l[cachev1alpha1.LabelComponent] != cachev1alpha1.LabelComponentCache || l[cachev1alpha1.LabelInstance] == "" {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: l["app.kubernetes.io/instance"]}}}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: l[cachev1alpha1.LabelInstance]}}}
 }
 
 // SetupWithManager watches Caches, every owned kind, and the cache pods
-// (owned by the StatefulSet, so mapped back through their labels).
+// (owned by the StatefulSet, so mapped back through their labels). Failed
+// applies retry with exponential backoff from 1 s up to MaxBackoff: an object
+// in the way, a policy webhook's refusal or a quota may go away without an
+// event the operator sees.
 func (r *CacheReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	maxBackoff := r.MaxBackoff
+	if maxBackoff == 0 {
+		maxBackoff = 5 * time.Minute
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&cachev1alpha1.Cache{}).
-		Owns(&corev1.ConfigMap{}).
-		Owns(&corev1.Service{}).
-		Owns(&appsv1.StatefulSet{}).
-		Owns(&policyv1.PodDisruptionBudget{}).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCache)).
+		WithOptions(controller.Options{
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, maxBackoff),
+		})
+	for _, k := range ownedKinds {
+		b = b.Owns(k.object)
+	}
+	return b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCache)).
 		Named("cache").
 		Complete(r)
 }

@@ -40,7 +40,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	networkingv1 "k8s.io/api/networking/v1"
+
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+	"cachet.dev/cachet/internal/engine"
 )
 
 var nsCounter int
@@ -126,7 +129,7 @@ func TestCreateBuildsEveryOwnedObject(t *testing.T) {
 		err := k8sClient.Get(ctx, key("web"), sts)
 		return err == nil, fmt.Sprint(err)
 	})
-	want := StatefulSet(c, testEngineImage)
+	want := StatefulSet(c, BuildOptions{Image: testEngineImage})
 	ctr := sts.Spec.Template.Spec.Containers[0]
 	if *sts.Spec.Replicas != 2 || sts.Spec.ServiceName != "web-headless" || ctr.Image != testEngineImage ||
 		!slices.Equal(ctr.Command, want.Spec.Template.Spec.Containers[0].Command) ||
@@ -139,13 +142,13 @@ func TestCreateBuildsEveryOwnedObject(t *testing.T) {
 	}
 
 	cm := &corev1.ConfigMap{}
-	if err := k8sClient.Get(ctx, key("web-config"), cm); err != nil {
+	if err := k8sClient.Get(ctx, key(ConfigMapOfPod(&sts.Spec.Template.Spec)), cm); err != nil {
 		t.Fatal(err)
 	}
-	if cm.Data["args"] != "-p\n11211\n-t\n1\n-m\n64\n-c\n1024\n-I\n1m\n-f\n1.25\n-n\n48\n-o\nconn_buffer_limit=4m\n" {
-		t.Errorf("args file = %q", cm.Data["args"])
+	if cm.Data["args"] != "-p\n11211\n-t\n1\n-m\n64\n-c\n1024\n-I\n1m\n-f\n1.25\n-n\n48\n-o\nconn_buffer_limit=4m\n" || cm.Immutable == nil || !*cm.Immutable {
+		t.Errorf("args file = %q immutable %v", cm.Data["args"], cm.Immutable)
 	}
-	if sts.Spec.Template.Annotations[ConfigHashAnnotation] != ConfigHash(cm.Data["args"]) {
+	if sts.Spec.Template.Annotations[ConfigHashAnnotation] != engine.ConfigHash(cm.Data["args"]) || cm.Name != "web-config-"+engine.ConfigHash(cm.Data["args"]) {
 		t.Error("pod template hash does not match the ConfigMap")
 	}
 	headless, clientSvc := &corev1.Service{}, &corev1.Service{}
@@ -177,10 +180,10 @@ func TestCreateBuildsEveryOwnedObject(t *testing.T) {
 	// Status is written even before any pod exists.
 	eventually(t, "status written", func() (bool, string) {
 		c = getCache(t, ns, "web")
-		return len(c.Status.Conditions) == 3 && len(c.Status.Endpoints) == 2, fmt.Sprintf("%+v", c.Status)
+		return len(c.Status.Conditions) == 5 && len(c.Status.Endpoints) == 2, fmt.Sprintf("%+v", c.Status)
 	})
 	if c.Status.Endpoints[1].Host != "web-1.web-headless."+ns+".svc.cluster.test" || c.Status.Selector == "" ||
-		!slices.Equal(c.Status.EngineArgs, EngineArgs(c)) {
+		!slices.Equal(c.Status.EngineArgs, EngineArgs(c, BuildOptions{})) || c.Status.Image != testEngineImage {
 		t.Errorf("status: %+v", c.Status)
 	}
 	eventually(t, "a Created event", func() (bool, string) {
@@ -242,59 +245,115 @@ func TestCreateBuildsEveryOwnedObject(t *testing.T) {
 	}
 }
 
-func TestSpecChangeRollsTheConfigHash(t *testing.T) {
+// podFromTemplate creates the pod the StatefulSet controller would create
+// from the live StatefulSet's template (envtest runs no such controller).
+func podFromTemplate(t *testing.T, ns, name string) *corev1.Pod {
+	t.Helper()
+	sts := &appsv1.StatefulSet{}
+	if err := k8sClient.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, sts); err != nil {
+		t.Fatal(err)
+	}
+	tpl := sts.Spec.Template
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-0", Namespace: ns, Labels: tpl.Labels, Annotations: tpl.Annotations},
+		Spec:       *tpl.Spec.DeepCopy(),
+	}
+	if err := k8sClient.Create(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func argsOf(t *testing.T, ns, configMap string) (string, error) {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	err := k8sClient.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: configMap}, cm)
+	return cm.Data[ArgsFileKey], err
+}
+
+// Defect 1, on a real API server: with OnDelete, a memory change must not
+// reach a pod that has not been replaced. Before the fix every pod mounted
+// one ConfigMap that the operator rewrote at once, so a restart of the old
+// pod ran -m 96 inside its 48Mi-sized limit. Now the old pod's ConfigMap is
+// immutable and stays until no pod can need it, status.revisions reports the
+// arguments each pod runs (read from what it mounts), and the old ConfigMap
+// is deleted once the last pod using it is gone.
+func TestSpecChangeGetsANewRevisionAndOldPodsKeepTheirs(t *testing.T) {
 	needIntegration(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
-	createCache(t, ns, "roll")
+	createCache(t, ns, "roll", func(c *cachev1alpha1.Cache) {
+		c.Spec.Memory = resource.MustParse("48Mi")
+		c.Spec.UpdateStrategy.Type = cachev1alpha1.OnDeleteStrategy
+	})
 	sts := &appsv1.StatefulSet{}
 	key := types.NamespacedName{Namespace: ns, Name: "roll"}
 	eventually(t, "StatefulSet created", func() (bool, string) {
 		err := k8sClient.Get(ctx, key, sts)
 		return err == nil, fmt.Sprint(err)
 	})
-	oldHash := sts.Spec.Template.Annotations[ConfigHashAnnotation]
+	oldHash, oldCM := sts.Spec.Template.Annotations[ConfigHashAnnotation], ConfigMapOfPod(&sts.Spec.Template.Spec)
 	oldLimit := sts.Spec.Template.Spec.Containers[0].Resources.Limits.Memory().DeepCopy()
+	oldPod := podFromTemplate(t, ns, "roll")
+	setSTSStatus(t, ns, "roll", appsv1.StatefulSetStatus{Replicas: 1, ReadyReplicas: 1, UpdatedReplicas: 1, CurrentRevision: "r1", UpdateRevision: "r1"})
 
-	c, err := updateCache(ns, "roll", func(c *cachev1alpha1.Cache) {
-		c.Spec.Memory = resource.MustParse("128Mi")
-		c.Spec.Engine.MaxConnections = ptr.To(int32(2048))
-	})
+	c, err := updateCache(ns, "roll", func(c *cachev1alpha1.Cache) { c.Spec.Memory = resource.MustParse("96Mi") })
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantArgs := ArgsFile(EngineArgs(c))
+	wantArgs := engine.ArgsFile(EngineArgs(c, BuildOptions{}))
 	eventually(t, "StatefulSet follows the new spec", func() (bool, string) {
 		if err := k8sClient.Get(ctx, key, sts); err != nil {
 			return false, err.Error()
 		}
 		h := sts.Spec.Template.Annotations[ConfigHashAnnotation]
-		return h == ConfigHash(wantArgs) && h != oldHash, h
+		return h == engine.ConfigHash(wantArgs) && h != oldHash, h
 	})
-	if lim := sts.Spec.Template.Spec.Containers[0].Resources.Limits.Memory(); lim.Cmp(oldLimit) <= 0 || lim.Value() != MemoryLimitBytes(c) {
+	if lim := sts.Spec.Template.Spec.Containers[0].Resources.Limits.Memory(); lim.Cmp(oldLimit) <= 0 || lim.Value() != engine.MemoryLimitBytes(&c.Spec, engine.Options{}) {
 		t.Errorf("memory limit %s did not follow (was %s)", lim, &oldLimit)
 	}
-	cm := &corev1.ConfigMap{}
-	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "roll-config"}, cm); err != nil {
-		t.Fatal(err)
+	newCM := ConfigMapOfPod(&sts.Spec.Template.Spec)
+	if got, err := argsOf(t, ns, newCM); err != nil || got != wantArgs || !strings.Contains(got, "-m\n96\n") {
+		t.Errorf("new revision's ConfigMap %s: %q (%v)", newCM, got, err)
 	}
-	if cm.Data["args"] != wantArgs || !strings.Contains(wantArgs, "-m\n128\n") || !strings.Contains(wantArgs, "-c\n2048\n") {
-		t.Errorf("ConfigMap args = %q", cm.Data["args"])
+	// The pod that was not replaced still mounts its own, unchanged arguments.
+	if ConfigMapOfPod(&oldPod.Spec) != oldCM || oldCM == newCM {
+		t.Fatalf("old pod mounts %s, old revision %s, new %s", ConfigMapOfPod(&oldPod.Spec), oldCM, newCM)
 	}
-	if sts.Spec.UpdateStrategy.Type != appsv1.RollingUpdateStatefulSetStrategyType {
-		t.Errorf("strategy %s", sts.Spec.UpdateStrategy.Type)
+	setSTSStatus(t, ns, "roll", appsv1.StatefulSetStatus{Replicas: 1, ReadyReplicas: 1, UpdatedReplicas: 0, CurrentRevision: "r1", UpdateRevision: "r2"})
+	eventually(t, "status reports what each pod runs", func() (bool, string) {
+		c := getCache(t, ns, "roll")
+		st := c.Status
+		ok := st.ConfigHash == engine.ConfigHash(wantArgs) && slices.Contains(st.EngineArgs, "96") &&
+			len(st.Revisions) == 1 && st.Revisions[0].ConfigHash == oldHash && slices.Equal(st.Revisions[0].Pods, []string{"roll-0"}) &&
+			strings.Join(st.Revisions[0].EngineArgs, " ") == strings.Join(engine.ParseArgsFile(strings.Replace(wantArgs, "-m\n96", "-m\n48", 1)), " ") &&
+			condOf(c, "Progressing").Reason == ReasonUpdatePendingDelete
+		return ok, fmt.Sprintf("hash %s revisions %+v progressing %+v", st.ConfigHash, st.Revisions, condOf(c, "Progressing"))
+	})
+	if got, err := argsOf(t, ns, oldCM); err != nil || !strings.Contains(got, "-m\n48\n") {
+		t.Fatalf("the old pod's ConfigMap %s changed or went away while it runs: %q (%v)", oldCM, got, err)
 	}
 
-	// OnDelete is honoured on the live object too.
-	if _, err := updateCache(ns, "roll", func(c *cachev1alpha1.Cache) { c.Spec.UpdateStrategy.Type = cachev1alpha1.OnDeleteStrategy }); err != nil {
+	// The old pod is deleted and replaced from the new template: the old
+	// ConfigMap is garbage-collected, the status shows one revision.
+	if err := k8sClient.Delete(ctx, oldPod, client.GracePeriodSeconds(0)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "OnDelete strategy", func() (bool, string) {
-		if err := k8sClient.Get(ctx, key, sts); err != nil {
-			return false, err.Error()
-		}
-		return sts.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType, string(sts.Spec.UpdateStrategy.Type)
+	eventually(t, "old pod gone", func() (bool, string) {
+		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(oldPod), &corev1.Pod{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
+	podFromTemplate(t, ns, "roll")
+	setSTSStatus(t, ns, "roll", appsv1.StatefulSetStatus{Replicas: 1, ReadyReplicas: 1, UpdatedReplicas: 1, CurrentRevision: "r2", UpdateRevision: "r2"})
+	eventually(t, "old revision's ConfigMap garbage-collected", func() (bool, string) {
+		_, err := argsOf(t, ns, oldCM)
+		st := getCache(t, ns, "roll").Status
+		return apierrors.IsNotFound(err) && len(st.Revisions) == 1 && st.Revisions[0].ConfigHash == engine.ConfigHash(wantArgs),
+			fmt.Sprintf("get %s: %v; revisions %+v", oldCM, err, st.Revisions)
+	})
+	if _, err := argsOf(t, ns, newCM); err != nil {
+		t.Fatalf("the current revision's ConfigMap went away: %v", err)
+	}
 }
 
 func TestScaleSubresource(t *testing.T) {
@@ -484,45 +543,70 @@ func TestStatusFollowsTheStatefulSetAndPods(t *testing.T) {
 	})
 }
 
-func TestNameConflictIsReportedNotTakenOver(t *testing.T) {
+// Defect 4: a name conflict stayed stuck: the conflicting object carries no
+// operator label, so its deletion reached no informer, and the reconciler did
+// not retry. It now retries with backoff and recovers once the object goes.
+func TestNameConflictIsReportedNotTakenOverAndClears(t *testing.T) {
 	needIntegration(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
-	foreign := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "mine-config", Namespace: ns}, Data: map[string]string{"keep": "me"}}
+	foreign := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "mine-headless", Namespace: ns, Annotations: map[string]string{"keep": "me"}},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
+	}
 	if err := k8sClient.Create(ctx, foreign); err != nil {
 		t.Fatal(err)
 	}
 	createCache(t, ns, "mine")
 	eventually(t, "conflict reported", func() (bool, string) {
-		d := condOf(getCache(t, ns, "mine"), "Degraded")
-		return d.Status == metav1.ConditionTrue && d.Reason == "NameConflict" && strings.Contains(d.Message, "mine-config"), fmt.Sprintf("%+v", d)
+		c := getCache(t, ns, "mine")
+		d := condOf(c, "Degraded")
+		return d.Status == metav1.ConditionTrue && d.Reason == "NameConflict" && strings.Contains(d.Message, "mine-headless") &&
+			condOf(c, "Ready").Status == metav1.ConditionFalse, fmt.Sprintf("%+v", d)
 	})
-	cm := &corev1.ConfigMap{}
-	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(foreign), cm); err != nil {
+	svc := &corev1.Service{}
+	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(foreign), svc); err != nil {
 		t.Fatal(err)
 	}
-	if cm.Data["keep"] != "me" || len(cm.OwnerReferences) != 0 {
-		t.Fatalf("someone else's ConfigMap was modified: %+v", cm)
+	if svc.Annotations["keep"] != "me" || len(svc.OwnerReferences) != 0 || svc.Spec.Ports[0].Port != 80 {
+		t.Fatalf("someone else's Service was modified: %+v", svc)
 	}
+	if err := k8sClient.Delete(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Cache takes the freed name and the conflict clears", func() (bool, string) {
+		c := getCache(t, ns, "mine")
+		got := &corev1.Service{}
+		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(foreign), got)
+		return err == nil && controlledBy(got, c) && condOf(c, "Degraded").Reason != ReasonNameConflict,
+			fmt.Sprintf("service err=%v degraded=%+v", err, condOf(c, "Degraded"))
+	})
 }
 
 func TestSpecTheAPIServerRefusesIsReported(t *testing.T) {
 	needIntegration(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
-	// The CRD cannot validate a toleration's operator; the API server refuses
-	// the StatefulSet that carries it.
+	// Neither the CRD nor the webhook checks the selectors of NetworkPolicy
+	// peers; the API server refuses the NetworkPolicy that carries one whose
+	// value is no label value. (A pod template field would not do: before
+	// v1.31 or so the API server did not validate a StatefulSet's pod spec,
+	// and the floor, v1.30, accepts it.)
 	createCache(t, ns, "badtol", func(c *cachev1alpha1.Cache) {
-		c.Spec.Placement.Tolerations = []corev1.Toleration{{Key: "k", Operator: "Sometimes", Value: "v"}}
+		c.Spec.NetworkPolicy = &cachev1alpha1.NetworkPolicySpec{Clients: []networkingv1.NetworkPolicyPeer{
+			{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "not a label value"}}},
+		}}
 	})
 	eventually(t, "InvalidSpec reported", func() (bool, string) {
 		c := getCache(t, ns, "badtol")
 		d := condOf(c, "Degraded")
-		return d.Status == metav1.ConditionTrue && d.Reason == ReasonInvalidSpec && strings.Contains(d.Message, "StatefulSet") &&
-			strings.Contains(d.Message, "toleration") && condOf(c, "Ready").Status == metav1.ConditionFalse, fmt.Sprintf("%+v", d)
+		return d.Status == metav1.ConditionTrue && d.Reason == ReasonInvalidSpec && strings.Contains(d.Message, "NetworkPolicy") &&
+			strings.Contains(d.Message, "podSelector") && condOf(c, "Ready").Status == metav1.ConditionFalse, fmt.Sprintf("%+v", d)
 	})
 	// Fixing the spec recovers without any other nudge.
-	if _, err := updateCache(ns, "badtol", func(c *cachev1alpha1.Cache) { c.Spec.Placement.Tolerations[0].Operator = corev1.TolerationOpEqual }); err != nil {
+	if _, err := updateCache(ns, "badtol", func(c *cachev1alpha1.Cache) {
+		c.Spec.NetworkPolicy.Clients[0].PodSelector.MatchLabels["app"] = "web"
+	}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "StatefulSet created after the fix", func() (bool, string) {
@@ -566,7 +650,7 @@ func TestImmutableStatefulSetChangeIsReplaced(t *testing.T) {
 	// deleting it with propagationPolicy Orphan so that its pods live on.
 	// envtest runs no garbage collector, so this test removes the orphan
 	// finalizer itself, as the collector would once the pods are released.
-	old := StatefulSet(c, testEngineImage)
+	old := StatefulSet(c, BuildOptions{Image: testEngineImage})
 	old.Spec.ServiceName = "imm-legacy"
 	old.Spec.Replicas = ptr.To(int32(2))
 	old.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(c, cachev1alpha1.GroupVersion.WithKind("Cache"))}
@@ -606,7 +690,7 @@ func TestImmutableStatefulSetChangeIsReplaced(t *testing.T) {
 	})
 
 	err = dryRunUpdate(func(s *appsv1.StatefulSet) {
-		s.Spec.Template.Spec.Tolerations = []corev1.Toleration{{Key: "k", Operator: "Sometimes"}}
+		s.Spec.Template.Labels["not a label key!"] = "x"
 	})
 	if !apierrors.IsInvalid(err) || isImmutableStatefulSetChange(err) {
 		t.Fatalf("an invalid pod template must be Invalid but not an immutable-field change: %v", err)

@@ -17,12 +17,12 @@ limitations under the License.
 package controllers
 
 import (
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
 )
 
 // CacheOptions limit the manager's informers to the objects the operator
@@ -30,18 +30,25 @@ import (
 // kinds carrying its managed-by label. Caching every ConfigMap, Service and
 // pod of a big cluster would cost memory for nothing; the rare look-up of an
 // object without the label (a name conflict) goes to the API server directly.
-func CacheOptions() cache.Options {
-	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/managed-by": managerName})}
-	return cache.Options{
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{
-				"app.kubernetes.io/name":      "cachet",
-				"app.kubernetes.io/component": "cache",
-			})},
-			&corev1.ConfigMap{}:             managed,
-			&corev1.Service{}:               managed,
-			&appsv1.StatefulSet{}:           managed,
-			&policyv1.PodDisruptionBudget{}: managed,
-		},
+// With namespaces, every informer (Caches included) watches only those
+// namespaces, which is what lets the operator run with Roles alone.
+func CacheOptions(namespaces ...string) cache.Options {
+	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{cachev1alpha1.LabelManagedBy: managerName})}
+	byObject := map[client.Object]cache.ByObject{
+		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{
+			cachev1alpha1.LabelName:      cachev1alpha1.LabelNameValue,
+			cachev1alpha1.LabelComponent: cachev1alpha1.LabelComponentCache,
+		})},
 	}
+	for _, k := range ownedKinds {
+		byObject[k.object] = managed
+	}
+	opts := cache.Options{ByObject: byObject}
+	if len(namespaces) > 0 {
+		opts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return opts
 }

@@ -34,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+	"cachet.dev/cachet/internal/engine"
 )
 
 // Condition reasons. They are CamelCase words a person can search for in
@@ -58,12 +59,28 @@ const (
 	ReasonPodFailed           = "PodFailed"
 	ReasonNameConflict        = "NameConflict"
 	ReasonInvalidSpec         = "InvalidSpec"
+	ReasonApplyFailed         = "ApplyFailed"
+	ReasonNodeNotReady        = "NodeNotReady"
+	ReasonEngineRestarted     = "EngineRestarted"
+	ReasonNoRestarts          = "NoRestarts"
+	ReasonStaticCPUManager    = "StaticCPUManager"
+	ReasonSharedCores         = "SharedCores"
+	ReasonNotChecked          = "NotChecked"
+	ReasonNotDedicated        = "NotDedicated"
 )
 
 // Observed is what the reconciler read from the cluster for one Cache.
 type Observed struct {
 	StatefulSet *appsv1.StatefulSet // nil when it does not exist yet
 	Pods        []corev1.Pod
+	// ConfigMaps holds the arguments of each of the Cache's ConfigMaps, by name.
+	ConfigMaps map[string][]string
+	// Image is the engine image of the pod template.
+	Image string
+	// Options are the builders' options (they shape the desired arguments).
+	Options BuildOptions
+	// NodePolicies is each pod node's CPU manager policy, when checked.
+	NodePolicies map[string]NodeCPUPolicy
 }
 
 // podProblem is one reason a pod cannot serve, worded for a person.
@@ -73,11 +90,14 @@ type podProblem struct {
 
 // diagnosePod reports why a pod cannot serve, or nil when nothing is wrong
 // beyond plain waiting.
-func diagnosePod(c *cachev1alpha1.Cache, pod *corev1.Pod) *podProblem {
+func diagnosePod(c *cachev1alpha1.Cache, pod *corev1.Pod, o BuildOptions) *podProblem {
 	if pod.Status.Phase == corev1.PodFailed {
 		// The node refused or evicted the pod (OutOfcpu, UnexpectedAdmissionError
 		// from the CPU manager, Evicted); the StatefulSet controller replaces it.
 		return &podProblem{ReasonPodFailed, fmt.Sprintf("pod %s failed on node %q (%s): %s", pod.Name, pod.Spec.NodeName, pod.Status.Reason, strings.TrimSpace(pod.Status.Message))}
+	}
+	if nodeStoppedReporting(pod) {
+		return &podProblem{ReasonNodeNotReady, fmt.Sprintf("pod %s is not ready because its node %q stopped reporting (the node controller marked it NotReady while its containers last reported ready); it serves again when the node returns, or is replaced elsewhere once the pod is deleted", pod.Name, pod.Spec.NodeName)}
 	}
 	for _, cond := range pod.Status.Conditions {
 		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
@@ -90,7 +110,7 @@ func diagnosePod(c *cachev1alpha1.Cache, pod *corev1.Pod) *podProblem {
 				}
 			} else if strings.Contains(cond.Message, "Insufficient memory") {
 				msg += fmt.Sprintf(" Each pod needs %s of memory (spec.memory plus overhead): free memory, add nodes, or lower spec.memory, spec.engine.maxConnections or spec.replicas.",
-					formatBytes(MemoryLimitBytes(c)))
+					formatBytes(engine.MemoryLimitBytes(&c.Spec, o.Engine)))
 			}
 			return &podProblem{ReasonPodUnschedulable, msg}
 		}
@@ -104,7 +124,7 @@ func diagnosePod(c *cachev1alpha1.Cache, pod *corev1.Pod) *podProblem {
 				return &podProblem{ReasonPodConfigError, fmt.Sprintf("pod %s container %s cannot start (%s): %s", pod.Name, cs.Name, w.Reason, w.Message)}
 			case "CrashLoopBackOff":
 				if t := cs.LastTerminationState.Terminated; t != nil && t.Reason == "OOMKilled" {
-					return &podProblem{ReasonOOMKilled, fmt.Sprintf("pod %s was killed for exceeding its memory limit of %s; lower spec.engine.maxConnections or report the engine's memory use", pod.Name, formatBytes(MemoryLimitBytes(c)))}
+					return &podProblem{ReasonOOMKilled, fmt.Sprintf("pod %s was killed for exceeding its memory limit of %s; lower spec.engine.maxConnections or report the engine's memory use", pod.Name, formatBytes(engine.MemoryLimitBytes(&c.Spec, o.Engine)))}
 				}
 				msg := fmt.Sprintf("pod %s keeps crashing (restarted %d times)", pod.Name, cs.RestartCount)
 				if t := cs.LastTerminationState.Terminated; t != nil {
@@ -118,6 +138,26 @@ func diagnosePod(c *cachev1alpha1.Cache, pod *corev1.Pod) *podProblem {
 		}
 	}
 	return nil
+}
+
+// nodeStoppedReporting recognises a pod the node lifecycle controller marked
+// not Ready because its node stopped reporting: it sets only the pod's Ready
+// condition to False, so ContainersReady (written by the kubelet alone) still
+// says True.
+func nodeStoppedReporting(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil || pod.Spec.NodeName == "" {
+		return false
+	}
+	var ready, containersReady *corev1.PodCondition
+	for i := range pod.Status.Conditions {
+		switch pod.Status.Conditions[i].Type {
+		case corev1.PodReady:
+			ready = &pod.Status.Conditions[i]
+		case corev1.ContainersReady:
+			containersReady = &pod.Status.Conditions[i]
+		}
+	}
+	return ready != nil && containersReady != nil && ready.Status == corev1.ConditionFalse && containersReady.Status == corev1.ConditionTrue
 }
 
 // sentence ends a message from another component with a full stop, so that
@@ -181,23 +221,68 @@ func Endpoints(c *cachev1alpha1.Cache, pods []corev1.Pod, clusterDomain string) 
 		ep := cachev1alpha1.CacheEndpoint{Pod: name, Host: PodHost(c, name, clusterDomain), Port: EnginePort}
 		if p, ok := byName[name]; ok {
 			ep.Ready = podReady(p)
+			ep.Node = p.Spec.NodeName
+			if cs := engineStatus(p); cs != nil {
+				ep.Restarts = cs.RestartCount
+				if t := cs.LastTerminationState.Terminated; t != nil && cs.RestartCount > 0 {
+					ep.LastTermination = &cachev1alpha1.CacheTermination{Reason: t.Reason, ExitCode: t.ExitCode, FinishedAt: t.FinishedAt}
+				}
+			}
 		}
 		eps = append(eps, ep)
 	}
 	return eps
 }
 
+func engineStatus(p *corev1.Pod) *corev1.ContainerStatus {
+	for i := range p.Status.ContainerStatuses {
+		if p.Status.ContainerStatuses[i].Name == EngineContainerName {
+			return &p.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+// Revisions groups the pods by the engine configuration they run, with the
+// arguments read from the ConfigMap each mounts: what the pods run, not what
+// the spec asks for. The desired configuration comes first, then older ones.
+func Revisions(c *cachev1alpha1.Cache, pods []corev1.Pod, configMaps map[string][]string, desiredHash string) []cachev1alpha1.CacheRevision {
+	byHash := map[string]*cachev1alpha1.CacheRevision{}
+	var order []string
+	sorted := append([]corev1.Pod(nil), pods...)
+	sort.Slice(sorted, func(i, j int) bool { return ordinal(c, sorted[i].Name) < ordinal(c, sorted[j].Name) })
+	for _, p := range sorted {
+		hash := p.Annotations[ConfigHashAnnotation]
+		rev, ok := byHash[hash]
+		if !ok {
+			rev = &cachev1alpha1.CacheRevision{ConfigHash: hash, EngineArgs: configMaps[ConfigMapOfPod(&p.Spec)], Pods: []string{}}
+			byHash[hash] = rev
+			order = append(order, hash)
+		}
+		rev.Pods = append(rev.Pods, p.Name)
+	}
+	sort.SliceStable(order, func(i, j int) bool { return order[i] == desiredHash && order[j] != desiredHash })
+	out := make([]cachev1alpha1.CacheRevision, 0, len(order))
+	for _, h := range order {
+		out = append(out, *byHash[h])
+	}
+	return out
+}
+
 // ComputeStatus returns the Cache's new status. Conditions keep their
 // lastTransitionTime unless their status changes.
 func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) cachev1alpha1.CacheStatus {
-	args := EngineArgs(c)
+	args := EngineArgs(c, obs.Options)
+	hash := engine.ConfigHash(engine.ArgsFile(args))
 	st := cachev1alpha1.CacheStatus{
 		Conditions:         append([]metav1.Condition(nil), c.Status.Conditions...),
 		ObservedGeneration: c.Generation,
 		Selector:           labels.SelectorFromSet(SelectorLabels(c)).String(),
 		EngineArgs:         args,
-		ConfigHash:         ConfigHash(ArgsFile(args)),
+		ConfigHash:         hash,
 		Endpoints:          Endpoints(c, obs.Pods, clusterDomain),
+		Revisions:          Revisions(c, obs.Pods, obs.ConfigMaps, hash),
+		Image:              obs.Image,
 	}
 	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
@@ -205,13 +290,15 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 		})
 	}
 	desired := c.Spec.DesiredReplicas()
+	setRestartCondition(c, st.Endpoints, obs.Options, set)
+	setCoresCondition(c, obs, set)
 
 	// Problems come first: they explain every other condition.
 	var problems []podProblem
 	pods := append([]corev1.Pod(nil), obs.Pods...)
 	sort.Slice(pods, func(i, j int) bool { return ordinal(c, pods[i].Name) < ordinal(c, pods[j].Name) })
 	for i := range pods {
-		if p := diagnosePod(c, &pods[i]); p != nil {
+		if p := diagnosePod(c, &pods[i], obs.Options); p != nil {
 			problems = append(problems, *p)
 		}
 	}
@@ -275,4 +362,74 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 		set(cachev1alpha1.ConditionReady, metav1.ConditionFalse, ReasonPodsNotReady, msg)
 	}
 	return st
+}
+
+// setRestartCondition reports pods whose engine restarted: a restart is not
+// a crash loop once the pod is back, but it emptied that shard, and an OOM
+// kill says the memory limit is too small for the load.
+func setRestartCondition(c *cachev1alpha1.Cache, eps []cachev1alpha1.CacheEndpoint, o BuildOptions, set func(string, metav1.ConditionStatus, string, string)) {
+	var worst *cachev1alpha1.CacheEndpoint
+	var restarted []string
+	for i := range eps {
+		if eps[i].Restarts == 0 {
+			continue
+		}
+		restarted = append(restarted, fmt.Sprintf("%s (%d)", eps[i].Pod, eps[i].Restarts))
+		if worst == nil || (eps[i].LastTermination != nil && (worst.LastTermination == nil || eps[i].LastTermination.FinishedAt.After(worst.LastTermination.FinishedAt.Time))) {
+			worst = &eps[i]
+		}
+	}
+	if worst == nil {
+		set(cachev1alpha1.ConditionPodsRestarted, metav1.ConditionFalse, ReasonNoRestarts, "no engine has restarted since its pod was created")
+		return
+	}
+	reason, detail := ReasonEngineRestarted, ""
+	if t := worst.LastTermination; t != nil {
+		if t.Reason != "" {
+			reason = t.Reason
+		}
+		detail = fmt.Sprintf("; last: pod %s ended with %s (exit code %d) at %s", worst.Pod, t.Reason, t.ExitCode, t.FinishedAt.UTC().Format("2006-01-02T15:04:05Z"))
+		if t.Reason == "OOMKilled" {
+			detail += fmt.Sprintf(", over its memory limit of %s: lower spec.engine.maxConnections or spec.engine.maxItemSize, or report the engine's memory use", formatBytes(engine.MemoryLimitBytes(&c.Spec, o.Engine)))
+		}
+	}
+	set(cachev1alpha1.ConditionPodsRestarted, metav1.ConditionTrue, reason,
+		fmt.Sprintf("engines restarted, and each restart emptied its shard: %s%s", strings.Join(restarted, ", "), detail))
+}
+
+// setCoresCondition says whether dedicated pods really have exclusive cores:
+// only a kubelet with the static CPU manager policy gives a Guaranteed pod's
+// integer CPUs to it alone; elsewhere the pod shares every core of the node
+// and cachetd pins its workers to cores others use too.
+func setCoresCondition(c *cachev1alpha1.Cache, obs Observed, set func(string, metav1.ConditionStatus, string, string)) {
+	if !c.Spec.IsDedicatedCPUs() {
+		set(cachev1alpha1.ConditionCoresExclusive, metav1.ConditionFalse, ReasonNotDedicated, "spec.dedicatedCPUs is false: the pods run on the shared cores, unpinned")
+		return
+	}
+	if obs.NodePolicies == nil {
+		set(cachev1alpha1.ConditionCoresExclusive, metav1.ConditionUnknown, ReasonNotChecked, "the operator does not check the kubelets' CPU manager policy (--check-cpu-manager=false)")
+		return
+	}
+	var shared, unknown []string
+	pods := append([]corev1.Pod(nil), obs.Pods...)
+	sort.Slice(pods, func(i, j int) bool { return ordinal(c, pods[i].Name) < ordinal(c, pods[j].Name) })
+	for _, p := range pods {
+		pol, ok := obs.NodePolicies[p.Spec.NodeName]
+		switch {
+		case p.Spec.NodeName == "" || !ok:
+		case pol.Err != "":
+			unknown = append(unknown, fmt.Sprintf("pod %s on node %s: %s", p.Name, p.Spec.NodeName, pol.Err))
+		case pol.Policy != "static":
+			shared = append(shared, fmt.Sprintf("pod %s on node %s (cpuManagerPolicy %q)", p.Name, p.Spec.NodeName, pol.Policy))
+		}
+	}
+	switch {
+	case len(shared) > 0:
+		set(cachev1alpha1.ConditionCoresExclusive, metav1.ConditionFalse, ReasonSharedCores,
+			"dedicated cores are not exclusive: "+strings.Join(shared, "; ")+"; the kubelet gives Guaranteed pods exclusive cores only with cpuManagerPolicy static: configure those nodes, or keep the Cache off them with spec.placement.nodeSelector")
+	case len(unknown) > 0:
+		set(cachev1alpha1.ConditionCoresExclusive, metav1.ConditionUnknown, ReasonNotChecked, "could not read the CPU manager policy: "+strings.Join(unknown, "; "))
+	default:
+		set(cachev1alpha1.ConditionCoresExclusive, metav1.ConditionTrue, ReasonStaticCPUManager, "every pod's node runs the static CPU manager, which gives its cores to the pod alone")
+	}
 }

@@ -17,8 +17,10 @@ limitations under the License.
 package controllers
 
 import (
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -198,5 +200,123 @@ func TestConditionTransitionTimeKept(t *testing.T) {
 	again := ComputeStatus(c, obs, "cluster.local")
 	if got := cond(t, again, "Ready").LastTransitionTime; !got.Equal(&old) {
 		t.Fatal("an unchanged condition got a new lastTransitionTime")
+	}
+}
+
+// Defect 9: a pod whose engine was OOM-killed and came back (so no longer in
+// CrashLoopBackOff) set no condition, though the restart emptied its shard.
+func TestStatusReportsRestartsAfterThePodCameBack(t *testing.T) {
+	c := newCache()
+	finished := metav1.NewTime(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	back := pod("web-1", true, func(p *corev1.Pod) {
+		p.Spec.NodeName = "n1"
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{
+			Name: EngineContainerName, RestartCount: 2, Ready: true,
+			State:                corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137, FinishedAt: finished}},
+		}}
+	})
+	st := ComputeStatus(c, Observed{
+		StatefulSet: stsWith(1, 1, appsv1.StatefulSetStatus{Replicas: 3, ReadyReplicas: 3, UpdatedReplicas: 3}),
+		Pods:        []corev1.Pod{pod("web-0", true), back, pod("web-2", true)},
+	}, "cluster.local")
+	r := cond(t, st, cachev1alpha1.ConditionPodsRestarted)
+	if r.Status != metav1.ConditionTrue || r.Reason != "OOMKilled" {
+		t.Fatalf("PodsRestarted = %+v", r)
+	}
+	for _, w := range []string{"web-1 (2)", "emptied", "127Mi", "2026-11-23T10:00:00Z"} {
+		if !strings.Contains(r.Message, w) {
+			t.Errorf("message %q lacks %q", r.Message, w)
+		}
+	}
+	ep := st.Endpoints[1]
+	if ep.Restarts != 2 || ep.LastTermination == nil || ep.LastTermination.Reason != "OOMKilled" || ep.LastTermination.ExitCode != 137 || ep.Node != "n1" {
+		t.Fatalf("endpoint %+v", ep)
+	}
+	if d := cond(t, st, "Degraded"); d.Status != metav1.ConditionFalse {
+		t.Fatalf("a pod that came back is not Degraded: %+v", d)
+	}
+	clean := ComputeStatus(c, Observed{StatefulSet: stsWith(1, 1, appsv1.StatefulSetStatus{Replicas: 1, ReadyReplicas: 1, UpdatedReplicas: 1}), Pods: []corev1.Pod{pod("web-0", true)}}, "cluster.local")
+	if r := cond(t, clean, cachev1alpha1.ConditionPodsRestarted); r.Status != metav1.ConditionFalse {
+		t.Fatalf("no restarts: %+v", r)
+	}
+}
+
+// A node that stops reporting: the node controller sets only the pod's Ready
+// condition to False; the Cache says which node and why.
+func TestStatusNamesANodeThatStoppedReporting(t *testing.T) {
+	lost := pod("web-1", false, func(p *corev1.Pod) {
+		p.Spec.NodeName = "node-b"
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.ContainersReady, Status: corev1.ConditionTrue})
+	})
+	st := ComputeStatus(newCache(), Observed{
+		StatefulSet: stsWith(1, 1, appsv1.StatefulSetStatus{Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 3}),
+		Pods:        []corev1.Pod{pod("web-0", true), lost, pod("web-2", true)},
+	}, "cluster.local")
+	d := cond(t, st, "Degraded")
+	if d.Status != metav1.ConditionTrue || d.Reason != ReasonNodeNotReady || !strings.Contains(d.Message, "node-b") || !strings.Contains(d.Message, "web-1") {
+		t.Fatalf("Degraded = %+v", d)
+	}
+	// A pod merely starting (containers not ready either) is no node problem.
+	starting := pod("web-1", false, func(p *corev1.Pod) {
+		p.Spec.NodeName = "node-b"
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.ContainersReady, Status: corev1.ConditionFalse})
+	})
+	st = ComputeStatus(newCache(), Observed{StatefulSet: stsWith(1, 1, appsv1.StatefulSetStatus{Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 3}), Pods: []corev1.Pod{starting}}, "cluster.local")
+	if d := cond(t, st, "Degraded"); d.Status != metav1.ConditionFalse {
+		t.Fatalf("a starting pod reported as a node problem: %+v", d)
+	}
+}
+
+// Defect 2: "dedicated" pods on a node without the static CPU manager share
+// every core, and nothing said so.
+func TestStatusCoresExclusive(t *testing.T) {
+	on := func(name, node string) corev1.Pod {
+		return pod(name, true, func(p *corev1.Pod) { p.Spec.NodeName = node })
+	}
+	obs := Observed{
+		StatefulSet:  stsWith(1, 1, appsv1.StatefulSetStatus{Replicas: 2, ReadyReplicas: 2, UpdatedReplicas: 2}),
+		Pods:         []corev1.Pod{on("web-0", "a"), on("web-1", "b")},
+		NodePolicies: map[string]NodeCPUPolicy{"a": {Policy: "static"}, "b": {Policy: "none"}},
+	}
+	c := cond(t, ComputeStatus(newCache(), obs, "cluster.local"), cachev1alpha1.ConditionCoresExclusive)
+	if c.Status != metav1.ConditionFalse || c.Reason != ReasonSharedCores || !strings.Contains(c.Message, "web-1 on node b") || strings.Contains(c.Message, "web-0") {
+		t.Fatalf("CoresExclusive = %+v", c)
+	}
+	obs.NodePolicies["b"] = NodeCPUPolicy{Policy: "static"}
+	if c := cond(t, ComputeStatus(newCache(), obs, "cluster.local"), cachev1alpha1.ConditionCoresExclusive); c.Status != metav1.ConditionTrue {
+		t.Fatalf("all static: %+v", c)
+	}
+	obs.NodePolicies = nil
+	if c := cond(t, ComputeStatus(newCache(), obs, "cluster.local"), cachev1alpha1.ConditionCoresExclusive); c.Status != metav1.ConditionUnknown || c.Reason != ReasonNotChecked {
+		t.Fatalf("unchecked: %+v", c)
+	}
+	shared := newCache(func(c *cachev1alpha1.Cache) { c.Spec.DedicatedCPUs = ptr.To(false) })
+	if c := cond(t, ComputeStatus(shared, obs, "cluster.local"), cachev1alpha1.ConditionCoresExclusive); c.Status != metav1.ConditionFalse || c.Reason != ReasonNotDedicated {
+		t.Fatalf("shared: %+v", c)
+	}
+}
+
+// Defect 1: status reported the spec's arguments as "in effect". Revisions
+// come from what each pod mounts.
+func TestStatusRevisionsComeFromThePods(t *testing.T) {
+	c := newCache()
+	mounting := func(name, hash, cm string) corev1.Pod {
+		return pod(name, true, func(p *corev1.Pod) {
+			p.Annotations = map[string]string{ConfigHashAnnotation: hash}
+			p.Spec.Volumes = []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}}}}}
+		})
+	}
+	desired := DesiredConfigHash(c, BuildOptions{})
+	obs := Observed{
+		StatefulSet: stsWith(1, 1, appsv1.StatefulSetStatus{Replicas: 3, ReadyReplicas: 3, UpdatedReplicas: 1, CurrentRevision: "a", UpdateRevision: "b"}),
+		Pods:        []corev1.Pod{mounting("web-2", "old", "web-config-old"), mounting("web-0", desired, "web-config-"+desired), mounting("web-1", "old", "web-config-old")},
+		ConfigMaps:  map[string][]string{"web-config-old": {"-m", "48"}, "web-config-" + desired: {"-m", "64"}},
+	}
+	st := ComputeStatus(c, obs, "cluster.local")
+	if len(st.Revisions) != 2 || st.Revisions[0].ConfigHash != desired || st.Revisions[1].ConfigHash != "old" ||
+		!slices.Equal(st.Revisions[1].Pods, []string{"web-1", "web-2"}) || !slices.Equal(st.Revisions[1].EngineArgs, []string{"-m", "48"}) ||
+		!slices.Equal(st.Revisions[0].EngineArgs, []string{"-m", "64"}) {
+		t.Fatalf("revisions %+v", st.Revisions)
 	}
 }

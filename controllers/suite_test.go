@@ -49,6 +49,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+	"cachet.dev/cachet/test/utils"
 )
 
 const testEngineImage = "localhost/cachetd:envtest"
@@ -144,6 +145,8 @@ func run(m *testing.M) int {
 	if err := (&CacheReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: testRecorder,
 		EngineImage: testEngineImage, ClusterDomain: "cluster.test",
+		// Short enough that tests see a retry after the cause went away.
+		MaxBackoff: 4 * time.Second,
 	}).SetupWithManager(mgr); err != nil {
 		fmt.Fprintf(os.Stderr, "controller: %v\n", err)
 		return 1
@@ -157,7 +160,9 @@ func run(m *testing.M) int {
 	go func() { done <- mgr.Start(ctx) }()
 	defer func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			fmt.Fprintf(os.Stderr, "manager: %v\n", err)
+		}
 	}()
 
 	// Wait until the webhook server accepts TLS connections, so that the first
@@ -166,7 +171,7 @@ func run(m *testing.M) int {
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only probing that the local server is up
 		if err != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // not up yet: keep polling
 		}
 		_ = conn.Close()
 		return true, nil
@@ -186,17 +191,9 @@ func needIntegration(t *testing.T) {
 	}
 }
 
-// eventually polls cond until it holds. The bound only stops a broken test
-// from hanging; no test asserts how long anything takes.
+// eventually polls cond until it holds (test/utils.Eventually with the
+// envtest suite's bounds).
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-		ok, why := cond()
-		last = why
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("%s never happened; last observation: %s", what, last)
-	}
+	utils.Eventually(t, 60*time.Second, 100*time.Millisecond, what, cond)
 }

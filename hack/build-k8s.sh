@@ -6,12 +6,18 @@
 #
 #   hack/build-k8s.sh kube-apiserver kubelet ...   # build only these
 #   hack/build-k8s.sh                              # build all of them
+#   K8S_RELEASE=floor hack/build-k8s.sh kube-apiserver
+#       the oldest supported release instead (hack/tools/k8s-floor, into
+#       bin/k8s-floor/), for envtest on the chart's kubeVersion floor
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-tools="$root/hack/tools/k8s"
+case ${K8S_RELEASE:-current} in
+  current) tools="$root/hack/tools/k8s" out="$root/bin/k8s" ;;
+  floor) tools="$root/hack/tools/k8s-floor" out="$root/bin/k8s-floor" ;;
+  *) echo "K8S_RELEASE must be current or floor" >&2; exit 2 ;;
+esac
 version=$(awk '$1=="require" && $2=="k8s.io/kubernetes" {print $3}' "$tools/go.mod")
 cache="${CACHET_CACHE:-$HOME/.cache/cachet}/k8s/$version"
-out="$root/bin/k8s"
 all=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 want=("$@"); [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 mkdir -p "$cache" "$out"

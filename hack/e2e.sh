@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # `make test-e2e`: runs the end-to-end suite (test/e2e) on a real cluster.
 #
-# Which cluster: the one KUBECONFIG reaches, if it answers; otherwise the local
-# single-node cluster (hack/local-cluster.sh), brought up here when needed.
+# Which cluster: the one KUBECONFIG reaches, if it answers; otherwise the tests'
+# own local cluster (hack/local-cluster.sh, instance "test": its own network
+# namespace, state, ports and cgroups), brought up here when needed. It never
+# touches the cluster of `make up` (instance "main") or anything in it, so
+# `make check` passes whether or not that one is running. The two-node stages
+# add a second node to the tests' cluster (up --nodes 2) when it is local.
 # Images are built with `make images` and loaded into the local cluster's
 # containerd; a cluster that is not the local one gets no load unless
 # E2E_LOAD_IMAGES=1 (its nodes must already hold the images).
@@ -19,10 +23,19 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-local_kubeconfig=/var/lib/cachet-cluster/kubeconfig
-local_kubelet_dir=/var/lib/cachet-cluster/kubelet
+export CACHET_CLUSTER=${E2E_CLUSTER:-test}
+set -a   # KUBECONFIG (the local one's), KUBELET_DIR, CONTAINERD_ADDRESS (for make load-images), ...
+eval "$(hack/local-cluster.sh env)"
+set +a
+local_kubeconfig=$KUBECONFIG
+local_kubelet_dir=$KUBELET_DIR
+local_logs=$CACHET_CLUSTER_LOGS
+unset KUBECONFIG
+[ -z "${E2E_KUBECONFIG:-}" ] || export KUBECONFIG=$E2E_KUBECONFIG
 artifacts="$root/test/e2e/artifacts"
 IMG=${IMG:-localhost/cachet-operator:0.1.0}
+# The "new operator version" of the upgrade stage: the same build under another tag.
+IMG_NEXT=${IMG_NEXT:-${IMG%:*}:upgrade-test}
 ENGINE_IMG=${ENGINE_IMG:-localhost/cachetd:0.1.0}
 mkdir -p "$artifacts"
 timings="$artifacts/script-timings.txt"
@@ -31,7 +44,7 @@ rm -f "$artifacts/timings.txt"
 
 # One e2e run per cluster at a time: two suites (or a suite and a developer's
 # smoke test) would each see the other's Caches and operator.
-lock=${CACHET_CLUSTER_LOCK:-/tmp/cachet-cluster.lock}
+lock=${CACHET_CLUSTER_LOCK:-/tmp/cachet-cluster-$CACHET_CLUSTER.lock}
 exec 9>"$lock"
 if ! flock -n 9; then
   echo "==> [e2e] another run holds $lock; waiting up to 20 minutes"
@@ -69,7 +82,7 @@ dump_cluster() {
   "$kubectl" get events -n "${E2E_CACHE_NAMESPACE:-cachet-e2e}" --sort-by=.lastTimestamp 2>/dev/null || true
   ls "$artifacts"/*.diag.txt 2>/dev/null | sed 's/^/    per-stage diagnostics (operator logs, Cache events): /' || true
   if [ "$node_local" = 1 ]; then
-    for f in /var/log/cachet-cluster/kubelet.log /var/log/cachet-cluster/containerd.log; do
+    for f in "$local_logs"/kubelet.log "$local_logs"/kubelet-2.log "$local_logs"/containerd.log; do
       [ -f "$f" ] && { echo "--- tail $f"; tail -n 40 "$f"; }
     done
   fi
@@ -94,14 +107,14 @@ finish() {
 trap finish EXIT
 
 if [ -n "${KUBECONFIG:-}" ] && reachable "$KUBECONFIG"; then
-  echo "    using the cluster KUBECONFIG reaches: $KUBECONFIG"
+  echo "    using the cluster E2E_KUBECONFIG reaches: $KUBECONFIG"
   if [ "$(readlink -f "$KUBECONFIG")" = "$(readlink -f "$local_kubeconfig")" ]; then node_local=1; fi
 else
-  [ -n "${KUBECONFIG:-}" ] && echo "    KUBECONFIG=$KUBECONFIG does not answer; using the local cluster"
+  [ -n "${KUBECONFIG:-}" ] && echo "    E2E_KUBECONFIG=$KUBECONFIG does not answer; using the local cluster"
   if hack/local-cluster.sh status >/dev/null 2>&1; then
-    echo "    the local cluster is already running; it stays up afterwards"
+    echo "    the local cluster $CACHET_CLUSTER is already running; it stays up afterwards"
   else
-    step "local cluster up (hack/local-cluster.sh up)"
+    step "local cluster $CACHET_CLUSTER up (hack/local-cluster.sh up)"
     started_cluster=1
     # 9>&-: the cluster's daemons must not inherit (and so hold) the run lock.
     hack/local-cluster.sh up 9>&-
@@ -123,6 +136,10 @@ nice make --no-print-directory images IMG="$IMG" ENGINE_IMG="$ENGINE_IMG"
 if [ "$node_local" = 1 ] || [ "${E2E_LOAD_IMAGES:-0}" = 1 ]; then
   step "load images (make load-images)"
   make --no-print-directory load-images IMG="$IMG" ENGINE_IMG="$ENGINE_IMG"
+  if [ "$node_local" = 1 ]; then
+    ctr --address "$CONTAINERD_ADDRESS" -n k8s.io images rm "$IMG_NEXT" >/dev/null 2>&1 || true
+    ctr --address "$CONTAINERD_ADDRESS" -n k8s.io images tag "$IMG" "$IMG_NEXT" >/dev/null
+  fi
 else
   echo "    not the local cluster: images are not loaded (E2E_LOAD_IMAGES=1 to load them anyway)"
 fi
@@ -138,6 +155,9 @@ E2E_CHART="$root/charts/cachet" \
 E2E_NODE_LOCAL=$node_local \
 E2E_KUBELET_DIR=$local_kubelet_dir \
 E2E_OPERATOR_IMAGE="$IMG" \
+E2E_OPERATOR_IMAGE_NEXT="$( [ "$node_local" = 1 ] && echo "$IMG_NEXT")" \
+E2E_CLUSTER_SCRIPT="$( [ "$node_local" = 1 ] && echo "$root/hack/local-cluster.sh")" \
+E2E_HELM_SET="${E2E_HELM_SET:-operator.checkCPUManager=true}" \
 E2E_ENGINE_IMAGE="$ENGINE_IMG" \
 E2E_ARTIFACTS="$artifacts" \
   go test -tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-30m}" ${E2E_RUN:+-run "$E2E_RUN"} ./test/e2e/... 2>&1 | tee "$artifacts/go-test.log"

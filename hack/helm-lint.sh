@@ -61,7 +61,7 @@ if "$root/hack/sync-chart.sh" --check; then ok "generated CRDs, RBAC and webhook
 
 step "chart names the operator expects"
 missing_flags=()
-for flag in engine-image cluster-domain leader-elect leader-election-id health-probe-bind-address metrics-bind-address metrics-secure \
+for flag in engine-image engine-metrics-port check-cpu-manager watch-namespaces metrics-cert-dir cluster-domain leader-elect leader-election-id health-probe-bind-address metrics-bind-address metrics-secure \
             enable-webhooks webhook-port webhook-cert-dir webhook-cert-mode webhook-secret-name webhook-service-name \
             mutating-webhook-configuration validating-webhook-configuration; do
   grep -q "\"$flag\"" "$root/main.go" 2>/dev/null || missing_flags+=("--$flag")
@@ -97,7 +97,7 @@ if render default --namespace cachet-system; then
            Secret/cachet-webhook-server-cert Service/cachet-webhook-service Service/cachet-metrics-service \
            Deployment/cachet-operator MutatingWebhookConfiguration/cachet-mutating-webhook-configuration \
            ValidatingWebhookConfiguration/cachet-validating-webhook-configuration \
-           Pod/cachet-test-cache-connection; do
+           Pod/cachet-test-cache-connection NetworkPolicy/cachet-operator; do
     if grep -qx "$k" "$work/default.kinds"; then ok "default: renders $k"; else bad "default: missing $k"; fi
   done
   for k in Certificate Issuer ServiceMonitor PodDisruptionBudget; do
@@ -132,6 +132,12 @@ if render default --namespace cachet-system; then
   hasnt default 'caBundle' "Helm never renders caBundle (upgrades keep the injected CA)"
   hasnt default 'cert-manager.io/inject-ca-from' "no cainjector annotation without cert-manager"
   has default 'helm.sh/resource-policy: keep' "CRD kept on uninstall by default"
+  has default '- --engine-metrics-port=9150$' "engine metrics port (and so the HTTP probes) on by default"
+  has default '- --check-cpu-manager=false$' "kubelet check off by default"
+  hasnt default 'nodes/proxy' "no nodes/proxy permission unless operator.checkCPUManager"
+  has default '- --metrics-cert-dir=/tmp/k8s-webhook-server/serving-certs$' "metrics served with the webhook certificate"
+  if grep -q 'READY 1/1' "$chart/templates/NOTES.txt"; then bad "default: NOTES promise a READY 1/1 column the Cache does not print"; else ok "default: NOTES describe the READY column as it is"; fi
+  if grep -q '^kubeVersion: ">=1.30.0-0"$' "$chart/Chart.yaml"; then ok "kubeVersion floor 1.30 (CEL quantities 1.29, preStop sleep 1.30)"; else bad "kubeVersion floor is not 1.30: $(grep kubeVersion "$chart/Chart.yaml")"; fi
   # RBAC equals controller-gen's: the manager ClusterRole's rules are the
   # generated ClusterRole's rules, byte for byte, minus the webhook-configuration
   # rule that cert_rotation.yaml grants by name.
@@ -176,7 +182,7 @@ if render full --namespace team-a \
   count full 'cert-manager.io/inject-ca-from: team-a/cachet-serving-cert' 2 "both webhook configurations ask cainjector for the CA"
   has full '- --webhook-cert-mode=cert-manager$' "operator told cert-manager supplies the certificate"
   has full '- --cluster-domain=example\.org$' "operator told the cluster domain"
-  hasnt full 'kind: Secret' "no chart Secret (cert-manager writes it)"
+  if kinds full | grep -q '^Secret/cachet-webhook-server-cert$'; then bad "full: the chart renders the webhook Secret although cert-manager writes it"; else ok "full: no chart webhook Secret (cert-manager writes it)"; fi
   hasnt full 'cert-rotation' "no self-signed rotation RBAC with cert-manager"
   has full 'kind: ServiceMonitor' "ServiceMonitor when its API exists"
   has full '^ +release: prom$' "ServiceMonitor extra labels"
@@ -198,6 +204,41 @@ if render full --namespace team-a \
 else
   bad "does not render: $(cat "$work/full.err")"
 fi
+
+step "ServiceMonitor authenticates with a token Secret and verifies TLS (no bearerTokenFile, no insecureSkipVerify)"
+if render monitor --namespace cachet-system --api-versions monitoring.coreos.com/v1/ServiceMonitor --api-versions monitoring.coreos.com/v1/PrometheusRule \
+     --set serviceMonitor.enabled=true,prometheusRule.enabled=true,operator.checkCPUManager=true; then
+  ok "renders"
+  hasnt monitor 'bearerTokenFile' "no deprecated bearerTokenFile"
+  hasnt monitor 'insecureSkipVerify' "TLS is verified"
+  has monitor 'name: cachet-metrics-scraper-token$' "credentials from the scraper's token Secret"
+  has monitor 'type: kubernetes.io/service-account-token' "token Secret for the scraper ServiceAccount"
+  has monitor 'key: ca.crt$' "CA from the webhook certificate's Secret"
+  has monitor 'serverName: cachet-webhook-service\.cachet-system\.svc$' "server name the certificate carries"
+  has monitor 'alert: CachetDedicatedCoresNotExclusive' "PrometheusRule alerts on shared cores"
+  has monitor '- nodes/proxy|resources: \["nodes/proxy"\]' "nodes/proxy granted when checkCPUManager"
+  has monitor '- --check-cpu-manager=true$' "operator told to check kubelets"
+else
+  bad "does not render: $(cat "$work/monitor.err")"
+fi
+
+step "watch-namespaces: Roles only"
+if render nsmode --namespace ops --api-versions cert-manager.io/v1 \
+     --set 'watchNamespaces={team-a,team-b}' --set certManager.enabled=true,metrics.secure=false; then
+  ok "renders"
+  count nsmode '^kind: Role$' 3 "manager Role in each of the 2 watched namespaces, plus leader election"
+  count nsmode '^kind: RoleBinding$' 3 "bound in each"
+  has nsmode '- --watch-namespaces=team-a,team-b$' "operator told the namespaces"
+  if awk '/^kind: ClusterRoleBinding$/{k=1} k&&/^  - kind: ServiceAccount$/{print; k=0}' "$work/nsmode.yaml" | grep -q .; then
+    bad "nsmode: a ClusterRoleBinding still binds the operator's ServiceAccount"
+  else
+    ok "nsmode: no ClusterRoleBinding for the operator"
+  fi
+else
+  bad "does not render: $(cat "$work/nsmode.err")"
+fi
+must_fail nsself 'certManager.enabled=true' "watch-namespaces with self-signed certificates is refused with the fix" --set 'watchNamespaces={a}' --set metrics.secure=false
+must_fail nsmetrics 'metrics.secure=false' "watch-namespaces with authenticated metrics is refused with the fix" --set 'watchNamespaces={a}' --set webhook.enabled=false
 
 step "another release name, an existing ClusterIssuer"
 if helm_template prod "$chart" --namespace payments --api-versions cert-manager.io/v1 \

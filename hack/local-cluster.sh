@@ -1,12 +1,29 @@
 #!/usr/bin/env bash
-# A real single-node Kubernetes assembled from parts, for machines without Docker
-# (so no kind) and without a registry (so nothing can be pulled):
+# A real Kubernetes (one node, or two) assembled from parts, for machines without
+# Docker (so no kind) and without a registry (so nothing can be pulled):
 #
-#   hack/local-cluster.sh up          start whatever is not running; wait for node Ready
-#   hack/local-cluster.sh down        stop what `up` started (by recorded PID) and remove what it made
-#   hack/local-cluster.sh status      exit 0 iff every component runs and the node is Ready
-#   hack/local-cluster.sh kubeconfig  print the admin kubeconfig path
-#   hack/local-cluster.sh test        prove CPU pinning, Services, DNS, logs/exec/port-forward (hack/cluster/smoke-test.sh)
+#   hack/local-cluster.sh up [--nodes 2]  start whatever is not running; wait for the nodes to be Ready
+#   hack/local-cluster.sh down            stop what `up` started (by recorded PID) and remove what it made
+#   hack/local-cluster.sh status          exit 0 iff every component runs and node 1 is Ready
+#   hack/local-cluster.sh kubeconfig      print the admin kubeconfig path
+#   hack/local-cluster.sh env             print the instance's paths as shell variables
+#   hack/local-cluster.sh stop-kubelet N  stop node N's kubelet only (a node that stops reporting)
+#   hack/local-cluster.sh test            prove CPU pinning, Services, DNS, logs/exec/port-forward (hack/cluster/smoke-test.sh)
+#
+# Instances: CACHET_CLUSTER names one (default "main", the cluster of `make up`;
+# `make test-e2e` uses "test"). Each instance runs in a network namespace of its
+# own (cachet-<instance>): its bridges, addresses, iptables rules (kube-proxy's,
+# the egress guard) and ports cannot meet another instance's, and the host
+# reaches it only through one veth pair. Its state, runtime and log directories
+# and its kubelets' cgroup roots carry the instance name too. Two instances can
+# therefore run side by side, e.g. the tests' beside a developer's `make up`.
+#
+# A second node (--nodes 2) is a second containerd and kubelet on this machine,
+# with their own root, state and cgroup-root directories, node IP and pod CIDR.
+# Both nodes see the same CPUs: "exclusive" cores are exclusive per node only.
+# Node 2's kubelet runs without the static CPU manager (cpuManagerPolicy none),
+# so that a "dedicated" pod there is a real case of cores that are not
+# exclusive; keep pinning checks on node 1.
 #
 # The parts: Debian's etcd, containerd, runc and CNI plugins; kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubelet and kube-proxy built from the
@@ -16,40 +33,77 @@
 # negative oom_score_adj, no dummy links, 2 CPUs).
 #
 # Everything lives in fixed places outside the clone, because CI clones anywhere
-# and other scripts (e2e, make up) must find the cluster:
-#   state   /var/lib/cachet-cluster   (kubeconfig, pki/, etcd/, containerd/, kubelet/, cni/)
-#   runtime /run/cachet-cluster       (containerd socket, runc state)
-#   logs    /var/log/cachet-cluster/<component>.log
+# and other scripts (e2e, make up) must find the cluster ("" for main, -<name>
+# for other instances):
+#   state   /var/lib/cachet-cluster[-<name>]   (kubeconfig, pki/, etcd/, containerd/, kubelet/, cni/, node2/)
+#   runtime /run/cachet-cluster[-<name>]       (containerd sockets, runc state)
+#   logs    /var/log/cachet-cluster[-<name>]/<component>.log
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-STATE=${CACHET_CLUSTER_STATE:-/var/lib/cachet-cluster}
-RUNDIR=${CACHET_CLUSTER_RUN:-/run/cachet-cluster}
-LOGS=${CACHET_CLUSTER_LOGS:-/var/log/cachet-cluster}
+INSTANCE=${CACHET_CLUSTER:-main}
+case $INSTANCE in
+  main) suffix="" subnet=250 podnet=244 ;;
+  test) suffix="-test" subnet=251 podnet=245 ;;
+  *) echo "local-cluster: CACHET_CLUSTER must be main or test" >&2; exit 2 ;;
+esac
+STATE=${CACHET_CLUSTER_STATE:-/var/lib/cachet-cluster$suffix}
+RUNDIR=${CACHET_CLUSTER_RUN:-/run/cachet-cluster$suffix}
+LOGS=${CACHET_CLUSTER_LOGS:-/var/log/cachet-cluster$suffix}
 KUBECONFIG_PATH="$STATE/kubeconfig"
 PKI="$STATE/pki"
 PIDS="$STATE/pids"
 K8S_BIN="$root/bin/k8s"
 
-NODE_NAME=cachet-node
-NODE_BRIDGE=cachetbr0       # holds only the node IP: this kernel has no dummy links
-NODE_IP=10.250.0.1
-POD_BRIDGE=cachetcni0       # the CNI bridge plugin creates it for pods
-POD_CIDR=10.244.0.0/24
-POD_GATEWAY=10.244.0.1
+# The instance's network namespace, reached from the host over one veth pair
+# whose host end holds .254 of the node subnet and whose namespace end holds
+# the node IPs (the kubelet refuses a loopback node IP; this kernel has no
+# dummy links). Inside, each node has a pod bridge and a pod CIDR of its own;
+# both bridges are on the namespace's own routing table, which is the route
+# between the two pod networks. The namespace has no default route: nothing in
+# it can reach beyond the machine.
+NETNS=cachet-$INSTANCE
+NETNS_PATH=/run/netns/$NETNS
+HOST_LINK=$NETNS-h          # host end of the veth
+NS_LINK=uplink              # its end inside the namespace
+NODE_SUBNET=10.$subnet.0.0/24
+HOST_IP=10.$subnet.0.254
+POD_SUPERNET=10.$podnet.0.0/16
 SERVICE_CIDR=10.96.0.0/16
 KUBERNETES_SERVICE_IP=10.96.0.1
 APISERVER_PORT=6443
-# Not etcd's default ports, so a developer's own etcd (or envtest's) never collides.
+# Not etcd's default ports, so envtest's etcd never collides (inside the
+# namespace nothing else could anyway).
 ETCD_CLIENT=127.0.0.1:23790
 ETCD_PEER=127.0.0.1:23800
-CONTAINERD_SOCK="$RUNDIR/containerd/containerd.sock"
 PAUSE_IMG=localhost/cachet-pause:3.10
+MAX_NODES=2
+
+# Per-node names and addresses; node 1 keeps the single-node names.
+node_name() { if [ "$1" = 1 ]; then echo cachet-node; else echo "cachet-node$1"; fi; }
+node_ip() { echo "10.$subnet.0.$1"; }
+node_dir() { if [ "$1" = 1 ]; then echo "$STATE"; else echo "$STATE/node$1"; fi; }
+node_run() { if [ "$1" = 1 ]; then echo "$RUNDIR"; else echo "$RUNDIR/node$1"; fi; }
+comp() { if [ "$2" = 1 ]; then echo "$1"; else echo "$1-$2"; fi; } # pid/log name of a per-node component
+pod_cidr() { echo "10.$podnet.$(($1 - 1)).0/24"; }
+pod_gateway() { echo "10.$podnet.$(($1 - 1)).1"; }
+pod_bridge() { echo "cachetcni$(($1 - 1))"; }
+containerd_sock() { echo "$(node_run "$1")/containerd/containerd.sock"; }
+cgroup_root() { echo "cachet-$INSTANCE-n$1"; }
+NODE_NAME=$(node_name 1)
+NODE_IP=$(node_ip 1)
+CONTAINERD_SOCK=$(containerd_sock 1)
 # Cluster DNS (CoreDNS built from the Go module proxy); CACHET_CLUSTER_DNS=0 skips it.
 CLUSTER_DNS=${CACHET_CLUSTER_DNS:-1}
 DNS_IP=10.96.0.10
 CLUSTER_DOMAIN=cluster.local
 COMPONENTS=(etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+# Components of node N > 1, started by `up --nodes N`.
+node_components() { echo "containerd-$1 kubelet-$1"; }
+# in_ns CMD...: runs CMD in the instance's network namespace (and nothing else:
+# the mount namespace is the host's, so the kubelet's volume mounts are seen by
+# containerd and the host alike).
+in_ns() { nsenter --net="$NETNS_PATH" -- "$@"; }
 
 t0=$SECONDS
 log() { printf '[%4ds] %s\n' "$((SECONDS - t0))" "$*"; }
@@ -85,7 +139,7 @@ start() {
       fd=${fd##*/}
       [ "$fd" -gt 2 ] && eval "exec $fd>&-"
     done 2>/dev/null
-    exec setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null
+    exec setsid nsenter --net="$NETNS_PATH" -- "$@" >>"$LOGS/$name.log" 2>&1 </dev/null
   ) &
   pid=$!
   echo "$pid $exe" >"$PIDS/$name.pid"
@@ -127,7 +181,7 @@ must_wait_for() {
 # ---- prerequisites -------------------------------------------------------------
 ensure_deps() {
   local missing=() c
-  for c in etcd containerd ctr runc iptables conntrack ip openssl curl setsid; do
+  for c in etcd containerd ctr runc iptables conntrack ip openssl curl setsid nsenter; do
     command -v "$c" >/dev/null || missing+=("$c")
   done
   [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] || missing+=(cni-plugins)
@@ -151,43 +205,70 @@ ensure_binaries() {
   fi
 }
 
-# ---- host network --------------------------------------------------------------
-# sysctl NAME VALUE: sets it and remembers the value it had, once, for `down`.
-set_sysctl() {
-  local key=$1 value=$2 file="/proc/sys/${1//.//}" saved="$STATE/sysctl.saved"
-  [ -w "$file" ] || { log "warning: cannot set $key"; return 0; }
-  grep -q "^$key " "$saved" 2>/dev/null || echo "$key $(cat "$file")" >>"$saved"
-  echo "$value" >"$file"
-}
+# ---- network namespace ---------------------------------------------------------
+ns_sysctl() { in_ns sh -c "echo $2 > /proc/sys/${1//.//}" 2>/dev/null || log "warning: cannot set $1 in $NETNS"; }
 
 setup_network() {
-  if ! ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
-    ip link add "$NODE_BRIDGE" type bridge
+  if [ ! -e "$NETNS_PATH" ]; then
+    log "making network namespace $NETNS ($NODE_SUBNET)"
+    ip netns add "$NETNS"
   fi
-  ip addr show dev "$NODE_BRIDGE" | grep -q "inet $NODE_IP/" || ip addr add "$NODE_IP/32" dev "$NODE_BRIDGE"
-  ip link set "$NODE_BRIDGE" up
-  # The host dials Services too (kube-apiserver calls webhooks by ClusterIP).
-  # kube-proxy's OUTPUT DNAT reroutes the ones it knows; one it has no rule for
-  # yet (a Service just created, kube-proxy restarting) would otherwise follow
-  # the default route off the machine. On our own empty bridge it dies here.
-  # The route goes away with the bridge on `down`.
-  ip route replace "$SERVICE_CIDR" dev "$NODE_BRIDGE"
-  # Pods reach Services through the host (forwarding), and Service traffic
-  # between two pods on the same bridge must pass iptables to be DNATed.
-  set_sysctl net.ipv4.ip_forward 1
-  set_sysctl net.bridge.bridge-nf-call-iptables 1
+  in_ns ip link set lo up
+  if ! ip link show "$HOST_LINK" >/dev/null 2>&1; then
+    ip link add "$HOST_LINK" type veth peer name "$NS_LINK" netns "$NETNS"
+  fi
+  # (Read the address lists first: with pipefail, `ip | grep -q` fails when
+  # grep exits on its match before ip has written everything.)
+  local addrs n
+  addrs=$(ip -o addr show dev "$HOST_LINK")
+  grep -q "inet $HOST_IP/" <<<"$addrs" || ip addr add "$HOST_IP/24" dev "$HOST_LINK"
+  ip link set "$HOST_LINK" up
+  in_ns ip link set "$NS_LINK" up
+  addrs=$(in_ns ip -o addr show dev "$NS_LINK")
+  for n in $(seq 1 "$MAX_NODES"); do
+    grep -q "inet $(node_ip "$n")/" <<<"$addrs" || in_ns ip addr add "$(node_ip "$n")/24" dev "$NS_LINK"
+  done
+  # The API server dials Services too (webhooks): its packets need a route to
+  # leave by before kube-proxy's OUTPUT rules rewrite them, and one kube-proxy
+  # has no rule for yet (a Service just created) must die here. An empty
+  # bridge is both (an "unreachable" route would refuse them before the
+  # rewrite).
+  in_ns ip link show cachetsvc0 >/dev/null 2>&1 || in_ns ip link add cachetsvc0 type bridge
+  in_ns ip link set cachetsvc0 up
+  in_ns ip route replace "$SERVICE_CIDR" dev cachetsvc0
+  # Pods reach Services through the namespace (forwarding), and Service
+  # traffic between two pods on the same bridge must pass iptables to be DNATed.
+  modprobe br_netfilter 2>/dev/null || true
+  ns_sysctl net.ipv4.ip_forward 1
+  ns_sysctl net.bridge.bridge-nf-call-iptables 1
   setup_egress_guard
 }
 
-# Pods may talk to the node and to each other, never beyond the machine: any
-# packet from the pod network forwarded to an interface other than the pod bridge
-# is rejected. This enforces the project's network rule in the cluster itself.
+# Pods may talk to the nodes and to each other, never beyond: any packet from
+# the pod networks forwarded to an interface other than a pod bridge is
+# rejected. With no default route this is belt and braces, and the smoke test
+# proves the guard alone stops a pod (it adds a route first).
 setup_egress_guard() {
-  iptables -N CACHET-EGRESS 2>/dev/null || true
-  iptables -F CACHET-EGRESS
-  iptables -A CACHET-EGRESS -o "$POD_BRIDGE" -j RETURN
-  iptables -A CACHET-EGRESS -s "$POD_CIDR" -j REJECT --reject-with icmp-net-prohibited
-  iptables -C FORWARD -j CACHET-EGRESS 2>/dev/null || iptables -I FORWARD 1 -j CACHET-EGRESS
+  in_ns iptables -N CACHET-EGRESS 2>/dev/null || true
+  in_ns iptables -F CACHET-EGRESS
+  in_ns iptables -A CACHET-EGRESS -o cachetcni+ -j RETURN
+  in_ns iptables -A CACHET-EGRESS -s "$POD_SUPERNET" -j REJECT --reject-with icmp-net-prohibited
+  in_ns iptables -C FORWARD -j CACHET-EGRESS 2>/dev/null || in_ns iptables -I FORWARD 1 -j CACHET-EGRESS
+}
+
+# The kubelet of node N uses a cgroup root of its own, which must exist (and,
+# for cgroup v1 cpuset, hold CPUs and memory nodes) before it starts.
+setup_cgroup_root() {
+  local n=$1 ctrl dir
+  for ctrl in /sys/fs/cgroup/*/; do
+    [ -f "${ctrl}cgroup.procs" ] || continue
+    dir="$ctrl$(cgroup_root "$n")"
+    mkdir -p "$dir"
+    if [ -f "${ctrl}cpuset.cpus" ]; then
+      [ -s "$dir/cpuset.cpus" ] && [ -n "$(tr -d '[:space:]' <"$dir/cpuset.cpus")" ] || cat "${ctrl}cpuset.cpus" >"$dir/cpuset.cpus"
+      [ -n "$(tr -d '[:space:]' <"$dir/cpuset.mems")" ] || cat "${ctrl}cpuset.mems" >"$dir/cpuset.mems"
+    fi
+  done
 }
 
 # ---- certificates --------------------------------------------------------------
@@ -241,8 +322,11 @@ setup_pki() {
   issue controller-manager "/CN=system:kube-controller-manager"
   issue scheduler "/CN=system:kube-scheduler"
   issue kube-proxy "/CN=system:kube-proxy"
-  issue kubelet "/O=system:nodes/CN=system:node:$NODE_NAME"
-  issue kubelet-serving "/CN=$NODE_NAME" "DNS:$NODE_NAME,IP:$NODE_IP" server
+  local n
+  for n in $(seq 1 "$MAX_NODES"); do
+    issue "$(comp kubelet "$n")" "/O=system:nodes/CN=system:node:$(node_name "$n")"
+    issue "$(comp kubelet-serving "$n")" "/CN=$(node_name "$n")" "DNS:$(node_name "$n"),IP:$(node_ip "$n")" server
+  done
   # Service-account tokens are signed with this pair (apiserver + controller-manager).
   if [ ! -f "$PKI/sa.key" ]; then
     openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
@@ -282,7 +366,7 @@ setup_kubeconfigs() {
   mkdir -p "$STATE/kubeconfigs"
   write_kubeconfig "$KUBECONFIG_PATH" admin
   local c
-  for c in controller-manager scheduler kube-proxy kubelet; do
+  for c in controller-manager scheduler kube-proxy kubelet $(for n in $(seq 2 "$MAX_NODES"); do comp kubelet "$n"; done); do
     write_kubeconfig "$STATE/kubeconfigs/$c.kubeconfig" "$c"
   done
 }
@@ -297,22 +381,26 @@ start_etcd() {
     --listen-peer-urls "http://$ETCD_PEER" --initial-advertise-peer-urls "http://$ETCD_PEER" \
     --initial-cluster "cachet=http://$ETCD_PEER" --listen-metrics-urls "" \
     --quota-backend-bytes 2147483648 --log-level warn
-  must_wait_for etcd 60 etcd curl -fsS "http://$ETCD_CLIENT/health"
+  must_wait_for etcd 60 etcd in_ns curl -fsS "http://$ETCD_CLIENT/health"
 }
 
+# write_containerd_config N: node N's own containerd, with its own root, state,
+# socket, CNI configuration and pod bridge.
 write_containerd_config() {
-  mkdir -p "$STATE/containerd" "$STATE/cni/net.d" "$RUNDIR/containerd"
-  cat >"$STATE/containerd/config.toml" <<EOF
-# Written by hack/local-cluster.sh: the local cluster's own containerd, with its
-# own root, state and socket, so /etc/containerd and any system containerd are
-# left alone.
+  local n=$1 dir run sock bridge cidr gw
+  dir=$(node_dir "$n") run=$(node_run "$n") sock=$(containerd_sock "$n")
+  bridge=$(pod_bridge "$n") cidr=$(pod_cidr "$n") gw=$(pod_gateway "$n")
+  mkdir -p "$dir/containerd" "$dir/cni/net.d" "$run/containerd"
+  cat >"$dir/containerd/config.toml" <<EOF
+# Written by hack/local-cluster.sh: node $n's own containerd, with its own root,
+# state and socket, so /etc/containerd and any system containerd are left alone.
 version = 2
-root = "$STATE/containerd/root"
-state = "$RUNDIR/containerd/state"
+root = "$dir/containerd/root"
+state = "$run/containerd/state"
 oom_score = 0
 
 [grpc]
-  address = "$CONTAINERD_SOCK"
+  address = "$sock"
 
 [plugins]
   [plugins."io.containerd.grpc.v1.cri"]
@@ -326,7 +414,7 @@ oom_score = 0
     netns_mounts_under_state_dir = true
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "/usr/lib/cni"
-      conf_dir = "$STATE/cni/net.d"
+      conf_dir = "$dir/cni/net.d"
       max_conf_num = 1
     [plugins."io.containerd.grpc.v1.cri".containerd]
       snapshotter = "overlayfs"
@@ -335,27 +423,27 @@ oom_score = 0
         runtime_type = "io.containerd.runc.v2"
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
           SystemdCgroup = false
-          Root = "$RUNDIR/runc"
+          Root = "$run/runc"
   [plugins."io.containerd.internal.v1.opt"]
-    path = "$STATE/containerd/opt"
+    path = "$dir/containerd/opt"
 EOF
-  # One bridge for pods, addresses from host-local (state kept under our dir).
-  # No ipMasq: pods talk only to the node and each other, never beyond.
-  cat >"$STATE/cni/net.d/10-cachet.conflist" <<EOF
+  # One bridge for the node's pods, addresses from host-local (state kept under
+  # our dir). No ipMasq: pods talk only to the nodes and each other.
+  cat >"$dir/cni/net.d/10-cachet.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
   "name": "cachet",
   "plugins": [
     {
       "type": "bridge",
-      "bridge": "$POD_BRIDGE",
+      "bridge": "$bridge",
       "isGateway": true,
       "ipMasq": false,
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
-        "dataDir": "$STATE/cni/ipam",
-        "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$POD_GATEWAY"}]],
+        "dataDir": "$dir/cni/ipam",
+        "ranges": [[{"subnet": "$cidr", "gateway": "$gw"}]],
         "routes": [{"dst": "0.0.0.0/0"}]
       }
     },
@@ -367,25 +455,46 @@ EOF
 
 # With pipefail, `ctr images ls | grep -q` fails whenever grep exits on its match
 # before ctr has written everything (ctr dies of SIGPIPE), so read the list first.
-containerd_has_image() {
+containerd_has_image() { # IMAGE [NODE]
   local listed
-  listed=$(ctr --address "$CONTAINERD_SOCK" -n k8s.io images ls -q) || return 1
+  listed=$(ctr --address "$(containerd_sock "${2:-1}")" -n k8s.io images ls -q) || return 1
   grep -qxF "$1" <<<"$listed"
 }
-start_containerd() {
-  if ! running containerd; then
-    log "starting containerd ($CONTAINERD_SOCK)"
-    write_containerd_config
-    start containerd containerd --config "$STATE/containerd/config.toml"
-    must_wait_for containerd 60 containerd ctr --address "$CONTAINERD_SOCK" version
+
+start_containerd() { # NODE
+  local n=${1:-1} name sock
+  name=$(comp containerd "$n") sock=$(containerd_sock "$n")
+  if ! running "$name"; then
+    log "starting $name ($sock)"
+    write_containerd_config "$n"
+    start "$name" containerd --config "$(node_dir "$n")/containerd/config.toml"
+    must_wait_for "$name" 60 "$name" ctr --address "$sock" version
   fi
-  if ! containerd_has_image "$PAUSE_IMG"; then
+  if ! containerd_has_image "$PAUSE_IMG" "$n"; then
     [ -f "$root/bin/images/pause.oci.tar" ] || PAUSE_IMG="$PAUSE_IMG" "$root/hack/images.sh" build pause
-    log "importing the pause image"
-    ctr --address "$CONTAINERD_SOCK" -n k8s.io images import "$root/bin/images/pause.oci.tar" >/dev/null
-    containerd_has_image "$PAUSE_IMG" \
-      || die "pause image $PAUSE_IMG not in containerd after import"
+    log "importing the pause image into $name"
+    ctr --address "$sock" -n k8s.io images import "$root/bin/images/pause.oci.tar" >/dev/null
+    containerd_has_image "$PAUSE_IMG" "$n" \
+      || die "pause image $PAUSE_IMG not in $name after import"
   fi
+  [ "$n" = 1 ] || sync_images "$n"
+}
+
+# sync_images N: node N gets every image node 1 holds (the operator, engine,
+# toolbox and CoreDNS images loaded there), so pods can move between nodes.
+sync_images() {
+  local n=$1 have want=() img archive
+  have=$(ctr --address "$(containerd_sock "$n")" -n k8s.io images ls -q)
+  for img in $(ctr --address "$CONTAINERD_SOCK" -n k8s.io images ls -q); do
+    case $img in sha256:*) continue ;; esac
+    grep -qxF "$img" <<<"$have" || want+=("$img")
+  done
+  [ ${#want[@]} -gt 0 ] || return 0
+  archive=$(mktemp "$RUNDIR/images.XXXXXX.tar")
+  log "copying ${#want[@]} image(s) from $(node_name 1) to $(node_name "$n")"
+  ctr --address "$CONTAINERD_SOCK" -n k8s.io images export --platform linux/amd64 "$archive" "${want[@]}" >/dev/null
+  ctr --address "$(containerd_sock "$n")" -n k8s.io images import "$archive" >/dev/null
+  rm -f "$archive"
 }
 
 apiserver_ready() { curl -fsS --cacert "$PKI/ca.crt" "https://$NODE_IP:$APISERVER_PORT/readyz" >/dev/null; }
@@ -432,7 +541,8 @@ start_controller_manager() {
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
     --use-service-account-credentials=true \
     --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
-    --cluster-name cachet-local --profiling=false
+    --cluster-name cachet-local --profiling=false \
+    --node-monitor-grace-period 20s
 }
 
 start_scheduler() {
@@ -444,34 +554,48 @@ start_scheduler() {
     --bind-address 127.0.0.1 --leader-elect=false --profiling=false
 }
 
+# write_kubelet_config N: docs/local-cluster.md explains each setting.
 write_kubelet_config() {
-  mkdir -p "$STATE/kubelet"
-  cat >"$STATE/kubelet-config.yaml" <<EOF
+  local n=$1 dir policy
+  dir=$(node_dir "$n")
+  mkdir -p "$dir/kubelet" "$dir/pod-logs"
+  # Node 1 hands out exclusive cores; node 2 shares the same CPUs, so it runs
+  # without the static policy: its "dedicated" pods are not exclusive, which
+  # is what the operator's CoresExclusive check is tested against.
+  policy=static
+  [ "$n" = 1 ] || policy=none
+  cat >"$dir/kubelet-config.yaml" <<EOF
 # Written by hack/local-cluster.sh; docs/local-cluster.md explains each choice.
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: $NODE_IP
+address: $(node_ip "$n")
 port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
-healthzPort: 10248
+healthzPort: $((10248 + 100 * (n - 1)))
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: true}
   x509: {clientCAFile: $PKI/ca.crt}
 authorization: {mode: Webhook}
-tlsCertFile: $PKI/kubelet-serving.crt
-tlsPrivateKeyFile: $PKI/kubelet-serving.key
-containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+tlsCertFile: $PKI/$(comp kubelet-serving "$n").crt
+tlsPrivateKeyFile: $PKI/$(comp kubelet-serving "$n").key
+containerRuntimeEndpoint: unix://$(containerd_sock "$n")
+# Each node's pods in a cgroup tree of its own (and so each instance's), so
+# two kubelets on one machine never manage each other's pods.
+cgroupRoot: /$(cgroup_root "$n")
+# A kubelet removes pod log directories it does not know: keep each node's apart.
+podLogsDir: $dir/pod-logs
 # No systemd here; cgroup v1 is all this VM has, and 1.35+ kubelets refuse it
 # unless told otherwise.
 cgroupDriver: cgroupfs
 failCgroupV1: false
 failSwapOn: false
-# Static CPU manager: a Guaranteed pod with whole CPUs gets them exclusively.
-# systemReserved (not reservedSystemCPUs) keeps CPU 0 as the shared pool while
-# allocatable stays 1900m on 2 CPUs, so small pods still fit beside a 1-CPU cache.
-cpuManagerPolicy: static
+# Static CPU manager (node 1): a Guaranteed pod with whole CPUs gets them
+# exclusively. systemReserved (not reservedSystemCPUs) keeps CPU 0 as the
+# shared pool while allocatable stays 1900m on 2 CPUs, so small pods still fit
+# beside a 1-CPU cache.
+cpuManagerPolicy: $policy
 cpuManagerReconcilePeriod: 5s
 systemReserved:
   cpu: 100m
@@ -495,15 +619,18 @@ syncFrequency: 10s
 EOF
 }
 
-start_kubelet() {
-  running kubelet && return 0
-  log "starting kubelet (node $NODE_NAME, $NODE_IP, static CPU manager)"
-  write_kubelet_config
-  start kubelet "$K8S_BIN/kubelet" \
-    --config "$STATE/kubelet-config.yaml" \
-    --kubeconfig "$STATE/kubeconfigs/kubelet.kubeconfig" \
-    --root-dir "$STATE/kubelet" \
-    --node-ip "$NODE_IP" --hostname-override "$NODE_NAME"
+start_kubelet() { # NODE
+  local n=${1:-1} name
+  name=$(comp kubelet "$n")
+  running "$name" && return 0
+  log "starting $name (node $(node_name "$n"), $(node_ip "$n"))"
+  setup_cgroup_root "$n"
+  write_kubelet_config "$n"
+  start "$name" "$K8S_BIN/kubelet" \
+    --config "$(node_dir "$n")/kubelet-config.yaml" \
+    --kubeconfig "$STATE/kubeconfigs/$(comp kubelet "$n").kubeconfig" \
+    --root-dir "$(node_dir "$n")/kubelet" \
+    --node-ip "$(node_ip "$n")" --hostname-override "$(node_name "$n")"
 }
 
 start_kube_proxy() {
@@ -517,11 +644,11 @@ clientConnection:
   kubeconfig: $STATE/kubeconfigs/kube-proxy.kubeconfig
 hostnameOverride: $NODE_NAME
 bindAddress: $NODE_IP
-clusterCIDR: $POD_CIDR
+clusterCIDR: $POD_SUPERNET
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
 # NodePorts only on the node's own bridge address, never on the machine's NICs.
-nodePortAddresses: ["$NODE_IP/32"]
+nodePortAddresses: ["$NODE_SUBNET"]
 # Leave the host's conntrack sysctls alone (this VM may refuse them).
 conntrack:
   maxPerCore: 0
@@ -539,11 +666,11 @@ setup_dns() {
   img=$("$root/hack/images.sh" list | awk '$1=="coredns" {print $2}')
   if ! containerd_has_image "$img"; then
     # A previous archive is reused; load checks it holds the expected name.
-    "$root/hack/images.sh" load coredns >>"$LOGS/coredns-build.log" 2>&1 || true
+    CONTAINERD_ADDRESS="$CONTAINERD_SOCK" "$root/hack/images.sh" load coredns >>"$LOGS/coredns-build.log" 2>&1 || true
   fi
   if ! containerd_has_image "$img"; then
     log "cluster DNS: building and importing $img (first time: minutes)"
-    if ! { "$root/hack/images.sh" build coredns && "$root/hack/images.sh" load coredns; } >>"$LOGS/coredns-build.log" 2>&1; then
+    if ! { "$root/hack/images.sh" build coredns && CONTAINERD_ADDRESS="$CONTAINERD_SOCK" "$root/hack/images.sh" load coredns; } >>"$LOGS/coredns-build.log" 2>&1; then
       log "WARNING: CoreDNS image build failed (log: $LOGS/coredns-build.log); Service names will not resolve"
       return 0
     fi
@@ -557,12 +684,28 @@ setup_dns() {
   fi
 }
 
-node_ready() {
-  [ "$(kc get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+node_ready() { # [NODE]
+  [ "$(kc get node "$(node_name "${1:-1}")" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}
+
+# Nodes whose state directory exists (started by an earlier `up --nodes N`).
+nodes_present() {
+  local n=1
+  while [ "$n" -lt "$MAX_NODES" ] && [ -d "$(node_dir $((n + 1)))" ]; do n=$((n + 1)); done
+  echo "$n"
 }
 
 # ---- commands ------------------------------------------------------------------
 cmd_up() {
+  local nodes=1
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --nodes) nodes=${2:-}; shift 2 ;;
+      --nodes=*) nodes=${1#--nodes=}; shift ;;
+      *) die "up: unknown argument $1" ;;
+    esac
+  done
+  case $nodes in 1 | 2) ;; *) die "up: --nodes must be 1 or 2" ;; esac
   [ "$(id -u)" -eq 0 ] || die "must run as root (it starts containerd and the kubelet)"
   # State whose processes are all gone (killed, or the machine restarted) is not
   # resumed: its pods, mounts and CPU assignments cannot be trusted. Start clean.
@@ -570,6 +713,8 @@ cmd_up() {
     log "found the state of a cluster none of whose processes runs: removing its leftovers first"
     remove_leftovers
   fi
+  # A node 2 that an earlier `up --nodes 2` started comes back with the rest.
+  [ "$(nodes_present)" -le "$nodes" ] || nodes=$(nodes_present)
   mkdir -p "$STATE" "$RUNDIR" "$LOGS"
   ensure_deps
   ensure_binaries
@@ -577,26 +722,33 @@ cmd_up() {
   setup_pki
   setup_kubeconfigs
   start_etcd
-  start_containerd
+  start_containerd 1
   start_apiserver
   start_controller_manager
   start_scheduler
-  start_kubelet
+  start_kubelet 1
   start_kube_proxy
-  log "waiting for node $NODE_NAME to be Ready"
-  must_wait_for "node $NODE_NAME" 180 kubelet node_ready
+  local n
+  for n in $(seq 2 "$nodes"); do
+    start_containerd "$n"
+    start_kubelet "$n"
+  done
+  for n in $(seq 1 "$nodes"); do
+    log "waiting for node $(node_name "$n") to be Ready"
+    must_wait_for "node $(node_name "$n")" 180 "$(comp kubelet "$n")" node_ready "$n"
+  done
   # Pods can only be created once the namespace's default ServiceAccount exists.
   must_wait_for "default ServiceAccount" 60 kube-controller-manager kc -n default get serviceaccount default
   setup_dns
   local c
   for c in "${COMPONENTS[@]}"; do running "$c" || die "$c stopped (log: $LOGS/$c.log)"; done
-  log "cluster up ($("$K8S_BIN/kubectl" version --client -o json 2>/dev/null | sed -n 's/.*"gitVersion": "\([^"]*\)".*/\1/p' | head -1))"
+  log "cluster $INSTANCE up with $nodes node(s) ($("$K8S_BIN/kubectl" version --client -o json 2>/dev/null | sed -n 's/.*"gitVersion": "\([^"]*\)".*/\1/p' | head -1))"
   echo "KUBECONFIG=$KUBECONFIG_PATH"
   echo "logs: $LOGS"
 }
 
-# Deletes every pod through the kubelet, so sandboxes are torn down properly
-# (CNI DEL, netns and mounts released) before the kubelet and containerd stop.
+# Deletes every pod through the kubelets, so sandboxes are torn down properly
+# (CNI DEL, netns and mounts released) before the kubelets and containerds stop.
 drain_pods() {
   apiserver_ready 2>/dev/null && running kubelet || return 0
   local n
@@ -608,39 +760,19 @@ drain_pods() {
     || log "warning: some pods still present; removing their containers with ctr"
 }
 
-# Whatever the kubelet left behind: kill and delete tasks and containers in our
-# containerd's k8s.io namespace, so their shims exit and their mounts go away.
-remove_leftover_containers() {
-  [ -S "$CONTAINERD_SOCK" ] && running containerd || return 0
-  local c=(ctr --address "$CONTAINERD_SOCK" -n k8s.io) id
+# Whatever a kubelet left behind: kill and delete tasks and containers in node
+# N's containerd, so their shims exit and their mounts go away.
+remove_leftover_containers() { # NODE
+  local sock
+  sock=$(containerd_sock "$1")
+  [ -S "$sock" ] && running "$(comp containerd "$1")" || return 0
+  local c=(ctr --address "$sock" -n k8s.io) id
   for id in $("${c[@]}" tasks ls -q 2>/dev/null); do
     "${c[@]}" tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
   done
   sleep 1
   for id in $("${c[@]}" tasks ls -q 2>/dev/null); do "${c[@]}" tasks delete -f "$id" >/dev/null 2>&1 || true; done
   for id in $("${c[@]}" containers ls -q 2>/dev/null); do "${c[@]}" containers delete "$id" >/dev/null 2>&1 || true; done
-}
-
-# Removes iptables rules and chains made by kube-proxy, the kubelet, the CNI
-# portmap plugin and us (KUBE-*, CNI-*, CACHET-*); nothing else on the host uses
-# those prefixes.
-cleanup_iptables() {
-  local ipt table chain
-  for ipt in iptables ip6tables; do
-    command -v "$ipt" >/dev/null || continue
-    for table in filter nat mangle; do
-      { "$ipt" -t "$table" -S 2>/dev/null || true; } | { grep -E '^-A [A-Z]+ .*-j (KUBE|CNI|CACHET)-' || true; } | while read -r line; do
-        # shellcheck disable=SC2086
-        "$ipt" -t "$table" ${line/-A /-D } 2>/dev/null || true
-      done
-      for chain in $("$ipt" -t "$table" -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^(KUBE|CNI|CACHET)-/ {print $2}'); do
-        "$ipt" -t "$table" -F "$chain" 2>/dev/null || true
-      done
-      for chain in $("$ipt" -t "$table" -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^(KUBE|CNI|CACHET)-/ {print $2}'); do
-        "$ipt" -t "$table" -X "$chain" 2>/dev/null || true
-      done
-    done
-  done
 }
 
 # Unmounts everything below our state and runtime directories, deepest first.
@@ -653,21 +785,26 @@ unmount_below() {
   done
 }
 
-# Removes the kubepods cgroups the kubelet made (empty once the pods are gone).
+# Removes the cgroup trees of this instance's kubelets (empty once the pods
+# are gone), deepest first.
 remove_cgroups() {
-  local controller
+  local controller n
   for controller in /sys/fs/cgroup/*/; do
-    [ -d "${controller}kubepods" ] || continue
-    find "${controller}kubepods" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+    for n in $(seq 1 "$MAX_NODES"); do
+      [ -d "$controller$(cgroup_root "$n")" ] || continue
+      find "$controller$(cgroup_root "$n")" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+    done
   done
 }
 
 # Kills what a cluster whose daemons died (kill -9, a CI runner's cleanup) left
-# running: the containers, through our own runc root, and their shims, found by
-# our containerd socket path in their command line. Nothing else matches either.
+# running: the containers, through our own runc roots, and their shims, found by
+# our containerd sockets in their command line. Nothing else matches either.
 kill_orphans() {
-  local runc_root="$RUNDIR/runc/k8s.io" id pid args
-  if [ -d "$runc_root" ]; then
+  local n runc_root id pid args sock
+  for n in $(seq 1 "$MAX_NODES"); do
+    runc_root="$(node_run "$n")/runc/k8s.io"
+    [ -d "$runc_root" ] || continue
     for id in $(runc --root "$runc_root" list -q 2>/dev/null); do
       runc --root "$runc_root" kill --all "$id" KILL >/dev/null 2>&1 || true
     done
@@ -675,81 +812,104 @@ kill_orphans() {
     for id in $(runc --root "$runc_root" list -q 2>/dev/null); do
       runc --root "$runc_root" delete --force "$id" >/dev/null 2>&1 || true
     done
-  fi
+  done
   for pid in /proc/[0-9]*; do
     pid=${pid#/proc/}
     [ "$(basename "$(readlink "/proc/$pid/exe" 2>/dev/null)")" = containerd-shim-runc-v2 ] || continue
     args=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
-    case " $args " in *" -address $CONTAINERD_SOCK "*) kill -KILL "$pid" 2>/dev/null || true ;; esac
+    for n in $(seq 1 "$MAX_NODES"); do
+      sock=$(containerd_sock "$n")
+      case " $args " in *" -address $sock "*) kill -KILL "$pid" 2>/dev/null || true ;; esac
+    done
   done
 }
 
 # Removes everything the cluster made on the host, once its processes are gone.
+# Its iptables rules, bridges, routes and sysctls live in its network
+# namespace and go with it; the host keeps nothing but logs.
 remove_leftovers() {
   kill_orphans
-  if [ -x "$K8S_BIN/kube-proxy" ]; then "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true; fi
-  cleanup_iptables
   unmount_below "$STATE" "$RUNDIR"
   remove_cgroups
-  local link
-  for link in "$POD_BRIDGE" "$NODE_BRIDGE"; do
-    if ip link show "$link" >/dev/null 2>&1; then ip link del "$link"; fi
-  done
-  if [ -f "$STATE/sysctl.saved" ]; then
-    while read -r key value; do echo "$value" >"/proc/sys/${key//.//}" 2>/dev/null || true; done <"$STATE/sysctl.saved"
-  fi
+  if ip link show "$HOST_LINK" >/dev/null 2>&1; then ip link del "$HOST_LINK"; fi
+  if [ -e "$NETNS_PATH" ]; then ip netns del "$NETNS" 2>/dev/null || true; fi
   # The CPU manager's checkpoint goes with the rest of the state: a stale one
   # would make the next kubelet refuse to start or hand out a CPU twice.
   rm -rf "$STATE" "$RUNDIR"
 }
 
 any_running() {
-  local c
+  local c n
   for c in "${COMPONENTS[@]}"; do running "$c" && return 0; done
+  for n in $(seq 2 "$MAX_NODES"); do
+    for c in $(node_components "$n"); do running "$c" && return 0; done
+  done
   return 1
 }
 
 cmd_down() {
   [ "$(id -u)" -eq 0 ] || die "must run as root"
+  local n
   # Controllers first, so nothing recreates the pods we are about to delete.
   stop kube-controller-manager
   stop kube-scheduler
   drain_pods
   stop kube-proxy
-  stop kubelet
-  remove_leftover_containers
+  for n in $(seq "$MAX_NODES" -1 1); do
+    stop "$(comp kubelet "$n")"
+    remove_leftover_containers "$n"
+  done
   stop kube-apiserver
   stop etcd
-  stop containerd
+  for n in $(seq "$MAX_NODES" -1 1); do stop "$(comp containerd "$n")"; done
   remove_leftovers
-  log "local cluster down (logs kept in $LOGS)"
+  log "local cluster $INSTANCE down (logs kept in $LOGS)"
+}
+
+# Stops node N's kubelet and nothing else: its containers keep running, and
+# the node controller sees the node stop reporting. `up --nodes N` restarts it.
+cmd_stop_kubelet() {
+  local n=${1:-}
+  [ -n "$n" ] && [ "$n" -ge 1 ] && [ "$n" -le "$MAX_NODES" ] || die "stop-kubelet NODE (1..$MAX_NODES)"
+  stop "$(comp kubelet "$n")"
 }
 
 cmd_status() {
-  local ok=0 c pid
-  for c in "${COMPONENTS[@]}"; do
+  local ok=0 c pid n
+  for c in "${COMPONENTS[@]}" $(for n in $(seq 2 "$(nodes_present)"); do node_components "$n"; done); do
     if pid=$(pid_of "$c"); then printf '  %-24s running (pid %s)\n' "$c" "$pid"
     else printf '  %-24s not running\n' "$c"; ok=1; fi
   done
   if [ -f "$PKI/ca.crt" ] && apiserver_ready 2>/dev/null; then echo "  apiserver                readyz ok"
   else echo "  apiserver                not answering"; ok=1; fi
-  if [ -x "$K8S_BIN/kubectl" ] && [ -f "$KUBECONFIG_PATH" ] && node_ready; then echo "  node $NODE_NAME         Ready"
-  else echo "  node $NODE_NAME         not Ready"; ok=1; fi
+  for n in $(seq 1 "$(nodes_present)"); do
+    if [ -x "$K8S_BIN/kubectl" ] && [ -f "$KUBECONFIG_PATH" ] && node_ready "$n"; then echo "  node $(node_name "$n")        Ready"
+    else echo "  node $(node_name "$n")        not Ready"; ok=1; fi
+  done
   if [ "$CLUSTER_DNS" = 1 ] && [ $ok -eq 0 ]; then
     if [ "$(kc -n kube-system get deployment coredns -o jsonpath='{.status.availableReplicas}' 2>/dev/null)" = 1 ]; then
       echo "  cluster DNS              $DNS_IP (CoreDNS) available"
     else echo "  cluster DNS              not available (Service names do not resolve)"; fi
   fi
+  echo "  instance $INSTANCE (network namespace $NETNS)"
   echo "  KUBECONFIG=$KUBECONFIG_PATH"
   echo "  logs: $LOGS"
   return $ok
 }
 
-case ${1:-} in
-  up) cmd_up ;;
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case $cmd in
+  up) cmd_up "$@" ;;
   down) cmd_down ;;
   status) cmd_status ;;
   kubeconfig) echo "$KUBECONFIG_PATH" ;;
-  test) KUBECONFIG="$KUBECONFIG_PATH" KUBELET_DIR="$STATE/kubelet" exec "$root/hack/cluster/smoke-test.sh" ;;
-  *) die "usage: $0 up|down|status|kubeconfig|test" ;;
+  stop-kubelet) cmd_stop_kubelet "$@" ;;
+  env)
+    printf 'CACHET_CLUSTER=%s\nKUBECONFIG=%s\nCACHET_CLUSTER_STATE=%s\nCACHET_CLUSTER_LOGS=%s\nCACHET_CLUSTER_NETNS=%s\nCONTAINERD_ADDRESS=%s\nKUBELET_DIR=%s\n' \
+      "$INSTANCE" "$KUBECONFIG_PATH" "$STATE" "$LOGS" "$NETNS" "$CONTAINERD_SOCK" "$STATE/kubelet"
+    ;;
+  test) KUBECONFIG="$KUBECONFIG_PATH" KUBELET_DIR="$STATE/kubelet" CACHET_CLUSTER_NETNS="$NETNS" CONTAINERD_ADDRESS="$CONTAINERD_SOCK" \
+          exec "$root/hack/cluster/smoke-test.sh" ;;
+  *) die "usage: $0 up [--nodes 2]|down|status|kubeconfig|env|stop-kubelet N|test" ;;
 esac

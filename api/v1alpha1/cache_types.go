@@ -18,6 +18,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -28,6 +29,12 @@ import (
 // auth can be added to CacheSpec as new optional structs without breaking
 // v1alpha1 objects already stored. Their names are reserved: extstore, network,
 // profile, monitoring, autoscaling, tls, auth.
+//
+// Which fields restart pods: every field that reaches the pod template (image,
+// memory, cpu, dedicatedCPUs, engine, placement) replaces each pod, and a
+// replaced pod starts empty. PodTemplateFields lists them; the webhook warns
+// when an update changes one, and a test keeps the list equal to what the
+// StatefulSet builder reads.
 
 // CacheSpec is the desired state of a Cache.
 // +kubebuilder:validation:XValidation:rule="(has(self.dedicatedCPUs) && !self.dedicatedCPUs) || !has(self.cpu) || self.cpu >= 1",message="spec.cpu must be at least 1 when spec.dedicatedCPUs is true: exclusive cores come in whole CPUs"
@@ -96,6 +103,30 @@ type CacheSpec struct {
 	// PodDisruptionBudget bounds voluntary disruptions (drains, evictions).
 	// +optional
 	PodDisruptionBudget PodDisruptionBudgetSpec `json:"podDisruptionBudget,omitempty"`
+
+	// NetworkPolicy, when set, admits traffic to the cache pods only from the
+	// listed clients (memcached port) and metrics scrapers (metrics port),
+	// through a NetworkPolicy the operator owns. Enforcement needs a CNI that
+	// implements NetworkPolicy.
+	// +optional
+	NetworkPolicy *NetworkPolicySpec `json:"networkPolicy,omitempty"`
+}
+
+// NetworkPolicySpec lists who may reach a Cache's pods. Peers are standard
+// NetworkPolicy peers: a podSelector (this namespace), a namespaceSelector, both
+// (those pods in those namespaces), or an ipBlock.
+type NetworkPolicySpec struct {
+	// Clients may connect to the memcached port (11211). At least one: a
+	// cache nobody may reach is a mistake, not a policy.
+	// +kubebuilder:validation:MinItems=1
+	// +listType=atomic
+	Clients []networkingv1.NetworkPolicyPeer `json:"clients"`
+
+	// MetricsScrapers may connect to the engine's metrics port (when the
+	// operator runs the engine with one), e.g. Prometheus' namespace.
+	// +listType=atomic
+	// +optional
+	MetricsScrapers []networkingv1.NetworkPolicyPeer `json:"metricsScrapers,omitempty"`
 }
 
 // EngineSpec holds cachetd's memcached-compatible tuning flags.
@@ -176,6 +207,16 @@ type ServiceSpec struct {
 	// balancer).
 	// +optional
 	Annotations map[string]string `json:"annotations,omitempty"`
+
+	// LoadBalancerSourceRanges restricts a LoadBalancer Service to these
+	// client CIDRs. The memcached protocol has no authentication: a
+	// LoadBalancer without source ranges is open to whoever reaches it, and
+	// the API warns about it.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=43
+	// +optional
+	LoadBalancerSourceRanges []string `json:"loadBalancerSourceRanges,omitempty"`
 }
 
 // PlacementSpec controls scheduling and pod metadata.
@@ -189,12 +230,17 @@ type PlacementSpec struct {
 	// +listType=atomic
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 
-	// Affinity of the cache pods.
+	// Affinity of the cache pods. When unset, the operator prefers (soft
+	// anti-affinity, weight 100) to put no two pods of a Cache on one node, so
+	// one node's loss takes one shard. Setting it replaces that default; an
+	// empty affinity ({}) removes it.
 	// +optional
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
 
 	// TopologySpreadConstraints of the cache pods. An empty labelSelector is
-	// filled with the pods' own selector labels.
+	// filled with the pods' own selector labels. When unset, the operator
+	// adds a soft spread over zones (topology.kubernetes.io/zone, maxSkew 1,
+	// ScheduleAnyway). Setting any constraint replaces that default.
 	// +optional
 	// +listType=atomic
 	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
@@ -254,6 +300,43 @@ type CacheEndpoint struct {
 	Port int32 `json:"port"`
 	// Ready is true when the pod passes its readiness probe.
 	Ready bool `json:"ready"`
+	// Node the pod runs on.
+	// +optional
+	Node string `json:"node,omitempty"`
+	// Restarts of the engine container since the pod was created. Each
+	// restart started the shard empty.
+	// +optional
+	Restarts int32 `json:"restarts,omitempty"`
+	// LastTermination is how the engine container last ended, when it has
+	// restarted.
+	// +optional
+	LastTermination *CacheTermination `json:"lastTermination,omitempty"`
+}
+
+// CacheTermination is how an engine container ended.
+type CacheTermination struct {
+	// Reason as the kubelet reports it, e.g. OOMKilled, Error, Completed.
+	Reason string `json:"reason"`
+	// ExitCode of the engine.
+	ExitCode int32 `json:"exitCode"`
+	// FinishedAt is when it ended.
+	// +optional
+	FinishedAt metav1.Time `json:"finishedAt,omitempty"`
+}
+
+// CacheRevision is one engine configuration that pods run.
+type CacheRevision struct {
+	// ConfigHash identifies the configuration (the pods' config-hash
+	// annotation and the name suffix of its immutable ConfigMap).
+	ConfigHash string `json:"configHash"`
+	// EngineArgs are the arguments those pods were started with, as read
+	// from the ConfigMap they mount.
+	// +listType=atomic
+	// +optional
+	EngineArgs []string `json:"engineArgs,omitempty"`
+	// Pods running this configuration, in ordinal order.
+	// +listType=atomic
+	Pods []string `json:"pods"`
 }
 
 // Condition types of a Cache.
@@ -263,8 +346,17 @@ const (
 	// ConditionProgressing is True while pods are being created, rolled or removed.
 	ConditionProgressing = "Progressing"
 	// ConditionDegraded is True when something needs a person: pods that cannot
-	// be scheduled, crash, or cannot pull their image.
+	// be scheduled, crash, or cannot pull their image, or owned objects the API
+	// server refused.
 	ConditionDegraded = "Degraded"
+	// ConditionPodsRestarted is True while a pod of the Cache has restarted
+	// its engine (and so lost that shard's data) since it was created.
+	ConditionPodsRestarted = "PodsRestarted"
+	// ConditionCoresExclusive says whether dedicated-CPU pods really got
+	// exclusive cores: False when a pod runs on a node whose kubelet does not
+	// use the static CPU manager policy, Unknown when the operator does not
+	// check (see --check-cpu-manager).
+	ConditionCoresExclusive = "CoresExclusive"
 )
 
 // CacheStatus is the observed state of a Cache.
@@ -297,7 +389,9 @@ type CacheStatus struct {
 	// +optional
 	Endpoints []CacheEndpoint `json:"endpoints,omitempty"`
 
-	// EngineArgs are the cachetd arguments in effect, one per element.
+	// EngineArgs are the cachetd arguments of the current spec, one per
+	// element: what every pod runs once the roll to ConfigHash is done.
+	// Revisions says what each pod runs now.
 	// +listType=atomic
 	// +optional
 	EngineArgs []string `json:"engineArgs,omitempty"`
@@ -305,6 +399,19 @@ type CacheStatus struct {
 	// ConfigHash is the hash of the engine arguments the pods are rolled to.
 	// +optional
 	ConfigHash string `json:"configHash,omitempty"`
+
+	// Revisions lists each engine configuration that pods run now, with its
+	// arguments and pods, the current one first. During a roll (or with
+	// OnDelete, until old pods are deleted) there are two or more.
+	// +listType=atomic
+	// +optional
+	Revisions []CacheRevision `json:"revisions,omitempty"`
+
+	// Image is the engine image of the pod template: spec.image, or, when
+	// that is empty, the image the operator pinned when it created the pods
+	// (an operator upgrade never changes it).
+	// +optional
+	Image string `json:"image,omitempty"`
 }
 
 // Cache is a managed memcached-compatible cache: a set of cachetd pods, each an
@@ -365,4 +472,18 @@ func (s *CacheSpec) DesiredReplicas() int32 {
 		return 1
 	}
 	return *s.Replicas
+}
+
+// PodTemplateFields are the spec fields that reach the pod template: changing
+// one replaces every pod (one at a time with RollingUpdate), and each
+// replaced pod starts with an empty cache.
+var PodTemplateFields = []string{"image", "memory", "cpu", "dedicatedCPUs", "engine", "placement"}
+
+// PodTemplateSpec is the part of a spec that reaches the pod template, with
+// everything else zeroed: two specs restart pods when this differs.
+func (s *CacheSpec) PodTemplateSpec() CacheSpec {
+	return CacheSpec{
+		Image: s.Image, Memory: s.Memory, CPU: s.CPU, DedicatedCPUs: s.DedicatedCPUs,
+		Engine: s.Engine, Placement: s.Placement,
+	}
 }

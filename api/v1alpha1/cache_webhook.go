@@ -19,8 +19,12 @@ package v1alpha1
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strconv"
+	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -33,19 +37,9 @@ import (
 
 var cachelog = logf.Log.WithName("cache-webhook")
 
-// ConfigHashAnnotation is set by the operator on the pod template; users may
-// not set it themselves.
-const ConfigHashAnnotation = "cache.cachet.dev/config-hash"
-
 // MaxNameLength leaves room in 63-character labels and names for the
 // StatefulSet's "-<ordinal>" pods and "-<revision>" hashes.
 const MaxNameLength = 52
-
-// reservedPodLabels select a Cache's pods; overriding one would orphan them.
-var reservedPodLabels = []string{
-	"app.kubernetes.io/name", "app.kubernetes.io/instance",
-	"app.kubernetes.io/component", "app.kubernetes.io/managed-by",
-}
 
 // SetupCacheWebhookWithManager registers the defaulting and validating
 // webhooks. engineImage is written into spec.image when a Cache names none.
@@ -92,9 +86,47 @@ func (v *CacheValidator) ValidateCreate(_ context.Context, c *Cache) (admission.
 }
 
 // ValidateUpdate validates a changed Cache. Every field may change: the
-// operator rolls the pods to the new spec.
-func (v *CacheValidator) ValidateUpdate(_ context.Context, _, c *Cache) (admission.Warnings, error) {
-	return validateCache(c)
+// operator rolls the pods to the new spec. A change that reaches the pod
+// template is warned about, because every replaced pod starts empty.
+func (v *CacheValidator) ValidateUpdate(_ context.Context, old, c *Cache) (admission.Warnings, error) {
+	warnings, err := validateCache(c)
+	if w := RestartWarning(old, c); w != "" {
+		warnings = append(warnings, w)
+	}
+	return warnings, err
+}
+
+// RestartWarning says, when an update changes a field that reaches the pod
+// template, that every pod will be replaced and start empty.
+func RestartWarning(old, c *Cache) string {
+	before, after := old.Spec.PodTemplateSpec(), c.Spec.PodTemplateSpec()
+	if before.Image == "" || after.Image == "" {
+		before.Image, after.Image = "", "" // the defaulter fills an empty image; that is not a change
+	}
+	if equality.Semantic.DeepEqual(before, after) {
+		return ""
+	}
+	var changed []string
+	for _, f := range []struct {
+		name string
+		same bool
+	}{
+		{"image", before.Image == after.Image},
+		{"memory", before.Memory.Cmp(after.Memory) == 0},
+		{"cpu", equality.Semantic.DeepEqual(before.CPU, after.CPU)},
+		{"dedicatedCPUs", equality.Semantic.DeepEqual(before.DedicatedCPUs, after.DedicatedCPUs)},
+		{"engine", equality.Semantic.DeepEqual(before.Engine, after.Engine)},
+		{"placement", equality.Semantic.DeepEqual(before.Placement, after.Placement)},
+	} {
+		if !f.same {
+			changed = append(changed, "spec."+f.name)
+		}
+	}
+	how := "one at a time (RollingUpdate)"
+	if c.Spec.UpdateStrategy.Type == OnDeleteStrategy {
+		how = "as you delete them (OnDelete)"
+	}
+	return fmt.Sprintf("changing %s restarts every pod of this Cache, %s: each restarted pod starts with an empty cache", strings.Join(changed, ", "), how)
 }
 
 // ValidateDelete allows every deletion.
@@ -172,7 +204,7 @@ func ValidateCacheSpec(c *Cache) (field.ErrorList, admission.Warnings) {
 	}
 
 	placement := spec.Child("placement")
-	for _, l := range reservedPodLabels {
+	for _, l := range ReservedPodLabels {
 		if _, ok := c.Spec.Placement.PodLabels[l]; ok {
 			errs = append(errs, field.Forbidden(placement.Child("podLabels").Key(l),
 				"is set by the operator to select the cache's pods and cannot be overridden"))
@@ -181,6 +213,16 @@ func ValidateCacheSpec(c *Cache) (field.ErrorList, admission.Warnings) {
 	if _, ok := c.Spec.Placement.PodAnnotations[ConfigHashAnnotation]; ok {
 		errs = append(errs, field.Forbidden(placement.Child("podAnnotations").Key(ConfigHashAnnotation),
 			"is set by the operator to roll pods when the engine configuration changes"))
+	}
+	for _, a := range []struct {
+		path *field.Path
+		keys map[string]string
+	}{{placement.Child("podAnnotations"), c.Spec.Placement.PodAnnotations}, {spec.Child("service", "annotations"), c.Spec.Service.Annotations}} {
+		for k := range a.keys {
+			for _, msg := range validation.IsQualifiedName(strings.ToLower(k)) {
+				errs = append(errs, field.Invalid(a.path.Key(k), k, "must be a valid annotation key: "+msg))
+			}
+		}
 	}
 	for k := range c.Spec.Placement.PodLabels {
 		for _, msg := range validation.IsQualifiedName(k) {
@@ -197,8 +239,28 @@ func ValidateCacheSpec(c *Cache) (field.ErrorList, admission.Warnings) {
 	if t := c.Spec.Engine.Threads; t != nil && dedicated && *t > c.Spec.CPUs() {
 		warnings = append(warnings, fmt.Sprintf("spec.engine.threads (%d) exceeds spec.cpu (%d): several workers will share each exclusive core", *t, c.Spec.CPUs()))
 	}
-	if m := c.Spec.PodDisruptionBudget.MaxUnavailable; m != nil && m.IntValue() == 0 && m.String() == "0" {
-		warnings = append(warnings, "spec.podDisruptionBudget.maxUnavailable is 0: node drains will block until the Cache is deleted or the budget changed")
+	if m := c.Spec.PodDisruptionBudget.MaxUnavailable; m != nil && allowsNoDisruption(m.String()) {
+		warnings = append(warnings, fmt.Sprintf("spec.podDisruptionBudget.maxUnavailable is %s: node drains will block until the Cache is deleted or the budget changed", m.String()))
+	}
+
+	svc := spec.Child("service")
+	for i, r := range c.Spec.Service.LoadBalancerSourceRanges {
+		if _, err := netip.ParsePrefix(strings.TrimSpace(r)); err != nil {
+			errs = append(errs, field.Invalid(svc.Child("loadBalancerSourceRanges").Index(i), r, "must be a CIDR such as 10.0.0.0/8"))
+		}
+	}
+	switch {
+	case c.Spec.Service.Type == corev1.ServiceTypeLoadBalancer && len(c.Spec.Service.LoadBalancerSourceRanges) == 0:
+		warnings = append(warnings, "spec.service.type is LoadBalancer with no spec.service.loadBalancerSourceRanges: the memcached protocol has no authentication, so anyone who reaches the load balancer can read and change the cache; list the client CIDRs")
+	case c.Spec.Service.Type != corev1.ServiceTypeLoadBalancer && len(c.Spec.Service.LoadBalancerSourceRanges) > 0:
+		warnings = append(warnings, "spec.service.loadBalancerSourceRanges only applies to spec.service.type LoadBalancer; it is ignored")
 	}
 	return errs, warnings
+}
+
+// allowsNoDisruption reports a maxUnavailable of zero, as a number or a
+// percentage ("0", "0%", "00%").
+func allowsNoDisruption(v string) bool {
+	n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), "%"))
+	return err == nil && n == 0
 }

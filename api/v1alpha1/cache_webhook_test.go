@@ -88,6 +88,10 @@ func TestEveryRejectionNamesFieldAndRule(t *testing.T) {
 		"hash annotation":     {cache(func(c *Cache) { c.Spec.Placement.PodAnnotations = map[string]string{ConfigHashAnnotation: "1"} }), "spec.placement.podAnnotations", "roll pods"},
 		"long name":           {cache(func(c *Cache) { c.Name = strings.Repeat("a", 53) }), "metadata.name", "52"},
 		"name with dot":       {cache(func(c *Cache) { c.Name = "a.b" }), "metadata.name", "Service name"},
+		// Defect 9: annotation keys were not validated.
+		"bad pod annotation":     {cache(func(c *Cache) { c.Spec.Placement.PodAnnotations = map[string]string{"has space": "x"} }), "spec.placement.podAnnotations[has space]", "valid annotation key"},
+		"bad service annotation": {cache(func(c *Cache) { c.Spec.Service.Annotations = map[string]string{"a/b/c": "x"} }), "spec.service.annotations[a/b/c]", "valid annotation key"},
+		"bad source range":       {cache(func(c *Cache) { c.Spec.Service.LoadBalancerSourceRanges = []string{"10.0.0.1"} }), "spec.service.loadBalancerSourceRanges[0]", "CIDR"},
 	}
 	for name, tc := range cases {
 		errs, _ := ValidateCacheSpec(tc.c)
@@ -114,9 +118,52 @@ func TestWarnings(t *testing.T) {
 	if len(w) != 0 {
 		t.Errorf("shared cores need no threads warning: %v", w)
 	}
-	_, w = ValidateCacheSpec(cache(func(c *Cache) { c.Spec.PodDisruptionBudget.MaxUnavailable = ptr.To(intstr.FromInt32(0)) }))
-	if len(w) != 1 || !strings.Contains(w[0], "drains will block") {
-		t.Errorf("pdb warning: %v", w)
+	// Defect 9: "0%" blocks drains as surely as 0.
+	for _, v := range []intstr.IntOrString{intstr.FromInt32(0), intstr.FromString("0%"), intstr.FromString("00%")} {
+		_, w = ValidateCacheSpec(cache(func(c *Cache) { c.Spec.PodDisruptionBudget.MaxUnavailable = ptr.To(v) }))
+		if len(w) != 1 || !strings.Contains(w[0], "drains will block") {
+			t.Errorf("pdb warning for %s: %v", v.String(), w)
+		}
+	}
+	_, w = ValidateCacheSpec(cache(func(c *Cache) { c.Spec.PodDisruptionBudget.MaxUnavailable = ptr.To(intstr.FromString("10%")) }))
+	if len(w) != 0 {
+		t.Errorf("10%% is no reason to warn: %v", w)
+	}
+	// Defect 9: a LoadBalancer for an unauthenticated protocol, open to all.
+	_, w = ValidateCacheSpec(cache(func(c *Cache) { c.Spec.Service.Type = "LoadBalancer" }))
+	if len(w) != 1 || !strings.Contains(w[0], "no authentication") || !strings.Contains(w[0], "loadBalancerSourceRanges") {
+		t.Errorf("load balancer warning: %v", w)
+	}
+	_, w = ValidateCacheSpec(cache(func(c *Cache) {
+		c.Spec.Service.Type = "LoadBalancer"
+		c.Spec.Service.LoadBalancerSourceRanges = []string{"10.0.0.0/8"}
+	}))
+	if len(w) != 0 {
+		t.Errorf("a load balancer with source ranges: %v", w)
+	}
+}
+
+// Defect 11: nothing said that a spec change restarts (and empties) every pod.
+func TestRestartWarning(t *testing.T) {
+	old := cache(func(c *Cache) { c.Spec.Image = "img:1" })
+	if w := RestartWarning(old, cache(func(c *Cache) { c.Spec.Image = "img:1"; c.Spec.Replicas = ptr.To(int32(5)) })); w != "" {
+		t.Errorf("scaling restarts no pod: %q", w)
+	}
+	if w := RestartWarning(old, cache()); w != "" {
+		t.Errorf("an image the defaulter fills is no change: %q", w)
+	}
+	w := RestartWarning(old, cache(func(c *Cache) {
+		c.Spec.Image = "img:1"
+		c.Spec.Engine.MaxConnections = ptr.To(int32(10))
+		c.Spec.Placement.PriorityClassName = "x"
+	}))
+	if !strings.Contains(w, "spec.engine, spec.placement restarts every pod") || !strings.Contains(w, "one at a time") || !strings.Contains(w, "empty cache") {
+		t.Errorf("warning %q", w)
+	}
+	v := &CacheValidator{}
+	warns, err := v.ValidateUpdate(context.Background(), old, cache(func(c *Cache) { c.Spec.Image = "img:2"; c.Spec.UpdateStrategy.Type = OnDeleteStrategy }))
+	if err != nil || len(warns) != 1 || !strings.Contains(warns[0], "spec.image") || !strings.Contains(warns[0], "OnDelete") {
+		t.Errorf("ValidateUpdate warnings %v err %v", warns, err)
 	}
 }
 

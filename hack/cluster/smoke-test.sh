@@ -10,11 +10,16 @@
 #   4. cluster DNS resolves a Service name (when CoreDNS is deployed);
 #   5. kubectl logs, exec and port-forward (to 127.0.0.1) work;
 #   6. pods cannot send traffic out of the pod network (the egress guard).
+# It runs on node 1 of the instance that hack/local-cluster.sh names
+# (CACHET_CLUSTER_NETNS is that instance's network namespace).
 # Run: hack/local-cluster.sh test (after `up`). Exits non-zero on any failure.
 # All traffic goes to 127.0.0.1 or to the cluster's own pod/service addresses.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export KUBECONFIG=${KUBECONFIG:-/var/lib/cachet-cluster/kubeconfig}
+cluster_ns=${CACHET_CLUSTER_NETNS:-cachet-main}
+out_ns=$cluster_ns-smk
+in_cluster() { nsenter --net="/run/netns/$cluster_ns" -- "$@"; }
 kubelet_dir=${KUBELET_DIR:-/var/lib/cachet-cluster/kubelet}
 kubectl="$root/bin/k8s/kubectl"
 ns=cachet-smoke
@@ -34,8 +39,8 @@ not() { ! "$@"; }
 cleanup() {
   [ -n "${pf_pid:-}" ] && kill "$pf_pid" 2>/dev/null || true
   [ -n "${outside_pid:-}" ] && kill "$outside_pid" 2>/dev/null || true
-  ip link del cachet-smk0 2>/dev/null || true
-  ip netns del cachet-smoke-out 2>/dev/null || true
+  in_cluster ip link del cachet-smk0 2>/dev/null || true
+  ip netns del "$out_ns" 2>/dev/null || true
   [ "${SMOKE_KEEP:-0}" = 1 ] || k delete namespace "$ns" --ignore-not-found --wait=false >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -151,30 +156,31 @@ check "Service $svc_ip:80 -> pod via kube-proxy (got '$body')" [ "$body" = hello
 k8s_svc=$(k -n "$ns" exec client -- sh -c 'nc -w 5 $KUBERNETES_SERVICE_HOST $KUBERNETES_SERVICE_PORT </dev/null && echo connected' 2>&1 || true)
 check "kubernetes Service (\$KUBERNETES_SERVICE_HOST) reachable from a pod (got '$k8s_svc')" [ "$k8s_svc" = connected ]
 
-# The egress guard: a listener outside the cluster (in a network namespace made
-# here, reached over a veth, so still our own address) answers the host but
-# must be unreachable from a pod.
-ip netns del cachet-smoke-out 2>/dev/null || true
-ip link del cachet-smk0 2>/dev/null || true
-ip netns add cachet-smoke-out
-ip link add cachet-smk0 type veth peer name cachet-smk1
-ip link set cachet-smk1 netns cachet-smoke-out
-ip addr add 10.250.9.1/30 dev cachet-smk0 && ip link set cachet-smk0 up
-ip -n cachet-smoke-out addr add 10.250.9.2/30 dev cachet-smk1
-ip -n cachet-smoke-out link set cachet-smk1 up
+# The egress guard: a listener outside the pod network (in a network namespace
+# made here, attached to the cluster's namespace by a veth, so still our own
+# address) answers the node but must be unreachable from a pod. The node has
+# a route to it, so only the guard (not a missing route) can stop the pod.
+ip netns del "$out_ns" 2>/dev/null || true
+in_cluster ip link del cachet-smk0 2>/dev/null || true
+ip netns add "$out_ns"
+in_cluster ip link add cachet-smk0 type veth peer name cachet-smk1 netns "$out_ns"
+in_cluster ip addr add 10.250.9.1/30 dev cachet-smk0
+in_cluster ip link set cachet-smk0 up
+ip -n "$out_ns" addr add 10.250.9.2/30 dev cachet-smk1
+ip -n "$out_ns" link set cachet-smk1 up
 # A route back to the pods, so that only the guard (not a missing route) can stop them.
-ip -n cachet-smoke-out route add 10.244.0.0/16 via 10.250.9.1
-ip netns exec cachet-smoke-out timeout 60 busybox nc -ll -p 8080 -e echo outside >/dev/null 2>&1 &
+ip -n "$out_ns" route add 10.0.0.0/8 via 10.250.9.1
+ip netns exec "$out_ns" timeout 60 busybox nc -ll -p 8080 -e echo outside >/dev/null 2>&1 &
 outside_pid=$!
 # The listener starts in the background: ask until it answers (bounded, ~10 s).
 from_host=
 for _ in $(seq 1 20); do
-  from_host=$(busybox nc -w 3 10.250.9.2 8080 </dev/null 2>&1 || true)
+  from_host=$(in_cluster busybox nc -w 3 10.250.9.2 8080 </dev/null 2>&1 || true)
   [ "$from_host" = outside ] && break
   sleep 0.5
 done
 from_pod=$(k -n "$ns" exec client -- sh -c 'nc -w 3 10.250.9.2 8080 </dev/null && echo connected' 2>&1 || true)
-check "egress guard: the outside listener answers the host (got '$from_host')" [ "$from_host" = outside ]
+check "egress guard: the outside listener answers the node (got '$from_host')" [ "$from_host" = outside ]
 check "egress guard: a pod cannot leave the pod network (got '${from_pod//$'\n'/ }')" not grep -q -e outside -e connected <<<"$from_pod"
 kill "$outside_pid" 2>/dev/null || true
 

@@ -80,15 +80,6 @@ func (s cpuSet) intersects(o cpuSet) bool {
 	return false
 }
 
-func (s cpuSet) subsetOf(o cpuSet) bool {
-	for id := range s {
-		if !o[id] {
-			return false
-		}
-	}
-	return true
-}
-
 const cpusetRoot = "/sys/fs/cgroup/cpuset"
 
 // containerCgroup finds the cpuset cgroup directory of a container: with the
@@ -99,7 +90,7 @@ func containerCgroup(podUID, containerID string) (string, error) {
 	found := ""
 	err := filepath.WalkDir(cpusetRoot, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() || found != "" {
-			return nil
+			return nil //nolint:nilerr // an unreadable directory holds no container of ours
 		}
 		if strings.HasSuffix(path, string(filepath.Separator)+want) {
 			found = path
@@ -175,7 +166,7 @@ func readCPUManagerState(kubeletDir string) (*cpuManagerState, error) {
 	}
 	var st cpuManagerState
 	if err := json.Unmarshal(raw, &st); err != nil {
-		return nil, fmt.Errorf("decoding cpu_manager_state: %v", err)
+		return nil, fmt.Errorf("decoding cpu_manager_state: %w", err)
 	}
 	return &st, nil
 }

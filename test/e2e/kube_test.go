@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"cachet.dev/cachet/test/utils"
 )
 
 // cluster carries the paths and names the suite needs; all of them come from the
@@ -35,6 +37,10 @@ type cluster struct {
 	kubeletDir string
 	engineImg  string
 	operImg    string
+	// operImgNext is the same operator under another tag (the upgrade stage).
+	operImgNext string
+	// clusterCmd is hack/local-cluster.sh when the cluster is the local one.
+	clusterCmd string
 	helmSets   []string
 }
 
@@ -60,19 +66,21 @@ func newCluster(t *testing.T) *cluster {
 		t.Fatalf("helm not found at %s (set E2E_HELM or run make helm)", helm)
 	}
 	c := &cluster{
-		kubectl:    kubectl,
-		helm:       helm,
-		chart:      env("E2E_CHART", filepath.Join(root, "charts", "cachet")),
-		samples:    env("E2E_SAMPLES", filepath.Join(root, "config", "samples")),
-		repoRoot:   root,
-		artifacts:  env("E2E_ARTIFACTS", filepath.Join(root, "test", "e2e", "artifacts")),
-		release:    env("E2E_RELEASE", "cachet-e2e"),
-		systemNS:   env("E2E_SYSTEM_NAMESPACE", "cachet-e2e-system"),
-		cacheNS:    env("E2E_CACHE_NAMESPACE", "cachet-e2e"),
-		nodeLocal:  os.Getenv("E2E_NODE_LOCAL") == "1",
-		kubeletDir: env("E2E_KUBELET_DIR", "/var/lib/kubelet"),
-		engineImg:  env("E2E_ENGINE_IMAGE", "localhost/cachetd:0.1.0"),
-		operImg:    env("E2E_OPERATOR_IMAGE", "localhost/cachet-operator:0.1.0"),
+		kubectl:     kubectl,
+		helm:        helm,
+		chart:       env("E2E_CHART", filepath.Join(root, "charts", "cachet")),
+		samples:     env("E2E_SAMPLES", filepath.Join(root, "config", "samples")),
+		repoRoot:    root,
+		artifacts:   env("E2E_ARTIFACTS", filepath.Join(root, "test", "e2e", "artifacts")),
+		release:     env("E2E_RELEASE", "cachet-e2e"),
+		systemNS:    env("E2E_SYSTEM_NAMESPACE", "cachet-e2e-system"),
+		cacheNS:     env("E2E_CACHE_NAMESPACE", "cachet-e2e"),
+		nodeLocal:   os.Getenv("E2E_NODE_LOCAL") == "1",
+		kubeletDir:  env("E2E_KUBELET_DIR", "/var/lib/kubelet"),
+		engineImg:   env("E2E_ENGINE_IMAGE", "localhost/cachetd:0.1.0"),
+		operImg:     env("E2E_OPERATOR_IMAGE", "localhost/cachet-operator:0.1.0"),
+		operImgNext: os.Getenv("E2E_OPERATOR_IMAGE_NEXT"),
+		clusterCmd:  os.Getenv("E2E_CLUSTER_SCRIPT"),
 	}
 	if s := os.Getenv("E2E_HELM_SET"); s != "" {
 		c.helmSets = strings.Split(s, ",")
@@ -99,7 +107,7 @@ func run(timeout time.Duration, stdin []byte, name string, args ...string) (stri
 		return out.String(), fmt.Errorf("%s %s: timed out after %s; stderr: %s", filepath.Base(name), strings.Join(args, " "), timeout, strings.TrimSpace(errb.String()))
 	}
 	if err != nil {
-		return out.String(), fmt.Errorf("%s %s: %v; stderr: %s", filepath.Base(name), strings.Join(args, " "), err, strings.TrimSpace(errb.String()+"\n"+out.String()))
+		return out.String(), fmt.Errorf("%s %s: %w; stderr: %s", filepath.Base(name), strings.Join(args, " "), err, strings.TrimSpace(errb.String()+"\n"+out.String()))
 	}
 	return out.String(), nil
 }
@@ -134,7 +142,7 @@ func (c *cluster) getJSON(args ...string) (obj, error) {
 	}
 	var o obj
 	if err := json.Unmarshal([]byte(out), &o); err != nil {
-		return nil, fmt.Errorf("decoding kubectl output: %v", err)
+		return nil, fmt.Errorf("decoding kubectl output: %w", err)
 	}
 	return o, nil
 }
@@ -148,27 +156,8 @@ func (c *cluster) items(args ...string) ([]obj, error) {
 	return o.list("items"), nil
 }
 
-// eventually polls cond every interval until it reports done or the timeout
-// passes; then the test fails with the last state cond described.
-func eventually(t *testing.T, timeout, interval time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		done, state := cond()
-		if done {
-			return
-		}
-		if state != last {
-			t.Logf("waiting for %s: %s", what, state)
-			last = state
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %s waiting for %s; last state: %s", timeout, what, state)
-		}
-		time.Sleep(interval)
-	}
-}
+// eventually is the shared bounded poll (test/utils).
+var eventually = utils.Eventually
 
 // obj is decoded JSON with small accessors, so the suite does not depend on the
 // operator's Go types: it reads the API the way any client would.

@@ -73,15 +73,15 @@ func (c *cluster) portForward(t *testing.T, ns, target string, remotePort int) s
 		go func() { exited <- cmd.Wait() }()
 		select {
 		case <-ready:
-			t.Cleanup(func() { cancel(); <-exited })
+			t.Cleanup(func() { cancel(); <-exited }) //nolint:errcheck // a cancelled port-forward exits with an error that says nothing
 			return fmt.Sprintf("127.0.0.1:%d", port)
 		case err := <-exited:
 			<-errDone
 			cancel()
-			lastErr = fmt.Errorf("kubectl port-forward %s exited: %v: %s", target, err, strings.TrimSpace(errText.String()))
+			lastErr = fmt.Errorf("kubectl port-forward %s exited: %w: %s", target, err, strings.TrimSpace(errText.String()))
 		case <-time.After(30 * time.Second):
 			cancel()
-			<-exited
+			<-exited //nolint:errcheck // killed by the timeout above
 			lastErr = fmt.Errorf("kubectl port-forward %s did not start forwarding within 30s", target)
 		}
 		t.Logf("port-forward attempt %d failed: %v", attempt+1, lastErr)
@@ -108,7 +108,7 @@ func memcachedCommand(addr, command string) ([]string, error) {
 	for {
 		line, err := r.ReadString('\n')
 		if err != nil {
-			return lines, fmt.Errorf("reading reply to %q after %d lines: %v", command, len(lines), err)
+			return lines, fmt.Errorf("reading reply to %q after %d lines: %w", command, len(lines), err)
 		}
 		line = strings.TrimRight(line, "\r\n")
 		if line == "END" {

@@ -5,7 +5,10 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -135,6 +138,7 @@ func (s *suite) dedicatedCache(t *testing.T) {
 		if q := pod.str("status", "qosClass"); q != "Guaranteed" {
 			t.Errorf("pod %s QoS class %q, want Guaranteed", name, q)
 		}
+		s.checkHealthProbe(t, pod)
 		settings := s.engineSettings(t, name)
 		workers, err := parseCPUList(settings["worker_cpus"])
 		if err != nil || len(workers) == 0 {
@@ -214,7 +218,7 @@ func setGet(t *testing.T, addr, prefix string) {
 	if err := mc.Delete(keys[0]); err != nil {
 		t.Fatalf("delete %s: %v", keys[0], err)
 	}
-	if _, err := mc.Get(keys[0]); err != memcache.ErrCacheMiss {
+	if _, err := mc.Get(keys[0]); !errors.Is(err, memcache.ErrCacheMiss) {
 		t.Fatalf("get of deleted %s: err=%v, want a miss", keys[0], err)
 	}
 	t.Logf("memcached client through %s: %d sets, %d-key get, delete and miss all as expected", addr, len(keys), len(keys))
@@ -245,7 +249,7 @@ func (s *suite) clientSetGet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := c.helmRun(5*time.Minute, "upgrade", c.release, c.chart, "-n", c.systemNS, "--reuse-values", "--wait", "--timeout", "4m",
+	_, err = c.helmRun(5*time.Minute, "upgrade", c.release, c.chart, "-n", c.systemNS, "--reuse-values", "--wait", "--timeout", "4m",
 		"--set", "tests.cache.name="+s.dedicated, "--set", "tests.cache.namespace="+c.cacheNS,
 		"--set", "tests.cache.host="+svc.str("spec", "clusterIP"))
 	if err != nil {
@@ -253,7 +257,7 @@ func (s *suite) clientSetGet(t *testing.T) {
 	}
 	// No --logs: the hook pod is deleted as soon as it succeeds (it is kept,
 	// with its logs, only when it fails).
-	out, err = c.helmRun(4*time.Minute, "test", c.release, "-n", c.systemNS, "--timeout", "3m")
+	out, err := c.helmRun(4*time.Minute, "test", c.release, "-n", c.systemNS, "--timeout", "3m")
 	if err != nil {
 		// The chart runs the test pod in the Cache's namespace and keeps it when it fails.
 		logs, lerr := c.k("logs", "-n", c.cacheNS, c.release+"-test-cache-connection")
@@ -476,14 +480,6 @@ func (s *suite) invalidRefused(t *testing.T) {
 	}
 }
 
-func firstLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
-}
-
 // ---------------------------------------------------------------- stage 7
 
 // sharedCache runs a second Cache without dedicated CPUs next to the first: its
@@ -511,6 +507,11 @@ func (s *suite) sharedCache(t *testing.T) {
 		name := pod.str("metadata", "name")
 		if q := pod.str("status", "qosClass"); q != "Burstable" {
 			t.Errorf("pod %s QoS class %q, want Burstable", name, q)
+		}
+		// Defect 2: a shared pod's workers are not pinned (-o cpus=none); they
+		// used to be pinned to the lowest shared CPUs, all shared Caches alike.
+		if wc := s.engineSettings(t, name)["worker_cpus"]; wc != "none" {
+			t.Errorf("pod %s: engine worker_cpus=%q, want none (shared cores are not pinned)", name, wc)
 		}
 		if c.nodeLocal {
 			cores, sharedPool, _ := s.nodeCores(t, pod)
@@ -778,7 +779,7 @@ func (s *suite) ownedBy(uid string) ([]string, error) {
 func (s *suite) deleteAndUninstall(t *testing.T) {
 	c := s.c
 	c.dumpOnFailure(t, s.dedicated, s.shared)
-	for _, name := range []string{s.dedicated, s.shared} {
+	for _, name := range []string{s.dedicated, s.shared, s.spread} {
 		if name == "" {
 			continue
 		}
@@ -880,4 +881,50 @@ func (s *suite) deleteAndUninstall(t *testing.T) {
 	if len(leftovers) > 0 {
 		t.Errorf("helm uninstall left behind: %s", strings.Join(leftovers, " "))
 	}
+}
+
+// checkHealthProbe: the kubelet probes the engine's /healthz over HTTP on the
+// metrics port (no process started inside the pod's exclusive cores), and
+// the endpoint answers as the engine documents: 200 on /healthz, and
+// memcached_up 1 on /metrics.
+func (s *suite) checkHealthProbe(t *testing.T, pod obj) {
+	t.Helper()
+	name := pod.str("metadata", "name")
+	var ctr obj
+	for _, c := range pod.list("spec", "containers") {
+		if c.str("name") == engineContainer {
+			ctr = c
+		}
+	}
+	metricsPort := 0
+	for _, p := range ctr.list("ports") {
+		if p.str("name") == "metrics" {
+			metricsPort = p.num("containerPort")
+		}
+	}
+	for _, probe := range []string{"readinessProbe", "livenessProbe"} {
+		if ctr.str(probe, "httpGet", "path") != "/healthz" || ctr.str(probe, "httpGet", "port") != "metrics" || ctr.get(probe, "exec") != nil {
+			t.Errorf("pod %s %s = %s, want httpGet /healthz on port metrics", name, probe, ctr.str(probe))
+		}
+	}
+	if metricsPort == 0 {
+		t.Fatalf("pod %s has no metrics port: %s", name, ctr.str("ports"))
+	}
+	addr := s.c.portForward(t, s.c.cacheNS, "pod/"+name, metricsPort)
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path) //nolint:noctx // bounded by the client's timeout
+		if err != nil {
+			t.Fatalf("GET %s from pod %s: %v", path, name, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get("/healthz"); code != http.StatusOK {
+		t.Errorf("pod %s GET /healthz: %d %q", name, code, body)
+	}
+	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "\nmemcached_up 1") {
+		t.Errorf("pod %s GET /metrics: %d, memcached_up 1 missing", name, code)
+	}
+	t.Logf("pod %s: probes are httpGet /healthz on port %d; /healthz 200, /metrics has memcached_up 1", name, metricsPort)
 }

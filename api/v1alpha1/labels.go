@@ -1,0 +1,47 @@
+/*
+Copyright 2026 The Cachet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+// Label and annotation keys the operator writes and selects by. They are part
+// of the API: users select cache pods by them, the webhook refuses overrides,
+// and the operator's informers filter on them.
+const (
+	// LabelName is app.kubernetes.io/name; LabelNameValue on every cache object.
+	LabelName      = "app.kubernetes.io/name"
+	LabelNameValue = "cachet"
+	// LabelInstance names the Cache an object belongs to.
+	LabelInstance = "app.kubernetes.io/instance"
+	// LabelComponent is LabelComponentCache on every cache object.
+	LabelComponent      = "app.kubernetes.io/component"
+	LabelComponentCache = "cache"
+	// LabelManagedBy is ManagerName on every object the operator owns; the
+	// operator's informers only hold objects that carry it.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagerName is the operator's field manager and managed-by value.
+	ManagerName = "cachet-operator"
+
+	// ConfigHashAnnotation is set by the operator on the pod template (and so
+	// on every pod): the hash of the engine arguments that pod runs. Users
+	// may not set it.
+	ConfigHashAnnotation = "cache.cachet.dev/config-hash"
+	// LabelConfigHash marks each immutable per-revision ConfigMap with the
+	// hash of the arguments it holds.
+	LabelConfigHash = "cache.cachet.dev/config-hash"
+)
+
+// ReservedPodLabels select a Cache's pods; overriding one would orphan them.
+var ReservedPodLabels = []string{LabelName, LabelInstance, LabelComponent, LabelManagedBy}

@@ -1,0 +1,125 @@
+/*
+Copyright 2026 The Cachet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// The owned-kinds table: every kind of object a Cache gets, in the order it
+// is applied. The reconciler applies and prunes from it, SetupWithManager
+// watches (Owns) each kind in it, CacheOptions limits the informers of each
+// kind to the operator's labelled objects, and TestRBACMarkersMatchOwnedKinds
+// holds the RBAC markers below to exactly the verbs each entry declares. A new
+// kind (a PodMonitor, an HPA, PVC handling) is one entry here and one marker.
+
+package controllers
+
+import (
+	"reflect"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch;delete
+
+// ownedKind is one kind of object the operator makes for a Cache.
+type ownedKind struct {
+	// group and resource name the kind for RBAC.
+	group, resource string
+	// object and list are empty values of the kind, for watches, informers
+	// and listing.
+	object client.Object
+	list   client.ObjectList
+	// build returns the objects of this kind the Cache wants now (none when
+	// its spec asks for none).
+	build func(c *cachev1alpha1.Cache, o BuildOptions) []client.Object
+	// prune deletes objects of this kind that the Cache controls but no
+	// longer wants, unless keep says one is still in use.
+	prune bool
+	keep  func(obj client.Object, live *liveState) bool
+	// deletes: the reconciler deletes objects of this kind (pruning, or
+	// replacing a StatefulSet whose immutable fields changed).
+	deletes bool
+}
+
+// verbs the operator needs on the kind: server-side apply is a patch that
+// may create, and nothing is ever updated with a full PUT.
+func (k ownedKind) verbs() []string {
+	v := []string{"get", "list", "watch", "create", "patch"}
+	if k.deletes || k.prune {
+		v = append(v, "delete")
+	}
+	return v
+}
+
+func one[T client.Object](f func(*cachev1alpha1.Cache, BuildOptions) T) func(*cachev1alpha1.Cache, BuildOptions) []client.Object {
+	return func(c *cachev1alpha1.Cache, o BuildOptions) []client.Object {
+		obj := f(c, o)
+		if reflect.ValueOf(obj).IsNil() {
+			return nil // the spec asks for none
+		}
+		return []client.Object{obj}
+	}
+}
+
+// ownedKinds, in apply order: a pod's ConfigMap exists before the
+// StatefulSet that mounts it, and the StatefulSet comes last.
+var ownedKinds = []ownedKind{
+	{group: "", resource: "configmaps", object: &corev1.ConfigMap{}, list: &corev1.ConfigMapList{},
+		build: one(ConfigMap), prune: true, keep: configMapInUse},
+	{group: "", resource: "services", object: &corev1.Service{}, list: &corev1.ServiceList{},
+		build: func(c *cachev1alpha1.Cache, _ BuildOptions) []client.Object {
+			return []client.Object{HeadlessService(c), ClientService(c)}
+		}},
+	{group: "policy", resource: "poddisruptionbudgets", object: &policyv1.PodDisruptionBudget{}, list: &policyv1.PodDisruptionBudgetList{},
+		build: one(func(c *cachev1alpha1.Cache, _ BuildOptions) *policyv1.PodDisruptionBudget {
+			return PodDisruptionBudget(c)
+		})},
+	{group: "networking.k8s.io", resource: "networkpolicies", object: &networkingv1.NetworkPolicy{}, list: &networkingv1.NetworkPolicyList{},
+		build: one(NetworkPolicy), prune: true},
+	{group: "apps", resource: "statefulsets", object: &appsv1.StatefulSet{}, list: &appsv1.StatefulSetList{},
+		build: one(StatefulSet), deletes: true},
+}
+
+// liveState is what pruning needs to know about the running pods.
+type liveState struct {
+	statefulSet *appsv1.StatefulSet
+	pods        []corev1.Pod
+}
+
+// configMapInUse keeps a revision's ConfigMap while a pod mounts it, and,
+// while a RollingUpdate is under way, every revision's: the StatefulSet
+// controller recreates a deleted pod that the roll has not reached yet from
+// the old template, which mounts the old ConfigMap.
+func configMapInUse(obj client.Object, live *liveState) bool {
+	for i := range live.pods {
+		if ConfigMapOfPod(&live.pods[i].Spec) == obj.GetName() {
+			return true
+		}
+	}
+	sts := live.statefulSet
+	if sts == nil || sts.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType {
+		return false // OnDelete recreates deleted pods from the new template
+	}
+	atRest := sts.Status.ObservedGeneration >= sts.Generation && sts.Status.CurrentRevision == sts.Status.UpdateRevision
+	return !atRest
+}

@@ -1,0 +1,252 @@
+/*
+Copyright 2026 The Cachet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package engine is the operator's model of cachetd: which arguments a Cache
+// spec becomes, how much memory the process needs for them, and how big its
+// hash table grows. It knows nothing of Kubernetes objects, so that when the
+// engine changes how it allocates (for example the default cap on connection
+// buffer memory), this package is the one place to follow it: Budget is the
+// only memory formula, and docs/operator.md states it.
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"math/bits"
+	"strconv"
+	"strings"
+
+	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+)
+
+const (
+	// Port cachetd serves the memcached protocol on inside every pod.
+	Port = 11211
+
+	// Memory overhead of one process on top of spec.memory, from how cachetd
+	// allocates (engine/src/net.c, assoc.c, slabs.c); see docs/operator.md
+	// for the formula and what it does not cover.
+	PerConnectionBytes = 32 << 10 // a resting connection: 16 KiB read buffer + 16 KiB output buffer
+	PerThreadBytes     = 2 << 20  // a worker's stack, event loop and per-thread caches
+	// ConnBufferPerThreadBytes sizes cachetd's process-wide cap on
+	// connection buffer memory above the resting 32 KiB (-o conn_buffer_limit):
+	// grown read buffers, queued and unsent replies. Over the cap, cachetd
+	// stops parsing connections with unsent output until they drain.
+	ConnBufferPerThreadBytes = 4 << 20
+	BaseBytes                = 16 << 20 // binary, libc, clock/cleaner/expander/mover threads, slab page rounding
+	// MetricsBytes is the metrics thread (-o metrics_port): its stack, 16
+	// connections' request buffers and one /metrics body at the engine's 4 MiB
+	// cap (about 20 KB in practice).
+	MetricsBytes     = 4 << 20
+	HashBucketBytes  = 4   // a bucket is a 32-bit item handle
+	ItemFixedBytes   = 38  // item header 24 + CAS 8 + reference 4 + CRLF 2
+	HashLoadFactor   = 1.5 // the table doubles when items exceed 1.5 x buckets
+	DefaultHashPower = 16
+	MaxHashPower     = 30 // cachetd's ceiling
+
+	// Engine defaults, written out explicitly so that status.engineArgs is complete.
+	DefaultMaxConnections = 1024
+	DefaultMaxItemSize    = 1 << 20
+	DefaultGrowthFactor   = "1.25"
+	DefaultMinChunk       = 48
+)
+
+// DefaultMetricsPort is where the operator has cachetd serve /healthz and
+// /metrics unless told otherwise.
+const DefaultMetricsPort = 9150
+
+// Options are the operator-wide choices that shape every engine's arguments.
+type Options struct {
+	// MetricsPort, when not 0, has cachetd serve GET /healthz and GET
+	// /metrics over plain HTTP on that port (-o metrics_port).
+	MetricsPort int32
+}
+
+// Threads is the number of worker threads: spec.engine.threads, or one per CPU.
+func Threads(s *cachev1alpha1.CacheSpec) int32 {
+	if s.Engine.Threads != nil {
+		return *s.Engine.Threads
+	}
+	return max(s.CPUs(), 1)
+}
+
+// MaxConnections with its default applied.
+func MaxConnections(s *cachev1alpha1.CacheSpec) int32 {
+	if s.Engine.MaxConnections != nil {
+		return *s.Engine.MaxConnections
+	}
+	return DefaultMaxConnections
+}
+
+// MaxItemSizeBytes with its default applied.
+func MaxItemSizeBytes(s *cachev1alpha1.CacheSpec) int64 {
+	if s.Engine.MaxItemSize != nil {
+		return s.Engine.MaxItemSize.Value()
+	}
+	return DefaultMaxItemSize
+}
+
+// ItemMemoryMiB is spec.memory in whole MiB (cachetd -m), rounded down; the
+// API refuses values that are not whole MiB, so nothing is lost.
+func ItemMemoryMiB(s *cachev1alpha1.CacheSpec) int64 {
+	return s.Memory.Value() >> 20
+}
+
+// sizeArg writes a byte count the way memcached's -I reads it.
+func sizeArg(b int64) string {
+	switch {
+	case b%(1<<30) == 0:
+		return strconv.FormatInt(b>>30, 10) + "g"
+	case b%(1<<20) == 0:
+		return strconv.FormatInt(b>>20, 10) + "m"
+	case b%(1<<10) == 0:
+		return strconv.FormatInt(b>>10, 10) + "k"
+	}
+	return strconv.FormatInt(b, 10)
+}
+
+// Args are cachetd's arguments for a spec, one element per argument, in a
+// fixed order so that equal specs hash equally. Without dedicated CPUs the
+// workers are not pinned (-o cpus=none): pinning worker i to the i-th allowed
+// CPU would stack every shared Cache of a node on its lowest shared CPUs.
+func Args(s *cachev1alpha1.CacheSpec, o Options) []string {
+	e := s.Engine
+	args := []string{
+		"-p", strconv.Itoa(Port),
+		"-t", strconv.Itoa(int(Threads(s))),
+		"-m", strconv.FormatInt(ItemMemoryMiB(s), 10),
+		"-c", strconv.Itoa(int(MaxConnections(s))),
+		"-I", sizeArg(MaxItemSizeBytes(s)),
+	}
+	var opts []string
+	if len(e.ChunkSizes) > 0 {
+		sizes := make([]string, len(e.ChunkSizes))
+		for i, n := range e.ChunkSizes {
+			sizes[i] = strconv.Itoa(int(n))
+		}
+		opts = append(opts, "slab_sizes="+strings.Join(sizes, "-"))
+	} else {
+		f, n := DefaultGrowthFactor, int32(DefaultMinChunk)
+		if e.GrowthFactor != nil {
+			f = *e.GrowthFactor
+		}
+		if e.MinChunk != nil {
+			n = *e.MinChunk
+		}
+		args = append(args, "-f", f, "-n", strconv.Itoa(int(n)))
+	}
+	if e.HashPower != nil {
+		opts = append(opts, "hashpower="+strconv.Itoa(int(*e.HashPower)))
+	}
+	opts = append(opts, "conn_buffer_limit="+sizeArg(ConnBufferLimitBytes(s)))
+	if !s.IsDedicatedCPUs() {
+		opts = append(opts, "cpus=none")
+	}
+	if o.MetricsPort > 0 {
+		opts = append(opts, "metrics_port="+strconv.Itoa(int(o.MetricsPort)))
+	}
+	return append(args, "-o", strings.Join(opts, ","))
+}
+
+// ArgsFile is the content of cachetd's --args-file: one argument per line.
+func ArgsFile(args []string) string {
+	return strings.Join(args, "\n") + "\n"
+}
+
+// ParseArgsFile reads an arguments file back into its arguments.
+func ParseArgsFile(file string) []string {
+	return strings.Fields(file)
+}
+
+// ConfigHash identifies an arguments file; it is short because it only has
+// to change when the content does.
+func ConfigHash(argsFile string) string {
+	sum := sha256.Sum256([]byte(argsFile))
+	return hex.EncodeToString(sum[:8])
+}
+
+// ConnBufferLimitBytes is the cap on connection buffer memory the operator
+// gives cachetd (-o conn_buffer_limit) and budgets in the pod's limit.
+func ConnBufferLimitBytes(s *cachev1alpha1.CacheSpec) int64 {
+	return int64(Threads(s)) * ConnBufferPerThreadBytes
+}
+
+// SmallestItemBytes is the engine's smallest slab chunk: the first explicit
+// chunk size, or the fixed part of an item plus minChunk, 8-byte aligned.
+func SmallestItemBytes(s *cachev1alpha1.CacheSpec) int64 {
+	if len(s.Engine.ChunkSizes) > 0 {
+		return (int64(s.Engine.ChunkSizes[0]) + 7) &^ 7
+	}
+	n := int64(DefaultMinChunk)
+	if s.Engine.MinChunk != nil {
+		n = int64(*s.Engine.MinChunk)
+	}
+	return (ItemFixedBytes + n + 7) &^ 7
+}
+
+// HashTableBytes bounds the hash table of one process: enough buckets for the
+// most items the item memory can hold (every item the smallest chunk) at the
+// engine's load factor, rounded up to a power of two (at most the engine's
+// ceiling), plus the old half-size table that lives on while the table is
+// being expanded.
+func HashTableBytes(s *cachev1alpha1.CacheSpec) int64 {
+	maxItems := s.Memory.Value() / SmallestItemBytes(s)
+	buckets := int64(float64(maxItems)/HashLoadFactor) + 1
+	power := int64(bits.Len64(uint64(buckets - 1)))
+	initial := int64(DefaultHashPower)
+	if s.Engine.HashPower != nil {
+		initial = int64(*s.Engine.HashPower)
+	}
+	power = min(max(power, initial), MaxHashPower)
+	table := (int64(1) << power) * HashBucketBytes
+	return table + table/2
+}
+
+// MemoryBudget is one process's memory, part by part.
+type MemoryBudget struct {
+	ItemMemory, Connections, ConnBufferCap, Workers, HashTable, Metrics, Base int64
+	// Limit is the sum rounded up to a whole MiB: the container's memory
+	// request and limit.
+	Limit int64
+}
+
+// Budget is the memory formula: item memory plus resting connection buffers,
+// the capped buffer memory above them, worker threads, the hash table, the
+// metrics thread when there is one, and a fixed base, rounded up to MiB.
+// Change it here, and in docs/operator.md, when the engine changes how it
+// allocates.
+func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
+	b := MemoryBudget{
+		ItemMemory:    s.Memory.Value(),
+		Connections:   int64(MaxConnections(s)) * PerConnectionBytes,
+		ConnBufferCap: ConnBufferLimitBytes(s),
+		Workers:       int64(Threads(s)) * PerThreadBytes,
+		HashTable:     HashTableBytes(s),
+		Base:          BaseBytes,
+	}
+	if o.MetricsPort > 0 {
+		b.Metrics = MetricsBytes
+	}
+	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.Workers + b.HashTable + b.Metrics + b.Base
+	const mib = 1 << 20
+	b.Limit = (total + mib - 1) / mib * mib
+	return b
+}
+
+// MemoryLimitBytes is Budget(s, o).Limit.
+func MemoryLimitBytes(s *cachev1alpha1.CacheSpec, o Options) int64 {
+	return Budget(s, o).Limit
+}

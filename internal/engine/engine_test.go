@@ -1,0 +1,143 @@
+/*
+Copyright 2026 The Cachet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package engine
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+)
+
+func spec(mutate ...func(*cachev1alpha1.CacheSpec)) *cachev1alpha1.CacheSpec {
+	s := &cachev1alpha1.CacheSpec{Memory: resource.MustParse("64Mi"), CPU: ptr.To(int32(2))}
+	for _, m := range mutate {
+		m(s)
+	}
+	return s
+}
+
+func TestArgsDefaults(t *testing.T) {
+	got := Args(spec(), Options{})
+	want := []string{"-p", "11211", "-t", "2", "-m", "64", "-c", "1024", "-I", "1m", "-f", "1.25", "-n", "48", "-o", "conn_buffer_limit=8m"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Args = %q, want %q", got, want)
+	}
+}
+
+func TestArgsExplicit(t *testing.T) {
+	s := spec(func(s *cachev1alpha1.CacheSpec) {
+		s.Memory = resource.MustParse("1Gi")
+		s.Engine = cachev1alpha1.EngineSpec{
+			Threads:        ptr.To(int32(4)),
+			MaxConnections: ptr.To(int32(4096)),
+			MaxItemSize:    ptr.To(resource.MustParse("512Ki")),
+			HashPower:      ptr.To(int32(20)),
+			ChunkSizes:     []int32{64, 128, 1024},
+		}
+	})
+	got := Args(s, Options{MetricsPort: 9150})
+	want := []string{"-p", "11211", "-t", "4", "-m", "1024", "-c", "4096", "-I", "512k", "-o", "slab_sizes=64-128-1024,hashpower=20,conn_buffer_limit=16m,metrics_port=9150"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Args = %q, want %q", got, want)
+	}
+}
+
+// Defect 2: with shared CPUs the engine pinned worker i to the i-th allowed
+// CPU, so every shared Cache of a node stacked on its lowest shared CPUs.
+func TestSharedCPUsAreNotPinned(t *testing.T) {
+	shared := Args(spec(func(s *cachev1alpha1.CacheSpec) { s.DedicatedCPUs = ptr.To(false) }), Options{})
+	if o := shared[len(shared)-1]; !strings.Contains(o, "cpus=none") {
+		t.Fatalf("shared-CPU args %q do not turn pinning off (-o cpus=none)", shared)
+	}
+	dedicated := Args(spec(), Options{})
+	if strings.Contains(strings.Join(dedicated, " "), "cpus=") {
+		t.Fatalf("dedicated args %q must pin (no cpus= option)", dedicated)
+	}
+}
+
+func TestThreadsFollowCPUAndNeverZero(t *testing.T) {
+	if got := Threads(spec(func(s *cachev1alpha1.CacheSpec) { s.CPU = ptr.To(int32(3)) })); got != 3 {
+		t.Errorf("threads for 3 CPUs = %d, want 3", got)
+	}
+	if got := Threads(spec(func(s *cachev1alpha1.CacheSpec) { s.CPU = ptr.To(int32(0)); s.DedicatedCPUs = ptr.To(false) })); got != 1 {
+		t.Errorf("threads for cpu 0 = %d, want 1", got)
+	}
+}
+
+func TestArgsFileRoundTripAndHash(t *testing.T) {
+	args := Args(spec(), Options{})
+	a := ArgsFile(args)
+	if !strings.HasPrefix(a, "-p\n11211\n-t\n2\n") || !strings.HasSuffix(a, "\nconn_buffer_limit=8m\n") {
+		t.Fatalf("args file is not one argument per line: %q", a)
+	}
+	if !slices.Equal(ParseArgsFile(a), args) {
+		t.Fatalf("ParseArgsFile(ArgsFile(a)) = %q", ParseArgsFile(a))
+	}
+	b := ArgsFile(Args(spec(func(s *cachev1alpha1.CacheSpec) { s.Memory = resource.MustParse("128Mi") }), Options{}))
+	if ConfigHash(a) == ConfigHash(b) {
+		t.Fatal("config hash did not change with the memory")
+	}
+	if ConfigHash(a) != ConfigHash(ArgsFile(Args(spec(), Options{}))) {
+		t.Fatal("config hash is not stable for equal specs")
+	}
+}
+
+func TestMemoryBudget(t *testing.T) {
+	// 64Mi item memory, smallest chunk 38+48 -> 88 bytes: 762600 items / 1.5
+	// -> 2^19 buckets of 4 bytes = 2Mi, plus half of it while expanding = 3Mi;
+	// 1024 connections x 32Ki = 32Mi; buffer cap 2 threads x 4Mi = 8Mi;
+	// 2 threads x 2Mi = 4Mi; base 16Mi. Total 64+3+32+8+4+16 = 127Mi.
+	b := Budget(spec(), Options{})
+	if b.Limit != 127<<20 || b.HashTable != 3<<20 || b.Connections != 32<<20 || b.ConnBufferCap != 8<<20 || b.Workers != 4<<20 || b.Base != 16<<20 {
+		t.Fatalf("budget %+v", b)
+	}
+	if MemoryLimitBytes(spec(), Options{}) != b.Limit {
+		t.Fatal("MemoryLimitBytes is not Budget().Limit")
+	}
+	if got := SmallestItemBytes(spec()); got != 88 {
+		t.Fatalf("smallest item %d, want 88", got)
+	}
+	// The docs/operator.md table.
+	for _, tc := range []struct {
+		mem     string
+		cpu     int32
+		wantMiB int64
+	}{{"64Mi", 1, 121}, {"64Mi", 2, 127}, {"1Gi", 2, 1132}} {
+		s := spec(func(s *cachev1alpha1.CacheSpec) { s.Memory = resource.MustParse(tc.mem); s.CPU = ptr.To(tc.cpu) })
+		if got := MemoryLimitBytes(s, Options{}) >> 20; got != tc.wantMiB {
+			t.Errorf("limit for %s/%d CPU = %dMi, want %dMi", tc.mem, tc.cpu, got, tc.wantMiB)
+		}
+		// The metrics thread adds its 4 MiB.
+		if got := MemoryLimitBytes(s, Options{MetricsPort: DefaultMetricsPort}) >> 20; got != tc.wantMiB+4 {
+			t.Errorf("limit for %s/%d CPU = %dMi, want %dMi", tc.mem, tc.cpu, got, tc.wantMiB)
+		}
+	}
+	if got, want := HashTableBytes(spec(func(s *cachev1alpha1.CacheSpec) { s.Engine.HashPower = ptr.To(int32(24)) })), int64(3*(1<<25)); got != want {
+		t.Fatalf("hash table for hashpower 24 = %d, want %d", got, want)
+	}
+	if got, want := HashTableBytes(spec(func(s *cachev1alpha1.CacheSpec) { s.Memory = resource.MustParse("1Ti") })), int64(3*(1<<31)); got != want {
+		t.Fatalf("hash table for 1Ti = %d, want %d (capped at 2^30 buckets)", got, want)
+	}
+	if got := SmallestItemBytes(spec(func(s *cachev1alpha1.CacheSpec) { s.Engine.ChunkSizes = []int32{100, 200} })); got != 104 {
+		t.Fatalf("smallest item with chunkSizes = %d, want 104", got)
+	}
+}
