@@ -39,7 +39,7 @@ const (
 	// Memory overhead of one process on top of spec.memory, from how cachetd
 	// allocates (engine/src/net.c, assoc.c, slabs.c); see docs/operator.md
 	// for the formula and what it does not cover.
-	PerConnectionBytes = 32 << 10 // a resting connection: 16 KiB read buffer + 16 KiB output buffer
+	PerConnectionBytes = 36 << 10 // a resting connection: 16 KiB read + 16 KiB output buffer, the connection, a line being read (engine/README.md "Memory")
 	PerThreadBytes     = 2 << 20  // a worker's stack, event loop and per-thread caches
 	// ConnBufferPerThreadBytes sizes cachetd's process-wide cap on
 	// connection buffer memory above the resting 32 KiB (-o conn_buffer_limit):
@@ -52,7 +52,7 @@ const (
 	// cap (about 20 KB in practice).
 	MetricsBytes     = 4 << 20
 	HashBucketBytes  = 4   // a bucket is a 32-bit item handle
-	ItemFixedBytes   = 38  // item header 24 + CAS 8 + reference 4 + CRLF 2
+	ItemFixedBytes   = 27  // item header 19 + CAS 8 (the smallest chunk is this plus -n, 8-byte aligned)
 	HashLoadFactor   = 1.5 // the table doubles when items exceed 1.5 x buckets
 	DefaultHashPower = 16
 	MaxHashPower     = 30 // cachetd's ceiling
@@ -232,7 +232,9 @@ func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 	b := MemoryBudget{
 		ItemMemory:    s.Memory.Value(),
 		Connections:   int64(MaxConnections(s)) * PerConnectionBytes,
-		ConnBufferCap: ConnBufferLimitBytes(s),
+		// every buffer grown above resting is a mapping of its own, rounded
+		// up to whole pages: the engine budgets the cap x 17/16
+		ConnBufferCap: ConnBufferLimitBytes(s) * 17 / 16,
 		Workers:       int64(Threads(s)) * PerThreadBytes,
 		HashTable:     HashTableBytes(s),
 		Base:          BaseBytes,

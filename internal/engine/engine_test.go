@@ -102,26 +102,27 @@ func TestArgsFileRoundTripAndHash(t *testing.T) {
 }
 
 func TestMemoryBudget(t *testing.T) {
-	// 64Mi item memory, smallest chunk 38+48 -> 88 bytes: 762600 items / 1.5
-	// -> 2^19 buckets of 4 bytes = 2Mi, plus half of it while expanding = 3Mi;
-	// 1024 connections x 32Ki = 32Mi; buffer cap 2 threads x 4Mi = 8Mi;
-	// 2 threads x 2Mi = 4Mi; base 16Mi. Total 64+3+32+8+4+16 = 127Mi.
+	// 64Mi item memory, smallest chunk 27+48 -> 80 bytes: 838860 items / 1.5
+	// -> 2^20 buckets of 4 bytes = 4Mi, plus half of it while expanding = 6Mi;
+	// 1024 connections x 36Ki = 36Mi; buffer cap 2 threads x 4Mi = 8Mi,
+	// x 17/16 = 8.5Mi; 2 threads x 2Mi = 4Mi; base 16Mi.
+	// Total 64+6+36+8.5+4+16 = 134.5 -> 135Mi.
 	b := Budget(spec(), Options{})
-	if b.Limit != 127<<20 || b.HashTable != 3<<20 || b.Connections != 32<<20 || b.ConnBufferCap != 8<<20 || b.Workers != 4<<20 || b.Base != 16<<20 {
+	if b.Limit != 135<<20 || b.HashTable != 6<<20 || b.Connections != 36<<20 || b.ConnBufferCap != 17<<19 || b.Workers != 4<<20 || b.Base != 16<<20 {
 		t.Fatalf("budget %+v", b)
 	}
 	if MemoryLimitBytes(spec(), Options{}) != b.Limit {
 		t.Fatal("MemoryLimitBytes is not Budget().Limit")
 	}
-	if got := SmallestItemBytes(spec()); got != 88 {
-		t.Fatalf("smallest item %d, want 88", got)
+	if got := SmallestItemBytes(spec()); got != 80 {
+		t.Fatalf("smallest item %d, want 80", got)
 	}
 	// The docs/operator.md table.
 	for _, tc := range []struct {
 		mem     string
 		cpu     int32
 		wantMiB int64
-	}{{"64Mi", 1, 121}, {"64Mi", 2, 127}, {"1Gi", 2, 1132}} {
+	}{{"64Mi", 1, 129}, {"64Mi", 2, 135}, {"1Gi", 2, 1185}} {
 		s := spec(func(s *cachev1alpha1.CacheSpec) { s.Memory = resource.MustParse(tc.mem); s.CPU = ptr.To(tc.cpu) })
 		if got := MemoryLimitBytes(s, Options{}) >> 20; got != tc.wantMiB {
 			t.Errorf("limit for %s/%d CPU = %dMi, want %dMi", tc.mem, tc.cpu, got, tc.wantMiB)

@@ -423,12 +423,11 @@ def settings_of_port(srv):
 KIB = 1024
 
 
-def memory_bound(m_mb, conns, threads, item_max, cap, hashpower=16, chunk_min=88):
+def memory_bound(m_mb, conns, threads, chunk_max, cap, hashpower=16, chunk_min=80):
     """engine/README.md's worst-case RSS of cachetd, term by term."""
-    page = 1 << max(20, (item_max - 1).bit_length())
-    items = (m_mb * ONE_MB // page) * page + 2 * ONE_MB        # M: slab pages, huge-page rounding
+    items = m_mb * ONE_MB + 2 * ONE_MB                          # M: slab pages, huge-page rounding
     table = max(4 << hashpower, 8 * (items // chunk_min))       # H: buckets, old + new while doubling
-    storage = item_max // 4 + 4 * ONE_MB                        # S: size histogram, page tables, bags
+    storage = chunk_max // 4 + 4 * ONE_MB                       # S: size histogram, page tables, bags
     resting = conns * 36 * KIB                                  # c x R: rbuf, output buffer, struct
     excess = cap + cap // 16                                    # B: the cap, and mapping round-up
     workers = threads * ONE_MB                                  # t x W: stack, rings, event arrays
@@ -448,14 +447,14 @@ def test_many_stalled_clients_stay_within_the_memory_formula(start_server):
     with srv.conn(timeout=30) as c:
         st = c.stats("settings")
         cap = int(st["conn_buffer_limit"])
-        item_max, hashpower = int(st["item_size_max"]), int(st["hashpower_init"])
+        chunk_max, hashpower = int(st["slab_chunk_max"]), int(st["hashpower_init"])
         # item memory at its worst: full, with the hash table grown for the smallest items
         assert fill(c, "tiny", 120000, 20) > 0
         assert c.store("set", "one-mb", value_of(1_000_000, "m")) == b"STORED"
         assert c.store("set", "sixteen", value_of(16 * 1024, "s")) == b"STORED"
         for i in range(300):
             assert c.store("set", f"k{i}", value_of(900, f"k{i}")) == b"STORED"
-    bound = memory_bound(m_mb, conns, threads, item_max, cap, hashpower=hashpower)
+    bound = memory_bound(m_mb, conns, threads, chunk_max, cap, hashpower=hashpower)
     long_line = ("get " + " ".join(f"k{i % 300}" for i in range(9000)))[:60000].rsplit(" ", 1)[0] + "\r\n"
     attacks = [b"get" + b" one-mb" * 2000 + b"\r\n", b"get" + b" sixteen" * 5000 + b"\r\n",
                long_line.encode(), b"get k1 k2 k3 k4 k5 k6 k7 k8\r\n" * 2000,
