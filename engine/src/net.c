@@ -834,7 +834,10 @@ static void wake_ready(struct ae_loop *l, int fd, void *data, int mask)
         struct conn *next = c->next;
         ae_del(l, c->fd, AE_READABLE);
         if (c->state != CONN_NREAD && !c->resume_off) c->state = CONN_CLOSING;
-        conn_after_work(c);
+        /* resume, not just flush: a GET waiting for its queue to drain is
+         * otherwise never called back once this flush empties the queue
+         * (no EPOLLOUT is armed then), and the drain deadline cuts it */
+        conn_resume(c);
         c = next;
     }
 }
