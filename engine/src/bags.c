@@ -169,26 +169,32 @@ void bags_append(storage_thread *t, item *it)
     append_to(b, it);
 }
 
+/* Times only move forward: a reader whose view predates a flush_all stamps
+ * at most the flush's base (see storage_flush), and must not pull back an
+ * item that a newer reader stamped. Two readers racing may leave the lower
+ * of two recent stamps, which only ages the item by a second. */
+static void stamp_access(item *it, rel_time_t stamp)
+{
+    if (atomic_load_explicit(&it->time, memory_order_relaxed) < stamp)
+        atomic_store_explicit(&it->time, stamp, memory_order_relaxed);
+}
+
 /* A bump that is not a fetch (memcached: a failed add refreshes the item
  * without marking it fetched). */
-void bags_bump(item *it, int clsid)
+void bags_bump(item *it, int clsid, rel_time_t stamp)
 {
     uint16_t cur = atomic_load_explicit(&it->bag, memory_order_relaxed);
     uint16_t want = (uint16_t)(atomic_load_explicit(&newest_ids[clsid], memory_order_relaxed) | (cur & ITEM_FETCHED_BIT));
     if (cur != want) atomic_store_explicit(&it->bag, want, memory_order_relaxed);
-    rel_time_t now = stamp_time();
-    if (atomic_load_explicit(&it->time, memory_order_relaxed) != now)
-        atomic_store_explicit(&it->time, now, memory_order_relaxed);
+    stamp_access(it, stamp);
 }
 
-void bags_stamp(item *it, int clsid)
+void bags_stamp(item *it, int clsid, rel_time_t stamp)
 {
     uint16_t want = (uint16_t)(atomic_load_explicit(&newest_ids[clsid], memory_order_relaxed) | ITEM_FETCHED_BIT);
     if (atomic_load_explicit(&it->bag, memory_order_relaxed) != want)
         atomic_store_explicit(&it->bag, want, memory_order_relaxed);
-    rel_time_t now = stamp_time();
-    if (atomic_load_explicit(&it->time, memory_order_relaxed) != now)
-        atomic_store_explicit(&it->time, now, memory_order_relaxed);
+    stamp_access(it, stamp);
 }
 
 /* Class lock held. The old newest becomes the newest alternate. */

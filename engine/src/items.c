@@ -73,18 +73,29 @@ void storage_stats_sizes(stat_writer w, void *ctx)
     }
 }
 
+bool item_is_flushed_in(item *it, struct time_view v)
+{
+    if (v.fw == 0 || flush_effective(v.fw) > v.now) return false;
+    return atomic_load_explicit(&it->time, memory_order_relaxed) <= flush_oldest(v.fw);
+}
+
+bool item_is_live_in(item *it, struct time_view v)
+{
+    rel_time_t exp = item_exptime(it);
+    if (exp != 0 && exp <= v.now) return false;
+    return !item_is_flushed_in(it, v);
+}
+
 bool item_is_flushed(item *it, rel_time_t now)
 {
-    uint64_t fw = atomic_load_explicit(&g_flush_word, memory_order_acquire);
-    if (fw == 0 || flush_effective(fw) > now) return false;
-    return atomic_load_explicit(&it->time, memory_order_relaxed) <= flush_oldest(fw);
+    return item_is_flushed_in(it, (struct time_view){ .now = now,
+                                      .fw = atomic_load_explicit(&g_flush_word, memory_order_acquire) });
 }
 
 bool item_is_live(item *it, rel_time_t now)
 {
-    rel_time_t exp = item_exptime(it);
-    if (exp != 0 && exp <= now) return false;
-    return !item_is_flushed(it, now);
+    return item_is_live_in(it, (struct time_view){ .now = now,
+                                   .fw = atomic_load_explicit(&g_flush_word, memory_order_acquire) });
 }
 
 /* Once ITEM_LINKED is cleared the cleaner may reclaim the chunk at any time
@@ -109,6 +120,10 @@ void item_unlink_locked(item *it, uint32_t hv)
 
 static void account_link(storage_thread *t, item *it, bool new_item)
 {
+    /* a store's time is when it becomes visible, as in memcached: stamped at
+     * allocation, a value still arriving when a flush_all came would be
+     * linked under the flush and vanish right after its STORED */
+    if (new_item) atomic_store_explicit(&it->time, stamp_time(), memory_order_relaxed);
     atomic_fetch_or_explicit(&it->iflags, ITEM_LINKED, memory_order_release);
     int c = slabs_clsid_of(it);
     size_t nt = item_ntotal(it);
@@ -166,10 +181,10 @@ static void enter_bag(storage_thread *t, item *it)
 }
 
 /* Finds a live item under the stripe lock; unlinks it if expired/flushed. */
-static item *find_live_locked(const char *key, size_t nkey, uint32_t hv)
+static item *find_live_locked(const char *key, size_t nkey, uint32_t hv, struct time_view tv)
 {
     item *it = assoc_find_locked(key, nkey, hv);
-    if (it && !item_is_live(it, now_time())) {
+    if (it && !item_is_live_in(it, tv)) {
         item_unlink_locked(it, hv);
         it = NULL;
     }
@@ -542,9 +557,10 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
     struct copy_plan want = {0};
     for (int attempt = 0; attempt < RMW_RETRIES; attempt++) {
         stripe_lock(hv);
-        rel_time_t now = now_time();
+        struct time_view tv = time_view_now();
+        rel_time_t now = tv.now;
         item *it = assoc_find_locked(key, nkey, hv);
-        if (it && !item_is_live(it, now)) {
+        if (it && !item_is_live_in(it, tv)) {
             count_miss(t, it, now);
             item_unlink_locked(it, hv);
             it = NULL;
@@ -598,7 +614,7 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
                 out->win = true;
             }
         }
-        if (!opts->no_lru_bump) bags_stamp(it, clsid);
+        if (!opts->no_lru_bump) bags_stamp(it, clsid, stamp_time_in(tv));
         stripe_unlock(hv);
         if (created || reshaped) enter_bag(t, it);
         if (fresh) item_discard(t, fresh);   /* somebody else created it first */
@@ -660,9 +676,9 @@ bool storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_
 
     epoch_enter(t);
     item *it = assoc_find(t, key, nkey, hv);
-    rel_time_t now = now_time();
-    if (!it || !item_is_live(it, now)) {
-        count_miss(t, it, now);
+    struct time_view tv = time_view_now();
+    if (!it || !item_is_live_in(it, tv)) {
+        count_miss(t, it, tv.now);
         epoch_exit(t);
         return false;
     }
@@ -685,7 +701,7 @@ bool storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_
     }
     int clsid = slabs_clsid_of(it);
     fill_view(t, it, clsid, copy_buf, copy_cap, out);
-    if (!opts->no_lru_bump) bags_stamp(it, clsid);
+    if (!opts->no_lru_bump) bags_stamp(it, clsid, stamp_time_in(tv));
     epoch_exit(t);
     STAT_INC(t, get_hits);
     CLS_INC(t, clsid, get_hits);
@@ -743,7 +759,8 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
 
     for (int attempt = 0; attempt < RMW_RETRIES; attempt++) {
         stripe_lock(hv);
-        item *old = find_live_locked(key, nkey, hv);
+        struct time_view tv = time_view_now();
+        item *old = find_live_locked(key, nkey, hv, tv);
         bool stale_store = false;
 
         if (mode == MODE_CAS && !old) { res = STORE_NOT_FOUND; STAT_INC(t, cas_misses); goto out_unlock; }
@@ -763,7 +780,7 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
         }
         if (mode == MODE_ADD && old) {
             /* memcached bumps the existing item on a failed add (not a fetch) */
-            bags_bump(old, slabs_clsid_of(old));
+            bags_bump(old, slabs_clsid_of(old), stamp_time_in(tv));
             res = STORE_NOT_STORED;
             goto out_unlock;
         }
@@ -843,7 +860,7 @@ enum store_result storage_delete(storage_thread *t, const char *key, size_t nkey
     enum store_result res = STORE_NOT_FOUND;
     for (int attempt = 0; attempt < RMW_RETRIES; attempt++) {
         stripe_lock(hv);
-        item *it = find_live_locked(key, nkey, hv);
+        item *it = find_live_locked(key, nkey, hv, time_view_now());
         if (!it) {
             res = STORE_NOT_FOUND;
             STAT_INC(t, delete_misses);
@@ -890,7 +907,8 @@ enum store_result storage_touch(storage_thread *t, const char *key, size_t nkey,
     enum store_result res = STORE_NOT_FOUND;
     for (int attempt = 0; attempt < RMW_RETRIES; attempt++) {
         stripe_lock(hv);
-        item *it = find_live_locked(key, nkey, hv);
+        struct time_view tv = time_view_now();
+        item *it = find_live_locked(key, nkey, hv, tv);
         bool reshaped = false;
         if (it) {
             enum reshape r = reshape_for_exptime(t, key, hv, &it, exptime, &fresh, &want, &reshaped);
@@ -899,7 +917,7 @@ enum store_result storage_touch(storage_thread *t, const char *key, size_t nkey,
         }
         if (it) {
             set_exptime(it, exptime);
-            bags_stamp(it, slabs_clsid_of(it));
+            bags_stamp(it, slabs_clsid_of(it), stamp_time_in(tv));
             STAT_INC(t, touch_hits);
             CLS_INC(t, slabs_clsid_of(it), touch_hits);
             res = STORE_STORED;
@@ -955,7 +973,7 @@ enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
     for (int attempt = 0; attempt < RMW_RETRIES; attempt++) {
         stripe_lock(hv);
         locked = true;
-        item *old = find_live_locked(key, nkey, hv);
+        item *old = find_live_locked(key, nkey, hv, time_view_now());
         uint64_t value;
         uint32_t cf = 0;
         if (!old) {

@@ -35,7 +35,6 @@ struct storage_config g_cfg;
 bool g_use_cas;
 _Atomic uint32_t g_current_time;
 _Atomic uint64_t g_flush_word;
-_Atomic uint32_t g_stamp_floor;
 _Atomic uint32_t g_flush_pending;
 time_t storage_process_started;
 
@@ -184,7 +183,6 @@ int storage_init(const struct storage_config *cfg)
     atomic_store(&clock_offset, 0);
     atomic_store(&g_current_time, compute_now());
     atomic_store(&g_flush_word, 0);
-    atomic_store(&g_stamp_floor, 0);
     atomic_store(&g_flush_pending, 0);
     g_use_cas = g_cfg.use_cas;
     atomic_store(&cas_counter, 0);
@@ -238,19 +236,22 @@ void storage_test_shutdown(void)
 
 void storage_flush(rel_time_t when)
 {
-    rel_time_t now = now_time();
+    struct time_view prev = time_view_now();
+    rel_time_t now = prev.now;
     if (when == 0 || when <= now) {
-        /* Everything stamped up to `base` goes; later stamps are base + 1.
-         * A second flush within the same second must also cover what was
-         * stored between the two, so the base is the current floor when that
-         * is ahead of the clock. The floor first: a store that sees the new
-         * oldest_live must not stamp its item with a time it covers. */
-        rel_time_t floor = atomic_load_explicit(&g_stamp_floor, memory_order_relaxed);
-        rel_time_t base = floor > now ? floor : now;
-        atomic_store_explicit(&g_stamp_floor, base + 1, memory_order_release);
-        atomic_store_explicit(&g_flush_word, flush_word(base, now), memory_order_release);
+        /* Everything stamped up to `base` goes; later stamps are above it
+         * (the floor, in the same word). A GET that checked its item against
+         * the previous word stamps it with that word's floor and the `now`
+         * it read before it: at most this second or, if the clock ticks
+         * during the flush, the next. So base covers the next second too,
+         * and a hit racing the flush can never lift its item past it (an
+         * item stamped after the check would otherwise survive the flush).
+         * A second flush within the same second also covers what was stored
+         * between the two: base is at least the previous floor. */
+        rel_time_t base = stamp_time_in((struct time_view){ .now = now + 1, .fw = prev.fw });
+        atomic_store_explicit(&g_flush_word, flush_word(base, now, true), memory_order_release);
     } else {
-        atomic_store_explicit(&g_flush_word, flush_word(when - 1, when - 1), memory_order_release);
+        atomic_store_explicit(&g_flush_word, flush_word(when - 1, when - 1, false), memory_order_release);
     }
     atomic_store(&g_flush_pending, 1);
 }

@@ -230,24 +230,43 @@ struct storage_thread {
 /* ---- global settings and clock (storage.c) ---- */
 extern struct storage_config g_cfg;
 extern _Atomic uint32_t g_current_time;
-/* flush_all, in one word so a reader sees both halves of the same flush:
- * items whose time is <= oldest are gone once the clock reaches effective
- * (an immediate flush takes effect at once, a delayed one at its time). */
+/* flush_all, in one word so a reader sees all of one flush at once: items
+ * whose time is <= oldest are gone once the clock reaches effective (an
+ * immediate flush takes effect at once, a delayed one at its time), and
+ * after an immediate flush no access or store is stamped at or below
+ * oldest (the stamp floor, oldest + 1). The floor lives in the same word as
+ * the flush it belongs to because a reader stamps an item with the floor of
+ * the flush word it checked the item against: see storage_flush(). */
 extern _Atomic uint64_t g_flush_word;
-static inline uint64_t flush_word(rel_time_t oldest, rel_time_t effective) { return (uint64_t)oldest << 32 | effective; }
+#define FLUSH_IMMEDIATE (1ULL << 31)
+static inline uint64_t flush_word(rel_time_t oldest, rel_time_t effective, bool immediate)
+{
+    return (uint64_t)oldest << 32 | (effective & 0x7fffffffu) | (immediate ? FLUSH_IMMEDIATE : 0);
+}
 static inline rel_time_t flush_oldest(uint64_t w) { return (rel_time_t)(w >> 32); }
-static inline rel_time_t flush_effective(uint64_t w) { return (rel_time_t)w; }
+static inline rel_time_t flush_effective(uint64_t w) { return (rel_time_t)(w & 0x7fffffffu); }
 extern _Atomic uint32_t g_flush_pending;   /* cleaner should cut bags once the flush is effective */
-extern _Atomic uint32_t g_stamp_floor;     /* flush_all: no access is stamped before this (storage.c) */
 
 static inline rel_time_t now_time(void) { return atomic_load_explicit(&g_current_time, memory_order_relaxed); }
-/* The time an access or store records in an item: now, but never inside the
- * second an immediate flush_all covers (see storage.c). */
-static inline rel_time_t stamp_time(void)
+/* One reader's view of time and flush: the clock first, then the word (so
+ * `now` is never later than the flush word it is paired with). */
+struct time_view { rel_time_t now; uint64_t fw; };
+static inline struct time_view time_view_now(void)
 {
-    rel_time_t n = now_time(), f = atomic_load_explicit(&g_stamp_floor, memory_order_acquire);
-    return n < f ? f : n;
+    struct time_view v;
+    v.now = now_time();
+    v.fw = atomic_load_explicit(&g_flush_word, memory_order_acquire);
+    return v;
 }
+/* The time an access or store records in an item, in that view: now, but
+ * above everything an immediate flush_all covers. */
+static inline rel_time_t stamp_time_in(struct time_view v)
+{
+    if (!(v.fw & FLUSH_IMMEDIATE)) return v.now;
+    rel_time_t floor = flush_oldest(v.fw) + 1;
+    return v.now < floor ? floor : v.now;
+}
+static inline rel_time_t stamp_time(void) { return stamp_time_in(time_view_now()); }
 int clock_start(void);   /* 0 or pthread_create's error */
 void clock_stop(void);
 /* Tests move time forward instead of sleeping. */
@@ -334,8 +353,10 @@ extern _Atomic uint64_t g_slab_moves;
 int  bags_init(void);
 void bags_destroy(void);
 void bags_append(storage_thread *t, item *it);   /* in a read section */
-void bags_stamp(item *it, int clsid);            /* GET: time + bag id only, marks fetched */
-void bags_bump(item *it, int clsid);             /* same without marking it fetched */
+/* An access: the bag id and the time `stamp` (stamp_time_in of the view the
+ * caller checked the item's liveness in, taken before that check). */
+void bags_stamp(item *it, int clsid, rel_time_t stamp);  /* GET: marks fetched */
+void bags_bump(item *it, int clsid, rel_time_t stamp);   /* same without marking it fetched */
 /* Frees memory in class clsid by reclaiming dead/expired items or evicting
  * from the oldest bag. Returns how many chunks it freed. No locks held. */
 int  bags_evict(storage_thread *t, int clsid);
@@ -369,6 +390,10 @@ extern struct class_stats g_class_stats[MAX_SLAB_CLASSES + 1];
 /* item lifecycle helpers (items.c) */
 bool item_is_live(item *it, rel_time_t now);     /* not expired, not flushed */
 bool item_is_flushed(item *it, rel_time_t now);
+/* The same in a reader's view: a reader that stamps the item afterwards
+ * (bags_stamp) checks it in the view it stamps with. */
+bool item_is_live_in(item *it, struct time_view v);
+bool item_is_flushed_in(item *it, struct time_view v);
 void item_unlink_locked(item *it, uint32_t hv);  /* unlink + account; stays in its bag */
 void item_free_dead(item *it);                   /* after grace: drop the table's reference */
 void sizes_account(size_t ntotal, int delta);

@@ -12,6 +12,8 @@ import pathlib
 import random
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -136,6 +138,70 @@ def test_flush_all_covers_items_with_a_client_chosen_cas(start_server):
         assert c.cmd(b"ms ek 1 E18446744073709551000\r\nz") == b"HD"
         assert c.cmd("flush_all") == b"OK"
         assert c.cmd("mg ek v") == b"EN"
+
+
+def test_flush_all_keeps_a_value_that_arrives_after_it(start_server):
+    """A set whose data block was still arriving when flush_all came: it was
+    answered STORED and then vanished (the item was stamped when its memory
+    was taken, before the flush). memcached stamps a store when it links it."""
+    s = start_server()
+    with s.conn() as a, s.conn() as b:
+        a.send(b"set slow 0 0 5\r\nab")
+        time.sleep(0.3)                          # A's request line is read, its value waits
+        assert b.cmd("flush_all") == b"OK"
+        a.send(b"cde\r\n")
+        assert a.line() == b"STORED"
+        assert b.values("get slow") == {"slow": (0, b"abcde", None)}
+
+
+def test_flush_all_is_not_undone_by_concurrent_hits(start_server):
+    """GETs of a hot key racing flush_all brought it back: a hit that checked
+    the item before the flush stamped it after, with the flush's new floor,
+    and lifted it past the flush (126 of 925 flushes kept the key). Three
+    connections keep hitting `hot` on two workers while a fourth stores it,
+    flushes and looks it up, a bounded number of times."""
+    s = start_server("-t", "2")
+    value = b"h" * 16384
+    stop = threading.Event()
+    errors = []
+
+    def hammer():
+        try:
+            with s.conn() as h:
+                batch = b"get hot\r\n" * 16
+                while not stop.is_set():
+                    h.send(batch)
+                    got = b""
+                    while got.count(b"END\r\n") < 16:
+                        chunk = h.sock.recv(1 << 20)
+                        if not chunk:
+                            raise ConnectionError("server closed a hammer connection")
+                        got += chunk
+        except Exception as e:  # reported below; the test must not hang on it
+            errors.append(e)
+
+    threads = [threading.Thread(target=hammer, daemon=True) for _ in range(3)]
+    for t in threads:
+        t.start()
+    kept = 0
+    rounds = 0
+    deadline = time.monotonic() + 15
+    try:
+        with s.conn() as c:
+            while rounds < 2000 and time.monotonic() < deadline:
+                assert c.store("set", "hot", value) == b"STORED"
+                time.sleep(0.002)     # let the hammers find it
+                assert c.cmd("flush_all") == b"OK"
+                if c.values("get hot"):
+                    kept += 1
+                rounds += 1
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)
+    assert not errors, errors[:1]
+    assert rounds >= 50, f"only {rounds} rounds ran"
+    assert kept == 0, f"{kept} of {rounds} flushes left the hot key readable"
 
 
 def test_no_evict_flag_refuses_instead_of_evicting(start_server):
