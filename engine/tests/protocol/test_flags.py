@@ -209,6 +209,23 @@ def test_slab_chunk_max_sets_the_largest_class_and_values_are_chunked(start_serv
     assert max(sizes) == 16 * 1024, f"largest class in use: {max(sizes)}"
 
 
+def test_small_slab_chunk_max_chains_values_up_to_I(start_server):
+    srv = start_server("-I", "128k", "-o", "slab_chunk_max=1")
+    value = bytes(range(256)) * 390          # ~100 KB from 1 KiB pieces
+    with srv.conn() as c:
+        c.send(f"set k 0 0 {len(value)}\r\n".encode() + value + b"\r\n")
+        assert c.line() == b"STORED"
+        assert c.values("get k") == {"k": (0, value, None)}
+
+
+@pytest.mark.cachetd_only(reason="memcached chains any -I from 1 KiB chunks; cachetd's chained head lists its "
+                          "chunks and must fit the largest class, so it refuses at start what it could not store")
+def test_slab_chunk_max_too_small_for_I_is_refused_at_start():
+    proc = run_flags("-o", "slab_chunk_max=1")         # -I 1m: at most ~180 KB chainable
+    assert proc.returncode == 70, proc
+    assert "raise -o slab_chunk_max or lower -I" in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("args", [
     ["-o", "slab_chunk_max=0"],                          # must be positive
     ["-o", "slab_chunk_max=2000"],                       # kilobytes: at most 1024
