@@ -570,6 +570,12 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
             s->port = (int)v; break;
         case 'l':
             if (strlen(optarg) >= sizeof(s->listen)) { fprintf(err, "cachetd: -l value too long\n"); return EX_USAGE_CODE; }
+            if (strstr(optarg, "proto[") || strstr(optarg, "tag[")) {
+                /* memcached 1.6's per-listener protocol and proxy tags */
+                fprintf(err, "cachetd: -l %s: the proto[...]:tag[...]: listener syntax is not supported; "
+                        "give plain addresses and one -p\n", optarg);
+                return EX_USAGE_CODE;
+            }
             strcpy(s->listen, optarg); break;
         case 't':
             if (!parse_int(optarg, 1, MAX_WORKERS, &v)) { fprintf(err, "cachetd: -t needs 1-%d threads, got '%s'\n", MAX_WORKERS, optarg); return EX_USAGE_CODE; }
