@@ -42,8 +42,11 @@ static item heap_view_marker;   /* view->ref for values copied into malloc'd mem
 static _Atomic uint64_t *size_hist;
 static size_t size_hist_n;
 
+static int check_item_size_max(void);
+
 int items_init(void)
 {
+    if (check_item_size_max() != 0) return -1;
     size_hist_n = slabs_chunk_max() / 32 + 2;
     size_hist = calloc(size_hist_n, sizeof(*size_hist));
     return size_hist ? 0 : -1;
@@ -265,6 +268,26 @@ static bool plan_shape(size_t nkey, uint64_t nbytes, uint8_t layout, struct shap
     if (nt > cmax) return false;
     sh->clsid = slabs_clsid(nt);
     return sh->clsid != 0;
+}
+
+/* A chained head lists its data chunks, and the head itself must fit the
+ * largest class: a small -o slab_chunk_max (1 or 2 KB) cannot chain a value
+ * of -I. Refuse the configuration at start rather than answer "too large"
+ * for values the operator allowed. */
+static int check_item_size_max(void)
+{
+    const uint8_t worst = ITEM_HAS_FLAGS | ITEM_HAS_EXPTIME;
+    struct shape sh;
+    if (plan_shape(KEY_MAX_LENGTH, g_cfg.item_size_max, worst, &sh)) return 0;
+    size_t lo = 0, hi = g_cfg.item_size_max;   /* plan_shape(lo) holds, (hi) does not */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (plan_shape(KEY_MAX_LENGTH, mid, worst, &sh)) lo = mid; else hi = mid;
+    }
+    fprintf(stderr, "cachetd: slab_chunk_max (bytes: %zu) can chain values of at most %zu bytes, "
+            "less than -I (item_size_max %zu): raise -o slab_chunk_max or lower -I\n",
+            slabs_chunk_max(), lo, g_cfg.item_size_max);
+    return -1;
 }
 
 /* Allocates the data chunks of a chained head; false (and nothing held) if

@@ -7,7 +7,8 @@
  * interrupted mid-request; the main thread alone waits for them and runs an
  * orderly shutdown (stop accepting, finish queued replies, close, exit 0)
  * within a few seconds, which is what a Kubernetes preStop hook and the
- * pod's termination grace period expect.
+ * pod's termination grace period expect. The `shutdown` command (-A) takes
+ * the same path: it sends the process SIGTERM (server_request_shutdown).
  */
 #include <malloc.h>
 #include <signal.h>
@@ -21,6 +22,7 @@
 #include "metrics_server.h"
 #include "bufmem.h"
 #include "net.h"
+#include "proc.h"
 #include "server.h"
 #include "storage.h"
 
@@ -47,6 +49,8 @@ int main(int argc, char **argv)
     int rc = settings_parse(&settings, argc, argv, stderr);
     if (rc == 1) return 0;
     if (rc) return rc;
+    rc = proc_early(&settings);   /* -r -d -k: before any thread exists */
+    if (rc) return rc;
 
     sigset_t stop_signals;
     sigemptyset(&stop_signals);
@@ -64,6 +68,7 @@ int main(int argc, char **argv)
         .chunk_size_min = settings.chunk_size,
         .slab_sizes = settings.slab_sizes_count ? settings.slab_sizes : NULL,
         .slab_sizes_count = settings.slab_sizes_count,
+        .slab_chunk_max = settings.slab_chunk_max,
         .hashpower_init = settings.hashpower,
         .use_cas = settings.use_cas,
         .evict_disabled = settings.evict_disabled,
@@ -75,6 +80,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "cachetd: cannot create worker event loops\n");
         return 71;
     }
+    /* -u: the fd limit is raised (root), the sockets are not bound yet */
+    if ((rc = proc_drop_user(&settings)) != 0) return rc;
     if (server_listen_all() != 0) return 71;  /* EX_OSERR: message already printed */
     /* a cache without its clock, cleaner, expander or mover would serve
      * wrong TTLs and fill up: refuse to run (storage printed why) */
@@ -91,6 +98,7 @@ int main(int argc, char **argv)
         if (metrics_server_start(&mc) != 0) return 71;
     }
     if (server_start_workers() != 0) return 71;
+    proc_write_pidfile(&settings);
 
     if (settings.verbose) {
         char cpus[1024] = "none";
@@ -111,5 +119,6 @@ int main(int argc, char **argv)
     server_shutdown();
     metrics_server_stop();   /* after the workers: /healthz says 503 while they drain */
     storage_stop_threads();
+    proc_remove_pidfile(&settings);
     return 0;
 }

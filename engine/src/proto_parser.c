@@ -423,6 +423,15 @@ enum parse_status parse_request(const char *line, size_t len, struct request *r)
         r->has_number = parse_i64(t[1].p, t[1].n, &r->number);
         return PARSE_OK;
     }
+    if (tok_is(c, "shutdown")) {
+        /* memcached: the mode is judged by the handler (-A decides first);
+         * a trailing noreply silences the reply but still counts as an argument */
+        r->cmd = CMD_SHUTDOWN;
+        r->noreply = tok_is(&t[nt - 1], "noreply");
+        r->number = nt - 1;
+        if (nt > 1) { r->args = t[1].p; r->nargs = t[1].n; }
+        return PARSE_OK;
+    }
     if (tok_is(c, "stats")) {
         r->cmd = CMD_STATS;
         const char *p = c->p + c->n;

@@ -31,6 +31,7 @@ enum req_cmd {
     CMD_INCR, CMD_DECR, CMD_TOUCH, CMD_DELETE,
     CMD_FLUSH_ALL, CMD_VERSION, CMD_VERBOSITY, CMD_QUIT, CMD_STATS,
     CMD_MG, CMD_MS, CMD_MD, CMD_MA, CMD_MN, CMD_ME,
+    CMD_SHUTDOWN,  /* args: the first argument; number: how many arguments */
 };
 
 enum parse_status {

@@ -314,7 +314,11 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
         return true;
     }
     case CMD_FLUSH_ALL:
-        STAT_INC(w, cmd_flush);
+        STAT_INC(w, cmd_flush);   /* memcached counts a refused flush too */
+        if (!settings.flush_enabled) {   /* -F */
+            reply(c, r, "CLIENT_ERROR flush_all not allowed");
+            return true;
+        }
         storage_flush(r->has_number && r->number > 0 ? storage_exptime(r->number) : storage_now());
         reply(c, r, "OK");
         return true;
@@ -331,6 +335,20 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
         return false;
     case CMD_STATS:
         process_stats(c, r);
+        return true;
+    case CMD_SHUTDOWN:
+        /* memcached 1.6.45's replies; both modes stop the server the way
+         * SIGTERM does (finish queued replies, close, exit 0) */
+        if (!settings.shutdown_command) {
+            reply(c, r, "SERVER_ERROR: shutdown not enabled");
+            return true;
+        }
+        if (r->number == 0 || (r->number == 1 && arg_is(r, "graceful"))) {
+            server_request_shutdown();
+            c->state = CONN_CLOSING;
+            return false;
+        }
+        reply(c, r, "CLIENT_ERROR invalid shutdown mode");
         return true;
     case CMD_MS:
         STAT_INC(w, cmd_meta);

@@ -5,6 +5,7 @@
  */
 #include "server.h"
 
+#include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -26,6 +27,9 @@ static pthread_mutex_t registry_mutex = PTHREAD_MUTEX_INITIALIZER;
 atomic_bool server_stopping;
 
 void server_set_shutting_down(void) { atomic_store_explicit(&server_stopping, true, memory_order_release); }
+/* kill(), not raise(): raise() targets the calling worker, which blocks
+ * SIGTERM like every thread but main's sigwait */
+void server_request_shutdown(void) { kill(getpid(), SIGTERM); }
 void registry_lock(void) { pthread_mutex_lock(&registry_mutex); }
 void registry_unlock(void) { pthread_mutex_unlock(&registry_mutex); }
 
@@ -104,9 +108,11 @@ void server_stats_settings(stat_writer w, void *ctx)
     w(ctx, "udpport", "%d", 0);
     w(ctx, "inter", "%s", settings.listen[0] ? settings.listen : "NULL");
     w(ctx, "verbosity", "%d", __atomic_load_n(&settings.verbose, __ATOMIC_RELAXED));
-    w(ctx, "evictions", "%s", "on");
+    w(ctx, "evictions", "%s", settings.evict_disabled ? "off" : "on");
     w(ctx, "domain_socket", "%s", settings.socketpath[0] ? settings.socketpath : "NULL");
     w(ctx, "umask", "%o", settings.access_mask);
+    w(ctx, "shutdown_command", "%s", settings.shutdown_command ? "yes" : "no");
+    w(ctx, "flush_enabled", "%s", settings.flush_enabled ? "yes" : "no");
     w(ctx, "cas_enabled", "%s", settings.use_cas ? "yes" : "no");
     w(ctx, "tcp_backlog", "%d", settings.backlog);
     w(ctx, "binding_protocol", "%s", "ascii");

@@ -34,6 +34,9 @@ extern time_t          server_started;
 
 /* SIGTERM/SIGINT arrived: stop accepting, finish queued replies, close. */
 void server_set_shutting_down(void);
+/* The `shutdown` command (-A): any thread. Sends the process SIGTERM, so
+ * the main thread runs exactly the drain a pod's SIGTERM gets. */
+void server_request_shutdown(void);
 /* An atomic: written by the main thread at SIGTERM, read by every worker
  * (TSan reported the plain int this was). Inline: read once per request. */
 extern atomic_bool server_stopping;

@@ -8,6 +8,20 @@
  * loop, so a flag means exactly the same thing wherever it is written.
  * Every error is a one-line message and exit code 64 (EX_USAGE): an operator
  * must see a typo in a ConfigMap at once, never have it silently ignored.
+ *
+ * Why memcached's whole command line is known here: operators bring flags
+ * from memcached 1.6.45 configurations, and a server that refuses to start
+ * on a flag it could honour is as wrong as one that silently ignores a flag
+ * it cannot honour. So every flag and -o option of memcached 1.6.45 falls in
+ * one of three groups (engine/README.md has the table):
+ *  - it has memcached's meaning and behaviour here;
+ *  - it tunes machinery cachetd does not have (segmented LRU, LRU crawler,
+ *    logger buffers, the hash function...): accepted, its value checked with
+ *    memcached's limits and words, and without effect; noop_opts says why
+ *    for each;
+ *  - it asks for something cachetd does not do (binary protocol, UDP, SASL,
+ *    TLS, extstore, the proxy...): refused with one line saying so and 64,
+ *    because starting without it would break what the operator relies on.
  */
 #include "settings.h"
 
@@ -47,6 +61,15 @@ void settings_usage(FILE *out)
         "  -f, --factor=NUM        slab chunk growth factor (default 1.25)\n"
         "  -n, --slab-min-size=NUM minimum space for key+value+flags (default 48)\n"
         "  -C, --disable-cas       do not keep CAS values\n"
+        "  -F, --disable-flush-all flush_all answers CLIENT_ERROR instead of flushing\n"
+        "  -A, --enable-shutdown   enable the ASCII \"shutdown\" command (stops the server as SIGTERM)\n"
+        "  -B, --protocol=ascii    the only protocol spoken (binary and auto are refused)\n"
+        "  -u, --user=USER         run as USER when started as root\n"
+        "  -d, --daemon            run in the background\n"
+        "  -P, --pidfile=FILE      write the process id to FILE\n"
+        "  -r, --enable-coredumps  raise the core file size limit\n"
+        "  -k, --lock-memory       lock all memory (mlockall)\n"
+        "  -V, --version           print the version and exit\n"
         "  -M, --disable-evictions return an error when memory is full instead of evicting\n"
         "  -b, --listen-backlog=N  accept backlog (default 1024)\n"
         "  -R, --max-reqs-per-event=N  requests handled per read batch before yielding (default 200)\n"
@@ -61,11 +84,15 @@ void settings_usage(FILE *out)
         "                          connection buffer memory above 32 KiB per connection, all\n"
         "                          connections together; 0 = none; default sized from -m, -c),\n"
         "                          idle_timeout=N (close TCP connections idle N seconds; 0 = never)\n"
+        "                          slab_chunk_max=KB (largest slab chunk; longer values are chained;\n"
+        "                          default half a slab page)\n"
         "                          metrics_port=N (Prometheus GET /metrics and /healthz on port N,\n"
         "                          same addresses as -l; default off), young_window=SECS (an eviction\n"
         "                          of an item read this recently is young; default 60)\n"
         "      --args-file=PATH    read more arguments from PATH first (whitespace separated,\n"
-        "                          '#' starts a comment line); the command line wins\n");
+        "                          '#' starts a comment line); the command line wins\n"
+        "memcached 1.6.45's -L -X -W and its LRU, crawler, slab mover, hash and logger -o options\n"
+        "are accepted and have no effect (cachetd has no such machinery; see engine/README.md).\n");
 }
 
 bool parse_size(const char *text, size_t *out)
@@ -146,9 +173,126 @@ void format_cpu_list(const int *cpus, int n, char *buf, size_t cap)
         len += snprintf(buf + len, cap - len, "%s%d", i ? "," : "", cpus[i]);
 }
 
+static bool parse_decimal(const char *text, double *out)
+{
+    if (!text || !*text) return false;
+    errno = 0;
+    char *end;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end) return false;
+    *out = v;
+    return true;
+}
+
+/* memcached 1.6.45 -o options for machinery cachetd does not have. The value
+ * is checked within memcached's limits, with memcached's words, so a
+ * configuration memcached refuses is refused here too; then it is dropped.
+ * `why` is the reason it has no effect (engine/README.md repeats it). */
+enum noop_kind {
+    NOOP_FLAG,      /* no value needed; a value is ignored, as memcached's getsubopt does */
+    NOOP_INT,       /* an integer within [min, max] */
+    NOOP_OPT_INT,   /* like NOOP_INT, or no value at all */
+    NOOP_U32,       /* an unsigned 32-bit number */
+    NOOP_DECIMAL,   /* a number above min (exclusive) and at most max */
+    NOOP_HASH,      /* jenkins, murmur3 or xxh3 */
+};
+struct noop_opt {
+    const char    *name;
+    enum noop_kind kind;
+    double         min, max;
+    const char    *bad;      /* memcached's message for a value out of range */
+    const char    *why;
+};
+#define LRU_WHY   "cachetd's LRU is the bag LRU (bags.c), not memcached's segmented hot/warm/cold LRU"
+#define CRAWL_WHY "expired items are reclaimed by the bag LRU's cleaner thread, which always runs"
+#define MOVE_WHY  "pages move between classes as part of the allocator (slabs_mover.c): a class with " \
+                  "nothing to evict takes a page from another within the store"
+#define LOG_WHY   "there is no `watch` command, so there are no log buffers"
+static const struct noop_opt noop_opts[] = {
+    {"maxconns_fast", NOOP_FLAG, 0, 0, NULL, "a client beyond -c is always answered and closed at once, as maxconns_fast does"},
+    {"no_hashexpand", NOOP_FLAG, 0, 0, NULL, "the hash table grows online without stopping requests (assoc.c)"},
+    {"slab_reassign", NOOP_FLAG, 0, 0, NULL, MOVE_WHY},
+    {"no_slab_reassign", NOOP_FLAG, 0, 0, NULL, MOVE_WHY},
+    {"slab_automove", NOOP_OPT_INT, 0, 2, "slab_automove must be between 0 and 2", MOVE_WHY},
+    {"no_slab_automove", NOOP_FLAG, 0, 0, NULL, MOVE_WHY},
+    {"slab_automove_ratio", NOOP_DECIMAL, 0, 1, "slab_automove_ratio must be > 0 and < 1", MOVE_WHY},
+    {"slab_automove_window", NOOP_INT, 3, 1800, "slab_automove_window must be > 2 and < 1800", MOVE_WHY},
+    {"slab_automove_freeratio", NOOP_DECIMAL, 0, 1, "slab_automove_freeratio must be > 0 and <= 1", MOVE_WHY},
+    {"tail_repair_time", NOOP_INT, 10, INT_MAX, "Cannot set tail_repair_time to less than 10 seconds",
+     "an item reference lives only until its bytes are sent, so there is no leaked reference to repair"},
+    {"hash_algorithm", NOOP_HASH, 0, 0, "Unknown hash_algorithm option (jenkins, murmur3, xxh3)",
+     "the hash function is internal; clients see the same keys and values with any"},
+    {"lru_crawler", NOOP_FLAG, 0, 0, NULL, CRAWL_WHY},
+    {"no_lru_crawler", NOOP_FLAG, 0, 0, NULL, CRAWL_WHY},
+    {"lru_crawler_sleep", NOOP_INT, 0, 1000000, "LRU crawler sleep must be between 0 and 1 second", CRAWL_WHY},
+    {"lru_crawler_tocrawl", NOOP_U32, 0, 0, "lru_crawler_tocrawl takes a numeric 32bit value", CRAWL_WHY},
+    {"lru_maintainer", NOOP_FLAG, 0, 0, NULL, LRU_WHY},
+    {"no_lru_maintainer", NOOP_FLAG, 0, 0, NULL, LRU_WHY},
+    {"hot_lru_pct", NOOP_INT, 1, 79, "hot_lru_pct must be > 1 and < 80", LRU_WHY},
+    {"warm_lru_pct", NOOP_INT, 1, 79, "warm_lru_pct must be > 1 and < 80", LRU_WHY},
+    {"hot_max_factor", NOOP_DECIMAL, 0, 1e300, "hot_max_factor must be > 0", LRU_WHY},
+    {"warm_max_factor", NOOP_DECIMAL, 0, 1e300, "warm_max_factor must be > 0", LRU_WHY},
+    {"temporary_ttl", NOOP_INT, INT_MIN, INT_MAX, "temporary_ttl needs a number of seconds", LRU_WHY},
+    {"watcher_logbuf_size", NOOP_U32, 0, 0, "could not parse argument to watcher_logbuf_size", LOG_WHY},
+    {"worker_logbuf_size", NOOP_U32, 0, 0, "could not parse argument to worker_logbuf_size", LOG_WHY},
+    {"track_sizes", NOOP_FLAG, 0, 0, NULL, "`stats sizes` is always on"},
+    {"inline_ascii_resp", NOOP_FLAG, 0, 0, NULL, "memcached 1.6 ignores it too"},
+    {"no_inline_ascii_resp", NOOP_FLAG, 0, 0, NULL, "memcached 1.6 ignores it too"},
+    {"no_drop_privileges", NOOP_FLAG, 0, 0, NULL, "cachetd installs no seccomp filter, which is what it asks for"},
+    {"modern", NOOP_FLAG, 0, 0, NULL, "cachetd's defaults are the modern ones"},
+    {"no_modern", NOOP_FLAG, 0, 0, NULL, "the 1.4-era internals it selects do not exist here"},
+};
+
+/* memcached 1.6.45 -o options (by prefix) for what cachetd does not do:
+ * starting without it would break what the operator relies on. */
+static const struct { const char *prefix; const char *what; } refused_opts[] = {
+    {"ext_", "extstore (ext_* options, values on disk) is not supported"},
+    {"ssl_", "TLS (ssl_* options) is not supported"},
+    {"proxy_", "proxy mode (proxy_* options) is not supported"},
+    {"drop_privileges", "the seccomp privilege drop is not supported"},
+    {"sock_cookie_id", "socket cookies for firewalls are not supported"},
+};
+
+/* What -o options say across all -o flags, checked once they are all read
+ * (memcached checks these pairs after its whole command line). */
+struct ext_state {
+    bool cpus_given;
+    long hot_pct, warm_pct;
+    bool temporary_ttl, no_lru_maintainer;
+};
+
+static int check_noop(const struct noop_opt *o, const char *val, struct ext_state *st, FILE *err)
+{
+    long v = 0;
+    double d;
+    bool ok = true;
+    if (o->kind != NOOP_FLAG && !(o->kind == NOOP_OPT_INT && !val) && (!val || !*val)) {
+        fprintf(err, "cachetd: -o %s needs a value\n", o->name);
+        return EX_USAGE_CODE;
+    }
+    switch (o->kind) {
+    case NOOP_FLAG: break;
+    case NOOP_OPT_INT: if (!val) break; /* fall through */
+    case NOOP_INT: ok = parse_int(val, (long)o->min, (long)o->max, &v); break;
+    case NOOP_U32: ok = parse_int(val, 0, UINT32_MAX, &v); break;
+    case NOOP_DECIMAL: ok = parse_decimal(val, &d) && d > o->min && d <= o->max; break;
+    case NOOP_HASH: ok = !strcmp(val, "jenkins") || !strcmp(val, "murmur3") || !strcmp(val, "xxh3"); break;
+    }
+    if (!ok) {
+        fprintf(err, "cachetd: -o %s=%s: %s\n", o->name, val, o->bad);
+        return EX_USAGE_CODE;
+    }
+    if (!strcmp(o->name, "hot_lru_pct")) st->hot_pct = v;
+    if (!strcmp(o->name, "warm_lru_pct")) st->warm_pct = v;
+    if (!strcmp(o->name, "temporary_ttl")) st->temporary_ttl = true;
+    if (!strcmp(o->name, "no_lru_maintainer")) st->no_lru_maintainer = true;
+    if (!strcmp(o->name, "lru_maintainer")) st->no_lru_maintainer = false;
+    return 0;
+}
+
 /* -o takes a comma separated list, but cpus=0-3,5 itself contains commas:
  * a piece without '=' that looks like part of a CPU list continues cpus. */
-static int parse_extended(struct settings *s, const char *arg, bool *cpus_given, FILE *err)
+static int parse_extended(struct settings *s, const char *arg, struct ext_state *st, FILE *err)
 {
     char buf[1024];
     if (strlen(arg) >= sizeof(buf)) { fprintf(err, "cachetd: -o option too long\n"); return EX_USAGE_CODE; }
@@ -191,7 +335,7 @@ static int parse_extended(struct settings *s, const char *arg, bool *cpus_given,
             snprintf(cpu_text, sizeof(cpu_text), "%s", val);
             in_cpus = true;
             cpus_here = true;
-            *cpus_given = true;
+            st->cpus_given = true;
         } else if (!strcmp(opt, "io_uring") && !val) {
             s->io_uring = IO_URING_REQUIRED;
         } else if (!strcmp(opt, "no_io_uring") && !val) {
@@ -228,9 +372,41 @@ static int parse_extended(struct settings *s, const char *arg, bool *cpus_given,
                 return EX_USAGE_CODE;
             }
             s->young_window = (uint32_t)v;
-        } else if (!strcmp(opt, "modern") || !strcmp(opt, "no_modern")) {
-            /* memcached compatibility: accepted, our defaults are "modern". */
+        } else if (!strcmp(opt, "slab_chunk_max")) {
+            /* memcached's unit (kilobytes) and limits; the checks against
+             * -I and the page size follow once -I is known */
+            if (!val || !*val) { fprintf(err, "cachetd: -o slab_chunk_max: Missing slab_chunk_max argument\n"); return EX_USAGE_CODE; }
+            if (!parse_int(val, LONG_MIN, LONG_MAX, &v)) {
+                fprintf(err, "cachetd: -o slab_chunk_max=%s: could not parse argument to slab_chunk_max\n", val);
+                return EX_USAGE_CODE;
+            }
+            if (v <= 0) { fprintf(err, "cachetd: -o slab_chunk_max=%s: slab_chunk_max must be >= 0\n", val); return EX_USAGE_CODE; }
+            if (v > 1024) {
+                fprintf(err, "cachetd: -o slab_chunk_max=%s: slab_chunk_max must be specified in kilobytes.\n", val);
+                return EX_USAGE_CODE;
+            }
+            s->slab_chunk_max = (size_t)v << 10;
+        } else if (!strcmp(opt, "no_chunked_items")) {
+            /* memcached: the largest class is a whole page */
+            s->slab_chunk_max = SLAB_PAGE_SIZE_MAX;
+        } else if (!strcmp(opt, "resp_obj_mem_limit")) {
+            /* memcached's own words: it warns and starts */
+            fprintf(err, "DEPRECATED: resp_obj_mem_limit no longer used. See read_buf_mem_limit,\n");
         } else {
+            const struct noop_opt *o = NULL;
+            for (size_t i = 0; i < sizeof(noop_opts) / sizeof(noop_opts[0]); i++)
+                if (!strcmp(opt, noop_opts[i].name)) o = &noop_opts[i];
+            if (o) {
+                int rc = check_noop(o, val, st, err);
+                if (rc) return rc;
+                continue;
+            }
+            for (size_t i = 0; i < sizeof(refused_opts) / sizeof(refused_opts[0]); i++) {
+                if (!strncmp(opt, refused_opts[i].prefix, strlen(refused_opts[i].prefix))) {
+                    fprintf(err, "cachetd: -o %s: %s\n", opt, refused_opts[i].what);
+                    return EX_USAGE_CODE;
+                }
+            }
             fprintf(err, "cachetd: unknown -o option '%s'%s\n", opt,
                     val ? "" : " (or missing '=value')");
             return EX_USAGE_CODE;
@@ -245,7 +421,6 @@ static int parse_extended(struct settings *s, const char *arg, bool *cpus_given,
             return EX_USAGE_CODE;
         } else {
             s->pin_workers = true;
-    s->io_uring = IO_URING_AUTO;
         }
     }
     return 0;
@@ -311,6 +486,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
     s->pin_workers = true;
     s->io_uring = IO_URING_AUTO;
     s->access_mask = 0700;
+    s->flush_enabled = true;
 
     /* Merge: argv[0], the args file's arguments, then the command line minus --args-file. */
     static char *merged[MAX_ARGS + 1];
@@ -358,21 +534,48 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         {"extended", required_argument, 0, 'o'},
         {"unix-socket", required_argument, 0, 's'},
         {"unix-mask", required_argument, 0, 'a'},
+        /* memcached 1.6.45's other long names */
+        {"slab-growth-factor", required_argument, 0, 'f'},
+        {"enable-shutdown", no_argument, 0, 'A'},
+        {"disable-flush-all", no_argument, 0, 'F'},
+        {"protocol", required_argument, 0, 'B'},
+        {"user", required_argument, 0, 'u'},
+        {"daemon", no_argument, 0, 'd'},
+        {"pidfile", required_argument, 0, 'P'},
+        {"enable-coredumps", no_argument, 0, 'r'},
+        {"lock-memory", no_argument, 0, 'k'},
+        {"version", no_argument, 0, 'V'},
+        {"license", no_argument, 0, 'i'},
+        {"enable-largepages", no_argument, 0, 'L'},
+        {"disable-dumping", no_argument, 0, 'X'},
+        {"disable-watch", no_argument, 0, 'W'},
+        {"enable-sasl", no_argument, 0, 'S'},
+        {"enable-ssl", no_argument, 0, 'Z'},
+        {"auth-file", required_argument, 0, 'Y'},
+        {"memory-file", required_argument, 0, 'e'},
+        {"napi-ids", required_argument, 0, 'N'},
         {0, 0, 0, 0},
     };
-    bool threads_given = false, cpus_given = false;
+    bool threads_given = false;
+    struct ext_state ext = { .hot_pct = 20, .warm_pct = 40 };   /* memcached's defaults */
     long v;
     size_t sz;
     opterr = 0;
     optind = 0;   /* full re-initialisation: settings_parse may run more than once in tests */
     int c;
-    while ((c = getopt_long(n, merged, ":p:l:t:m:c:I:f:n:CMb:R:U:vho:s:a:", longopts, NULL)) != -1) {
+    while ((c = getopt_long(n, merged, ":p:l:t:m:c:I:f:n:CMb:R:U:vho:s:a:AFB:u:dP:rkViLXWSZY:e:N:D:", longopts, NULL)) != -1) {
         switch (c) {
         case 'p':
             if (!parse_int(optarg, 0, 65535, &v)) { fprintf(err, "cachetd: -p needs a port 0-65535, got '%s'\n", optarg); return EX_USAGE_CODE; }
             s->port = (int)v; break;
         case 'l':
             if (strlen(optarg) >= sizeof(s->listen)) { fprintf(err, "cachetd: -l value too long\n"); return EX_USAGE_CODE; }
+            if (strstr(optarg, "proto[") || strstr(optarg, "tag[")) {
+                /* memcached 1.6's per-listener protocol and proxy tags */
+                fprintf(err, "cachetd: -l %s: the proto[...]:tag[...]: listener syntax is not supported; "
+                        "give plain addresses and one -p\n", optarg);
+                return EX_USAGE_CODE;
+            }
             strcpy(s->listen, optarg); break;
         case 't':
             if (!parse_int(optarg, 1, MAX_WORKERS, &v)) { fprintf(err, "cachetd: -t needs 1-%d threads, got '%s'\n", MAX_WORKERS, optarg); return EX_USAGE_CODE; }
@@ -410,6 +613,45 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         case 'U':
             if (!parse_int(optarg, 0, 0, &v)) { fprintf(err, "cachetd: UDP is not supported; -U accepts only 0\n"); return EX_USAGE_CODE; }
             break;
+        case 'A': s->shutdown_command = true; break;
+        case 'F': s->flush_enabled = false; break;
+        case 'B':
+            if (!strcmp(optarg, "ascii")) break;   /* the ASCII and meta protocols: all we speak */
+            if (!strcmp(optarg, "binary") || !strcmp(optarg, "auto")) {
+                fprintf(err, "cachetd: -B %s: the binary protocol is not supported; cachetd speaks the ASCII and "
+                        "meta protocols (-B ascii)\n", optarg);
+            } else {
+                fprintf(err, "cachetd: Invalid value for binding protocol: %s -- should be one of auto, binary, "
+                        "or ascii\n", optarg);
+            }
+            return EX_USAGE_CODE;
+        case 'u':
+            if (!*optarg || strlen(optarg) >= sizeof(s->username)) { fprintf(err, "cachetd: -u needs a user name\n"); return EX_USAGE_CODE; }
+            strcpy(s->username, optarg);
+            break;
+        case 'd': s->daemonize = true; break;
+        case 'P':
+            if (!*optarg || strlen(optarg) >= sizeof(s->pidfile)) {
+                fprintf(err, "cachetd: -P needs a file name of at most %zu bytes\n", sizeof(s->pidfile) - 1);
+                return EX_USAGE_CODE;
+            }
+            strcpy(s->pidfile, optarg);
+            break;
+        case 'r': s->maxcore = true; break;
+        case 'k': s->lock_memory = true; break;
+        case 'V': printf("cachetd " CACHET_VERSION " (memcached protocol " CACHET_PROTO_VERSION ")\n"); return 1;
+        /* accepted without effect: what they ask for is already so */
+        case 'L': break;   /* the item region always asks for transparent huge pages (slabs.c) */
+        case 'X': break;   /* stats cachedump, stats detail and lru_crawler metadump do not exist */
+        case 'W': break;   /* there is no watch command */
+        /* refused: what they ask for is not there, and starting without it would mislead */
+        case 'S': fprintf(err, "cachetd: -S: SASL authentication is not supported (it needs the binary protocol)\n"); return EX_USAGE_CODE;
+        case 'Z': fprintf(err, "cachetd: -Z: TLS is not supported\n"); return EX_USAGE_CODE;
+        case 'Y': fprintf(err, "cachetd: -Y: ASCII authentication is not supported\n"); return EX_USAGE_CODE;
+        case 'e': fprintf(err, "cachetd: -e: a memory file (restartable cache) is not supported\n"); return EX_USAGE_CODE;
+        case 'N': fprintf(err, "cachetd: -N: NAPI ID thread selection is not supported (connections are spread by SO_REUSEPORT)\n"); return EX_USAGE_CODE;
+        case 'D': fprintf(err, "cachetd: -D: per-prefix statistics (stats detail) are not supported\n"); return EX_USAGE_CODE;
+        case 'i': fprintf(err, "cachetd: -i: no license text is bundled with cachetd\n"); return EX_USAGE_CODE;
         case 's':
             if (!*optarg || strlen(optarg) >= sizeof(s->socketpath)) {
                 fprintf(err, "cachetd: -s needs a unix socket path of at most %zu bytes\n", sizeof(s->socketpath) - 1);
@@ -432,7 +674,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         case 'v': s->verbose++; break;
         case 'h': settings_usage(stdout); return 1;
         case 'o': {
-            int rc = parse_extended(s, optarg, &cpus_given, err);
+            int rc = parse_extended(s, optarg, &ext, err);
             if (rc) return rc;
             break;
         }
@@ -459,13 +701,44 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         fprintf(err, "cachetd: -o slab_sizes: the largest class exceeds -I\n");
         return EX_USAGE_CODE;
     }
+    /* memcached's checks and words: values longer than slab_chunk_max are
+     * made of slab_chunk_max pieces, which must tile -I and a page */
+    if (s->slab_chunk_max) {
+        if (s->slab_chunk_max > s->item_size_max) {
+            fprintf(err, "cachetd: slab_chunk_max (bytes: %zu) cannot be larger than -I (item_size_max %zu)\n",
+                    s->slab_chunk_max, s->item_size_max);
+            return EX_USAGE_CODE;
+        }
+        if (s->item_size_max % s->slab_chunk_max) {
+            fprintf(err, "cachetd: -I (item_size_max: %zu) must be evenly divisible by slab_chunk_max (bytes: %zu)\n",
+                    s->item_size_max, s->slab_chunk_max);
+            return EX_USAGE_CODE;
+        }
+        if (SLAB_PAGE_SIZE_MAX % s->slab_chunk_max) {
+            fprintf(err, "cachetd: slab_chunk_max (bytes: %zu) must divide evenly into %d (slab_page_size)\n",
+                    s->slab_chunk_max, SLAB_PAGE_SIZE_MAX);
+            return EX_USAGE_CODE;
+        }
+        if (s->slab_sizes_count && s->slab_sizes[s->slab_sizes_count - 1] > s->slab_chunk_max) {
+            fprintf(err, "cachetd: -o slab_sizes: the largest class exceeds slab_chunk_max (%zu bytes)\n", s->slab_chunk_max);
+            return EX_USAGE_CODE;
+        }
+    }
+    if (ext.hot_pct + ext.warm_pct > 80) {
+        fprintf(err, "cachetd: hot_lru_pct + warm_lru_pct cannot be more than 80%% combined\n");
+        return EX_USAGE_CODE;
+    }
+    if (ext.temporary_ttl && ext.no_lru_maintainer) {
+        fprintf(err, "cachetd: temporary_ttl requires lru_maintainer to be enabled\n");
+        return EX_USAGE_CODE;
+    }
 
     /* Workers and pinning: one worker per CPU in the list (default: the
      * CPUs this process may run on). -t overrides the count; workers are
      * then assigned to the listed CPUs round-robin. */
     int allowed[MAX_WORKERS];
     int nallowed = allowed_cpus(allowed, MAX_WORKERS);
-    if (cpus_given && s->pin_workers) {
+    if (ext.cpus_given && s->pin_workers) {
         for (int i = 0; i < s->num_cpus_listed; i++) {
             bool ok = false;
             for (int j = 0; j < nallowed; j++) if (allowed[j] == s->worker_cpus[i]) ok = true;
@@ -476,7 +749,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
                 return EX_USAGE_CODE;
             }
         }
-    } else if (!cpus_given) {
+    } else if (!ext.cpus_given) {
         memcpy(s->worker_cpus, allowed, sizeof(int) * nallowed);
         s->num_cpus_listed = nallowed;
     }

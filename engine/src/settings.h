@@ -23,6 +23,9 @@
 #define MAX_WORKERS        256
 #define MAX_SLAB_SIZES     63
 #define EX_USAGE_CODE      64
+/* memcached's slab page, the unit -o slab_chunk_max must divide (slabs.c
+ * uses smaller pages when -m is small, and clamps the largest chunk to one) */
+#define SLAB_PAGE_SIZE_MAX (1024 * 1024)
 
 /* io_uring batching: on by default when the kernel allows it (containers
  * with a seccomp profile that blocks io_uring fall back to plain epoll). */
@@ -63,6 +66,14 @@ struct settings {
     int      access_mask;          /* -a: the unix socket's permissions (octal), default 0700 */
     int      idle_timeout;         /* -o idle_timeout: close TCP connections idle this many
                                       seconds (memcached's idle_kicks); 0 = never */
+    size_t   slab_chunk_max;       /* -o slab_chunk_max=KB (memcached's unit); bytes, 0 = default */
+    bool     flush_enabled;        /* !-F: flush_all answers "CLIENT_ERROR flush_all not allowed" */
+    bool     shutdown_command;     /* -A: the `shutdown` command stops the server (as SIGTERM) */
+    bool     daemonize;            /* -d */
+    bool     maxcore;              /* -r: raise the core file limit */
+    bool     lock_memory;          /* -k: mlockall */
+    char     username[64];         /* -u: run as this user when started as root; "" = stay */
+    char     pidfile[256];         /* -P: write the pid here; "" = none */
 };
 
 /* The connection buffer cap when none is given: 64 KiB per allowed
