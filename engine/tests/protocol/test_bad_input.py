@@ -249,6 +249,7 @@ def test_flush_all_arguments(start_server):
         assert c.cmd("flush_all 0 2") == b"OK"
         assert c.values("get kept") == {}
         assert c.cmd("flush_all 4294967296") == b"CLIENT_ERROR invalid exptime argument"
+        assert c.cmd("flush_all 1 2") == b"OK"
 
 
 def test_verbosity_and_stats_arguments(srv):
