@@ -379,7 +379,8 @@ static enum parse_status parse_retrieval(const char *line, size_t len, const str
     const char *k; uint32_t nk;
     int count = 0;
     while (next_key(&p, end, &k, &nk)) {
-        if (!valid_key(k, nk)) return client_error(r, BAD_FORMAT);
+        /* memcached 1.6.45 follows this one error with an empty line */
+        if (!valid_key(k, nk)) return client_error(r, BAD_FORMAT "\r\n");
         if (count++ == 0) { r->key = k; r->nkey = nk; }
     }
     if (count == 0) return client_error(r, BAD_FORMAT);
