@@ -251,15 +251,13 @@ static void process_input(struct conn *c)
         const char *line = c->rbuf + c->rstart;
         long ll = find_line(line, avail, &consumed);
         if (ll < 0) {
-            if (avail > line_limit_for(line, avail)) {
-                out_str(c, "CLIENT_ERROR line too long");
+            size_t limit = line_limit_for(line, avail);
+            if (avail > limit) {
+                /* memcached closes silently; a get line past cachetd's own
+                 * bound is told why */
+                if (limit > LINE_MAX_PLAIN) out_str(c, "CLIENT_ERROR line too long");
                 c->state = CONN_CLOSING;
             }
-            break;
-        }
-        if ((size_t)ll > line_limit_for(line, (size_t)ll)) {
-            out_str(c, "CLIENT_ERROR line too long");
-            c->state = CONN_CLOSING;
             break;
         }
         c->rstart += consumed;
@@ -268,12 +266,15 @@ static void process_input(struct conn *c)
         struct out_mark mark;
         outbuf_mark(&c->out, &mark);
         struct request r;
-        enum parse_status st = parse_request(line, (size_t)ll, &r);
+        enum parse_status st = parse_request(line, (size_t)ll, consumed, &r);
         bool go_on = true;
-        if (st == PARSE_ERROR) {
-            out_str(c, "ERROR");
+        if (st == PARSE_CLOSE) {
+            c->state = CONN_CLOSING;
+            break;
+        } else if (st == PARSE_ERROR) {
+            if (!r.noreply) out_str(c, "ERROR");
         } else if (st == PARSE_CLIENT_ERROR) {
-            out_str(c, r.error);
+            if (!r.noreply) out_str(c, r.error);
             if (r.swallow) {
                 c->swallow_left = (size_t)r.vlen + 2;
                 c->state = CONN_SWALLOW;

@@ -27,19 +27,18 @@ static bool has(const struct request *r, char f)
 /* Room the echoed flags can take (each numeric flag at most ~22 bytes). */
 static size_t flags_room(const struct request *r)
 {
-    return 64 + (size_t)r->meta.nflags * 24 + r->meta.nkey_token + r->meta.nopaque;
+    /* a text key may be echoed in base64: 4/3 of its length */
+    return 64 + (size_t)r->meta.nflags * 24 + r->meta.nkey_token * 2u + r->meta.nopaque;
 }
 
-static bool text_key(const char *k, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        if ((unsigned char)k[i] <= ' ' || (unsigned char)k[i] >= 0x7f) return false;
-    return n > 0;
-}
+/* How k echoes the key: as the request spelled it, or (mg on a hit) as
+ * the item was stored: memcached 1.6.45 remembers per item whether its key
+ * came in base64 and echoes it that way, whatever the request used. */
+enum key_echo { KEY_AS_SENT, KEY_TEXT, KEY_BASE64 };
 
 /* Appends " O<opaque>", " k<key>" and " b" when asked: the parts every meta
- * reply echoes, including misses. */
-static char *echo_common(char *p, const struct request *r, char f)
+ * reply echoes, including misses. A key echoed in base64 is marked b. */
+static char *echo_common(char *p, const struct request *r, char f, enum key_echo ke)
 {
     switch (f) {
     case 'O':
@@ -49,17 +48,19 @@ static char *echo_common(char *p, const struct request *r, char f)
         break;
     case 'k':
         *p++ = ' '; *p++ = 'k';
-        if (r->meta.base64 && text_key(r->key, r->nkey)) {
-            /* memcached 1.6 echoes a key that was stored as text as text,
-             * even when the request spelled it in base64 */
+        if (ke == KEY_AS_SENT) ke = r->meta.base64 ? KEY_BASE64 : KEY_TEXT;
+        if (ke == KEY_TEXT) {
             memcpy(p, r->key, r->nkey);
             p += r->nkey;
-            break;
+        } else {
+            if (r->meta.base64) {
+                memcpy(p, r->meta.key_token, r->meta.nkey_token);
+                p += r->meta.nkey_token;
+            } else {
+                p += base64_encode(r->key, r->nkey, p, (r->nkey + 2) / 3 * 4);
+            }
+            *p++ = ' '; *p++ = 'b';
         }
-        memcpy(p, r->meta.key_token, r->meta.nkey_token);
-        p += r->meta.nkey_token;
-        /* a binary key goes back in base64, marked b right after it */
-        if (r->meta.base64) { *p++ = ' '; *p++ = 'b'; }
         break;
     default: break;
     }
@@ -72,7 +73,7 @@ static void meta_simple(struct conn *c, const struct request *r, const char *cod
     if (!out_reserve(c, flags_room(r))) return;
     char *base = c->out.buf + c->out.len, *p = base;
     memcpy(p, code, 2); p += 2;
-    for (int i = 0; i < r->meta.nflags; i++) p = echo_common(p, r, r->meta.flags[i].flag);
+    for (int i = 0; i < r->meta.nflags; i++) p = echo_common(p, r, r->meta.flags[i].flag, KEY_AS_SENT);
     *p++ = '\r'; *p++ = '\n';
     c->out.len += (size_t)(p - base);
 }
@@ -124,7 +125,7 @@ static void process_mg(struct conn *c, struct request *r)
         case 'l': *p++ = ' '; *p++ = 'l'; p = u64_to_str(p, now >= v.last_access ? now - v.last_access : 0); break;
         case 's': *p++ = ' '; *p++ = 's'; p = u64_to_str(p, v.nbytes); break;
         case 't': *p++ = ' '; *p++ = 't'; p = i64_to_str(p, storage_ttl_remaining(v.exptime)); break;
-        default: p = echo_common(p, r, f); break;
+        default: p = echo_common(p, r, f, v.key_binary ? KEY_BASE64 : KEY_TEXT); break;
         }
     }
     /* memcached's order: Z (token already out), X (stale), W (you win) */
@@ -188,7 +189,7 @@ void proto_meta_complete_set(struct conn *c, struct request *r, item *it, bool b
         char f = r->meta.flags[i].flag;
         if (f == 'c') { *p++ = ' '; *p++ = 'c'; p = u64_to_str(p, cas_out); }
         else if (f == 's' && res == STORE_STORED) { *p++ = ' '; *p++ = 's'; p = u64_to_str(p, r->vlen); }
-        else p = echo_common(p, r, f);
+        else p = echo_common(p, r, f, KEY_AS_SENT);
     }
     *p++ = '\r'; *p++ = '\n';
     c->out.len += (size_t)(p - base);
@@ -198,6 +199,7 @@ static void process_md(struct conn *c, struct request *r)
 {
     struct delete_opts d = {0};
     if (has(r, 'C')) d.cas_in = r->meta.cas_C;
+    if (has(r, 'E')) d.cas_set = r->meta.cas_E;
     if (has(r, 'I')) d.invalidate = true;
     if (has(r, 'T')) { d.update_ttl = true; d.new_exptime = storage_exptime(r->meta.ttl_T); }
     enum store_result res = storage_delete(c->w->st, r->key, r->nkey, &d);
@@ -211,21 +213,10 @@ static void process_ma(struct conn *c, struct request *r)
     struct arith_opts ao = {0};
     if (has(r, 'C')) ao.cas_in = r->meta.cas_C;
     if (has(r, 'N')) { ao.vivify = true; ao.vivify_exptime = storage_exptime(r->meta.ttl_N); }
+    if (has(r, 'E')) ao.cas_set = r->meta.cas_E;
     ao.initial = r->meta.initial;
     if (has(r, 'T')) { ao.update_ttl = true; ao.new_exptime = storage_exptime(r->meta.ttl_T); }
     bool incr = r->meta.mode != 'D';
-    /* memcached always answers the request that created the counter (N),
-     * even with q: find out whether this one will */
-    bool may_create = ao.vivify && r->meta.quiet;
-    if (may_create) {
-        struct item_view probe;
-        struct get_opts po = { .no_lru_bump = true };
-        /* metadata only: no copy, no reference */
-        if (storage_get(c->w->st, r->key, r->nkey, &po, NULL, 0, &probe)) {
-            may_create = false;
-            if (probe.ref) item_view_release(c->w->st, &probe);
-        }
-    }
     uint64_t value = 0, cas = 0;
     rel_time_t exp = 0;
     enum arith_result res = storage_arith(c->w->st, r->key, r->nkey, incr, r->meta.delta, &ao,
@@ -240,8 +231,8 @@ static void process_ma(struct conn *c, struct request *r)
     default: out_str(c, "SERVER_ERROR out of memory"); return;
     }
     bool want_value = has(r, 'v');
-    /* q hides a success even with v, except the one that created the counter */
-    if (r->meta.quiet && !may_create) return;
+    /* q hides a success, value and a counter N created included (1.6.45) */
+    if (r->meta.quiet) return;
     char num[24];
     size_t nnum = (size_t)(u64_to_str(num, value) - num);
     if (!out_reserve(c, flags_room(r) + 32 + nnum)) return;
@@ -252,7 +243,7 @@ static void process_ma(struct conn *c, struct request *r)
         char f = r->meta.flags[i].flag;
         if (f == 'c') { *p++ = ' '; *p++ = 'c'; p = u64_to_str(p, cas); }
         else if (f == 't') { *p++ = ' '; *p++ = 't'; p = i64_to_str(p, storage_ttl_remaining(exp)); }
-        else p = echo_common(p, r, f);
+        else p = echo_common(p, r, f, KEY_AS_SENT);
     }
     *p++ = '\r'; *p++ = '\n';
     if (want_value) { memcpy(p, num, nnum); p += nnum; *p++ = '\r'; *p++ = '\n'; }

@@ -2,13 +2,17 @@
  * proto_parser.c - tokenizes and validates request lines; see proto_parser.h
  * for why it is pure.
  *
- * The rules follow memcached 1.6: tokens are separated by spaces; a command
- * with the wrong number of tokens is "ERROR" (memcached dispatches on the
- * token count); a token of the right count but the wrong form is
- * "CLIENT_ERROR bad command line format". Keys are 1-250 bytes without
- * control characters, spaces or DEL. Meta flags follow protocol.txt: a flag
- * is one letter, its token (if any) follows without a space, each flag at
- * most once.
+ * The rules are memcached 1.6.45's (its replies were measured, see
+ * tests/protocol/test_bad_input.py): the command is the bytes before the
+ * first space, arguments are separated by runs of spaces. A line shorter
+ * than 4 bytes with its terminator, a known command with too few tokens or
+ * a token of the wrong form is "CLIENT_ERROR bad command line format"; an
+ * unknown command is "ERROR", and one whose last token starts with "HTTP/"
+ * closes the connection (a cross-protocol request). Extra tokens after a
+ * known command's arguments are ignored; "noreply" is the last token. A key
+ * is 1-250 bytes of anything but a space (memcached stores control bytes in
+ * keys). Meta flags follow protocol.txt: a flag is one letter, its token (if
+ * any) follows without a space, each flag at most once.
  */
 #include "proto_parser.h"
 
@@ -28,15 +32,19 @@ long find_line(const char *buf, size_t len, size_t *consumed)
 
 size_t line_limit_for(const char *buf, size_t len)
 {
-    if ((len >= 4 && (!memcmp(buf, "get ", 4) || !memcmp(buf, "gat ", 4))) ||
-        (len >= 5 && (!memcmp(buf, "gets ", 5) || !memcmp(buf, "gats ", 5))))
+    /* memcached lets only a get or gets line (after up to 100 spaces) grow
+     * past 2048 bytes before its end arrives */
+    size_t i = 0;
+    while (i < len && i <= 100 && buf[i] == ' ') i++;
+    if (i <= 100 && ((len - i >= 4 && !memcmp(buf + i, "get ", 4)) ||
+                     (len - i >= 5 && !memcmp(buf + i, "gets ", 5))))
         return LINE_MAX_RETRIEVAL;
     return LINE_MAX_PLAIN;
 }
 
 bool parse_u64(const char *s, size_t n, uint64_t *out)
 {
-    if (n == 0 || n > 20) return false;
+    if (n == 0 || n > 22) return false;
     uint64_t v = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned d = (unsigned char)s[i] - '0';
@@ -51,8 +59,57 @@ bool parse_u64(const char *s, size_t n, uint64_t *out)
 bool parse_u32(const char *s, size_t n, uint32_t *out)
 {
     uint64_t v;
-    if (!parse_u64(s, n, &v) || v > UINT32_MAX) return false;
+    if (n > 11 || !parse_u64(s, n, &v) || v > UINT32_MAX) return false;
     *out = (uint32_t)v;
+    return true;
+}
+
+bool parse_i32(const char *s, size_t n, int32_t *out)
+{
+    if (n > 11) return false;
+    bool neg = n > 0 && s[0] == '-';
+    uint64_t v;
+    if (!parse_u64(s + neg, n - neg, &v)) return false;
+    if (neg ? v > (uint64_t)INT32_MAX + 1 : v > (uint64_t)INT32_MAX) return false;
+    *out = neg ? (int32_t)(0 - (int64_t)v) : (int32_t)v;
+    return true;
+}
+
+/* strtoul's view of a token: an optional sign, then digits (any number of
+ * leading zeros) whose magnitude fits 64 bits. */
+static bool parse_c_number(const char *s, size_t n, uint64_t *magnitude, bool *neg)
+{
+    *neg = n > 0 && s[0] == '-';
+    size_t i = n > 0 && (s[0] == '-' || s[0] == '+');
+    if (i == n) return false;
+    while (i < n - 1 && s[i] == '0') i++;
+    return n - i <= 20 && parse_u64(s + i, n - i, magnitude);
+}
+
+/* Storage commands' flags, as memcached's safe_strtoul: a minus sign wraps
+ * the value as C does and a result that is then negative is refused; the
+ * number is cut to the 32 bits an item keeps (4294967296 is stored as 0). */
+static bool parse_client_flags(const char *s, size_t n, uint32_t *out)
+{
+    uint64_t m;
+    bool neg;
+    if (!parse_c_number(s, n, &m, &neg)) return false;
+    uint64_t v = neg ? 0 - m : m;
+    if (neg && (int64_t)v < 0) return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+/* Storage commands' exptime, as memcached's safe_strtol: a signed 64-bit
+ * number, then cut to 32 bits (2147483648 becomes -2147483648, already
+ * expired; -9223372036854775808 becomes 0, never). */
+static bool parse_store_exptime(const char *s, size_t n, int64_t *out)
+{
+    uint64_t m;
+    bool neg;
+    if (!parse_c_number(s, n, &m, &neg)) return false;
+    if (m > (uint64_t)INT64_MAX + (neg ? 1 : 0)) return false;
+    *out = (int32_t)(uint32_t)(neg ? 0 - m : m);
     return true;
 }
 
@@ -66,34 +123,43 @@ bool parse_i64(const char *s, size_t n, int64_t *out)
     return true;
 }
 
+/* memcached 1.6.45 checks a key's length only: a control byte (even \0 or
+ * \r) is part of the key, a space ends it. */
 static bool valid_key(const char *k, size_t n)
 {
-    if (n == 0 || n > KEY_MAX) return false;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)k[i];
-        if (c <= ' ' || c == 0x7f) return false;
-    }
-    return true;
+    (void)k;
+    return n > 0 && n <= KEY_MAX;
 }
 
 struct tok { const char *p; uint32_t n; };
 
-/* Splits on spaces; returns the token count, or max+1 if there are more. */
+/* Splits on runs of spaces; returns the token count, at most max (the
+ * positional arguments are all any command reads; see last_token). */
 static int tokenize(const char *line, size_t len, struct tok *t, int max)
 {
     int n = 0;
     size_t i = 0;
-    while (i < len) {
+    while (i < len && n < max) {
         while (i < len && line[i] == ' ') i++;
         if (i >= len) break;
         size_t start = i;
         while (i < len && line[i] != ' ') i++;
-        if (n == max) return max + 1;
         t[n].p = line + start;
         t[n].n = (uint32_t)(i - start);
         n++;
     }
     return n;
+}
+
+/* The line's last token, however many there are: memcached reads noreply
+ * (and a cross-protocol "HTTP/...") there. */
+static struct tok last_token(const char *line, size_t len)
+{
+    size_t e = len;
+    while (e > 0 && line[e - 1] == ' ') e--;
+    size_t b = e;
+    while (b > 0 && line[b - 1] != ' ') b--;
+    return (struct tok){ line + b, (uint32_t)(e - b) };
 }
 
 static bool tok_is(const struct tok *t, const char *word)
@@ -174,173 +240,202 @@ static enum parse_status client_error(struct request *r, const char *msg)
     return PARSE_CLIENT_ERROR;
 }
 
-/* Which flags each meta command accepts, and which of those carry a token. */
-struct meta_spec { const char *plain; const char *with_token; };
-static const struct meta_spec meta_specs[] = {
-    [CMD_MG] = { "bcfhklqstuv", "ENORT" },
-    [CMD_MS] = { "bcIkqs", "CEFMNOST" },
-    /* E on md/ma is newer than memcached 1.6.18 and storage.h has no field
-     * for it: refused like 1.6.18 does, rather than accepted and ignored */
-    [CMD_MD] = { "bIkq", "COT" },
-    [CMD_MA] = { "bcktqv", "CDJMNOT" },
-    [CMD_ME] = { "b", "" },
-};
+/* The flags memcached 1.6.45 knows, for every meta command alike: a flag a
+ * command has no use for is accepted and ignored, as there. */
+#define META_KNOWN_FLAGS "bNTRlOPLkstcfvhuqxFCEMJDI"
+/* memcached refuses a meta line of more tokens (command and key included) */
+#define META_MAX_TOKENS 20
+/* an opaque token, its O included */
+#define META_MAX_OPAQUE 32
 
+/* As memcached: an unknown flag or a duplicate stops at once; a bad token
+ * is remembered and the scan goes on, so the last one is reported. */
 static enum parse_status parse_meta_flags(const struct tok *t, int nt, struct request *r)
 {
     struct meta_req *m = &r->meta;
-    const struct meta_spec *spec = &meta_specs[r->cmd];
     memset(m, 0, offsetof(struct meta_req, flags));
     m->delta = 1;
+    const char *err = NULL;
     for (int i = 0; i < nt; i++) {
         char f = t[i].p[0];
         uint64_t bit = meta_bit(f);
-        bool plain = bit && strchr(spec->plain, f);
-        bool tokened = bit && strchr(spec->with_token, f);
-        if (!plain && !tokened) return client_error(r, "CLIENT_ERROR invalid flag");
-        if (m->seen & bit) return client_error(r, "CLIENT_ERROR duplicate flag");
-        if (m->nflags >= META_MAX_FLAGS) return client_error(r, "CLIENT_ERROR options flags are too long");
+        if ((unsigned char)f >= 127 || (m->seen & bit)) return client_error(r, "CLIENT_ERROR duplicate flag");
+        if (!bit || !strchr(META_KNOWN_FLAGS, f)) return client_error(r, "CLIENT_ERROR invalid flag");
+        /* md x (empty the value, keep the item) has no storage operation
+         * yet: refused rather than taken for a plain delete */
+        if (f == 'x' && r->cmd == CMD_MD) return client_error(r, "CLIENT_ERROR invalid flag");
         const char *tok = t[i].p + 1;
         uint32_t n = t[i].n - 1;
-        if (plain && n) return client_error(r, "CLIENT_ERROR invalid flag");
-        if (n > 255) return client_error(r, "CLIENT_ERROR opaque or token too long");
         m->seen |= bit;
         m->flags[m->nflags].flag = f;
         m->flags[m->nflags].tok = tok;
-        m->flags[m->nflags].len = (uint8_t)n;
+        m->flags[m->nflags].len = (uint8_t)(n > 255 ? 255 : n);
         m->nflags++;
-        bool ok = true;
+        const char *bad_token = "CLIENT_ERROR bad token in command line format";
         switch (f) {
         case 'q': m->quiet = true; break;
         case 'b': m->base64 = true; break;
-        case 'T': ok = parse_i64(tok, n, &m->ttl_T); break;
-        case 'N': ok = parse_i64(tok, n, &m->ttl_N); break;
-        case 'R': ok = parse_i64(tok, n, &m->ttl_R); break;
-        case 'C': ok = parse_u64(tok, n, &m->cas_C); break;
-        case 'E': ok = parse_u64(tok, n, &m->cas_E); break;
-        case 'F': ok = parse_u32(tok, n, &m->client_flags); break;
-        case 'D': ok = parse_u64(tok, n, &m->delta); break;
-        case 'J': ok = parse_u64(tok, n, &m->initial); break;
-        case 'S': { uint32_t ignored; ok = parse_u32(tok, n, &ignored); break; }
+        case 'T': { int32_t v; if (parse_i32(tok, n, &v)) m->ttl_T = v; else err = bad_token; break; }
+        case 'N': { int32_t v; if (parse_i32(tok, n, &v)) m->ttl_N = v; else err = bad_token; break; }
+        case 'R': { int32_t v; if (parse_i32(tok, n, &v)) m->ttl_R = v; else err = bad_token; break; }
+        case 'C': if (!parse_u64(tok, n, &m->cas_C)) err = bad_token; break;
+        case 'E': if (!parse_u64(tok, n, &m->cas_E)) err = bad_token; break;
+        case 'F': if (!parse_u32(tok, n, &m->client_flags)) err = BAD_FORMAT; break;
+        case 'D': if (!parse_u64(tok, n, &m->delta)) err = "CLIENT_ERROR invalid numeric delta value"; break;
+        case 'J': if (!parse_u64(tok, n, &m->initial)) err = "CLIENT_ERROR invalid numeric initial value"; break;
+        /* the mode is the first byte after M, as memcached reads it */
+        case 'M': m->mode = n ? tok[0] : 0; break;
         case 'O':
-            if (n > 32) return client_error(r, "CLIENT_ERROR opaque token too long");
-            m->opaque = tok; m->nopaque = (uint8_t)n; break;
-        case 'M':
-            ok = n == 1;
-            if (ok) {
-                char c = tok[0];
-                if (c >= 'a' && c <= 'z') c = (char)(c - 'a' + 'A');
-                if (r->cmd == CMD_MS) ok = strchr("EAPRS", c) != NULL;
-                else ok = c == 'I' || c == 'D' || c == '+' || c == '-';
-                if (c == '+') c = 'I';
-                if (c == '-') c = 'D';
-                m->mode = c;
-            }
-            if (!ok) return client_error(r, r->cmd == CMD_MS ? "CLIENT_ERROR invalid mode for ms M token"
-                                                             : "CLIENT_ERROR invalid mode for ma M token");
+            m->opaque = tok;
+            m->nopaque = (uint8_t)(n > 255 ? 255 : n);
             break;
         default: break;
         }
-        if (!ok) return client_error(r, "CLIENT_ERROR bad token in command line format");
     }
-    return PARSE_OK;
+    return err ? client_error(r, err) : PARSE_OK;
 }
 
+/* A meta command's key token (1 or 2 in t) and flags. */
 static enum parse_status parse_meta(struct tok *t, int nt, struct request *r)
 {
-    /* memcached: a meta command without its key is an unknown command */
-    if (nt < 2) return r->cmd == CMD_ME ? client_error(r, BAD_FORMAT) : PARSE_ERROR;
+    if (nt < 2) return client_error(r, BAD_FORMAT);
     const struct tok *key = &t[1];
-    if (key->n > (r->cmd == CMD_ME ? KEY_MAX : 255 * 4 / 3 + 4)) return client_error(r, BAD_FORMAT);
     int first_flag = 2;
     if (r->cmd == CMD_MS) {
-        if (nt < 3) return client_error(r, BAD_FORMAT);
-        if (!parse_u32(t[2].p, t[2].n, &r->vlen) || r->vlen > INT32_MAX - 2)
+        int32_t vlen;
+        if (nt < 3 || !parse_i32(t[2].p, t[2].n, &vlen) || vlen < 0 || vlen > INT32_MAX - 2)
             return client_error(r, BAD_FORMAT);
+        r->vlen = (uint32_t)vlen;
         first_flag = 3;
         /* from here on an error still leaves a data block to skip */
         r->swallow = true;
     }
-    enum parse_status st = parse_meta_flags(t + first_flag, nt - first_flag, r);
-    if (st != PARSE_OK) {
-        /* memcached 1.6 answers every flag problem of md and ma alike */
-        if ((r->cmd == CMD_MD || r->cmd == CMD_MA) && strncmp(r->error, "CLIENT_ERROR invalid mode", 25) != 0)
-            r->error = "CLIENT_ERROR invalid or duplicate flag";
-        return st;
+    if (key->n > KEY_MAX)
+        return client_error(r, r->cmd == CMD_MA ? "CLIENT_ERROR invalid or duplicate flag" : BAD_FORMAT);
+    if (r->cmd == CMD_ME) {
+        /* me reads only b among its flags */
+        memset(&r->meta, 0, offsetof(struct meta_req, flags));
+        for (int i = 2; i < nt; i++)
+            if (t[i].p[0] == 'b') r->meta.base64 = true;
+    } else {
+        enum parse_status st = nt > META_MAX_TOKENS
+            ? client_error(r, "CLIENT_ERROR options flags are too long")
+            : parse_meta_flags(t + first_flag, nt - first_flag, r);
+        if (st != PARSE_OK) {
+            /* memcached answers every flag problem of ma alike */
+            if (r->cmd == CMD_MA) r->error = "CLIENT_ERROR invalid or duplicate flag";
+            return st;
+        }
+        char mode = r->meta.mode;
+        if (r->cmd == CMD_MS && mode && !strchr("EAPRS", mode))
+            return client_error(r, "CLIENT_ERROR invalid mode for ms M token");
+        if (r->cmd == CMD_MA && mode && !strchr("I+D-", mode))
+            return client_error(r, "CLIENT_ERROR invalid mode for ma M token");
+        if (r->cmd == CMD_MA) r->meta.mode = mode == '+' ? 'I' : mode == '-' ? 'D' : mode;
+        if (r->meta.opaque && r->meta.nopaque + 1 > META_MAX_OPAQUE)
+            return client_error(r, "CLIENT_ERROR opaque token too long");
     }
     r->meta.key_token = key->p;
-    r->meta.nkey_token = (uint8_t)(key->n > 255 ? 255 : key->n);
+    r->meta.nkey_token = (uint8_t)key->n;
     if (r->meta.base64) {
         int n = base64_decode(key->p, key->n, r->keybuf, KEY_MAX);
-        if (n <= 0) return client_error(r, "CLIENT_ERROR error decoding key");
+        if (n <= 0) return client_error(r, r->cmd == CMD_MA ? "CLIENT_ERROR invalid or duplicate flag"
+                                                            : "CLIENT_ERROR error decoding key");
         r->key = r->keybuf;
         r->nkey = (uint32_t)n;
-        /* binary keys are allowed with b; only the length is limited */
     } else {
-        if (!valid_key(key->p, key->n)) return client_error(r, BAD_FORMAT);
         r->key = key->p;
         r->nkey = key->n;
     }
-    if (r->meta.nkey_token != key->n) return client_error(r, BAD_FORMAT);
     r->noreply = r->meta.quiet;
     return PARSE_OK;
 }
 
-static bool parse_noreply(const struct tok *t, int nt, int at)
+static bool tok_noreply(const struct tok *t)
 {
-    return nt > at && tok_is(&t[at], "noreply");
+    return tok_is(t, "noreply");
 }
 
-enum parse_status parse_request(const char *line, size_t len, struct request *r)
+/* get/gets/gat/gats: any number of keys, so only the head is tokenized. */
+static enum parse_status parse_retrieval(const char *line, size_t len, const struct tok *c, struct request *r)
 {
-    struct tok t[META_MAX_FLAGS + 4];
+    bool touch = c->p[1] == 'a';
+    r->cmd = touch ? (c->n == 4 ? CMD_GATS : CMD_GAT) : (c->n == 4 ? CMD_GETS : CMD_GET);
+    const char *p = c->p + c->n;
+    const char *end = line + len;
+    if (touch) {
+        const char *tk; uint32_t tn;
+        const char *after = p;
+        const char *k; uint32_t nk;
+        if (!next_key(&after, end, &tk, &tn) || !next_key(&after, end, &k, &nk))
+            return client_error(r, BAD_FORMAT);
+        int32_t exptime;
+        if (!parse_i32(tk, tn, &exptime)) return client_error(r, "CLIENT_ERROR invalid exptime argument");
+        r->exptime = exptime;
+        p = tk + tn;
+    }
+    r->keys = p;
+    r->nkeys_text = (uint32_t)(end - p);
+    const char *k; uint32_t nk;
+    int count = 0;
+    while (next_key(&p, end, &k, &nk)) {
+        /* memcached 1.6.45 follows this one error with an empty line */
+        if (!valid_key(k, nk)) return client_error(r, BAD_FORMAT "\r\n");
+        if (count++ == 0) { r->key = k; r->nkey = nk; }
+    }
+    if (count == 0) return client_error(r, BAD_FORMAT);
+    return PARSE_OK;
+}
+
+/* set/add/replace/append/prepend/cas <key> <flags> <exptime> <bytes> [<cas>] */
+static enum parse_status parse_storage(const struct tok *t, int nt, const struct tok *last, struct request *r)
+{
+    int32_t vlen;
+    if (nt < 5 || !parse_i32(t[4].p, t[4].n, &vlen) || vlen < 0 || vlen > INT32_MAX - 2)
+        return client_error(r, BAD_FORMAT);
+    /* the length is known: from here on an error skips the data block, as
+     * memcached 1.6.45 does, and noreply hides it */
+    r->vlen = (uint32_t)vlen;
+    r->swallow = true;
+    r->noreply = tok_noreply(last);
+    if (!valid_key(t[1].p, t[1].n) ||
+        !parse_client_flags(t[2].p, t[2].n, &r->client_flags) ||
+        !parse_store_exptime(t[3].p, t[3].n, &r->exptime))
+        return client_error(r, BAD_FORMAT);
+    if (r->cmd == CMD_CAS && (nt < 6 || !parse_u64(t[5].p, t[5].n, &r->cas)))
+        return client_error(r, BAD_FORMAT);
+    r->key = t[1].p; r->nkey = t[1].n;
+    return PARSE_OK;
+}
+
+enum parse_status parse_request(const char *line, size_t len, size_t wire_len, struct request *r)
+{
+    struct tok t[META_MAX_TOKENS + 1];
     /* the classic fields only: meta is set up by parse_meta, keybuf only
      * written when a base64 key is decoded */
     memset(r, 0, offsetof(struct request, meta));
 
-    /* Retrieval commands take any number of keys: tokenize only the head. */
-    int nt = tokenize(line, len, t, 2);
-    if (nt == 0) return PARSE_ERROR;
-    const struct tok *c = &t[0];
+    /* memcached: no command is shorter than 2 bytes and its "\r\n" */
+    if (wire_len < 4) return client_error(r, BAD_FORMAT);
+    /* the command is what precedes the first space: " get k" is unknown */
+    const char *sp = memchr(line, ' ', len);
+    const struct tok c = { line, (uint32_t)(sp ? (size_t)(sp - line) : len) };
+    const struct tok last = last_token(line, len);
 
-    if (tok_is(c, "get") || tok_is(c, "gets") || tok_is(c, "gat") || tok_is(c, "gats")) {
-        bool touch = c->p[1] == 'a';
-        r->cmd = touch ? (c->n == 4 ? CMD_GATS : CMD_GAT) : (c->n == 4 ? CMD_GETS : CMD_GET);
-        const char *p = c->p + c->n;
-        const char *end = line + len;
-        if (touch) {
-            const char *tk; uint32_t tn;
-            if (!next_key(&p, end, &tk, &tn)) return PARSE_ERROR;
-            if (!parse_i64(tk, tn, &r->exptime)) return client_error(r, "CLIENT_ERROR invalid exptime argument");
-        }
-        r->keys = p;
-        r->nkeys_text = (uint32_t)(end - p);
-        const char *k; uint32_t nk;
-        int count = 0;
-        while (next_key(&p, end, &k, &nk)) {
-            if (!valid_key(k, nk)) return client_error(r, BAD_FORMAT);
-            if (count++ == 0) { r->key = k; r->nkey = nk; }
-        }
-        /* "get" alone is an ERROR; memcached answers "gat 10" with END */
-        if (count == 0 && !touch) return PARSE_ERROR;
-        return PARSE_OK;
-    }
+    if (tok_is(&c, "get") || tok_is(&c, "gets") || tok_is(&c, "gat") || tok_is(&c, "gats"))
+        return parse_retrieval(line, len, &c, r);
 
-    nt = tokenize(line, len, t, META_MAX_FLAGS + 3);
-    if (nt > META_MAX_FLAGS + 3) {
-        if (c->n == 2 && c->p[0] == 'm') return client_error(r, "CLIENT_ERROR options flags are too long");
-        return PARSE_ERROR;
-    }
+    int nt = tokenize(line, len, t, META_MAX_TOKENS + 1);
 
-    if (c->n == 2 && c->p[0] == 'm') {
-        switch (c->p[1]) {
+    if (c.n == 2 && c.p[0] == 'm') {
+        switch (c.p[1]) {
         case 'g': r->cmd = CMD_MG; break;
         case 's': r->cmd = CMD_MS; break;
         case 'd': r->cmd = CMD_MD; break;
         case 'a': r->cmd = CMD_MA; break;
         case 'e': r->cmd = CMD_ME; break;
         case 'n': r->cmd = CMD_MN; return PARSE_OK;
-        default: return PARSE_ERROR;
+        default: goto unknown;
         }
         return parse_meta(t, nt, r);
     }
@@ -350,80 +445,46 @@ enum parse_status parse_request(const char *line, size_t len, struct request *r)
         {"append", CMD_APPEND}, {"prepend", CMD_PREPEND}, {"cas", CMD_CAS},
     };
     for (size_t i = 0; i < sizeof(storage_cmds) / sizeof(storage_cmds[0]); i++) {
-        if (!tok_is(c, storage_cmds[i].name)) continue;
+        if (!tok_is(&c, storage_cmds[i].name)) continue;
         r->cmd = storage_cmds[i].cmd;
-        int base = r->cmd == CMD_CAS ? 6 : 5;
-        if (nt != base && nt != base + 1) return PARSE_ERROR;
-        if (!valid_key(t[1].p, t[1].n)) return client_error(r, BAD_FORMAT);
-        int64_t vlen;
-        if (!parse_u32(t[2].p, t[2].n, &r->client_flags) ||
-            !parse_i64(t[3].p, t[3].n, &r->exptime) ||
-            !parse_i64(t[4].p, t[4].n, &vlen) || vlen < 0 || vlen > INT32_MAX - 2)
-            return client_error(r, BAD_FORMAT);
-        if (r->cmd == CMD_CAS && !parse_u64(t[5].p, t[5].n, &r->cas))
-            return client_error(r, BAD_FORMAT);
-        r->vlen = (uint32_t)vlen;
-        r->key = t[1].p; r->nkey = t[1].n;
-        r->noreply = parse_noreply(t, nt, base);
-        return PARSE_OK;
+        return parse_storage(t, nt, &last, r);
     }
 
-    if (tok_is(c, "incr") || tok_is(c, "decr")) {
-        r->cmd = c->p[0] == 'i' ? CMD_INCR : CMD_DECR;
-        if (nt != 3 && nt != 4) return PARSE_ERROR;
+    /* incr, decr, touch, delete: extra tokens are ignored, noreply is last */
+    if (tok_is(&c, "incr") || tok_is(&c, "decr")) {
+        r->cmd = c.p[0] == 'i' ? CMD_INCR : CMD_DECR;
+        if (nt < 3) return client_error(r, BAD_FORMAT);
+        r->noreply = tok_noreply(&last);
         if (!valid_key(t[1].p, t[1].n)) return client_error(r, BAD_FORMAT);
         if (!parse_u64(t[2].p, t[2].n, &r->delta)) return client_error(r, "CLIENT_ERROR invalid numeric delta argument");
         r->key = t[1].p; r->nkey = t[1].n;
-        r->noreply = parse_noreply(t, nt, 3);
         return PARSE_OK;
     }
-    if (tok_is(c, "touch")) {
+    if (tok_is(&c, "touch")) {
         r->cmd = CMD_TOUCH;
-        if (nt != 3 && nt != 4) return PARSE_ERROR;
+        if (nt < 3) return client_error(r, BAD_FORMAT);
+        r->noreply = tok_noreply(&last);
         if (!valid_key(t[1].p, t[1].n)) return client_error(r, BAD_FORMAT);
-        if (!parse_i64(t[2].p, t[2].n, &r->exptime)) return client_error(r, "CLIENT_ERROR invalid exptime argument");
+        int32_t exptime;
+        if (!parse_i32(t[2].p, t[2].n, &exptime)) return client_error(r, "CLIENT_ERROR invalid exptime argument");
+        r->exptime = exptime;
         r->key = t[1].p; r->nkey = t[1].n;
-        r->noreply = parse_noreply(t, nt, 3);
         return PARSE_OK;
     }
-    if (tok_is(c, "delete")) {
+    if (tok_is(&c, "delete")) {
+        /* memcached 1.6.45 ignores what follows the key (the hold time of
+         * old clients included) */
         r->cmd = CMD_DELETE;
-        if (nt < 2 || nt > 4) return PARSE_ERROR;
+        if (nt < 2) return client_error(r, BAD_FORMAT);
+        r->noreply = tok_noreply(&last);
         if (!valid_key(t[1].p, t[1].n)) return client_error(r, BAD_FORMAT);
         r->key = t[1].p; r->nkey = t[1].n;
-        r->noreply = tok_is(&t[nt - 1], "noreply");
-        /* memcached still accepts a legacy "0" hold time and nothing else */
-        int extra = nt - 2 - (r->noreply ? 1 : 0);
-        if (extra > 1 || (extra == 1 && !tok_is(&t[2], "0")))
-            return client_error(r, "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]");
-        return PARSE_OK;
-    }
-    if (tok_is(c, "flush_all")) {
-        r->cmd = CMD_FLUSH_ALL;
-        if (nt > 3) return PARSE_ERROR;
-        r->noreply = tok_is(&t[nt - 1], "noreply");
-        int nargs = nt - 1 - (r->noreply ? 1 : 0);
-        if (nargs == 1) {
-            if (!parse_i64(t[1].p, t[1].n, &r->number)) return client_error(r, "CLIENT_ERROR invalid exptime argument");
-            r->has_number = true;
-        } else if (nargs > 1) {
-            return client_error(r, BAD_FORMAT);
-        }
         return PARSE_OK;
     }
     /* memcached ignores anything after these two */
-    if (tok_is(c, "version")) { r->cmd = CMD_VERSION; return PARSE_OK; }
-    if (tok_is(c, "quit")) { r->cmd = CMD_QUIT; return PARSE_OK; }
-    if (tok_is(c, "verbosity")) {
-        r->cmd = CMD_VERBOSITY;
-        if (nt != 2 && nt != 3) return PARSE_ERROR;
-        /* memcached: a level that is not a number is ignored but still
-         * answered OK ("verbosity noreply" is a silent no-op) */
-        r->noreply = tok_is(&t[nt - 1], "noreply");
-        r->has_number = parse_i64(t[1].p, t[1].n, &r->number);
-        return PARSE_OK;
-    }
-    if (tok_is(c, "shutdown")) {
+    if (tok_is(&c, "version")) { r->cmd = CMD_VERSION; return PARSE_OK; }
+    if (tok_is(&c, "quit")) { r->cmd = CMD_QUIT; return PARSE_OK; }
+    if (tok_is(&c, "shutdown")) {
         /* memcached: the mode is judged by the handler (-A decides first);
          * a trailing noreply silences the reply but still counts as an argument */
         r->cmd = CMD_SHUTDOWN;
@@ -432,13 +493,38 @@ enum parse_status parse_request(const char *line, size_t len, struct request *r)
         if (nt > 1) { r->args = t[1].p; r->nargs = t[1].n; }
         return PARSE_OK;
     }
-    if (tok_is(c, "stats")) {
+    if (tok_is(&c, "stats")) {
+        /* only the first argument counts, as in memcached */
         r->cmd = CMD_STATS;
-        const char *p = c->p + c->n;
-        while (p < line + len && *p == ' ') p++;
-        r->args = p;
-        r->nargs = (uint32_t)(line + len - p);
+        if (nt > 1) { r->args = t[1].p; r->nargs = t[1].n; }
+        else { r->args = line + len; r->nargs = 0; }
         return PARSE_OK;
     }
+    /* the rest reads noreply from the last token even when refused */
+    r->noreply = tok_noreply(&last);
+    if (tok_is(&c, "flush_all")) {
+        r->cmd = CMD_FLUSH_ALL;
+        /* a delay is read whenever there is a token besides noreply; what
+         * follows it is ignored; 32-bit signed, as memcached */
+        if (nt != (r->noreply ? 2 : 1)) {
+            int32_t delay;
+            if (!parse_i32(t[1].p, t[1].n, &delay)) return client_error(r, "CLIENT_ERROR invalid exptime argument");
+            r->number = delay;
+            r->has_number = true;
+        }
+        return PARSE_OK;
+    }
+    if (tok_is(&c, "verbosity")) {
+        r->cmd = CMD_VERBOSITY;
+        uint32_t level;
+        if (nt < 2 || !parse_u32(t[1].p, t[1].n, &level)) return client_error(r, BAD_FORMAT);
+        r->number = level;
+        r->has_number = true;
+        return PARSE_OK;
+    }
+unknown:
+    /* memcached closes on a cross-protocol request ("GET / HTTP/1.1") */
+    if (nt > 1 && last.n >= 5 && !memcmp(last.p, "HTTP/", 5)) return PARSE_CLOSE;
+    r->noreply = tok_noreply(&last);
     return PARSE_ERROR;
 }

@@ -19,7 +19,9 @@
 
 #define KEY_MAX 250
 /* memcached closes a connection whose command line has no end after 2048
- * bytes; retrieval lines carry many keys, so they may be longer. */
+ * bytes, without a reply; get lines carry many keys, so they may be longer
+ * (memcached: unbounded; cachetd: 64 KiB, then "line too long"). A line
+ * whose end is already in the buffer is parsed whatever its length. */
 #define LINE_MAX_PLAIN     2048
 #define LINE_MAX_RETRIEVAL (64 * 1024)
 #define META_MAX_FLAGS     32
@@ -38,6 +40,7 @@ enum parse_status {
     PARSE_OK,            /* r describes a well-formed request */
     PARSE_ERROR,         /* unknown command or wrong arity: "ERROR" */
     PARSE_CLIENT_ERROR,  /* r->error holds the full reply line, without \r\n */
+    PARSE_CLOSE,         /* a cross-protocol request (HTTP): close without a reply */
 };
 
 struct meta_flag {
@@ -80,7 +83,7 @@ struct request {
     int64_t      number;       /* flush_all delay, verbosity level */
     bool         has_number;
     bool         noreply;
-    bool         swallow;      /* PARSE_CLIENT_ERROR on ms: skip vlen+2 data bytes */
+    bool         swallow;      /* PARSE_CLIENT_ERROR after a storage line's length: skip vlen+2 data bytes */
     const char  *args;         /* stats: the arguments after "stats" */
     uint32_t     nargs;
     const char  *error;        /* PARSE_CLIENT_ERROR: full reply line */
@@ -100,7 +103,8 @@ static inline uint64_t meta_bit(char flag)
  * including it, or returns -1 if no complete line is there yet. */
 long find_line(const char *buf, size_t len, size_t *consumed);
 
-/* The longest line allowed for a (partial) line starting with these bytes. */
+/* The longest a line starting with these bytes may grow before its end has
+ * arrived. */
 size_t line_limit_for(const char *buf, size_t len);
 
 /* For batched lookups (prefetch.c), which look at a whole read batch before
@@ -125,16 +129,20 @@ static inline enum line_kind classify_line(const char *p, size_t len, const char
     return LINE_OTHER;
 }
 
-/* Parses one command line (without its terminator). */
-enum parse_status parse_request(const char *line, size_t len, struct request *r);
+/* Parses one command line: len bytes without its terminator, wire_len with
+ * it ("\r\n" or a bare "\n"; memcached refuses a line under 4 bytes on the
+ * wire, so "mn\n" is refused where "mn\r\n" is not). With PARSE_ERROR or
+ * PARSE_CLIENT_ERROR, r->noreply says whether the reply is suppressed. */
+enum parse_status parse_request(const char *line, size_t len, size_t wire_len, struct request *r);
 
 /* Iterates the keys of a retrieval request: returns false at the end. */
 bool next_key(const char **cursor, const char *end, const char **key, uint32_t *nkey);
 
-/* Strict decimal parsers on (ptr,len), memcached's safe_strto* rules. */
+/* Strict decimal parsers on (ptr,len), memcached's mcmc_tokto* rules. */
 bool parse_u64(const char *s, size_t n, uint64_t *out);
 bool parse_u32(const char *s, size_t n, uint32_t *out);
 bool parse_i64(const char *s, size_t n, int64_t *out);
+bool parse_i32(const char *s, size_t n, int32_t *out);
 
 /* base64 (RFC 4648, with padding), for meta keys with the b flag. */
 int  base64_decode(const char *in, size_t n, char *out, size_t cap); /* -1 on error */

@@ -163,7 +163,7 @@ static void complete_nread(struct conn *c)
     c->it = NULL;
     c->state = CONN_CMD;
     /* cannot fail: this line parsed before */
-    parse_request(c->pending_line, c->pending_len, &r);
+    parse_request(c->pending_line, c->pending_len, c->pending_len + 2, &r);
     finish_store(c, &r, it, c->nread_crlf);
 }
 
@@ -265,10 +265,22 @@ static bool arg_is(const struct request *r, const char *word)
     return r->nargs == l && !memcmp(r->args, word, l);
 }
 
+/* memcached compares these subcommands with strncmp over the argument's
+ * length, so any prefix names them ("stats s" is settings), in this order */
+static const char *stats_prefixed(const struct request *r)
+{
+    static const char *const words[] = { "reset", "detail", "settings", "cachedump", "conns" };
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (r->nargs <= strlen(words[i]) && !memcmp(r->args, words[i], r->nargs)) return words[i];
+    return NULL;
+}
+
 static void process_stats(struct conn *c, struct request *r)
 {
     enum stats_group group;
-    if (arg_is(r, "reset")) {
+    const char *word = r->nargs ? stats_prefixed(r) : NULL;
+    if (word) r->args = word, r->nargs = (uint32_t)strlen(word);
+    if (word && !strcmp(word, "reset")) {
         stats_reset();
         out_str(c, "RESET");
     } else if (stats_group_by_name(r->args, r->nargs, &group)) {
@@ -319,15 +331,18 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
             reply(c, r, "CLIENT_ERROR flush_all not allowed");
             return true;
         }
-        storage_flush(r->has_number && r->number > 0 ? storage_exptime(r->number) : storage_now());
+        /* memcached: a delay that is an absolute time before the server
+         * started flushes nothing (flush_all 2592001; over 30 days a delay
+         * is a unix time, as an exptime) */
+        if (!(r->has_number && r->number > 30 * 24 * 3600 && r->number <= (int64_t)storage_process_started))
+            storage_flush(r->has_number && r->number > 0 ? storage_exptime(r->number) : storage_now());
         reply(c, r, "OK");
         return true;
     case CMD_VERSION:
         out_str(c, "VERSION " CACHET_PROTO_VERSION);
         return true;
     case CMD_VERBOSITY:
-        if (r->has_number)
-            __atomic_store_n(&settings.verbose, (int)(r->number < 0 ? 0 : r->number > 2 ? 2 : r->number), __ATOMIC_RELAXED);
+        __atomic_store_n(&settings.verbose, (int)(r->number > 2 ? 2 : r->number), __ATOMIC_RELAXED);
         reply(c, r, "OK");
         return true;
     case CMD_QUIT:
@@ -352,13 +367,6 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
         return true;
     case CMD_MS:
         STAT_INC(w, cmd_meta);
-        {
-            char mode = r->meta.mode;
-            if (mode && mode != 'S' && mode != 'E' && mode != 'A' && mode != 'P' && mode != 'R') {
-                out_str(c, "CLIENT_ERROR invalid mode for ms STORE");
-                return true;
-            }
-        }
         return start_store(c, r, line, len, r->meta.client_flags,
                            (r->meta.seen & meta_bit('T')) ? r->meta.ttl_T : 0);
     default:

@@ -5,9 +5,9 @@ Why it is built this way:
   absolute path), on ports 21000-21999 only, so runs never touch a server
   someone else started and a missing or crashing binary FAILS the run rather
   than skipping it.
-- The same tests run against Debian's memcached 1.6.18 (CACHETD pointing at a
-  binary named `memcached`): that is how every expectation here was checked to
-  be memcached's real behaviour. Tests marked `cachetd_only` encode what the
+- The same tests run against memcached 1.6.45 (CACHETD pointing at a binary
+  named `memcached`, built by /work/shared/peers/build-memcached.sh): that is
+  how every expectation here was checked to be memcached's real behaviour. Tests marked `cachetd_only` encode what the
   engine issue asks beyond memcached; they are skipped only in memcached mode.
 - Every wait is bounded (socket timeouts, start deadline, pytest-timeout), and
   every server is checked at teardown: still alive, and no sanitizer report in

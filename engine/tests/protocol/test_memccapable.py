@@ -1,5 +1,9 @@
 """memccapable (Debian's libmemcached-tools) is an independent implementation of
-the ASCII protocol's expectations; every one of its ASCII tests must pass.
+the ASCII protocol's expectations; every one of its ASCII tests must pass but
+two: `ascii delete` and `ascii delete noreply` send `delete <key> <time>` and
+expect an error, from memcached releases that refused a hold time. memcached
+1.6.45 ignores what follows the key and fails both the same way; cachetd
+follows 1.6.45, so these two must fail, at that assertion and nowhere else.
 
 It prints one `<name> [pass]` line per test and exits non-zero on failure; we
 check all three signals (exit code, per-test lines, closing line) so a crash or
@@ -59,15 +63,24 @@ def memccapable_run(request, tmp_path_factory):
     return proc, results
 
 
+# refused by memcached < 1.6.45 only (see the module's docstring)
+DELETE_HOLD_TIME = {"ascii delete", "ascii delete noreply"}
+
+
 @pytest.mark.parametrize("name", ASCII_TESTS)
 def test_memccapable_ascii(memccapable_run, name):
     proc, results = memccapable_run
-    assert results.get(name) == "pass", (
+    expected = "fail" if name in DELETE_HOLD_TIME else "pass"
+    assert results.get(name) == expected, (
         f"memccapable `{name}`: {results.get(name, 'not run')}\noutput:\n{proc.stdout}")
+    if expected == "fail":
+        # the failure is the error expected after `delete <key> <time>`, nothing else
+        section = proc.stdout.split(name, 1)[1].split("ascii ", 1)[0]
+        assert "receive_error_response()" in section, section
 
 
 def test_memccapable_whole_run(memccapable_run):
     proc, results = memccapable_run
-    assert proc.returncode == 0, f"memccapable exit {proc.returncode}\n{proc.stdout}"
-    assert "All tests passed" in proc.stdout
+    assert proc.returncode != 0 and f"{len(DELETE_HOLD_TIME)} of {len(ASCII_TESTS)} tests failed" in proc.stdout, \
+        f"memccapable exit {proc.returncode}\n{proc.stdout}"
     assert len(results) == len(ASCII_TESTS), f"expected {len(ASCII_TESTS)} results, got {results}"
