@@ -10,10 +10,11 @@ the same test.
 """
 import pathlib
 import random
-import subprocess
 import sys
 
 import pytest
+
+from conftest import memcached_1645
 
 
 
@@ -160,19 +161,11 @@ def seed003_items():
     return [(k, v.encode()) for k, v in seed003_workload()]
 
 
-def memcached_1645():
-    script = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
-                            check=True).stdout.strip() + "/../shared/peers/build-memcached.sh"
-    out = subprocess.run([script], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, f"building memcached 1.6.45 failed:\n{out.stderr[-2000:]}"
-    return out.stdout.strip().splitlines()[-1]
-
-
 @pytest.mark.cachetd_only(reason="compares cachetd with memcached 1.6.45 itself")
 def test_seed003_keeps_at_least_as_many_items_as_memcached(start_server):
     """Seed 003 at -m 3 -n 24: memcached 1.6.45 keeps 41,554 items at -f 1.06,
     cachetd kept 33,646. Keep at least as many as memcached at every -f."""
-    peer = memcached_1645()
+    peer = memcached_1645()  # conftest: builds it once, a build failure fails the test
     items = seed003_items()
     for f in ("1.06", "1.25", "2"):
         kept = {}
