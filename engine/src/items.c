@@ -814,6 +814,7 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
         if (old) replace_locked(t, old, store_it, hv, true);
         else link_new_locked(t, store_it, hv);
         if (cas_out) *cas_out = item_get_cas(store_it);
+        if (opts->nbytes_out) *opts->nbytes_out = item_nbytes(store_it);
         int sclsid = slabs_clsid_of(store_it);
         stripe_unlock(hv);
         enter_bag(t, store_it);

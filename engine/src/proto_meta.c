@@ -167,6 +167,10 @@ void proto_meta_complete_set(struct conn *c, struct request *r, item *it, bool b
     if (has(r, 'I') && mode == MODE_CAS) so.invalidate = true;
     if (has(r, 'N')) { so.vivify_on_miss = true; so.vivify_exptime = storage_exptime(r->meta.ttl_N); }
     uint64_t cas_out = 0;
+    /* s: what is stored now (after append, the whole value); memcached
+     * answers a refused store with the length it was sent */
+    uint64_t stored_len = r->vlen;
+    so.nbytes_out = &stored_len;
     enum store_result res = storage_store(w->st, it, mode, &so, &cas_out);
     const char *code;
     switch (res) {
@@ -187,7 +191,7 @@ void proto_meta_complete_set(struct conn *c, struct request *r, item *it, bool b
     for (int i = 0; i < r->meta.nflags; i++) {
         char f = r->meta.flags[i].flag;
         if (f == 'c') { *p++ = ' '; *p++ = 'c'; p = u64_to_str(p, cas_out); }
-        else if (f == 's' && res == STORE_STORED) { *p++ = ' '; *p++ = 's'; p = u64_to_str(p, r->vlen); }
+        else if (f == 's') { *p++ = ' '; *p++ = 's'; p = u64_to_str(p, stored_len); }
         else p = echo_common(p, r, f);
     }
     *p++ = '\r'; *p++ = '\n';

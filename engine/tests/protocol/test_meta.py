@@ -421,6 +421,22 @@ def test_ma_quiet_still_answers_autovivify(c, key):
     assert meta(c, f"mg {key} v").value == b"5"
 
 
+def test_ms_s_is_the_stored_size(c, key):
+    """s on ms is the size of what is stored now (the whole value after an
+    append or prepend); a refused store answers with the length it was sent
+    (memcached 1.6.45; cachetd said s<sent length> and nothing on NS/EX/NF)."""
+    assert ms(c, key, "abc", "s").flags["s"] == "3"
+    assert ms(c, key, "de", "s MA").flags["s"] == "5"
+    assert ms(c, key, "f", "MP s").flags["s"] == "6"
+    r = ms(c, key, "ghij", "s ME")
+    assert (r.code, r.flags.get("s")) == ("NS", "4")
+    r = ms(c, key, "gh", "s C1")
+    assert (r.code, r.flags.get("s")) == ("EX", "2")
+    r = ms(c, key + "-none", "xyz", "s MA")
+    assert (r.code, r.flags.get("s")) == ("NS", "3")
+    assert meta(c, f"mg {key} v").value == b"fabcde"
+
+
 def test_ms_mode_is_checked_before_cas(c, key):
     ms(c, key, "x")
     assert ms(c, key, "y", "ME C1").code == "NS", "add of an existing key is NS whatever the CAS"
