@@ -218,18 +218,6 @@ static void process_ma(struct conn *c, struct request *r)
     ao.initial = r->meta.initial;
     if (has(r, 'T')) { ao.update_ttl = true; ao.new_exptime = storage_exptime(r->meta.ttl_T); }
     bool incr = r->meta.mode != 'D';
-    /* memcached always answers the request that created the counter (N),
-     * even with q: find out whether this one will */
-    bool may_create = ao.vivify && r->meta.quiet;
-    if (may_create) {
-        struct item_view probe;
-        struct get_opts po = { .no_lru_bump = true };
-        /* metadata only: no copy, no reference */
-        if (storage_get(c->w->st, r->key, r->nkey, &po, NULL, 0, &probe)) {
-            may_create = false;
-            if (probe.ref) item_view_release(c->w->st, &probe);
-        }
-    }
     uint64_t value = 0, cas = 0;
     rel_time_t exp = 0;
     enum arith_result res = storage_arith(c->w->st, r->key, r->nkey, incr, r->meta.delta, &ao,
@@ -244,8 +232,9 @@ static void process_ma(struct conn *c, struct request *r)
     default: out_str(c, "SERVER_ERROR out of memory"); return;
     }
     bool want_value = has(r, 'v');
-    /* q hides a success even with v, except the one that created the counter */
-    if (r->meta.quiet && !may_create) return;
+    /* q hides a success even with v, also the one that created the counter
+     * (memcached 1.6.45; 1.6.18 still answered that one) */
+    if (r->meta.quiet) return;
     char num[24];
     size_t nnum = (size_t)(u64_to_str(num, value) - num);
     if (!out_reserve(c, flags_room(r) + 32 + nnum)) return;
