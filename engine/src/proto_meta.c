@@ -107,6 +107,8 @@ static void process_mg(struct conn *c, struct request *r)
         if (!r->meta.quiet) meta_simple(c, r, "EN");
         return;
     }
+    /* C: the client has this version already; answer HD without the value */
+    if (want_value && has(r, 'C') && v.cas == r->meta.cas_C) want_value = false;
     char *p = base;
     if (want_value) {
         memcpy(p, "VA ", 3); p += 3;

@@ -177,7 +177,7 @@ static enum parse_status client_error(struct request *r, const char *msg)
 /* Which flags each meta command accepts, and which of those carry a token. */
 struct meta_spec { const char *plain; const char *with_token; };
 static const struct meta_spec meta_specs[] = {
-    [CMD_MG] = { "bcfhklqstuv", "ENORT" },
+    [CMD_MG] = { "bcfhklqstuv", "CENORT" },
     [CMD_MS] = { "bcIkqs", "CEFMNOST" },
     /* E on md/ma is newer than memcached 1.6.18 and storage.h has no field
      * for it: refused like 1.6.18 does, rather than accepted and ignored */

@@ -439,6 +439,17 @@ def test_ms_s_is_the_stored_size(c, key):
     assert meta(c, f"mg {key} v").value == b"fabcde"
 
 
+def test_mg_C_drops_the_value_when_the_cas_matches(c, key):
+    """protocol.txt (1.6.45): mg C(token) sends HD instead of the value when
+    the item's CAS matches; cachetd refused C as an invalid flag."""
+    cas = int(ms(c, key, "val", "c").flags["c"])
+    r = meta(c, f"mg {key} v C{cas} s")
+    assert (r.code, r.value, r.flags.get("s")) == ("HD", None, "3")
+    r = meta(c, f"mg {key} v C{cas + 1}")
+    assert (r.code, r.value) == ("VA", b"val")
+    assert meta(c, f"mg {key} v Cabc").value == "CLIENT_ERROR bad token in command line format"
+
+
 def test_ms_mode_is_checked_before_cas(c, key):
     ms(c, key, "x")
     assert ms(c, key, "y", "ME C1").code == "NS", "add of an existing key is NS whatever the CAS"
