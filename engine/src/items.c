@@ -73,11 +73,18 @@ void storage_stats_sizes(stat_writer w, void *ctx)
     }
 }
 
-bool item_is_flushed(item *it, rel_time_t now)
+/* The item's time is read after the flush word (acquire), as storage_flush
+ * publishes the stamp floor before the word. */
+static bool flushed_by(_Atomic uint64_t *word, item *it, rel_time_t now)
 {
-    uint64_t fw = atomic_load_explicit(&g_flush_word, memory_order_acquire);
+    uint64_t fw = atomic_load_explicit(word, memory_order_acquire);
     if (fw == 0 || flush_effective(fw) > now) return false;
     return atomic_load_explicit(&it->time, memory_order_relaxed) <= flush_oldest(fw);
+}
+
+bool item_is_flushed(item *it, rel_time_t now)
+{
+    return flushed_by(&g_flush_word, it, now) || flushed_by(&g_flush_later, it, now);
 }
 
 bool item_is_live(item *it, rel_time_t now)

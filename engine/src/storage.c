@@ -35,6 +35,7 @@ struct storage_config g_cfg;
 bool g_use_cas;
 _Atomic uint32_t g_current_time;
 _Atomic uint64_t g_flush_word;
+_Atomic uint64_t g_flush_later;
 _Atomic uint32_t g_stamp_floor;
 _Atomic uint32_t g_flush_pending;
 time_t storage_process_started;
@@ -184,6 +185,7 @@ int storage_init(const struct storage_config *cfg)
     atomic_store(&clock_offset, 0);
     atomic_store(&g_current_time, compute_now());
     atomic_store(&g_flush_word, 0);
+    atomic_store(&g_flush_later, 0);
     atomic_store(&g_stamp_floor, 0);
     atomic_store(&g_flush_pending, 0);
     g_use_cas = g_cfg.use_cas;
@@ -249,8 +251,9 @@ void storage_flush(rel_time_t when)
         rel_time_t base = floor > now ? floor : now;
         atomic_store_explicit(&g_stamp_floor, base + 1, memory_order_release);
         atomic_store_explicit(&g_flush_word, flush_word(base, now), memory_order_release);
+        atomic_store_explicit(&g_flush_later, 0, memory_order_release);
     } else {
-        atomic_store_explicit(&g_flush_word, flush_word(when - 1, when - 1), memory_order_release);
+        atomic_store_explicit(&g_flush_later, flush_word(when - 1, when - 1), memory_order_release);
     }
     atomic_store(&g_flush_pending, 1);
 }

@@ -237,6 +237,12 @@ extern _Atomic uint64_t g_flush_word;
 static inline uint64_t flush_word(rel_time_t oldest, rel_time_t effective) { return (uint64_t)oldest << 32 | effective; }
 static inline rel_time_t flush_oldest(uint64_t w) { return (rel_time_t)(w >> 32); }
 static inline rel_time_t flush_effective(uint64_t w) { return (rel_time_t)w; }
+/* A delayed flush_all waits in its own word until its time. Stored over
+ * g_flush_word it would lift an immediate flush already in force: items that
+ * flush had covered but the cleaner had not yet reclaimed came back to life.
+ * An immediate flush clears it (a newer flush replaces a pending delayed one,
+ * as in memcached); a delayed one replaces the previous delayed one. */
+extern _Atomic uint64_t g_flush_later;
 extern _Atomic uint32_t g_flush_pending;   /* cleaner should cut bags once the flush is effective */
 extern _Atomic uint32_t g_stamp_floor;     /* flush_all: no access is stamped before this (storage.c) */
 

@@ -191,3 +191,18 @@ def test_stats_reset_clears_the_per_class_eviction_counters(start_server):
         assert all(int(after[k]) == 0 for k in evicted), {k: after[k] for k in evicted}
         assert stat(c, "evictions") == 0
         assert stat(c, "curr_items") == items_before, "a reset drops counters, never items"
+
+
+def test_a_delayed_flush_all_does_not_bring_back_what_a_flush_removed(start_server):
+    """`flush_all` then `flush_all <later>`: the delayed flush replaced the
+    immediate one's flush word, so items the first flush had covered but the
+    cleaner had not reclaimed yet were readable again (memcached 1.6.45 keeps
+    them gone). Found by the differential test."""
+    s = start_server()
+    with s.conn() as c:
+        for delay in ("100000", "2000000000"):
+            c.send(b"set fa 0 0 1\r\nx\r\nset fb 0 0 1\r\ny\r\nflush_all\r\nmg fb v\r\n"
+                   + f"flush_all {delay}\r\n".encode() + b"get fa\r\nmg fb v\r\n")
+            assert [c.line() for _ in range(7)] == [b"STORED", b"STORED", b"OK", b"EN", b"OK", b"END", b"EN"]
+            assert c.store("set", "fc", "z") == b"STORED", "a store after the delayed flush is kept"
+            assert c.values("get fc") == {"fc": (0, b"z", None)}
