@@ -974,6 +974,8 @@ enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
             }
             value = opts->initial;
         } else {
+            /* memcached: an empty value is non-numeric before the CAS is compared */
+            if (item_nbytes(old) == 0) { res = ARITH_NON_NUMERIC; break; }
             if (opts->cas_in && cas_mismatch(old, opts->cas_in)) { res = ARITH_EXISTS; break; }
             if (!value_to_u64(old, &value)) { res = ARITH_NON_NUMERIC; break; }
             if (incr) value += delta;                      /* wraps at 2^64, as memcached */

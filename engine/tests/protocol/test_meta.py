@@ -464,3 +464,15 @@ def test_failed_add_is_not_a_fetch(c, key):
     ms(c, key, "a")
     assert c.store("add", key, "b") == b"NOT_STORED"
     assert meta(c, f"mg {key} h").flags["h"] == "0"
+
+
+def test_ma_on_an_empty_value_is_non_numeric_before_the_cas(c, key):
+    """memcached 1.6.45 refuses an empty value as non-numeric before it
+    compares C; cachetd answered EX for a wrong C. A value that is not empty
+    still compares the CAS first (EX)."""
+    for empty in (f"mg {key} N0 c", f"ms {key} 0 c"):
+        cas = int(meta(c, empty, b"" if empty.startswith("ms") else None).flags["c"])
+        r = meta(c, f"ma {key} C{cas + 1}")
+        assert r.value == "CLIENT_ERROR cannot increment or decrement non-numeric value", empty
+    cas = int(ms(c, key, "x", "c").flags["c"])
+    assert meta(c, f"ma {key} C{cas + 1}").code == "EX"
