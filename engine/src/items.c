@@ -763,8 +763,10 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
                 goto out_unlock;
             }
         }
-        if (!old && check_cas && mode != MODE_CAS && mode != MODE_ADD) {
-            /* ms with C on a missing item */
+        bool may_vivify = (mode == MODE_APPEND || mode == MODE_PREPEND) && opts->vivify_on_miss;
+        if (!old && check_cas && mode != MODE_CAS && mode != MODE_ADD && !may_vivify) {
+            /* ms with C on a missing item (memcached compares C only with an
+             * item there: append/prepend with N create the missing one) */
             res = STORE_NOT_FOUND;
             goto out_unlock;
         }

@@ -476,3 +476,15 @@ def test_ma_on_an_empty_value_is_non_numeric_before_the_cas(c, key):
         assert r.value == "CLIENT_ERROR cannot increment or decrement non-numeric value", empty
     cas = int(ms(c, key, "x", "c").flags["c"])
     assert meta(c, f"ma {key} C{cas + 1}").code == "EX"
+
+
+def test_ms_append_with_N_creates_a_missing_item_whatever_C_says(c, key):
+    """memcached 1.6.45 compares C only against an item that is there: ms in
+    append or prepend mode with N creates the missing item even with C
+    (cachetd answered NS). With an item there, C still decides."""
+    r = ms(c, key, "abc", "MA N0 C12345 c")
+    assert r.code == "HD"
+    assert meta(c, f"mg {key} v").value == b"abc"
+    cas = int(r.flags["c"])
+    assert ms(c, key, "d", f"MA N0 C{cas + 1}").code == "EX"
+    assert ms(c, key + "-p", "xy", "MP N0 C7").code == "HD"
