@@ -195,6 +195,12 @@ static enum parse_status parse_meta_flags(const struct tok *t, int nt, struct re
     for (int i = 0; i < nt; i++) {
         char f = t[i].p[0];
         uint64_t bit = meta_bit(f);
+        if (f == 'P' || f == 'L') {
+            /* proxy hints (protocol.txt): every meta command takes them and ignores them */
+            if (m->seen & bit) return client_error(r, "CLIENT_ERROR duplicate flag");
+            m->seen |= bit;
+            continue;
+        }
         bool plain = bit && strchr(spec->plain, f);
         bool tokened = bit && strchr(spec->with_token, f);
         if (!plain && !tokened) return client_error(r, "CLIENT_ERROR invalid flag");

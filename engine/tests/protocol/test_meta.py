@@ -488,3 +488,14 @@ def test_ms_append_with_N_creates_a_missing_item_whatever_C_says(c, key):
     cas = int(r.flags["c"])
     assert ms(c, key, "d", f"MA N0 C{cas + 1}").code == "EX"
     assert ms(c, key + "-p", "xy", "MP N0 C7").code == "HD"
+
+
+def test_P_and_L_are_accepted_and_ignored_by_every_meta_command(c, key):
+    """protocol.txt: all meta commands accept P and L (hints for a proxy) and
+    ignore them; cachetd refused them as invalid flags."""
+    assert ms(c, key, "5", "P/route Lx T0").code == "HD"
+    assert meta(c, f"mg {key} v Lpath/ P1").value == b"5"
+    r = meta(c, f"ma {key} v Pp Lq")
+    assert (r.code, r.value) == ("VA", b"6")
+    assert meta(c, f"md {key} L1 q P2\r\nmn").code == "MN"
+    assert meta(c, f"mg {key} v").code == "EN"
