@@ -28,6 +28,9 @@ Two things the generator avoids instead of normalising:
   just made); cachetd applies the update first. protocol.txt documents T as
   updating the TTL and t as the TTL left; it does not make the answer depend on
   the flags' order, so the generator puts T/N first, where both agree.
+- N and R (win tokens) on counters: memcached's decr rewrites a number in
+  place only while nobody else holds the item, else it makes a new item
+  without the token flag, so whether a later mg says Z depends on timing.
 - `h` (fetched before) is left to test_meta.py: memcached's fetched bit follows
   its item copies (an incr that lengthens a number makes a new item and drops
   it), which is bookkeeping, not protocol.
@@ -84,8 +87,8 @@ E_BASE = 1 << 40  # explicit CAS values (E); no server's counter gets near
 U64 = (1 << 64) - 1
 HISTORY = 12  # requests shown before a divergence
 REPLY_TIMEOUT_S = 5.0  # a reply later than this is a missing reply (the `mn` was swallowed)
-FIXED_SEEDS = [1, 2, 3, 4, 5, 6]
-REQUESTS = int(os.environ.get("CACHET_DIFF_REQUESTS") or "1200")
+FIXED_SEEDS = [1, 2, 3, 4, 5]  # about 20 s per pass; make check runs two (ASan and release)
+REQUESTS = int(os.environ.get("CACHET_DIFF_REQUESTS") or "1000")
 
 # Divergences the branch `proto` (worktree wt-proto) is fixing in the engine.
 # The generator leaves each case out while its tag is here; delete the entry
@@ -125,7 +128,6 @@ FOUND_NOT_YET_FIXED = {
                              "duplicate flag), F/D/J errors have their own texts, `options flags are too "
                              "long` is checked before the flags, ma says invalid or duplicate flag for "
                              "every flag or key problem",
-    "meta_P_L": "P and L (proxy hints) are accepted and ignored by every meta command",
     "short_data_block": "a data block of the wrong length (`set k 0 0 3` + `ab`, `set k 0 0 1 noreply` + "
                         "`xy`): what is parsed after CLIENT_ERROR bad data chunk",
     "delete_extra_tokens": "1.6.45 ignores what follows the key of delete: `delete k 5` and `delete k abc` "
@@ -308,7 +310,7 @@ def gen_ops(rng, n):
             yield (f"verbosity {rng.choice([0, 1])}{nr}", None, None)
         elif r < 0.85:
             yield ("quit", None, None)
-        elif r < 0.857:
+        elif r < 0.8585:
             yield ("mn", None, None)
         elif r < 0.86:
             # rare (replay() sleeps before an immediate one): 0 or a delay that never arrives during a run; a negative one is "now".
@@ -333,7 +335,11 @@ def mg_op(rng, key, explicit_cas):
     pool += ["x", "I", "F5", "MS"] if allowed("meta_foreign_flags") else []
     flags = meta_flags_sample(rng, pool, 0, 7)
     first = []
-    extra = rng.random()
+    # On counters no N or R: the win token they hand out is an item flag, and
+    # memcached's decr rewrites a number in place only while no one else holds
+    # the item (otherwise a new item, without the flag), so its Z comes and goes
+    # with timing. The same accident keeps md I off counters.
+    extra = rng.random() if key in TEXT_KEYS else 1.0
     # first: memcached applies mg flags in order, so "t T.." reports the old TTL
     if extra < 0.08:
         first.append(f"N{rng.choice([FAR, 0, ABS_FAR])}")
@@ -341,7 +347,7 @@ def mg_op(rng, key, explicit_cas):
         first.append(f"T{rng.choice([0, FAR, ABS_FAR])}")
     elif extra < 0.22:
         first += [f"N{FAR}", f"T{rng.choice([0, FAR])}"]
-    if rng.random() < 0.1:
+    if rng.random() < 0.1 and key in TEXT_KEYS:
         flags.append(f"R{rng.choice([10, FAR * 2])}")
     if rng.random() < 0.1:
         flags.append(f"C{{{rng.choice(['cas', 'stale'])}}}")
@@ -447,7 +453,7 @@ def malformed(rng, tk, nk):
         (f"ma {nk} Dabc", None), (f"ma {nk} Jabc N0", None), (f"ma {nk} MX", None), (f"ma {nk} D-1", None),
         (f"ma {nk} D18446744073709551616", None), (f"ma {nk} Cabc", None), (f"ma {nk} Y", None),
         ("mg !!!! b v", None), ("md !!!! b", None), ("mn extra", None),
-        ("flush_all abc", None), ("flush_all noreply", None),
+        ("flush_all abc", None),
         (f"set {tk} 0 0 1", b"toolong"),
         (f"ms {tk}", None), (f"ms {tk} 2 MZ", b"zz"), (f"ms {tk} 2 Tabc", b"zz"), (f"ms {tk} 2 Cabc", b"zz"),
         (f"ms {tk} 2", b"toolong"), (f"ms {tk} 2 Y", b"zz"),
