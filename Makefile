@@ -180,7 +180,7 @@ bench-soak: ## TSan concurrent checker for SOAK_SECONDS (default 600); fails on 
 	$(MAKE) -C engine bench-soak
 
 .PHONY: bench-differential
-bench-differential: ## Long differential test against memcached 1.6.45 (CACHET_DIFF_SEEDS, CACHET_DIFF_REQUESTS).
+bench-differential: ## Differential test against memcached 1.6.45 for DIFF_SECONDS (default 300; CACHET_DIFF_SEEDS, CACHET_DIFF_REQUESTS).
 	$(MAKE) -C engine bench-differential
 
 ##@ Cluster

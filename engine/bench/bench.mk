@@ -10,7 +10,8 @@
 #                            or sanitizer report (bench/soak.sh)
 #   make bench-differential  [bench-differential] the long differential test
 #                            against memcached 1.6.45: differential-long, with
-#                            CACHET_DIFF_SEEDS / CACHET_DIFF_REQUESTS
+#                            DIFF_SECONDS (default 300), CACHET_DIFF_SEEDS /
+#                            CACHET_DIFF_REQUESTS (tests/protocol/protocol.mk)
 #   make bench-metrics       what the metrics port costs (docs/benchmarks.md,
 #                            "Metrics endpoint cost")
 #   make bench-loadgen-test  the load generator's own tests (part of `make check`)

@@ -455,7 +455,9 @@ bool bags_clean_once(storage_thread *t)
     (void)t;
     pthread_mutex_lock(&cleaner_lock);
     rel_time_t now = now_time();
-    uint64_t fw = atomic_load(&g_flush_word);
+    /* the latest flush: a pending delayed one, else the immediate one */
+    uint64_t fw = atomic_load(&g_flush_later);
+    if (fw == 0) fw = atomic_load(&g_flush_word);
     bool flush = false;
     if (atomic_load(&g_flush_pending) && fw != 0 && flush_effective(fw) <= now) {
         atomic_store(&g_flush_pending, 0);

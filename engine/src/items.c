@@ -76,10 +76,17 @@ void storage_stats_sizes(stat_writer w, void *ctx)
     }
 }
 
+/* One word's verdict: gone once the word is effective, if stamped at or
+ * before its oldest. */
+static bool flushed_by(uint64_t fw, item *it, rel_time_t now)
+{
+    if (fw == 0 || flush_effective(fw) > now) return false;
+    return atomic_load_explicit(&it->time, memory_order_relaxed) <= flush_oldest(fw);
+}
+
 bool item_is_flushed_in(item *it, struct time_view v)
 {
-    if (v.fw == 0 || flush_effective(v.fw) > v.now) return false;
-    return atomic_load_explicit(&it->time, memory_order_relaxed) <= flush_oldest(v.fw);
+    return flushed_by(v.fw, it, v.now) || flushed_by(v.later, it, v.now);
 }
 
 bool item_is_live_in(item *it, struct time_view v)
@@ -91,8 +98,9 @@ bool item_is_live_in(item *it, struct time_view v)
 
 bool item_is_flushed(item *it, rel_time_t now)
 {
-    return item_is_flushed_in(it, (struct time_view){ .now = now,
-                                      .fw = atomic_load_explicit(&g_flush_word, memory_order_acquire) });
+    struct time_view v = time_view_now();
+    v.now = now;
+    return item_is_flushed_in(it, v);
 }
 
 bool item_is_live(item *it, rel_time_t now)
@@ -796,8 +804,10 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
                 goto out_unlock;
             }
         }
-        if (!old && check_cas && mode != MODE_CAS && mode != MODE_ADD) {
-            /* ms with C on a missing item */
+        bool may_vivify = (mode == MODE_APPEND || mode == MODE_PREPEND) && opts->vivify_on_miss;
+        if (!old && check_cas && mode != MODE_CAS && mode != MODE_ADD && !may_vivify) {
+            /* ms with C on a missing item (memcached compares C only with an
+             * item there: append/prepend with N create the missing one) */
             res = STORE_NOT_FOUND;
             goto out_unlock;
         }
@@ -854,6 +864,7 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
         if (old) replace_locked(t, old, store_it, hv, true);
         else link_new_locked(t, store_it, hv);
         if (cas_out) *cas_out = item_get_cas(store_it);
+        if (opts->nbytes_out) *opts->nbytes_out = item_nbytes(store_it);
         int sclsid = slabs_clsid_of(store_it);
         stripe_unlock(hv);
         enter_bag(t, store_it);
@@ -1007,6 +1018,8 @@ enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
             }
             value = opts->initial;
         } else {
+            /* memcached: an empty value is non-numeric before the CAS is compared */
+            if (item_nbytes(old) == 0) { res = ARITH_NON_NUMERIC; break; }
             if (opts->cas_in && cas_mismatch(old, opts->cas_in)) { res = ARITH_EXISTS; break; }
             if (!value_to_u64(old, &value)) { res = ARITH_NON_NUMERIC; break; }
             if (incr) value += delta;                      /* wraps at 2^64, as memcached */

@@ -108,6 +108,8 @@ static void process_mg(struct conn *c, struct request *r)
         if (!r->meta.quiet) meta_simple(c, r, "EN");
         return;
     }
+    /* C: the client has this version already; answer HD without the value */
+    if (want_value && has(r, 'C') && v.cas == r->meta.cas_C) want_value = false;
     char *p = base;
     if (want_value) {
         memcpy(p, "VA ", 3); p += 3;
@@ -168,6 +170,10 @@ void proto_meta_complete_set(struct conn *c, struct request *r, item *it, bool b
     if (has(r, 'I') && mode == MODE_CAS) so.invalidate = true;
     if (has(r, 'N')) { so.vivify_on_miss = true; so.vivify_exptime = storage_exptime(r->meta.ttl_N); }
     uint64_t cas_out = 0;
+    /* s: what is stored now (after append, the whole value); memcached
+     * answers a refused store with the length it was sent */
+    uint64_t stored_len = r->vlen;
+    so.nbytes_out = &stored_len;
     enum store_result res = storage_store(w->st, it, mode, &so, &cas_out);
     const char *code;
     switch (res) {
@@ -188,7 +194,7 @@ void proto_meta_complete_set(struct conn *c, struct request *r, item *it, bool b
     for (int i = 0; i < r->meta.nflags; i++) {
         char f = r->meta.flags[i].flag;
         if (f == 'c') { *p++ = ' '; *p++ = 'c'; p = u64_to_str(p, cas_out); }
-        else if (f == 's' && res == STORE_STORED) { *p++ = ' '; *p++ = 's'; p = u64_to_str(p, r->vlen); }
+        else if (f == 's') { *p++ = ' '; *p++ = 's'; p = u64_to_str(p, stored_len); }
         else p = echo_common(p, r, f, KEY_AS_SENT);
     }
     *p++ = '\r'; *p++ = '\n';
@@ -231,7 +237,8 @@ static void process_ma(struct conn *c, struct request *r)
     default: out_str(c, "SERVER_ERROR out of memory"); return;
     }
     bool want_value = has(r, 'v');
-    /* q hides a success, value and a counter N created included (1.6.45) */
+    /* q hides a success even with v, also the one that created the counter
+     * (memcached 1.6.45; 1.6.18 still answered that one) */
     if (r->meta.quiet) return;
     char num[24];
     size_t nnum = (size_t)(u64_to_str(num, value) - num);

@@ -35,6 +35,7 @@ struct storage_config g_cfg;
 bool g_use_cas;
 _Atomic uint32_t g_current_time;
 _Atomic uint64_t g_flush_word;
+_Atomic uint64_t g_flush_later;
 _Atomic uint32_t g_flush_pending;
 time_t storage_process_started;
 
@@ -183,6 +184,7 @@ int storage_init(const struct storage_config *cfg)
     atomic_store(&clock_offset, 0);
     atomic_store(&g_current_time, compute_now());
     atomic_store(&g_flush_word, 0);
+    atomic_store(&g_flush_later, 0);
     atomic_store(&g_flush_pending, 0);
     g_use_cas = g_cfg.use_cas;
     atomic_store(&cas_counter, 0);
@@ -242,16 +244,25 @@ void storage_flush(rel_time_t when)
         /* Everything stamped up to `base` goes; later stamps are above it
          * (the floor, in the same word). A GET that checked its item against
          * the previous word stamps it with that word's floor and the `now`
-         * it read before it: at most this second or, if the clock ticks
-         * during the flush, the next. So base covers the next second too,
+         * it read before that word: at most the clock when the new word was
+         * stored. So the word is stored again if the clock ticked meanwhile,
          * and a hit racing the flush can never lift its item past it (an
          * item stamped after the check would otherwise survive the flush).
-         * A second flush within the same second also covers what was stored
-         * between the two: base is at least the previous floor. */
-        rel_time_t base = stamp_time_in((struct time_view){ .now = now + 1, .fw = prev.fw });
-        atomic_store_explicit(&g_flush_word, flush_word(base, now, true), memory_order_release);
+         * What was stored between the two stores is covered too; that is
+         * still before this flush_all answered. A second flush within the
+         * same second also covers what was stored between the two flushes:
+         * base is at least the previous floor. */
+        for (;;) {
+            rel_time_t base = stamp_time_in((struct time_view){ .now = now, .fw = prev.fw });
+            prev.fw = flush_word(base, now, true);
+            atomic_store_explicit(&g_flush_word, prev.fw, memory_order_seq_cst);
+            rel_time_t after = now_time();
+            if (after == now) break;
+            now = after;
+        }
+        atomic_store_explicit(&g_flush_later, 0, memory_order_release);
     } else {
-        atomic_store_explicit(&g_flush_word, flush_word(when - 1, when - 1, false), memory_order_release);
+        atomic_store_explicit(&g_flush_later, flush_word(when - 1, when - 1, false), memory_order_release);
     }
     atomic_store(&g_flush_pending, 1);
 }

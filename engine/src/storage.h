@@ -169,6 +169,7 @@ struct store_opts {
     bool     invalidate;       /* ms I: if CAS is older, store but mark stale */
     bool     vivify_on_miss;   /* ms mode A/P with N: create if missing */
     rel_time_t vivify_exptime;
+    uint64_t *nbytes_out;      /* ms s: if set, gets the stored value's length (the combined one after append/prepend) */
 };
 /* Links the item (or, for append/prepend, a new combined copy) and consumes
  * the caller's reference in every case. *cas_out gets the stored CAS. */

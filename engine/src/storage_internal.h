@@ -245,17 +245,24 @@ static inline uint64_t flush_word(rel_time_t oldest, rel_time_t effective, bool 
 }
 static inline rel_time_t flush_oldest(uint64_t w) { return (rel_time_t)(w >> 32); }
 static inline rel_time_t flush_effective(uint64_t w) { return (rel_time_t)(w & 0x7fffffffu); }
+/* A delayed flush_all waits in its own word until its time. Stored over
+ * g_flush_word it would lift an immediate flush already in force: items that
+ * flush had covered but the cleaner had not yet reclaimed came back to life.
+ * An immediate flush clears it (a newer flush replaces a pending delayed one,
+ * as in memcached); a delayed one replaces the previous delayed one. */
+extern _Atomic uint64_t g_flush_later;
 extern _Atomic uint32_t g_flush_pending;   /* cleaner should cut bags once the flush is effective */
 
 static inline rel_time_t now_time(void) { return atomic_load_explicit(&g_current_time, memory_order_relaxed); }
 /* One reader's view of time and flush: the clock first, then the word (so
  * `now` is never later than the flush word it is paired with). */
-struct time_view { rel_time_t now; uint64_t fw; };
+struct time_view { rel_time_t now; uint64_t fw, later; };
 static inline struct time_view time_view_now(void)
 {
     struct time_view v;
     v.now = now_time();
     v.fw = atomic_load_explicit(&g_flush_word, memory_order_acquire);
+    v.later = atomic_load_explicit(&g_flush_later, memory_order_acquire);
     return v;
 }
 /* The time an access or store records in an item, in that view: now, but

@@ -46,3 +46,22 @@ conformance: $(PROTOCOL_VENV)/.ready $(CONFORMANCE_DEPS)
 	CACHETD=$(abspath $(CACHETD)) timeout --kill-after=30 $(CONFORMANCE_TIMEOUT) \
 	  $(PROTOCOL_VENV)/bin/python -m pytest -c $(PROTOCOL_DIR)/pytest.ini --rootdir=$(PROTOCOL_DIR) \
 	  -v $(PYTEST_ARGS) $(PROTOCOL_DIR)
+
+# The differential test for a bounded time: consecutive seeds against memcached
+# 1.6.45 for DIFF_SECONDS (default 300), each seed printed as it finishes
+# (`make bench-differential` runs this among the benchmarks; `make check` runs
+# only the fixed seeds). CACHET_DIFF_FIRST_SEED picks the first seed (default:
+# from the clock), CACHET_DIFF_REQUESTS the requests per seed (default 5000),
+# CACHET_DIFF_SEEDS=a,b,... replays just those seeds. The run is bounded by
+# DIFF_SECONDS plus the last seed's time (pytest --timeout, then `timeout`).
+DIFF_SECONDS ?= $(or $(CACHET_DIFF_SECONDS),300)
+.PHONY: differential-long
+differential-long: $(PROTOCOL_VENV)/.ready $(CONFORMANCE_DEPS)
+	@test -x "$(CACHETD)" || { echo "differential-long: no server binary at CACHETD=$(CACHETD)"; exit 1; }
+	@echo "==> differential test against memcached 1.6.45 for $(DIFF_SECONDS) s, cachetd $(abspath $(CACHETD))"
+	CACHETD=$(abspath $(CACHETD)) CACHET_DIFF_SECONDS=$(DIFF_SECONDS) \
+	  CACHET_DIFF_SEEDS='$(CACHET_DIFF_SEEDS)' CACHET_DIFF_REQUESTS='$(CACHET_DIFF_REQUESTS)' \
+	  CACHET_DIFF_FIRST_SEED='$(CACHET_DIFF_FIRST_SEED)' \
+	  timeout --kill-after=30 $$(( $(DIFF_SECONDS) + 900 )) \
+	  $(PROTOCOL_VENV)/bin/python -m pytest -c $(PROTOCOL_DIR)/pytest.ini --rootdir=$(PROTOCOL_DIR) \
+	  -v -s --timeout=$$(( $(DIFF_SECONDS) + 600 )) $(PROTOCOL_DIR)/test_differential.py -k test_for_a_while

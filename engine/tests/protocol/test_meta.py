@@ -411,11 +411,40 @@ def test_ma_quiet_hides_success_even_with_v(c, key):
     assert meta(c, f"mg {key} v").value == b"2"
 
 
-def test_ma_quiet_hides_autovivify_too(c, key):
-    # memcached 1.6.18 answered the request that created the counter; 1.6.45 does not
-    c.send(f"ma {key} N0 J5 q\r\nmn\r\n".encode())
-    assert c.line() == b"MN", "q hides the success that created the counter"
+def test_ma_quiet_hides_the_autovivify_too(c, key):
+    """memcached 1.6.18 answered the ma that created a counter even with q;
+    1.6.45 (the reference) hides that success like any other."""
+    c.send(f"ma {key} N0 J5 q\r\nma {key}-v N0 J7 v q\r\nmn\r\n".encode())
+    assert c.line() == b"MN", "q hides a success, also the one that created the counter"
     assert meta(c, f"mg {key} v").value == b"5"
+    assert meta(c, f"mg {key}-v v").value == b"7"
+
+
+def test_ms_s_is_the_stored_size(c, key):
+    """s on ms is the size of what is stored now (the whole value after an
+    append or prepend); a refused store answers with the length it was sent
+    (memcached 1.6.45; cachetd said s<sent length> and nothing on NS/EX/NF)."""
+    assert ms(c, key, "abc", "s").flags["s"] == "3"
+    assert ms(c, key, "de", "s MA").flags["s"] == "5"
+    assert ms(c, key, "f", "MP s").flags["s"] == "6"
+    r = ms(c, key, "ghij", "s ME")
+    assert (r.code, r.flags.get("s")) == ("NS", "4")
+    r = ms(c, key, "gh", "s C1")
+    assert (r.code, r.flags.get("s")) == ("EX", "2")
+    r = ms(c, key + "-none", "xyz", "s MA")
+    assert (r.code, r.flags.get("s")) == ("NS", "3")
+    assert meta(c, f"mg {key} v").value == b"fabcde"
+
+
+def test_mg_C_drops_the_value_when_the_cas_matches(c, key):
+    """protocol.txt (1.6.45): mg C(token) sends HD instead of the value when
+    the item's CAS matches; cachetd refused C as an invalid flag."""
+    cas = int(ms(c, key, "val", "c").flags["c"])
+    r = meta(c, f"mg {key} v C{cas} s")
+    assert (r.code, r.value, r.flags.get("s")) == ("HD", None, "3")
+    r = meta(c, f"mg {key} v C{cas + 1}")
+    assert (r.code, r.value) == ("VA", b"val")
+    assert meta(c, f"mg {key} v Cabc").value == "CLIENT_ERROR bad token in command line format"
 
 
 def test_ms_mode_is_checked_before_cas(c, key):
@@ -546,3 +575,38 @@ def test_meta_line_is_at_most_20_tokens(c, key):
     r = meta(c, f"mg {key} " + " ".join(flags))
     assert r.code == "VA", "20 tokens are fine"
     assert meta(c, f"mg {key} " + " ".join(flags + ["L"])).value == "CLIENT_ERROR options flags are too long"
+
+
+def test_ma_on_an_empty_value_is_non_numeric_before_the_cas(c, key):
+    """memcached 1.6.45 refuses an empty value as non-numeric before it
+    compares C; cachetd answered EX for a wrong C. A value that is not empty
+    still compares the CAS first (EX)."""
+    for empty in (f"mg {key} N0 c", f"ms {key} 0 c"):
+        cas = int(meta(c, empty, b"" if empty.startswith("ms") else None).flags["c"])
+        r = meta(c, f"ma {key} C{cas + 1}")
+        assert r.value == "CLIENT_ERROR cannot increment or decrement non-numeric value", empty
+    cas = int(ms(c, key, "x", "c").flags["c"])
+    assert meta(c, f"ma {key} C{cas + 1}").code == "EX"
+
+
+def test_ms_append_with_N_creates_a_missing_item_whatever_C_says(c, key):
+    """memcached 1.6.45 compares C only against an item that is there: ms in
+    append or prepend mode with N creates the missing item even with C
+    (cachetd answered NS). With an item there, C still decides."""
+    r = ms(c, key, "abc", "MA N0 C12345 c")
+    assert r.code == "HD"
+    assert meta(c, f"mg {key} v").value == b"abc"
+    cas = int(r.flags["c"])
+    assert ms(c, key, "d", f"MA N0 C{cas + 1}").code == "EX"
+    assert ms(c, key + "-p", "xy", "MP N0 C7").code == "HD"
+
+
+def test_P_and_L_are_accepted_and_ignored_by_every_meta_command(c, key):
+    """protocol.txt: all meta commands accept P and L (hints for a proxy) and
+    ignore them; cachetd refused them as invalid flags."""
+    assert ms(c, key, "5", "P/route Lx T0").code == "HD"
+    assert meta(c, f"mg {key} v Lpath/ P1").value == b"5"
+    r = meta(c, f"ma {key} v Pp Lq")
+    assert (r.code, r.value) == ("VA", b"6")
+    assert meta(c, f"md {key} L1 q P2\r\nmn").code == "MN"
+    assert meta(c, f"mg {key} v").code == "EN"
