@@ -105,8 +105,9 @@ bool item_is_flushed(item *it, rel_time_t now)
 
 bool item_is_live(item *it, rel_time_t now)
 {
-    return item_is_live_in(it, (struct time_view){ .now = now,
-                                   .fw = atomic_load_explicit(&g_flush_word, memory_order_acquire) });
+    struct time_view v = time_view_now();
+    v.now = now;
+    return item_is_live_in(it, v);
 }
 
 /* Once ITEM_LINKED is cleared the cleaner may reclaim the chunk at any time

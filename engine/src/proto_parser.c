@@ -284,7 +284,8 @@ static enum parse_status parse_meta_flags(const struct tok *t, int nt, struct re
         case 'D': if (!parse_u64(tok, n, &m->delta)) err = "CLIENT_ERROR invalid numeric delta value"; break;
         case 'J': if (!parse_u64(tok, n, &m->initial)) err = "CLIENT_ERROR invalid numeric initial value"; break;
         /* the mode is the first byte after M, as memcached reads it */
-        case 'M': m->mode = n ? tok[0] : 0; break;
+        /* a bare M names no mode: refused like an unknown one (memcached) */
+        case 'M': m->mode = n ? tok[0] : '?'; break;
         case 'O':
             m->opaque = tok;
             m->nopaque = (uint8_t)(n > 255 ? 255 : n);

@@ -262,6 +262,18 @@ void storage_flush(rel_time_t when)
         }
         atomic_store_explicit(&g_flush_later, 0, memory_order_release);
     } else {
+        /* a delayed flush already in force is not undone by the next one:
+         * its horizon moves into the immediate word first (without a floor:
+         * the clock is past it) */
+        uint64_t in_force = prev.later;
+        if (in_force && flush_effective(in_force) <= now &&
+            (!prev.fw || flush_oldest(in_force) > flush_oldest(prev.fw) || flush_effective(prev.fw) > now)) {
+            uint64_t w = prev.fw & FLUSH_IMMEDIATE
+                ? flush_word(flush_oldest(in_force) > flush_oldest(prev.fw) ? flush_oldest(in_force) : flush_oldest(prev.fw),
+                             flush_effective(in_force), true)
+                : flush_word(flush_oldest(in_force), flush_effective(in_force), false);
+            atomic_store_explicit(&g_flush_word, w, memory_order_release);
+        }
         atomic_store_explicit(&g_flush_later, flush_word(when - 1, when - 1, false), memory_order_release);
     }
     atomic_store(&g_flush_pending, 1);

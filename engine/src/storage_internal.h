@@ -260,7 +260,8 @@ struct time_view { rel_time_t now; uint64_t fw, later; };
 static inline struct time_view time_view_now(void)
 {
     struct time_view v;
-    v.now = now_time();
+    /* acquire, so the word's load cannot move before the clock's */
+    v.now = atomic_load_explicit(&g_current_time, memory_order_acquire);
     v.fw = atomic_load_explicit(&g_flush_word, memory_order_acquire);
     v.later = atomic_load_explicit(&g_flush_later, memory_order_acquire);
     return v;

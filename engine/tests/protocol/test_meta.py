@@ -610,3 +610,12 @@ def test_P_and_L_are_accepted_and_ignored_by_every_meta_command(c, key):
     assert (r.code, r.value) == ("VA", b"6")
     assert meta(c, f"md {key} L1 q P2\r\nmn").code == "MN"
     assert meta(c, f"mg {key} v").code == "EN"
+
+
+def test_a_bare_M_names_no_mode(c, key):
+    """`ms k 1 M` stored and `ma k M` incremented; memcached 1.6.45 refuses a
+    mode flag without its mode byte like an unknown mode."""
+    c.send(f"ms {key} 1 M\r\nx\r\nmn\r\n".encode())
+    assert c.line() == b"CLIENT_ERROR invalid mode for ms M token"
+    assert c.line() == b"MN"
+    assert meta(c, f"ma {key} N0 J1 M").value == "CLIENT_ERROR invalid mode for ma M token"

@@ -205,6 +205,33 @@ def test_flush_all_is_not_undone_by_concurrent_hits(start_server):
     assert kept == 0, f"{kept} of {rounds} flushes left the hot key readable"
 
 
+def test_a_delayed_flush_frees_what_it_removed(start_server):
+    """Once a delayed flush_all took effect, its items were unreadable but never
+    reclaimed: curr_items stayed put and, with -M, every new set was refused
+    for good. The cleaner now judges items by both flush words."""
+    s = start_server("-M", "-m", "8")
+    with s.conn() as c:
+        store_many(c, "set", [(f"d{i}", b"v" * 1000) for i in range(20000)])
+        assert c.cmd("flush_all 1") == b"OK"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and stat(c, "curr_items") > 0:
+            time.sleep(0.5)
+        assert stat(c, "curr_items") == 0, "the delayed flush's items were never reclaimed"
+        assert c.store("set", "after", b"a" * 1000) == b"STORED"
+
+
+def test_a_second_delayed_flush_does_not_bring_back_the_first_ones_items(start_server):
+    """set, `flush_all 1`, wait past it, `flush_all 100`: the key came back
+    (the second delayed flush replaced the first, which was in force)."""
+    s = start_server()
+    with s.conn() as c:
+        assert c.store("set", "rk", b"x") == b"STORED"
+        assert c.cmd("flush_all 1") == b"OK"
+        time.sleep(2.5)
+        assert c.cmd("flush_all 100") == b"OK"
+        assert c.cmd("get rk") == b"END"
+
+
 def test_no_evict_flag_refuses_instead_of_evicting(start_server):
     """-M: memcached returns errors on memory exhaustion instead of evicting."""
     s = start_server("-M", "-m", "8")
