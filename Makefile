@@ -81,14 +81,18 @@ vet: ## Run go vet against code.
 # envtest's 20 s default start bound is tight when two test packages each start
 # an etcd and a kube-apiserver at once on a slow 2-CPU machine.
 ENVTEST_START_TIMEOUT ?= 2m
+# prometheus-operator's CRDs (PodMonitor, PrometheusRule) for the envtests, from
+# its Go module: the same version hack/helm-lint.sh installs.
+PROMETHEUS_OPERATOR_VERSION ?= v0.85.0
+PROMETHEUS_OPERATOR_CRDS = $$(cd /tmp && GOFLAGS= go mod download -json github.com/prometheus-operator/prometheus-operator@$(PROMETHEUS_OPERATOR_VERSION) | awk -F'"' '/"Dir"/{print $$4}')/example/prometheus-operator-crd
 .PHONY: test
 test: manifests generate fmt vet envtest envtest-floor kustomize ## Run unit and envtest tests against a real kube-apiserver and etcd: the current release and the floor.
 	@echo "==> envtest on kube-apiserver $$(cat $(LOCALBIN)/k8s/VERSION) (current)"
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" KUSTOMIZE="$(KUSTOMIZE)" \
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" KUSTOMIZE="$(KUSTOMIZE)" PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" \
 	KUBEBUILDER_CONTROLPLANE_START_TIMEOUT=$(ENVTEST_START_TIMEOUT) KUBEBUILDER_CONTROLPLANE_STOP_TIMEOUT=$(ENVTEST_START_TIMEOUT) \
 	go test $$(go list ./... | grep -v /test/e2e) -coverprofile cover.out
 	@echo "==> envtest on kube-apiserver $$(cat $(LOCALBIN)/k8s-floor/VERSION) (the chart's floor)"
-	KUBEBUILDER_ASSETS="$(ENVTEST_FLOOR_ASSETS)" KUSTOMIZE="$(KUSTOMIZE)" \
+	KUBEBUILDER_ASSETS="$(ENVTEST_FLOOR_ASSETS)" KUSTOMIZE="$(KUSTOMIZE)" PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" \
 	KUBEBUILDER_CONTROLPLANE_START_TIMEOUT=$(ENVTEST_START_TIMEOUT) KUBEBUILDER_CONTROLPLANE_STOP_TIMEOUT=$(ENVTEST_START_TIMEOUT) \
 	go test -count=1 . ./controllers/...
 

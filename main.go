@@ -34,10 +34,12 @@ import (
 	"syscall"
 	"time"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -63,6 +65,7 @@ var (
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(cachev1alpha1.AddToScheme(scheme))
+	utilruntime.Must(monitoringv1.AddToScheme(scheme))
 }
 
 // Webhook certificate modes.
@@ -144,7 +147,18 @@ func main() {
 		metricsOptions.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	restConfig := ctrl.GetConfigOrDie()
+	dc, err := discovery.NewDiscoveryClientForConfig(restConfig)
+	if err != nil {
+		setupLog.Error(err, "unable to create a discovery client")
+		os.Exit(1)
+	}
+	// Which optional kinds (prometheus-operator's) exist decides what the
+	// manager can watch; ones installed later are found by each reconcile.
+	apis := &controllers.DiscoveryChecker{Discovery: dc, TTL: 30 * time.Second}
+	servedOptional := controllers.OptionalKindsServed(apis)
+
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsOptions,
 		WebhookServer:          webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: webhookCertDir, TLSOpts: tlsOpts}),
@@ -153,7 +167,7 @@ func main() {
 		LeaderElectionID:       leaderElectionID,
 		// Stepping down on SIGTERM lets the next leader start at once.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controllers.CacheOptions(splitList(watchNamespaces)...),
+		Cache:                         controllers.CacheOptions(servedOptional, splitList(watchNamespaces)...),
 	})
 	if err != nil {
 		setupLog.Error(err, "unable to create manager")
@@ -201,13 +215,15 @@ func main() {
 	}
 
 	reconciler := &controllers.CacheReconciler{
-		Client:        mgr.GetClient(),
-		APIReader:     mgr.GetAPIReader(),
-		Scheme:        mgr.GetScheme(),
-		Recorder:      mgr.GetEventRecorder("cachet-operator"),
-		EngineImage:   engineImage,
-		Engine:        engine.Options{MetricsPort: int32(engineMetricsPort)},
-		ClusterDomain: clusterDomain,
+		Client:         mgr.GetClient(),
+		APIReader:      mgr.GetAPIReader(),
+		Scheme:         mgr.GetScheme(),
+		Recorder:       mgr.GetEventRecorder("cachet-operator"),
+		EngineImage:    engineImage,
+		Engine:         engine.Options{MetricsPort: int32(engineMetricsPort)},
+		ClusterDomain:  clusterDomain,
+		APIs:           apis,
+		ServedOptional: servedOptional,
 	}
 	if checkCPUManager {
 		cs, err := kubernetes.NewForConfig(mgr.GetConfig())

@@ -254,6 +254,8 @@ func TestPodTemplateFieldsAreWhatTheBuilderReads(t *testing.T) {
 		"updateStrategy":      func(c *cachev1alpha1.Cache) { c.Spec.UpdateStrategy.Type = cachev1alpha1.OnDeleteStrategy },
 		"podDisruptionBudget": func(c *cachev1alpha1.Cache) { c.Spec.PodDisruptionBudget.MaxUnavailable = ptr.To(intstr.FromInt32(2)) },
 		"networkPolicy":       func(c *cachev1alpha1.Cache) { c.Spec.NetworkPolicy = &cachev1alpha1.NetworkPolicySpec{} },
+		"monitoring":          func(c *cachev1alpha1.Cache) { c.Spec.Monitoring = &cachev1alpha1.MonitoringSpec{Interval: "5s"} },
+		"autoscaling":         func(c *cachev1alpha1.Cache) { c.Spec.Autoscaling = &cachev1alpha1.AutoscalingSpec{MaxReplicas: 3} },
 	}
 	specFields := reflect.TypeOf(cachev1alpha1.CacheSpec{})
 	if specFields.NumField() != len(changes) {

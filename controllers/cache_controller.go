@@ -20,10 +20,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -66,6 +68,40 @@ type CacheReconciler struct {
 	CPUManager CPUManagerChecker
 	// MaxBackoff caps the retry delay after a failed apply (default 5 min).
 	MaxBackoff time.Duration
+	// APIs says which optional APIs (prometheus-operator's kinds, the
+	// metrics APIs) the cluster serves; nil: none.
+	APIs APIChecker
+	// ServedOptional are the optional kinds served when the manager started,
+	// by resource: those are watched and read from the informers; the rest
+	// are read from the API server when they appear later.
+	ServedOptional map[string]bool
+	// RecheckAPIs is how often a Cache that wants an optional API the
+	// cluster lacks (or a kind the manager does not watch) is reconciled
+	// again (default 5 min), so that installing prometheus-operator or an
+	// adapter later is noticed without an operator restart.
+	RecheckAPIs time.Duration
+}
+
+// serves reports whether the cluster serves an optional group/version (all
+// non-optional ones are served).
+func (r *CacheReconciler) serves(groupVersion, resource string) bool {
+	if groupVersion == "" {
+		return true
+	}
+	return r.APIs != nil && r.APIs.Serves(groupVersion, resource)
+}
+
+// reader reads obj's kind from the informers when the manager watches it,
+// else from the API server: an optional kind that appeared after the
+// operator started has no informer, and reading it through the cached client
+// would start an unfiltered one.
+func (r *CacheReconciler) reader(obj client.Object) client.Reader {
+	for _, k := range ownedKinds {
+		if k.optionalAPI != "" && reflect.TypeOf(k.object) == reflect.TypeOf(obj) && !r.ServedOptional[k.resource] && r.APIReader != nil {
+			return r.APIReader
+		}
+	}
+	return r.Client
 }
 
 // errNotOurs marks an object that exists under an owned object's name but is
@@ -96,9 +132,13 @@ const requeueSoon = time.Second
 func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	c := &cachev1alpha1.Cache{}
 	if err := r.Get(ctx, req.NamespacedName, c); err != nil {
+		if apierrors.IsNotFound(err) {
+			forgetCacheMetrics(req.Namespace, req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !c.DeletionTimestamp.IsZero() {
+		forgetCacheMetrics(c.Namespace, c.Name)
 		return ctrl.Result{}, nil // owner references let the garbage collector remove the rest
 	}
 	return r.reconcileCache(ctx, c)
@@ -108,7 +148,7 @@ func (r *CacheReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 // API server: the informer may not have seen an object created a moment ago,
 // and holds no object without the operator's label.
 func (r *CacheReconciler) getAround(ctx context.Context, key types.NamespacedName, obj client.Object) error {
-	err := r.Get(ctx, key, obj)
+	err := r.reader(obj).Get(ctx, key, obj)
 	if apierrors.IsNotFound(err) && r.APIReader != nil {
 		err = r.APIReader.Get(ctx, key, obj)
 	}
@@ -145,8 +185,18 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 
 	var sts *appsv1.StatefulSet
 	stsPending := prevSTS != nil && prevSTS.DeletionTimestamp != nil
+	recheck := false // something wanted depends on an API that may appear later
 	for _, kind := range ownedKinds {
-		for _, obj := range kind.build(c, opts) {
+		wanted := kind.build(c, opts)
+		if kind.optionalAPI != "" && len(wanted) > 0 {
+			if !r.serves(kind.optionalAPI, kind.resource) || !r.ServedOptional[kind.resource] {
+				recheck = true
+			}
+			if !r.serves(kind.optionalAPI, kind.resource) {
+				continue // the Monitoring condition says what is missing
+			}
+		}
+		for _, obj := range wanted {
 			if s, ok := obj.(*appsv1.StatefulSet); ok {
 				sts = s
 				if stsPending {
@@ -213,7 +263,26 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 		return ctrl.Result{}, err
 	}
 
-	obs := Observed{StatefulSet: live.statefulSet, Pods: live.pods, ConfigMaps: configs, Image: opts.Image, Options: opts}
+	obs := Observed{StatefulSet: live.statefulSet, Pods: live.pods, ConfigMaps: configs, Image: opts.Image, Options: opts,
+		APIs: map[string]bool{}}
+	for _, gv := range append([]string{MonitoringAPI}, metricsAPIsNeeded(c)...) {
+		obs.APIs[gv] = r.serves(gv, "")
+		if !obs.APIs[gv] && (gv != MonitoringAPI || c.Spec.Monitoring.IsEnabled()) {
+			recheck = true
+		}
+	}
+	if c.Spec.Autoscaling != nil {
+		hpa := &autoscalingv2.HorizontalPodAutoscaler{}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: HPAName(c)}, hpa); err == nil {
+			obs.HPA = hpa
+		} else if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+	}
+	result := ctrl.Result{}
+	if recheck {
+		result.RequeueAfter = r.recheckAPIs()
+	}
 	if r.CPUManager != nil && c.Spec.IsDedicatedCPUs() {
 		obs.NodePolicies = map[string]NodeCPUPolicy{}
 		for _, p := range live.pods {
@@ -225,9 +294,9 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 		}
 	}
 	status := ComputeStatus(c, obs, r.ClusterDomain)
-	recordCoresMetric(c, status)
+	recordCacheMetrics(c, status)
 	if equality.Semantic.DeepEqual(c.Status, status) {
-		return ctrl.Result{}, nil
+		return result, nil
 	}
 	previous := c.Status
 	c.Status = status
@@ -241,7 +310,14 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 	// repeats an Event.
 	r.recordConditionEvents(c, previous, status)
 	r.recordRestartEvents(c, previous, status)
-	return ctrl.Result{}, nil
+	return result, nil
+}
+
+func (r *CacheReconciler) recheckAPIs() time.Duration {
+	if r.RecheckAPIs > 0 {
+		return r.RecheckAPIs
+	}
+	return 5 * time.Minute
 }
 
 // prune deletes owned objects the Cache no longer wants (old revisions'
@@ -250,7 +326,7 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 func (r *CacheReconciler) prune(ctx context.Context, c *cachev1alpha1.Cache, opts BuildOptions, live *liveState) (map[string][]string, error) {
 	configs := map[string][]string{}
 	for _, kind := range ownedKinds {
-		if !kind.prune {
+		if !kind.prune || !r.serves(kind.optionalAPI, kind.resource) {
 			continue
 		}
 		wanted := map[string]bool{}
@@ -258,7 +334,7 @@ func (r *CacheReconciler) prune(ctx context.Context, c *cachev1alpha1.Cache, opt
 			wanted[obj.GetName()] = true
 		}
 		list := kind.list.DeepCopyObject().(client.ObjectList)
-		if err := r.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels(Labels(c))); err != nil {
+		if err := r.reader(kind.object).List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels(Labels(c))); err != nil {
 			return nil, err
 		}
 		items, err := meta.ExtractList(list)
@@ -372,8 +448,12 @@ func (r *CacheReconciler) recordSpecEvents(c *cachev1alpha1.Cache, prev, next *a
 		return
 	}
 	if prev.Spec.Replicas != nil && *prev.Spec.Replicas != *next.Spec.Replicas {
+		by := ""
+		if c.Spec.Autoscaling != nil {
+			by = fmt.Sprintf(" (spec.replicas set through /scale; HorizontalPodAutoscaler %s scales this Cache)", HPAName(c))
+		}
 		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Scaling", "Apply",
-			"scaling from %d to %d pod(s)", *prev.Spec.Replicas, *next.Spec.Replicas)
+			"scaling from %d to %d pod(s)%s", *prev.Spec.Replicas, *next.Spec.Replicas, by)
 	}
 	oldHash := prev.Spec.Template.Annotations[ConfigHashAnnotation]
 	newHash := next.Spec.Template.Annotations[ConfigHashAnnotation]
@@ -397,7 +477,8 @@ func (r *CacheReconciler) recordConditionEvents(c *cachev1alpha1.Cache, prev, ne
 		}
 		return metav1.ConditionFalse, "" // absent reads as False: a new Cache is neither Ready nor Degraded
 	}
-	for _, t := range []string{cachev1alpha1.ConditionReady, cachev1alpha1.ConditionDegraded, cachev1alpha1.ConditionCoresExclusive} {
+	for _, t := range []string{cachev1alpha1.ConditionReady, cachev1alpha1.ConditionDegraded, cachev1alpha1.ConditionCoresExclusive,
+		cachev1alpha1.ConditionMonitoring, cachev1alpha1.ConditionAutoscaling} {
 		oldStatus, oldReason := statusOf(prev, t)
 		cur := meta.FindStatusCondition(next.Conditions, t)
 		if cur == nil {
@@ -406,6 +487,12 @@ func (r *CacheReconciler) recordConditionEvents(c *cachev1alpha1.Cache, prev, ne
 		changed := cur.Status != oldStatus
 		if t == cachev1alpha1.ConditionDegraded && cur.Status == metav1.ConditionTrue && cur.Reason != oldReason {
 			changed = true // a different problem
+		}
+		if t == cachev1alpha1.ConditionMonitoring || t == cachev1alpha1.ConditionAutoscaling {
+			// Absent is news here too: turning monitoring on in a cluster
+			// without prometheus-operator deserves a Warning at once.
+			old := meta.FindStatusCondition(prev.Conditions, t)
+			changed = old == nil || old.Status != cur.Status || old.Reason != cur.Reason
 		}
 		if t == cachev1alpha1.ConditionCoresExclusive {
 			// Only the discovery that cores are shared is news.
@@ -419,7 +506,8 @@ func (r *CacheReconciler) recordConditionEvents(c *cachev1alpha1.Cache, prev, ne
 		// Planned work (a roll, a scale) also makes a Cache not Ready; only
 		// problems are Warnings.
 		kind := corev1.EventTypeNormal
-		if (t == cachev1alpha1.ConditionDegraded && cur.Status == metav1.ConditionTrue) || t == cachev1alpha1.ConditionCoresExclusive {
+		if (t == cachev1alpha1.ConditionDegraded && cur.Status == metav1.ConditionTrue) || t == cachev1alpha1.ConditionCoresExclusive ||
+			((t == cachev1alpha1.ConditionMonitoring || t == cachev1alpha1.ConditionAutoscaling) && cur.Status == metav1.ConditionFalse) {
 			kind = corev1.EventTypeWarning
 		}
 		r.Recorder.Eventf(c, nil, kind, cur.Reason, "Observe", "%s=%s: %s", t, cur.Status, cur.Message)
@@ -470,7 +558,7 @@ func (r *CacheReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, maxBackoff),
 		})
-	for _, k := range ownedKinds {
+	for _, k := range watchedKinds(r.ServedOptional) {
 		b = b.Owns(k.object)
 	}
 	return b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCache)).

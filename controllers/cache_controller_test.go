@@ -129,7 +129,7 @@ func TestCreateBuildsEveryOwnedObject(t *testing.T) {
 		err := k8sClient.Get(ctx, key("web"), sts)
 		return err == nil, fmt.Sprint(err)
 	})
-	want := StatefulSet(c, BuildOptions{Image: testEngineImage})
+	want := StatefulSet(c, BuildOptions{Image: testEngineImage, Engine: suiteEngine})
 	ctr := sts.Spec.Template.Spec.Containers[0]
 	if *sts.Spec.Replicas != 2 || sts.Spec.ServiceName != "web-headless" || ctr.Image != testEngineImage ||
 		!slices.Equal(ctr.Command, want.Spec.Template.Spec.Containers[0].Command) ||
@@ -145,7 +145,7 @@ func TestCreateBuildsEveryOwnedObject(t *testing.T) {
 	if err := k8sClient.Get(ctx, key(ConfigMapOfPod(&sts.Spec.Template.Spec)), cm); err != nil {
 		t.Fatal(err)
 	}
-	if cm.Data["args"] != "-p\n11211\n-t\n1\n-m\n64\n-c\n1024\n-I\n1m\n-f\n1.25\n-n\n48\n-o\nconn_buffer_limit=4m\n" || cm.Immutable == nil || !*cm.Immutable {
+	if cm.Data["args"] != "-p\n11211\n-t\n1\n-m\n64\n-c\n1024\n-I\n1m\n-f\n1.25\n-n\n48\n-o\nconn_buffer_limit=4m,metrics_port=9150\n" || cm.Immutable == nil || !*cm.Immutable {
 		t.Errorf("args file = %q immutable %v", cm.Data["args"], cm.Immutable)
 	}
 	if sts.Spec.Template.Annotations[ConfigHashAnnotation] != engine.ConfigHash(cm.Data["args"]) || cm.Name != "web-config-"+engine.ConfigHash(cm.Data["args"]) {
@@ -183,7 +183,7 @@ func TestCreateBuildsEveryOwnedObject(t *testing.T) {
 		return len(c.Status.Conditions) == 5 && len(c.Status.Endpoints) == 2, fmt.Sprintf("%+v", c.Status)
 	})
 	if c.Status.Endpoints[1].Host != "web-1.web-headless."+ns+".svc.cluster.test" || c.Status.Selector == "" ||
-		!slices.Equal(c.Status.EngineArgs, EngineArgs(c, BuildOptions{})) || c.Status.Image != testEngineImage {
+		!slices.Equal(c.Status.EngineArgs, EngineArgs(c, BuildOptions{Engine: suiteEngine})) || c.Status.Image != testEngineImage {
 		t.Errorf("status: %+v", c.Status)
 	}
 	eventually(t, "a Created event", func() (bool, string) {
@@ -203,7 +203,7 @@ func TestCreateBuildsEveryOwnedObject(t *testing.T) {
 	// reconciler is called directly so that the check does not depend on when
 	// the manager's own reconciles happen.
 	before := sts.ResourceVersion
-	direct := &CacheReconciler{Client: k8sClient, Scheme: scheme, Recorder: testRecorder, EngineImage: testEngineImage, ClusterDomain: "cluster.test"}
+	direct := &CacheReconciler{Client: k8sClient, Scheme: scheme, Recorder: testRecorder, EngineImage: testEngineImage, ClusterDomain: "cluster.test", Engine: suiteEngine}
 	for range 2 {
 		if _, err := direct.Reconcile(ctx, ctrl.Request{NamespacedName: key("web")}); err != nil {
 			t.Fatal(err)
@@ -301,7 +301,7 @@ func TestSpecChangeGetsANewRevisionAndOldPodsKeepTheirs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantArgs := engine.ArgsFile(EngineArgs(c, BuildOptions{}))
+	wantArgs := engine.ArgsFile(EngineArgs(c, BuildOptions{Engine: suiteEngine}))
 	eventually(t, "StatefulSet follows the new spec", func() (bool, string) {
 		if err := k8sClient.Get(ctx, key, sts); err != nil {
 			return false, err.Error()
@@ -309,7 +309,7 @@ func TestSpecChangeGetsANewRevisionAndOldPodsKeepTheirs(t *testing.T) {
 		h := sts.Spec.Template.Annotations[ConfigHashAnnotation]
 		return h == engine.ConfigHash(wantArgs) && h != oldHash, h
 	})
-	if lim := sts.Spec.Template.Spec.Containers[0].Resources.Limits.Memory(); lim.Cmp(oldLimit) <= 0 || lim.Value() != engine.MemoryLimitBytes(&c.Spec, engine.Options{}) {
+	if lim := sts.Spec.Template.Spec.Containers[0].Resources.Limits.Memory(); lim.Cmp(oldLimit) <= 0 || lim.Value() != engine.MemoryLimitBytes(&c.Spec, suiteEngine) {
 		t.Errorf("memory limit %s did not follow (was %s)", lim, &oldLimit)
 	}
 	newCM := ConfigMapOfPod(&sts.Spec.Template.Spec)
@@ -650,7 +650,7 @@ func TestImmutableStatefulSetChangeIsReplaced(t *testing.T) {
 	// deleting it with propagationPolicy Orphan so that its pods live on.
 	// envtest runs no garbage collector, so this test removes the orphan
 	// finalizer itself, as the collector would once the pods are released.
-	old := StatefulSet(c, BuildOptions{Image: testEngineImage})
+	old := StatefulSet(c, BuildOptions{Image: testEngineImage, Engine: suiteEngine})
 	old.Spec.ServiceName = "imm-legacy"
 	old.Spec.Replicas = ptr.To(int32(2))
 	old.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(c, cachev1alpha1.GroupVersion.WithKind("Cache"))}

@@ -30,11 +30,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
-
-	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
 )
 
 // NodeCPUPolicy is one node's CPU manager policy, or why it is unknown.
@@ -100,34 +96,4 @@ func (k *KubeletConfigz) read(ctx context.Context, node string) NodeCPUPolicy {
 		cz.KubeletConfig.CPUManagerPolicy = "none" // the kubelet's default
 	}
 	return NodeCPUPolicy{Policy: cz.KubeletConfig.CPUManagerPolicy}
-}
-
-// coresExclusive is 1 while a dedicated Cache's cores are exclusive, 0 when
-// some are not (the alert in the chart's PrometheusRule fires on 0); absent
-// when unchecked.
-var coresExclusive = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-	Name: "cachet_cache_cores_exclusive",
-	Help: "1 when every pod of a dedicated-CPU Cache runs on a node with the static CPU manager (exclusive cores), 0 when one does not.",
-}, []string{"namespace", "cache"})
-
-func init() { metrics.Registry.MustRegister(coresExclusive) }
-
-func recordCoresMetric(c *cachev1alpha1.Cache, st cachev1alpha1.CacheStatus) {
-	for _, cond := range st.Conditions {
-		if cond.Type != cachev1alpha1.ConditionCoresExclusive {
-			continue
-		}
-		switch cond.Status {
-		case "True":
-			coresExclusive.WithLabelValues(c.Namespace, c.Name).Set(1)
-		case "False":
-			if cond.Reason == ReasonSharedCores {
-				coresExclusive.WithLabelValues(c.Namespace, c.Name).Set(0)
-				return
-			}
-			coresExclusive.DeleteLabelValues(c.Namespace, c.Name)
-		default:
-			coresExclusive.DeleteLabelValues(c.Namespace, c.Name)
-		}
-	}
 }

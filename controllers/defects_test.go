@@ -145,7 +145,7 @@ func TestOperatorUpgradeKeepsTheEngineImage(t *testing.T) {
 	// is handed to the reconciler directly.)
 	c := getCache(t, ns, "pinned")
 	c.Spec.Image = ""
-	upgraded := &CacheReconciler{Client: k8sClient, Scheme: scheme, Recorder: testRecorder, EngineImage: "localhost/cachetd:next-operator", ClusterDomain: "cluster.test"}
+	upgraded := &CacheReconciler{Client: k8sClient, Scheme: scheme, Recorder: testRecorder, EngineImage: "localhost/cachetd:next-operator", ClusterDomain: "cluster.test", Engine: suiteEngine}
 	if _, err := upgraded.reconcileCache(ctx, c); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestRBACMarkersMatchOwnedKinds(t *testing.T) {
 // The watch-namespaces mode: every informer, Caches included, is limited to
 // the listed namespaces, which is what lets the chart grant Roles only.
 func TestWatchNamespacesLimitEveryInformer(t *testing.T) {
-	opts := CacheOptions("team-a", "team-b")
+	opts := CacheOptions(map[string]bool{"podmonitors": true, "prometheusrules": true}, "team-a", "team-b")
 	if len(opts.DefaultNamespaces) != 2 {
 		t.Fatalf("default namespaces %v", opts.DefaultNamespaces)
 	}
@@ -231,11 +231,16 @@ func TestWatchNamespacesLimitEveryInformer(t *testing.T) {
 			t.Errorf("%T overrides the namespaces: %v", obj, by.Namespaces)
 		}
 	}
-	if all := CacheOptions(); all.DefaultNamespaces != nil {
+	if all := CacheOptions(nil); all.DefaultNamespaces != nil {
 		t.Fatalf("no namespaces must watch all: %v", all.DefaultNamespaces)
 	}
 	if len(opts.ByObject) != len(ownedKinds)+1 {
 		t.Errorf("%d informer filters for %d owned kinds and pods", len(opts.ByObject), len(ownedKinds))
+	}
+	// Kinds the cluster does not serve get no informer: one would stop the
+	// manager from starting.
+	if n := len(CacheOptions(nil).ByObject); n != len(ownedKinds)-2+1 {
+		t.Errorf("%d informer filters without prometheus-operator's kinds, want %d", n, len(ownedKinds)-1)
 	}
 }
 

@@ -31,8 +31,10 @@ import (
 // pod of a big cluster would cost memory for nothing; the rare look-up of an
 // object without the label (a name conflict) goes to the API server directly.
 // With namespaces, every informer (Caches included) watches only those
-// namespaces, which is what lets the operator run with Roles alone.
-func CacheOptions(namespaces ...string) cache.Options {
+// namespaces, which is what lets the operator run with Roles alone. An
+// optional kind (a PodMonitor) gets an informer only when servedOptional says
+// the cluster serves it.
+func CacheOptions(servedOptional map[string]bool, namespaces ...string) cache.Options {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{cachev1alpha1.LabelManagedBy: managerName})}
 	byObject := map[client.Object]cache.ByObject{
 		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{
@@ -40,7 +42,7 @@ func CacheOptions(namespaces ...string) cache.Options {
 			cachev1alpha1.LabelComponent: cachev1alpha1.LabelComponentCache,
 		})},
 	}
-	for _, k := range ownedKinds {
+	for _, k := range watchedKinds(servedOptional) {
 		byObject[k.object] = managed
 	}
 	opts := cache.Options{ByObject: byObject}

@@ -26,7 +26,9 @@ package controllers
 import (
 	"reflect"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -39,6 +41,9 @@ import (
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=podmonitors,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=prometheusrules,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch;delete
 
 // ownedKind is one kind of object the operator makes for a Cache.
@@ -59,6 +64,11 @@ type ownedKind struct {
 	// deletes: the reconciler deletes objects of this kind (pruning, or
 	// replacing a StatefulSet whose immutable fields changed).
 	deletes bool
+	// optionalAPI, when set, is the group/version that serves the kind in
+	// clusters that have it (a CRD of another project). Where it is not
+	// served the kind is neither applied nor pruned nor watched, and the
+	// Cache's conditions say what is missing.
+	optionalAPI string
 }
 
 // verbs the operator needs on the kind: server-side apply is a patch that
@@ -96,8 +106,41 @@ var ownedKinds = []ownedKind{
 		})},
 	{group: "networking.k8s.io", resource: "networkpolicies", object: &networkingv1.NetworkPolicy{}, list: &networkingv1.NetworkPolicyList{},
 		build: one(NetworkPolicy), prune: true},
+	{group: "monitoring.coreos.com", resource: "podmonitors", object: &monitoringv1.PodMonitor{}, list: &monitoringv1.PodMonitorList{},
+		build: one(PodMonitor), prune: true, optionalAPI: MonitoringAPI},
+	{group: "monitoring.coreos.com", resource: "prometheusrules", object: &monitoringv1.PrometheusRule{}, list: &monitoringv1.PrometheusRuleList{},
+		build: one(PrometheusRule), prune: true, optionalAPI: MonitoringAPI},
+	{group: "autoscaling", resource: "horizontalpodautoscalers", object: &autoscalingv2.HorizontalPodAutoscaler{}, list: &autoscalingv2.HorizontalPodAutoscalerList{},
+		build: one(func(c *cachev1alpha1.Cache, _ BuildOptions) *autoscalingv2.HorizontalPodAutoscaler {
+			return HorizontalPodAutoscaler(c)
+		}), prune: true},
 	{group: "apps", resource: "statefulsets", object: &appsv1.StatefulSet{}, list: &appsv1.StatefulSetList{},
 		build: one(StatefulSet), deletes: true},
+}
+
+// OptionalKindsServed says, by resource, which optional kinds the cluster
+// serves now: the manager watches those (the rest cannot be watched, and a
+// watch on them would stop the manager from starting).
+func OptionalKindsServed(apis APIChecker) map[string]bool {
+	served := map[string]bool{}
+	for _, k := range ownedKinds {
+		if k.optionalAPI != "" && apis != nil && apis.Serves(k.optionalAPI, k.resource) {
+			served[k.resource] = true
+		}
+	}
+	return served
+}
+
+// watchedKinds are the owned kinds the manager watches: all but the optional
+// ones the cluster did not serve when the operator started.
+func watchedKinds(servedOptional map[string]bool) []ownedKind {
+	var kinds []ownedKind
+	for _, k := range ownedKinds {
+		if k.optionalAPI == "" || servedOptional[k.resource] {
+			kinds = append(kinds, k)
+		}
+	}
+	return kinds
 }
 
 // liveState is what pruning needs to know about the running pods.

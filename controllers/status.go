@@ -28,6 +28,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,6 +68,12 @@ const (
 	ReasonSharedCores         = "SharedCores"
 	ReasonNotChecked          = "NotChecked"
 	ReasonNotDedicated        = "NotDedicated"
+	ReasonMonitored           = "PodMonitorInPlace"
+	ReasonNoPrometheusOp      = "PrometheusOperatorMissing"
+	ReasonNoMetricsPort       = "NoMetricsPort"
+	ReasonAutoscalerActive    = "AutoscalerActive"
+	ReasonMetricsAPIMissing   = "MetricsAPIMissing"
+	ReasonAutoscalerPending   = "AutoscalerPending"
 )
 
 // Observed is what the reconciler read from the cluster for one Cache.
@@ -81,6 +88,11 @@ type Observed struct {
 	Options BuildOptions
 	// NodePolicies is each pod node's CPU manager policy, when checked.
 	NodePolicies map[string]NodeCPUPolicy
+	// APIs says, by group/version, whether the cluster serves the optional
+	// APIs this Cache needs (MonitoringAPI, and the metrics APIs of its HPA).
+	APIs map[string]bool
+	// HPA is the Cache's HorizontalPodAutoscaler as it reports itself.
+	HPA *autoscalingv2.HorizontalPodAutoscaler
 }
 
 // podProblem is one reason a pod cannot serve, worded for a person.
@@ -292,6 +304,8 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 	desired := c.Spec.DesiredReplicas()
 	setRestartCondition(c, st.Endpoints, obs.Options, set)
 	setCoresCondition(c, obs, set)
+	setMonitoringCondition(c, obs, set, &st.Conditions)
+	setAutoscalingCondition(c, obs, set, &st.Conditions)
 
 	// Problems come first: they explain every other condition.
 	var problems []podProblem
@@ -432,4 +446,74 @@ func setCoresCondition(c *cachev1alpha1.Cache, obs Observed, set func(string, me
 	default:
 		set(cachev1alpha1.ConditionCoresExclusive, metav1.ConditionTrue, ReasonStaticCPUManager, "every pod's node runs the static CPU manager, which gives its cores to the pod alone")
 	}
+}
+
+// setMonitoringCondition says whether Prometheus is told to scrape the Cache:
+// monitoring asked for in a cluster without prometheus-operator changes
+// nothing else, and says so here.
+func setMonitoringCondition(c *cachev1alpha1.Cache, obs Observed, set func(string, metav1.ConditionStatus, string, string), conds *[]metav1.Condition) {
+	switch {
+	case !c.Spec.Monitoring.IsEnabled():
+		meta.RemoveStatusCondition(conds, cachev1alpha1.ConditionMonitoring)
+	case obs.Options.Engine.MetricsPort == 0:
+		set(cachev1alpha1.ConditionMonitoring, metav1.ConditionFalse, ReasonNoMetricsPort,
+			"the operator runs the engines without a metrics port (--engine-metrics-port=0), so there is nothing to scrape")
+	case !obs.APIs[MonitoringAPI]:
+		set(cachev1alpha1.ConditionMonitoring, metav1.ConditionFalse, ReasonNoPrometheusOp,
+			"the cluster does not serve "+MonitoringAPI+" PodMonitor and PrometheusRule (prometheus-operator's CRDs), so nothing scrapes this Cache; the cache itself is not affected, and the operator creates them once the CRDs are installed")
+	default:
+		interval := c.Spec.Monitoring.Interval
+		if interval == "" {
+			interval = "30s"
+		}
+		set(cachev1alpha1.ConditionMonitoring, metav1.ConditionTrue, ReasonMonitored,
+			fmt.Sprintf("PodMonitor %s scrapes every pod's /metrics every %s; PrometheusRule %s holds %d alerts",
+				PodMonitorName(c), interval, PrometheusRuleName(c), len(CacheAlerts(c))))
+	}
+}
+
+// setAutoscalingCondition says whether the HPA can do its work: its metrics
+// APIs must be served, and the HPA itself must not complain.
+func setAutoscalingCondition(c *cachev1alpha1.Cache, obs Observed, set func(string, metav1.ConditionStatus, string, string), conds *[]metav1.Condition) {
+	if c.Spec.Autoscaling == nil {
+		meta.RemoveStatusCondition(conds, cachev1alpha1.ConditionAutoscaling)
+		return
+	}
+	var missing []string
+	for _, gv := range metricsAPIsNeeded(c) {
+		if !obs.APIs[gv] {
+			switch gv {
+			case CustomMetricsAPI:
+				missing = append(missing, gv+" (young evictions and hit ratio; e.g. prometheus-adapter with the chart's rules, metricsAdapter.install)")
+			default:
+				missing = append(missing, gv+" (CPU and memory; metrics-server or prometheus-adapter's resource rules)")
+			}
+		}
+	}
+	if len(missing) > 0 {
+		set(cachev1alpha1.ConditionAutoscaling, metav1.ConditionFalse, ReasonMetricsAPIMissing,
+			fmt.Sprintf("HorizontalPodAutoscaler %s cannot read its metrics: the cluster does not serve %s", HPAName(c), strings.Join(missing, "; ")))
+		return
+	}
+	a := c.Spec.Autoscaling
+	min := int32(1)
+	if a.MinReplicas != nil {
+		min = *a.MinReplicas
+	}
+	if obs.HPA == nil {
+		set(cachev1alpha1.ConditionAutoscaling, metav1.ConditionUnknown, ReasonAutoscalerPending, "waiting for HorizontalPodAutoscaler "+HPAName(c))
+		return
+	}
+	for _, t := range []autoscalingv2.HorizontalPodAutoscalerConditionType{autoscalingv2.AbleToScale, autoscalingv2.ScalingActive} {
+		for _, hc := range obs.HPA.Status.Conditions {
+			if hc.Type == t && hc.Status == corev1.ConditionFalse {
+				set(cachev1alpha1.ConditionAutoscaling, metav1.ConditionFalse, hc.Reason,
+					fmt.Sprintf("HorizontalPodAutoscaler %s: %s", HPAName(c), hc.Message))
+				return
+			}
+		}
+	}
+	set(cachev1alpha1.ConditionAutoscaling, metav1.ConditionTrue, ReasonAutoscalerActive,
+		fmt.Sprintf("HorizontalPodAutoscaler %s scales this Cache through /scale between %d and %d pods on %s; it wants %d now",
+			HPAName(c), min, a.MaxReplicas, hpaTargetsText(c), obs.HPA.Status.DesiredReplicas))
 }

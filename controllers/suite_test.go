@@ -34,9 +34,11 @@ import (
 	"testing"
 	"time"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -49,10 +51,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+	"cachet.dev/cachet/internal/engine"
 	"cachet.dev/cachet/test/utils"
 )
 
 const testEngineImage = "localhost/cachetd:envtest"
+
+// suiteEngine is how the suite's operator shapes engines: as the real one
+// does by default, with a metrics port.
+var suiteEngine = engine.Options{MetricsPort: engine.DefaultMetricsPort}
 
 var (
 	testEnv   *envtest.Environment
@@ -100,6 +107,7 @@ func run(m *testing.M) int {
 	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(cachev1alpha1.AddToScheme(scheme))
+	utilruntime.Must(monitoringv1.AddToScheme(scheme))
 
 	root := filepath.Join("..")
 	testEnv = &envtest.Environment{
@@ -135,7 +143,9 @@ func run(m *testing.M) int {
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir,
 		}),
-		Cache: CacheOptions(),
+		// prometheus-operator's CRDs are installed by a test, after start:
+		// the operator must find them without a watch.
+		Cache: CacheOptions(nil),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "manager: %v\n", err)
@@ -144,9 +154,12 @@ func run(m *testing.M) int {
 	testRecorder = mgr.GetEventRecorder("cachet-operator")
 	if err := (&CacheReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: testRecorder,
-		EngineImage: testEngineImage, ClusterDomain: "cluster.test",
+		EngineImage: testEngineImage, ClusterDomain: "cluster.test", Engine: suiteEngine,
 		// Short enough that tests see a retry after the cause went away.
 		MaxBackoff: 4 * time.Second,
+		APIs:       &DiscoveryChecker{Discovery: discovery.NewDiscoveryClientForConfigOrDie(cfg), TTL: 500 * time.Millisecond},
+		// Short enough that tests see CRDs installed after the start.
+		RecheckAPIs: 2 * time.Second,
 	}).SetupWithManager(mgr); err != nil {
 		fmt.Fprintf(os.Stderr, "controller: %v\n", err)
 		return 1

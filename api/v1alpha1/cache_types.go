@@ -17,6 +17,7 @@ limitations under the License.
 package v1alpha1
 
 import (
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -110,6 +111,117 @@ type CacheSpec struct {
 	// implements NetworkPolicy.
 	// +optional
 	NetworkPolicy *NetworkPolicySpec `json:"networkPolicy,omitempty"`
+
+	// Monitoring, when enabled, gives the Cache a PodMonitor and a
+	// PrometheusRule (prometheus-operator's kinds) so that a Prometheus
+	// scrapes every pod's /metrics and alerts on it. Without the
+	// prometheus-operator CRDs the Monitoring condition says so and nothing
+	// else changes.
+	// +optional
+	Monitoring *MonitoringSpec `json:"monitoring,omitempty"`
+
+	// Autoscaling, when set, gives the Cache a HorizontalPodAutoscaler that
+	// scales it through its /scale subresource (never the StatefulSet), on
+	// cache-aware signals served by the custom metrics API (for example by
+	// prometheus-adapter with the chart's rules) and on CPU and memory from
+	// the resource metrics API. spec.replicas is then the autoscaler's to set.
+	// +optional
+	Autoscaling *AutoscalingSpec `json:"autoscaling,omitempty"`
+}
+
+// MonitoringSpec says how Prometheus watches a Cache.
+type MonitoringSpec struct {
+	// Enabled reconciles the PodMonitor and the PrometheusRule.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// Interval between scrapes of each pod, a Prometheus duration.
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:Pattern=`^(0|(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$`
+	// +kubebuilder:validation:MaxLength=32
+	// +optional
+	Interval string `json:"interval,omitempty"`
+
+	// Labels added to the PodMonitor and the PrometheusRule, so that a
+	// Prometheus' podMonitorSelector and ruleSelector pick them up (for
+	// example release: kube-prometheus-stack).
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// HitRatioAlertBelow raises CachetHitRatioLow when the Cache's GET hit
+	// ratio stays under it, a decimal from 0 to 1 (e.g. "0.9"). When unset,
+	// autoscaling.targets.hitRatio is used, and without either there is no
+	// hit-ratio alert (a cache's natural hit ratio depends on its clients).
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || (quantity(string(self)).compareTo(quantity('0')) > 0 && quantity(string(self)).compareTo(quantity('1')) < 0)",message="spec.monitoring.hitRatioAlertBelow must be between 0 and 1, e.g. 0.9"
+	// +optional
+	HitRatioAlertBelow *resource.Quantity `json:"hitRatioAlertBelow,omitempty"`
+}
+
+// IsEnabled reports spec.monitoring.enabled with its default applied.
+func (m *MonitoringSpec) IsEnabled() bool {
+	return m != nil && (m.Enabled == nil || *m.Enabled)
+}
+
+// AutoscalingSpec bounds and drives the Cache's HorizontalPodAutoscaler.
+// +kubebuilder:validation:XValidation:rule="!has(self.minReplicas) || self.minReplicas <= self.maxReplicas",message="spec.autoscaling.minReplicas must be at most maxReplicas"
+type AutoscalingSpec struct {
+	// MinReplicas the autoscaler keeps.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	MinReplicas *int32 `json:"minReplicas,omitempty"`
+
+	// MaxReplicas the autoscaler may reach.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxReplicas int32 `json:"maxReplicas"`
+
+	// Targets the autoscaler holds; the largest replica count any of them
+	// asks for wins.
+	Targets AutoscalingTargets `json:"targets"`
+
+	// Behavior is the HorizontalPodAutoscaler's scale-up and scale-down
+	// policy, as in autoscaling/v2. When unset the operator scales in
+	// slowly (one pod per 5 minutes after a 10-minute window): every pod
+	// removed takes its shard's keys with it.
+	// +optional
+	Behavior *autoscalingv2.HorizontalPodAutoscalerBehavior `json:"behavior,omitempty"`
+}
+
+// AutoscalingTargets are the signals a Cache scales on. At least one is set.
+// +kubebuilder:validation:XValidation:rule="has(self.youngEvictionsPerSecond) || has(self.hitRatio) || has(self.memoryUtilization) || has(self.cpuUtilization)",message="spec.autoscaling.targets needs at least one of youngEvictionsPerSecond, hitRatio, memoryUtilization, cpuUtilization"
+type AutoscalingTargets struct {
+	// YoungEvictionsPerSecond per pod: evictions of items read within the
+	// engine's young window (-o young_window, 60 s). A cache that evicts
+	// items its clients still read is too small; this is the signal to scale
+	// out on (custom metric cachet_evictions_young_per_second).
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('0')) > 0",message="spec.autoscaling.targets.youngEvictionsPerSecond must be greater than 0"
+	// +optional
+	YoungEvictionsPerSecond *resource.Quantity `json:"youngEvictionsPerSecond,omitempty"`
+
+	// HitRatio the Cache should keep, a decimal from 0 to 1 (e.g. "0.95").
+	// The autoscaler holds each pod's GET miss ratio (custom metric
+	// cachet_get_miss_ratio) at 1 - hitRatio.
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || (quantity(string(self)).compareTo(quantity('0')) > 0 && quantity(string(self)).compareTo(quantity('1')) < 0)",message="spec.autoscaling.targets.hitRatio must be between 0 and 1, e.g. 0.95"
+	// +optional
+	HitRatio *resource.Quantity `json:"hitRatio,omitempty"`
+
+	// MemoryUtilization is the pods' average memory use in percent of their
+	// memory request (resource metrics API). A cache fills its memory by
+	// design, so this mostly says it is full, not that it is too small.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MemoryUtilization *int32 `json:"memoryUtilization,omitempty"`
+
+	// CPUUtilization is the pods' average CPU use in percent of their CPU
+	// request (resource metrics API).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	CPUUtilization *int32 `json:"cpuUtilization,omitempty"`
 }
 
 // NetworkPolicySpec lists who may reach a Cache's pods. Peers are standard
@@ -357,6 +469,15 @@ const (
 	// use the static CPU manager policy, Unknown when the operator does not
 	// check (see --check-cpu-manager).
 	ConditionCoresExclusive = "CoresExclusive"
+	// ConditionMonitoring is True when the PodMonitor and PrometheusRule are
+	// in place, False when the cluster has no prometheus-operator CRDs.
+	// Absent when spec.monitoring is not enabled.
+	ConditionMonitoring = "Monitoring"
+	// ConditionAutoscaling is True when the HorizontalPodAutoscaler is in
+	// place and the metrics APIs its targets need are served, False (with
+	// what is missing, or the autoscaler's own complaint) otherwise. Absent
+	// without spec.autoscaling.
+	ConditionAutoscaling = "Autoscaling"
 )
 
 // CacheStatus is the observed state of a Cache.

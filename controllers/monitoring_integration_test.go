@@ -1,0 +1,212 @@
+/*
+Copyright 2026 The Cachet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+)
+
+// installPrometheusOperatorCRDs installs the PodMonitor and PrometheusRule
+// CRDs from prometheus-operator's own module (PROMETHEUS_OPERATOR_CRDS, set
+// by 'make test'), as installing prometheus-operator in a running cluster
+// would.
+func installPrometheusOperatorCRDs(t *testing.T) {
+	t.Helper()
+	dir := os.Getenv("PROMETHEUS_OPERATOR_CRDS")
+	if dir == "" {
+		t.Fatal("PROMETHEUS_OPERATOR_CRDS is not set; run 'make test'")
+	}
+	_, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
+		Paths: []string{
+			filepath.Join(dir, "monitoring.coreos.com_podmonitors.yaml"),
+			filepath.Join(dir, "monitoring.coreos.com_prometheusrules.yaml"),
+		},
+		ErrorIfPathMissing: true,
+	})
+	if err != nil {
+		t.Fatalf("installing prometheus-operator's CRDs: %v", err)
+	}
+}
+
+func hasEvent(t *testing.T, ns, reason, typ, fragment string) (bool, string) {
+	t.Helper()
+	evs := &eventsv1.EventList{}
+	if err := k8sClient.List(context.Background(), evs, client.InNamespace(ns)); err != nil {
+		return false, err.Error()
+	}
+	var seen []string
+	for _, e := range evs.Items {
+		if e.Reason == reason && e.Type == typ && strings.Contains(e.Note, fragment) {
+			return true, ""
+		}
+		seen = append(seen, e.Reason+": "+e.Note)
+	}
+	return false, strings.Join(seen, "\n")
+}
+
+// The whole life of spec.monitoring and spec.autoscaling on a real API
+// server: asked for before prometheus-operator exists (a condition and a
+// Warning, nothing else changes), picked up once its CRDs are installed
+// (without an operator restart or a watch), and removed when turned off.
+func TestMonitoringAndAutoscalingLifecycle(t *testing.T) {
+	needIntegration(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := createCache(t, ns, "watched", func(c *cachev1alpha1.Cache) {
+		c.Spec.Monitoring = &cachev1alpha1.MonitoringSpec{Interval: "10s", Labels: map[string]string{"release": "kps"}}
+		c.Spec.Autoscaling = &cachev1alpha1.AutoscalingSpec{MaxReplicas: 5, Targets: cachev1alpha1.AutoscalingTargets{
+			YoungEvictionsPerSecond: ptr.To(resource.MustParse("2")), HitRatio: ptr.To(resource.MustParse("0.9"))}}
+	})
+	key := types.NamespacedName{Namespace: ns, Name: "watched"}
+
+	eventually(t, "the Monitoring condition says prometheus-operator is missing", func() (bool, string) {
+		c = getCache(t, ns, "watched")
+		m, a := condOf(c, cachev1alpha1.ConditionMonitoring), condOf(c, cachev1alpha1.ConditionAutoscaling)
+		return m.Reason == ReasonNoPrometheusOp && m.Status == metav1.ConditionFalse && a.Reason == ReasonMetricsAPIMissing,
+			fmt.Sprintf("%+v / %+v", m, a)
+	})
+	eventually(t, "a Warning about the missing CRDs", func() (bool, string) {
+		return hasEvent(t, ns, ReasonNoPrometheusOp, "Warning", "prometheus-operator")
+	})
+	// Everything else is applied as usual.
+	if err := k8sClient.Get(ctx, key, &cachev1alpha1.Cache{}); err != nil {
+		t.Fatal(err)
+	}
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{}
+	eventually(t, "HPA on the Cache's /scale", func() (bool, string) {
+		if err := k8sClient.Get(ctx, key, hpa); err != nil {
+			return false, err.Error()
+		}
+		return hpa.Spec.ScaleTargetRef.Kind == "Cache" && hpa.Spec.MaxReplicas == 5 && len(hpa.Spec.Metrics) == 2, fmt.Sprintf("%+v", hpa.Spec)
+	})
+	if !controlledBy(hpa, c) {
+		t.Error("the HPA is not controlled by the Cache")
+	}
+	if err := k8sClient.Get(ctx, key, &monitoringv1.PodMonitor{}); err == nil || !strings.Contains(err.Error(), "no matches for kind") {
+		t.Fatalf("PodMonitor before its CRD exists: %v", err)
+	}
+
+	installPrometheusOperatorCRDs(t)
+	pm, rule := &monitoringv1.PodMonitor{}, &monitoringv1.PrometheusRule{}
+	eventually(t, "PodMonitor and PrometheusRule once the CRDs exist", func() (bool, string) {
+		if err := k8sClient.Get(ctx, key, pm); err != nil {
+			return false, err.Error()
+		}
+		if err := k8sClient.Get(ctx, key, rule); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	if !controlledBy(pm, c) || !controlledBy(rule, c) || pm.Labels["release"] != "kps" || pm.Spec.PodMetricsEndpoints[0].Interval != "10s" {
+		t.Errorf("PodMonitor %+v", pm.ObjectMeta)
+	}
+	if a := findAlert(CacheAlerts(c), "CachetHitRatioLow"); a == nil || !strings.Contains(rule.Spec.Groups[0].Rules[len(rule.Spec.Groups[0].Rules)-1].Expr.String(), "< 0.9") {
+		t.Errorf("the rule lacks the hit-ratio alert at the autoscaling target")
+	}
+	eventually(t, "Monitoring True", func() (bool, string) {
+		m := condOf(getCache(t, ns, "watched"), cachev1alpha1.ConditionMonitoring)
+		return m.Status == metav1.ConditionTrue && m.Reason == ReasonMonitored, fmt.Sprintf("%+v", m)
+	})
+
+	// Someone edits the PodMonitor; with no informer on the kind, the
+	// periodic recheck puts it back.
+	pm.Spec.PodMetricsEndpoints[0].Interval = "1h"
+	if err := k8sClient.Update(ctx, pm); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the edited PodMonitor is restored", func() (bool, string) {
+		got := &monitoringv1.PodMonitor{}
+		if err := k8sClient.Get(ctx, key, got); err != nil {
+			return false, err.Error()
+		}
+		return got.Spec.PodMetricsEndpoints[0].Interval == "10s", string(got.Spec.PodMetricsEndpoints[0].Interval)
+	})
+
+	if _, err := updateCache(ns, "watched", func(c *cachev1alpha1.Cache) {
+		c.Spec.Monitoring.Enabled = ptr.To(false)
+		c.Spec.Autoscaling = nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "PodMonitor, PrometheusRule and HPA removed, their conditions too", func() (bool, string) {
+		for _, obj := range []client.Object{&monitoringv1.PodMonitor{}, &monitoringv1.PrometheusRule{}, &autoscalingv2.HorizontalPodAutoscaler{}} {
+			if err := k8sClient.Get(ctx, key, obj); !apierrors.IsNotFound(err) {
+				return false, fmt.Sprintf("%T still there (%v)", obj, err)
+			}
+		}
+		c := getCache(t, ns, "watched")
+		m, a := condOf(c, cachev1alpha1.ConditionMonitoring), condOf(c, cachev1alpha1.ConditionAutoscaling)
+		return m.Type == "" && a.Type == "", fmt.Sprintf("%+v / %+v", m, a)
+	})
+}
+
+func TestAdmissionRejectsInvalidMonitoringAndAutoscaling(t *testing.T) {
+	needIntegration(t)
+	ns := newNamespace(t)
+	scaling := func(min *int32, max int32, tg cachev1alpha1.AutoscalingTargets) func(*cachev1alpha1.Cache) {
+		return func(c *cachev1alpha1.Cache) {
+			c.Spec.Autoscaling = &cachev1alpha1.AutoscalingSpec{MinReplicas: min, MaxReplicas: max, Targets: tg}
+		}
+	}
+	young := cachev1alpha1.AutoscalingTargets{YoungEvictionsPerSecond: ptr.To(resource.MustParse("1"))}
+	cases := []struct {
+		name   string
+		mutate func(*cachev1alpha1.Cache)
+		want   string
+	}{
+		{"no-targets", scaling(nil, 3, cachev1alpha1.AutoscalingTargets{}), "needs at least one of youngEvictionsPerSecond"},
+		{"min-above-max", scaling(ptr.To[int32](4), 3, young), "minReplicas must be at most maxReplicas"},
+		{"hit-ratio-one", scaling(nil, 3, cachev1alpha1.AutoscalingTargets{HitRatio: ptr.To(resource.MustParse("1"))}), "hitRatio must be between 0 and 1"},
+		{"young-zero", scaling(nil, 3, cachev1alpha1.AutoscalingTargets{YoungEvictionsPerSecond: ptr.To(resource.MustParse("0"))}), "youngEvictionsPerSecond must be greater than 0"},
+		{"cpu-over-100", scaling(nil, 3, cachev1alpha1.AutoscalingTargets{CPUUtilization: ptr.To[int32](150)}), "cpuUtilization"},
+		{"bad-interval", func(c *cachev1alpha1.Cache) { c.Spec.Monitoring = &cachev1alpha1.MonitoringSpec{Interval: "ten seconds"} }, "spec.monitoring.interval"},
+		{"alert-ratio-2", func(c *cachev1alpha1.Cache) {
+			c.Spec.Monitoring = &cachev1alpha1.MonitoringSpec{HitRatioAlertBelow: ptr.To(resource.MustParse("2"))}
+		}, "hitRatioAlertBelow must be between 0 and 1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &cachev1alpha1.Cache{
+				ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: ns},
+				Spec:       cachev1alpha1.CacheSpec{Memory: resource.MustParse("64Mi")},
+			}
+			tc.mutate(c)
+			err := k8sClient.Create(context.Background(), c)
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("want Invalid with %q, got %v", tc.want, err)
+			}
+		})
+	}
+}
