@@ -191,7 +191,9 @@ func TestAdmissionRejectsInvalidMonitoringAndAutoscaling(t *testing.T) {
 		{"hit-ratio-one", scaling(nil, 3, cachev1alpha1.AutoscalingTargets{HitRatio: ptr.To(resource.MustParse("1"))}), "hitRatio must be between 0 and 1"},
 		{"young-zero", scaling(nil, 3, cachev1alpha1.AutoscalingTargets{YoungEvictionsPerSecond: ptr.To(resource.MustParse("0"))}), "youngEvictionsPerSecond must be greater than 0"},
 		{"cpu-over-100", scaling(nil, 3, cachev1alpha1.AutoscalingTargets{CPUUtilization: ptr.To[int32](150)}), "cpuUtilization"},
-		{"bad-interval", func(c *cachev1alpha1.Cache) { c.Spec.Monitoring = &cachev1alpha1.MonitoringSpec{Interval: "ten seconds"} }, "spec.monitoring.interval"},
+		{"bad-interval", func(c *cachev1alpha1.Cache) {
+			c.Spec.Monitoring = &cachev1alpha1.MonitoringSpec{Interval: "ten seconds"}
+		}, "spec.monitoring.interval"},
 		{"alert-ratio-2", func(c *cachev1alpha1.Cache) {
 			c.Spec.Monitoring = &cachev1alpha1.MonitoringSpec{HitRatioAlertBelow: ptr.To(resource.MustParse("2"))}
 		}, "hitRatioAlertBelow must be between 0 and 1"},

@@ -230,8 +230,8 @@ type MemoryBudget struct {
 // allocates.
 func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 	b := MemoryBudget{
-		ItemMemory:    s.Memory.Value(),
-		Connections:   int64(MaxConnections(s)) * PerConnectionBytes,
+		ItemMemory:  s.Memory.Value(),
+		Connections: int64(MaxConnections(s)) * PerConnectionBytes,
 		// every buffer grown above resting is a mapping of its own, rounded
 		// up to whole pages: the engine budgets the cap x 17/16
 		ConnBufferCap: ConnBufferLimitBytes(s) * 17 / 16,
