@@ -120,6 +120,8 @@ def query_range(prometheus, expr, start, end, step):
             body = json.load(resp)
     except urllib.error.HTTPError as err:
         body = json.load(err)
+    except urllib.error.URLError as err:
+        raise SystemExit(f"draw-dashboard: cannot reach Prometheus at {prometheus}: {err.reason}")
     if body.get("status") != "success":
         raise RuntimeError(f"{body.get('errorType')}: {body.get('error')} in {expr}")
     return body["data"]["result"]
@@ -194,7 +196,11 @@ def main():
     if not args.prometheus:
         ap.error("--prometheus is required unless --promql-rules is given")
 
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit(f"draw-dashboard: {sys.executable} has no matplotlib; run it with Debian's "
+                         "/usr/bin/python3 (python3-matplotlib, make deps)")
     matplotlib.use("Agg")
     import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
