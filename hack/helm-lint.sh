@@ -118,7 +118,7 @@ if render default --namespace cachet-system; then
            Secret/cachet-webhook-server-cert Service/cachet-webhook-service Service/cachet-metrics-service \
            Deployment/cachet-operator MutatingWebhookConfiguration/cachet-mutating-webhook-configuration \
            ValidatingWebhookConfiguration/cachet-validating-webhook-configuration \
-           Pod/cachet-test-cache-connection NetworkPolicy/cachet-operator ConfigMap/cachet-dashboard; do
+           Pod/cachet-test-cache-connection NetworkPolicy/cachet-operator; do
     if grep -qx "$k" "$work/default.kinds"; then ok "default: renders $k"; else bad "default: missing $k"; fi
   done
   for k in Certificate Issuer ServiceMonitor PodDisruptionBudget; do
