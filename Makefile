@@ -187,6 +187,10 @@ bench-soak: ## TSan concurrent checker for SOAK_SECONDS (default 600); fails on 
 bench-differential: ## Differential test against memcached 1.6.45 for DIFF_SECONDS (default 300; CACHET_DIFF_SEEDS, CACHET_DIFF_REQUESTS).
 	$(MAKE) -C engine bench-differential
 
+.PHONY: dashboard-demo
+dashboard-demo: ## Redraw docs/img/dashboard.png: cachetd under load, scraped by Debian's Prometheus, drawn from the chart's dashboard (~3 min, 127.0.0.1 only).
+	hack/dashboard-demo.sh
+
 ##@ Cluster
 
 .PHONY: cluster-up

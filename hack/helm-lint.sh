@@ -56,6 +56,27 @@ must_fail() {
   if grep -Eq -- "$re" "$work/$name.err"; then ok "$what"; else bad "$what: refused, but without /$re/: $(head -c 400 "$work/$name.err")"; fi
 }
 
+# dashboard NAME CONFIGMAP NAMESPACE: the render holds the Grafana dashboard
+# ConfigMap in NAMESPACE with the sidecar's label, and its data is the chart's
+# dashboard file, byte for byte, as parseable JSON (a YAML block scalar that
+# lost its indentation still renders, as something Grafana cannot load).
+dashboard() {
+  local name=$1 cm=$2 ns=$3 json="$work/$1.dashboard.json"
+  awk -v cm="$cm" '/^---/{doc=""; grab=0} /^kind: ConfigMap$/{doc="cm"} doc=="cm"&&$0=="  name: " cm{doc="dash"}
+       doc=="dash"&&/^  namespace:/{print $2 > "/dev/stderr"}
+       grab&&!/^    /{grab=0} grab{print substr($0, 5)} doc=="dash"&&/^  cachet\.json: \|-$/{grab=1}' \
+    "$work/$name.yaml" >"$json" 2>"$json.ns"
+  if [ ! -s "$json" ]; then bad "$name: no dashboard ConfigMap $cm"; return; fi
+  if [ "$(cat "$json.ns")" = "$ns" ]; then ok "$name: dashboard ConfigMap $cm in namespace $ns"; else bad "$name: dashboard ConfigMap in namespace '$(cat "$json.ns")', not $ns"; fi
+  if python3 -m json.tool "$json" >/dev/null 2>"$json.err"; then ok "$name: dashboard JSON parses"; else bad "$name: dashboard JSON does not parse: $(head -c 300 "$json.err")"; fi
+  if cmp -s "$json" "$chart/files/dashboards/cachet.json"; then ok "$name: dashboard is files/dashboards/cachet.json unchanged"; else bad "$name: dashboard differs from files/dashboards/cachet.json"; fi
+  if awk -v cm="$cm" '/^---/{d=0} $0=="  name: " cm{d=1} d&&/^    grafana_dashboard: "1"$/{f=1} END{exit !f}' "$work/$name.yaml"; then
+    ok "$name: labelled grafana_dashboard: \"1\" for Grafana's sidecar"
+  else
+    bad "$name: dashboard ConfigMap lacks the grafana_dashboard: \"1\" label"
+  fi
+}
+
 step "chart files equal controller-gen output (hack/sync-chart.sh --check)"
 if "$root/hack/sync-chart.sh" --check; then ok "generated CRDs, RBAC and webhooks are in sync"; else bad "chart is out of sync with config/"; fi
 
@@ -161,6 +182,7 @@ if render default --namespace cachet-system; then
   # helm test pod: reaches the Cache without cluster DNS.
   has default '"\$\(CACHE_SAMPLE_SERVICE_HOST\)"' "helm test uses the injected Service host variable"
   has default '"--set-get"' "helm test does a set/get round trip"
+  dashboard default cachet-dashboard cachet-system
 else
   bad "default values do not render: $(cat "$work/default.err")"
 fi
@@ -171,7 +193,8 @@ if render full --namespace team-a \
      --set certManager.enabled=true,clusterDomain=example.org,serviceMonitor.enabled=true \
      --set serviceMonitor.labels.release=prom,operator.replicas=2,operator.logLevel=debug \
      --set operator.resources.requests.cpu=50m,operator.resources.limits.memory=512Mi \
-     --set engine.image=localhost/cachetd:9.9.9,crds.keep=false,tests.cache.namespace=caches; then
+     --set engine.image=localhost/cachetd:9.9.9,crds.keep=false,tests.cache.namespace=caches \
+     --set dashboard.namespace=caches,dashboard.labels.team=ops,dashboard.annotations.grafana_folder=Caches; then
   ok "renders"
   has full 'kind: Issuer' "self-signed Issuer"
   has full 'kind: Certificate' "Certificate"
@@ -201,6 +224,9 @@ if render full --namespace team-a \
     bad "full: helm test pod not placed in the Cache's namespace: $(cat "$work/test-pod.yaml")"
   fi
   has full 'namespace: team-a' "objects land in the release namespace"
+  dashboard full cachet-dashboard caches
+  has full '^    team: ops$' "dashboard extra labels"
+  has full '^    grafana_folder: Caches$' "dashboard annotations (the sidecar's folder annotation)"
 else
   bad "does not render: $(cat "$work/full.err")"
 fi
@@ -252,13 +278,14 @@ if helm_template prod "$chart" --namespace payments --api-versions cert-manager.
   has prod '^  name: prod-cachet-operator$' "objects prefixed by <release>-cachet"
   has prod '- --leader-election-id=prod-cachet-operator\.cache\.cachet\.dev$' "per-release Lease"
   has prod '- --webhook-service-name=prod-cachet-webhook-service$' "operator told the release's Service name"
+  dashboard prod prod-cachet-dashboard payments
 else
   bad "does not render: $(cat "$work/prod.err")"
 fi
 
 step "optional parts switched off"
 if render minimal --namespace ops \
-     --set webhook.enabled=false,metrics.enabled=false,crds.install=false,tests.enabled=false \
+     --set webhook.enabled=false,metrics.enabled=false,crds.install=false,tests.enabled=false,dashboard.enabled=false \
      --set serviceAccount.create=false,serviceAccount.name=existing-sa,operator.leaderElection.enabled=false; then
   ok "renders"
   for k in CustomResourceDefinition MutatingWebhookConfiguration ValidatingWebhookConfiguration Secret Lease ServiceAccount Pod; do
@@ -267,6 +294,7 @@ if render minimal --namespace ops \
   has minimal '- --enable-webhooks=false$' "operator told webhooks are off"
   has minimal '- --metrics-bind-address=0$' "metrics disabled in the operator"
   has minimal 'serviceAccountName: existing-sa' "existing ServiceAccount used"
+  hasnt minimal 'grafana_dashboard' "no dashboard ConfigMap"
 else
   bad "does not render: $(cat "$work/minimal.err")"
 fi
@@ -286,6 +314,18 @@ must_fail port 'port' "out-of-range metrics.port" --set metrics.port=70000
 must_fail loglevel 'logLevel' "unknown operator.logLevel" --set operator.logLevel=verbose
 must_fail nocm 'cert-manager.io/v1' "cert-manager requested on a cluster that lacks it" --set certManager.enabled=true
 must_fail nosa 'serviceAccount.name is required' "serviceAccount.create=false without a name" --set serviceAccount.create=false
+must_fail dashns 'dashboard/namespace' "invalid dashboard.namespace" --set dashboard.namespace=Grafana_NS
+must_fail dashtypo "additional properties .?enabeld.? not allowed" "misspelt key dashboard.enabeld" --set dashboard.enabeld=true
+
+step "the dashboard's queries are valid PromQL, each scoped to one Cache's pods (promtool check rules)"
+if ! command -v promtool >/dev/null; then
+  skip "promtool missing (hack/install-deps.sh installs Debian's prometheus)"
+elif python3 "$root/hack/draw-dashboard.py" --promql-rules "$work/dashboard-rules.yaml" >"$work/dashboard-rules.log" 2>&1 &&
+     promtool check rules "$work/dashboard-rules.yaml" >>"$work/dashboard-rules.log" 2>&1; then
+  ok "$(grep -c 'record:' "$work/dashboard-rules.yaml") dashboard queries parse and filter by namespace, cache and pod"
+else
+  bad "dashboard queries:"; sed 's/^/        /' "$work/dashboard-rules.log"
+fi
 
 step "RBAC drift guard: a generated rule the chart does not grant must stop the render"
 cp -r "$chart" "$work/drift-chart"
