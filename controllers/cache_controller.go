@@ -294,7 +294,7 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 		}
 	}
 	status := ComputeStatus(c, obs, r.ClusterDomain)
-	recordCacheMetrics(c, status)
+	RecordCacheMetrics(c, status)
 	if equality.Semantic.DeepEqual(c.Status, status) {
 		return result, nil
 	}

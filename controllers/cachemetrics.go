@@ -59,9 +59,9 @@ func init() {
 	metrics.Registry.MustRegister(coresExclusive, replicasDesired, replicasReady, engineRestarts, engineOOMKilled)
 }
 
-// recordCacheMetrics sets a Cache's series from the status just computed.
+// RecordCacheMetrics sets a Cache's series from the status just computed.
 // Pods that are gone lose their series.
-func recordCacheMetrics(c *cachev1alpha1.Cache, st cachev1alpha1.CacheStatus) {
+func RecordCacheMetrics(c *cachev1alpha1.Cache, st cachev1alpha1.CacheStatus) {
 	replicasDesired.WithLabelValues(c.Namespace, c.Name).Set(float64(c.Spec.DesiredReplicas()))
 	replicasReady.WithLabelValues(c.Namespace, c.Name).Set(float64(st.ReadyReplicas))
 	cacheLabels := prometheus.Labels{"namespace": c.Namespace, "cache": c.Name}

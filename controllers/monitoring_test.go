@@ -223,7 +223,7 @@ func TestOperatorMetricsFollowTheStatus(t *testing.T) {
 		{Pod: "metrics-cache-0", Restarts: 2, LastTermination: &cachev1alpha1.CacheTermination{Reason: "OOMKilled", ExitCode: 137}},
 		{Pod: "metrics-cache-1"},
 	}}
-	recordCacheMetrics(c, st)
+	RecordCacheMetrics(c, st)
 	if v := testutil.ToFloat64(replicasDesired.WithLabelValues(c.Namespace, c.Name)); v != 3 {
 		t.Errorf("desired %v", v)
 	}
@@ -238,7 +238,7 @@ func TestOperatorMetricsFollowTheStatus(t *testing.T) {
 	}
 	// Scaled in to one pod: the gone pod's series go too.
 	st.Endpoints = st.Endpoints[:1]
-	recordCacheMetrics(c, st)
+	RecordCacheMetrics(c, st)
 	if n := seriesOf(t, engineRestarts, c.Namespace); n != 1 {
 		t.Errorf("%d restart series after scale-in, want 1", n)
 	}

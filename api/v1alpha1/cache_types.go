@@ -26,10 +26,10 @@ import (
 )
 
 // Room to grow: every field below is optional or defaulted, so later fields for
-// extstore, network tuning, a workload profile, monitoring, autoscaling, tls and
-// auth can be added to CacheSpec as new optional structs without breaking
-// v1alpha1 objects already stored. Their names are reserved: extstore, network,
-// profile, monitoring, autoscaling, tls, auth.
+// extstore, network tuning, a workload profile, tls and auth can be added to
+// CacheSpec as new optional structs without breaking v1alpha1 objects already
+// stored (monitoring and autoscaling came that way). Their names are reserved:
+// extstore, network, profile, tls, auth.
 //
 // Which fields restart pods: every field that reaches the pod template (image,
 // memory, cpu, dedicatedCPUs, engine, placement) replaces each pod, and a

