@@ -525,7 +525,7 @@ KCFG
       if grep -qi 'violate PodSecurity' "$work/$v.dry"; then
         bad "$v: pods violate the restricted Pod Security Standard:"; grep -i 'violate' "$work/$v.dry" | sed 's/^/        /'
       else
-        ok "$v: operator and test pods pass the restricted Pod Security Standard"
+        ok "$v: every pod (operator, test, adapter) passes the restricted Pod Security Standard"
       fi
     else
       bad "$v: API server rejected the render:"; sed 's/^/        /' "$work/$v.dry"
