@@ -2,28 +2,37 @@
 # Proves, without a cluster, that the chart's prometheus-adapter rules give the
 # operator's HPA the values it needs: three cachetd processes stand for three
 # pods of a Cache, Debian's Prometheus scrapes them with the namespace and pod
-# labels the operator's PodMonitor adds, and hack/tools/prometheus-adapter's
-# metrics-check serves the chart's rendered config.yaml with the adapter's own
-# discovery, query building and Prometheus client (the adapter binary itself
-# needs a Kubernetes API server to start).
+# labels the operator's PodMonitor adds. Then the chart's rendered config.yaml
+# is served twice: by hack/tools/prometheus-adapter's metrics-check (the
+# adapter's own discovery, query building and Prometheus client, no cluster),
+# and by the prometheus-adapter binary, which cannot start without a
+# Kubernetes API server, so a throwaway kube-apiserver holds the pods' objects.
 #
 #   pod 0: gets at a known miss ratio (1 hit, 3 misses: 0.75)
 #   pod 1: items read and then evicted at once from 2 MB: young evictions
 #   pod 2: idle: both metrics must be 0, not missing or NaN
 #
-# Everything listens on 127.0.0.1, ports 21900-21909; all loops are bounded.
-#   hack/adapter-metrics-local.sh     (needs prometheus, helm: make helm; about 50 s)
+# Everything listens on 127.0.0.1, ports 21900-21914; all loops are bounded.
+#   hack/adapter-metrics-local.sh     (needs prometheus, etcd, helm: make helm; about 55 s
+#                                      with the binaries cached, ADAPTER_KEEP=1 keeps the logs)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 HELM=${HELM:-$root/bin/helm}
 PROMETHEUS=${PROMETHEUS:-$(command -v prometheus || true)}
 work=$(mktemp -d)
 pids=()
+# Stops what this script started, newest first (the adapter before the API
+# server before its etcd), by PID; whatever ignores SIGTERM for 10 s is killed.
 cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
+  local i p n
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    p=${pids[$i]}
+    kill "$p" 2>/dev/null || continue
+    for n in $(seq 1 20); do kill -0 "$p" 2>/dev/null || break; sleep 0.5; done
+    kill -9 "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+  if [ -n "${ADAPTER_KEEP:-}" ]; then echo "kept $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -112,4 +121,81 @@ raw=$(curl -fsG http://127.0.0.1:21909/api/v1/query --data-urlencode "query=$que
 if [ "$raw" = 0 ]; then echo "  ok    pod 2 (idle): the miss-ratio PromQL itself gives 0 ($raw)"
 else echo "  FAIL  pod 2 (idle): the miss-ratio PromQL gives '${raw:-no sample}', not 0"; status=1; fi
 echo "    (Prometheus: pod 1 evicted $(curl -fs 'http://127.0.0.1:21909/api/v1/query?query=cachet_evictions_young_total%7Bpod%3D%22cache-1%22%7D' | grep -o '"value":\[[^]]*\]' | cut -d'"' -f4) young items in all)"
+
+# ---------------------------------------------------------------------------
+# The adapter binary itself. It will not start without a Kubernetes API server
+# (it maps series to objects and lists pods through one), so a throwaway
+# kube-apiserver + etcd (the ones hack/helm-lint.sh uses, cached by
+# hack/build-k8s.sh) holds the three pods as objects: nothing runs them, the
+# adapter only needs their names and labels. Then the HPA's own request, pods
+# by label selector, goes to the adapter's HTTPS port with a bearer token that
+# the adapter checks against that API server. ADAPTER_BINARY=0 skips this.
+# ---------------------------------------------------------------------------
+if [ "${ADAPTER_BINARY:-1}" = 0 ]; then
+  echo "  SKIP  the adapter binary (ADAPTER_BINARY=0)"; exit $status
+fi
+echo "==> the adapter binary against a throwaway kube-apiserver (ports 21910-21914)"
+adapter=$("$root/hack/prometheus-stack.sh" adapter | awk '$1=="adapter"{print $2}')
+"$root/hack/build-k8s.sh" kube-apiserver kubectl >"$work/build-k8s.log" 2>&1 || fail "kube-apiserver build: $(tail -3 "$work/build-k8s.log")"
+etcd=$(command -v etcd) || fail "etcd not installed (hack/install-deps.sh installs etcd-server)"
+k="$root/bin/k8s/kubectl"
+token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+echo "$token,adapter-check,adapter-check,system:masters" >"$work/tokens.csv"
+openssl genrsa -out "$work/sa.key" 2048 2>/dev/null
+"$etcd" --name adapter-check --data-dir "$work/etcd" \
+  --listen-client-urls http://127.0.0.1:21912 --advertise-client-urls http://127.0.0.1:21912 \
+  --listen-peer-urls http://127.0.0.1:21913 --initial-advertise-peer-urls http://127.0.0.1:21913 \
+  --initial-cluster adapter-check=http://127.0.0.1:21913 >"$work/etcd.log" 2>&1 &
+pids+=($!)
+"$root/bin/k8s/kube-apiserver" --etcd-servers http://127.0.0.1:21912 --bind-address 127.0.0.1 --secure-port 21914 \
+  --advertise-address 127.0.0.1 --endpoint-reconciler-type none --cert-dir "$work/apiserver-certs" \
+  --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC --token-auth-file "$work/tokens.csv" \
+  --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$work/sa.key" \
+  --service-account-signing-key-file "$work/sa.key" >"$work/apiserver.log" 2>&1 &
+pids+=($!)
+cat >"$work/kubeconfig" <<KCFG
+apiVersion: v1
+kind: Config
+clusters: [{name: local, cluster: {server: "https://127.0.0.1:21914", insecure-skip-tls-verify: true}}]
+users: [{name: local, user: {token: "$token"}}]
+contexts: [{name: local, context: {cluster: local, user: local}}]
+current-context: local
+KCFG
+export KUBECONFIG="$work/kubeconfig"
+for _ in $(seq 1 60); do "$k" get --raw /readyz >/dev/null 2>&1 && break; sleep 1; done
+"$k" get --raw /readyz >/dev/null 2>&1 || fail "kube-apiserver not ready in 60 s: $(tail -3 "$work/apiserver.log")"
+"$k" create namespace "$ns" >/dev/null
+"$k" -n "$ns" create serviceaccount default >/dev/null
+for i in 0 1 2; do
+  "$k" -n "$ns" run "cache-$i" --image=localhost/cachetd:unused --labels=app.kubernetes.io/instance=cache --restart=Never >/dev/null
+done
+"$adapter" --prometheus-url=http://127.0.0.1:21909 --config="$work/config.yaml" \
+  --secure-port=21910 --bind-address=127.0.0.1 --cert-dir="$work/adapter-certs" --metrics-relist-interval=5s \
+  --lister-kubeconfig="$work/kubeconfig" --authentication-kubeconfig="$work/kubeconfig" \
+  --authorization-kubeconfig="$work/kubeconfig" >"$work/adapter.log" 2>&1 &
+pids+=($!)
+adapter_get() { curl -ksf -H "Authorization: Bearer $token" "https://127.0.0.1:21910/apis/custom.metrics.k8s.io/v1beta2$1"; }
+for _ in $(seq 1 60); do
+  adapter_get / 2>/dev/null | grep -q 'pods/cachet_get_miss_ratio' && adapter_get / | grep -q 'pods/cachet_evictions_young_per_second' && break
+  sleep 1
+done
+if adapter_get / >"$work/discovery.json" 2>/dev/null && grep -q 'pods/cachet_get_miss_ratio' "$work/discovery.json" && grep -q 'pods/cachet_evictions_young_per_second' "$work/discovery.json"; then
+  echo "  ok    the adapter lists pods/cachet_get_miss_ratio and pods/cachet_evictions_young_per_second"
+else
+  echo "  FAIL  the adapter does not list both metrics after 60 s: $(head -c 300 "$work/discovery.json" 2>/dev/null) $(tail -3 "$work/adapter.log")"; exit 1
+fi
+# adapter_value METRIC POD: the value the adapter serves for POD, from a
+# label-selector request like the HPA's (milli-units as in Kubernetes quantities).
+selector=$(printf 'labelSelector=%s' 'app.kubernetes.io%2Finstance%3Dcache')
+for m in cachet_get_miss_ratio cachet_evictions_young_per_second; do
+  # Indented JSON, flattened so one object's name and value share a line.
+  adapter_get "/namespaces/$ns/pods/*/$m?$selector" | tr -d ' \n' | sed 's/},{"describedObject"/}\n{"describedObject"/g' >"$work/$m.json" ||
+    { echo "  FAIL  $m: $(tail -2 "$work/adapter.log")"; status=1; continue; }
+  echo "    $m: $(grep -o '"name":"cache-[0-9]"\|"value":"[^"]*"' "$work/$m.json" | cut -d'"' -f4 | paste -sd' ' | sed 's/\(cache-[0-9]\) /\1=/g')"
+done
+quantity() { grep "\"name\":\"$2\"" "$work/$1.json" | grep -o '"value":"[^"]*"' | cut -d'"' -f4 |
+  awk '{v=$0; if (v ~ /m$/) {sub(/m$/,"",v); v=v/1000} print v}'; }
+expect "adapter binary, pod 0: miss ratio 0.75" 'v>0.70 && v<0.80' "$(quantity cachet_get_miss_ratio cache-0)"
+expect "adapter binary, pod 1: young evictions" 'v>0' "$(quantity cachet_evictions_young_per_second cache-1)"
+expect "adapter binary, pod 2 (idle): miss ratio 0" 'v==0' "$(quantity cachet_get_miss_ratio cache-2)"
 exit $status
