@@ -613,6 +613,8 @@ KCFG
   fi
 }
 CERT_MANAGER_VERSION=${CERT_MANAGER_VERSION:-v1.21.2}
+# The CRDs of the prometheus-operator release hack/prometheus-stack.sh builds.
+PROMETHEUS_OPERATOR_VERSION=${PROMETHEUS_OPERATOR_VERSION:-$(awk '$1=="require" && $2=="github.com/prometheus-operator/prometheus-operator" {print $3}' "$root/hack/tools/prometheus-operator/go.mod" 2>/dev/null)}
 PROMETHEUS_OPERATOR_VERSION=${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}
 server_pids=()
 # Stops what server_checks started, newest first (the API server before its

@@ -55,7 +55,8 @@ for b in "${want[@]}"; do
   if [ ! -x "$cache/$b" ]; then
     echo "==> building $b $version (cold builds take minutes; cached in $cache)"
     start=$SECONDS
-    (cd "$root/hack/tools/$tools" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$cache/$b.tmp.$$" "$pkg")
+    # nice: the cores are shared with whatever else make check runs.
+    (cd "$root/hack/tools/$tools" && CGO_ENABLED=0 nice go build -trimpath -ldflags "$ldflags" -o "$cache/$b.tmp.$$" "$pkg")
     mv "$cache/$b.tmp.$$" "$cache/$b"
     echo "    $b built in $((SECONDS - start))s"
   else
