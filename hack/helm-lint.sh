@@ -386,6 +386,7 @@ if render adapter --namespace monitoring --set metricsAdapter.install=true,metri
   has adapter-deploy '^  groupPriorityMinimum: 100$' "groupPriorityMinimum"
   has adapter-deploy '^  versionPriority: 200$' "versionPriority"
   has adapter-deploy '^    namespace: monitoring$' "APIService points at the release namespace's Service"
+  hasnt adapter '^[[:space:]]+$' "no whitespace-only lines"
   has adapter '^  namespace: kube-system$' "front-proxy CA reader bound in kube-system"
   has adapter '^  name: system:auth-delegator$' "auth-delegator for TokenReviews and SubjectAccessReviews"
   has adapter '^    name: horizontal-pod-autoscaler$' "HPA controller may read custom.metrics.k8s.io"
