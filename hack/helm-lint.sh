@@ -96,6 +96,7 @@ lint_sets=(
   "certManager.enabled=true,certManager.skipAPICheck=true"
   "serviceMonitor.enabled=true,metrics.secure=false,clusterDomain=example.org"
   "webhook.enabled=false,metrics.enabled=false,crds.install=false,tests.enabled=false,serviceAccount.create=false,serviceAccount.name=existing-sa,operator.leaderElection.enabled=false"
+  "metricsAdapter.install=true,metricsAdapter.prometheusURL=http://prometheus-operated.monitoring.svc:9090"
 )
 for s in "${lint_sets[@]}"; do
   args=(); [ -z "$s" ] || args=(--set "$s")
@@ -118,7 +119,7 @@ if render default --namespace cachet-system; then
            Secret/cachet-webhook-server-cert Service/cachet-webhook-service Service/cachet-metrics-service \
            Deployment/cachet-operator MutatingWebhookConfiguration/cachet-mutating-webhook-configuration \
            ValidatingWebhookConfiguration/cachet-validating-webhook-configuration \
-           Pod/cachet-test-cache-connection NetworkPolicy/cachet-operator; do
+           Pod/cachet-test-cache-connection NetworkPolicy/cachet-operator ConfigMap/cachet-adapter-rules; do
     if grep -qx "$k" "$work/default.kinds"; then ok "default: renders $k"; else bad "default: missing $k"; fi
   done
   for k in Certificate Issuer ServiceMonitor PodDisruptionBudget; do
@@ -306,6 +307,141 @@ else
   bad "does not render: $(cat "$work/nomon.err")"
 fi
 
+step "prometheus-adapter rules (default) and the optional adapter install"
+# adapter_config RENDER: the config.yaml of the rules ConfigMap in a render.
+adapter_config() {
+  awk '/^kind: ConfigMap$/{cm=1} /^---/{cm=0; inblk=0} cm&&/^  name: .*-adapter-rules$/{named=1}
+       named&&/^  config\.yaml: \|$/{inblk=1; next} inblk&&/^    /{sub(/^    /,""); print; next} inblk{inblk=0; named=0}' "$work/$1.yaml"
+}
+# promql_check CONFIG DESCRIPTION: every seriesQuery and metricsQuery of an
+# adapter config, as recording rules through promtool. The templates'
+# <<.Series>>, <<.LabelMatchers>> and <<.GroupBy>> are filled in the way the
+# adapter fills them for one pod, which promtool cannot do.
+promql_check() {
+  local config=$1 what=$2 rules="$work/adapter-promql.rules.yaml" n=0
+  {
+    echo "groups:"
+    echo "  - name: adapter-queries"
+    echo "    rules:"
+    local line series="" query
+    while IFS= read -r line; do
+      case $line in
+        *'seriesQuery: '*)
+          query=$(sed -E "s/^[^']*'//; s/'[[:space:]]*\$//" <<<"$line")
+          series=${query%%\{*}
+          n=$((n + 1))
+          printf '      - record: adapter_series_query_%d\n        expr: %s\n' "$n" "'$query'" ;;
+        *'metricsQuery: '*)
+          query=$(sed -E "s/^[^']*'//; s/'[[:space:]]*\$//" <<<"$line")
+          query=${query//'<<.Series>>'/$series}
+          query=${query//'<<.LabelMatchers>>'/'namespace="x",pod="y"'}
+          query=${query//'<<.GroupBy>>'/pod}
+          n=$((n + 1))
+          printf '      - record: adapter_metrics_query_%d\n        expr: %s\n' "$n" "'$query'" ;;
+      esac
+    done <"$config"
+  } >"$rules"
+  if [ "$n" -lt 2 ]; then bad "$what: no queries found in the adapter config"; return 1; fi
+  if grep -q '<<' "$rules"; then bad "$what: a placeholder the check does not know is left: $(grep -o '<<[^>]*>>' "$rules" | sort -u | tr '\n' ' ')"; return 1; fi
+  if promtool check rules "$rules" >"$work/promtool.out" 2>&1; then
+    ok "$what: promtool accepts all $n queries"
+  else
+    bad "$what: promtool rejects a query:"; sed 's/^/        /' "$work/promtool.out"; return 1
+  fi
+}
+if render adapter-rules --namespace cachet-system --show-only templates/metrics/adapter-rules.yaml; then
+  ok "default: renders the ConfigMap cachet-adapter-rules"
+  adapter_config adapter-rules >"$work/adapter-config.yaml"
+  has adapter-rules "seriesQuery: 'cachet_evictions_young_total\{namespace!=\"\",pod!=\"\"\}'" "young evictions from their counter, per namespace and pod"
+  has adapter-rules 'as: cachet_evictions_young_per_second$' "served as the name the operator's HPA asks for"
+  has adapter-rules 'as: cachet_get_miss_ratio$' "miss ratio served as the name the operator's HPA asks for"
+  has adapter-rules 'clamp_min\(sum\(rate\(<<\.Series>>\{<<\.LabelMatchers>>,command="get"\}\[2m\]\)\) by \(<<\.GroupBy>>\), 1e-9\)' "an idle pod's miss ratio is 0, not NaN"
+  count adapter-rules 'namespace: \{resource: namespace\}' 2 "both rules map the namespace label"
+  count adapter-rules 'pod: \{resource: pod\}' 2 "both rules map the pod label"
+  hasnt default 'kind: APIService' "no adapter or APIService unless metricsAdapter.install"
+  if command -v promtool >/dev/null; then
+    promql_check "$work/adapter-config.yaml" "adapter rules"
+    # The check itself must be able to fail: a query with a missing parenthesis.
+    sed -E '0,/metricsQuery: .sum\(rate/s//metricsQuery: '"'"'sum(rate(/' "$work/adapter-config.yaml" >"$work/adapter-config-broken.yaml"
+    if cmp -s "$work/adapter-config.yaml" "$work/adapter-config-broken.yaml"; then
+      bad "adapter rules: could not break a query to test the check"
+    else
+      before=$failed
+      promql_check "$work/adapter-config-broken.yaml" "a broken query (must be refused)" >"$work/broken.out" || true
+      if [ "$failed" -gt "$before" ]; then failed=$before; ok "adapter rules: the promtool check refuses an unbalanced query"
+      else bad "adapter rules: the promtool check passed a broken query"; fi
+    fi
+  else
+    bad "promtool not installed (Debian's prometheus package; hack/install-deps.sh)"
+  fi
+  # The README's copy for users with their own adapter is the rendered config.
+  awk '/<!-- adapter-rules:begin -->/{f=1; next} /<!-- adapter-rules:end -->/{f=0} f&&!/^```/' "$chart/README.md" >"$work/readme-rules.yaml"
+  if [ -s "$work/readme-rules.yaml" ] && diff -u "$work/readme-rules.yaml" "$work/adapter-config.yaml" >"$work/readme-rules.diff"; then
+    ok "README's adapter rules equal the chart's"
+  else
+    bad "README's adapter rules (between adapter-rules:begin/end) differ from the rendered config.yaml:"; sed 's/^/        /' "$work/readme-rules.diff"
+  fi
+else
+  bad "adapter rules ConfigMap does not render: $(cat "$work/adapter-rules.err")"
+fi
+if render adapter --namespace monitoring --set metricsAdapter.install=true,metricsAdapter.prometheusURL=http://prometheus-operated.monitoring.svc:9090; then
+  ok "install=true renders"
+  kinds adapter >"$work/adapter.kinds"
+  for k in ConfigMap/cachet-adapter-rules ServiceAccount/cachet-metrics-adapter Deployment/cachet-metrics-adapter Service/cachet-metrics-adapter \
+           APIService/v1beta2.custom.metrics.k8s.io ClusterRoleBinding/cachet-metrics-adapter-auth-delegator \
+           RoleBinding/cachet-metrics-adapter-auth-reader ClusterRole/cachet-metrics-adapter-resource-reader \
+           ClusterRoleBinding/cachet-metrics-adapter-resource-reader ClusterRole/cachet-metrics-adapter-custom-metrics-reader \
+           ClusterRoleBinding/cachet-metrics-adapter-hpa-custom-metrics; do
+    if grep -qx "$k" "$work/adapter.kinds"; then ok "adapter: renders $k"; else bad "adapter: missing $k"; fi
+  done
+  render adapter-deploy --namespace monitoring --set metricsAdapter.install=true,metricsAdapter.prometheusURL=http://prometheus-operated.monitoring.svc:9090 \
+    --show-only templates/metrics/adapter.yaml
+  has adapter-deploy '- --prometheus-url=http://prometheus-operated\.monitoring\.svc:9090$' "adapter told where Prometheus is"
+  has adapter-deploy '- --config=/etc/adapter/config.yaml$' "adapter reads the rules ConfigMap"
+  has adapter-deploy '^              mountPath: /etc/adapter$' "rules mounted where --config points"
+  has adapter-deploy '^            name: cachet-adapter-rules$' "from the chart's ConfigMap"
+  has adapter-deploy '- --secure-port=6443$' "serves on 6443"
+  has adapter-deploy '- --cert-dir=/tmp/cert$' "self-signs into a writable directory"
+  has adapter-deploy '^              mountPath: /tmp$' "emptyDir for the certificate on a read-only root"
+  has adapter-deploy '- --metrics-relist-interval=30s$' "relist interval"
+  has adapter-deploy 'checksum/config: [0-9a-f]{64}$' "a rule change rolls the adapter"
+  has adapter-deploy '^            readOnlyRootFilesystem: true' "read-only root filesystem"
+  has adapter-deploy '^        runAsNonRoot: true' "pod runs as non-root"
+  has adapter-deploy '^            allowPrivilegeEscalation: false' "no privilege escalation"
+  has adapter-deploy '^              - ALL$' "drops ALL capabilities"
+  has adapter-deploy '^          type: RuntimeDefault' "seccomp RuntimeDefault"
+  has adapter-deploy '^  insecureSkipTLSVerify: true$' "no CA to pin for a self-signed adapter"
+  has adapter-deploy '^  groupPriorityMinimum: 100$' "groupPriorityMinimum"
+  has adapter-deploy '^  versionPriority: 200$' "versionPriority"
+  has adapter-deploy '^    namespace: monitoring$' "APIService points at the release namespace's Service"
+  hasnt adapter '^[[:space:]]+$' "no whitespace-only lines"
+  has adapter '^  namespace: kube-system$' "front-proxy CA reader bound in kube-system"
+  has adapter '^  name: system:auth-delegator$' "auth-delegator for TokenReviews and SubjectAccessReviews"
+  has adapter '^    name: horizontal-pod-autoscaler$' "HPA controller may read custom.metrics.k8s.io"
+else
+  bad "install=true does not render: $(cat "$work/adapter.err")"
+fi
+if render adapter-ca --namespace monitoring --set metricsAdapter.install=true,metricsAdapter.prometheusURL=https://prom:9090 \
+     --set metricsAdapter.tlsSecretName=adapter-tls,metricsAdapter.apiService.caBundle=Q0EK --show-only templates/metrics/adapter.yaml; then
+  has adapter-ca '^  caBundle: Q0EK$' "caBundle when the adapter serves a known certificate"
+  hasnt adapter-ca 'insecureSkipTLSVerify' "and TLS is then verified"
+  has adapter-ca '- --tls-cert-file=/etc/adapter-tls/tls\.crt$' "adapter serves the Secret's certificate"
+  hasnt adapter-ca 'cert-dir' "no self-signed certificate then"
+else
+  bad "adapter with a TLS Secret does not render: $(cat "$work/adapter-ca.err")"
+fi
+if render adapter-unregistered --set metricsAdapter.install=true,metricsAdapter.prometheusURL=http://p:9090,metricsAdapter.apiService.create=false; then
+  hasnt adapter-unregistered 'kind: APIService' "apiService.create=false leaves the custom metrics API alone"
+  has adapter-unregistered '^kind: Deployment$' "but still runs the adapter"
+else
+  bad "apiService.create=false does not render: $(cat "$work/adapter-unregistered.err")"
+fi
+must_fail adapter-nourl 'metricsAdapter\.prometheusURL is required when metricsAdapter\.install=true' "install=true without prometheusURL is refused with the fix" --set metricsAdapter.install=true
+must_fail adapter-norules 'metricsAdapter\.rules\.enabled=true' "install=true without the rules is refused" --set metricsAdapter.install=true,metricsAdapter.prometheusURL=http://p:9090,metricsAdapter.rules.enabled=false
+must_fail adapter-badurl 'prometheusURL' "a prometheusURL that is not http(s) is refused" --set metricsAdapter.install=true,metricsAdapter.prometheusURL=prometheus:9090
+must_fail adapter-window 'rateWindow' "an invalid rateWindow is refused" --set metricsAdapter.rules.rateWindow=2min
+must_fail adapter-noca 'caBundle' "a TLS Secret without its CA is refused" --set metricsAdapter.install=true,metricsAdapter.prometheusURL=http://p:9090,metricsAdapter.tlsSecretName=adapter-tls
+
 step "bad values are refused with a clear message"
 must_fail typo 'additional properties .?enabeld.? not allowed|enabeld' "misspelt key certManager.enabeld" --set certManager.enabeld=true
 must_fail policy 'failurePolicy' "unknown webhook.failurePolicy" --set webhook.failurePolicy=Sometimes
@@ -403,7 +539,7 @@ KCFG
   local k="$kubectl"
   # No controller-manager runs here, so create what it would: namespaces'
   # default ServiceAccounts (Pod admission insists on them).
-  for ns in cachet-system team-a caches payments; do
+  for ns in cachet-system team-a caches payments monitoring; do
     "$k" create namespace "$ns" >/dev/null && "$k" -n "$ns" create serviceaccount default >/dev/null
     # The restricted Pod Security Standard: the test Pod is refused and the
     # Deployment warned about if either asks for more.
@@ -424,13 +560,13 @@ KCFG
 
   # Every render variant, as the API server sees it (schemas, admission, RBAC escalation checks).
   local v
-  for v in default full prod; do
+  for v in default full prod adapter; do
     if "$k" apply --dry-run=server -f "$work/$v.yaml" >"$work/$v.dry" 2>&1; then
       ok "$v: API server accepts all $(grep -c 'server dry run' "$work/$v.dry") objects (server-side dry run)"
       if grep -qi 'violate PodSecurity' "$work/$v.dry"; then
         bad "$v: pods violate the restricted Pod Security Standard:"; grep -i 'violate' "$work/$v.dry" | sed 's/^/        /'
       else
-        ok "$v: operator and test pods pass the restricted Pod Security Standard"
+        ok "$v: every pod (operator, test, adapter) passes the restricted Pod Security Standard"
       fi
     else
       bad "$v: API server rejected the render:"; sed 's/^/        /' "$work/$v.dry"
@@ -486,8 +622,40 @@ KCFG
             "$k" -n cachet-system get all,secrets,configmaps,roles,rolebindings,leases,serviceaccounts -l app.kubernetes.io/instance=cachet -o name 2>/dev/null
             "$k" -n cachet-system get lease cachet-operator.cache.cachet.dev -o name 2>/dev/null; } | sort -u | tr '\n' ' ' || true)
   if [ -z "$left" ]; then ok "uninstall with crds.keep=false leaves nothing behind"; else bad "left behind after uninstall: $left"; fi
+
+  # The chart's adapter takes the custom metrics APIService only if nobody
+  # else has it. Last, because the registered APIService has no adapter
+  # behind it here and makes discovery report that group unavailable.
+  local ha=("$HELM" --kubeconfig "$KUBECONFIG" -n monitoring)
+  local adapter_set=(--set crds.install=false,webhook.enabled=false,metrics.enabled=false,tests.enabled=false
+                     --set metricsAdapter.install=true,metricsAdapter.prometheusURL=http://prometheus-operated.monitoring.svc:9090)
+  if "${ha[@]}" install adapter "$chart" "${adapter_set[@]}" >"$work/adapter-install.log" 2>&1; then
+    ok "helm install with metricsAdapter.install=true registers $("$k" get apiservice v1beta2.custom.metrics.k8s.io -o jsonpath='{.metadata.name} -> {.spec.service.namespace}/{.spec.service.name}' 2>/dev/null)"
+    if "${ha[@]}" upgrade adapter "$chart" "${adapter_set[@]}" >"$work/adapter-upgrade.log" 2>&1; then
+      ok "helm upgrade keeps its own APIService"
+    else
+      bad "helm upgrade refused the release's own APIService: $(tail -3 "$work/adapter-upgrade.log")"
+    fi
+    if "$HELM" --kubeconfig "$KUBECONFIG" -n payments install other "$chart" "${adapter_set[@]}" >"$work/adapter-clash.log" 2>&1; then
+      bad "a second release took over another release's custom metrics APIService"
+    elif grep -q 'already exists.*does not own it' "$work/adapter-clash.log"; then
+      ok "a second release refuses to take over the custom metrics APIService, with the fix"
+    else
+      bad "second adapter release failed for another reason: $(tail -3 "$work/adapter-clash.log")"
+    fi
+    "${ha[@]}" uninstall adapter >"$work/adapter-uninstall.log" 2>&1 || bad "helm uninstall adapter: $(cat "$work/adapter-uninstall.log")"
+    if "$k" get apiservice v1beta2.custom.metrics.k8s.io >/dev/null 2>&1; then
+      bad "uninstall left the custom metrics APIService behind"
+    else
+      ok "uninstall removes the custom metrics APIService"
+    fi
+  else
+    bad "helm install with metricsAdapter.install=true: $(tail -5 "$work/adapter-install.log")"
+  fi
 }
 CERT_MANAGER_VERSION=${CERT_MANAGER_VERSION:-v1.21.2}
+# The CRDs of the prometheus-operator release hack/prometheus-stack.sh builds.
+PROMETHEUS_OPERATOR_VERSION=${PROMETHEUS_OPERATOR_VERSION:-$(awk '$1=="require" && $2=="github.com/prometheus-operator/prometheus-operator" {print $3}' "$root/hack/tools/prometheus-operator/go.mod" 2>/dev/null)}
 PROMETHEUS_OPERATOR_VERSION=${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}
 server_pids=()
 # Stops what server_checks started, newest first (the API server before its

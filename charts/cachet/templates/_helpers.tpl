@@ -142,3 +142,52 @@ see rbac/leader_election.yaml. */}}
 {{- define "cachet.leaderElectionID" -}}
 {{- printf "%s-operator.cache.cachet.dev" (include "cachet.fullname" .) }}
 {{- end }}
+
+{{/* prometheus-adapter's objects carry their own component, so the operator's
+Services and NetworkPolicy never select the adapter's pods. */}}
+{{- define "cachet.adapterName" -}}
+{{- printf "%s-metrics-adapter" (include "cachet.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "cachet.adapterLabels" -}}
+{{ include "cachet.commonLabels" . }}
+app.kubernetes.io/component: metrics-adapter
+{{- end }}
+
+{{- define "cachet.adapterSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "cachet.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: metrics-adapter
+{{- end }}
+
+{{/*
+prometheus-adapter's config.yaml: the custom metrics the operator's HPAs ask
+for, per pod. The README carries the same block for users with their own
+adapter; hack/helm-lint.sh fails when the two differ.
+- cachet_evictions_young_per_second: the rate of evictions of items still in
+  use, the signal that a Cache is too small.
+- cachet_get_miss_ratio: get misses over all gets. The denominator is clamped
+  so an idle pod reads 0 rather than NaN (0/0), which the HPA would reject.
+*/}}
+{{- define "cachet.adapterConfig" -}}
+{{- $w := .Values.metricsAdapter.rules.rateWindow -}}
+rules:
+  - seriesQuery: 'cachet_evictions_young_total{namespace!="",pod!=""}'
+    resources:
+      overrides:
+        namespace: {resource: namespace}
+        pod: {resource: pod}
+    name:
+      matches: ^cachet_evictions_young_total$
+      as: cachet_evictions_young_per_second
+    metricsQuery: 'sum(rate(<<.Series>>{<<.LabelMatchers>>}[{{ $w }}])) by (<<.GroupBy>>)'
+  - seriesQuery: 'memcached_commands_total{command="get",namespace!="",pod!=""}'
+    resources:
+      overrides:
+        namespace: {resource: namespace}
+        pod: {resource: pod}
+    name:
+      matches: ^memcached_commands_total$
+      as: cachet_get_miss_ratio
+    metricsQuery: 'sum(rate(<<.Series>>{<<.LabelMatchers>>,command="get",status="miss"}[{{ $w }}])) by (<<.GroupBy>>) / clamp_min(sum(rate(<<.Series>>{<<.LabelMatchers>>,command="get"}[{{ $w }}])) by (<<.GroupBy>>), 1e-9)'
+{{- end }}
