@@ -82,11 +82,15 @@ vet: ## Run go vet against code.
 # an etcd and a kube-apiserver at once on a slow 2-CPU machine.
 ENVTEST_START_TIMEOUT ?= 2m
 # prometheus-operator's CRDs (PodMonitor, PrometheusRule) for the envtests, from
-# its Go module: the same version hack/helm-lint.sh installs.
-PROMETHEUS_OPERATOR_VERSION ?= v0.85.0
+# its Go module: the version hack/tools/prometheus-operator pins, which
+# hack/helm-lint.sh and hack/prometheus-stack.sh use too.
+PROMETHEUS_OPERATOR_VERSION ?= $(shell awk '$$1=="require" && $$2=="github.com/prometheus-operator/prometheus-operator" {print $$3}' hack/tools/prometheus-operator/go.mod)
 PROMETHEUS_OPERATOR_CRDS = $$(cd /tmp && GOFLAGS= go mod download -json github.com/prometheus-operator/prometheus-operator@$(PROMETHEUS_OPERATOR_VERSION) | awk -F'"' '/"Dir"/{print $$4}')/example/prometheus-operator-crd
 .PHONY: test
 test: manifests generate fmt vet envtest envtest-floor kustomize ## Run unit and envtest tests against a real kube-apiserver and etcd: the current release and the floor.
+	@# test/promql runs every shipped PromQL query against Debian's Prometheus
+	@# scraping a real cachetd.
+	$(MAKE) -s -C engine all
 	@echo "==> envtest on kube-apiserver $$(cat $(LOCALBIN)/k8s/VERSION) (current)"
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" KUSTOMIZE="$(KUSTOMIZE)" PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" \
 	KUBEBUILDER_CONTROLPLANE_START_TIMEOUT=$(ENVTEST_START_TIMEOUT) KUBEBUILDER_CONTROLPLANE_STOP_TIMEOUT=$(ENVTEST_START_TIMEOUT) \

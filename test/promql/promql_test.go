@@ -318,7 +318,7 @@ scrape_configs:
 		queries["dashboard "+what] = q
 	}
 	for _, m := range []string{controllers.YoungEvictionsMetric, controllers.MissRatioMetric} {
-		queries["custom metric "+m] = adapterQuery(m)
+		queries["custom metric "+m] = adapterQuery(t, m)
 	}
 	// The traffic must have produced the pressure the young-eviction signals
 	// are about, or the checks below would prove nothing for them.
@@ -341,8 +341,55 @@ scrape_configs:
 }
 
 // adapterQuery is the query prometheus-adapter runs for a custom metric of
-// one pod, from the chart's adapter rules, with its template filled in as
-// the adapter does.
-func adapterQuery(metric string) string {
-	return "TODO " + metric
+// one pod, from the chart's adapter rules (the cachet.adapterConfig template,
+// at the chart's default rate window), with its template filled in as the
+// adapter fills it.
+func adapterQuery(t *testing.T, metric string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "charts", "cachet", "templates", "_helpers.tpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?s)\{\{- define "cachet.adapterConfig" -\}\}\n(.*?)\{\{- end \}\}`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("no cachet.adapterConfig template in the chart's _helpers.tpl")
+	}
+	window := regexp.MustCompile(`(?m)^    rateWindow: (\S+)`).FindSubmatch(mustRead(t, filepath.Join("..", "..", "charts", "cachet", "values.yaml")))
+	if window == nil {
+		t.Fatal("no metricsAdapter.rules.rateWindow in values.yaml")
+	}
+	text := regexp.MustCompile(`\{\{- \$w := [^}]*\}\}\n?`).ReplaceAllString(string(m[1]), "")
+	text = strings.ReplaceAll(text, "{{ $w }}", string(window[1]))
+	var config struct {
+		Rules []struct {
+			Name struct {
+				Matches string `json:"matches"`
+				As      string `json:"as"`
+			} `json:"name"`
+			MetricsQuery string `json:"metricsQuery"`
+		} `json:"rules"`
+	}
+	if err := yaml.Unmarshal([]byte(text), &config); err != nil {
+		t.Fatalf("the chart's adapter rules: %v", err)
+	}
+	for _, r := range config.Rules {
+		if r.Name.As == metric {
+			return strings.NewReplacer(
+				"<<.Series>>", strings.Trim(r.Name.Matches, "^$"),
+				"<<.LabelMatchers>>", fmt.Sprintf(`namespace=%q,pod=%q`, namespace, podName),
+				"<<.GroupBy>>", "pod",
+			).Replace(r.MetricsQuery)
+		}
+	}
+	t.Fatalf("the chart's adapter rules define no %s", metric)
+	return ""
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
