@@ -26,6 +26,7 @@ package promql
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -158,7 +159,7 @@ func traffic(t *testing.T, addr string) {
 			if _, err := mc.Get(k); err != nil {
 				t.Fatalf("get %s right after its set: %v", k, err)
 			}
-			if _, err := mc.Get("k" + strconv.Itoa((i+keys/2)%keys)); err != nil && err != memcache.ErrCacheMiss {
+			if _, err := mc.Get("k" + strconv.Itoa((i+keys/2)%keys)); err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
 				t.Fatal(err)
 			}
 		}
