@@ -42,6 +42,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -148,7 +149,11 @@ func main() {
 	}
 
 	restConfig := ctrl.GetConfigOrDie()
-	dc, err := discovery.NewDiscoveryClientForConfig(restConfig)
+	// A hanging aggregated API (an adapter that stopped answering) must not
+	// hold a reconcile for the client's default 32 s.
+	discoveryConfig := rest.CopyConfig(restConfig)
+	discoveryConfig.Timeout = 5 * time.Second
+	dc, err := discovery.NewDiscoveryClientForConfig(discoveryConfig)
 	if err != nil {
 		setupLog.Error(err, "unable to create a discovery client")
 		os.Exit(1)

@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/discovery"
 )
 
@@ -65,23 +66,33 @@ type discoveryAnswer struct {
 
 // Serves implements APIChecker. An aggregated API whose backend is down
 // answers discovery with an error, and so counts as not served, which is
-// what an HPA reading it would find.
+// what an HPA reading it would find. The lock is not held across the request
+// (a hanging adapter must not stall every reconcile behind it), and an
+// answer is timed from when it arrived. A transient failure (a timeout, a
+// refused connection) keeps the last answer instead of flipping conditions.
 func (d *DiscoveryChecker) Serves(groupVersion, resource string) bool {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	a, ok := d.seen[groupVersion]
+	d.mu.Unlock()
 	if !ok || time.Since(a.at) > d.TTL {
-		a = discoveryAnswer{at: time.Now()}
-		if list, err := d.Discovery.ServerResourcesForGroupVersion(groupVersion); err == nil && list != nil {
-			a.resources = map[string]bool{}
+		list, err := d.Discovery.ServerResourcesForGroupVersion(groupVersion)
+		fresh := discoveryAnswer{at: time.Now()}
+		switch {
+		case err == nil && list != nil:
+			fresh.resources = map[string]bool{}
 			for _, r := range list.APIResources {
-				a.resources[r.Name] = true
+				fresh.resources[r.Name] = true
 			}
+		case err != nil && ok && !apierrors.IsNotFound(err) && !apierrors.IsServiceUnavailable(err):
+			fresh.resources = a.resources
 		}
+		a = fresh
+		d.mu.Lock()
 		if d.seen == nil {
 			d.seen = map[string]discoveryAnswer{}
 		}
 		d.seen[groupVersion] = a
+		d.mu.Unlock()
 	}
 	if a.resources == nil {
 		return false

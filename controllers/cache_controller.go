@@ -37,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -186,6 +187,7 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 	var sts *appsv1.StatefulSet
 	stsPending := prevSTS != nil && prevSTS.DeletionTimestamp != nil
 	recheck := false // something wanted depends on an API that may appear later
+	auxFailures := map[string]string{}
 	for _, kind := range ownedKinds {
 		wanted := kind.build(c, opts)
 		if kind.optionalAPI != "" && len(wanted) > 0 {
@@ -210,6 +212,11 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 				continue
 			}
 			kindName := obj.GetObjectKind().GroupVersionKind().Kind
+			if kind.auxiliary {
+				auxFailures[kind.resource] = fmt.Sprintf("the API server refused %s %s: %v", kindName, obj.GetName(), err)
+				recheck = true
+				continue
+			}
 			switch {
 			case errors.Is(err, errNotOurs):
 				return r.applyFailure(ctx, c, ReasonNameConflict, fmt.Sprintf("%v: delete or rename it, or rename the Cache", err))
@@ -264,11 +271,16 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 	}
 
 	obs := Observed{StatefulSet: live.statefulSet, Pods: live.pods, ConfigMaps: configs, Image: opts.Image, Options: opts,
-		APIs: map[string]bool{}}
-	for _, gv := range append([]string{MonitoringAPI}, metricsAPIsNeeded(c)...) {
+		APIs: map[string]bool{}, AuxFailures: auxFailures}
+	for _, gv := range metricsAPIsNeeded(c) {
 		obs.APIs[gv] = r.serves(gv, "")
-		if !obs.APIs[gv] && (gv != MonitoringAPI || c.Spec.Monitoring.IsEnabled()) {
-			recheck = true
+		recheck = recheck || !obs.APIs[gv]
+	}
+	if c.Spec.Monitoring.IsEnabled() {
+		for _, k := range ownedKinds {
+			if k.optionalAPI == MonitoringAPI && !r.serves(k.optionalAPI, k.resource) {
+				obs.MissingMonitoringKinds = append(obs.MissingMonitoringKinds, k.resource)
+			}
 		}
 	}
 	if c.Spec.Autoscaling != nil {
@@ -282,6 +294,9 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 	result := ctrl.Result{}
 	if recheck {
 		result.RequeueAfter = r.recheckAPIs()
+	}
+	if len(auxFailures) > 0 && result.RequeueAfter > time.Minute {
+		result.RequeueAfter = time.Minute // a refusal may be lifted without any event we watch
 	}
 	if r.CPUManager != nil && c.Spec.IsDedicatedCPUs() {
 		obs.NodePolicies = map[string]NodeCPUPolicy{}
@@ -559,6 +574,10 @@ func (r *CacheReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, maxBackoff),
 		})
 	for _, k := range watchedKinds(r.ServedOptional) {
+		if k.watchFilter != nil {
+			b = b.Owns(k.object, builder.WithPredicates(k.watchFilter))
+			continue
+		}
 		b = b.Owns(k.object)
 	}
 	return b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCache)).

@@ -24,6 +24,8 @@ limitations under the License.
 package controllers
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -55,6 +57,12 @@ var (
 	}, []string{"namespace", "cache", "pod"})
 )
 
+// podSeries remembers, by Cache, the pods that have per-pod series.
+var (
+	podSeriesMu sync.Mutex
+	podSeries   = map[string]map[string]bool{}
+)
+
 func init() {
 	metrics.Registry.MustRegister(coresExclusive, replicasDesired, replicasReady, engineRestarts, engineOOMKilled)
 }
@@ -64,9 +72,23 @@ func init() {
 func RecordCacheMetrics(c *cachev1alpha1.Cache, st cachev1alpha1.CacheStatus) {
 	replicasDesired.WithLabelValues(c.Namespace, c.Name).Set(float64(c.Spec.DesiredReplicas()))
 	replicasReady.WithLabelValues(c.Namespace, c.Name).Set(float64(st.ReadyReplicas))
-	cacheLabels := prometheus.Labels{"namespace": c.Namespace, "cache": c.Name}
-	engineRestarts.DeletePartialMatch(cacheLabels)
-	engineOOMKilled.DeletePartialMatch(cacheLabels)
+	// Only the series of pods that are gone are deleted: deleting all and
+	// setting them again would let a scrape in between see them vanish (and
+	// an alert resolve and fire again).
+	now := map[string]bool{}
+	for _, ep := range st.Endpoints {
+		now[ep.Pod] = true
+	}
+	key := c.Namespace + "/" + c.Name
+	podSeriesMu.Lock()
+	for pod := range podSeries[key] {
+		if !now[pod] {
+			engineRestarts.DeleteLabelValues(c.Namespace, c.Name, pod)
+			engineOOMKilled.DeleteLabelValues(c.Namespace, c.Name, pod)
+		}
+	}
+	podSeries[key] = now
+	podSeriesMu.Unlock()
 	for _, ep := range st.Endpoints {
 		engineRestarts.WithLabelValues(c.Namespace, c.Name, ep.Pod).Set(float64(ep.Restarts))
 		oom := 0.0
@@ -92,6 +114,9 @@ func RecordCacheMetrics(c *cachev1alpha1.Cache, st cachev1alpha1.CacheStatus) {
 
 // forgetCacheMetrics drops every series of a deleted Cache.
 func forgetCacheMetrics(namespace, name string) {
+	podSeriesMu.Lock()
+	delete(podSeries, namespace+"/"+name)
+	podSeriesMu.Unlock()
 	l := prometheus.Labels{"namespace": namespace, "cache": name}
 	for _, v := range []*prometheus.GaugeVec{coresExclusive, replicasDesired, replicasReady, engineRestarts, engineOOMKilled} {
 		v.DeletePartialMatch(l)

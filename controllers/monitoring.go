@@ -116,16 +116,36 @@ func cacheSelector(c *cachev1alpha1.Cache) string {
 	return fmt.Sprintf(`namespace=%q,%s=%q`, c.Namespace, CacheLabel, c.Name)
 }
 
-// hitRatioAlertBelow is spec.monitoring.hitRatioAlertBelow, else the
-// autoscaler's hit-ratio target, else nil (no hit-ratio alert).
-func hitRatioAlertBelow(c *cachev1alpha1.Cache) *resource.Quantity {
+// hpaTolerance is the HorizontalPodAutoscaler's default tolerance: it acts
+// only when a metric is more than 10% off its target. An alert derived from
+// an autoscaling target allows the same, so that it fires when the
+// autoscaler could not hold its target (at maxReplicas, or failing), not
+// while it is doing its job.
+var hpaTolerance = inf.NewDec(11, 1)
+
+// hitRatioAlertBelow is spec.monitoring.hitRatioAlertBelow, else what the
+// autoscaler's hit-ratio target allows (1 - 1.1 x (1 - target)), else nil:
+// no hit-ratio alert, as a cache's natural hit ratio depends on its clients.
+func hitRatioAlertBelow(c *cachev1alpha1.Cache) *inf.Dec {
 	if m := c.Spec.Monitoring; m != nil && m.HitRatioAlertBelow != nil {
-		return m.HitRatioAlertBelow
+		return m.HitRatioAlertBelow.AsDec()
 	}
 	if a := c.Spec.Autoscaling; a != nil && a.Targets.HitRatio != nil {
-		return a.Targets.HitRatio
+		miss := new(inf.Dec).Sub(inf.NewDec(1, 0), a.Targets.HitRatio.AsDec())
+		allowed := new(inf.Dec).Mul(miss, hpaTolerance)
+		return new(inf.Dec).Sub(inf.NewDec(1, 0), allowed)
 	}
 	return nil
+}
+
+// youngEvictionsAlertAbove is 0 (any sustained young eviction means the
+// working set does not fit), or, when the autoscaler holds young evictions at
+// a target, that target with the autoscaler's tolerance.
+func youngEvictionsAlertAbove(c *cachev1alpha1.Cache) *inf.Dec {
+	if a := c.Spec.Autoscaling; a != nil && a.Targets.YoungEvictionsPerSecond != nil {
+		return new(inf.Dec).Mul(a.Targets.YoungEvictionsPerSecond.AsDec(), hpaTolerance)
+	}
+	return inf.NewDec(0, 0)
 }
 
 // CacheAlerts are the alerts on a Cache's engine metrics: memcached-mixin's
@@ -163,18 +183,20 @@ func CacheAlerts(c *cachev1alpha1.Cache) []Alert {
 		},
 		{
 			Name: "CachetYoungEvictions", Signal: fmt.Sprintf(`sum by (namespace, cache, pod) (rate(cachet_evictions_young_total{%s}[5m]))`, sel),
-			Compare: "> 0", For: "15m", Severity: "warning",
+			Compare: "> " + youngEvictionsAlertAbove(c).String(), For: "15m", Severity: "warning",
 			Summary:     who + " pod {{ $labels.pod }} evicts items its clients still read",
-			Description: "{{ $value | humanize }} evictions per second of items read within the engine's young window: the working set does not fit. Add memory or replicas (spec.autoscaling.targets.youngEvictionsPerSecond scales on this).",
+			Description: "{{ $value | humanize }} evictions per second of items read within the engine's young window: the working set does not fit. Add memory or replicas (spec.autoscaling.targets.youngEvictionsPerSecond scales on this; with it, this alert fires only when the autoscaler cannot hold its target).",
 		},
 	}
 	if t := hitRatioAlertBelow(c); t != nil {
 		alerts = append(alerts, Alert{
-			Name:    "CachetHitRatioLow",
-			Signal:  fmt.Sprintf(`sum by (namespace, cache) (rate(memcached_commands_total{%[1]s,command="get",status="hit"}[10m])) / clamp_min(sum by (namespace, cache) (rate(memcached_commands_total{%[1]s,command="get"}[10m])), 1e-9)`, sel),
-			Compare: "< " + t.AsDec().String(), For: "30m", Severity: "warning",
+			Name: "CachetHitRatioLow",
+			// No clamp: a Cache without GETs has no hit ratio (NaN), and
+			// must not alert as if it had a low one.
+			Signal:  fmt.Sprintf(`sum by (namespace, cache) (rate(memcached_commands_total{%[1]s,command="get",status="hit"}[10m])) / sum by (namespace, cache) (rate(memcached_commands_total{%[1]s,command="get"}[10m]))`, sel),
+			Compare: "< " + t.String(), For: "30m", Severity: "warning",
 			Summary:     who + " hits {{ $value | humanizePercentage }} of GETs",
-			Description: fmt.Sprintf("The GET hit ratio stayed below the Cache's target of %s for 30 minutes.", t.AsDec().String()),
+			Description: fmt.Sprintf("The GET hit ratio stayed below %s for 30 minutes (spec.monitoring.hitRatioAlertBelow, or what the autoscaler's hit-ratio target allows: then the autoscaler could not hold it).", t.String()),
 		})
 	}
 	return alerts

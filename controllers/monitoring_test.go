@@ -103,8 +103,16 @@ func TestPrometheusRuleAlertsAreScopedToTheCache(t *testing.T) {
 	}
 
 	c.Spec.Autoscaling = &cachev1alpha1.AutoscalingSpec{MaxReplicas: 4, Targets: cachev1alpha1.AutoscalingTargets{HitRatio: ptr.To(resource.MustParse("0.95"))}}
-	if a := findAlert(CacheAlerts(c), "CachetHitRatioLow"); a == nil || !strings.HasSuffix(a.Expr(), "< 0.95") {
+	// The autoscaler acts only 10% off target: the alert allows the same.
+	if a := findAlert(CacheAlerts(c), "CachetHitRatioLow"); a == nil || !strings.HasSuffix(a.Expr(), "< 0.945") {
 		t.Errorf("hit-ratio alert from the autoscaling target: %+v", a)
+	}
+	if a := findAlert(CacheAlerts(c), "CachetYoungEvictions"); !strings.HasSuffix(a.Expr(), "> 0") {
+		t.Errorf("without a young-evictions target any young eviction alerts: %q", a.Expr())
+	}
+	c.Spec.Autoscaling.Targets.YoungEvictionsPerSecond = ptr.To(resource.MustParse("2"))
+	if a := findAlert(CacheAlerts(c), "CachetYoungEvictions"); !strings.HasSuffix(a.Expr(), "> 2.2") {
+		t.Errorf("with a target of 2/s the alert waits for the autoscaler to fail: %q", a.Expr())
 	}
 	c.Spec.Monitoring.HitRatioAlertBelow = ptr.To(resource.MustParse("0.8"))
 	if a := findAlert(CacheAlerts(c), "CachetHitRatioLow"); a == nil || !strings.HasSuffix(a.Expr(), "< 0.8") {
@@ -183,7 +191,7 @@ func TestMonitoringAndAutoscalingConditions(t *testing.T) {
 		return meta.FindStatusCondition(ComputeStatus(c, obs, "cluster.local").Conditions, typ)
 	}
 
-	none := Observed{APIs: map[string]bool{}}
+	none := Observed{APIs: map[string]bool{}, MissingMonitoringKinds: []string{"podmonitors", "prometheusrules"}}
 	if m := cond(none, cachev1alpha1.ConditionMonitoring); m == nil || m.Status != metav1.ConditionFalse || m.Reason != ReasonNoPrometheusOp {
 		t.Errorf("no prometheus-operator: %+v", m)
 	}
@@ -193,16 +201,33 @@ func TestMonitoringAndAutoscalingConditions(t *testing.T) {
 		t.Errorf("no metrics APIs: %+v", a)
 	}
 
-	all := Observed{APIs: map[string]bool{MonitoringAPI: true, CustomMetricsAPI: true, ResourceMetricsAPI: true},
+	// A cluster with ServiceMonitors only (e.g. another project's CRD).
+	if m := cond(Observed{MissingMonitoringKinds: []string{"podmonitors", "prometheusrules"}}, cachev1alpha1.ConditionMonitoring); m.Status != metav1.ConditionFalse ||
+		!strings.Contains(m.Message, "podmonitors and prometheusrules") {
+		t.Errorf("missing kinds must be named: %+v", m)
+	}
+	all := Observed{APIs: map[string]bool{CustomMetricsAPI: true, ResourceMetricsAPI: true},
 		HPA: &autoscalingv2.HorizontalPodAutoscaler{Status: autoscalingv2.HorizontalPodAutoscalerStatus{DesiredReplicas: 3}}}
 	if m := cond(all, cachev1alpha1.ConditionMonitoring); m.Status != metav1.ConditionTrue {
 		t.Errorf("monitoring %+v", m)
 	}
+	if a := cond(all, cachev1alpha1.ConditionAutoscaling); a.Status != metav1.ConditionUnknown || a.Reason != ReasonAutoscalerPending {
+		t.Errorf("an HPA not yet evaluated is not yet working: %+v", a)
+	}
+	all.HPA.Status.Conditions = []autoscalingv2.HorizontalPodAutoscalerCondition{{Type: autoscalingv2.ScalingActive, Status: corev1.ConditionTrue, Reason: "ValidMetricFound"}}
 	if a := cond(all, cachev1alpha1.ConditionAutoscaling); a.Status != metav1.ConditionTrue || !strings.Contains(a.Message, "wants 3") {
 		t.Errorf("autoscaling %+v", a)
 	}
 	all.HPA.Status.Conditions = []autoscalingv2.HorizontalPodAutoscalerCondition{{
 		Type: autoscalingv2.ScalingActive, Status: corev1.ConditionFalse, Reason: "FailedGetPodsMetric", Message: "no metrics returned"}}
+	failed := all
+	failed.AuxFailures = map[string]string{"horizontalpodautoscalers": "the API server refused HorizontalPodAutoscaler web: periodSeconds too big"}
+	if a := cond(failed, cachev1alpha1.ConditionAutoscaling); a.Status != metav1.ConditionFalse || a.Reason != ReasonAuxApplyFailed || !strings.Contains(a.Message, "periodSeconds") {
+		t.Errorf("a refused HPA must show in Autoscaling: %+v", a)
+	}
+	if d := cond(failed, cachev1alpha1.ConditionDegraded); d.Status == metav1.ConditionTrue {
+		t.Errorf("a refused HPA must not make the cache Degraded: %+v", d)
+	}
 	if a := cond(all, cachev1alpha1.ConditionAutoscaling); a.Status != metav1.ConditionFalse || a.Reason != "FailedGetPodsMetric" || !strings.Contains(a.Message, "no metrics returned") {
 		t.Errorf("the HPA's own complaint must show: %+v", a)
 	}

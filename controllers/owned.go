@@ -33,6 +33,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
 )
@@ -69,6 +71,14 @@ type ownedKind struct {
 	// served the kind is neither applied nor pruned nor watched, and the
 	// Cache's conditions say what is missing.
 	optionalAPI string
+	// auxiliary kinds serve a feature beside the cache (monitoring,
+	// autoscaling): they are applied after the StatefulSet, and a refusal
+	// is reported in that feature's condition, never as a cache that is
+	// Degraded or not Ready.
+	auxiliary bool
+	// watchFilter, when set, passes only the changes of this kind that the
+	// reconciler acts on.
+	watchFilter predicate.Predicate
 }
 
 // verbs the operator needs on the kind: server-side apply is a patch that
@@ -92,7 +102,9 @@ func one[T client.Object](f func(*cachev1alpha1.Cache, BuildOptions) T) func(*ca
 }
 
 // ownedKinds, in apply order: a pod's ConfigMap exists before the
-// StatefulSet that mounts it, and the StatefulSet comes last.
+// StatefulSet that mounts it, and what only watches or scales the pods
+// (PodMonitor, PrometheusRule, HPA) comes after it, so that its failure
+// never holds the cache back.
 var ownedKinds = []ownedKind{
 	{group: "", resource: "configmaps", object: &corev1.ConfigMap{}, list: &corev1.ConfigMapList{},
 		build: one(ConfigMap), prune: true, keep: configMapInUse},
@@ -106,16 +118,42 @@ var ownedKinds = []ownedKind{
 		})},
 	{group: "networking.k8s.io", resource: "networkpolicies", object: &networkingv1.NetworkPolicy{}, list: &networkingv1.NetworkPolicyList{},
 		build: one(NetworkPolicy), prune: true},
+	{group: "apps", resource: "statefulsets", object: &appsv1.StatefulSet{}, list: &appsv1.StatefulSetList{},
+		build: one(StatefulSet), deletes: true},
 	{group: "monitoring.coreos.com", resource: "podmonitors", object: &monitoringv1.PodMonitor{}, list: &monitoringv1.PodMonitorList{},
-		build: one(PodMonitor), prune: true, optionalAPI: MonitoringAPI},
+		build: one(PodMonitor), prune: true, optionalAPI: MonitoringAPI, auxiliary: true},
 	{group: "monitoring.coreos.com", resource: "prometheusrules", object: &monitoringv1.PrometheusRule{}, list: &monitoringv1.PrometheusRuleList{},
-		build: one(PrometheusRule), prune: true, optionalAPI: MonitoringAPI},
+		build: one(PrometheusRule), prune: true, optionalAPI: MonitoringAPI, auxiliary: true},
 	{group: "autoscaling", resource: "horizontalpodautoscalers", object: &autoscalingv2.HorizontalPodAutoscaler{}, list: &autoscalingv2.HorizontalPodAutoscalerList{},
 		build: one(func(c *cachev1alpha1.Cache, _ BuildOptions) *autoscalingv2.HorizontalPodAutoscaler {
 			return HorizontalPodAutoscaler(c)
-		}), prune: true},
-	{group: "apps", resource: "statefulsets", object: &appsv1.StatefulSet{}, list: &appsv1.StatefulSetList{},
-		build: one(StatefulSet), deletes: true},
+		}), prune: true, auxiliary: true, watchFilter: hpaChangesThatMatter},
+}
+
+// hpaChangesThatMatter passes an HPA's spec changes and the status the
+// Autoscaling condition reports (desired replicas, conditions), and not the
+// current metric values the HPA controller rewrites every 15 s under load:
+// each of those would re-apply every owned object of the Cache.
+var hpaChangesThatMatter = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, okOld := e.ObjectOld.(*autoscalingv2.HorizontalPodAutoscaler)
+		n, okNew := e.ObjectNew.(*autoscalingv2.HorizontalPodAutoscaler)
+		if !okOld || !okNew {
+			return true
+		}
+		if o.Generation != n.Generation || o.Status.DesiredReplicas != n.Status.DesiredReplicas ||
+			!reflect.DeepEqual(o.Labels, n.Labels) || !reflect.DeepEqual(o.OwnerReferences, n.OwnerReferences) ||
+			len(o.Status.Conditions) != len(n.Status.Conditions) {
+			return true
+		}
+		for i := range o.Status.Conditions {
+			a, b := o.Status.Conditions[i], n.Status.Conditions[i]
+			if a.Type != b.Type || a.Status != b.Status || a.Reason != b.Reason || a.Message != b.Message {
+				return true
+			}
+		}
+		return false
+	},
 }
 
 // OptionalKindsServed says, by resource, which optional kinds the cluster

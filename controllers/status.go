@@ -74,6 +74,7 @@ const (
 	ReasonAutoscalerActive    = "AutoscalerActive"
 	ReasonMetricsAPIMissing   = "MetricsAPIMissing"
 	ReasonAutoscalerPending   = "AutoscalerPending"
+	ReasonAuxApplyFailed      = "ApplyFailed"
 )
 
 // Observed is what the reconciler read from the cluster for one Cache.
@@ -88,9 +89,15 @@ type Observed struct {
 	Options BuildOptions
 	// NodePolicies is each pod node's CPU manager policy, when checked.
 	NodePolicies map[string]NodeCPUPolicy
-	// APIs says, by group/version, whether the cluster serves the optional
-	// APIs this Cache needs (MonitoringAPI, and the metrics APIs of its HPA).
+	// APIs says, by group/version, whether the cluster serves the metrics
+	// APIs the Cache's HPA reads.
 	APIs map[string]bool
+	// MissingMonitoringKinds are prometheus-operator's resources the Cache's
+	// monitoring needs and the cluster does not serve.
+	MissingMonitoringKinds []string
+	// AuxFailures holds, by resource, why the API server refused a
+	// monitoring or autoscaling object.
+	AuxFailures map[string]string
 	// HPA is the Cache's HorizontalPodAutoscaler as it reports itself.
 	HPA *autoscalingv2.HorizontalPodAutoscaler
 }
@@ -458,9 +465,12 @@ func setMonitoringCondition(c *cachev1alpha1.Cache, obs Observed, set func(strin
 	case obs.Options.Engine.MetricsPort == 0:
 		set(cachev1alpha1.ConditionMonitoring, metav1.ConditionFalse, ReasonNoMetricsPort,
 			"the operator runs the engines without a metrics port (--engine-metrics-port=0), so there is nothing to scrape")
-	case !obs.APIs[MonitoringAPI]:
+	case len(obs.MissingMonitoringKinds) > 0:
 		set(cachev1alpha1.ConditionMonitoring, metav1.ConditionFalse, ReasonNoPrometheusOp,
-			"the cluster does not serve "+MonitoringAPI+" PodMonitor and PrometheusRule (prometheus-operator's CRDs), so nothing scrapes this Cache; the cache itself is not affected, and the operator creates them once the CRDs are installed")
+			"the cluster does not serve "+MonitoringAPI+" "+strings.Join(obs.MissingMonitoringKinds, " and ")+" (prometheus-operator's CRDs), so this Cache is not scraped or alerted on as asked; the cache itself is not affected, and the operator creates them once the CRDs are installed")
+	case obs.AuxFailures["podmonitors"] != "" || obs.AuxFailures["prometheusrules"] != "":
+		set(cachev1alpha1.ConditionMonitoring, metav1.ConditionFalse, ReasonAuxApplyFailed,
+			strings.TrimSpace(obs.AuxFailures["podmonitors"]+" "+obs.AuxFailures["prometheusrules"])+"; the operator retries")
 	default:
 		interval := c.Spec.Monitoring.Interval
 		if interval == "" {
@@ -477,6 +487,10 @@ func setMonitoringCondition(c *cachev1alpha1.Cache, obs Observed, set func(strin
 func setAutoscalingCondition(c *cachev1alpha1.Cache, obs Observed, set func(string, metav1.ConditionStatus, string, string), conds *[]metav1.Condition) {
 	if c.Spec.Autoscaling == nil {
 		meta.RemoveStatusCondition(conds, cachev1alpha1.ConditionAutoscaling)
+		return
+	}
+	if f := obs.AuxFailures["horizontalpodautoscalers"]; f != "" {
+		set(cachev1alpha1.ConditionAutoscaling, metav1.ConditionFalse, ReasonAuxApplyFailed, f+"; fix spec.autoscaling, the operator retries")
 		return
 	}
 	var missing []string
@@ -502,6 +516,11 @@ func setAutoscalingCondition(c *cachev1alpha1.Cache, obs Observed, set func(stri
 	}
 	if obs.HPA == nil {
 		set(cachev1alpha1.ConditionAutoscaling, metav1.ConditionUnknown, ReasonAutoscalerPending, "waiting for HorizontalPodAutoscaler "+HPAName(c))
+		return
+	}
+	if len(obs.HPA.Status.Conditions) == 0 {
+		set(cachev1alpha1.ConditionAutoscaling, metav1.ConditionUnknown, ReasonAutoscalerPending,
+			"waiting for the first evaluation of HorizontalPodAutoscaler "+HPAName(c))
 		return
 	}
 	for _, t := range []autoscalingv2.HorizontalPodAutoscalerConditionType{autoscalingv2.AbleToScale, autoscalingv2.ScalingActive} {

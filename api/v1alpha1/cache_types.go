@@ -40,6 +40,7 @@ import (
 // CacheSpec is the desired state of a Cache.
 // +kubebuilder:validation:XValidation:rule="(has(self.dedicatedCPUs) && !self.dedicatedCPUs) || !has(self.cpu) || self.cpu >= 1",message="spec.cpu must be at least 1 when spec.dedicatedCPUs is true: exclusive cores come in whole CPUs"
 // +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.engine.threads) || (has(self.dedicatedCPUs) && !self.dedicatedCPUs) || !has(self.cpu) || self.engine.threads >= self.cpu",message="spec.engine.threads must be at least spec.cpu when spec.dedicatedCPUs is true: every exclusive core needs a worker pinned to it"
+// +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || !has(self.autoscaling.targets.cpuUtilization) || !has(self.cpu) || self.cpu > 0",message="spec.autoscaling.targets.cpuUtilization needs spec.cpu of at least 1: utilization is measured against the pods' CPU request, and spec.cpu 0 requests none",fieldPath=".autoscaling.targets.cpuUtilization"
 // +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.engine.maxItemSize) || !isQuantity(string(self.engine.maxItemSize)) || !isQuantity(string(self.memory)) || quantity(string(self.engine.maxItemSize)).asApproximateFloat() * 2.0 <= quantity(string(self.memory)).asApproximateFloat()",message="spec.engine.maxItemSize must be at most half of spec.memory: the engine needs room for at least two items of the largest size",fieldPath=".engine.maxItemSize"
 type CacheSpec struct {
 	// Replicas is the number of cache pods. Each pod is an independent shard:
@@ -138,7 +139,7 @@ type MonitoringSpec struct {
 
 	// Interval between scrapes of each pod, a Prometheus duration.
 	// +kubebuilder:default="30s"
-	// +kubebuilder:validation:Pattern=`^(0|(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$`
+	// +kubebuilder:validation:Pattern=`^([0-9]+(ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
 	// +optional
 	Interval string `json:"interval,omitempty"`
