@@ -327,6 +327,14 @@ scrape_configs:
 		t.Fatalf("no young evictions after the traffic (%v): the test load is wrong", err)
 	}
 
+	// The chart's operator alerts: valid PromQL over the series checked
+	// above (they hold comparisons, so no data is their quiet state).
+	for i, expr := range chartAlertExprs(t) {
+		if _, err := query(base, expr); err != nil {
+			t.Errorf("chart alert %d: invalid query %q: %v", i, expr, err)
+		}
+	}
+
 	for what, q := range queries {
 		r, err := query(base, q)
 		switch {
@@ -393,4 +401,19 @@ func mustRead(t *testing.T, p string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// chartAlertExprs are the expressions of the chart's PrometheusRule for the
+// operator's metrics.
+func chartAlertExprs(t *testing.T) []string {
+	t.Helper()
+	b := mustRead(t, filepath.Join("..", "..", "charts", "cachet", "templates", "metrics", "prometheusrule.yaml"))
+	var exprs []string
+	for _, m := range regexp.MustCompile(`(?m)^\s+expr: (.+)$`).FindAllSubmatch(b, -1) {
+		exprs = append(exprs, string(m[1]))
+	}
+	if len(exprs) < 4 {
+		t.Fatalf("%d alert expressions in the chart's PrometheusRule, want at least 4", len(exprs))
+	}
+	return exprs
 }
