@@ -35,7 +35,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -57,16 +56,6 @@ import (
 
 	"cachet.dev/cachet/test/utils"
 )
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 func poll(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
@@ -175,7 +164,7 @@ func TestSelfSignedWebhookCertificates(t *testing.T) {
 	if err := os.MkdirAll(certDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	webhookPort, probePort := freePort(t), freePort(t)
+	webhookPort, probePort := utils.FreePort(t), utils.FreePort(t)
 	var logs bytes.Buffer
 	mgr := exec.Command(bin,
 		"--kubeconfig="+kubeconfigPath,

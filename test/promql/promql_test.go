@@ -60,16 +60,6 @@ const (
 	podName   = "web-0"
 )
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func binary(t *testing.T, env, fallback string) string {
 	t.Helper()
 	p := os.Getenv(env)
@@ -252,7 +242,7 @@ func TestEveryShippedQueryReturnsData(t *testing.T) {
 	prometheusBin := binary(t, "PROMETHEUS", "/usr/bin/prometheus")
 	c := testCache()
 
-	memcachedPort, metricsPort := freePort(t), freePort(t)
+	memcachedPort, metricsPort := utils.FreePort(t), utils.FreePort(t)
 	start(t, cachetd, "-p", strconv.Itoa(memcachedPort), "-l", "127.0.0.1", "-U", "0", "-m", "8", "-t", "1",
 		"-o", "metrics_port="+strconv.Itoa(metricsPort))
 
@@ -268,7 +258,7 @@ func TestEveryShippedQueryReturnsData(t *testing.T) {
 	go func() { _ = opServer.Serve(opListener) }()
 	t.Cleanup(func() { _ = opServer.Close() })
 
-	promPort := freePort(t)
+	promPort := utils.FreePort(t)
 	dir := t.TempDir()
 	config := fmt.Sprintf(`global:
   scrape_interval: 1s

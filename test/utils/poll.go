@@ -14,8 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package utils holds what the envtest suites, the manager's own test and the
-// e2e suite share: one bounded poll that fails with the last state it saw.
+// Package utils holds what the envtest suites, the manager's own test, the
+// PromQL test and the e2e suite share: one bounded poll that fails with the
+// last state it saw, and a free loopback port.
 package utils
 
 import (
