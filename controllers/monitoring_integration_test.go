@@ -35,6 +35,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
 )
@@ -238,5 +239,30 @@ func TestAdmissionRejectsInvalidMonitoringAndAutoscaling(t *testing.T) {
 				t.Fatalf("want Invalid with %q, got %v", tc.want, err)
 			}
 		})
+	}
+}
+
+// Every sample in config/samples is a Cache the API accepts as written.
+func TestSamplesAreAccepted(t *testing.T) {
+	needIntegration(t)
+	ns := newNamespace(t)
+	files, err := filepath.Glob(filepath.Join("..", "config", "samples", "cache_*.yaml"))
+	if err != nil || len(files) < 3 {
+		t.Fatalf("samples: %v %v", files, err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &cachev1alpha1.Cache{}
+		if err := yaml.UnmarshalStrict(b, c); err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		c.Namespace = ns
+		if err := k8sClient.Create(context.Background(), c, client.DryRunAll); err != nil {
+			t.Errorf("%s refused: %v", f, err)
+		}
 	}
 }

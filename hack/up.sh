@@ -204,6 +204,12 @@ Cachet is up. Cache $cache_ns/$cache_name is Ready.
       printf 'set k 0 0 1\\r\\nv\\r\\nget k\\r\\n' | nc -q1 127.0.0.1 11211
   In the cluster: Service $cache_name.$cache_ns.svc:11211 (one endpoint per pod in
   the Cache's status.endpoints, for clients that hash keys across servers).
+  Each pod's Prometheus metrics (memcached_exporter names plus cachet_*):
+  $kubectl port-forward -n $cache_ns pod/$cache_name-0 9150:9150
+      then curl -s 127.0.0.1:9150/metrics
+  (A Prometheus stack in this cluster is not brought up yet; with
+  prometheus-operator, spec.monitoring gives each Cache a PodMonitor and
+  alerts: docs/autoscaling.md.)
   make down                                             # remove it all
 EOF
 say "done"
