@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # The Prometheus stack on the local cluster (hack/local-cluster.sh), from real
 # parts only and with nothing pulled:
-#   - Prometheus: Debian's /usr/bin/prometheus (2.42) with the two libraries it
-#     links (libc, the dynamic loader), in a FROM scratch image;
+#   - Prometheus: cmd/prometheus of the release hack/tools/prometheus pins,
+#     built from the Go module proxy with the kubernetes, file and http
+#     discoveries only (hack/prometheus-stack.sh prometheus). Debian's
+#     /usr/bin/prometheus (2.42) cannot serve here: Debian builds it without
+#     kubernetes_sd_configs, and prometheus-operator's generated config is all
+#     kubernetes_sd_configs (Prometheus refuses it: "field
+#     kubernetes_sd_configs not found in type config.ScrapeConfig");
 #   - prometheus-operator and prometheus-config-reloader, built from the Go
 #     module proxy and cached by version (hack/prometheus-stack.sh);
 #   - prometheus-adapter, the same way; its image is imported here, the chart
@@ -38,44 +43,13 @@ die() { printf 'monitoring-stack: %s\n' "$*" >&2; exit 1; }
 pinned() { awk -v m="$2" '($1=="require" && $2==m) || ($1==m) {print ($1=="require") ? $3 : $2; exit}' "$root/hack/tools/$1/go.mod"; }
 operator_version=$(pinned prometheus-operator github.com/prometheus-operator/prometheus-operator)
 adapter_version=$(pinned prometheus-adapter sigs.k8s.io/prometheus-adapter)
-prom_bin=${PROMETHEUS:-/usr/bin/prometheus}
-prom_version=v$("$prom_bin" --version 2>&1 | awk '/^prometheus, version/ {print $3; exit}')
-prom_version=${prom_version%%+*}  # Debian: 2.42.0+ds
-[ "$prom_version" != v ] || die "cannot read the version of $prom_bin"
+prom_module=$(pinned prometheus github.com/prometheus/prometheus)
+# The module's v0.MNN.P is Prometheus M.NN.P (v0.305.0 is 3.5.0).
+prom_version=$(awk -F. '{printf "v%d.%d.%s", $2 / 100, $2 % 100, $3}' <<<"$prom_module")
 PROMETHEUS_IMG=localhost/cachet-prometheus:$prom_version
 OPERATOR_IMG=localhost/cachet-prometheus-operator:$operator_version
 RELOADER_IMG=localhost/cachet-prometheus-config-reloader:$operator_version
 ADAPTER_IMG=localhost/cachet-prometheus-adapter:$adapter_version
-
-# build NAME IMAGE ENTRYPOINT FILE... : a FROM scratch image holding FILEs at
-# their own paths (the first one is the entrypoint's), skipped when the archive
-# for this image name exists and is newer than every file.
-build() {
-  local name=$1 image=$2 entry=$3; shift 3
-  local archive="$out/$name.oci.tar" ctx="$out/context/$name" stamp="$out/$name.image"
-  if [ -f "$archive" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$image" ]; then
-    local newer=0 f
-    for f in "$@"; do [ "$f" -nt "$archive" ] && newer=1; done
-    if [ $newer = 0 ]; then echo "    $name: $archive is current ($image)"; return; fi
-  fi
-  log "$name: buildah -> $image"
-  rm -rf "$ctx" && mkdir -p "$ctx"
-  local cf="$ctx/Containerfile" f
-  echo "FROM scratch" >"$cf"
-  for f in "$@"; do
-    mkdir -p "$ctx/root$(dirname "$f")"
-    cp -L "$f" "$ctx/root$f"
-  done
-  echo "COPY root/ /" >>"$cf"
-  echo "USER 65534" >>"$cf"
-  echo "ENTRYPOINT [\"$entry\"]" >>"$cf"
-  buildah bud --quiet --isolation chroot --layers=false -f "$cf" -t "$image" "$ctx" >/dev/null
-  rm -f "$archive"
-  buildah push --quiet "$image" "oci-archive:$archive:$image" >/dev/null
-  buildah rmi --force "$image" >/dev/null 2>&1 || true
-  echo "$image" >"$stamp"
-  echo "    $archive ($(du -h "$archive" | cut -f1))"
-}
 
 import() {
   local name=$1 image=$2 listed
@@ -93,22 +67,17 @@ images() {
   mkdir -p "$out"
   log "binaries (hack/prometheus-stack.sh: cached by version, minutes when cold)"
   local bins
-  bins=$(nice hack/prometheus-stack.sh operator prometheus-config-reloader adapter)
-  local opbin reloaderbin adapterbin
+  bins=$(nice hack/prometheus-stack.sh operator prometheus-config-reloader adapter prometheus)
+  local opbin reloaderbin adapterbin prombin
+  prombin=$(awk '$1=="prometheus"{print $2}' <<<"$bins")
   opbin=$(awk '$1=="operator"{print $2}' <<<"$bins")
   reloaderbin=$(awk '$1=="prometheus-config-reloader"{print $2}' <<<"$bins")
   adapterbin=$(awk '$1=="adapter"{print $2}' <<<"$bins")
-  # Debian's prometheus is dynamically linked: the image carries the libraries
-  # ldd names, at the paths the binary asks for.
-  local libs
-  libs=$(ldd "$prom_bin" | awk '$2=="=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}')
   local stage="$out/context/bins"
   mkdir -p "$stage/bin"
-  for b in "$opbin:operator" "$reloaderbin:prometheus-config-reloader" "$adapterbin:adapter"; do
+  for b in "$opbin:operator" "$reloaderbin:prometheus-config-reloader" "$adapterbin:adapter" "$prombin:prometheus"; do
     cmp -s "${b%%:*}" "$stage/bin/${b##*:}" 2>/dev/null || cp "${b%%:*}" "$stage/bin/${b##*:}"
   done
-  # shellcheck disable=SC2086
-  build prometheus "$PROMETHEUS_IMG" "$prom_bin" "$prom_bin" $libs
   build_at() { # name image path-in-image source
     local name=$1 image=$2 dest=$3 src=$4 tmp="$out/context/$1-src"
     rm -rf "$tmp" && mkdir -p "$tmp$(dirname "$dest")"
@@ -133,6 +102,7 @@ images() {
     echo "$image" >"$stamp"
     echo "    $archive ($(du -h "$archive" | cut -f1))"
   }
+  build_at prometheus "$PROMETHEUS_IMG" /bin/prometheus "$stage/bin/prometheus"
   build_at prometheus-operator "$OPERATOR_IMG" /bin/operator "$stage/bin/operator"
   build_at prometheus-config-reloader "$RELOADER_IMG" /bin/prometheus-config-reloader "$stage/bin/prometheus-config-reloader"
   build_at prometheus-adapter "$ADAPTER_IMG" /adapter "$stage/bin/adapter"
