@@ -106,7 +106,6 @@ images() {
   build_at prometheus-operator "$OPERATOR_IMG" /bin/operator "$stage/bin/operator"
   build_at prometheus-config-reloader "$RELOADER_IMG" /bin/prometheus-config-reloader "$stage/bin/prometheus-config-reloader"
   build_at prometheus-adapter "$ADAPTER_IMG" /adapter "$stage/bin/adapter"
-  buildah rmi --prune >/dev/null 2>&1 || true
   import prometheus "$PROMETHEUS_IMG"
   import prometheus-operator "$OPERATOR_IMG"
   import prometheus-config-reloader "$RELOADER_IMG"
