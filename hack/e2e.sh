@@ -144,6 +144,14 @@ else
   echo "    not the local cluster: images are not loaded (E2E_LOAD_IMAGES=1 to load them anyway)"
 fi
 
+if [ "$node_local" = 1 ]; then
+  # Prometheus, prometheus-operator, the config reloader (and the adapter's
+  # image, which the chart installs in stage 15): cached by version.
+  step "monitoring stack (hack/monitoring-stack.sh up)"
+  hack/monitoring-stack.sh up 9>&-
+  eval "$(hack/monitoring-stack.sh env)"
+fi
+
 step "helm (make helm)"
 nice make --no-print-directory helm
 
@@ -159,5 +167,7 @@ E2E_OPERATOR_IMAGE_NEXT="$( [ "$node_local" = 1 ] && echo "$IMG_NEXT")" \
 E2E_CLUSTER_SCRIPT="$( [ "$node_local" = 1 ] && echo "$root/hack/local-cluster.sh")" \
 E2E_HELM_SET="${E2E_HELM_SET:-operator.checkCPUManager=true}" \
 E2E_ENGINE_IMAGE="$ENGINE_IMG" \
+E2E_ADAPTER_IMAGE="${ADAPTER_IMG:-}" \
+E2E_MONITORING_NS="${MONITORING_NS:-}" \
 E2E_ARTIFACTS="$artifacts" \
   go test -tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-30m}" ${E2E_RUN:+-run "$E2E_RUN"} ./test/e2e/... 2>&1 | tee "$artifacts/go-test.log"

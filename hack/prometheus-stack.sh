@@ -11,6 +11,12 @@
 #                               Prometheus, without a cluster (hack/tools/prometheus-adapter/metrics-check)
 #   operator                    prometheus-operator
 #   prometheus-config-reloader  the operator's config reloader sidecar
+#   prometheus                  Prometheus for the local cluster: cmd/prometheus
+#                               of the version hack/tools/prometheus pins, with
+#                               only the kubernetes, file and http discoveries
+#                               (Debian's /usr/bin/prometheus has no
+#                               kubernetes_sd_configs, which every config
+#                               prometheus-operator writes needs)
 #
 #   hack/prometheus-stack.sh                 # all of them
 #   hack/prometheus-stack.sh adapter ...     # only these
@@ -19,12 +25,15 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache_root="${CACHET_CACHE:-$HOME/.cache/cachet}/prometheus-stack"
 out="$root/bin/prometheus-stack"
-all=(adapter adapter-metrics-check operator prometheus-config-reloader)
+all=(adapter adapter-metrics-check operator prometheus-config-reloader prometheus)
 want=("$@"); [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 
 pinned() { awk -v m="$2" '($1=="require" && $2==m) || ($1==m) {print ($1=="require") ? $3 : $2; exit}' "$root/hack/tools/$1/go.mod"; }
 adapter_version=$(pinned prometheus-adapter sigs.k8s.io/prometheus-adapter)
 operator_version=$(pinned prometheus-operator github.com/prometheus-operator/prometheus-operator)
+prometheus_module=$(pinned prometheus github.com/prometheus/prometheus)
+# The module's v0.MNN.P is Prometheus M.NN.P (v0.305.0 is 3.5.0).
+prometheus_version=$(awk -F. '{sub(/^v/, "", $1); printf "v%d.%d.%s", $2 / 100, $2 % 100, $3}' <<<"$prometheus_module")
 [ -n "$adapter_version" ] && [ -n "$operator_version" ] || { echo "prometheus-stack: no pinned version in hack/tools/prometheus-*/go.mod" >&2; exit 1; }
 
 mkdir -p "$out"
@@ -41,6 +50,9 @@ for b in "${want[@]}"; do
     operator|prometheus-config-reloader)
       tools=prometheus-operator version=$operator_version pkg=github.com/prometheus-operator/prometheus-operator/cmd/$b
       ldflags="-s -w -X github.com/prometheus/common/version.Version=${operator_version#v} -X github.com/prometheus/common/version.Branch=release -X github.com/prometheus/common/version.Revision=$operator_version" ;;
+    prometheus)
+      tools=prometheus version=$prometheus_version pkg=./main
+      ldflags="-s -w -X github.com/prometheus/common/version.Version=${prometheus_version#v} -X github.com/prometheus/common/version.Branch=release -X github.com/prometheus/common/version.Revision=$prometheus_module" ;;
     *) echo "prometheus-stack: unknown component $b (known: ${all[*]})" >&2; exit 2 ;;
   esac
   cache="$cache_root/$version"
@@ -55,6 +67,15 @@ for b in "${want[@]}"; do
   if [ ! -x "$cache/$b" ]; then
     echo "==> building $b $version (cold builds take minutes; cached in $cache)"
     start=$SECONDS
+    if [ "$b" = prometheus ]; then
+      # cmd/prometheus as released, with its plugins import (every service
+      # discovery, and with them the cloud SDKs) cut down to three.
+      moddir=$(cd "$root/hack/tools/prometheus" && go list -m -f '{{.Dir}}' github.com/prometheus/prometheus)
+      mkdir -p "$root/hack/tools/prometheus/main"
+      sed 's|_ "github.com/prometheus/prometheus/plugins" // Register plugins.|_ "github.com/prometheus/prometheus/discovery/file"\n\t_ "github.com/prometheus/prometheus/discovery/http"\n\t_ "github.com/prometheus/prometheus/discovery/kubernetes"|' \
+        "$moddir/cmd/prometheus/main.go" >"$root/hack/tools/prometheus/main/main.go"
+      grep -q 'discovery/kubernetes' "$root/hack/tools/prometheus/main/main.go" || { echo "prometheus-stack: cmd/prometheus/main.go's plugins import not found" >&2; exit 1; }
+    fi
     # nice: the cores are shared with whatever else make check runs.
     (cd "$root/hack/tools/$tools" && CGO_ENABLED=0 nice go build -trimpath -ldflags "$ldflags" -o "$cache/$b.tmp.$$" "$pkg")
     mv "$cache/$b.tmp.$$" "$cache/$b"
@@ -69,5 +90,5 @@ for b in "${want[@]}"; do
   fi
   paths+=("$b $out/$b")
 done
-printf '%s\n' "adapter=$adapter_version operator=$operator_version" >"$out/VERSIONS"
+printf '%s\n' "adapter=$adapter_version operator=$operator_version prometheus=$prometheus_version" >"$out/VERSIONS"
 printf '%s\n' "${paths[@]}"

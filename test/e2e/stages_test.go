@@ -848,27 +848,39 @@ func (s *suite) deleteAndUninstall(t *testing.T) {
 	})
 	// Anything else the chart or the operator made in the operator's namespace
 	// (certificate Secrets, leader-election Leases, ...) counts as left behind.
+	// Pods of a deleted Deployment go asynchronously (the adapter's generic API
+	// server takes some seconds to shut down), so this is polled for a minute;
+	// whatever is still there then is reported.
 	var leftovers []string
-	for _, kind := range []string{"deployments.apps", "services", "serviceaccounts", "secrets", "configmaps", "roles", "rolebindings", "leases.coordination.k8s.io", "pods"} {
-		items, err := c.items(kind, "-n", c.systemNS)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, it := range items {
-			n := it.str("metadata", "name")
-			if (kind == "serviceaccounts" && n == "default") || (kind == "configmaps" && n == "kube-root-ca.crt") {
-				continue
+	listLeftovers := func() {
+		leftovers = nil
+		for _, kind := range []string{"deployments.apps", "services", "serviceaccounts", "secrets", "configmaps", "roles", "rolebindings", "leases.coordination.k8s.io", "pods"} {
+			items, err := c.items(kind, "-n", c.systemNS)
+			if err != nil {
+				t.Fatal(err)
 			}
-			leftovers = append(leftovers, kind+"/"+n)
+			for _, it := range items {
+				n := it.str("metadata", "name")
+				if (kind == "serviceaccounts" && n == "default") || (kind == "configmaps" && n == "kube-root-ca.crt") {
+					continue
+				}
+				leftovers = append(leftovers, kind+"/"+n)
+			}
+		}
+		for _, kind := range []string{"clusterroles", "clusterrolebindings", "mutatingwebhookconfigurations", "validatingwebhookconfigurations"} {
+			items, err := c.items(kind, "-l", "app.kubernetes.io/instance="+c.release)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range items {
+				leftovers = append(leftovers, kind+"/"+it.str("metadata", "name"))
+			}
 		}
 	}
-	for _, kind := range []string{"clusterroles", "clusterrolebindings", "mutatingwebhookconfigurations", "validatingwebhookconfigurations"} {
-		items, err := c.items(kind, "-l", "app.kubernetes.io/instance="+c.release)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, it := range items {
-			leftovers = append(leftovers, kind+"/"+it.str("metadata", "name"))
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(2 * time.Second) {
+		listLeftovers()
+		if len(leftovers) == 0 || time.Now().After(deadline) {
+			break
 		}
 	}
 	eventually(t, 2*time.Minute, 2*time.Second, "the Cache CRD to be removed with the release (crds.keep=false)", func() (bool, string) {
