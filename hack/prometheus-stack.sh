@@ -20,11 +20,25 @@
 #
 #   hack/prometheus-stack.sh                 # all of them
 #   hack/prometheus-stack.sh adapter ...     # only these
+#   hack/prometheus-stack.sh --background [components]
+#       starts the builds and returns at once (log: bin/prometheus-stack/background.log).
+#       make check and make up start them this way first, so that the cold
+#       builds use the cores the engine tests and image builds leave idle; the
+#       caller that needs a binary later runs this script again, which waits on
+#       the per-binary lock and finds it cached. A run that fails before then
+#       leaves the builds to finish on their own (niced, a few minutes).
 # Prints each binary's path on the last lines ("<name> <path>").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache_root="${CACHET_CACHE:-$HOME/.cache/cachet}/prometheus-stack"
 out="$root/bin/prometheus-stack"
+if [ "${1:-}" = --background ]; then
+  shift
+  mkdir -p "$out"
+  "$0" "$@" >"$out/background.log" 2>&1 </dev/null &
+  echo "==> building the Prometheus stack in the background (pid $!, log $out/background.log)"
+  exit 0
+fi
 all=(adapter adapter-metrics-check operator prometheus-config-reloader prometheus)
 want=("$@"); [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 

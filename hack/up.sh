@@ -3,14 +3,22 @@
 #   1. install missing Debian packages (hack/install-deps.sh)
 #   2. use the cluster KUBECONFIG reaches, or bring up the local one
 #   3. build the images and load them into the local cluster's containerd
-#   4. build helm and install the chart (release "cachet", namespace cachet-system)
-#   5. apply the sample Cache, wait for it to be Ready
-#   6. set and get a key through a port-forward on 127.0.0.1, and print how to connect
-# `make down` (hack/up.sh down) undoes it: the Cache, the release, and the local
-# cluster if `make up` was the one that brought it up (recorded in bin/up.env).
+#   4. on the local cluster, the Prometheus stack (hack/monitoring-stack.sh:
+#      prometheus-operator, Prometheus; built from the Go module proxy, cached
+#      by version, the cold builds started in the background at step 2)
+#   5. build helm and install the chart (release "cachet", namespace
+#      cachet-system; on the local cluster with prometheus-adapter too)
+#   6. apply the sample Cache, wait for it to be Ready
+#   7. set and get a key through a port-forward on 127.0.0.1, wait until
+#      Prometheus scrapes the Cache's pod, and print how to reach it all
+# `make down` (hack/up.sh down) undoes it: the Cache, the release, the
+# Prometheus stack, and the local cluster if `make up` was the one that
+# brought it up (recorded in bin/up.env).
 #
 # Environment: CACHET_NAMESPACE (cachet-system), CACHE_NAMESPACE (default),
-# IMG / ENGINE_IMG, UP_PORT (local port of the demo port-forward, 24100).
+# IMG / ENGINE_IMG, UP_PORT (local port of the demo port-forward, 24100),
+# UP_PROMETHEUS_PORT (local port of the Prometheus check, 24190),
+# UP_MONITORING=0 (no Prometheus stack).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -24,6 +32,8 @@ sample="$root/config/samples/cache_v1alpha1_cache.yaml"
 IMG=${IMG:-localhost/cachet-operator:0.1.0}
 ENGINE_IMG=${ENGINE_IMG:-localhost/cachetd:0.1.0}
 port=${UP_PORT:-24100}
+prom_port=${UP_PROMETHEUS_PORT:-24190}
+monitoring_ns=${MONITORING_NS:-cachet-monitoring}
 kubectl="$root/bin/k8s/kubectl"
 helm="$root/bin/helm"
 
@@ -40,6 +50,7 @@ down() {
     echo "no $state: nothing recorded by 'make up'; removing the default release from KUBECONFIG's cluster if present"
     STARTED_CLUSTER=0 KUBECONFIG_USED=${KUBECONFIG:-$local_kubeconfig} CACHE_NAME="" CACHE_NS=$cache_ns SYSTEM_NS=$system_ns
   fi
+  MONITORING=${MONITORING:-0}
   export KUBECONFIG=$KUBECONFIG_USED
   if [ -x "$kubectl" ] && reachable "$KUBECONFIG"; then
     if [ -n "$CACHE_NAME" ]; then
@@ -62,6 +73,10 @@ down() {
         echo "    $left Cache(s) still exist; the Cache CRD stays (delete them, then: kubectl delete crd caches.cache.cachet.dev)"
       fi
     fi
+  fi
+  if [ "$MONITORING" = 1 ] && [ "$STARTED_CLUSTER" != 1 ]; then
+    say "removing the Prometheus stack 'make up' brought up (hack/monitoring-stack.sh down)"
+    hack/monitoring-stack.sh down || true
   fi
   if [ "$STARTED_CLUSTER" = 1 ]; then
     say "taking down the local cluster that 'make up' brought up"
@@ -98,6 +113,12 @@ else
   export KUBECONFIG=$local_kubeconfig
   node_local=1
 fi
+monitoring=0
+if [ "$node_local" = 1 ] && [ "${UP_MONITORING:-1}" = 1 ]; then
+  monitoring=1
+  # Minutes of cold builds: they run while the images build.
+  hack/prometheus-stack.sh --background operator prometheus-config-reloader adapter prometheus
+fi
 mkdir -p "$root/bin"
 cat > "$state" <<STATE
 STARTED_CLUSTER=$started_cluster
@@ -105,6 +126,7 @@ KUBECONFIG_USED=$KUBECONFIG
 SYSTEM_NS=$system_ns
 CACHE_NS=$cache_ns
 CACHE_NAME=
+MONITORING=$monitoring
 STATE
 
 say "images (make images)"
@@ -116,13 +138,29 @@ else
   echo "    not the local cluster: make sure its nodes can get $IMG and $ENGINE_IMG"
 fi
 
+adapter_set=()
+if [ "$monitoring" = 1 ]; then
+  # Before the chart: the operator finds prometheus-operator's kinds when it
+  # starts, and the Cache gets its PodMonitor and alerts at once.
+  say "the Prometheus stack (hack/monitoring-stack.sh up; waits for the background builds)"
+  hack/monitoring-stack.sh up
+  adapter_img=$(hack/monitoring-stack.sh env | sed -n 's/^ADAPTER_IMG=//p')
+  adapter_set=(--set metricsAdapter.install=true
+    --set "metricsAdapter.prometheusURL=http://prometheus-operated.$monitoring_ns.svc:9090"
+    --set "metricsAdapter.image.repository=${adapter_img%:*}" --set "metricsAdapter.image.tag=${adapter_img##*:}")
+elif [ "$node_local" != 1 ]; then
+  echo "    not the local cluster: no Prometheus stack is installed (with prometheus-operator in the"
+  echo "    cluster, each Cache gets a PodMonitor and alerts; docs/autoscaling.md)"
+fi
+
 say "helm (make helm)"
 nice make --no-print-directory helm
 
-say "helm upgrade --install $release charts/cachet -n $system_ns"
+say "helm upgrade --install $release charts/cachet -n $system_ns$([ "$monitoring" = 1 ] && echo ' (with prometheus-adapter)')"
 # tests.cache.*: `helm test` connects to the sample Cache this script applies.
 "$helm" upgrade --install "$release" charts/cachet -n "$system_ns" --create-namespace --wait --timeout 5m \
-  --set tests.cache.name="$(sed -n 's/^  name: *//p' "$sample" | head -n1)" --set tests.cache.namespace="$cache_ns"
+  --set tests.cache.name="$(sed -n 's/^  name: *//p' "$sample" | head -n1)" --set tests.cache.namespace="$cache_ns" \
+  ${adapter_set[@]+"${adapter_set[@]}"}
 
 say "waiting for the operator's webhook to answer"
 probe="apiVersion: cache.cachet.dev/v1alpha1
@@ -139,6 +177,13 @@ say "applying $sample in namespace $cache_ns"
 cache=$("$kubectl" apply -n "$cache_ns" -f "$sample" -o name)
 cache_name=${cache##*/}
 sed -i "s/^CACHE_NAME=.*/CACHE_NAME=$cache_name/" "$state"
+if [ "$monitoring" = 1 ]; then
+  # The sample stays minimal (a cluster without prometheus-operator would only
+  # get a Monitoring=False condition from it); here Prometheus is up, so the
+  # demo Cache asks for its PodMonitor and alerts.
+  say "spec.monitoring on $cache_name (PodMonitor and PrometheusRule, scrape every 15s)"
+  "$kubectl" patch -n "$cache_ns" "$cache" --type merge -p '{"spec":{"monitoring":{"interval":"15s"}}}' >/dev/null
+fi
 say "waiting for cache $cache_name to be Ready"
 if ! "$kubectl" wait -n "$cache_ns" --for=condition=Ready "caches.cache.cachet.dev/$cache_name" --timeout=5m; then
   "$kubectl" get caches.cache.cachet.dev "$cache_name" -n "$cache_ns" -o yaml || true
@@ -191,6 +236,33 @@ grep -q "^STAT worker_cpus " <<<"$reply" || demo_failed "stats settings has no w
 
 kill $pf 2>/dev/null || true
 
+if [ "$monitoring" = 1 ]; then
+  say "waiting for Prometheus to scrape the Cache's pod (PodMonitor $cache_name, up to 3 minutes)"
+  "$kubectl" port-forward -n "$monitoring_ns" svc/prometheus-operated --address 127.0.0.1 "$prom_port:9090" >"$pf_log" 2>&1 &
+  pf=$!
+  for i in $(seq 1 60); do
+    grep -q "Forwarding from 127.0.0.1" "$pf_log" && break
+    kill -0 $pf 2>/dev/null || { cat "$pf_log"; exit 1; }
+    [ "$i" = 60 ] && { echo "port-forward to Prometheus did not start: $(cat "$pf_log")"; exit 1; }
+    sleep 0.5
+  done
+  query="memcached_current_items{namespace=\"$cache_ns\",cache=\"$cache_name\"}"
+  scraped=""
+  for i in $(seq 1 90); do
+    answer=$(curl -sf --max-time 5 "http://127.0.0.1:$prom_port/api/v1/query" --data-urlencode "query=$query" || true)
+    if grep -q '"value":\[' <<<"$answer"; then scraped=$answer; break; fi
+    [ $((i % 15)) = 0 ] && echo "    not scraped yet ($((i * 2))s)"
+    sleep 2
+  done
+  if [ -z "$scraped" ]; then
+    "$kubectl" get podmonitor -n "$cache_ns" -o wide || true
+    "$kubectl" get caches.cache.cachet.dev "$cache_name" -n "$cache_ns" -o jsonpath='{.status.conditions}' || true
+    echo; echo "Prometheus did not scrape $cache_ns/$cache_name within 3 minutes"; exit 1
+  fi
+  echo "    Prometheus answers $query = $(sed -n 's/.*"value":\[[^,]*,"\([^"]*\)".*/\1/p' <<<"$scraped")"
+  kill $pf 2>/dev/null || true
+fi
+
 say "helm test $release -n $system_ns (cachet-probe connects to the Cache from inside the cluster)"
 "$helm" test "$release" -n "$system_ns" --timeout 3m
 
@@ -207,9 +279,24 @@ Cachet is up. Cache $cache_ns/$cache_name is Ready.
   Each pod's Prometheus metrics (memcached_exporter names plus cachet_*):
   $kubectl port-forward -n $cache_ns pod/$cache_name-0 9150:9150
       then curl -s 127.0.0.1:9150/metrics
-  (A Prometheus stack in this cluster is not brought up yet; with
-  prometheus-operator, spec.monitoring gives each Cache a PodMonitor and
-  alerts: docs/autoscaling.md.)
+EOF
+if [ "$monitoring" = 1 ]; then
+  cat <<EOF
+  Prometheus (prometheus-operator's, in $monitoring_ns) scrapes every Cache
+  through its PodMonitor and evaluates its alerts (PrometheusRule $cache_name):
+  $kubectl port-forward -n $monitoring_ns svc/prometheus-operated 9090:9090
+      then open http://127.0.0.1:9090 and query, e.g.
+      sum by (command, status) (rate(memcached_commands_total{cache="$cache_name"}[1m]))
+      or: curl -s 127.0.0.1:9090/api/v1/query --data-urlencode 'query=memcached_current_items'
+  The custom metrics API (prometheus-adapter, which spec.autoscaling's HPA reads):
+  $kubectl get --raw "/apis/custom.metrics.k8s.io/v1beta2/namespaces/$cache_ns/pods/*/cachet_evictions_young_per_second"
+  The Grafana dashboard: ConfigMap $release-dashboard in $system_ns (label
+  grafana_dashboard: "1"), the same as charts/cachet/files/dashboards/cachet.json.
+EOF
+else
+  echo "  (No Prometheus stack here: UP_MONITORING=0 or not the local cluster; docs/autoscaling.md.)"
+fi
+cat <<EOF
   make down                                             # remove it all
 EOF
 say "done"
