@@ -18,7 +18,7 @@
 # way; E2E_KEEP=1 also keeps the suite's namespaces and release for debugging.
 #
 # Environment: E2E_MONITORING=1 (stage 15 on the Prometheus stack, which this
-# script then brings up), E2E_TIMEOUT (go test -timeout, default 30m), E2E_RUN (go test -run),
+# script then brings up; make check and make test-e2e-monitoring set it), E2E_TIMEOUT (go test -timeout, default 30m), E2E_RUN (go test -run),
 # IMG / ENGINE_IMG (image names), E2E_HELM_SET (comma-separated helm --set values).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -147,9 +147,9 @@ fi
 
 if [ "$node_local" = 1 ] && [ "${E2E_MONITORING:-0}" = 1 ]; then
   # Prometheus, prometheus-operator, the config reloader (and the adapter's
-  # image, which the chart installs in stage 15): cached by version. Only
-  # for E2E_MONITORING=1 (make test-e2e-monitoring): their cold builds do not
-  # fit make check's budget yet.
+  # image, which the chart installs in stage 15): cached by version. make
+  # check (make test-e2e-monitoring) sets E2E_MONITORING=1 and started their
+  # cold builds in the background at its start; this waits for them.
   step "monitoring stack (hack/monitoring-stack.sh up)"
   hack/monitoring-stack.sh up 9>&-
   eval "$(hack/monitoring-stack.sh env)"
