@@ -176,3 +176,48 @@ func TestInstallerPassesServerSideDryRun(t *testing.T) {
 		t.Errorf("a Certificate with a numeric secretName was not refused: %v", err)
 	}
 }
+
+// TestOptionalServiceMonitorScrapesWithItsOwnToken checks config/prometheus
+// (kubebuilder's optional ServiceMonitor for the operator): it authenticates
+// with the scraper ServiceAccount's token Secret, not the deprecated
+// bearerTokenFile, and the two names kustomize cannot prefix (inside the
+// ServiceMonitor and in the Secret's annotation) carry config/default's
+// namePrefix, so they name the objects it renders.
+func TestOptionalServiceMonitorScrapesWithItsOwnToken(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "config", "default", "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := ""
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "namePrefix:"); ok {
+			prefix = strings.TrimSpace(v)
+		}
+	}
+	if prefix == "" {
+		t.Fatal("config/default/kustomization.yaml has no namePrefix")
+	}
+	byKind := map[string]*unstructured.Unstructured{}
+	for _, o := range kustomizeBuild(t, filepath.Join("..", "config", "prometheus")) {
+		byKind[o.GetKind()] = o
+	}
+	sm, secret, sa := byKind["ServiceMonitor"], byKind["Secret"], byKind["ServiceAccount"]
+	if sm == nil || secret == nil || sa == nil {
+		t.Fatalf("config/prometheus should render a ServiceMonitor, a Secret and a ServiceAccount; got %v", byKind)
+	}
+	endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	if len(endpoints) != 1 {
+		t.Fatalf("ServiceMonitor endpoints: %v", endpoints)
+	}
+	ep := endpoints[0].(map[string]any)
+	if _, found := ep["bearerTokenFile"]; found {
+		t.Error("the ServiceMonitor still uses the deprecated bearerTokenFile")
+	}
+	name, _, _ := unstructured.NestedString(ep, "authorization", "credentials", "name")
+	if want := prefix + secret.GetName(); name != want {
+		t.Errorf("ServiceMonitor authorization.credentials.name = %q, want %q (the rendered Secret)", name, want)
+	}
+	if got, want := secret.GetAnnotations()["kubernetes.io/service-account.name"], prefix+sa.GetName(); got != want {
+		t.Errorf("token Secret's service-account.name = %q, want %q", got, want)
+	}
+}

@@ -3,8 +3,8 @@
 package e2e
 
 // Stage 15: the real metrics chain. The Prometheus stack of
-// hack/monitoring-stack.sh (Debian's Prometheus, prometheus-operator, the
-// config reloader) must be running; this stage adds prometheus-adapter
+// hack/monitoring-stack.sh (Prometheus, prometheus-operator, the config
+// reloader, all built from the Go module proxy) must be running; this stage adds prometheus-adapter
 // through the chart (helm upgrade of the suite's release), then a Cache with
 // spec.monitoring and spec.autoscaling: its PodMonitor is scraped, its
 // young-eviction rate reaches the custom metrics API, load through a
@@ -18,8 +18,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -29,6 +27,8 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+
+	"cachet.dev/cachet/test/utils"
 )
 
 const autoscaledCache = "autoscaled"
@@ -219,7 +219,7 @@ spec:
 	})
 
 	// Every shipped query, with the load still on.
-	queries := dashboardQueries(t, c.repoRoot, c.cacheNS, autoscaledCache)
+	queries := utils.DashboardQueries(t, c.repoRoot, c.cacheNS, autoscaledCache)
 	rules, err := ruleSignals(c, autoscaledCache)
 	if err != nil {
 		t.Fatal(err)
@@ -450,56 +450,4 @@ func ruleSignals(c *cluster, cache string) (map[string]string, error) {
 		return nil, fmt.Errorf("no PrometheusRule for Cache %s in %s", cache, c.cacheNS)
 	}
 	return out, nil
-}
-
-// dashboardQueries are the PromQL of every panel of the chart's dashboard,
-// with its variables set the way Grafana would for this Cache.
-func dashboardQueries(t *testing.T, root, ns, cache string) map[string]string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root, "charts", "cachet", "files", "dashboards", "cachet.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	type panel struct {
-		Title   string `json:"title"`
-		Targets []struct {
-			Expr string `json:"expr"`
-		} `json:"targets"`
-		Panels []json.RawMessage `json:"panels"`
-	}
-	var dash struct {
-		Panels []json.RawMessage `json:"panels"`
-	}
-	if err := json.Unmarshal(b, &dash); err != nil {
-		t.Fatalf("dashboard JSON: %v", err)
-	}
-	vars := strings.NewReplacer(
-		"$namespace", ns, "${namespace}", ns,
-		"$cache", cache, "${cache}", cache,
-		"$pod", ".*", "${pod}", ".*",
-		"$__rate_interval", "1m", "${__rate_interval}", "1m",
-		"$__interval", "15s", "${__interval}", "15s",
-		"$__range", "5m", "${__range}", "5m",
-	)
-	out := map[string]string{}
-	var walk func([]json.RawMessage)
-	walk = func(ps []json.RawMessage) {
-		for _, raw := range ps {
-			var p panel
-			if err := json.Unmarshal(raw, &p); err != nil {
-				t.Fatalf("dashboard panel: %v", err)
-			}
-			for i, tg := range p.Targets {
-				if tg.Expr != "" {
-					out[fmt.Sprintf("dashboard panel %q target %d", p.Title, i)] = vars.Replace(tg.Expr)
-				}
-			}
-			walk(p.Panels)
-		}
-	}
-	walk(dash.Panels)
-	if len(out) == 0 {
-		t.Fatal("the dashboard has no queries")
-	}
-	return out
 }

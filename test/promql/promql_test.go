@@ -181,55 +181,6 @@ func query(base, q string) (promResponse, error) {
 	return r, nil
 }
 
-// dashboardQueries are the PromQL of every panel of the dashboard, with its
-// variables set the way Grafana would for this Cache.
-func dashboardQueries(t *testing.T) map[string]string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "charts", "cachet", "files", "dashboards", "cachet.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Panels []panel `json:"panels"`
-	}
-	if err := json.Unmarshal(b, &dash); err != nil {
-		t.Fatalf("dashboard JSON: %v", err)
-	}
-	vars := strings.NewReplacer(
-		"$namespace", namespace, "${namespace}", namespace,
-		"$cache", cacheName, "${cache}", cacheName,
-		"$pod", ".*", "${pod}", ".*",
-		"$__rate_interval", "1m", "${__rate_interval}", "1m",
-		"$__interval", "15s", "${__interval}", "15s",
-		"$__range", "5m", "${__range}", "5m",
-	)
-	out := map[string]string{}
-	var walk func([]panel)
-	walk = func(ps []panel) {
-		for _, p := range ps {
-			for i, tg := range p.Targets {
-				if tg.Expr != "" {
-					out[fmt.Sprintf("panel %q target %d", p.Title, i)] = vars.Replace(tg.Expr)
-				}
-			}
-			walk(p.Panels)
-		}
-	}
-	walk(dash.Panels)
-	if len(out) == 0 {
-		t.Fatal("the dashboard has no queries")
-	}
-	return out
-}
-
-type panel struct {
-	Title   string `json:"title"`
-	Targets []struct {
-		Expr string `json:"expr"`
-	} `json:"targets"`
-	Panels []panel `json:"panels"`
-}
-
 // needsExtstore: the engine serves memcached_extstore_* only with extstore on,
 // which cachetd does not have yet (issue 8); such queries are checked for
 // validity, and reported, but cannot return data.
@@ -305,8 +256,8 @@ scrape_configs:
 	for _, g := range []string{"cachet_cache_replicas_ready", "cachet_cache_replicas_desired", "cachet_cache_engine_restarts", "cachet_cache_engine_oom_killed"} {
 		queries["operator gauge "+g] = fmt.Sprintf(`%s{namespace=%q,cache=%q}`, g, namespace, cacheName)
 	}
-	for what, q := range dashboardQueries(t) {
-		queries["dashboard "+what] = q
+	for what, q := range utils.DashboardQueries(t, filepath.Join("..", ".."), namespace, cacheName) {
+		queries[what] = q
 	}
 	for _, m := range []string{controllers.YoungEvictionsMetric, controllers.MissRatioMetric} {
 		queries["custom metric "+m] = adapterQuery(t, m)
