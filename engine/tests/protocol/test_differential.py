@@ -15,7 +15,10 @@ Replies are compared exactly, error texts included. What may legitimately
 differ is normalised away, and only that:
 - CAS numbers the servers hand out (each counts its own). A CAS the client set
   with `E` is the same on both and is compared (the generator's E values are
-  far above any counter).
+  far above any counter), except after an `ma` with `E`: memcached 1.6.45
+  stores that E only when it increments in place (see Side.cas_from_ma_E), so
+  until the key's next successful write its CAS is a placeholder on both
+  sides, and `{cas}` requests on it use a CAS neither server has.
 - Remaining TTLs (`t`, a clock tick apart) and seconds since last access
   (`l`); `t-1` (no expiry) is compared.
 - The space padding memcached leaves after a decr that shortens a number
@@ -127,8 +130,8 @@ class Side:
         # grows a digit, or while its LRU thread holds a reference, the new item
         # gets a fresh CAS (do_add_delta's item_replace; the E is applied to the
         # old item). cachetd stores <n>, as the reply says (test_meta's
-        # test_ma_E_sets_the_cas covers that). Until the key's next write, its
-        # CAS is compared as a placeholder.
+        # test_ma_E_sets_the_cas covers that). Until the key's next successful
+        # write, its CAS is compared as a placeholder and is not used for {cas}.
         self.cas_from_ma_E = set()
 
     def fill(self, template, key):
@@ -140,9 +143,13 @@ class Side:
 
     def request(self, line, data, key):
         """Send one request and `mn`; return its normalised reply lines up to MN."""
+        out = self.exchange(line, data, key)
+        self.track_ma_E(line, key, out)
+        return out
+
+    def exchange(self, line, data, key):
         self.cur_key = key
         self.last_line = line
-        self.track_ma_E(line, key)
         req = self.fill(line, key).encode() + b"\r\n"
         if data is not None:
             req += data + b"\r\n"
@@ -164,16 +171,28 @@ class Side:
         except (TimeoutError, OSError) as e:
             return out + [f"<no reply within {REPLY_TIMEOUT_S:.0f} s: {e.__class__.__name__}>"]
 
-    def track_ma_E(self, line, key):
+    def track_ma_E(self, line, key, reply):
+        """After a request: marks a key an `ma ... E` changed, and unmarks one
+        a later write replaced (or found gone). Both sides see the same
+        replies, so their marks stay in step."""
         words = line.split()
         verb = words[0] if words else ""
-        if verb in ("flush_all",):
-            self.cas_from_ma_E.clear()
+        if immediate_flush(line):
+            self.cas_from_ma_E.clear()   # every item is gone
         if key is None or verb in ("get", "gets", "gat", "gats", "mg", "touch", "mn", "stats"):
             return
+        first = reply[0].split()[0] if reply and reply[0].split() else ""
         if verb == "ma" and any(w[:1] == "E" and w[1:].isdigit() for w in words[2:]):
-            self.cas_from_ma_E.add(key)
-        else:
+            if first in ("HD", "VA") or (not reply and ("q" in words[2:] or "noreply" in words)):
+                self.cas_from_ma_E.add(key)
+                # the c<E> of its reply is not what memcached stored: {cas}
+                # must not use it (until a read shows each side's own again)
+                self.cas.pop(key, None)
+            return
+        # a write that took effect (or found the item gone) gives the key a
+        # CAS both servers keep; one that failed, or whose outcome the reply
+        # does not say (noreply, q), leaves the mark
+        if first in ("STORED", "DELETED", "HD", "VA", "NF", "NOT_FOUND") or first.isdigit():
             self.cas_from_ma_E.discard(key)
 
     def norm_cas_of(self, key, n):
