@@ -194,15 +194,23 @@ fi
 
 say "set and get through kubectl port-forward svc/$cache_name 127.0.0.1:$port"
 pf_log=$(mktemp)
-"$kubectl" port-forward -n "$cache_ns" "svc/$cache_name" --address 127.0.0.1 "$port:11211" >"$pf_log" 2>&1 &
-pf=$!
+pf=""
+# port_forward NAMESPACE TARGET LOCAL:REMOTE: starts kubectl port-forward on
+# 127.0.0.1 in the background (pid in $pf, killed on exit) and waits until it
+# forwards, for up to 30 s.
+port_forward() {
+  "$kubectl" port-forward -n "$1" "$2" --address 127.0.0.1 "$3" >"$pf_log" 2>&1 &
+  pf=$!
+  for i in $(seq 1 60); do
+    grep -q "Forwarding from 127.0.0.1" "$pf_log" && return 0
+    kill -0 $pf 2>/dev/null || { cat "$pf_log"; exit 1; }
+    sleep 0.5
+  done
+  echo "port-forward to $2 did not start: $(cat "$pf_log")"
+  exit 1
+}
 trap 'kill $pf 2>/dev/null || true; rm -f "$pf_log"' EXIT
-for i in $(seq 1 60); do
-  grep -q "Forwarding from 127.0.0.1" "$pf_log" && break
-  kill -0 $pf 2>/dev/null || { cat "$pf_log"; exit 1; }
-  [ "$i" = 60 ] && { echo "port-forward did not start: $(cat "$pf_log")"; exit 1; }
-  sleep 0.5
-done
+port_forward "$cache_ns" "svc/$cache_name" "$port:11211"
 # The text protocol over bash's /dev/tcp: no client tool needed for the demo.
 memcache() { # sends $1, prints the reply up to its last line, and leaves it in $reply
   reply=""
@@ -238,14 +246,7 @@ kill $pf 2>/dev/null || true
 
 if [ "$monitoring" = 1 ]; then
   say "waiting for Prometheus to scrape the Cache's pod (PodMonitor $cache_name, up to 3 minutes)"
-  "$kubectl" port-forward -n "$monitoring_ns" svc/prometheus-operated --address 127.0.0.1 "$prom_port:9090" >"$pf_log" 2>&1 &
-  pf=$!
-  for i in $(seq 1 60); do
-    grep -q "Forwarding from 127.0.0.1" "$pf_log" && break
-    kill -0 $pf 2>/dev/null || { cat "$pf_log"; exit 1; }
-    [ "$i" = 60 ] && { echo "port-forward to Prometheus did not start: $(cat "$pf_log")"; exit 1; }
-    sleep 0.5
-  done
+  port_forward "$monitoring_ns" svc/prometheus-operated "$prom_port:9090"
   query="memcached_current_items{namespace=\"$cache_ns\",cache=\"$cache_name\"}"
   scraped=""
   for i in $(seq 1 90); do
