@@ -336,7 +336,7 @@ def gen_ops(rng, n):
             size = rng.choice([100_000, 2 * 1024 * 1024])
             yield (f"set {tk} 0 0 {size}", b"L" * size, tk)
         else:
-            yield malformed(rng, tk, nk)
+            yield malformed(rng, tk, nk, flushed)
 
 
 def mg_op(rng, key, explicit_cas):
@@ -446,9 +446,10 @@ def bin_key_op(rng, value):
     return (f"md {bk} b {rng.choice(['', 'k', 'q', 'I'] + (['x'] if allowed('md_x') else []))}".strip(), None, bk)
 
 
-def malformed(rng, tk, nk):
+def malformed(rng, tk, nk, flushed):
     """A malformed or edge request. Its data line (if any) goes along, as a
-    confused client would send it, and its fate must match too."""
+    confused client would send it, and its fate must match too. `flushed`:
+    an immediate flush_all was sent (see the flush_all branch of requests())."""
     long_key = "k" * 251
     cases = [
         ("bogus command", None), ("GET t0", None), ("Get t0", None), ("mx t0", None), ("mgg t0", None),
@@ -494,7 +495,14 @@ def malformed(rng, tk, nk):
     if allowed("flush_all_bad_delay"):
         # (an ignored extra token is in the flush_all branch above: `flush_all 1 2`
         # would be a near delay, which this stream avoids)
-        cases += [("flush_all 2592001", None), ("flush_all 4294967296", None)]
+        cases += [("flush_all 4294967296", None)]
+        # An absolute time before the server started: memcached 1.6.45 sets
+        # its flush horizon to 0, which cancels an earlier immediate flush,
+        # so what its LRU threads had not unlinked yet is readable again and
+        # the reply depends on their timing (the module docstring's delayed
+        # flush after an immediate one). Only before any immediate flush.
+        if not flushed:
+            cases += [("flush_all 2592001", None)]
     if allowed("flags_2_32"):
         cases += [(f"set {tk} 4294967296 0 1", b"x"), (f"ms {tk} 1 F4294967296", b"x")]
     if allowed("plus_exptime"):
