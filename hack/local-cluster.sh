@@ -97,7 +97,13 @@ CONTAINERD_SOCK=$(containerd_sock 1)
 CLUSTER_DNS=${CACHET_CLUSTER_DNS:-1}
 DNS_IP=10.96.0.10
 CLUSTER_DOMAIN=cluster.local
-COMPONENTS=(etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+COMPONENTS=(etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy local-volume-cleaner)
+# Local disks for extstore: each node gets LOCAL_DISKS loop files of
+# LOCAL_DISK_SIZE, each with an ext4 filesystem (so O_DIRECT works as on a real
+# NVMe disk), offered as static local PVs of StorageClass local-loop.
+LOCAL_DISKS=${CACHET_LOCAL_DISKS:-2}
+LOCAL_DISK_SIZE=${CACHET_LOCAL_DISK_SIZE:-512M}
+LOCAL_STORAGE_CLASS=local-loop
 # Components of node N > 1, started by `up --nodes N`.
 node_components() { echo "containerd-$1 kubelet-$1"; }
 # in_ns CMD...: runs CMD in the instance's network namespace (and nothing else:
@@ -684,6 +690,63 @@ setup_dns() {
   fi
 }
 
+# The PV's name says which disk backs it: node, loop file, filesystem, index
+# (cachet-node-loop-ext4-0). The file and its mount live in the node's state
+# directory, so `down` unmounts (mount -o loop detaches the loop device with
+# the last unmount) and removes them with the rest.
+local_disk_pv() { echo "$(node_name "$1")-loop-ext4-$2"; }
+setup_local_disks() { # NODES
+  local n i dir img mnt pv manifest bytes
+  manifest="apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: $LOCAL_STORAGE_CLASS
+  labels: {cachet.dev/local-disk: \"true\"}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+reclaimPolicy: Retain
+"
+  for n in $(seq 1 "$1"); do
+    dir="$(node_dir "$n")/local-disks"
+    for i in $(seq 0 $((LOCAL_DISKS - 1))); do
+      pv=$(local_disk_pv "$n" "$i")
+      img="$dir/$pv.img" mnt="$dir/$pv"
+      mkdir -p "$mnt"
+      if [ ! -f "$img" ]; then
+        truncate -s "$LOCAL_DISK_SIZE" "$img"
+        mkfs.ext4 -q -m 0 -L "${pv: -16}" "$img" || die "mkfs.ext4 $img failed"
+      fi
+      mountpoint -q "$mnt" || mount -o loop "$img" "$mnt" || die "cannot loop-mount $img (free loop devices: $(losetup -f 2>&1))"
+      # The filesystem's size, not the file's: a claim bound to it must fit.
+      bytes=$(($(stat -f -c '%b * %S' "$mnt")))
+      manifest+="---
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: $pv
+  labels: {cachet.dev/local-disk: \"true\"}
+  annotations: {cachet.dev/backing-file: \"$img\"}
+spec:
+  capacity: {storage: \"$bytes\"}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: $LOCAL_STORAGE_CLASS
+  volumeMode: Filesystem
+  local: {path: \"$mnt\"}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions:
+        - {key: kubernetes.io/hostname, operator: In, values: [\"$(node_name "$n")\"]}
+"
+    done
+  done
+  # Idempotent: a PV that exists (bound or not) is left as it is.
+  printf '%s' "$manifest" | kc apply -f - >/dev/null || die "cannot create the local PVs"
+  running local-volume-cleaner || start local-volume-cleaner bash "$root/hack/cluster/local-volume-cleaner.sh" "$K8S_BIN/kubectl" "$KUBECONFIG_PATH" "$STATE"
+  log "local disks: $(($1 * LOCAL_DISKS)) PVs of $LOCAL_DISK_SIZE (StorageClass $LOCAL_STORAGE_CLASS), Released ones wiped by local-volume-cleaner"
+}
+
 node_ready() { # [NODE]
   [ "$(kc get node "$(node_name "${1:-1}")" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
@@ -740,6 +803,7 @@ cmd_up() {
   # Pods can only be created once the namespace's default ServiceAccount exists.
   must_wait_for "default ServiceAccount" 60 kube-controller-manager kc -n default get serviceaccount default
   setup_dns
+  setup_local_disks "$nodes"
   local c
   for c in "${COMPONENTS[@]}"; do running "$c" || die "$c stopped (log: $LOGS/$c.log)"; done
   log "cluster $INSTANCE up with $nodes node(s) ($("$K8S_BIN/kubectl" version --client -o json 2>/dev/null | sed -n 's/.*"gitVersion": "\([^"]*\)".*/\1/p' | head -1))"
@@ -853,6 +917,7 @@ cmd_down() {
   # Controllers first, so nothing recreates the pods we are about to delete.
   stop kube-controller-manager
   stop kube-scheduler
+  stop local-volume-cleaner
   drain_pods
   stop kube-proxy
   for n in $(seq "$MAX_NODES" -1 1); do
