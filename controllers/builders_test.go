@@ -256,6 +256,7 @@ func TestPodTemplateFieldsAreWhatTheBuilderReads(t *testing.T) {
 		"networkPolicy":       func(c *cachev1alpha1.Cache) { c.Spec.NetworkPolicy = &cachev1alpha1.NetworkPolicySpec{} },
 		"monitoring":          func(c *cachev1alpha1.Cache) { c.Spec.Monitoring = &cachev1alpha1.MonitoringSpec{Interval: "5s"} },
 		"autoscaling":         func(c *cachev1alpha1.Cache) { c.Spec.Autoscaling = &cachev1alpha1.AutoscalingSpec{MaxReplicas: 3} },
+		"extstore":            func(c *cachev1alpha1.Cache) { c.Spec.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("1Gi")} },
 	}
 	specFields := reflect.TypeOf(cachev1alpha1.CacheSpec{})
 	if specFields.NumField() != len(changes) {

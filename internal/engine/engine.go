@@ -64,6 +64,39 @@ const (
 	DefaultMinChunk       = 48
 )
 
+// Extstore (values of large cold items on disk, memcached's -o ext_*).
+const (
+	// ExtstoreDir is where each pod's extstore volume is mounted, and
+	// ExtstoreFile the file cachetd keeps on it.
+	ExtstoreDir  = "/data/extstore"
+	ExtstoreFile = ExtstoreDir + "/cache"
+	// ExtstoreFilePercent of the claim is the extstore file; the rest is the
+	// filesystem's. ext4 reserves 5% of its blocks for root (cachetd runs as
+	// a non-root user and cannot use them) and spends 1-2% on inode tables
+	// and the journal; XFS needs about 1%. A file as large as the claim
+	// would make the engine's last pages fail with ENOSPC.
+	ExtstoreFilePercent = 92
+	// ExtstoreWriteBufferBytes is one write buffer (ext_wbuf_size, memcached's
+	// default 4 MB). Pages are whole multiples of it (the API enforces it).
+	ExtstoreWriteBufferBytes = 4 << 20
+	// ExtstoreWriteBuffers: one buffer per page bucket. memcached 1.6 has
+	// four buckets (default, compact, chunked, low-TTL; wbuf_count =
+	// page_buckets); cachetd's extstore has three (default, compact,
+	// low-TTL). The budget assumes memcached's four, so it covers both.
+	ExtstoreWriteBuffers = 4
+	// ExtstoreCompactionBuffers: the compactor reads a page back through a
+	// buffer of one write buffer's size.
+	ExtstoreCompactionBuffers = 1
+	// ExtstoreBackgroundThreads are the flusher and the compactor.
+	ExtstoreBackgroundThreads = 2
+	// ExtstoreAlign is the O_DIRECT alignment of reads and buffers.
+	ExtstoreAlign = 4 << 10
+
+	DefaultExtstorePageSize    = 64 << 20
+	DefaultExtstoreItemMinSize = 512
+	DefaultExtstoreIOThreads   = 1
+)
+
 // DefaultMetricsPort is where the operator has cachetd serve /healthz and
 // /metrics unless told otherwise.
 const DefaultMetricsPort = 9150
@@ -158,7 +191,70 @@ func Args(s *cachev1alpha1.CacheSpec, o Options) []string {
 	if o.MetricsPort > 0 {
 		opts = append(opts, "metrics_port="+strconv.Itoa(int(o.MetricsPort)))
 	}
+	if s.Extstore != nil {
+		opts = append(opts, extstoreOptions(s.Extstore)...)
+	}
 	return append(args, "-o", strings.Join(opts, ","))
+}
+
+// ExtstorePageBytes is spec.extstore.pageSize with its default applied.
+func ExtstorePageBytes(e *cachev1alpha1.ExtstoreSpec) int64 {
+	if e.PageSize != nil {
+		return e.PageSize.Value()
+	}
+	return DefaultExtstorePageSize
+}
+
+// ExtstoreItemMinBytes is spec.extstore.itemMinSize with its default applied.
+func ExtstoreItemMinBytes(e *cachev1alpha1.ExtstoreSpec) int64 {
+	if e.ItemMinSize != nil {
+		return *e.ItemMinSize
+	}
+	return DefaultExtstoreItemMinSize
+}
+
+// ExtstoreIOThreads is spec.extstore.ioThreads with its default applied.
+func ExtstoreIOThreads(e *cachev1alpha1.ExtstoreSpec) int32 {
+	if e.IOThreads != nil {
+		return *e.IOThreads
+	}
+	return DefaultExtstoreIOThreads
+}
+
+// ExtstoreFileBytes is the size of the extstore file on a claim of
+// spec.extstore.size: ExtstoreFilePercent of it, rounded down to a whole
+// MiB (memcached's ext_path reads a size with an M suffix).
+func ExtstoreFileBytes(e *cachev1alpha1.ExtstoreSpec) int64 {
+	const mib = 1 << 20
+	return e.Size.Value() / 100 * ExtstoreFilePercent / mib * mib
+}
+
+// extstoreOptions are the -o ext_* options of a spec with extstore.
+func extstoreOptions(e *cachev1alpha1.ExtstoreSpec) []string {
+	return []string{
+		"ext_path=" + ExtstoreFile + ":" + strconv.FormatInt(ExtstoreFileBytes(e)>>20, 10) + "M",
+		"ext_page_size=" + strconv.FormatInt(ExtstorePageBytes(e)>>20, 10),
+		"ext_wbuf_size=" + strconv.Itoa(ExtstoreWriteBufferBytes>>20),
+		"ext_threads=" + strconv.Itoa(int(ExtstoreIOThreads(e))),
+		"ext_item_size=" + strconv.FormatInt(ExtstoreItemMinBytes(e), 10),
+	}
+}
+
+// ExtstoreBytes is the memory extstore adds to a process: the write buffers
+// (one per page bucket), the compactor's read-back buffer, the flusher's,
+// compactor's and IO threads' stacks, and one aligned read buffer per IO
+// thread for the largest item (O_DIRECT reads go through it). The values
+// read back and the keys and locators of items on disk live in the item
+// memory (spec.memory), which is budgeted already.
+func ExtstoreBytes(s *cachev1alpha1.CacheSpec) int64 {
+	e := s.Extstore
+	if e == nil {
+		return 0
+	}
+	io := int64(ExtstoreIOThreads(e))
+	readBuffer := (MaxItemSizeBytes(s)+ExtstoreAlign-1)/ExtstoreAlign*ExtstoreAlign + ExtstoreAlign
+	return (ExtstoreWriteBuffers+ExtstoreCompactionBuffers)*ExtstoreWriteBufferBytes +
+		(ExtstoreBackgroundThreads+io)*PerThreadBytes + io*readBuffer
 }
 
 // ArgsFile is the content of cachetd's --args-file: one argument per line.
@@ -217,7 +313,7 @@ func HashTableBytes(s *cachev1alpha1.CacheSpec) int64 {
 
 // MemoryBudget is one process's memory, part by part.
 type MemoryBudget struct {
-	ItemMemory, Connections, ConnBufferCap, Workers, HashTable, Metrics, Base int64
+	ItemMemory, Connections, ConnBufferCap, Workers, HashTable, Metrics, Extstore, Base int64
 	// Limit is the sum rounded up to a whole MiB: the container's memory
 	// request and limit.
 	Limit int64
@@ -225,7 +321,8 @@ type MemoryBudget struct {
 
 // Budget is the memory formula: item memory plus resting connection buffers,
 // the capped buffer memory above them, worker threads, the hash table, the
-// metrics thread when there is one, and a fixed base, rounded up to MiB.
+// metrics thread when there is one, extstore's buffers and threads when it is
+// on, and a fixed base, rounded up to MiB.
 // Change it here, and in docs/operator.md, when the engine changes how it
 // allocates.
 func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
@@ -237,12 +334,13 @@ func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 		ConnBufferCap: ConnBufferLimitBytes(s) * 17 / 16,
 		Workers:       int64(Threads(s)) * PerThreadBytes,
 		HashTable:     HashTableBytes(s),
+		Extstore:      ExtstoreBytes(s),
 		Base:          BaseBytes,
 	}
 	if o.MetricsPort > 0 {
 		b.Metrics = MetricsBytes
 	}
-	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.Workers + b.HashTable + b.Metrics + b.Base
+	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.Workers + b.HashTable + b.Metrics + b.Extstore + b.Base
 	const mib = 1 << 20
 	b.Limit = (total + mib - 1) / mib * mib
 	return b

@@ -142,3 +142,54 @@ func TestMemoryBudget(t *testing.T) {
 		t.Fatalf("smallest item with chunkSizes = %d, want 104", got)
 	}
 }
+
+func TestExtstoreArgs(t *testing.T) {
+	if strings.Contains(strings.Join(Args(spec(), Options{}), " "), "ext_") {
+		t.Fatal("ext_ options without spec.extstore")
+	}
+	// Defaults: a 10Gi claim holds a file of 92% of it, rounded down to a
+	// MiB: 10240 x 0.92 = 9420.8 -> 9420M.
+	got := Args(spec(func(s *cachev1alpha1.CacheSpec) {
+		s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("10Gi")}
+	}), Options{})
+	want := "conn_buffer_limit=8m,ext_path=/data/extstore/cache:9420M,ext_page_size=64,ext_wbuf_size=4,ext_threads=1,ext_item_size=512"
+	if o := got[len(got)-1]; o != want {
+		t.Fatalf("-o %q, want %q", o, want)
+	}
+	got = Args(spec(func(s *cachev1alpha1.CacheSpec) {
+		s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("1Ti"), PageSize: ptr.To(resource.MustParse("256Mi")),
+			IOThreads: ptr.To(int32(4)), ItemMinSize: ptr.To(int64(4096))}
+	}), Options{MetricsPort: 9150})
+	want = "conn_buffer_limit=8m,metrics_port=9150,ext_path=/data/extstore/cache:964689M,ext_page_size=256,ext_wbuf_size=4,ext_threads=4,ext_item_size=4096"
+	if o := got[len(got)-1]; o != want {
+		t.Fatalf("-o %q, want %q", o, want)
+	}
+}
+
+func TestExtstoreMemoryBudget(t *testing.T) {
+	base := Budget(spec(), Options{})
+	if base.Extstore != 0 {
+		t.Fatalf("extstore memory without extstore: %d", base.Extstore)
+	}
+	// One IO thread, maxItemSize 1Mi: write buffers 4 x 4Mi + the
+	// compactor's 4Mi = 20Mi; flusher, compactor and IO thread 3 x 2Mi =
+	// 6Mi; one read buffer of 1Mi + 4Ki. Total 27Mi + 4Ki.
+	s := spec(func(s *cachev1alpha1.CacheSpec) {
+		s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("10Gi")}
+	})
+	b := Budget(s, Options{})
+	if want := int64(27<<20 + 4<<10); b.Extstore != want {
+		t.Fatalf("extstore memory %d, want %d", b.Extstore, want)
+	}
+	// 134.5Mi + 27Mi + 4Ki -> 162Mi: the limit grows by the part, rounded up.
+	if b.Limit != 162<<20 {
+		t.Fatalf("limit %dMi, want 162Mi", b.Limit>>20)
+	}
+	// Four IO threads and 8Mi items: 20Mi + 6 x 2Mi + 4 x (8Mi + 4Ki).
+	s.Extstore.IOThreads = ptr.To(int32(4))
+	s.Memory = resource.MustParse("64Mi")
+	s.Engine.MaxItemSize = ptr.To(resource.MustParse("8Mi"))
+	if got, want := ExtstoreBytes(s), int64(20<<20+12<<20+4*(8<<20+4<<10)); got != want {
+		t.Fatalf("extstore memory with 4 IO threads %d, want %d", got, want)
+	}
+}
