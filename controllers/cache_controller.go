@@ -404,6 +404,20 @@ func (r *CacheReconciler) apply(ctx context.Context, c *cachev1alpha1.Cache, obj
 	delete(u, "status")
 	unstructured.RemoveNestedField(u, "metadata", "creationTimestamp")
 	unstructured.RemoveNestedField(u, "spec", "template", "metadata", "creationTimestamp")
+	if claims, ok, _ := unstructured.NestedSlice(u, "spec", "volumeClaimTemplates"); ok {
+		// A claim template's empty status and null timestamp are not ours
+		// to apply: the API server fills them, and owning them would make
+		// every apply look like a change of an immutable field.
+		for _, claim := range claims {
+			if m, ok := claim.(map[string]any); ok {
+				delete(m, "status")
+				unstructured.RemoveNestedField(m, "metadata", "creationTimestamp")
+			}
+		}
+		if err := unstructured.SetNestedSlice(u, claims, "spec", "volumeClaimTemplates"); err != nil {
+			return err
+		}
+	}
 	return r.Apply(ctx, client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u}),
 		client.FieldOwner(managerName), client.ForceOwnership)
 }
