@@ -569,6 +569,12 @@ const (
 	// what is missing, or the autoscaler's own complaint) otherwise. Absent
 	// without spec.autoscaling.
 	ConditionAutoscaling = "Autoscaling"
+	// ConditionExtstore is True when every pod's extstore claim matches
+	// spec.extstore, False while the StatefulSet is replaced for a new claim
+	// template, while claims of an old class or size remain, or when a
+	// claim was deleted because its node was lost; Unknown when the operator
+	// cannot read volumes or nodes. Absent without spec.extstore.
+	ConditionExtstore = "Extstore"
 )
 
 // CacheStatus is the observed state of a Cache.

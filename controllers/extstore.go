@@ -1,0 +1,481 @@
+/*
+Copyright 2026 The Cachet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Extstore's volumes. The StatefulSet controller makes each pod's claim from
+// the claim template; the operator handles what it cannot:
+//
+//   - Claim templates are immutable. When spec.extstore is added, removed,
+//     resized or moved to another class, the StatefulSet is deleted with its
+//     pods orphaned and created again (the one path the reconciler already
+//     has for immutable fields); the new pod template then rolls the pods.
+//   - The StatefulSet never touches an existing claim, so a replaced pod
+//     would mount its old one again. Claims whose class or size differ from
+//     the spec are expanded in place when only the size grew and their
+//     StorageClass allows expansion, and otherwise deleted: the API server's
+//     claim protection holds the deletion until the pod using the claim is
+//     gone, so each claim goes when the roll replaces its pod, and the
+//     StatefulSet makes the new pod a claim from the new template.
+//   - A local volume can only be used on its node. When that node is deleted,
+//     or NotReady for longer than spec.extstore.nodeLossTimeout, the pod
+//     could never run again: its claim is deleted (and the pod, which is
+//     Pending or stuck on the lost node) so that the StatefulSet recreates
+//     both with a new, empty volume elsewhere. This is checked only for pods
+//     that are not Ready, with direct reads of their volume and node: no
+//     informer over every Node of the cluster.
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+)
+
+// The claims the StatefulSet makes are read from a label-filtered informer;
+// volumes, nodes and classes are read directly, one object at a time, and
+// only when a claim needs them.
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=get
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get
+// +kubebuilder:rbac:groups="",resources=pods,verbs=delete
+
+// Reasons of the Extstore condition and the replacement.
+const (
+	ReasonReplacingStatefulSet = "ReplacingStatefulSet"
+	ReasonClaimTemplateChanged = "ClaimTemplateChanged"
+	ReasonClaimsOutdated       = "ClaimsOutdated"
+	ReasonClaimsMatch          = "ClaimsMatch"
+	ReasonVolumeNodeLost       = "VolumeNodeLost"
+	ReasonNodeLossCheckFailed  = "NodeLossCheckFailed"
+
+	// NodeLostAnnotation on a terminating extstore claim says which lost
+	// node it was deleted for.
+	NodeLostAnnotation = "cache.cachet.dev/node-lost"
+)
+
+// claimTemplateKeys describe the claim templates of a StatefulSet by what
+// the operator sets and the API server refuses to change: name, class, size
+// and access modes. Defaults the API server adds are left out.
+func claimTemplateKeys(sts *appsv1.StatefulSet) []string {
+	var keys []string
+	for _, t := range sts.Spec.VolumeClaimTemplates {
+		class := "<default>"
+		if t.Spec.StorageClassName != nil {
+			class = *t.Spec.StorageClassName
+		}
+		modes := make([]string, len(t.Spec.AccessModes))
+		for i, m := range t.Spec.AccessModes {
+			modes[i] = string(m)
+		}
+		keys = append(keys, fmt.Sprintf("%s class=%s size=%s modes=%s", t.Name, class, t.Spec.Resources.Requests.Storage().String(), strings.Join(modes, ",")))
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// claimTemplatesDiffer reports whether the live StatefulSet's claim
+// templates differ from the desired ones (an immutable change), and how.
+func claimTemplatesDiffer(live, desired *appsv1.StatefulSet) (bool, string) {
+	a, b := claimTemplateKeys(live), claimTemplateKeys(desired)
+	if slices.Equal(a, b) {
+		return false, ""
+	}
+	describe := func(keys []string) string {
+		if len(keys) == 0 {
+			return "none"
+		}
+		return strings.Join(keys, "; ")
+	}
+	return true, fmt.Sprintf("volume claim templates change from [%s] to [%s]", describe(a), describe(b))
+}
+
+// claimOutdated reports whether a pod's extstore claim no longer matches the
+// spec: extstore removed, another class, or another size. A claim of the
+// default class matches any class when the spec names none (the API server
+// writes the default class's name into the claim).
+func claimOutdated(c *cachev1alpha1.Cache, pvc *corev1.PersistentVolumeClaim) bool {
+	e := c.Spec.Extstore
+	if e == nil {
+		return true
+	}
+	if e.StorageClassName != nil && ptrDeref(pvc.Spec.StorageClassName) != *e.StorageClassName {
+		return true
+	}
+	return pvc.Spec.Resources.Requests.Storage().Cmp(e.Size) != 0
+}
+
+func ptrDeref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// isExtstoreClaim tells the claims the StatefulSet made for this Cache's pods.
+func isExtstoreClaim(c *cachev1alpha1.Cache, pvc *corev1.PersistentVolumeClaim) bool {
+	prefix := ExtstoreVolumeName + "-"
+	return strings.HasPrefix(pvc.Name, prefix) && ordinal(c, strings.TrimPrefix(pvc.Name, prefix)) >= 0
+}
+
+// extstoreClaims lists the Cache's extstore claims from the informer.
+func (r *CacheReconciler) extstoreClaims(ctx context.Context, c *cachev1alpha1.Cache) ([]corev1.PersistentVolumeClaim, error) {
+	list := &corev1.PersistentVolumeClaimList{}
+	if err := r.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels(SelectorLabels(c))); err != nil {
+		return nil, err
+	}
+	var claims []corev1.PersistentVolumeClaim
+	for _, pvc := range list.Items {
+		if isExtstoreClaim(c, &pvc) {
+			claims = append(claims, pvc)
+		}
+	}
+	sort.Slice(claims, func(i, j int) bool { return claims[i].Name < claims[j].Name })
+	return claims, nil
+}
+
+// replaceStatefulSet deletes the live StatefulSet with its pods orphaned, so
+// that the next reconcile creates it from the current spec; the new one
+// adopts the pods and rolls them. The Cache says so in Progressing (and in
+// Extstore when the claims are why) and in an Event.
+func (r *CacheReconciler) replaceStatefulSet(ctx context.Context, c *cachev1alpha1.Cache, live *appsv1.StatefulSet, why string, claims bool) error {
+	logf.FromContext(ctx).Info("replacing StatefulSet whose immutable fields changed", "why", why)
+	msg := fmt.Sprintf("StatefulSet %s: %s, which it cannot change in place; replacing it and keeping its pods, which are then replaced one at a time", live.Name, why)
+	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, ReasonReplacingStatefulSet, "Apply", "%s", msg)
+	if err := r.Delete(ctx, live, client.PropagationPolicy(metav1.DeletePropagationOrphan),
+		client.Preconditions{UID: &live.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	// Until the old StatefulSet is gone reconciles wait without writing
+	// status, so this is the status the Cache shows meanwhile: retry a
+	// conflict rather than leave it unsaid.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := r.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+			return err
+		}
+		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
+			Type: cachev1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: ReasonReplacingStatefulSet,
+			Message: msg, ObservedGeneration: c.Generation,
+		})
+		if claims && c.Spec.Extstore != nil {
+			meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
+				Type: cachev1alpha1.ConditionExtstore, Status: metav1.ConditionFalse, Reason: ReasonClaimTemplateChanged,
+				Message: msg, ObservedGeneration: c.Generation,
+			})
+		}
+		return r.Status().Update(ctx, c)
+	})
+	return client.IgnoreNotFound(err)
+}
+
+// extstoreResult is what the claim handling did and found, for the status.
+type extstoreResult struct {
+	claims []corev1.PersistentVolumeClaim
+	// lost says which claims were deleted because their node is lost.
+	lost []string
+	// checkErr says why volumes or nodes could not be read.
+	checkErr string
+	// requeueAfter is when a NotReady node reaches the timeout.
+	requeueAfter time.Duration
+}
+
+// reconcileClaims replaces outdated claims and those of lost nodes. It acts
+// only when the live StatefulSet has the desired claim templates: while an
+// old one is still in place, a deleted claim would come back from its old
+// template.
+func (r *CacheReconciler) reconcileClaims(ctx context.Context, c *cachev1alpha1.Cache, live *liveState, desired *appsv1.StatefulSet) (extstoreResult, error) {
+	var res extstoreResult
+	claims, err := r.extstoreClaims(ctx, c)
+	if err != nil {
+		return res, err
+	}
+	res.claims = claims
+	if live.statefulSet == nil {
+		return res, nil
+	}
+	if differ, _ := claimTemplatesDiffer(live.statefulSet, desired); differ {
+		return res, nil
+	}
+	for i := range claims {
+		pvc := &claims[i]
+		if pvc.DeletionTimestamp != nil || !claimOutdated(c, pvc) {
+			continue
+		}
+		if err := r.replaceOutdatedClaim(ctx, c, pvc); err != nil {
+			return res, err
+		}
+	}
+	if c.Spec.Extstore.DeletesClaimOnNodeLoss() {
+		if err := r.replaceClaimsOfLostNodes(ctx, c, live.pods, claims, &res); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// replaceOutdatedClaim expands a claim in place when only its size grew and
+// its class allows it, and otherwise deletes it (held by claim protection
+// until its pod is gone).
+func (r *CacheReconciler) replaceOutdatedClaim(ctx context.Context, c *cachev1alpha1.Cache, pvc *corev1.PersistentVolumeClaim) error {
+	e := c.Spec.Extstore
+	if e != nil && pvc.Status.Phase == corev1.ClaimBound && pvc.Spec.StorageClassName != nil &&
+		(e.StorageClassName == nil || *e.StorageClassName == *pvc.Spec.StorageClassName) &&
+		e.Size.Cmp(*pvc.Spec.Resources.Requests.Storage()) > 0 {
+		class := &storagev1.StorageClass{}
+		err := r.readDirect().Get(ctx, types.NamespacedName{Name: *pvc.Spec.StorageClassName}, class)
+		switch {
+		case err == nil && class.AllowVolumeExpansion != nil && *class.AllowVolumeExpansion:
+			patch := client.MergeFrom(pvc.DeepCopy())
+			pvc.Spec.Resources.Requests[corev1.ResourceStorage] = e.Size.DeepCopy()
+			if err := r.Patch(ctx, pvc, patch); err != nil {
+				return client.IgnoreNotFound(err)
+			}
+			r.Recorder.Eventf(c, pvc, corev1.EventTypeNormal, "ExpandingClaim", "Apply",
+				"expanding PersistentVolumeClaim %s to %s (StorageClass %s allows expansion)", pvc.Name, e.Size.String(), class.Name)
+			return nil
+		case err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err):
+			return err
+		}
+		// No class, or one without expansion, or not allowed to look: replace.
+	}
+	if err := r.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID}); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	r.Recorder.Eventf(c, pvc, corev1.EventTypeNormal, "ReplacingClaim", "Apply",
+		"PersistentVolumeClaim %s (class %q, %s) no longer matches spec.extstore; deleted, it goes when its pod is replaced and the StatefulSet gives the new pod a claim from the current template",
+		pvc.Name, ptrDeref(pvc.Spec.StorageClassName), pvc.Spec.Resources.Requests.Storage().String())
+	return nil
+}
+
+// readDirect reads around the informers: volumes, nodes and classes are read
+// one object at a time, never cached.
+func (r *CacheReconciler) readDirect() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
+// VolumeNodes are the nodes a volume is pinned to by its node affinity
+// (kubernetes.io/hostname In ...), which is how local volumes name their
+// node; nil for a volume that any node can use.
+func VolumeNodes(pv *corev1.PersistentVolume) []string {
+	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
+		return nil
+	}
+	var nodes []string
+	for _, term := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms {
+		for _, req := range term.MatchExpressions {
+			if req.Key == corev1.LabelHostname && req.Operator == corev1.NodeSelectorOpIn {
+				nodes = append(nodes, req.Values...)
+			}
+		}
+	}
+	return nodes
+}
+
+// NodeLost says whether a node (nil: deleted) is lost for good after timeout
+// of NotReady, and otherwise how long until it would be (0: it is Ready).
+func NodeLost(node *corev1.Node, timeout time.Duration, now time.Time) (bool, time.Duration) {
+	if node == nil {
+		return true, 0
+	}
+	for _, cond := range node.Status.Conditions {
+		if cond.Type != corev1.NodeReady {
+			continue
+		}
+		if cond.Status == corev1.ConditionTrue {
+			return false, 0
+		}
+		left := cond.LastTransitionTime.Add(timeout).Sub(now)
+		if left <= 0 {
+			return true, 0
+		}
+		return false, left
+	}
+	return false, 0 // a node that never reported: not known to be lost
+}
+
+// replaceClaimsOfLostNodes deletes the claim (and the pod) of every pod that
+// is not Ready because its volume's node is gone or NotReady for too long.
+func (r *CacheReconciler) replaceClaimsOfLostNodes(ctx context.Context, c *cachev1alpha1.Cache, pods []corev1.Pod, claims []corev1.PersistentVolumeClaim, res *extstoreResult) error {
+	byName := map[string]*corev1.PersistentVolumeClaim{}
+	for i := range claims {
+		byName[claims[i].Name] = &claims[i]
+	}
+	timeout := c.Spec.Extstore.NodeLossAfter()
+	now := time.Now()
+	for i := range pods {
+		pod := &pods[i]
+		if pod.DeletionTimestamp != nil && pod.Spec.NodeName == "" || podReady(pod) {
+			continue
+		}
+		pvc := byName[ExtstoreClaimName(c, pod.Name)]
+		if pvc == nil || pvc.DeletionTimestamp != nil || pvc.Spec.VolumeName == "" {
+			continue // not bound yet: the scheduler still chooses its node
+		}
+		pv := &corev1.PersistentVolume{}
+		if err := r.readDirect().Get(ctx, types.NamespacedName{Name: pvc.Spec.VolumeName}, pv); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			res.checkErr = fmt.Sprintf("cannot read PersistentVolume %s of claim %s: %v", pvc.Spec.VolumeName, pvc.Name, err)
+			continue
+		}
+		nodes := VolumeNodes(pv)
+		if len(nodes) == 0 || (pod.Spec.NodeName != "" && !slices.Contains(nodes, pod.Spec.NodeName)) {
+			continue // not pinned to a node (it follows the pod), or not what holds this pod back
+		}
+		lostAll, wait, why := true, time.Duration(0), ""
+		for _, name := range nodes {
+			node := &corev1.Node{}
+			err := r.readDirect().Get(ctx, types.NamespacedName{Name: name}, node)
+			switch {
+			case apierrors.IsNotFound(err):
+				node = nil
+			case err != nil:
+				res.checkErr = fmt.Sprintf("cannot read Node %s of volume %s: %v", name, pv.Name, err)
+				lostAll = false
+				continue
+			}
+			lost, left := NodeLost(node, timeout, now)
+			if !lost {
+				lostAll = false
+				if left > 0 && (wait == 0 || left < wait) {
+					wait = left
+				}
+				continue
+			}
+			if node == nil {
+				why = fmt.Sprintf("node %s was deleted", name)
+			} else {
+				why = fmt.Sprintf("node %s has been NotReady for more than %s", name, timeout)
+			}
+		}
+		if !lostAll {
+			logf.FromContext(ctx).V(1).Info("extstore volume's node not lost (yet)", "pod", pod.Name, "volume", pv.Name, "nodes", nodes, "recheckIn", wait)
+			if wait > 0 && (res.requeueAfter == 0 || wait < res.requeueAfter) {
+				res.requeueAfter = wait
+			}
+			continue
+		}
+		msg := fmt.Sprintf("pod %s's extstore volume %s is on a lost node (%s): deleted claim %s and the pod, which the StatefulSet recreates with a new, empty volume",
+			pod.Name, pv.Name, why, pvc.Name)
+		// The claim says why it goes for as long as it is terminating, so the
+		// condition can say it too.
+		patch := client.MergeFrom(pvc.DeepCopy())
+		if pvc.Annotations == nil {
+			pvc.Annotations = map[string]string{}
+		}
+		pvc.Annotations[NodeLostAnnotation] = msg
+		if err := r.Patch(ctx, pvc, patch); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if err := r.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		// The claim is only released once the pod is gone: a Pending pod
+		// goes at once, and a pod on the lost node is removed without
+		// waiting for its kubelet, which will never confirm.
+		opts := []client.DeleteOption{client.Preconditions{UID: &pod.UID}}
+		if pod.Spec.NodeName != "" {
+			opts = append(opts, client.GracePeriodSeconds(0))
+		}
+		if err := r.Delete(ctx, pod, opts...); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		res.lost = append(res.lost, msg)
+		// Related to the claim: Events of one Cache with one reason are otherwise
+		// folded into one series, and each pod's loss is news.
+		r.Recorder.Eventf(c, pvc, corev1.EventTypeWarning, ReasonVolumeNodeLost, "Apply", "%s", msg)
+	}
+	return nil
+}
+
+// setExtstoreCondition says whether every pod's claim matches spec.extstore.
+func setExtstoreCondition(c *cachev1alpha1.Cache, obs Observed, set func(string, metav1.ConditionStatus, string, string), conds *[]metav1.Condition) {
+	e := c.Spec.Extstore
+	if e == nil {
+		meta.RemoveStatusCondition(conds, cachev1alpha1.ConditionExtstore)
+		return
+	}
+	lost := append([]string(nil), obs.ClaimsLost...)
+	for i := range obs.Claims {
+		if why := obs.Claims[i].Annotations[NodeLostAnnotation]; why != "" && obs.Claims[i].DeletionTimestamp != nil && !slices.Contains(lost, why) {
+			lost = append(lost, why)
+		}
+	}
+	if len(lost) > 0 {
+		set(cachev1alpha1.ConditionExtstore, metav1.ConditionFalse, ReasonVolumeNodeLost, strings.Join(lost, "; "))
+		return
+	}
+	if obs.StatefulSet != nil {
+		if differ, how := claimTemplatesDiffer(obs.StatefulSet, StatefulSet(c, obs.Options)); differ {
+			set(cachev1alpha1.ConditionExtstore, metav1.ConditionFalse, ReasonClaimTemplateChanged, how+"; the StatefulSet is being replaced")
+			return
+		}
+	}
+	var outdated []string
+	for i := range obs.Claims {
+		if claimOutdated(c, &obs.Claims[i]) {
+			outdated = append(outdated, obs.Claims[i].Name)
+		}
+	}
+	if len(outdated) > 0 {
+		set(cachev1alpha1.ConditionExtstore, metav1.ConditionFalse, ReasonClaimsOutdated,
+			fmt.Sprintf("claim(s) %s do not match spec.extstore (class or size); each is expanded in place or goes when the roll replaces its pod", strings.Join(outdated, ", ")))
+		return
+	}
+	if obs.ExtstoreCheckErr != "" {
+		set(cachev1alpha1.ConditionExtstore, metav1.ConditionUnknown, ReasonNodeLossCheckFailed,
+			obs.ExtstoreCheckErr+"; claims of lost nodes are not replaced until the operator can read volumes and nodes (a ClusterRole)")
+		return
+	}
+	class := "the cluster's default class"
+	if e.StorageClassName != nil {
+		class = "class " + *e.StorageClassName
+	}
+	set(cachev1alpha1.ConditionExtstore, metav1.ConditionTrue, ReasonClaimsMatch,
+		fmt.Sprintf("every pod's claim is %s of %s, with the extstore file at %s", e.Size.String(), class, extstorePathArg(c, obs.Options)))
+}
+
+// extstorePathArg is the ext_path option the engine runs with.
+func extstorePathArg(c *cachev1alpha1.Cache, o BuildOptions) string {
+	for _, a := range EngineArgs(c, o) {
+		for _, opt := range strings.Split(a, ",") {
+			if strings.HasPrefix(opt, "ext_path=") {
+				return strings.TrimPrefix(opt, "ext_path=")
+			}
+		}
+	}
+	return ""
+}
