@@ -506,3 +506,63 @@ func TestExtstoreClaimsOfLostNodesAreReplaced(t *testing.T) {
 		t.Fatal("deleteClaimOnNodeLoss false, and a lost node's claim was deleted")
 	}
 }
+
+// The node-loss rule without an API server: a deleted node is lost at once,
+// a NotReady one after the timeout, a Ready or never-reporting one never.
+func TestNodeLostAfterTheTimeout(t *testing.T) {
+	now := time.Now()
+	if lost, _ := NodeLost(nil, 5*time.Minute, now); !lost {
+		t.Error("a deleted node is not lost")
+	}
+	down, st := utils.NodeWithReady("n", corev1.ConditionUnknown, now.Add(-6*time.Minute))
+	down.Status = st
+	if lost, _ := NodeLost(down, 5*time.Minute, now); !lost {
+		t.Error("a node NotReady for 6m is not lost after 5m")
+	}
+	blip, st := utils.NodeWithReady("n", corev1.ConditionFalse, now.Add(-time.Minute))
+	blip.Status = st
+	if lost, left := NodeLost(blip, 5*time.Minute, now); lost || left != 4*time.Minute {
+		t.Errorf("a node NotReady for 1m: lost %v, recheck in %s, want 4m", lost, left)
+	}
+	ready, st := utils.NodeWithReady("n", corev1.ConditionTrue, now.Add(-time.Hour))
+	ready.Status = st
+	if lost, left := NodeLost(ready, 5*time.Minute, now); lost || left != 0 {
+		t.Errorf("a Ready node: lost %v, recheck in %s", lost, left)
+	}
+	if lost, _ := NodeLost(&corev1.Node{}, 5*time.Minute, now); lost {
+		t.Error("a node that never reported is lost")
+	}
+	pv := utils.LocalPersistentVolume("pv", "node-a", "local", "1Gi", "ns", "claim")
+	if got := VolumeNodes(pv); !slices.Equal(got, []string{"node-a"}) {
+		t.Errorf("volume nodes %v", got)
+	}
+	pv.Spec.NodeAffinity = nil
+	if got := VolumeNodes(pv); got != nil {
+		t.Errorf("a volume without node affinity is pinned to %v", got)
+	}
+}
+
+func TestClaimOutdated(t *testing.T) {
+	c := newCache(withExtstore("2Gi", "local"))
+	claim := func(class, size string) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To(class),
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}}}}
+	}
+	for _, tc := range []struct {
+		c        *cachev1alpha1.Cache
+		class    string
+		size     string
+		outdated bool
+	}{
+		{c, "local", "2Gi", false},
+		{c, "local", "2048Mi", false},
+		{c, "local", "1Gi", true},
+		{c, "other", "2Gi", true},
+		{newCache(withExtstore("2Gi", "")), "whatever-default", "2Gi", false},
+		{newCache(), "local", "2Gi", true},
+	} {
+		if got := claimOutdated(tc.c, claim(tc.class, tc.size)); got != tc.outdated {
+			t.Errorf("claim %s/%s for %+v: outdated %v, want %v", tc.class, tc.size, tc.c.Spec.Extstore, got, tc.outdated)
+		}
+	}
+}
