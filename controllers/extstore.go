@@ -24,10 +24,9 @@ limitations under the License.
 //   - The StatefulSet never touches an existing claim, so a replaced pod
 //     would mount its old one again. Claims whose class or size differ from
 //     the spec are expanded in place when only the size grew and their
-//     StorageClass allows expansion, and otherwise deleted: the API server's
-//     claim protection holds the deletion until the pod using the claim is
-//     gone, so each claim goes when the roll replaces its pod, and the
-//     StatefulSet makes the new pod a claim from the new template.
+//     StorageClass allows expansion, and otherwise deleted as the roll
+//     replaces their pod (see replaceOutdatedClaim), so that the StatefulSet
+//     makes the new pod a claim from the new template.
 //   - A local volume can only be used on its node. When that node is deleted,
 //     or NotReady for longer than spec.extstore.nodeLossTimeout, the pod
 //     could never run again: its claim is deleted (and the pod, which is
@@ -225,12 +224,17 @@ func (r *CacheReconciler) reconcileClaims(ctx context.Context, c *cachev1alpha1.
 	if differ, _ := claimTemplatesDiffer(live.statefulSet, desired); differ {
 		return res, nil
 	}
+	pods := map[string]*corev1.Pod{}
+	for i := range live.pods {
+		pods[live.pods[i].Name] = &live.pods[i]
+	}
 	for i := range claims {
 		pvc := &claims[i]
 		if pvc.DeletionTimestamp != nil || !claimOutdated(c, pvc) {
 			continue
 		}
-		if err := r.replaceOutdatedClaim(ctx, c, pvc); err != nil {
+		pod := pods[strings.TrimPrefix(pvc.Name, ExtstoreVolumeName+"-")]
+		if err := r.replaceOutdatedClaim(ctx, c, pvc, pod, live.statefulSet); err != nil {
 			return res, err
 		}
 	}
@@ -242,10 +246,27 @@ func (r *CacheReconciler) reconcileClaims(ctx context.Context, c *cachev1alpha1.
 	return res, nil
 }
 
+// podMounts reports whether a pod mounts the claim.
+func podMounts(pod *corev1.Pod, claim string) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim {
+			return true
+		}
+	}
+	return false
+}
+
 // replaceOutdatedClaim expands a claim in place when only its size grew and
-// its class allows it, and otherwise deletes it (held by claim protection
-// until its pod is gone).
-func (r *CacheReconciler) replaceOutdatedClaim(ctx context.Context, c *cachev1alpha1.Cache, pvc *corev1.PersistentVolumeClaim) error {
+// its class allows it. Otherwise it deletes the claim when its pod is being
+// replaced: the pod is terminating (claim protection holds the deletion until
+// it is gone, and the StatefulSet waits for the claim before it creates the
+// new pod) or gone, or no longer mounts it (extstore removed). A pod that
+// still runs an old revision keeps its claim until the roll reaches it: a
+// claim deleted under a running pod would be refused to that pod by its
+// kubelet if the kubelet restarted. A pod of the current revision that
+// mounts an outdated claim was created in the moment before the operator
+// saw its predecessor go; it is deleted with the claim, once more.
+func (r *CacheReconciler) replaceOutdatedClaim(ctx context.Context, c *cachev1alpha1.Cache, pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod, sts *appsv1.StatefulSet) error {
 	e := c.Spec.Extstore
 	if e != nil && pvc.Status.Phase == corev1.ClaimBound && pvc.Spec.StorageClassName != nil &&
 		(e.StorageClassName == nil || *e.StorageClassName == *pvc.Spec.StorageClassName) &&
@@ -267,12 +288,28 @@ func (r *CacheReconciler) replaceOutdatedClaim(ctx context.Context, c *cachev1al
 		}
 		// No class, or one without expansion, or not allowed to look: replace.
 	}
+	deletePod := false
+	switch {
+	case pod == nil || pod.DeletionTimestamp != nil || !podMounts(pod, pvc.Name):
+	case sts.Status.UpdateRevision != "" && sts.Status.ObservedGeneration >= sts.Generation &&
+		pod.Labels[appsv1.StatefulSetRevisionLabel] == sts.Status.UpdateRevision:
+		deletePod = true
+	default:
+		return nil // the roll (or, with OnDelete, a person) replaces the pod first
+	}
 	if err := r.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID}); err != nil {
 		return client.IgnoreNotFound(err)
 	}
+	how := "it goes with its pod, and the StatefulSet gives the new pod a claim from the current template"
+	if deletePod {
+		if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		how = fmt.Sprintf("pod %s, already of the current revision, still mounted it and was deleted too, to get a claim from the current template", pod.Name)
+	}
 	r.Recorder.Eventf(c, pvc, corev1.EventTypeNormal, "ReplacingClaim", "Apply",
-		"PersistentVolumeClaim %s (class %q, %s) no longer matches spec.extstore; deleted, it goes when its pod is replaced and the StatefulSet gives the new pod a claim from the current template",
-		pvc.Name, ptrDeref(pvc.Spec.StorageClassName), pvc.Spec.Resources.Requests.Storage().String())
+		"PersistentVolumeClaim %s (class %q, %s) no longer matches spec.extstore; deleted: %s",
+		pvc.Name, ptrDeref(pvc.Spec.StorageClassName), pvc.Spec.Resources.Requests.Storage().String(), how)
 	return nil
 }
 
@@ -452,7 +489,7 @@ func setExtstoreCondition(c *cachev1alpha1.Cache, obs Observed, set func(string,
 	}
 	if len(outdated) > 0 {
 		set(cachev1alpha1.ConditionExtstore, metav1.ConditionFalse, ReasonClaimsOutdated,
-			fmt.Sprintf("claim(s) %s do not match spec.extstore (class or size); each is expanded in place or goes when the roll replaces its pod", strings.Join(outdated, ", ")))
+			fmt.Sprintf("claim(s) %s do not match spec.extstore (class or size); each is expanded in place, or deleted as the roll replaces its pod", strings.Join(outdated, ", ")))
 		return
 	}
 	if obs.ExtstoreCheckErr != "" {

@@ -266,10 +266,17 @@ func TestAdmissionRejectsInvalidExtstore(t *testing.T) {
 
 func TestExtstoreResizeReplacesTheStatefulSetAndItsClaims(t *testing.T) {
 	needIntegration(t)
+	ctx := context.Background()
 	ns := newNamespace(t)
-	c := createCache(t, ns, "rs", withExtstore("1Gi", "local-nvme"), func(c *cachev1alpha1.Cache) { c.Spec.Replicas = ptr.To(int32(2)) })
+	c := createCache(t, ns, "rs", withExtstore("1Gi", "local-nvme"), func(c *cachev1alpha1.Cache) { c.Spec.Replicas = ptr.To(int32(4)) })
 	old := statefulSetOf(t, ns, "rs")
+	revision := func(rev string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) { p.Labels[appsv1.StatefulSetRevisionLabel] = rev }
+	}
+	// rs-0 runs (on a node, so its deletion waits for a kubelet that envtest
+	// lacks) and mounts its claim; rs-1's pod is gone.
 	createClaim(t, c, "rs-0", "local-nvme", "1Gi", "")
+	rs0 := podOnVolume(t, ns, "rs", 0, ns+"-node", revision("rev-old"))
 	createClaim(t, c, "rs-1", "local-nvme", "1Gi", "")
 	eventually(t, "claims of the spec's size kept", func() (bool, string) {
 		cond := condOf(getCache(t, ns, "rs"), cachev1alpha1.ConditionExtstore)
@@ -291,18 +298,35 @@ func TestExtstoreResizeReplacesTheStatefulSetAndItsClaims(t *testing.T) {
 	eventually(t, "a ReplacingStatefulSet event naming the new size", func() (bool, string) {
 		return eventFor(ns, "rs", ReasonReplacingStatefulSet, "size=2Gi")
 	})
-	for _, name := range []string{"extstore-rs-0", "extstore-rs-1"} {
-		eventually(t, "old-size claim "+name+" deleted", func() (bool, string) { return claimDeleted(ns, name) })
+	setSTSStatus(t, ns, "rs", appsv1.StatefulSetStatus{Replicas: 2, CurrentRevision: "rev-old", UpdateRevision: "rev-new"})
+	eventually(t, "the old-size claim without a pod deleted", func() (bool, string) { return claimDeleted(ns, "extstore-rs-1") })
+	// The same reconcile left rs-0's claim alone: its pod still runs the old
+	// revision, and the roll has not reached it.
+	if deleted, _ := claimDeleted(ns, "extstore-rs-0"); deleted {
+		t.Fatal("the claim of a running pod the roll has not reached was deleted")
 	}
 	eventually(t, "Extstore says old claims remain until their pods go", func() (bool, string) {
 		cond := condOf(getCache(t, ns, "rs"), cachev1alpha1.ConditionExtstore)
 		return cond.Status == metav1.ConditionFalse && cond.Reason == ReasonClaimsOutdated && strings.Contains(cond.Message, "extstore-rs-0"),
 			cond.Reason + ": " + cond.Message
 	})
+	// The roll reaches rs-0: its pod terminates, and its claim goes with it.
+	if err := k8sClient.Delete(ctx, rs0); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "rs-0's claim deleted as its pod terminates", func() (bool, string) { return claimDeleted(ns, "extstore-rs-0") })
 	// A claim of the new size, as the StatefulSet makes for a replaced pod,
-	// is kept.
+	// is kept; a pod of the new revision that got an old claim (created
+	// before the operator saw its predecessor go) is replaced with it.
 	createClaim(t, c, "rs-2", "local-nvme", "2Gi", "")
-	time.Sleep(2 * time.Second) // reconciles triggered by the claim have run
+	createClaim(t, c, "rs-3", "local-nvme", "1Gi", "")
+	rs3 := podOnVolume(t, ns, "rs", 3, ns+"-node", revision("rev-new"))
+	eventually(t, "the current pod's old claim deleted", func() (bool, string) { return claimDeleted(ns, "extstore-rs-3") })
+	eventually(t, "the current pod on an old claim deleted", func() (bool, string) {
+		cur := &corev1.Pod{}
+		err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rs-3"}, cur)
+		return apierrors.IsNotFound(err) || (err == nil && (cur.DeletionTimestamp != nil || cur.UID != rs3.UID)), fmt.Sprint(err)
+	})
 	if deleted, _ := claimDeleted(ns, "extstore-rs-2"); deleted {
 		t.Fatal("a claim of the current size was deleted")
 	}
@@ -358,7 +382,7 @@ func TestExtstoreGrowsClaimsInPlaceWhenTheirClassExpands(t *testing.T) {
 // podOnVolume creates the pod the StatefulSet would for ordinal, mounting
 // its extstore claim, on node ("" while it cannot be scheduled), with the
 // status the scheduler or node controller would give it.
-func podOnVolume(t *testing.T, ns, name string, ordinal int, node string) *corev1.Pod {
+func podOnVolume(t *testing.T, ns, name string, ordinal int, node string, mutate ...func(*corev1.Pod)) *corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
 	sts := statefulSetOf(t, ns, name)
@@ -370,6 +394,9 @@ func podOnVolume(t *testing.T, ns, name string, ordinal int, node string) *corev
 	pod.Spec.NodeName = node
 	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: ExtstoreVolumeName, VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: fmt.Sprintf("extstore-%s-%d", name, ordinal)}}})
+	for _, m := range mutate {
+		m(pod)
+	}
 	if err := k8sClient.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
