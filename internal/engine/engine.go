@@ -226,7 +226,9 @@ func ExtstoreIOThreads(e *cachev1alpha1.ExtstoreSpec) int32 {
 // MiB (memcached's ext_path reads a size with an M suffix).
 func ExtstoreFileBytes(e *cachev1alpha1.ExtstoreSpec) int64 {
 	const mib = 1 << 20
-	return e.Size.Value() / 100 * ExtstoreFilePercent / mib * mib
+	// multiplied first, so the division loses nothing (the API caps the
+	// size at 64Ti: size x 92 fits in an int64)
+	return e.Size.Value() * ExtstoreFilePercent / 100 / mib * mib
 }
 
 // extstoreOptions are the -o ext_* options of a spec with extstore.

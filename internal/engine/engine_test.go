@@ -193,3 +193,13 @@ func TestExtstoreMemoryBudget(t *testing.T) {
 		t.Fatalf("extstore memory with 4 IO threads %d, want %d", got, want)
 	}
 }
+
+// The API's CEL rule lets through any size whose 92% holds two pages; the
+// file computed here must hold them too, to the byte: 145888847 x 0.92 is
+// just over 128Mi (dividing by 100 first lost the margin).
+func TestExtstoreFileHoldsWhatTheAPIAdmits(t *testing.T) {
+	e := &cachev1alpha1.ExtstoreSpec{Size: *resource.NewQuantity(145888847, resource.DecimalSI)}
+	if got := ExtstoreFileBytes(e); got != 128<<20 {
+		t.Fatalf("file %d bytes, want 128Mi (two 64Mi pages)", got)
+	}
+}
