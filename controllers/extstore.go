@@ -60,11 +60,11 @@ import (
 )
 
 // The claims the StatefulSet makes are read from a label-filtered informer;
-// volumes, nodes and classes are read directly, one object at a time, and
+// volumes, classes and nodes (by their hostname label) are read directly,
 // only when a claim needs them.
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=get
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods,verbs=delete
 
@@ -322,9 +322,10 @@ func (r *CacheReconciler) readDirect() client.Reader {
 	return r.Client
 }
 
-// VolumeNodes are the nodes a volume is pinned to by its node affinity
-// (kubernetes.io/hostname In ...), which is how local volumes name their
-// node; nil for a volume that any node can use.
+// VolumeNodes are the hostname labels of the nodes a volume is pinned to by
+// its node affinity (kubernetes.io/hostname In ...), which is how local
+// volumes name their node; nil for a volume that any node can use. A label
+// value is not necessarily a Node's name.
 func VolumeNodes(pv *corev1.PersistentVolume) []string {
 	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
 		return nil
@@ -389,34 +390,46 @@ func (r *CacheReconciler) replaceClaimsOfLostNodes(ctx context.Context, c *cache
 			continue
 		}
 		nodes := VolumeNodes(pv)
-		if len(nodes) == 0 || (pod.Spec.NodeName != "" && !slices.Contains(nodes, pod.Spec.NodeName)) {
-			continue // not pinned to a node (it follows the pod), or not what holds this pod back
+		if len(nodes) == 0 {
+			continue // not pinned to a node: it follows the pod
 		}
+		// The volume names its nodes by their hostname label, which is not
+		// always the Node's name (--hostname-override, some clouds): the
+		// Nodes are found by that label, and a value no Node carries any
+		// more is a deleted node.
 		lostAll, wait, why := true, time.Duration(0), ""
-		for _, name := range nodes {
-			node := &corev1.Node{}
-			err := r.readDirect().Get(ctx, types.NamespacedName{Name: name}, node)
-			switch {
-			case apierrors.IsNotFound(err):
-				node = nil
-			case err != nil:
-				res.checkErr = fmt.Sprintf("cannot read Node %s of volume %s: %v", name, pv.Name, err)
+		var nodeNames []string
+		for _, hostname := range nodes {
+			list := &corev1.NodeList{}
+			if err := r.readDirect().List(ctx, list, client.MatchingLabels{corev1.LabelHostname: hostname}); err != nil {
+				res.checkErr = fmt.Sprintf("cannot list Nodes labelled %s=%s of volume %s: %v", corev1.LabelHostname, hostname, pv.Name, err)
 				lostAll = false
 				continue
 			}
-			lost, left := NodeLost(node, timeout, now)
-			if !lost {
-				lostAll = false
-				if left > 0 && (wait == 0 || left < wait) {
-					wait = left
+			if len(list.Items) == 0 {
+				why = fmt.Sprintf("node %s was deleted", hostname)
+				continue
+			}
+			for j := range list.Items {
+				node := &list.Items[j]
+				nodeNames = append(nodeNames, node.Name)
+				lost, left := NodeLost(node, timeout, now)
+				if !lost {
+					lostAll = false
+					if left > 0 && (wait == 0 || left < wait) {
+						wait = left
+					}
+					continue
 				}
-				continue
+				why = fmt.Sprintf("node %s has been NotReady for more than %s", node.Name, timeout)
 			}
-			if node == nil {
-				why = fmt.Sprintf("node %s was deleted", name)
-			} else {
-				why = fmt.Sprintf("node %s has been NotReady for more than %s", name, timeout)
-			}
+		}
+		// A pod that mounts the volume can only have been bound to one of
+		// its nodes; when they all still exist and the pod's is not among
+		// them, something else holds the pod back. When none exists, the
+		// pod's node is the deleted one.
+		if pod.Spec.NodeName != "" && len(nodeNames) > 0 && !slices.Contains(nodeNames, pod.Spec.NodeName) {
+			continue
 		}
 		if !lostAll {
 			logf.FromContext(ctx).V(1).Info("extstore volume's node not lost (yet)", "pod", pod.Name, "volume", pv.Name, "nodes", nodes, "recheckIn", wait)

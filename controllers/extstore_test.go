@@ -534,6 +534,75 @@ func TestExtstoreClaimsOfLostNodesAreReplaced(t *testing.T) {
 	}
 }
 
+// Nodes are matched to volumes by their hostname label, which may differ
+// from the Node's name (--hostname-override, some clouds).
+func TestExtstoreNodeLossFindsNodesByTheirHostnameLabel(t *testing.T) {
+	needIntegration(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := createCache(t, ns, "hn", withExtstore("1Gi", "local-nvme"), func(c *cachev1alpha1.Cache) { c.Spec.Replicas = ptr.To(int32(3)) })
+	statefulSetOf(t, ns, "hn")
+
+	// hn-0's node is healthy but named apart from its hostname; hn-1's is
+	// deleted; hn-2 is stuck on a node NotReady for 10 minutes, its
+	// NodeName the Node's name, not the hostname the volume names.
+	renamed := func(name, hostname string, ready corev1.ConditionStatus, since time.Time) {
+		node, status := utils.NodeWithReady(name, ready, since)
+		node.Labels[corev1.LabelHostname] = hostname
+		if err := k8sClient.Create(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+		node.Status = status
+		if err := k8sClient.Status().Update(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), node) })
+	}
+	renamed(ns+"-a.internal", ns+"-a", corev1.ConditionTrue, time.Now())
+	renamed(ns+"-b.internal", ns+"-b", corev1.ConditionTrue, time.Now())
+	renamed(ns+"-c.internal", ns+"-c", corev1.ConditionFalse, time.Now().Add(-10*time.Minute))
+	if err := k8sClient.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ns + "-b.internal"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, hostname := range []string{ns + "-a", ns + "-b", ns + "-c"} {
+		pod := fmt.Sprintf("hn-%d", i)
+		pv := utils.LocalPersistentVolume(fmt.Sprintf("%s-pv%d", ns, i), hostname, "local-nvme", "1Gi", ns, ExtstoreClaimName(c, pod))
+		if err := k8sClient.Create(ctx, pv); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), pv) })
+		createClaim(t, c, pod, "local-nvme", "1Gi", pv.Name)
+	}
+	podOnVolume(t, ns, "hn", 0, "")
+	podOnVolume(t, ns, "hn", 1, "")
+	p2 := podOnVolume(t, ns, "hn", 2, ns+"-c.internal")
+
+	eventually(t, "claims of the deleted and the NotReady node deleted", func() (bool, string) {
+		for _, claim := range []string{"extstore-hn-1", "extstore-hn-2"} {
+			if ok, s := claimDeleted(ns, claim); !ok {
+				return false, s
+			}
+		}
+		return true, ""
+	})
+	eventually(t, "pod hn-2 on the NotReady node deleted", func() (bool, string) {
+		cur := &corev1.Pod{}
+		err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: p2.Name}, cur)
+		return apierrors.IsNotFound(err) || (err == nil && cur.UID != p2.UID), fmt.Sprint(err)
+	})
+	eventually(t, "events name the Nodes", func() (bool, string) {
+		if ok, s := eventFor(ns, "hn", ReasonVolumeNodeLost, "node "+ns+"-b was deleted"); !ok {
+			return false, s
+		}
+		return eventFor(ns, "hn", ReasonVolumeNodeLost, "node "+ns+"-c.internal has been NotReady")
+	})
+	// hn-0's reconciles ran along with hn-1's and hn-2's (one Cache, one
+	// reconcile over all its pods): its healthy node was looked up too.
+	if deleted, _ := claimDeleted(ns, "extstore-hn-0"); deleted {
+		t.Fatal("the claim of a healthy node whose name differs from its hostname label was deleted")
+	}
+}
+
 // The node-loss rule without an API server: a deleted node is lost at once,
 // a NotReady one after the timeout, a Ready or never-reporting one never.
 func TestNodeLostAfterTheTimeout(t *testing.T) {
