@@ -230,10 +230,16 @@ func (r *CacheReconciler) reconcileClaims(ctx context.Context, c *cachev1alpha1.
 	}
 	for i := range claims {
 		pvc := &claims[i]
-		if pvc.DeletionTimestamp != nil || !claimOutdated(c, pvc) {
+		if !claimOutdated(c, pvc) {
 			continue
 		}
 		pod := pods[strings.TrimPrefix(pvc.Name, ExtstoreVolumeName+"-")]
+		if pvc.DeletionTimestamp != nil {
+			if err := r.releaseTerminatingClaim(ctx, c, pvc, pod); err != nil {
+				return res, err
+			}
+			continue
+		}
 		if err := r.replaceOutdatedClaim(ctx, c, pvc, pod, live.statefulSet); err != nil {
 			return res, err
 		}
@@ -288,6 +294,19 @@ func (r *CacheReconciler) replaceOutdatedClaim(ctx context.Context, c *cachev1al
 		}
 		// No class, or one without expansion, or not allowed to look: replace.
 	}
+	if pod == nil {
+		// The informer may not have seen a pod the StatefulSet just made
+		// (and the scheduler bound to this claim): deleting the claim under
+		// it would leave it terminating and the pod never starting.
+		found := &corev1.Pod{}
+		err := r.readDirect().Get(ctx, types.NamespacedName{Namespace: pvc.Namespace, Name: strings.TrimPrefix(pvc.Name, ExtstoreVolumeName+"-")}, found)
+		switch {
+		case err == nil:
+			pod = found
+		case !apierrors.IsNotFound(err):
+			return err
+		}
+	}
 	deletePod := false
 	switch {
 	case pod == nil || pod.DeletionTimestamp != nil || !podMounts(pod, pvc.Name):
@@ -310,6 +329,25 @@ func (r *CacheReconciler) replaceOutdatedClaim(ctx context.Context, c *cachev1al
 	r.Recorder.Eventf(c, pvc, corev1.EventTypeNormal, "ReplacingClaim", "Apply",
 		"PersistentVolumeClaim %s (class %q, %s) no longer matches spec.extstore; deleted: %s",
 		pvc.Name, ptrDeref(pvc.Spec.StorageClassName), pvc.Spec.Resources.Requests.Storage().String(), how)
+	return nil
+}
+
+// releaseTerminatingClaim deletes a pod that mounts an outdated claim which
+// is already terminating: claim protection keeps the claim until the pod is
+// gone, and the pod can never start on a claim being deleted. This is the
+// pod the StatefulSet made (and the scheduler bound to the old claim) in
+// the moment between the claim's deletion and the claim being gone; the
+// StatefulSet makes it again, with a claim from the current template.
+func (r *CacheReconciler) releaseTerminatingClaim(ctx context.Context, c *cachev1alpha1.Cache, pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod) error {
+	if pod == nil || pod.DeletionTimestamp != nil || !podMounts(pod, pvc.Name) {
+		return nil
+	}
+	if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	r.Recorder.Eventf(c, pvc, corev1.EventTypeNormal, "ReplacingClaim", "Apply",
+		"pod %s mounts PersistentVolumeClaim %s, which no longer matches spec.extstore and is being deleted; deleted the pod, which could not start on it, so that the StatefulSet makes it again with a claim from the current template",
+		pod.Name, pvc.Name)
 	return nil
 }
 

@@ -379,6 +379,34 @@ func TestExtstoreGrowsClaimsInPlaceWhenTheirClassExpands(t *testing.T) {
 	eventually(t, "an ExpandingClaim event", func() (bool, string) { return eventFor(ns, "ex", "ExpandingClaim", "extstore-ex-0") })
 }
 
+// A pod that the StatefulSet made and the scheduler bound to an outdated
+// claim in the moment the claim was being deleted could never start: claim
+// protection keeps the claim while the pod exists. The pod is deleted.
+func TestExtstorePodOnATerminatingOutdatedClaimIsDeleted(t *testing.T) {
+	needIntegration(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := createCache(t, ns, "tc", withExtstore("1Gi", "local-nvme"))
+	statefulSetOf(t, ns, "tc")
+	pvc := createClaim(t, c, "tc-0", "old-class", "1Gi", "")
+	if err := k8sClient.Delete(ctx, pvc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the outdated claim terminating (claim protection holds it)", func() (bool, string) {
+		cur := &corev1.PersistentVolumeClaim{}
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(pvc), cur); err != nil {
+			return false, err.Error()
+		}
+		return cur.DeletionTimestamp != nil, "not terminating"
+	})
+	pod := podOnVolume(t, ns, "tc", 0, "")
+	eventually(t, "the pod on the terminating claim deleted", func() (bool, string) {
+		cur := &corev1.Pod{}
+		err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: pod.Name}, cur)
+		return apierrors.IsNotFound(err) || (err == nil && (cur.UID != pod.UID || cur.DeletionTimestamp != nil)), fmt.Sprint(err)
+	})
+}
+
 // podOnVolume creates the pod the StatefulSet would for ordinal, mounting
 // its extstore claim, on node ("" while it cannot be scheduled), with the
 // status the scheduler or node controller would give it.
