@@ -74,6 +74,7 @@ const (
 	ReasonClaimTemplateChanged = "ClaimTemplateChanged"
 	ReasonClaimsOutdated       = "ClaimsOutdated"
 	ReasonClaimsMatch          = "ClaimsMatch"
+	ReasonClaimsExpanding      = "ClaimsExpanding"
 	ReasonVolumeNodeLost       = "VolumeNodeLost"
 	ReasonNodeLossCheckFailed  = "NodeLossCheckFailed"
 
@@ -118,19 +119,73 @@ func claimTemplatesDiffer(live, desired *appsv1.StatefulSet) (bool, string) {
 	return true, fmt.Sprintf("volume claim templates change from [%s] to [%s]", describe(a), describe(b))
 }
 
-// claimOutdated reports whether a pod's extstore claim no longer matches the
-// spec: extstore removed, another class, or another size. A claim of the
-// default class matches any class when the spec names none (the API server
-// writes the default class's name into the claim).
-func claimOutdated(c *cachev1alpha1.Cache, pvc *corev1.PersistentVolumeClaim) bool {
+// claimFit is how a claim stands against spec.extstore.
+type claimFit int
+
+const (
+	// claimFits: the class matches and the volume holds the size.
+	claimFits claimFit = iota
+	// claimGrowing: expanded in place (the request is the size or more),
+	// but the volume has not grown yet. The engine sizes its file from the
+	// spec at start, so until the filesystem grew it would fail with ENOSPC.
+	claimGrowing
+	// claimOutdated: to be expanded, or deleted with its pod.
+	claimOutdatedFit
+)
+
+// claimFitOf tells whether a pod's extstore claim matches the spec. It is
+// outdated when extstore was removed, the class differs, the request is
+// below the size, or an expansion to the size failed for good. A claim
+// larger than the size fits (the file is made from the spec and fits in
+// it; replacing the claim would only lose its items). A claim of the
+// default class matches any class when the spec names none (the API
+// server writes the default class's name into the claim). A claim not yet
+// bound fits: it gets a volume of at least its request.
+func claimFitOf(c *cachev1alpha1.Cache, pvc *corev1.PersistentVolumeClaim) (claimFit, string) {
 	e := c.Spec.Extstore
 	if e == nil {
-		return true
+		return claimOutdatedFit, "extstore removed"
 	}
 	if e.StorageClassName != nil && ptrDeref(pvc.Spec.StorageClassName) != *e.StorageClassName {
-		return true
+		return claimOutdatedFit, fmt.Sprintf("class %q", ptrDeref(pvc.Spec.StorageClassName))
 	}
-	return pvc.Spec.Resources.Requests.Storage().Cmp(e.Size) != 0
+	if pvc.Spec.Resources.Requests.Storage().Cmp(e.Size) < 0 {
+		return claimOutdatedFit, "requests " + pvc.Spec.Resources.Requests.Storage().String()
+	}
+	if pvc.Status.Phase != corev1.ClaimBound {
+		return claimFits, ""
+	}
+	capacity := pvc.Status.Capacity.Storage()
+	if capacity.Cmp(e.Size) >= 0 {
+		return claimFits, ""
+	}
+	if why := resizeFailure(pvc); why != "" {
+		return claimOutdatedFit, fmt.Sprintf("expansion to %s failed (%s)", e.Size.String(), why)
+	}
+	return claimGrowing, fmt.Sprintf("capacity %s, expanding to %s", capacity.String(), e.Size.String())
+}
+
+// resizeFailure says why a claim's expansion cannot complete: the resizer
+// found it infeasible, or reports an error (the claim is then replaced; the
+// cache only loses the items it had on disk).
+func resizeFailure(pvc *corev1.PersistentVolumeClaim) string {
+	switch s := pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage]; s {
+	case corev1.PersistentVolumeClaimControllerResizeInfeasible, corev1.PersistentVolumeClaimNodeResizeInfeasible:
+		return string(s)
+	}
+	for _, cond := range pvc.Status.Conditions {
+		if (cond.Type == corev1.PersistentVolumeClaimControllerResizeError || cond.Type == corev1.PersistentVolumeClaimNodeResizeError) &&
+			cond.Status == corev1.ConditionTrue {
+			return fmt.Sprintf("%s: %s", cond.Type, cond.Message)
+		}
+	}
+	return ""
+}
+
+// claimOutdated reports whether a claim is to be expanded or replaced.
+func claimOutdated(c *cachev1alpha1.Cache, pvc *corev1.PersistentVolumeClaim) bool {
+	fit, _ := claimFitOf(c, pvc)
+	return fit == claimOutdatedFit
 }
 
 func ptrDeref(s *string) string {
@@ -532,15 +587,23 @@ func setExtstoreCondition(c *cachev1alpha1.Cache, obs Observed, set func(string,
 			return
 		}
 	}
-	var outdated []string
+	var outdated, growing []string
 	for i := range obs.Claims {
-		if claimOutdated(c, &obs.Claims[i]) {
-			outdated = append(outdated, obs.Claims[i].Name)
+		switch fit, why := claimFitOf(c, &obs.Claims[i]); fit {
+		case claimOutdatedFit:
+			outdated = append(outdated, fmt.Sprintf("%s (%s)", obs.Claims[i].Name, why))
+		case claimGrowing:
+			growing = append(growing, fmt.Sprintf("%s (%s)", obs.Claims[i].Name, why))
 		}
 	}
 	if len(outdated) > 0 {
 		set(cachev1alpha1.ConditionExtstore, metav1.ConditionFalse, ReasonClaimsOutdated,
 			fmt.Sprintf("claim(s) %s do not match spec.extstore (class or size); each is expanded in place, or deleted as the roll replaces its pod", strings.Join(outdated, ", ")))
+		return
+	}
+	if len(growing) > 0 {
+		set(cachev1alpha1.ConditionExtstore, metav1.ConditionFalse, ReasonClaimsExpanding,
+			fmt.Sprintf("claim(s) %s are being expanded in place; a pod whose engine starts before its filesystem grew fails (no space for the extstore file) and restarts until it has", strings.Join(growing, ", ")))
 		return
 	}
 	if obs.ExtstoreCheckErr != "" {

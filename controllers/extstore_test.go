@@ -377,6 +377,29 @@ func TestExtstoreGrowsClaimsInPlaceWhenTheirClassExpands(t *testing.T) {
 		return pvc.Spec.Resources.Requests.Storage().String() == "3Gi", pvc.Spec.Resources.Requests.Storage().String()
 	})
 	eventually(t, "an ExpandingClaim event", func() (bool, string) { return eventFor(ns, "ex", "ExpandingClaim", "extstore-ex-0") })
+	// The request is patched, the volume has not grown: not done yet.
+	eventually(t, "Extstore False, ClaimsExpanding, while the capacity is 1Gi", func() (bool, string) {
+		cond := condOf(getCache(t, ns, "ex"), cachev1alpha1.ConditionExtstore)
+		return cond.Status == metav1.ConditionFalse && cond.Reason == ReasonClaimsExpanding && strings.Contains(cond.Message, "extstore-ex-0"),
+			cond.Reason + ": " + cond.Message
+	})
+	// The resizer fails: the claim goes the delete path rather than wait
+	// forever. (A claim that grew fits: TestClaimFitWaitsForTheCapacity.)
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "extstore-ex-0"}, pvc); err != nil {
+		t.Fatal(err)
+	}
+	pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimControllerResizeError,
+		Status: corev1.ConditionTrue, Message: "volume cannot grow", LastTransitionTime: metav1.Now()}}
+	if err := k8sClient.Status().Update(ctx, pvc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ClaimsOutdated naming the failed expansion", func() (bool, string) {
+		cond := condOf(getCache(t, ns, "ex"), cachev1alpha1.ConditionExtstore)
+		return cond.Reason == ReasonClaimsOutdated && strings.Contains(cond.Message, "volume cannot grow"), cond.Reason + ": " + cond.Message
+	})
+	// No pod uses it: it is deleted, and the StatefulSet makes a new one.
+	eventually(t, "the claim whose expansion failed deleted", func() (bool, string) { return claimDeleted(ns, "extstore-ex-0") })
 }
 
 // A pod that the StatefulSet made and the scheduler bound to an outdated
@@ -681,12 +704,55 @@ func TestClaimOutdated(t *testing.T) {
 		{c, "local", "2Gi", false},
 		{c, "local", "2048Mi", false},
 		{c, "local", "1Gi", true},
+		{c, "local", "4Gi", false}, // larger than the size: kept, not replaced
 		{c, "other", "2Gi", true},
 		{newCache(withExtstore("2Gi", "")), "whatever-default", "2Gi", false},
 		{newCache(), "local", "2Gi", true},
 	} {
 		if got := claimOutdated(tc.c, claim(tc.class, tc.size)); got != tc.outdated {
 			t.Errorf("claim %s/%s for %+v: outdated %v, want %v", tc.class, tc.size, tc.c.Spec.Extstore, got, tc.outdated)
+		}
+	}
+}
+
+// An expanded claim fits only once its volume holds the size; an expansion
+// that failed for good makes it outdated again (replaced, not waited for).
+func TestClaimFitWaitsForTheCapacity(t *testing.T) {
+	c := newCache(withExtstore("2Gi", "local"))
+	bound := func(request, capacity string, mutate ...func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
+		pvc := &corev1.PersistentVolumeClaim{
+			Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To("local"),
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(request)}}},
+			Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound,
+				Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(capacity)}},
+		}
+		for _, m := range mutate {
+			m(pvc)
+		}
+		return pvc
+	}
+	for _, tc := range []struct {
+		name string
+		pvc  *corev1.PersistentVolumeClaim
+		want claimFit
+	}{
+		{"grown", bound("2Gi", "2Gi"), claimFits},
+		{"provisioned larger", bound("2Gi", "3Gi"), claimFits},
+		{"request patched, volume not grown", bound("2Gi", "1Gi"), claimGrowing},
+		{"not yet patched", bound("1Gi", "1Gi"), claimOutdatedFit},
+		{"controller resize error", bound("2Gi", "1Gi", func(p *corev1.PersistentVolumeClaim) {
+			p.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimControllerResizeError, Status: corev1.ConditionTrue}}
+		}), claimOutdatedFit},
+		{"node resize infeasible", bound("2Gi", "1Gi", func(p *corev1.PersistentVolumeClaim) {
+			p.Status.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{
+				corev1.ResourceStorage: corev1.PersistentVolumeClaimNodeResizeInfeasible}
+		}), claimOutdatedFit},
+		{"resizing in progress", bound("2Gi", "1Gi", func(p *corev1.PersistentVolumeClaim) {
+			p.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimResizing, Status: corev1.ConditionTrue}}
+		}), claimGrowing},
+	} {
+		if got, why := claimFitOf(c, tc.pvc); got != tc.want {
+			t.Errorf("%s: fit %d (%s), want %d", tc.name, got, why, tc.want)
 		}
 	}
 }
