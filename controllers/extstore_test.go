@@ -205,7 +205,7 @@ func TestExtstoreGivesTheStatefulSetAClaimTemplate(t *testing.T) {
 	})
 	eventually(t, "Extstore True", func() (bool, string) {
 		cond := condOf(getCache(t, ns, "ext"), cachev1alpha1.ConditionExtstore)
-		return cond.Status == metav1.ConditionTrue && cond.Reason == ReasonClaimsMatch && strings.Contains(cond.Message, "/data/extstore/cache:942M"),
+		return cond.Status == metav1.ConditionTrue && cond.Reason == ReasonClaimsMatch && strings.Contains(cond.Message, "/data/extstore/cache:857M"),
 			cond.Reason + ": " + cond.Message
 	})
 	cur := &appsv1.StatefulSet{}
@@ -223,6 +223,8 @@ func TestAdmissionRejectsInvalidExtstore(t *testing.T) {
 		want   string
 	}{
 		{"under-two-pages", withExtstore("128Mi", ""), "spec.extstore.size must hold at least two pages"},
+		// 90% of 200Mi is two 64Mi pages and more, but not with 64Mi for ext4
+		{"under-two-pages-after-the-filesystem", withExtstore("200Mi", ""), "spec.extstore.size must hold at least two pages"},
 		{"zero-size", withExtstore("0", ""), "spec.extstore.size must hold at least two pages"},
 		{"too-many-pages", func(c *cachev1alpha1.Cache) {
 			withExtstore("1Ti", "")(c)
@@ -261,7 +263,7 @@ func TestAdmissionRejectsInvalidExtstore(t *testing.T) {
 		})
 	}
 	// The smallest claim that holds two default pages passes.
-	createCache(t, ns, "smallest", withExtstore("140Mi", ""))
+	createCache(t, ns, "smallest", withExtstore("214Mi", "")) // 214 x 0.9 - 64 = 128.6; 213Mi is refused
 }
 
 func TestExtstoreResizeReplacesTheStatefulSetAndItsClaims(t *testing.T) {

@@ -145,13 +145,14 @@ type CacheSpec struct {
 }
 
 // ExtstoreSpec sizes the on-disk part of each pod's cache.
-// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self.size)) || !has(self.pageSize) || !isQuantity(string(self.pageSize)) || quantity(string(self.size)).asApproximateFloat() * 0.92 >= 2.0 * quantity(string(self.pageSize)).asApproximateFloat()",message="spec.extstore.size must hold at least two pages of spec.extstore.pageSize in the extstore file, which is 92% of the claim (the filesystem keeps the rest): size >= 2 x pageSize / 0.92",fieldPath=".size"
-// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self.size)) || !has(self.pageSize) || !isQuantity(string(self.pageSize)) || quantity(string(self.size)).asApproximateFloat() * 0.92 <= 65536.0 * quantity(string(self.pageSize)).asApproximateFloat()",message="spec.extstore.size must fit in 65536 pages of spec.extstore.pageSize (the engine's page ids are 16 bits): raise pageSize",fieldPath=".size"
+// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self.size)) || !has(self.pageSize) || !isQuantity(string(self.pageSize)) || quantity(string(self.size)).asApproximateFloat() * 0.90 - 67108864.0 >= 2.0 * quantity(string(self.pageSize)).asApproximateFloat()",message="spec.extstore.size must hold at least two pages of spec.extstore.pageSize in the extstore file, which is 90% of the claim less 64Mi (the filesystem keeps the rest): size >= (2 x pageSize + 64Mi) / 0.90",fieldPath=".size"
+// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self.size)) || !has(self.pageSize) || !isQuantity(string(self.pageSize)) || quantity(string(self.size)).asApproximateFloat() * 0.90 - 67108864.0 <= 65536.0 * quantity(string(self.pageSize)).asApproximateFloat()",message="spec.extstore.size must fit in 65536 pages of spec.extstore.pageSize (the engine's page ids are 16 bits): raise pageSize",fieldPath=".size"
 type ExtstoreSpec struct {
-	// Size of each pod's PersistentVolumeClaim. The extstore file is 92% of
-	// it, rounded down to a whole MiB: the rest is the filesystem's (ext4
-	// keeps 5% for root, which the engine's non-root user cannot use, plus
-	// inode tables and the journal).
+	// Size of each pod's PersistentVolumeClaim. The extstore file is 90% of
+	// it less 64Mi, rounded down to a whole MiB: the rest is the
+	// filesystem's (ext4 keeps 5% for root, which the engine's non-root user
+	// cannot use, plus inode tables and a journal of up to 64Mi below 16Gi;
+	// measured in docs/operator.md).
 	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('64Ti')) <= 0",message="spec.extstore.size must be at most 64Ti"
 	// +required
 	Size resource.Quantity `json:"size"`

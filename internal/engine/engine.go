@@ -70,12 +70,28 @@ const (
 	// ExtstoreFile the file cachetd keeps on it.
 	ExtstoreDir  = "/data/extstore"
 	ExtstoreFile = ExtstoreDir + "/cache"
-	// ExtstoreFilePercent of the claim is the extstore file; the rest is the
-	// filesystem's. ext4 reserves 5% of its blocks for root (cachetd runs as
-	// a non-root user and cannot use them) and spends 1-2% on inode tables
-	// and the journal; XFS needs about 1%. A file as large as the claim
-	// would make the engine's last pages fail with ENOSPC.
-	ExtstoreFilePercent = 92
+	// The extstore file is ExtstoreFilePercent of the claim less
+	// ExtstoreFileReserveBytes; the rest is the filesystem's. Measured on
+	// ext4 made by `mkfs.ext4 -F` with defaults on a device of exactly the
+	// claim's size (space a non-root user can allocate: free blocks less
+	// the 5% reserved for root, from dumpe2fs -h), against this rule:
+	//
+	//	claim   usable MiB (share)   file MiB   margin MiB
+	//	80Mi        65.45 (81.8%)        8.00        57.45  1 KiB blocks
+	//	256Mi      217.10 (84.8%)      166.40        50.70  1 KiB blocks
+	//	512Mi      461.59 (90.2%)      396.80        64.79
+	//	1Gi        922.20 (90.1%)      857.60        64.60
+	//	2Gi       1843.43 (90.0%)     1779.20        64.23  64 MiB journal
+	//	8Gi       7553.84 (92.2%)     7308.80       245.04
+	//	64Gi     60666.72 (92.6%)    58918.40      1748.32
+	//	1Ti     978589.60 (93.3%)   943654.40     34935.20
+	//
+	// Below 512Mi ext4 uses 1 KiB blocks and more inodes; from 2Gi to 16Gi
+	// its journal is 64 MiB, so a flat percentage (92% was tried) leaves
+	// too little at 1-2Gi. docs/operator.md has the script. XFS keeps no
+	// root reserve and less metadata.
+	ExtstoreFilePercent      = 90
+	ExtstoreFileReserveBytes = 64 << 20
 	// ExtstoreWriteBufferBytes is one write buffer (ext_wbuf_size, memcached's
 	// default 4 MB). Pages are whole multiples of it (the API enforces it).
 	ExtstoreWriteBufferBytes = 4 << 20
@@ -222,13 +238,19 @@ func ExtstoreIOThreads(e *cachev1alpha1.ExtstoreSpec) int32 {
 }
 
 // ExtstoreFileBytes is the size of the extstore file on a claim of
-// spec.extstore.size: ExtstoreFilePercent of it, rounded down to a whole
-// MiB (memcached's ext_path reads a size with an M suffix).
+// spec.extstore.size: ExtstoreFilePercent of it less
+// ExtstoreFileReserveBytes, rounded down to a whole MiB (memcached's
+// ext_path reads a size with an M suffix); 0 when nothing is left (the API
+// refuses such a size).
 func ExtstoreFileBytes(e *cachev1alpha1.ExtstoreSpec) int64 {
 	const mib = 1 << 20
 	// multiplied first, so the division loses nothing (the API caps the
-	// size at 64Ti: size x 92 fits in an int64)
-	return e.Size.Value() * ExtstoreFilePercent / 100 / mib * mib
+	// size at 64Ti: size x 90 fits in an int64)
+	file := e.Size.Value()*ExtstoreFilePercent/100 - ExtstoreFileReserveBytes
+	if file < 0 {
+		return 0
+	}
+	return file / mib * mib
 }
 
 // extstoreOptions are the -o ext_* options of a spec with extstore.

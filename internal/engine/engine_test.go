@@ -147,12 +147,12 @@ func TestExtstoreArgs(t *testing.T) {
 	if strings.Contains(strings.Join(Args(spec(), Options{}), " "), "ext_") {
 		t.Fatal("ext_ options without spec.extstore")
 	}
-	// Defaults: a 10Gi claim holds a file of 92% of it, rounded down to a
-	// MiB: 10240 x 0.92 = 9420.8 -> 9420M.
+	// Defaults: a 10Gi claim holds a file of 90% of it less 64Mi, rounded
+	// down to a MiB: 10240 x 0.90 - 64 = 9152M.
 	got := Args(spec(func(s *cachev1alpha1.CacheSpec) {
 		s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("10Gi")}
 	}), Options{})
-	want := "conn_buffer_limit=8m,ext_path=/data/extstore/cache:9420M,ext_page_size=64,ext_wbuf_size=4,ext_threads=1,ext_item_size=512"
+	want := "conn_buffer_limit=8m,ext_path=/data/extstore/cache:9152M,ext_page_size=64,ext_wbuf_size=4,ext_threads=1,ext_item_size=512"
 	if o := got[len(got)-1]; o != want {
 		t.Fatalf("-o %q, want %q", o, want)
 	}
@@ -160,7 +160,7 @@ func TestExtstoreArgs(t *testing.T) {
 		s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("1Ti"), PageSize: ptr.To(resource.MustParse("256Mi")),
 			IOThreads: ptr.To(int32(4)), ItemMinSize: ptr.To(int64(4096))}
 	}), Options{MetricsPort: 9150})
-	want = "conn_buffer_limit=8m,metrics_port=9150,ext_path=/data/extstore/cache:964689M,ext_page_size=256,ext_wbuf_size=4,ext_threads=4,ext_item_size=4096"
+	want = "conn_buffer_limit=8m,metrics_port=9150,ext_path=/data/extstore/cache:943654M,ext_page_size=256,ext_wbuf_size=4,ext_threads=4,ext_item_size=4096"
 	if o := got[len(got)-1]; o != want {
 		t.Fatalf("-o %q, want %q", o, want)
 	}
@@ -194,12 +194,37 @@ func TestExtstoreMemoryBudget(t *testing.T) {
 	}
 }
 
-// The API's CEL rule lets through any size whose 92% holds two pages; the
-// file computed here must hold them too, to the byte: 145888847 x 0.92 is
-// just over 128Mi (dividing by 100 first lost the margin).
+// The API's CEL rule lets through any size whose 90% less 64Mi holds two
+// pages; the file computed here must hold them too, to the byte:
+// 223696214 x 0.90 - 64Mi is just over 128Mi, one byte less is under.
 func TestExtstoreFileHoldsWhatTheAPIAdmits(t *testing.T) {
-	e := &cachev1alpha1.ExtstoreSpec{Size: *resource.NewQuantity(145888847, resource.DecimalSI)}
+	e := &cachev1alpha1.ExtstoreSpec{Size: *resource.NewQuantity(223696214, resource.DecimalSI)}
 	if got := ExtstoreFileBytes(e); got != 128<<20 {
 		t.Fatalf("file %d bytes, want 128Mi (two 64Mi pages)", got)
+	}
+	e.Size = *resource.NewQuantity(223696213, resource.DecimalSI)
+	if got := ExtstoreFileBytes(e); got >= 128<<20 {
+		t.Fatalf("file %d bytes, want less than 128Mi", got)
+	}
+	if got := ExtstoreFileBytes(&cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("32Mi")}); got != 0 {
+		t.Fatalf("file of a 32Mi claim %d, want 0", got)
+	}
+}
+
+// The file leaves ext4 room at every size measured (usable bytes for a
+// non-root user on mkfs.ext4 defaults, see ExtstoreFilePercent).
+func TestExtstoreFileFitsMeasuredExt4(t *testing.T) {
+	for _, m := range []struct {
+		claim        string
+		usableMiB100 int64 // hundredths of a MiB
+	}{
+		{"80Mi", 6545}, {"256Mi", 21710}, {"512Mi", 46159}, {"1Gi", 92220},
+		{"2Gi", 184343}, {"8Gi", 755384}, {"64Gi", 6066672}, {"1Ti", 97858960},
+	} {
+		file := ExtstoreFileBytes(&cachev1alpha1.ExtstoreSpec{Size: resource.MustParse(m.claim)})
+		usable := m.usableMiB100 * (1 << 20) / 100
+		if margin := usable - file; margin < 32<<20 {
+			t.Errorf("claim %s: file %d MiB leaves %d MiB of the %d usable, want at least 32", m.claim, file>>20, margin>>20, usable>>20)
+		}
 	}
 }
