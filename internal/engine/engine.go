@@ -95,16 +95,19 @@ const (
 	// ExtstoreWriteBufferBytes is one write buffer (ext_wbuf_size, memcached's
 	// default 4 MB). Pages are whole multiples of it (the API enforces it).
 	ExtstoreWriteBufferBytes = 4 << 20
-	// ExtstoreWriteBuffers: one buffer per page bucket. memcached 1.6 has
-	// four buckets (default, compact, chunked, low-TTL; wbuf_count =
-	// page_buckets); cachetd's extstore has three (default, compact,
-	// low-TTL). The budget assumes memcached's four, so it covers both.
-	ExtstoreWriteBuffers = 4
-	// ExtstoreCompactionBuffers: the compactor reads a page back through a
-	// buffer of one write buffer's size.
-	ExtstoreCompactionBuffers = 1
-	// ExtstoreBackgroundThreads are the flusher and the compactor.
-	ExtstoreBackgroundThreads = 2
+	// ExtstoreWriteBuffers: cachetd's extstore has one write buffer per
+	// page bucket, and three buckets (default, compact, low-TTL;
+	// engine/src/extstore.h EXT_BUCKETS), allocated at start.
+	ExtstoreWriteBuffers = 3
+	// ExtstoreBackgroundThreads: the flusher (the IO threads are counted
+	// apart). cachetd has no compaction thread.
+	ExtstoreBackgroundThreads = 1
+	// ExtstorePageTableBytes per page of the file: its struct page (64
+	// bytes) and its free-list slot (4).
+	ExtstorePageTableBytes = 64 + 4
+	// ExtstoreRecordOverhead is what a record adds to its value on disk:
+	// its 16-byte header and the key (at most 250 bytes).
+	ExtstoreRecordOverhead = 16 + 250
 	// ExtstoreAlign is the O_DIRECT alignment of reads and buffers.
 	ExtstoreAlign = 4 << 10
 
@@ -264,21 +267,38 @@ func extstoreOptions(e *cachev1alpha1.ExtstoreSpec) []string {
 	}
 }
 
-// ExtstoreBytes is the memory extstore adds to a process: the write buffers
-// (one per page bucket), the compactor's read-back buffer, the flusher's,
-// compactor's and IO threads' stacks, and one aligned read buffer per IO
-// thread for the largest item (O_DIRECT reads go through it). The values
-// read back and the keys and locators of items on disk live in the item
-// memory (spec.memory), which is budgeted already.
+// ExtstoreBytes is the memory extstore adds to a process, from cachetd's
+// allocations (engine/src/extstore.c, ext_items.c, ext_io.c):
+//
+//   - the write buffers, one per page bucket, and the file header block;
+//   - the flusher's copy buffer of the largest item (-I);
+//   - per IO thread, its value buffer of the largest item and its
+//     thread-local O_DIRECT read buffer (a record of the largest item,
+//     rounded out to 4 KiB at both ends);
+//   - per worker, what an append, prepend or incr of an item on disk
+//     reads it back through: a value buffer and the same thread-local
+//     read buffer (kept once used);
+//   - the page table (a page struct and a free-list slot per page);
+//   - the flusher's and the IO threads' stacks.
+//
+// The values read back and the keys and locators of items on disk live in
+// the item memory (spec.memory), which is budgeted already.
 func ExtstoreBytes(s *cachev1alpha1.CacheSpec) int64 {
 	e := s.Extstore
 	if e == nil {
 		return 0
 	}
 	io := int64(ExtstoreIOThreads(e))
-	readBuffer := (MaxItemSizeBytes(s)+ExtstoreAlign-1)/ExtstoreAlign*ExtstoreAlign + ExtstoreAlign
-	return (ExtstoreWriteBuffers+ExtstoreCompactionBuffers)*ExtstoreWriteBufferBytes +
-		(ExtstoreBackgroundThreads+io)*PerThreadBytes + io*readBuffer
+	workers := int64(Threads(s))
+	maxItem := MaxItemSizeBytes(s)
+	readBuffer := (maxItem+ExtstoreRecordOverhead+ExtstoreAlign-1)/ExtstoreAlign*ExtstoreAlign + ExtstoreAlign
+	pages := ExtstoreFileBytes(e) / ExtstorePageBytes(e)
+	return ExtstoreWriteBuffers*ExtstoreWriteBufferBytes + ExtstoreAlign +
+		maxItem +
+		io*(maxItem+readBuffer) +
+		workers*(maxItem+readBuffer) +
+		pages*ExtstorePageTableBytes +
+		(ExtstoreBackgroundThreads+io)*PerThreadBytes
 }
 
 // ArgsFile is the content of cachetd's --args-file: one argument per line.

@@ -171,26 +171,35 @@ func TestExtstoreMemoryBudget(t *testing.T) {
 	if base.Extstore != 0 {
 		t.Fatalf("extstore memory without extstore: %d", base.Extstore)
 	}
-	// One IO thread, maxItemSize 1Mi: write buffers 4 x 4Mi + the
-	// compactor's 4Mi = 20Mi; flusher, compactor and IO thread 3 x 2Mi =
-	// 6Mi; one read buffer of 1Mi + 4Ki. Total 27Mi + 4Ki.
+	// One IO thread, two workers, maxItemSize 1Mi, a 10Gi claim (9152Mi
+	// file, 143 pages of 64Mi): 3 write buffers of 4Mi + the 4Ki header
+	// block; the flusher's 1Mi copy buffer; the IO thread's and each
+	// worker's 1Mi value buffer and read buffer of 1Mi + 266 bytes rounded
+	// out to 1Mi + 8Ki, 3 x (2Mi + 8Ki); 143 x 68 bytes of page table; the
+	// flusher's and the IO thread's stacks, 2 x 2Mi. Total 23Mi + 28Ki + 9724.
 	s := spec(func(s *cachev1alpha1.CacheSpec) {
 		s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("10Gi")}
 	})
 	b := Budget(s, Options{})
-	if want := int64(27<<20 + 4<<10); b.Extstore != want {
+	if want := int64(23<<20 + 28<<10 + 9724); b.Extstore != want {
 		t.Fatalf("extstore memory %d, want %d", b.Extstore, want)
 	}
-	// 134.5Mi + 27Mi + 4Ki -> 162Mi: the limit grows by the part, rounded up.
-	if b.Limit != 162<<20 {
-		t.Fatalf("limit %dMi, want 162Mi", b.Limit>>20)
+	// 134.5Mi + 23Mi + 37.5Ki -> 158Mi: the limit grows by the part, rounded up.
+	if b.Limit != 158<<20 {
+		t.Fatalf("limit %dMi, want 158Mi", b.Limit>>20)
 	}
-	// Four IO threads and 8Mi items: 20Mi + 6 x 2Mi + 4 x (8Mi + 4Ki).
+	// Four IO threads, two workers and 8Mi items: 12Mi + 4Ki, the
+	// flusher's 8Mi, 6 x (8Mi + 8Mi + 8Ki), the page table, 5 stacks.
 	s.Extstore.IOThreads = ptr.To(int32(4))
 	s.Memory = resource.MustParse("64Mi")
 	s.Engine.MaxItemSize = ptr.To(resource.MustParse("8Mi"))
-	if got, want := ExtstoreBytes(s), int64(20<<20+12<<20+4*(8<<20+4<<10)); got != want {
+	if got, want := ExtstoreBytes(s), int64(12<<20+4<<10+8<<20+6*(16<<20+8<<10)+143*68+5*(2<<20)); got != want {
 		t.Fatalf("extstore memory with 4 IO threads %d, want %d", got, want)
+	}
+	// Every worker may read an item on disk back: more workers, more memory.
+	s.Engine.Threads = ptr.To(int32(4))
+	if got, want := ExtstoreBytes(s), int64(12<<20+4<<10+8<<20+8*(16<<20+8<<10)+143*68+5*(2<<20)); got != want {
+		t.Fatalf("extstore memory with 4 workers %d, want %d", got, want)
 	}
 }
 
