@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -276,6 +277,34 @@ func TestPodTemplateFieldsAreWhatTheBuilderReads(t *testing.T) {
 		if name != "image" && warned != restarts { // the image check is separate: an empty image is defaulted
 			t.Errorf("spec.%s: restart warning = %v, restarts = %v", name, warned, restarts)
 		}
+	}
+}
+
+// Within spec.extstore, the node-loss policy stays with the operator: it
+// changes no pod template, and the webhook warns of no restart for it.
+func TestExtstoreNodeLossPolicyRestartsNoPod(t *testing.T) {
+	template := func(c *cachev1alpha1.Cache) string {
+		b, _ := json.Marshal(StatefulSet(c, BuildOptions{Image: EngineImageFor(c, nil, "x")}).Spec.Template)
+		return string(b)
+	}
+	base := newCache(withExtstore("1Gi", "local"))
+	for name, change := range map[string]func(*cachev1alpha1.ExtstoreSpec){
+		"deleteClaimOnNodeLoss": func(e *cachev1alpha1.ExtstoreSpec) { e.DeleteClaimOnNodeLoss = ptr.To(false) },
+		"nodeLossTimeout":       func(e *cachev1alpha1.ExtstoreSpec) { e.NodeLossTimeout = &metav1.Duration{Duration: time.Hour} },
+	} {
+		c := base.DeepCopy()
+		change(c.Spec.Extstore)
+		if template(c) != template(base) {
+			t.Errorf("spec.extstore.%s changes the pod template", name)
+		}
+		if w := cachev1alpha1.RestartWarning(base, c); w != "" {
+			t.Errorf("spec.extstore.%s: restart warning %q", name, w)
+		}
+	}
+	c := base.DeepCopy()
+	c.Spec.Extstore.IOThreads = ptr.To(int32(2))
+	if template(c) == template(base) || !strings.Contains(cachev1alpha1.RestartWarning(base, c), "spec.extstore") {
+		t.Error("spec.extstore.ioThreads reaches the engine's arguments: it restarts the pods and is warned of")
 	}
 }
 

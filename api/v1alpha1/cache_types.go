@@ -701,8 +701,16 @@ var PodTemplateFields = []string{"image", "memory", "cpu", "dedicatedCPUs", "eng
 // PodTemplateSpec is the part of a spec that reaches the pod template, with
 // everything else zeroed: two specs restart pods when this differs.
 func (s *CacheSpec) PodTemplateSpec() CacheSpec {
+	ext := s.Extstore
+	if ext != nil {
+		// The node-loss policy is the operator's alone: it never reaches
+		// the pods, so changing it restarts none.
+		e := *ext
+		e.DeleteClaimOnNodeLoss, e.NodeLossTimeout = nil, nil
+		ext = &e
+	}
 	return CacheSpec{
 		Image: s.Image, Memory: s.Memory, CPU: s.CPU, DedicatedCPUs: s.DedicatedCPUs,
-		Engine: s.Engine, Placement: s.Placement, Extstore: s.Extstore,
+		Engine: s.Engine, Placement: s.Placement, Extstore: ext,
 	}
 }
