@@ -367,6 +367,11 @@ func (r *CacheReconciler) replaceOutdatedClaim(ctx context.Context, c *cachev1al
 	case pod == nil || pod.DeletionTimestamp != nil || !podMounts(pod, pvc.Name):
 	case sts.Status.UpdateRevision != "" && sts.Status.ObservedGeneration >= sts.Generation &&
 		pod.Labels[appsv1.StatefulSetRevisionLabel] == sts.Status.UpdateRevision:
+		if claimFitsTemplate(sts, pvc) {
+			// what the live StatefulSet would make it again: deleting both
+			// would only repeat
+			return nil
+		}
 		deletePod = true
 	default:
 		return nil // the roll (or, with OnDelete, a person) replaces the pod first
@@ -385,6 +390,21 @@ func (r *CacheReconciler) replaceOutdatedClaim(ctx context.Context, c *cachev1al
 		"PersistentVolumeClaim %s (class %q, %s) no longer matches spec.extstore; deleted: %s",
 		pvc.Name, ptrDeref(pvc.Spec.StorageClassName), pvc.Spec.Resources.Requests.Storage().String(), how)
 	return nil
+}
+
+// claimFitsTemplate reports whether a claim is what the live StatefulSet's
+// extstore claim template would make (its class, at least its size).
+func claimFitsTemplate(sts *appsv1.StatefulSet, pvc *corev1.PersistentVolumeClaim) bool {
+	for _, t := range sts.Spec.VolumeClaimTemplates {
+		if t.Name != ExtstoreVolumeName {
+			continue
+		}
+		if t.Spec.StorageClassName != nil && *t.Spec.StorageClassName != ptrDeref(pvc.Spec.StorageClassName) {
+			return false
+		}
+		return pvc.Spec.Resources.Requests.Storage().Cmp(*t.Spec.Resources.Requests.Storage()) >= 0
+	}
+	return false
 }
 
 // releaseTerminatingClaim deletes a pod that mounts an outdated claim which
@@ -535,13 +555,19 @@ func (r *CacheReconciler) replaceClaimsOfLostNodes(ctx context.Context, c *cache
 			pod.Name, pv.Name, why, pvc.Name)
 		// The claim says why it goes for as long as it is terminating, so the
 		// condition can say it too.
-		patch := client.MergeFrom(pvc.DeepCopy())
+		// Optimistically locked: the claim read from the informer may be
+		// stale, or already replaced by one of the same name (a conflict
+		// then skips it until the next reconcile sees the current one).
+		patch := client.MergeFromWithOptions(pvc.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		if pvc.Annotations == nil {
 			pvc.Annotations = map[string]string{}
 		}
 		pvc.Annotations[NodeLostAnnotation] = msg
 		if err := r.Patch(ctx, pvc, patch); err != nil {
-			return client.IgnoreNotFound(err)
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				continue
+			}
+			return err
 		}
 		if err := r.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID}); err != nil && !apierrors.IsNotFound(err) {
 			return err

@@ -42,6 +42,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
@@ -581,10 +582,25 @@ func TestExtstoreClaimsOfLostNodesAreReplaced(t *testing.T) {
 	})
 	createClaim(t, c, "nl-0", "local-nvme", "1Gi", pv.Name)
 	podOnVolume(t, ns, "nl", 0, "")
-	time.Sleep(3 * time.Second) // the pod's and claim's reconciles have run
+	// A reconcile that reads the API server directly sees this claim and
+	// pod for certain (the manager's may not have yet): after it, the claim
+	// must still be there.
+	direct := &CacheReconciler{Client: k8sClient, Scheme: scheme, Recorder: testRecorder, EngineImage: testEngineImage, ClusterDomain: "cluster.test", Engine: suiteEngine}
+	if _, err := direct.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "nl"}}); err != nil {
+		t.Fatal(err)
+	}
 	if deleted, _ := claimDeleted(ns, "extstore-nl-0"); deleted {
 		t.Fatal("deleteClaimOnNodeLoss false, and a lost node's claim was deleted")
 	}
+	// The same claim and pod with the policy back on: the claim goes, so the
+	// check above looked at a case the policy decides.
+	if _, err := updateCache(ns, "nl", func(c *cachev1alpha1.Cache) { c.Spec.Extstore.DeleteClaimOnNodeLoss = nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := direct.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "nl"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "with the policy on again, the lost node's claim deleted", func() (bool, string) { return claimDeleted(ns, "extstore-nl-0") })
 }
 
 // Nodes are matched to volumes by their hostname label, which may differ
@@ -756,5 +772,26 @@ func TestClaimFitWaitsForTheCapacity(t *testing.T) {
 		if got, why := claimFitOf(c, tc.pvc); got != tc.want {
 			t.Errorf("%s: fit %d (%s), want %d", tc.name, got, why, tc.want)
 		}
+	}
+}
+
+// A current-revision pod is deleted with its claim only when the live
+// StatefulSet would make it a different claim; else it would only repeat.
+func TestClaimFitsTemplate(t *testing.T) {
+	sts := StatefulSet(newCache(withExtstore("2Gi", "local")), testOpts)
+	claim := func(class, size string) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To(class),
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}}}}
+	}
+	for _, tc := range []struct {
+		class, size string
+		fits        bool
+	}{{"local", "2Gi", true}, {"local", "4Gi", true}, {"local", "1Gi", false}, {"other", "2Gi", false}} {
+		if got := claimFitsTemplate(sts, claim(tc.class, tc.size)); got != tc.fits {
+			t.Errorf("claim %s/%s fits the template: %v, want %v", tc.class, tc.size, got, tc.fits)
+		}
+	}
+	if claimFitsTemplate(StatefulSet(newCache(), testOpts), claim("local", "2Gi")) {
+		t.Error("a StatefulSet without extstore fits no claim")
 	}
 }
