@@ -194,11 +194,12 @@ func TestRBACMarkersMatchOwnedKinds(t *testing.T) {
 		// blockOwnerDeletion on owner references (OwnerReferencesPermissionEnforcement).
 		"cache.cachet.dev/caches/finalizers": {"update"},
 		// Pods and extstore claims of lost nodes are deleted (extstore.go);
-		// volumes, nodes and classes are read one at a time.
+		// volumes and classes are read one at a time, nodes listed by
+		// their hostname label.
 		"/pods":                         {"get", "list", "watch", "delete"},
 		"/persistentvolumeclaims":       {"get", "list", "watch", "patch", "delete"},
 		"/persistentvolumes":            {"get"},
-		"/nodes":                        {"get"},
+		"/nodes":                        {"list"},
 		"storage.k8s.io/storageclasses": {"get"},
 		"events.k8s.io/events":          {"create", "patch"},
 		// Self-signed webhook certificates (narrowed by name in the chart).
