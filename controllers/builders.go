@@ -70,6 +70,10 @@ const (
 	ZoneTopologyKey = "topology.kubernetes.io/zone"
 
 	managerName = cachev1alpha1.ManagerName
+
+	// ExtstoreVolumeName names the extstore volume claim template (and so
+	// each pod's claim, extstore-CACHE-ORDINAL).
+	ExtstoreVolumeName = "extstore"
 )
 
 // BuildOptions are the operator-wide inputs of the builders.
@@ -91,6 +95,45 @@ func ClientServiceName(c *cachev1alpha1.Cache) string   { return c.Name }
 func StatefulSetName(c *cachev1alpha1.Cache) string     { return c.Name }
 func PDBName(c *cachev1alpha1.Cache) string             { return c.Name }
 func NetworkPolicyName(c *cachev1alpha1.Cache) string   { return c.Name }
+
+// ExtstoreClaimName is the claim the StatefulSet makes for one pod.
+func ExtstoreClaimName(c *cachev1alpha1.Cache, pod string) string {
+	return ExtstoreVolumeName + "-" + pod
+}
+
+// ExtstoreClaimKey identifies a claim template's class and size, for the pod
+// template annotation: "" is the cluster's default class.
+func ExtstoreClaimKey(e *cachev1alpha1.ExtstoreSpec) string {
+	class := ""
+	if e.StorageClassName != nil {
+		class = *e.StorageClassName
+	}
+	return class + "/" + e.Size.String()
+}
+
+// ExtstoreClaimTemplate is the StatefulSet's claim template for spec.extstore:
+// one ReadWriteOnce volume per pod, of the class and size asked for. It
+// carries the operator's labels so that its claims are in the operator's
+// informer.
+func ExtstoreClaimTemplate(c *cachev1alpha1.Cache) corev1.PersistentVolumeClaim {
+	e := c.Spec.Extstore
+	var class *string
+	if e.StorageClassName != nil {
+		class = ptr.To(*e.StorageClassName)
+	}
+	return corev1.PersistentVolumeClaim{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+		ObjectMeta: metav1.ObjectMeta{Name: ExtstoreVolumeName, Labels: Labels(c)},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: class,
+			VolumeMode:       ptr.To(corev1.PersistentVolumeFilesystem),
+			Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: e.Size.DeepCopy()},
+			},
+		},
+	}
+}
 
 // SelectorLabels select a Cache's pods. They never change for a Cache, as a
 // StatefulSet's selector is immutable.
@@ -395,6 +438,32 @@ func StatefulSet(c *cachev1alpha1.Cache, o BuildOptions) *appsv1.StatefulSet {
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
 
+	podSecurity := &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		RunAsUser:      ptr.To(int64(EngineUID)),
+		RunAsGroup:     ptr.To(int64(EngineUID)),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	var claims []corev1.PersistentVolumeClaim
+	var retention *appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy
+	if e := c.Spec.Extstore; e != nil {
+		claims = []corev1.PersistentVolumeClaim{ExtstoreClaimTemplate(c)}
+		// The disk is cache space: a claim that outlives its pod (Cache
+		// deleted, or scaled in) would only hold stale values and a node's
+		// disk.
+		retention = &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+			WhenDeleted: appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
+			WhenScaled:  appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
+		}
+		container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: ExtstoreVolumeName, MountPath: engine.ExtstoreDir})
+		// A new volume's root belongs to root; the engine's group must be able
+		// to create its file there. OnRootMismatch skips the recursive chown
+		// of a volume that is already right.
+		podSecurity.FSGroup = ptr.To(int64(EngineUID))
+		podSecurity.FSGroupChangePolicy = ptr.To(corev1.FSGroupChangeOnRootMismatch)
+		podAnnotations[cachev1alpha1.ExtstoreClaimAnnotation] = ExtstoreClaimKey(e)
+	}
+
 	return &appsv1.StatefulSet{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
 		ObjectMeta: objectMeta(c, StatefulSetName(c)),
@@ -404,8 +473,10 @@ func StatefulSet(c *cachev1alpha1.Cache, o BuildOptions) *appsv1.StatefulSet {
 			Selector:    &metav1.LabelSelector{MatchLabels: SelectorLabels(c)},
 			// Shards are independent: scale up and down all at once. Rolling
 			// updates still replace one pod at a time and wait for it.
-			PodManagementPolicy: appsv1.ParallelPodManagement,
-			UpdateStrategy:      strategy,
+			PodManagementPolicy:                  appsv1.ParallelPodManagement,
+			UpdateStrategy:                       strategy,
+			VolumeClaimTemplates:                 claims,
+			PersistentVolumeClaimRetentionPolicy: retention,
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: podAnnotations},
 				Spec: corev1.PodSpec{
@@ -413,12 +484,7 @@ func StatefulSet(c *cachev1alpha1.Cache, o BuildOptions) *appsv1.StatefulSet {
 					AutomountServiceAccountToken:  ptr.To(false),
 					EnableServiceLinks:            ptr.To(false),
 					TerminationGracePeriodSeconds: ptr.To(int64(TerminationGracePeriodSeconds)),
-					SecurityContext: &corev1.PodSecurityContext{
-						RunAsNonRoot:   ptr.To(true),
-						RunAsUser:      ptr.To(int64(EngineUID)),
-						RunAsGroup:     ptr.To(int64(EngineUID)),
-						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-					},
+					SecurityContext:               podSecurity,
 					Volumes: []corev1.Volume{{
 						Name: "config",
 						VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{

@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -256,6 +257,9 @@ func TestPodTemplateFieldsAreWhatTheBuilderReads(t *testing.T) {
 		"networkPolicy":       func(c *cachev1alpha1.Cache) { c.Spec.NetworkPolicy = &cachev1alpha1.NetworkPolicySpec{} },
 		"monitoring":          func(c *cachev1alpha1.Cache) { c.Spec.Monitoring = &cachev1alpha1.MonitoringSpec{Interval: "5s"} },
 		"autoscaling":         func(c *cachev1alpha1.Cache) { c.Spec.Autoscaling = &cachev1alpha1.AutoscalingSpec{MaxReplicas: 3} },
+		"extstore": func(c *cachev1alpha1.Cache) {
+			c.Spec.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("1Gi")}
+		},
 	}
 	specFields := reflect.TypeOf(cachev1alpha1.CacheSpec{})
 	if specFields.NumField() != len(changes) {
@@ -273,6 +277,34 @@ func TestPodTemplateFieldsAreWhatTheBuilderReads(t *testing.T) {
 		if name != "image" && warned != restarts { // the image check is separate: an empty image is defaulted
 			t.Errorf("spec.%s: restart warning = %v, restarts = %v", name, warned, restarts)
 		}
+	}
+}
+
+// Within spec.extstore, the node-loss policy stays with the operator: it
+// changes no pod template, and the webhook warns of no restart for it.
+func TestExtstoreNodeLossPolicyRestartsNoPod(t *testing.T) {
+	template := func(c *cachev1alpha1.Cache) string {
+		b, _ := json.Marshal(StatefulSet(c, BuildOptions{Image: EngineImageFor(c, nil, "x")}).Spec.Template)
+		return string(b)
+	}
+	base := newCache(withExtstore("1Gi", "local"))
+	for name, change := range map[string]func(*cachev1alpha1.ExtstoreSpec){
+		"deleteClaimOnNodeLoss": func(e *cachev1alpha1.ExtstoreSpec) { e.DeleteClaimOnNodeLoss = ptr.To(false) },
+		"nodeLossTimeout":       func(e *cachev1alpha1.ExtstoreSpec) { e.NodeLossTimeout = &metav1.Duration{Duration: time.Hour} },
+	} {
+		c := base.DeepCopy()
+		change(c.Spec.Extstore)
+		if template(c) != template(base) {
+			t.Errorf("spec.extstore.%s changes the pod template", name)
+		}
+		if w := cachev1alpha1.RestartWarning(base, c); w != "" {
+			t.Errorf("spec.extstore.%s: restart warning %q", name, w)
+		}
+	}
+	c := base.DeepCopy()
+	c.Spec.Extstore.IOThreads = ptr.To(int32(2))
+	if template(c) == template(base) || !strings.Contains(cachev1alpha1.RestartWarning(base, c), "spec.extstore") {
+		t.Error("spec.extstore.ioThreads reaches the engine's arguments: it restarts the pods and is warned of")
 	}
 }
 
@@ -345,5 +377,53 @@ func TestServicesAndPDB(t *testing.T) {
 func TestPodHost(t *testing.T) {
 	if got := PodHost(newCache(), "web-0", "example.org"); got != "web-0.web-headless.prod.svc.example.org" {
 		t.Fatal(got)
+	}
+}
+
+func TestExtstoreGivesEachPodAClaimMountedAtTheEnginesPath(t *testing.T) {
+	plain := StatefulSet(newCache(), testOpts)
+	if len(plain.Spec.VolumeClaimTemplates) != 0 || plain.Spec.PersistentVolumeClaimRetentionPolicy != nil ||
+		plain.Spec.Template.Spec.SecurityContext.FSGroup != nil {
+		t.Fatalf("a Cache without extstore got claims, a retention policy or an fsGroup: %+v", plain.Spec)
+	}
+	c := newCache(func(c *cachev1alpha1.Cache) {
+		c.Spec.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("20Gi"), StorageClassName: ptr.To("local-nvme")}
+	})
+	sts := StatefulSet(c, testOpts)
+	if len(sts.Spec.VolumeClaimTemplates) != 1 {
+		t.Fatalf("claim templates %+v", sts.Spec.VolumeClaimTemplates)
+	}
+	vct := sts.Spec.VolumeClaimTemplates[0]
+	if vct.Name != "extstore" || !slices.Equal(vct.Spec.AccessModes, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}) ||
+		ptr.Deref(vct.Spec.StorageClassName, "") != "local-nvme" || vct.Spec.Resources.Requests.Storage().String() != "20Gi" ||
+		vct.Labels[cachev1alpha1.LabelManagedBy] != managerName {
+		t.Fatalf("claim template %+v", vct)
+	}
+	if p := sts.Spec.PersistentVolumeClaimRetentionPolicy; p == nil || p.WhenDeleted != appsv1.DeletePersistentVolumeClaimRetentionPolicyType ||
+		p.WhenScaled != appsv1.DeletePersistentVolumeClaimRetentionPolicyType {
+		t.Fatalf("retention policy %+v, want Delete/Delete", p)
+	}
+	mounted := false
+	for _, m := range sts.Spec.Template.Spec.Containers[0].VolumeMounts {
+		mounted = mounted || (m.Name == "extstore" && m.MountPath == "/data/extstore" && !m.ReadOnly)
+	}
+	if !mounted {
+		t.Fatalf("extstore volume not mounted writable at /data/extstore: %+v", sts.Spec.Template.Spec.Containers[0].VolumeMounts)
+	}
+	if !strings.Contains(strings.Join(EngineArgs(c, testOpts), " "), "ext_path=/data/extstore/cache:") {
+		t.Fatalf("engine args %q do not put the extstore file on the volume", EngineArgs(c, testOpts))
+	}
+	if g := sts.Spec.Template.Spec.SecurityContext.FSGroup; g == nil || *g != EngineUID {
+		t.Fatalf("fsGroup %v: the engine user cannot write a new volume", g)
+	}
+	// The class reaches the pod template, so that changing it alone replaces
+	// the pods and with them their claims.
+	other := c.DeepCopy()
+	other.Spec.Extstore.StorageClassName = ptr.To("other")
+	if reflect.DeepEqual(StatefulSet(other, testOpts).Spec.Template, sts.Spec.Template) {
+		t.Fatal("changing the storage class leaves the pod template as it was")
+	}
+	if ExtstoreClaimName(c, "web-2") != "extstore-web-2" {
+		t.Fatalf("claim name %q", ExtstoreClaimName(c, "web-2"))
 	}
 }

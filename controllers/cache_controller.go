@@ -174,7 +174,6 @@ func EngineImageFor(c *cachev1alpha1.Cache, existing *appsv1.StatefulSet, operat
 }
 
 func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.Cache) (ctrl.Result, error) {
-	log := logf.FromContext(ctx)
 	prevSTS := &appsv1.StatefulSet{}
 	if err := r.getAround(ctx, types.NamespacedName{Namespace: c.Namespace, Name: StatefulSetName(c)}, prevSTS); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -206,6 +205,16 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 					// gone, then create the new one; its deletion brings us back.
 					continue
 				}
+				if prevSTS != nil {
+					if differ, how := claimTemplatesDiffer(prevSTS, s); differ {
+						// Claim templates cannot change in place: seen before
+						// the API server refuses, so the Cache says what changed.
+						if err := r.replaceStatefulSet(ctx, c, prevSTS, how, true); err != nil {
+							return ctrl.Result{}, err
+						}
+						return ctrl.Result{RequeueAfter: requeueSoon}, nil
+					}
+				}
 			}
 			err := r.apply(ctx, c, obj)
 			if err == nil {
@@ -224,11 +233,7 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 				// An immutable StatefulSet field changed (e.g. after an
 				// operator upgrade). Replace the StatefulSet but orphan its
 				// pods: the new one adopts them and rolls them one by one.
-				log.Info("replacing StatefulSet whose immutable fields changed", "error", err.Error())
-				r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "ReplacingStatefulSet", "Apply",
-					"StatefulSet %s has immutable fields that changed; replacing it and keeping its pods", sts.Name)
-				if derr := r.Delete(ctx, prevSTS, client.PropagationPolicy(metav1.DeletePropagationOrphan),
-					client.Preconditions{UID: &prevSTS.UID}); derr != nil && !apierrors.IsNotFound(derr) {
+				if derr := r.replaceStatefulSet(ctx, c, prevSTS, "has immutable fields that changed ("+err.Error()+")", false); derr != nil {
 					return ctrl.Result{}, derr
 				}
 				return ctrl.Result{RequeueAfter: requeueSoon}, nil
@@ -269,9 +274,14 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	claims, err := r.reconcileClaims(ctx, c, live, sts)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 
 	obs := Observed{StatefulSet: live.statefulSet, Pods: live.pods, ConfigMaps: configs, Image: opts.Image, Options: opts,
-		APIs: map[string]bool{}, AuxFailures: auxFailures}
+		APIs: map[string]bool{}, AuxFailures: auxFailures,
+		Claims: claims.claims, ClaimsLost: claims.lost, ExtstoreCheckErr: claims.checkErr}
 	for _, gv := range metricsAPIsNeeded(c) {
 		obs.APIs[gv] = r.serves(gv, "")
 		recheck = recheck || !obs.APIs[gv]
@@ -297,6 +307,9 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 	}
 	if len(auxFailures) > 0 && result.RequeueAfter > time.Minute {
 		result.RequeueAfter = time.Minute // a refusal may be lifted without any event we watch
+	}
+	if w := claims.requeueAfter; w > 0 && (result.RequeueAfter == 0 || w < result.RequeueAfter) {
+		result.RequeueAfter = w // a volume's NotReady node reaches the node-loss timeout; nodes are not watched
 	}
 	if r.CPUManager != nil && c.Spec.IsDedicatedCPUs() {
 		obs.NodePolicies = map[string]NodeCPUPolicy{}
@@ -404,6 +417,20 @@ func (r *CacheReconciler) apply(ctx context.Context, c *cachev1alpha1.Cache, obj
 	delete(u, "status")
 	unstructured.RemoveNestedField(u, "metadata", "creationTimestamp")
 	unstructured.RemoveNestedField(u, "spec", "template", "metadata", "creationTimestamp")
+	if claims, ok, _ := unstructured.NestedSlice(u, "spec", "volumeClaimTemplates"); ok {
+		// A claim template's empty status and null timestamp are not ours
+		// to apply: the API server fills them, and owning them would make
+		// every apply look like a change of an immutable field.
+		for _, claim := range claims {
+			if m, ok := claim.(map[string]any); ok {
+				delete(m, "status")
+				unstructured.RemoveNestedField(m, "metadata", "creationTimestamp")
+			}
+		}
+		if err := unstructured.SetNestedSlice(u, claims, "spec", "volumeClaimTemplates"); err != nil {
+			return err
+		}
+	}
 	return r.Apply(ctx, client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u}),
 		client.FieldOwner(managerName), client.ForceOwnership)
 }
@@ -581,6 +608,8 @@ func (r *CacheReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.Owns(k.object)
 	}
 	return b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCache)).
+		// Extstore claims are the StatefulSet's, labelled like its pods.
+		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(podToCache)).
 		Named("cache").
 		Complete(r)
 }

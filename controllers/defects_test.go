@@ -193,8 +193,15 @@ func TestRBACMarkersMatchOwnedKinds(t *testing.T) {
 		"cache.cachet.dev/caches/status": {"get", "update"},
 		// blockOwnerDeletion on owner references (OwnerReferencesPermissionEnforcement).
 		"cache.cachet.dev/caches/finalizers": {"update"},
-		"/pods":                              {"get", "list", "watch"},
-		"events.k8s.io/events":               {"create", "patch"},
+		// Pods and extstore claims of lost nodes are deleted (extstore.go);
+		// volumes and classes are read one at a time, nodes listed by
+		// their hostname label.
+		"/pods":                         {"get", "list", "watch", "delete"},
+		"/persistentvolumeclaims":       {"get", "list", "watch", "patch", "delete"},
+		"/persistentvolumes":            {"get"},
+		"/nodes":                        {"list"},
+		"storage.k8s.io/storageclasses": {"get"},
+		"events.k8s.io/events":          {"create", "patch"},
 		// Self-signed webhook certificates (narrowed by name in the chart).
 		"admissionregistration.k8s.io/mutatingwebhookconfigurations":   {"get", "list", "watch", "update", "patch"},
 		"admissionregistration.k8s.io/validatingwebhookconfigurations": {"get", "list", "watch", "update", "patch"},
@@ -234,13 +241,14 @@ func TestWatchNamespacesLimitEveryInformer(t *testing.T) {
 	if all := CacheOptions(nil); all.DefaultNamespaces != nil {
 		t.Fatalf("no namespaces must watch all: %v", all.DefaultNamespaces)
 	}
-	if len(opts.ByObject) != len(ownedKinds)+1 {
-		t.Errorf("%d informer filters for %d owned kinds and pods", len(opts.ByObject), len(ownedKinds))
+	// Owned kinds, plus the pods and their extstore claims.
+	if len(opts.ByObject) != len(ownedKinds)+2 {
+		t.Errorf("%d informer filters for %d owned kinds, pods and claims", len(opts.ByObject), len(ownedKinds))
 	}
 	// Kinds the cluster does not serve get no informer: one would stop the
 	// manager from starting.
-	if n := len(CacheOptions(nil).ByObject); n != len(ownedKinds)-2+1 {
-		t.Errorf("%d informer filters without prometheus-operator's kinds, want %d", n, len(ownedKinds)-1)
+	if n := len(CacheOptions(nil).ByObject); n != len(ownedKinds)-2+2 {
+		t.Errorf("%d informer filters without prometheus-operator's kinds, want %d", n, len(ownedKinds))
 	}
 }
 

@@ -26,7 +26,8 @@ import (
 )
 
 // CacheOptions limit the manager's informers to the objects the operator
-// manages: cache pods (read only to explain a Cache's status) and the owned
+// manages: cache pods (read only to explain a Cache's status), their extstore
+// claims, and the owned
 // kinds carrying its managed-by label. Caching every ConfigMap, Service and
 // pod of a big cluster would cost memory for nothing; the rare look-up of an
 // object without the label (a name conflict) goes to the API server directly.
@@ -36,11 +37,14 @@ import (
 // the cluster serves it.
 func CacheOptions(servedOptional map[string]bool, namespaces ...string) cache.Options {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{cachev1alpha1.LabelManagedBy: managerName})}
+	cachePods := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{
+		cachev1alpha1.LabelName:      cachev1alpha1.LabelNameValue,
+		cachev1alpha1.LabelComponent: cachev1alpha1.LabelComponentCache,
+	})}
 	byObject := map[client.Object]cache.ByObject{
-		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{
-			cachev1alpha1.LabelName:      cachev1alpha1.LabelNameValue,
-			cachev1alpha1.LabelComponent: cachev1alpha1.LabelComponentCache,
-		})},
+		&corev1.Pod{}: cachePods,
+		// The StatefulSet labels each extstore claim with its pods' selector.
+		&corev1.PersistentVolumeClaim{}: cachePods,
 	}
 	for _, k := range watchedKinds(servedOptional) {
 		byObject[k.object] = managed

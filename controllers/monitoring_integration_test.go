@@ -28,6 +28,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	eventsv1 "k8s.io/api/events/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -262,6 +263,25 @@ func TestSamplesAreAccepted(t *testing.T) {
 		}
 		c.Namespace = ns
 		if err := k8sClient.Create(context.Background(), c, client.DryRunAll); err != nil {
+			t.Errorf("%s refused: %v", f, err)
+		}
+	}
+	// and every StorageClass sample (the classes Caches' extstore names)
+	classes, err := filepath.Glob(filepath.Join("..", "config", "samples", "storageclass_*.yaml"))
+	if err != nil || len(classes) == 0 {
+		t.Fatalf("StorageClass samples: %v %v", classes, err)
+	}
+	for _, f := range classes {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := &storagev1.StorageClass{}
+		if err := yaml.UnmarshalStrict(b, sc); err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if err := k8sClient.Create(context.Background(), sc, client.DryRunAll); err != nil {
 			t.Errorf("%s refused: %v", f, err)
 		}
 	}

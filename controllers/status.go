@@ -100,6 +100,13 @@ type Observed struct {
 	AuxFailures map[string]string
 	// HPA is the Cache's HorizontalPodAutoscaler as it reports itself.
 	HPA *autoscalingv2.HorizontalPodAutoscaler
+	// Claims are the pods' extstore claims.
+	Claims []corev1.PersistentVolumeClaim
+	// ClaimsLost says which claims this reconcile deleted because their
+	// node was lost.
+	ClaimsLost []string
+	// ExtstoreCheckErr says why volumes or nodes could not be read.
+	ExtstoreCheckErr string
 }
 
 // podProblem is one reason a pod cannot serve, worded for a person.
@@ -313,6 +320,7 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 	setCoresCondition(c, obs, set)
 	setMonitoringCondition(c, obs, set, &st.Conditions)
 	setAutoscalingCondition(c, obs, set, &st.Conditions)
+	setExtstoreCondition(c, obs, set, &st.Conditions)
 
 	// Problems come first: they explain every other condition.
 	var problems []podProblem

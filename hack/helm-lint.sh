@@ -300,6 +300,19 @@ else
   bad "does not render: $(cat "$work/minimal.err")"
 fi
 
+step "extstore StorageClass: off by default, local volumes when on"
+hasnt default '^kind: StorageClass$' "default: no StorageClass"
+if render sc --set extstoreStorageClass.create=true,extstoreStorageClass.name=fast-local,extstoreStorageClass.keep=true; then
+  count sc '^kind: StorageClass$' 1 "one StorageClass"
+  has sc '^  name: fast-local$' "named as asked"
+  has sc '^provisioner: kubernetes.io/no-provisioner$' "local volumes: no provisioner"
+  has sc '^volumeBindingMode: WaitForFirstConsumer$' "binds once the pod's node is chosen"
+  has sc 'helm.sh/resource-policy: keep' "kept on uninstall when asked"
+else
+  bad "does not render: $(cat "$work/sc.err")"
+fi
+must_fail sc-reclaim 'reclaimPolicy' "an unknown extstoreStorageClass.reclaimPolicy is refused" --set extstoreStorageClass.create=true,extstoreStorageClass.reclaimPolicy=Recycle
+
 step "ServiceMonitor requested on a cluster without the Prometheus Operator"
 if render nomon --set serviceMonitor.enabled=true; then
   hasnt nomon 'kind: ServiceMonitor' "skipped instead of breaking the install"

@@ -17,6 +17,8 @@ limitations under the License.
 package v1alpha1
 
 import (
+	"time"
+
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -26,10 +28,10 @@ import (
 )
 
 // Room to grow: every field below is optional or defaulted, so later fields for
-// extstore, network tuning, a workload profile, tls and auth can be added to
-// CacheSpec as new optional structs without breaking v1alpha1 objects already
-// stored (monitoring and autoscaling came that way). Their names are reserved:
-// extstore, network, profile, tls, auth.
+// network tuning, a workload profile, tls and auth can be added to CacheSpec
+// as new optional structs without breaking v1alpha1 objects already stored
+// (monitoring, autoscaling and extstore came that way). Their names are
+// reserved: network, profile, tls, auth.
 //
 // Which fields restart pods: every field that reaches the pod template (image,
 // memory, cpu, dedicatedCPUs, engine, placement) replaces each pod, and a
@@ -42,6 +44,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.engine.threads) || (has(self.dedicatedCPUs) && !self.dedicatedCPUs) || !has(self.cpu) || self.engine.threads >= self.cpu",message="spec.engine.threads must be at least spec.cpu when spec.dedicatedCPUs is true: every exclusive core needs a worker pinned to it"
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || !has(self.autoscaling.targets.cpuUtilization) || !has(self.cpu) || self.cpu > 0",message="spec.autoscaling.targets.cpuUtilization needs spec.cpu of at least 1: utilization is measured against the pods' CPU request, and spec.cpu 0 requests none",fieldPath=".autoscaling.targets.cpuUtilization"
 // +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.engine.maxItemSize) || !isQuantity(string(self.engine.maxItemSize)) || !isQuantity(string(self.memory)) || quantity(string(self.engine.maxItemSize)).asApproximateFloat() * 2.0 <= quantity(string(self.memory)).asApproximateFloat()",message="spec.engine.maxItemSize must be at most half of spec.memory: the engine needs room for at least two items of the largest size",fieldPath=".engine.maxItemSize"
+// +kubebuilder:validation:XValidation:rule="!has(self.extstore) || !has(self.extstore.itemMinSize) || (has(self.engine) && has(self.engine.maxItemSize) && isQuantity(string(self.engine.maxItemSize)) ? self.extstore.itemMinSize < quantity(string(self.engine.maxItemSize)).asInteger() : self.extstore.itemMinSize < 1048576)",message="spec.extstore.itemMinSize must be less than spec.engine.maxItemSize (default 1Mi): only items of at least itemMinSize go to disk, and none is larger than maxItemSize",fieldPath=".extstore.itemMinSize"
 type CacheSpec struct {
 	// Replicas is the number of cache pods. Each pod is an independent shard:
 	// clients hash keys across status.endpoints.
@@ -128,6 +131,94 @@ type CacheSpec struct {
 	// the resource metrics API. spec.replicas is then the autoscaler's to set.
 	// +optional
 	Autoscaling *AutoscalingSpec `json:"autoscaling,omitempty"`
+
+	// Extstore, when set, keeps the values of large, cold items on a local
+	// disk (memcached's extstore): each pod gets a PersistentVolumeClaim of
+	// this size, from a claim template of its StatefulSet, and cachetd writes
+	// its extstore file there. Item headers and keys stay in spec.memory.
+	// The disk is cache space: a pod that moves to another node (or whose
+	// node is lost) starts with a new, empty volume. Adding, removing or
+	// resizing it, or changing its class, replaces every pod (see
+	// docs/operator.md).
+	// +optional
+	Extstore *ExtstoreSpec `json:"extstore,omitempty"`
+}
+
+// ExtstoreSpec sizes the on-disk part of each pod's cache.
+// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self.size)) || !has(self.pageSize) || !isQuantity(string(self.pageSize)) || quantity(string(self.size)).asApproximateFloat() * 0.90 - 67108864.0 >= 2.0 * quantity(string(self.pageSize)).asApproximateFloat()",message="spec.extstore.size must hold at least two pages of spec.extstore.pageSize in the extstore file, which is 90% of the claim less 64Mi (the filesystem keeps the rest): size >= (2 x pageSize + 64Mi) / 0.90",fieldPath=".size"
+// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self.size)) || !has(self.pageSize) || !isQuantity(string(self.pageSize)) || quantity(string(self.size)).asApproximateFloat() * 0.90 - 67108864.0 <= 65536.0 * quantity(string(self.pageSize)).asApproximateFloat()",message="spec.extstore.size must fit in 65536 pages of spec.extstore.pageSize (the engine's page ids are 16 bits): raise pageSize",fieldPath=".size"
+type ExtstoreSpec struct {
+	// Size of each pod's PersistentVolumeClaim. The extstore file is 90% of
+	// it less 64Mi, rounded down to a whole MiB: the rest is the
+	// filesystem's (ext4 keeps 5% for root, which the engine's non-root user
+	// cannot use, plus inode tables and a journal of up to 64Mi below 16Gi;
+	// measured in docs/operator.md).
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('64Ti')) <= 0",message="spec.extstore.size must be at most 64Ti"
+	// +required
+	Size resource.Quantity `json:"size"`
+
+	// StorageClassName of the claims. When unset the cluster's default
+	// StorageClass is used. For local NVMe use a class of local
+	// PersistentVolumes with volumeBindingMode WaitForFirstConsumer (see
+	// config/samples).
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// ItemMinSize is the smallest item, in bytes, whose value may go to disk
+	// (ext_item_size); smaller items stay in memory only. Less than
+	// spec.engine.maxItemSize.
+	// +kubebuilder:default=512
+	// +kubebuilder:validation:Minimum=64
+	// +kubebuilder:validation:Maximum=134217727
+	// +optional
+	ItemMinSize *int64 `json:"itemMinSize,omitempty"`
+
+	// PageSize is the unit the engine allocates and reclaims disk space in
+	// (ext_page_size), a whole multiple of the 4Mi write buffer, up to 2Gi.
+	// +kubebuilder:default="64Mi"
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || (quantity(string(self)).compareTo(quantity('4Mi')) >= 0 && quantity(string(self)).compareTo(quantity('2Gi')) <= 0 && quantity(string(self)).isInteger() && quantity(string(self)).asInteger() % 4194304 == 0)",message="spec.extstore.pageSize must be a multiple of 4Mi (the write buffer) from 4Mi to 2Gi"
+	// +optional
+	PageSize *resource.Quantity `json:"pageSize,omitempty"`
+
+	// IOThreads read values back from disk (ext_threads).
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	IOThreads *int32 `json:"ioThreads,omitempty"`
+
+	// DeleteClaimOnNodeLoss deletes a pod's claim (and the pod, when it
+	// cannot be scheduled or its node is gone) when the volume's node has
+	// been deleted or NotReady for longer than nodeLossTimeout: a local
+	// volume can only be used on its node, so the pod would otherwise wait
+	// for that node forever. The StatefulSet then recreates both, with a new
+	// empty volume on another node.
+	// +kubebuilder:default=true
+	// +optional
+	DeleteClaimOnNodeLoss *bool `json:"deleteClaimOnNodeLoss,omitempty"`
+
+	// NodeLossTimeout is how long a volume's node must be NotReady before
+	// its claim is deleted. A deleted Node counts at once.
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +optional
+	NodeLossTimeout *metav1.Duration `json:"nodeLossTimeout,omitempty"`
+}
+
+// DeletesClaimOnNodeLoss reports deleteClaimOnNodeLoss with its default applied.
+func (e *ExtstoreSpec) DeletesClaimOnNodeLoss() bool {
+	return e != nil && (e.DeleteClaimOnNodeLoss == nil || *e.DeleteClaimOnNodeLoss)
+}
+
+// NodeLossAfter reports nodeLossTimeout with its default applied.
+func (e *ExtstoreSpec) NodeLossAfter() time.Duration {
+	if e == nil || e.NodeLossTimeout == nil {
+		return 5 * time.Minute
+	}
+	return e.NodeLossTimeout.Duration
 }
 
 // MonitoringSpec says how Prometheus watches a Cache.
@@ -479,6 +570,12 @@ const (
 	// what is missing, or the autoscaler's own complaint) otherwise. Absent
 	// without spec.autoscaling.
 	ConditionAutoscaling = "Autoscaling"
+	// ConditionExtstore is True when every pod's extstore claim matches
+	// spec.extstore, False while the StatefulSet is replaced for a new claim
+	// template, while claims of an old class or size remain, or when a
+	// claim was deleted because its node was lost; Unknown when the operator
+	// cannot read volumes or nodes. Absent without spec.extstore.
+	ConditionExtstore = "Extstore"
 )
 
 // CacheStatus is the observed state of a Cache.
@@ -599,13 +696,21 @@ func (s *CacheSpec) DesiredReplicas() int32 {
 // PodTemplateFields are the spec fields that reach the pod template: changing
 // one replaces every pod (one at a time with RollingUpdate), and each
 // replaced pod starts with an empty cache.
-var PodTemplateFields = []string{"image", "memory", "cpu", "dedicatedCPUs", "engine", "placement"}
+var PodTemplateFields = []string{"image", "memory", "cpu", "dedicatedCPUs", "engine", "placement", "extstore"}
 
 // PodTemplateSpec is the part of a spec that reaches the pod template, with
 // everything else zeroed: two specs restart pods when this differs.
 func (s *CacheSpec) PodTemplateSpec() CacheSpec {
+	ext := s.Extstore
+	if ext != nil {
+		// The node-loss policy is the operator's alone: it never reaches
+		// the pods, so changing it restarts none.
+		e := *ext
+		e.DeleteClaimOnNodeLoss, e.NodeLossTimeout = nil, nil
+		ext = &e
+	}
 	return CacheSpec{
 		Image: s.Image, Memory: s.Memory, CPU: s.CPU, DedicatedCPUs: s.DedicatedCPUs,
-		Engine: s.Engine, Placement: s.Placement,
+		Engine: s.Engine, Placement: s.Placement, Extstore: ext,
 	}
 }

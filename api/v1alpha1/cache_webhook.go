@@ -117,6 +117,7 @@ func RestartWarning(old, c *Cache) string {
 		{"dedicatedCPUs", equality.Semantic.DeepEqual(before.DedicatedCPUs, after.DedicatedCPUs)},
 		{"engine", equality.Semantic.DeepEqual(before.Engine, after.Engine)},
 		{"placement", equality.Semantic.DeepEqual(before.Placement, after.Placement)},
+		{"extstore", equality.Semantic.DeepEqual(before.Extstore, after.Extstore)},
 	} {
 		if !f.same {
 			changed = append(changed, "spec."+f.name)

@@ -41,6 +41,11 @@ const (
 	// LabelConfigHash marks each immutable per-revision ConfigMap with the
 	// hash of the arguments it holds.
 	LabelConfigHash = "cache.cachet.dev/config-hash"
+	// ExtstoreClaimAnnotation is set by the operator on the pod template of a
+	// Cache with extstore: the class and size of its volume claim template,
+	// so that a change of either replaces the pods (and with them, their
+	// claims) even when the engine arguments stay the same.
+	ExtstoreClaimAnnotation = "cache.cachet.dev/extstore-claim"
 )
 
 // ReservedPodLabels select a Cache's pods; overriding one would orphan them.

@@ -64,6 +64,58 @@ const (
 	DefaultMinChunk       = 48
 )
 
+// Extstore (values of large cold items on disk, memcached's -o ext_*).
+const (
+	// ExtstoreDir is where each pod's extstore volume is mounted, and
+	// ExtstoreFile the file cachetd keeps on it.
+	ExtstoreDir  = "/data/extstore"
+	ExtstoreFile = ExtstoreDir + "/cache"
+	// The extstore file is ExtstoreFilePercent of the claim less
+	// ExtstoreFileReserveBytes; the rest is the filesystem's. Measured on
+	// ext4 made by `mkfs.ext4 -F` with defaults on a device of exactly the
+	// claim's size (space a non-root user can allocate: free blocks less
+	// the 5% reserved for root, from dumpe2fs -h), against this rule:
+	//
+	//	claim   usable MiB (share)   file MiB   margin MiB
+	//	80Mi        65.45 (81.8%)        8.00        57.45  1 KiB blocks
+	//	256Mi      217.10 (84.8%)      166.40        50.70  1 KiB blocks
+	//	512Mi      461.59 (90.2%)      396.80        64.79
+	//	1Gi        922.20 (90.1%)      857.60        64.60
+	//	2Gi       1843.43 (90.0%)     1779.20        64.23  64 MiB journal
+	//	8Gi       7553.84 (92.2%)     7308.80       245.04
+	//	64Gi     60666.72 (92.6%)    58918.40      1748.32
+	//	1Ti     978589.60 (93.3%)   943654.40     34935.20
+	//
+	// Below 512Mi ext4 uses 1 KiB blocks and more inodes; from 2Gi to 16Gi
+	// its journal is 64 MiB, so a flat percentage (92% was tried) leaves
+	// too little at 1-2Gi. docs/operator.md has the script. XFS keeps no
+	// root reserve and less metadata.
+	ExtstoreFilePercent      = 90
+	ExtstoreFileReserveBytes = 64 << 20
+	// ExtstoreWriteBufferBytes is one write buffer (ext_wbuf_size, memcached's
+	// default 4 MB). Pages are whole multiples of it (the API enforces it).
+	ExtstoreWriteBufferBytes = 4 << 20
+	// ExtstoreWriteBuffers: cachetd's extstore has one write buffer per
+	// page bucket, and three buckets (default, compact, low-TTL;
+	// engine/src/extstore.h EXT_BUCKETS), allocated at start.
+	ExtstoreWriteBuffers = 3
+	// ExtstoreBackgroundThreads: the flusher (the IO threads are counted
+	// apart). cachetd has no compaction thread.
+	ExtstoreBackgroundThreads = 1
+	// ExtstorePageTableBytes per page of the file: its struct page (64
+	// bytes) and its free-list slot (4).
+	ExtstorePageTableBytes = 64 + 4
+	// ExtstoreRecordOverhead is what a record adds to its value on disk:
+	// its 16-byte header and the key (at most 250 bytes).
+	ExtstoreRecordOverhead = 16 + 250
+	// ExtstoreAlign is the O_DIRECT alignment of reads and buffers.
+	ExtstoreAlign = 4 << 10
+
+	DefaultExtstorePageSize    = 64 << 20
+	DefaultExtstoreItemMinSize = 512
+	DefaultExtstoreIOThreads   = 1
+)
+
 // DefaultMetricsPort is where the operator has cachetd serve /healthz and
 // /metrics unless told otherwise.
 const DefaultMetricsPort = 9150
@@ -158,7 +210,95 @@ func Args(s *cachev1alpha1.CacheSpec, o Options) []string {
 	if o.MetricsPort > 0 {
 		opts = append(opts, "metrics_port="+strconv.Itoa(int(o.MetricsPort)))
 	}
+	if s.Extstore != nil {
+		opts = append(opts, extstoreOptions(s.Extstore)...)
+	}
 	return append(args, "-o", strings.Join(opts, ","))
+}
+
+// ExtstorePageBytes is spec.extstore.pageSize with its default applied.
+func ExtstorePageBytes(e *cachev1alpha1.ExtstoreSpec) int64 {
+	if e.PageSize != nil {
+		return e.PageSize.Value()
+	}
+	return DefaultExtstorePageSize
+}
+
+// ExtstoreItemMinBytes is spec.extstore.itemMinSize with its default applied.
+func ExtstoreItemMinBytes(e *cachev1alpha1.ExtstoreSpec) int64 {
+	if e.ItemMinSize != nil {
+		return *e.ItemMinSize
+	}
+	return DefaultExtstoreItemMinSize
+}
+
+// ExtstoreIOThreads is spec.extstore.ioThreads with its default applied.
+func ExtstoreIOThreads(e *cachev1alpha1.ExtstoreSpec) int32 {
+	if e.IOThreads != nil {
+		return *e.IOThreads
+	}
+	return DefaultExtstoreIOThreads
+}
+
+// ExtstoreFileBytes is the size of the extstore file on a claim of
+// spec.extstore.size: ExtstoreFilePercent of it less
+// ExtstoreFileReserveBytes, rounded down to a whole MiB (memcached's
+// ext_path reads a size with an M suffix); 0 when nothing is left (the API
+// refuses such a size).
+func ExtstoreFileBytes(e *cachev1alpha1.ExtstoreSpec) int64 {
+	const mib = 1 << 20
+	// multiplied first, so the division loses nothing (the API caps the
+	// size at 64Ti: size x 90 fits in an int64)
+	file := e.Size.Value()*ExtstoreFilePercent/100 - ExtstoreFileReserveBytes
+	if file < 0 {
+		return 0
+	}
+	return file / mib * mib
+}
+
+// extstoreOptions are the -o ext_* options of a spec with extstore.
+func extstoreOptions(e *cachev1alpha1.ExtstoreSpec) []string {
+	return []string{
+		"ext_path=" + ExtstoreFile + ":" + strconv.FormatInt(ExtstoreFileBytes(e)>>20, 10) + "M",
+		"ext_page_size=" + strconv.FormatInt(ExtstorePageBytes(e)>>20, 10),
+		"ext_wbuf_size=" + strconv.Itoa(ExtstoreWriteBufferBytes>>20),
+		"ext_threads=" + strconv.Itoa(int(ExtstoreIOThreads(e))),
+		"ext_item_size=" + strconv.FormatInt(ExtstoreItemMinBytes(e), 10),
+	}
+}
+
+// ExtstoreBytes is the memory extstore adds to a process, from cachetd's
+// allocations (engine/src/extstore.c, ext_items.c, ext_io.c):
+//
+//   - the write buffers, one per page bucket, and the file header block;
+//   - the flusher's copy buffer of the largest item (-I);
+//   - per IO thread, its value buffer of the largest item and its
+//     thread-local O_DIRECT read buffer (a record of the largest item,
+//     rounded out to 4 KiB at both ends);
+//   - per worker, what an append, prepend or incr of an item on disk
+//     reads it back through: a value buffer and the same thread-local
+//     read buffer (kept once used);
+//   - the page table (a page struct and a free-list slot per page);
+//   - the flusher's and the IO threads' stacks.
+//
+// The values read back and the keys and locators of items on disk live in
+// the item memory (spec.memory), which is budgeted already.
+func ExtstoreBytes(s *cachev1alpha1.CacheSpec) int64 {
+	e := s.Extstore
+	if e == nil {
+		return 0
+	}
+	io := int64(ExtstoreIOThreads(e))
+	workers := int64(Threads(s))
+	maxItem := MaxItemSizeBytes(s)
+	readBuffer := (maxItem+ExtstoreRecordOverhead+ExtstoreAlign-1)/ExtstoreAlign*ExtstoreAlign + ExtstoreAlign
+	pages := ExtstoreFileBytes(e) / ExtstorePageBytes(e)
+	return ExtstoreWriteBuffers*ExtstoreWriteBufferBytes + ExtstoreAlign +
+		maxItem +
+		io*(maxItem+readBuffer) +
+		workers*(maxItem+readBuffer) +
+		pages*ExtstorePageTableBytes +
+		(ExtstoreBackgroundThreads+io)*PerThreadBytes
 }
 
 // ArgsFile is the content of cachetd's --args-file: one argument per line.
@@ -217,7 +357,7 @@ func HashTableBytes(s *cachev1alpha1.CacheSpec) int64 {
 
 // MemoryBudget is one process's memory, part by part.
 type MemoryBudget struct {
-	ItemMemory, Connections, ConnBufferCap, Workers, HashTable, Metrics, Base int64
+	ItemMemory, Connections, ConnBufferCap, Workers, HashTable, Metrics, Extstore, Base int64
 	// Limit is the sum rounded up to a whole MiB: the container's memory
 	// request and limit.
 	Limit int64
@@ -225,7 +365,8 @@ type MemoryBudget struct {
 
 // Budget is the memory formula: item memory plus resting connection buffers,
 // the capped buffer memory above them, worker threads, the hash table, the
-// metrics thread when there is one, and a fixed base, rounded up to MiB.
+// metrics thread when there is one, extstore's buffers and threads when it is
+// on, and a fixed base, rounded up to MiB.
 // Change it here, and in docs/operator.md, when the engine changes how it
 // allocates.
 func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
@@ -237,12 +378,13 @@ func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 		ConnBufferCap: ConnBufferLimitBytes(s) * 17 / 16,
 		Workers:       int64(Threads(s)) * PerThreadBytes,
 		HashTable:     HashTableBytes(s),
+		Extstore:      ExtstoreBytes(s),
 		Base:          BaseBytes,
 	}
 	if o.MetricsPort > 0 {
 		b.Metrics = MetricsBytes
 	}
-	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.Workers + b.HashTable + b.Metrics + b.Base
+	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.Workers + b.HashTable + b.Metrics + b.Extstore + b.Base
 	const mib = 1 << 20
 	b.Limit = (total + mib - 1) / mib * mib
 	return b

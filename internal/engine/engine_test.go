@@ -142,3 +142,98 @@ func TestMemoryBudget(t *testing.T) {
 		t.Fatalf("smallest item with chunkSizes = %d, want 104", got)
 	}
 }
+
+func TestExtstoreArgs(t *testing.T) {
+	if strings.Contains(strings.Join(Args(spec(), Options{}), " "), "ext_") {
+		t.Fatal("ext_ options without spec.extstore")
+	}
+	// Defaults: a 10Gi claim holds a file of 90% of it less 64Mi, rounded
+	// down to a MiB: 10240 x 0.90 - 64 = 9152M.
+	got := Args(spec(func(s *cachev1alpha1.CacheSpec) {
+		s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("10Gi")}
+	}), Options{})
+	want := "conn_buffer_limit=8m,ext_path=/data/extstore/cache:9152M,ext_page_size=64,ext_wbuf_size=4,ext_threads=1,ext_item_size=512"
+	if o := got[len(got)-1]; o != want {
+		t.Fatalf("-o %q, want %q", o, want)
+	}
+	got = Args(spec(func(s *cachev1alpha1.CacheSpec) {
+		s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("1Ti"), PageSize: ptr.To(resource.MustParse("256Mi")),
+			IOThreads: ptr.To(int32(4)), ItemMinSize: ptr.To(int64(4096))}
+	}), Options{MetricsPort: 9150})
+	want = "conn_buffer_limit=8m,metrics_port=9150,ext_path=/data/extstore/cache:943654M,ext_page_size=256,ext_wbuf_size=4,ext_threads=4,ext_item_size=4096"
+	if o := got[len(got)-1]; o != want {
+		t.Fatalf("-o %q, want %q", o, want)
+	}
+}
+
+func TestExtstoreMemoryBudget(t *testing.T) {
+	base := Budget(spec(), Options{})
+	if base.Extstore != 0 {
+		t.Fatalf("extstore memory without extstore: %d", base.Extstore)
+	}
+	// One IO thread, two workers, maxItemSize 1Mi, a 10Gi claim (9152Mi
+	// file, 143 pages of 64Mi): 3 write buffers of 4Mi + the 4Ki header
+	// block; the flusher's 1Mi copy buffer; the IO thread's and each
+	// worker's 1Mi value buffer and read buffer of 1Mi + 266 bytes rounded
+	// out to 1Mi + 8Ki, 3 x (2Mi + 8Ki); 143 x 68 bytes of page table; the
+	// flusher's and the IO thread's stacks, 2 x 2Mi. Total 23Mi + 28Ki + 9724.
+	s := spec(func(s *cachev1alpha1.CacheSpec) {
+		s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("10Gi")}
+	})
+	b := Budget(s, Options{})
+	if want := int64(23<<20 + 28<<10 + 9724); b.Extstore != want {
+		t.Fatalf("extstore memory %d, want %d", b.Extstore, want)
+	}
+	// 134.5Mi + 23Mi + 37.5Ki -> 158Mi: the limit grows by the part, rounded up.
+	if b.Limit != 158<<20 {
+		t.Fatalf("limit %dMi, want 158Mi", b.Limit>>20)
+	}
+	// Four IO threads, two workers and 8Mi items: 12Mi + 4Ki, the
+	// flusher's 8Mi, 6 x (8Mi + 8Mi + 8Ki), the page table, 5 stacks.
+	s.Extstore.IOThreads = ptr.To(int32(4))
+	s.Memory = resource.MustParse("64Mi")
+	s.Engine.MaxItemSize = ptr.To(resource.MustParse("8Mi"))
+	if got, want := ExtstoreBytes(s), int64(12<<20+4<<10+8<<20+6*(16<<20+8<<10)+143*68+5*(2<<20)); got != want {
+		t.Fatalf("extstore memory with 4 IO threads %d, want %d", got, want)
+	}
+	// Every worker may read an item on disk back: more workers, more memory.
+	s.Engine.Threads = ptr.To(int32(4))
+	if got, want := ExtstoreBytes(s), int64(12<<20+4<<10+8<<20+8*(16<<20+8<<10)+143*68+5*(2<<20)); got != want {
+		t.Fatalf("extstore memory with 4 workers %d, want %d", got, want)
+	}
+}
+
+// The API's CEL rule lets through any size whose 90% less 64Mi holds two
+// pages; the file computed here must hold them too, to the byte:
+// 223696214 x 0.90 - 64Mi is just over 128Mi, one byte less is under.
+func TestExtstoreFileHoldsWhatTheAPIAdmits(t *testing.T) {
+	e := &cachev1alpha1.ExtstoreSpec{Size: *resource.NewQuantity(223696214, resource.DecimalSI)}
+	if got := ExtstoreFileBytes(e); got != 128<<20 {
+		t.Fatalf("file %d bytes, want 128Mi (two 64Mi pages)", got)
+	}
+	e.Size = *resource.NewQuantity(223696213, resource.DecimalSI)
+	if got := ExtstoreFileBytes(e); got >= 128<<20 {
+		t.Fatalf("file %d bytes, want less than 128Mi", got)
+	}
+	if got := ExtstoreFileBytes(&cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("32Mi")}); got != 0 {
+		t.Fatalf("file of a 32Mi claim %d, want 0", got)
+	}
+}
+
+// The file leaves ext4 room at every size measured (usable bytes for a
+// non-root user on mkfs.ext4 defaults, see ExtstoreFilePercent).
+func TestExtstoreFileFitsMeasuredExt4(t *testing.T) {
+	for _, m := range []struct {
+		claim        string
+		usableMiB100 int64 // hundredths of a MiB
+	}{
+		{"80Mi", 6545}, {"256Mi", 21710}, {"512Mi", 46159}, {"1Gi", 92220},
+		{"2Gi", 184343}, {"8Gi", 755384}, {"64Gi", 6066672}, {"1Ti", 97858960},
+	} {
+		file := ExtstoreFileBytes(&cachev1alpha1.ExtstoreSpec{Size: resource.MustParse(m.claim)})
+		usable := m.usableMiB100 * (1 << 20) / 100
+		if margin := usable - file; margin < 32<<20 {
+			t.Errorf("claim %s: file %d MiB leaves %d MiB of the %d usable, want at least 32", m.claim, file>>20, margin>>20, usable>>20)
+		}
+	}
+}
