@@ -21,10 +21,17 @@
 #   with O_DIRECT at queue depth 1 and 32. A disk-hit GET at depth D (D GETs
 #   outstanding: connections x pipeline depth) is judged against fio's IOPS
 #   at depth D.
-# - The data set is 8x the item memory (4 KB values): after the prefill most
-#   values live on disk. Zipf 0.99 reads with set-on-miss give hit ratio and
-#   throughput; uniform reads give disk hits (a uniform key is on disk with
-#   probability about 7/8), counted by the servers' own `get_extstore`.
+# - The data set is 8x the item memory (4 KB values). Each server runs twice,
+#   each time fresh, in a fresh cgroup, with an empty extstore file:
+#   1. "disk": a paced fill (one set outstanding, so the extstore writer can
+#      keep up and most values do land on disk), the RAM per item on disk,
+#      then uniform reads (a uniform key's value is on disk with probability
+#      about 7/8) at depth 1 and 32 and in open-loop steps. Disk hits are
+#      counted by the servers' own `get_extstore` over `cmd_get`.
+#   2. "zipf": the issue's command, `--prefill --set-on-miss --key-dist
+#      zipf:0.99` (a pipelined prefill as fast as the server takes it, so what
+#      a server drops from a burst of writes shows in its hit ratio), then
+#      open-loop Zipf steps for its max load, and one step at half of it.
 # - memcached 1.6.45 runs first: the "half of max load" step of the others is
 #   half of its highest kept-up Zipf rate, so p99 is compared at one rate.
 # - A server that refuses the extstore flags (cachetd before its extstore
@@ -126,7 +133,7 @@ cleanup() {
   for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   for cg in "${cgroups[@]:-}"; do
-    [ -n "$cg" ] || continue
+    [ -n "$cg" ] && [ -d "$cg" ] || continue
     # A killed server leaves its cgroup a moment later; bounded wait.
     for _ in $(seq 1 50); do rmdir "$cg" 2>/dev/null && break; sleep 0.1; done
     [ -d "$cg" ] && say "bench-extstore: could not remove cgroup $cg"
@@ -165,7 +172,7 @@ port_of() {
 # cg_snapshot NAME PID TAG: the server's RSS, its cgroup's memory and its
 # /proc/PID/io, into TAG-proc-NAME.json.
 cg_snapshot() {
-  local name=$1 pid=$2 tag=$3 cg=/sys/fs/cgroup/memory/cachet-$run_id-$1
+  local name=$1 pid=$2 tag=$3 cg=$SERVER_CG
   "$PY" - "$pid" "$cg" >"$out/$tag-proc-$name.json" <<'PY'
 import json, sys
 pid, cg = sys.argv[1], sys.argv[2]
@@ -194,22 +201,23 @@ PY
 }
 stats_to() { "$PY" "$here/mcstats.py" --port "$1" --json "$2" || say "  bench-extstore: stats on port $1 failed"; }
 
-# start_server NAME: in its own memory cgroup, with the extstore flags.
+# start_server NAME SESSION: in its own memory cgroup (one per session), with
+# the extstore flags and an empty extstore file. Sets SERVER_PID, SERVER_CG.
 # Returns 1 (and writes notrun-NAME.json) when the server exits at start.
 start_server() {
-  local name=$1 port bin extra=() cg log rc
+  local name=$1 session=$2 port bin extra=() cg log rc
   port=$(port_of "$name")
   case $name in
     cachetd) bin=$CACHETD ;; mc1645) bin=$MEMCACHED_1645 ;; mc1618) bin=$MEMCACHED_1618 ;;
   esac
   case $name in mc*) [ "$(id -u)" = 0 ] && extra+=(-u root) ;; esac
-  cg=/sys/fs/cgroup/memory/cachet-$run_id-$name
-  mkdir "$cg"; cgroups+=("$cg")
+  cg=/sys/fs/cgroup/memory/cachet-$run_id-$name-$session
+  mkdir "$cg"; cgroups+=("$cg"); SERVER_CG=$cg
   echo "$POD_LIMIT" >"$cg/memory.limit_in_bytes"
   # With swap the limit would only move pages to swap: cap memory+swap too.
   [ -w "$cg/memory.memsw.limit_in_bytes" ] && echo "$POD_LIMIT" >"$cg/memory.memsw.limit_in_bytes"
   rm -f "$mnt/extstore-$name"
-  log=$out/$name-$port.log
+  log=$out/$name-$session-$port.log
   # The shell enters the cgroup, then becomes the server (same pid): nothing
   # the server allocates is charged elsewhere.
   "${PRIO[@]}" taskset -c $SERVER_CPU sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$cg" \
@@ -252,6 +260,7 @@ stop_server() {
   kill "$1" 2>/dev/null || true
   wait "$1" 2>/dev/null || true
   rm -f "$mnt/extstore-${server_name[$1]}"
+  for _ in $(seq 1 50); do rmdir "$SERVER_CG" 2>/dev/null && break; sleep 0.1; done
 }
 
 # settle PORT: waits (at most 30 s) until the server's extstore_objects_written
@@ -323,10 +332,10 @@ rm -f "$mnt/fio.dat"
 ref_max=
 for s in "${RUN_ORDER[@]}"; do
   port=$(port_of "$s")
-  step "$s: start with extstore on $mnt"
-  start_server "$s" || continue
+  step "$s, session 1 of 2 (a paced fill, then disk reads): start with extstore on $mnt"
+  start_server "$s" disk || continue
   pid=$SERVER_PID
-  cg_snapshot "$s" "$pid" start
+  cg_snapshot "$s" "$pid" disk-start
   say "  $s: prefill $KEYS keys of $XT_VALUE_SIZE B (closed loop, 1 conn x depth $XT_PREFILL_DEPTH)"
   loadgen "$s" "$port" "$out/prefill-$s.json" --keys $KEYS --value-size $XT_VALUE_SIZE --conns 1 --prefill-only --prefill-depth "$XT_PREFILL_DEPTH"
   say "  $s: stored $(jget "$out/prefill-$s.json" 'j["prefill"]["stored"]') in $(jget "$out/prefill-$s.json" 'round(j["prefill"]["seconds"],1)') s; waiting for extstore writes to settle"
@@ -353,13 +362,23 @@ for s in "${RUN_ORDER[@]}"; do
   loadgen "$s" "$port" "$out/disk-steps-$s.json" --keys $KEYS --value-size $XT_VALUE_SIZE "${QD32[@]}" \
     --rate "$RATES" --duration "$XT_STEP_SECS" --warmup 0.3 --stop-when-behind --retries 1 --seed 12 --stats 2> >(sed 's/^/  /' >&2)
 
-  # Hit ratio and throughput: Zipf 0.99, get then set on a miss.
-  say "  $s: Zipf 0.99 with set-on-miss, closed loop at depth 32 (${QD32[*]}): ${XT_SECS} s warm, ${XT_SECS} s measured"
-  loadgen "$s" "$port" "$out/zipf-warm-$s.json" --keys $KEYS --value-size $XT_VALUE_SIZE --key-dist zipf:0.99 --set-on-miss \
-    "${QD32[@]}" --duration "$XT_SECS" --seed 3
-  loadgen "$s" "$port" "$out/zipf-$s.json" --keys $KEYS --value-size $XT_VALUE_SIZE --key-dist zipf:0.99 --set-on-miss \
+  stats_to "$port" "$out/disk-end-stats-$s.json"
+  cg_snapshot "$s" "$pid" disk-end
+  say "  $s: wrote $(jget "$out/disk-end-proc-$s.json" 'j["io"].get("write_bytes",0)>>20') MiB to disk in session 1 (/proc/PID/io write_bytes)"
+  stop_server "$pid"
+
+  # Hit ratio and throughput: the issue's command, on a fresh server: a
+  # pipelined prefill (as fast as the server takes it: what a server keeps of
+  # a burst of writes shows here), then Zipf 0.99 reads with set-on-miss.
+  step "$s, session 2 of 2 (the issue's --prefill --set-on-miss Zipf run): a fresh server"
+  start_server "$s" zipf || continue
+  pid=$SERVER_PID
+  cg_snapshot "$s" "$pid" zipf-start
+  say "  $s: --prefill (4 conns x depth 32) then Zipf 0.99 with set-on-miss, closed loop at depth 32 (${QD32[*]}), ${XT_SECS} s"
+  loadgen "$s" "$port" "$out/zipf-$s.json" --keys $KEYS --value-size $XT_VALUE_SIZE --key-dist zipf:0.99 --prefill --set-on-miss \
     "${QD32[@]}" --duration "$XT_SECS" --seed 4 --stats
-  say "  $s Zipf: hit ratio $(jget "$out/zipf-$s.json" 'round(j["steps"][0]["hit_ratio"],4)'), $(jget "$out/zipf-$s.json" 'round(j["steps"][0]["gets"]/j["steps"][0]["seconds"])') GETs/s"
+  say "  $s Zipf: hit ratio $(jget "$out/zipf-$s.json" 'round(j["steps"][0]["hit_ratio"],4)'), $(jget "$out/zipf-$s.json" 'round(j["steps"][0]["gets"]/j["steps"][0]["seconds"])') GETs/s," \
+      "on disk $(jget "$out/zipf-$s.json" 'j["server_stats"].get("extstore_objects_used")'), evictions $(jget "$out/zipf-$s.json" 'j["server_stats"].get("evictions")')"
   say "  $s: Zipf open-loop steps until it falls behind (its max load)"
   loadgen "$s" "$port" "$out/zipf-steps-$s.json" --keys $KEYS --value-size $XT_VALUE_SIZE --key-dist zipf:0.99 --set-on-miss \
     "${QD32[@]}" --rate "$RATES" --duration "$XT_STEP_SECS" --warmup 0.3 --stop-when-behind --retries 1 --seed 5 2> >(sed 's/^/  /' >&2)
@@ -376,10 +395,10 @@ for s in "${RUN_ORDER[@]}"; do
   else
     say "  $s: no Zipf step kept up; no half-load step"
   fi
-  stats_to "$port" "$out/end-stats-$s.json"
-  cg_snapshot "$s" "$pid" end
-  say "  $s: wrote $(jget "$out/end-proc-$s.json" 'j["io"].get("write_bytes",0)>>20') MiB to disk (/proc/PID/io write_bytes)," \
-      "cgroup max usage $(jget "$out/end-proc-$s.json" 'j["cgroup"]["max_usage"]>>20') MiB, failcnt $(jget "$out/end-proc-$s.json" 'j["cgroup"]["failcnt"]')"
+  stats_to "$port" "$out/zipf-end-stats-$s.json"
+  cg_snapshot "$s" "$pid" zipf-end
+  say "  $s: wrote $(jget "$out/zipf-end-proc-$s.json" 'j["io"].get("write_bytes",0)>>20') MiB to disk in session 2," \
+      "cgroup max usage $(jget "$out/zipf-end-proc-$s.json" 'j["cgroup"]["max_usage"]>>20') MiB, failcnt $(jget "$out/zipf-end-proc-$s.json" 'j["cgroup"]["failcnt"]')"
   stop_server "$pid"
 done
 
