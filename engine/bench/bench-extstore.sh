@@ -87,8 +87,8 @@ XT_FIO_SECS=${XT_FIO_SECS:-$d_fio}
 XT_IMG_DIR=${XT_IMG_DIR:-/var/tmp}
 # The prefill waits for each set's reply (depth 1): memcached evicts what its
 # extstore writer has not yet flushed, and a pipelined prefill (4 x 32, about
-# 300 MB/s here) outran 1.6.45's writer, which evicted 58% of the keys, so the
-# data set was not 8x RAM any more. At depth 1 (about 80 MB/s) it evicted none.
+# 400 MB/s here) outran 1.6.45's writer, which evicted 58% of the keys, so the
+# data set was not 8x RAM any more. At depth 1 (about 50 MB/s) it evicted none.
 XT_PREFILL_DEPTH=${XT_PREFILL_DEPTH:-1}
 XT_CONNS=1024   # the operator's default max connections: the pod budget counts them
 KEYS=$(( XT_MB * XT_DATA_FACTOR * 1048576 / XT_VALUE_SIZE ))

@@ -3,7 +3,9 @@
 directory (after summarize.py wrote summary.json), so the numbers in the
 document are copied by a program, never by hand.
 
-Usage: report.py RESULTS_DIR  (a bench-extstore.sh directory gets its tables)
+Usage: report.py RESULTS_DIR [--not-run-as TEXT]  (a bench-extstore.sh
+directory gets its tables; --not-run-as replaces "not run" in the cells of a
+server that refused its flags, e.g. to say why in the docs)
 """
 import json
 import os
@@ -32,7 +34,7 @@ def pct(v):
     return f"{100 * v:.0f}%"
 
 
-def main_extstore(s):
+def main_extstore(s, not_run_as="not run"):
     """bench-extstore.sh's tables: the targets, then what each server held and wrote."""
     m, F, fio = s["machine"], s["figures"], s.get("fio") or {}
     print(f"Run `{m.get('run_id')}` (quick={m.get('quick')}): {m.get('cpu_model')}, {m.get('cpus')} CPUs, "
@@ -57,7 +59,7 @@ def main_extstore(s):
         unit = f" {r['unit'].replace('us', 'µs')}" if r["unit"] and r["unit"] != "x" else ""
         cells = []
         for n in SERVERS:
-            cells.append("not run" if F[n].get("not_run") else xt_fmt(r[n], r["key"]).replace("-", "–") + (unit if r[n] is not None else ""))
+            cells.append(not_run_as if F[n].get("not_run") else xt_fmt(r[n], r["key"]).replace("-", "–") + (unit if r[n] is not None else ""))
         vs45 = rat(r["ratio"]) if r["against"] == "mc1645" else f"{rat(r['ratio'])} of fio"
         note = f" ({r['note']})" if r["note"] else ""
         verdict = "not a target" if r["verdict"] == "no target" else f"**{r['verdict']}**"
@@ -74,7 +76,7 @@ def main_extstore(s):
     for n in SERVERS:
         f = F[n]
         if f.get("not_run"):
-            print(f"| {NAMES[n]} | not run | | | | | | | | | |")
+            print(f"| {NAMES[n]} | {not_run_as} | | | | | | | | | |")
             continue
         share = " / ".join("–" if f.get(f"xt_disk_qd{q}_share") is None else pct(f[f"xt_disk_qd{q}_share"]) for q in (1, 32))
         print(f"| {NAMES[n]} | {fmt(f.get('xt_curr_items'))} | {fmt(f.get('xt_items_on_disk'))} | {fmt(f.get('xt_fill_evictions'))} | "
@@ -90,7 +92,8 @@ def main():
     with open(os.path.join(d, "summary.json")) as f:
         s = json.load(f)
     if s["machine"].get("bench") == "extstore":
-        return main_extstore(s)
+        not_run_as = sys.argv[sys.argv.index("--not-run-as") + 1] if "--not-run-as" in sys.argv else "not run"
+        return main_extstore(s, not_run_as)
     m, F = s["machine"], s["figures"]
     c, ref, old = F["cachetd"], F["mc1645"], F["mc1618"]
     print(f"Run `{m.get('run_id')}` (quick={m.get('quick')}): {m.get('cpu_model')}, {m.get('cpus')} CPUs, "
