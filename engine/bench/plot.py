@@ -57,7 +57,9 @@ def disk_share(d, s):
         with open(os.path.join(d, f"disk-steps-{s}.json")) as f:
             after = json.load(f)["server_stats"]
         dg = after["cmd_get"] - before["cmd_get"]
-        return (after["get_extstore"] - before["get_extstore"]) / dg if dg else None
+        hits = sum(sign * (after.get(k, 0) - before.get(k, 0))
+                   for sign, k in ((1, "get_extstore"), (-1, "miss_from_extstore"), (-1, "badcrc_from_extstore")))
+        return hits / dg if dg else None
     except (OSError, KeyError, TypeError, ValueError):
         return None
 

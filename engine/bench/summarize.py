@@ -306,13 +306,17 @@ def xt_stat(j, name):
 def xt_disk(d, s, qd):
     """Disk-hit GETs/s of the closed-loop uniform run at depth qd: the GETs/s
     the generator measured times the share of GETs the server itself says it
-    read from extstore (get_extstore / cmd_get over the same run)."""
+    read from extstore (get_extstore less its misses, / cmd_get, over the
+    same run)."""
     before, run = load(d, f"disk-qd{qd}-before-{s}.json"), load(d, f"disk-qd{qd}-{s}.json")
     if not (before and run and run["steps"]):
         return None, None, None
     after = run.get("server_stats") or {}
     st = run["steps"][0]
-    dx = (after.get("get_extstore") or 0) - (xt_stat(before, "get_extstore") or 0)
+    # A get that went to disk and found the value gone (miss_from_extstore:
+    # its page was reclaimed) or unreadable (badcrc_from_extstore) is no hit.
+    dx = sum(sign * ((after.get(k) or 0) - (xt_stat(before, k) or 0))
+             for sign, k in ((1, "get_extstore"), (-1, "miss_from_extstore"), (-1, "badcrc_from_extstore")))
     dg = (after.get("cmd_get") or 0) - (xt_stat(before, "cmd_get") or 0)
     share = dx / dg if dg else None
     gets = st["gets"] / st["seconds"] if st.get("seconds") else None
