@@ -101,6 +101,9 @@ IMG_MB=$(( (EXT_MB > XT_FIO_MB ? EXT_MB : XT_FIO_MB) + 1024 ))
 # Depth 32 is 4 connections x 8 pipelined GETs; depth 1 one connection, one GET.
 QD32=(--conns 4 --depth 8)
 QD1=(--conns 1 --depth 1)
+# Every generator run is bounded (bench-lib.sh): the longest, the paced
+# prefill, sets about 10-20k keys/s; the open-loop steps are at most 15 x 2.
+LOADGEN_TIMEOUT=$(( 600 + KEYS / 2000 ))
 RATES=${XT_RATES:-1k,2k,5k,10k,20k,30k,40k,60k,80k,100k,130k,160k,200k,250k,300k}
 
 [ "$(id -u)" = 0 ] || { say "bench-extstore: needs root (losetup, mount, cgroups)"; exit 1; }

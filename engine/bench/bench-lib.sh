@@ -62,9 +62,12 @@ build_loadgen() {
 loadgen() {
   local name=$1 port=$2 json=$3; shift 3
   rm -f "$json"
-  local pidarg=()
+  local pidarg=() tmo=()
   [ -n "${pid_by_port[$port]:-}" ] && pidarg=(--server-pid "${pid_by_port[$port]}")
-  if ! "${PRIO[@]}" taskset -c $LOAD_CPU "$LOADGEN" --server "127.0.0.1:$port" --label "$name" --json "$json" --quiet "${pidarg[@]}" "$@"; then
+  # LOADGEN_TIMEOUT (seconds, optional): a bound on one run, so a server that
+  # stops answering cannot hold the benchmark forever.
+  [ -n "${LOADGEN_TIMEOUT:-}" ] && tmo=(timeout "$LOADGEN_TIMEOUT")
+  if ! "${tmo[@]}" "${PRIO[@]}" taskset -c $LOAD_CPU "$LOADGEN" --server "127.0.0.1:$port" --label "$name" --json "$json" --quiet "${pidarg[@]}" "$@"; then
     say "  bench: $name: load generator run for $(basename "$json") FAILED (see above); continuing"
     rm -f "$json"
     failures=$((failures + 1))
