@@ -417,7 +417,8 @@ def xt_rows(figures, fio):
             note = (f"fio {fmt(base)} IOPS; 1.6.45 reaches {fmt_ratio(ratio(rv, base))} of it, "
                     f"1.6.18 {fmt_ratio(ratio(ov, base))}")
         if key == "xt_half_p99_us" and ref.get("xt_half_rate"):
-            note = f"at {fmt(ref['xt_half_rate'])}/s"
+            behind = [NAMES[n] for n in SERVERS if figures[n].get("xt_half_kept_up") is False]
+            note = f"at {fmt(ref['xt_half_rate'])}/s" + (f"; fell behind its schedule there: {', '.join(behind)}" if behind else "")
         rows.append({"target": label, "key": key, "cachetd": cv, "mc1645": rv, "mc1618": ov, "ratio": r,
                      "ratio_1618": r_old, "against": against,
                      "goal": (f"{op} {goal:.2f}x" + (" fio" if against != "mc1645" else "")) if goal else "-",
