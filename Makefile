@@ -191,6 +191,10 @@ fuzz-engine: ## Fuzz the request parser (FUZZ_SECONDS=300 by default).
 bench-engine: ## Benchmark cachetd against memcached 1.6.45 and 1.6.18 side by side (W1-W4, seed 003; BENCH_QUICK=1: ~3 min).
 	$(MAKE) -C engine bench
 
+.PHONY: bench-extstore
+bench-extstore: ## Extstore (values on local disk) side by side: cachetd, memcached 1.6.45 and 1.6.18 vs fio (root; BENCH_QUICK=1: ~3 min). Exits 1 if a server refuses the ext_* flags.
+	$(MAKE) -C engine bench-extstore
+
 .PHONY: bench-soak
 bench-soak: ## TSan concurrent checker for SOAK_SECONDS (default 600); fails on any wrong value or sanitizer report.
 	$(MAKE) -C engine bench-soak

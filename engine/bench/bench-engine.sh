@@ -33,19 +33,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 engine=$(cd "$here/.." && pwd)
-CACHETD=${CACHETD:-$engine/build/cachetd}
-MEMCACHED_1618=${MEMCACHED_1618:-${MEMCACHED:-/usr/bin/memcached}}
-LOADGEN_DIR=$here/loadgen
-# The generator's build (~90 s from scratch) is cached outside the clone when
-# CACHET_CACHE is set (the top-level Makefile exports it), one directory per
-# checkout as in bench.mk; nothing relies on it.
-if [ -n "${CACHET_CACHE:-}" ]; then
-  export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$CACHET_CACHE/loadgen-target/$(printf '%s' "$engine" | sha256sum | cut -c1-12)}
-else
-  export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$LOADGEN_DIR/target}
-fi
-LOADGEN=$CARGO_TARGET_DIR/release/cachet-loadgen
-SINK=$CARGO_TARGET_DIR/release/cachet-sink
+# The three servers, the generator, loadgen() and jget(): bench-lib.sh.
+source "$here/bench-lib.sh"
 QUICK=${BENCH_QUICK:-0}
 PORT_BASE=${BENCH_PORT_BASE:-23100}
 RESULTS_ROOT=${BENCH_RESULTS:-$here/results}
@@ -57,32 +46,8 @@ if [ -n "$BENCH_NICE" ] && nice -n "$BENCH_NICE" true 2>/dev/null; then
   PRIO=(nice -n "$BENCH_NICE")
 fi
 
-say() { printf '%s\n' "$*" >&2; }
-stamp() { date -u +%H:%M:%S; }
-step() { say ""; say "[$(stamp)] == $*"; }
-
-# Debian's python3 carries python3-matplotlib; a pyenv or venv python on PATH may not.
-PY=${PYTHON:-$( [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || command -v python3 )}
-for tool in taskset "$PY" cargo; do
-  command -v "$tool" >/dev/null || { say "bench: '$tool' not found"; exit 1; }
-done
-[ -x "$CACHETD" ] || { say "bench: $CACHETD not built (make -C engine)"; exit 1; }
-[ -x "$MEMCACHED_1618" ] || { say "bench: $MEMCACHED_1618 missing (apt-get install memcached, or make deps)"; exit 1; }
-if [ -z "${MEMCACHED_1645:-}" ]; then
-  peers=$(git -C "$engine" rev-parse --show-toplevel 2>/dev/null || echo "$engine/..")/../shared/peers
-  [ -x "$peers/build-memcached.sh" ] || { say "bench: $peers/build-memcached.sh missing; set MEMCACHED_1645"; exit 1; }
-  step "memcached 1.6.45: built once and cached by $peers/build-memcached.sh"
-  MEMCACHED_1645=$("$peers/build-memcached.sh")
-fi
-[ -x "$MEMCACHED_1645" ] || { say "bench: memcached 1.6.45 not at $MEMCACHED_1645"; exit 1; }
-for pair in "$MEMCACHED_1645:1.6.45" "$MEMCACHED_1618:1.6.18"; do
-  v=$("${pair%:*}" -V 2>/dev/null | awk '{print $2}')
-  [ "$v" = "${pair##*:}" ] || say "bench: WARNING: ${pair%:*} is memcached '$v', not ${pair##*:}; its figures are labelled ${pair##*:}"
-done
-[ "$(nproc --all)" -ge 2 ] || { say "bench: needs 2 CPUs (server on CPU 1, load on CPU 0)"; exit 1; }
-
-step "building the load generator (cargo, pinned by Cargo.lock)"
-(cd "$LOADGEN_DIR" && nice cargo build --release --locked --quiet)
+find_servers
+build_loadgen
 
 # W2's client connections plus the server's own: raise the soft limit.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -179,29 +144,7 @@ setting() {
       case $line in "STAT $2 "*) echo "${line#STAT $2 }" ;; esac
     done ) 2>/dev/null || echo "?"
 }
-rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
-
-# loadgen NAME PORT JSON args...
-# A failed run (a server that crashed or hung) is reported and the benchmark
-# goes on, so one broken workload does not hide the others' figures.
 failures=0
-loadgen() {
-  local name=$1 port=$2 json=$3; shift 3
-  rm -f "$json"
-  local pidarg=()
-  [ -n "${pid_by_port[$port]:-}" ] && pidarg=(--server-pid "${pid_by_port[$port]}")
-  if ! "${PRIO[@]}" taskset -c $LOAD_CPU "$LOADGEN" --server "127.0.0.1:$port" --label "$name" --json "$json" --quiet "${pidarg[@]}" "$@"; then
-    say "  bench: $name: load generator run for $(basename "$json") FAILED (see above); continuing"
-    rm -f "$json"
-    failures=$((failures + 1))
-  fi
-  return 0
-}
-# jget FILE PYEXPR: evaluates PYEXPR with j = parsed JSON ("-" if the run failed).
-jget() {
-  [ -f "$1" ] || { echo "-"; return 0; }
-  "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2" 2>/dev/null || echo "-"
-}
 
 port_of() {
   case $1 in

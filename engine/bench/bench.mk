@@ -5,6 +5,13 @@
 #                            1.6.18 side by side: W1-W4 and seed 003. A missed
 #                            target prints MISS without failing. BENCH_QUICK=1
 #                            gives a ~3 minute pass.
+#   make bench-extstore      [bench-extstore] the same three servers with
+#                            extstore (-o ext_path=...) on a loop-mounted ext4,
+#                            each in a memory cgroup of its pod's size, against
+#                            fio's O_DIRECT IOPS (bench/bench-extstore.sh; needs
+#                            root and fio). A server that refuses the ext_*
+#                            flags is reported "not run" and the target exits 1.
+#                            BENCH_QUICK=1 gives a ~3 minute pass.
 #   make bench-soak          [bench-soak] the TSan concurrent checker for
 #                            SOAK_SECONDS (default 600); fails on any wrong value
 #                            or sanitizer report (bench/soak.sh)
@@ -28,6 +35,10 @@ SOAK_SECONDS ?= 600
 .PHONY: bench bench-loadgen-test bench-soak bench-differential
 bench: $(BUILD)/cachetd
 	CACHETD=$(abspath $(BUILD)/cachetd) CARGO_TARGET_DIR=$(LOADGEN_TARGET_DIR) bench/bench-engine.sh
+
+.PHONY: bench-extstore
+bench-extstore: $(BUILD)/cachetd
+	CACHETD=$(abspath $(BUILD)/cachetd) CARGO_TARGET_DIR=$(LOADGEN_TARGET_DIR) bench/bench-extstore.sh
 
 # The load generator's own tests: reply parser, key/value/Zipf generation,
 # the rate search, loopback-only targets, and end-to-end runs against cachet-sink.

@@ -3,7 +3,9 @@
 directory (after summarize.py wrote summary.json), so the numbers in the
 document are copied by a program, never by hand.
 
-Usage: report.py RESULTS_DIR
+Usage: report.py RESULTS_DIR [--not-run-as TEXT]  (a bench-extstore.sh
+directory gets its tables; --not-run-as replaces "not run" in the cells of a
+server that refused its flags, e.g. to say why in the docs)
 """
 import json
 import os
@@ -11,6 +13,7 @@ import sys
 
 from summarize import NAMES, SERVERS
 from summarize import fmt as plain_fmt
+from summarize import xt_fmt
 
 
 def fmt(v, key=""):
@@ -31,10 +34,66 @@ def pct(v):
     return f"{100 * v:.0f}%"
 
 
+def main_extstore(s, not_run_as="not run"):
+    """bench-extstore.sh's tables: the targets, then what each server held and wrote."""
+    m, F, fio = s["machine"], s["figures"], s.get("fio") or {}
+    print(f"Run `{m.get('run_id')}` (quick={m.get('quick')}): {m.get('cpu_model')}, {m.get('cpus')} CPUs, "
+          f"kernel {m.get('kernel')}; memcached {m.get('memcached_1645_version')} and {m.get('memcached_1618_version')}; "
+          f"cachetd at commit `{m.get('cachetd_commit')}`. `-m {m.get('item_mb')}`, {m.get('keys', 0):,} keys × "
+          f"{m.get('value_size')} B ({m.get('data_mb')} MiB, {m.get('data_factor')}× item memory), extstore file "
+          f"{m.get('ext_mb')} MiB, `ext_threads={m.get('ext_threads')}`, pod memory limit "
+          f"{m.get('pod_limit_bytes', 0) >> 20} MiB per server. Load average at start {m.get('loadavg_start')}, "
+          f"at end {s.get('loadavg_end')}.")
+    print()
+    for qd in (1, 32):
+        if fio.get(f"fio_qd{qd}") is not None:
+            print(f"- fio, 4 KB random reads with O_DIRECT at depth {qd}: {fio[f'fio_qd{qd}']:,.0f} IOPS, "
+                  f"p99 {fio[f'fio_qd{qd}_p99_us']:,.1f} µs")
+    for n in SERVERS:
+        if F[n].get("not_run"):
+            print(f"- **{NAMES[n]} not run**: {F[n]['not_run']}")
+    print()
+    print("| figure | cachetd | memcached 1.6.45 | memcached 1.6.18 | cachetd / 1.6.45 | cachetd / 1.6.18 | target | result |")
+    print("|---|---:|---:|---:|---:|---:|---|---|")
+    for r in s["targets"]:
+        unit = f" {r['unit'].replace('us', 'µs')}" if r["unit"] and r["unit"] != "x" else ""
+        cells = []
+        for n in SERVERS:
+            cells.append(not_run_as if F[n].get("not_run") else xt_fmt(r[n], r["key"]).replace("-", "–") + (unit if r[n] is not None else ""))
+        vs45 = rat(r["ratio"]) if r["against"] == "mc1645" else f"{rat(r['ratio'])} of fio"
+        note = f" ({r['note']})" if r["note"] else ""
+        verdict = "not a target" if r["verdict"] == "no target" else f"**{r['verdict']}**"
+        print(f"| {r['target']} | " + " | ".join(cells) + f" | {vs45} | {rat(r['ratio_1618'])} | "
+              f"{r['goal'].replace('x', '×')} | {verdict}{note} |")
+    print()
+    print("Session 1 is the paced fill (one set outstanding) and the uniform disk reads; session 2 a fresh server "
+          "with the pipelined `--prefill` and the Zipf runs.")
+    print()
+    print("| server | items after the paced fill | on disk | evicted during it | RSS after it | GETs read from disk, depth 1 / 32 | "
+          "on disk / evicted after the pipelined prefill and Zipf run | Zipf max kept up | half-load step kept up | "
+          "cgroup max usage / limit | failcnt |")
+    print("|---|---:|---:|---:|---:|---|---|---:|---|---|---:|")
+    for n in SERVERS:
+        f = F[n]
+        if f.get("not_run"):
+            print(f"| {NAMES[n]} | {not_run_as} | | | | | | | | | |")
+            continue
+        share = " / ".join("–" if f.get(f"xt_disk_qd{q}_share") is None else pct(f[f"xt_disk_qd{q}_share"]) for q in (1, 32))
+        print(f"| {NAMES[n]} | {fmt(f.get('xt_curr_items'))} | {fmt(f.get('xt_items_on_disk'))} | {fmt(f.get('xt_fill_evictions'))} | "
+              f"{fmt(f.get('xt_fill_rss_kb'))} kB | {share} | {fmt(f.get('xt_zipf_on_disk'))} / {fmt(f.get('xt_zipf_evictions'))} | "
+              f"{fmt(f.get('xt_zipf_max'))}/s | "
+              f"{'–' if f.get('xt_half_kept_up') is None else ('yes' if f['xt_half_kept_up'] else 'no')} | "
+              f"{fmt((f.get('xt_cgroup_max_usage') or 0) / 2**20)} / {fmt((f.get('xt_cgroup_limit') or 0) / 2**20)} MiB | "
+              f"{fmt(f.get('xt_cgroup_failcnt'))} |")
+
+
 def main():
     d = sys.argv[1]
     with open(os.path.join(d, "summary.json")) as f:
         s = json.load(f)
+    if s["machine"].get("bench") == "extstore":
+        not_run_as = sys.argv[sys.argv.index("--not-run-as") + 1] if "--not-run-as" in sys.argv else "not run"
+        return main_extstore(s, not_run_as)
     m, F = s["machine"], s["figures"]
     c, ref, old = F["cachetd"], F["mc1645"], F["mc1618"]
     print(f"Run `{m.get('run_id')}` (quick={m.get('quick')}): {m.get('cpu_model')}, {m.get('cpus')} CPUs, "

@@ -7,6 +7,8 @@ against the targets of the engine issue.
 Why a separate script: the shell driver only runs things; every number that
 is quoted (terminal, summary.json, docs/benchmarks.md) comes from here, so
 they cannot disagree. Usage: summarize.py RESULTS_DIR  (writes summary.json)
+A bench-extstore.sh results directory (machine.json "bench": "extstore") gets
+the extstore figures and targets instead (main_extstore).
 """
 import json
 import os
@@ -280,9 +282,214 @@ def fmt_ratio(r):
     return "-" if r is None else f"{r:.3f}x"
 
 
+# ---- extstore (bench-extstore.sh) ---------------------------------------------
+# (label, figure key, direction, goal, judged against, unit): against "mc1645"
+# is cachetd / memcached 1.6.45; against "fio" is the figure / fio's IOPS at the
+# same queue depth (the disk's physical limit), judged for cachetd only.
+XT_TARGETS = [
+    ("disk-hit GETs/s at depth 1, / fio 4 KB O_DIRECT IOPS at depth 1", "xt_disk_qd1", ">=", 0.80, "fio_qd1", "/s"),
+    ("disk-hit GETs/s at depth 32, / fio IOPS at depth 32", "xt_disk_qd32", ">=", 0.80, "fio_qd32", "/s"),
+    ("RAM per item on disk (RSS after the fill / items on disk)", "xt_rss_per_disk_item", "<=", 0.60, "mc1645", "B"),
+    ("RAM per item on disk (`stats` bytes / items on disk; not judged)", "xt_bytes_per_disk_item", "<=", None, "mc1645", "B"),
+    ("Zipf 0.99 hit ratio, data set 8x RAM", "xt_hit_ratio", ">=", 1.0, "mc1645", ""),
+    ("Zipf 0.99 GETs/s, closed loop at depth 32", "xt_zipf_gets", ">=", 1.5, "mc1645", "/s"),
+    ("Zipf p99 at half of 1.6.45's max load", "xt_half_p99_us", "<=", 1.0, "mc1645", "us"),
+    ("write amplification (disk bytes written / value bytes set)", "xt_write_amp", "<=", None, "mc1645", "x"),
+    ("write amplification, extstore_bytes_written / value bytes set", "xt_ext_write_amp", "<=", None, "mc1645", "x"),
+]
+
+
+def xt_stat(j, name):
+    return ((j or {}).get("stats") or (j or {}).get("server_stats") or {}).get(name)
+
+
+def xt_disk(d, s, qd):
+    """Disk-hit GETs/s of the closed-loop uniform run at depth qd: the GETs/s
+    the generator measured times the share of GETs the server itself says it
+    read from extstore (get_extstore less its misses, / cmd_get, over the
+    same run)."""
+    before, run = load(d, f"disk-qd{qd}-before-{s}.json"), load(d, f"disk-qd{qd}-{s}.json")
+    if not (before and run and run["steps"]):
+        return None, None, None
+    after = run.get("server_stats") or {}
+    st = run["steps"][0]
+    # A get that went to disk and found the value gone (miss_from_extstore:
+    # its page was reclaimed) or unreadable (badcrc_from_extstore) is no hit.
+    dx = sum(sign * ((after.get(k) or 0) - (xt_stat(before, k) or 0))
+             for sign, k in ((1, "get_extstore"), (-1, "miss_from_extstore"), (-1, "badcrc_from_extstore")))
+    dg = (after.get("cmd_get") or 0) - (xt_stat(before, "cmd_get") or 0)
+    share = dx / dg if dg else None
+    gets = st["gets"] / st["seconds"] if st.get("seconds") else None
+    return (gets * share if gets is not None and share is not None else None), share, (st.get("latency_us") or {}).get("p99")
+
+
+def xt_figures(d, s, machine):
+    nr = load(d, f"notrun-{s}.json")
+    if nr:
+        return {"not_run": nr["reason"]}
+    f = {}
+    for qd in (1, 32):
+        f[f"xt_disk_qd{qd}"], f[f"xt_disk_qd{qd}_share"], f[f"xt_disk_qd{qd}_p99_us"] = xt_disk(d, s, qd)
+    # Session 1 (disk): a paced fill, then uniform reads.
+    fill, fproc = load(d, f"fill-stats-{s}.json"), load(d, f"fill-proc-{s}.json")
+    on_disk = xt_stat(fill, "extstore_objects_used")
+    f["xt_items_on_disk"], f["xt_curr_items"] = on_disk, xt_stat(fill, "curr_items")
+    f["xt_fill_evictions"] = xt_stat(fill, "evictions")
+    f["xt_fill_rss_kb"] = (fproc or {}).get("rss_kb")
+    f["xt_fill_cgroup"] = (fproc or {}).get("cgroup")
+    f["xt_rss_per_disk_item"] = f["xt_fill_rss_kb"] * 1024 / on_disk if on_disk and f["xt_fill_rss_kb"] else None
+    b = xt_stat(fill, "bytes")
+    f["xt_bytes_per_disk_item"] = b / on_disk if on_disk and b is not None else None
+    # Session 2 (zipf): a fresh server, pipelined --prefill, Zipf with set-on-miss.
+    z = load(d, f"zipf-{s}.json")
+    if z and z["steps"]:
+        st = z["steps"][0]
+        f["xt_hit_ratio"] = st["hit_ratio"]
+        f["xt_zipf_gets"] = st["gets"] / st["seconds"] if st.get("seconds") else None
+        f["xt_zipf_on_disk"] = (z.get("server_stats") or {}).get("extstore_objects_used")
+        f["xt_zipf_evictions"] = (z.get("server_stats") or {}).get("evictions")
+    zs = steps(load(d, f"zipf-steps-{s}.json"))
+    kept = [st["target_rate"] for st in zs if st["kept_up"]]
+    f["xt_zipf_max"] = max(kept) if kept else None
+    h = load(d, f"zipf-half-{s}.json")
+    if h and h["steps"]:
+        st = h["steps"][0]
+        f["xt_half_rate"], f["xt_half_kept_up"] = st["target_rate"], st["kept_up"]
+        f["xt_half_p99_us"] = (st.get("latency_us") or {}).get("p99")
+    # Write amplification over both sessions: what the process wrote to the
+    # block layer (/proc/PID/io write_bytes, page-cache writes counted when
+    # dirtied) and what its extstore says it wrote, per value byte set.
+    value_size = machine.get("value_size", 4096)
+    written = ext_written = set_bytes = 0
+    f["xt_cgroups"] = {}
+    for session in ("disk", "zipf"):
+        start, eproc = load(d, f"{session}-start-proc-{s}.json"), load(d, f"{session}-end-proc-{s}.json")
+        end = load(d, f"{session}-end-stats-{s}.json")
+        sets, ew = xt_stat(end, "cmd_set"), xt_stat(end, "extstore_bytes_written")
+        if not (start and eproc and sets):
+            written = None
+            break
+        written += eproc["io"].get("write_bytes", 0) - start["io"].get("write_bytes", 0)
+        ext_written = None if ew is None or ext_written is None else ext_written + ew
+        set_bytes += sets * value_size
+        f["xt_cgroups"][session] = eproc.get("cgroup")
+    f["xt_disk_written"], f["xt_set_bytes"] = written, set_bytes
+    f["xt_write_amp"] = written / set_bytes if written is not None and set_bytes else None
+    f["xt_ext_write_amp"] = ext_written / set_bytes if written is not None and ext_written is not None and set_bytes else None
+    cgs = [c for c in f["xt_cgroups"].values() if c]
+    f["xt_cgroup_max_usage"] = max((c.get("max_usage") or 0 for c in cgs), default=None)
+    f["xt_cgroup_limit"] = cgs[0].get("limit") if cgs else None
+    f["xt_cgroup_failcnt"] = sum(c.get("failcnt") or 0 for c in cgs) if cgs else None
+    f["xt_disk_steps"] = [
+        {k: st.get(k) for k in ("target_rate", "throughput", "kept_up", "hit_ratio")}
+        | {q: (st["latency_us"] or {}).get(q) for q in ("p50", "p99", "p999")}
+        for st in steps(load(d, f"disk-steps-{s}.json"))]
+    return f
+
+
+def xt_fio(d):
+    out = {}
+    for qd in (1, 32):
+        j = load(d, f"fio-qd{qd}.json")
+        try:
+            r = j["jobs"][0]["read"]
+            out[f"fio_qd{qd}"] = r["iops"]
+            out[f"fio_qd{qd}_p99_us"] = r["clat_ns"]["percentile"]["99.000000"] / 1000
+        except (TypeError, KeyError, IndexError):
+            out[f"fio_qd{qd}"] = None
+    return out
+
+
+def xt_rows(figures, fio):
+    c, ref, old = figures["cachetd"], figures[REFERENCE], figures[OLD]
+    rows = []
+    for label, key, op, goal, against, unit in XT_TARGETS:
+        cv, rv, ov = c.get(key), ref.get(key), old.get(key)
+        if against == "mc1645":
+            r, r_old = ratio(cv, rv), ratio(cv, ov)
+            base = None
+        else:
+            base = fio.get(against)
+            r, r_old = ratio(cv, base), None
+        v = "NOT RUN" if c.get("not_run") and goal is not None else verdict(r, op, goal)
+        note = ""
+        if against != "mc1645":
+            note = (f"fio {fmt(base)} IOPS; 1.6.45 reaches {fmt_ratio(ratio(rv, base))} of it, "
+                    f"1.6.18 {fmt_ratio(ratio(ov, base))}")
+        if key == "xt_half_p99_us" and ref.get("xt_half_rate"):
+            behind = [NAMES[n] for n in SERVERS if figures[n].get("xt_half_kept_up") is False]
+            note = f"at {fmt(ref['xt_half_rate'])}/s" + (f"; fell behind its schedule there: {', '.join(behind)}" if behind else "")
+        rows.append({"target": label, "key": key, "cachetd": cv, "mc1645": rv, "mc1618": ov, "ratio": r,
+                     "ratio_1618": r_old, "against": against,
+                     "goal": (f"{op} {goal:.2f}x" + (" fio" if against != "mc1645" else "")) if goal else "-",
+                     "verdict": v, "unit": unit, "note": note})
+    return rows
+
+
+def xt_fmt(v, key, figures=None, server=None):
+    if figures is not None and figures[server].get("not_run"):
+        return "not run"
+    if v is None:
+        return "-"
+    if key == "xt_hit_ratio":
+        return f"{v:.4f}"
+    if key in ("xt_write_amp", "xt_ext_write_amp"):
+        return f"{v:.3f}"
+    if key.endswith("_us") or key.endswith("per_disk_item"):
+        return f"{v:,.1f}"
+    return f"{v:,.0f}"
+
+
+def main_extstore(d, machine):
+    fio = xt_fio(d)
+    figures = {s: xt_figures(d, s, machine) for s in SERVERS}
+    rows = xt_rows(figures, fio)
+    print(f"machine: {machine.get('cpu_model', '?')}, {machine.get('cpus', '?')} CPUs, kernel {machine.get('kernel', '?')}; "
+          f"memcached {machine.get('memcached_1645_version', '?')} and {machine.get('memcached_1618_version', '?')}; "
+          f"cachetd {machine.get('cachetd_commit', '?')}")
+    print(f"-m {machine.get('item_mb')} MiB, {machine.get('keys', 0):,} keys x {machine.get('value_size')} B "
+          f"({machine.get('data_mb')} MiB, {machine.get('data_factor')}x item memory); extstore file {machine.get('ext_mb')} MiB, "
+          f"ext_threads {machine.get('ext_threads')}; pod memory limit {machine.get('pod_limit_bytes', 0) >> 20} MiB per server")
+    print(f"load average at start {machine.get('loadavg_start', '?')}, at end {load(d, 'loadavg_end.json') or '?'}")
+    for qd in (1, 32):
+        if fio.get(f"fio_qd{qd}") is not None:
+            print(f"fio 4 KB random reads, O_DIRECT, depth {qd}: {fio[f'fio_qd{qd}']:,.0f} IOPS, p99 {fio[f'fio_qd{qd}_p99_us']:,.1f} us")
+    for s in SERVERS:
+        if figures[s].get("not_run"):
+            print(f"NOT RUN: {NAMES[s]}: {figures[s]['not_run']}")
+    print()
+    print("Ratios are cachetd / memcached, or cachetd / fio where the target says fio.")
+    print(f"{'figure':<68} {'cachetd':>11} {'mc 1.6.45':>11} {'mc 1.6.18':>11} {'vs 1.6.45':>9} {'vs 1.6.18':>9}  target         result")
+    for row in rows:
+        vs45 = fmt_ratio(row["ratio"]) if row["against"] == "mc1645" else "-"
+        vsfio = "" if row["against"] == "mc1645" else f" (cachetd / fio {fmt_ratio(row['ratio'])})"
+        print(f"{row['target']:<68} {xt_fmt(row['cachetd'], row['key'], figures, 'cachetd'):>11} "
+              f"{xt_fmt(row['mc1645'], row['key'], figures, 'mc1645'):>11} {xt_fmt(row['mc1618'], row['key'], figures, 'mc1618'):>11} "
+              f"{vs45:>9} {fmt_ratio(row['ratio_1618']):>9}  {row['goal']:<14} {row['verdict']}{vsfio}"
+              + (f"  ({row['note']})" if row["note"] else ""))
+    print()
+    for s in SERVERS:
+        f = figures[s]
+        if f.get("not_run"):
+            continue
+        print(f"{NAMES[s]}: after the paced fill {fmt(f.get('xt_curr_items'))} items, {fmt(f.get('xt_items_on_disk'))} on disk, "
+              f"{fmt(f.get('xt_fill_evictions'))} evicted during the fill, RSS {fmt(f.get('xt_fill_rss_kb'))} kB; "
+              f"share of GETs read from disk {f.get('xt_disk_qd1_share') or 0:.3f} (depth 1) / {f.get('xt_disk_qd32_share') or 0:.3f} (depth 32); "
+              f"after the pipelined prefill and the Zipf run {fmt(f.get('xt_zipf_on_disk'))} on disk, "
+              f"{fmt(f.get('xt_zipf_evictions'))} evicted; Zipf max kept up {fmt(f.get('xt_zipf_max'))}/s; "
+              f"cgroup max usage {fmt((f.get('xt_cgroup_max_usage') or 0) / 2**20)} MiB of "
+              f"{fmt((f.get('xt_cgroup_limit') or 0) / 2**20)}, failcnt {f.get('xt_cgroup_failcnt')}")
+    print("(a benchmark, not a test: MISS never fails the build; a server that was not run does)")
+    with open(os.path.join(d, "summary.json"), "w") as f:
+        json.dump({"machine": machine, "names": NAMES, "fio": fio, "loadavg_end": load(d, "loadavg_end.json"),
+                   "targets": rows, "figures": figures}, f, indent=2)
+
+
 def main():
     d = sys.argv[1]
     machine = load(d, "machine.json") or {}
+    if machine.get("bench") == "extstore":
+        return main_extstore(d, machine)
     factors = (machine.get("seed003") or {}).get("factors") or []
     cal = calibration(d)
     figures, noise = {}, {}

@@ -1,0 +1,82 @@
+# Shared by bench-engine.sh and bench-extstore.sh (sourced, not run): finding
+# the three servers and the load generator, and running the generator. Why one
+# file: both scripts compare the same three servers with the same generator, and
+# a fix to how a binary is found or a failed run is counted must reach both.
+#
+# Expects from the sourcing script: here, engine (directories), PRIO (array,
+# maybe empty), LOAD_CPU, out (results directory), failures (counter) and the
+# associative array pid_by_port. Sets CACHETD, MEMCACHED_1645, MEMCACHED_1618,
+# PY, LOADGEN, SINK, CARGO_TARGET_DIR.
+
+say() { printf '%s\n' "$*" >&2; }
+stamp() { date -u +%H:%M:%S; }
+step() { say ""; say "[$(stamp)] == $*"; }
+
+CACHETD=${CACHETD:-$engine/build/cachetd}
+MEMCACHED_1618=${MEMCACHED_1618:-${MEMCACHED:-/usr/bin/memcached}}
+LOADGEN_DIR=$here/loadgen
+# The generator's build (~90 s from scratch) is cached outside the clone when
+# CACHET_CACHE is set (the top-level Makefile exports it), one directory per
+# checkout as in bench.mk; nothing relies on it.
+if [ -n "${CACHET_CACHE:-}" ]; then
+  export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$CACHET_CACHE/loadgen-target/$(printf '%s' "$engine" | sha256sum | cut -c1-12)}
+else
+  export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$LOADGEN_DIR/target}
+fi
+LOADGEN=$CARGO_TARGET_DIR/release/cachet-loadgen
+SINK=$CARGO_TARGET_DIR/release/cachet-sink
+# Debian's python3 carries python3-matplotlib; a pyenv or venv python on PATH may not.
+PY=${PYTHON:-$( [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || command -v python3 )}
+
+# find_servers: checks cachetd and 1.6.18, builds (once, cached) or finds 1.6.45.
+find_servers() {
+  for tool in taskset "$PY" cargo; do
+    command -v "$tool" >/dev/null || { say "bench: '$tool' not found"; exit 1; }
+  done
+  [ -x "$CACHETD" ] || { say "bench: $CACHETD not built (make -C engine)"; exit 1; }
+  [ -x "$MEMCACHED_1618" ] || { say "bench: $MEMCACHED_1618 missing (apt-get install memcached, or make deps)"; exit 1; }
+  if [ -z "${MEMCACHED_1645:-}" ]; then
+    local peers
+    peers=$(git -C "$engine" rev-parse --show-toplevel 2>/dev/null || echo "$engine/..")/../shared/peers
+    [ -x "$peers/build-memcached.sh" ] || { say "bench: $peers/build-memcached.sh missing; set MEMCACHED_1645"; exit 1; }
+    step "memcached 1.6.45: built once and cached by $peers/build-memcached.sh"
+    MEMCACHED_1645=$("$peers/build-memcached.sh")
+  fi
+  [ -x "$MEMCACHED_1645" ] || { say "bench: memcached 1.6.45 not at $MEMCACHED_1645"; exit 1; }
+  local pair v
+  for pair in "$MEMCACHED_1645:1.6.45" "$MEMCACHED_1618:1.6.18"; do
+    v=$("${pair%:*}" -V 2>/dev/null | awk '{print $2}')
+    [ "$v" = "${pair##*:}" ] || say "bench: WARNING: ${pair%:*} is memcached '$v', not ${pair##*:}; its figures are labelled ${pair##*:}"
+  done
+  [ "$(nproc --all)" -ge 2 ] || { say "bench: needs 2 CPUs (server on CPU 1, load on CPU 0)"; exit 1; }
+}
+
+build_loadgen() {
+  step "building the load generator (cargo, pinned by Cargo.lock)"
+  (cd "$LOADGEN_DIR" && nice cargo build --release --locked --quiet)
+}
+
+# loadgen NAME PORT JSON args...
+# A failed run (a server that crashed or hung) is reported and the benchmark
+# goes on, so one broken workload does not hide the others' figures.
+loadgen() {
+  local name=$1 port=$2 json=$3; shift 3
+  rm -f "$json"
+  local pidarg=() tmo=()
+  [ -n "${pid_by_port[$port]:-}" ] && pidarg=(--server-pid "${pid_by_port[$port]}")
+  # LOADGEN_TIMEOUT (seconds, optional): a bound on one run, so a server that
+  # stops answering cannot hold the benchmark forever.
+  [ -n "${LOADGEN_TIMEOUT:-}" ] && tmo=(timeout "$LOADGEN_TIMEOUT")
+  if ! "${tmo[@]}" "${PRIO[@]}" taskset -c $LOAD_CPU "$LOADGEN" --server "127.0.0.1:$port" --label "$name" --json "$json" --quiet "${pidarg[@]}" "$@"; then
+    say "  bench: $name: load generator run for $(basename "$json") FAILED (see above); continuing"
+    rm -f "$json"
+    failures=$((failures + 1))
+  fi
+  return 0
+}
+# jget FILE PYEXPR: evaluates PYEXPR with j = parsed JSON ("-" if the run failed).
+jget() {
+  [ -f "$1" ] || { echo "-"; return 0; }
+  "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2" 2>/dev/null || echo "-"
+}
+rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
