@@ -175,6 +175,7 @@ static int page_open(struct extstore *e, int b)
     p->seq = e->next_seq++;
     p->used = EXT_PAGE_HEADER;
     add(&e->stats.pages_open, 1);
+    add(&e->stats.page_allocs, 1);
 
     struct page_header h = { .format = FORMAT_VERSION, .page_id = id,
                              .version = atomic_load_explicit(&p->version, memory_order_relaxed),
@@ -611,4 +612,17 @@ void ext_test_set_version(struct extstore *e, uint32_t page, uint32_t version)
     pthread_mutex_lock(&e->lock);
     if (page < e->npages) atomic_store(&e->pages[page].version, version & EXT_VERSION_MASK);
     pthread_mutex_unlock(&e->lock);
+}
+
+bool ext_page_info(struct extstore *e, uint32_t page, struct ext_page_info *out)
+{
+    pthread_mutex_lock(&e->lock);
+    bool ok = page < e->npages;
+    if (ok) {
+        const struct page *p = &e->pages[page];
+        *out = (struct ext_page_info){ atomic_load_explicit(&p->version, memory_order_relaxed), p->live_bytes,
+                                       p->bucket, p->is_free };
+    }
+    pthread_mutex_unlock(&e->lock);
+    return ok;
 }

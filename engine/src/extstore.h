@@ -110,6 +110,7 @@ struct ext_stats {
     _Atomic uint64_t miss_stale, miss_badcrc, miss_short, miss_ioerr;
     _Atomic uint64_t pages_evicted, objects_evicted, bytes_evicted;   /* page eviction */
     _Atomic uint64_t pages_compacted;
+    _Atomic uint64_t page_allocs;                /* pages handed to a bucket, free or evicted */
     _Atomic uint64_t objects_used, bytes_used;   /* live records (written, not deleted or dropped) */
     _Atomic uint64_t bytes_fragmented;           /* deleted records still on a page */
     _Atomic uint64_t pages_free, pages_open;
@@ -170,6 +171,10 @@ static inline uint64_t ext_record_size(uint32_t nkey, uint32_t nval)
 }
 
 const struct ext_stats *ext_get_stats(const struct extstore *e);
+
+/* One page as `stats extstore` shows it; false past the last page. */
+struct ext_page_info { uint32_t version; uint64_t live_bytes; int bucket; bool free; };
+bool ext_page_info(struct extstore *e, uint32_t page, struct ext_page_info *out);
 
 /* Unit tests only: the version rollover, without 2^20 page reuses. */
 void ext_test_set_version(struct extstore *e, uint32_t page, uint32_t version);

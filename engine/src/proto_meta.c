@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "conn.h"
+#include "ext_io.h"
 #include "proto_parser.h"
 #include "proto_reply.h"
 
@@ -138,6 +139,20 @@ static void process_mg(struct conn *c, struct request *r)
     if (!want_value) {
         if (v.ref) item_view_release(w->st, &v);
         c->out.len += (size_t)(p - base);
+        return;
+    }
+    if (v.on_disk) {
+        /* a failed read answers as a miss would (EN with the echoed flags) */
+        char miss[2048];
+        size_t nmiss = 0;
+        if (!r->meta.quiet && flags_room(r) + 4 <= sizeof miss) {
+            char *m = miss;
+            memcpy(m, "EN", 2); m += 2;
+            for (int i = 0; i < r->meta.nflags; i++) m = echo_common(m, r, r->meta.flags[i].flag, KEY_AS_SENT);
+            *m++ = '\r'; *m++ = '\n';
+            nmiss = (size_t)(m - miss);
+        }
+        ext_io_value(c, base, (size_t)(p - base), miss, nmiss, r->key, r->nkey, &v);
         return;
     }
     out_value(c, p, &v);

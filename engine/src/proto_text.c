@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "conn.h"
+#include "ext_io.h"
 #include "proto.h"
 #include "proto_parser.h"
 #include "proto_reply.h"
@@ -55,6 +56,11 @@ static void emit_value(struct conn *c, const char *key, uint32_t nkey,
     p = u64_to_str(p, v.nbytes);
     if (with_cas) { *p++ = ' '; p = u64_to_str(p, v.cas); }
     *p++ = '\r'; *p++ = '\n';
+    if (v.on_disk) {
+        /* a failed read drops the VALUE, as memcached does */
+        ext_io_value(c, base, (size_t)(p - base), "", 0, key, nkey, &v);
+        return;
+    }
     out_value(c, p, &v);
 }
 
