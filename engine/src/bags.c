@@ -596,6 +596,8 @@ unsigned bags_ext_candidates(int clsid, struct ext_candidate *out, unsigned max,
             if (!item_is_live(it, now) || item_nbytes(it) < min_bytes) continue;
             rel_time_t last = atomic_load_explicit(&it->time, memory_order_relaxed);
             if (!any_age && (now < last || now - last < min_age)) continue;
+            /* read since it entered this bag: not cold (eviction's second chance) */
+            if ((atomic_load_explicit(&it->bag, memory_order_relaxed) & ITEM_BAG_MASK) != b->id) continue;
             out[n].it = it;
             out[n].nkey = (uint8_t)item_nkey(it);
             memcpy(out[n].key, item_key(it), out[n].nkey);

@@ -14,10 +14,14 @@
  * thread; append/prepend/incr/decr first bring the value back to RAM here.
  *
  * Which items: the flusher wakes every 100 ms, and at once when a store had
- * to evict (ext_note_pressure). It takes the coldest items (the oldest bags)
- * of the classes that can hold a value of ext_item_size or more: any age
- * under memory pressure, else only those idle ext_item_age seconds (the
- * default, UINT32_MAX, means pressure only, as memcached). Items whose TTL
+ * to evict (ext_note_pressure). Memory is short once all but a reserve of
+ * slab pages (5%, at least 2) are handed out: from then on a store may have
+ * to evict, and a large value is worth more on disk than evicted. It then
+ * takes the coldest items (the oldest bags, items not read since they were
+ * bagged) of the classes that can hold a value of ext_item_size or more, in
+ * rounds until no candidate is left; with memory to spare it moves only
+ * items idle ext_item_age seconds (the default, UINT32_MAX, means pressure
+ * only, as memcached). Items whose TTL
  * left is under ext_low_ttl go to the low-TTL bucket, so their pages empty
  * out together. When the disk is full extstore.c evicts its oldest page; the
  * stubs into it read as misses from then on.
@@ -151,11 +155,20 @@ static bool flush_one(storage_thread *t, const struct ext_candidate *c)
     return true;
 }
 
+/* Memory is nearly all handed out: from here on a store may have to evict,
+ * so the coldest large values leave first. The reserve is what the store
+ * path can still take from free pages meanwhile. */
+static bool memory_low(void)
+{
+    size_t max = slabs_pages_max(), reserve = max / 20 > 2 ? max / 20 : 2;
+    return slabs_pages_used() + reserve >= max;
+}
+
 static bool flusher_pass(void *arg)
 {
     (void)arg;
     static struct ext_candidate cands[FLUSH_BATCH];
-    bool pressed = atomic_exchange_explicit(&pressure, false, memory_order_relaxed);
+    bool pressed = atomic_exchange_explicit(&pressure, false, memory_order_relaxed) || memory_low();
     bool aged = g_x.item_age != UINT32_MAX;
     unsigned flushed = 0;
     if (pressed || aged) {
@@ -171,12 +184,11 @@ static bool flusher_pass(void *arg)
     }
     if (!flushed) {
         /* idle: what is buffered reaches the disk (reads of it are served
-         * from the buffer meanwhile, so this is about durability of pages
-         * for eviction order, not correctness) */
+         * from the buffer meanwhile) */
         for (int b = 0; b < EXT_BUCKETS; b++) ext_flush(g_ext, (enum ext_bucket)b);
     }
-    /* another round at once while a store keeps evicting */
-    return flushed > 0 && atomic_load_explicit(&pressure, memory_order_relaxed);
+    /* another round at once while memory stays short */
+    return flushed > 0 && pressed;
 }
 
 /* ---- bringing values back ---------------------------------------------- */
@@ -290,7 +302,10 @@ int storage_ext_start(const struct ext_settings *x)
     g_x = *x;
     struct ext_file_spec files[EXT_PATHS_MAX];
     for (unsigned i = 0; i < x->npaths; i++) files[i] = (struct ext_file_spec){ x->paths[i], x->sizes[i] };
-    struct ext_conf conf = { .page_size = x->page_size, .wbuf_size = x->wbuf_size, .direct_io = true };
+    /* a page starts with its header block: a buffer as large as the page
+     * (memcached allows it) is cut to what fits behind it */
+    uint64_t wbuf = x->wbuf_size < x->page_size - EXT_PAGE_HEADER ? x->wbuf_size : x->page_size - EXT_PAGE_HEADER;
+    struct ext_conf conf = { .page_size = x->page_size, .wbuf_size = wbuf, .direct_io = true };
     char err[512];
     g_ext = ext_open(files, x->npaths, &conf, err, sizeof err);
     if (!g_ext && strstr(err, "O_DIRECT")) {

@@ -206,7 +206,7 @@ static item *find_live_locked(const char *key, size_t nkey, uint32_t hv, struct 
 
 /* ---- allocation ---- */
 
-static item *alloc_chunk(storage_thread *t, int clsid, enum store_result *err)
+static item *alloc_chunk(storage_thread *t, int clsid, bool prefer_page, enum store_result *err)
 {
     /* memcached's order: a free chunk, a new page, the class's own dead or
      * expired items, its oldest live items (unless -M); and, when the class
@@ -216,6 +216,10 @@ static item *alloc_chunk(storage_thread *t, int clsid, enum store_result *err)
     for (int round = 0; round < 8; round++) {
         item *it = slabs_alloc_chunk(clsid);
         if (it) return it;
+        /* an extstore stub: evicting another stub of its class would lose a
+         * value already on disk for a few dozen bytes; a page from another
+         * class costs a few large values instead, and holds thousands */
+        if (prefer_page && round == 0 && slabs_acquire_page(clsid)) continue;
         ext_note_pressure();   /* extstore: move cold values out before the next store must evict */
         if (bags_evict(t, clsid) > 0) continue;
         if (!slabs_acquire_page(clsid)) break;
@@ -312,7 +316,7 @@ static bool alloc_chain(storage_thread *t, item *head, const struct shape *sh, e
         bool last = i + 1 == sh->nchunks;
         size_t len = last ? sh->last_chunk : cap;
         int cls = last ? slabs_clsid(ITEM_HDR + len) : top;
-        item *c = cls ? alloc_chunk(t, cls, err) : NULL;
+        item *c = cls ? alloc_chunk(t, cls, false, err) : NULL;
         if (!c) {
             for (uint32_t j = 0; j < i; j++) slabs_free_chunk(handle_item(item_chain_handle(head, j)));
             return false;
@@ -340,7 +344,7 @@ item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t clien
     if (exptime) layout |= ITEM_HAS_EXPTIME;
     struct shape sh;
     if (!plan_shape(nkey, nbytes, layout, &sh)) { if (err) *err = STORE_TOO_LARGE; return NULL; }
-    item *it = alloc_chunk(t, sh.clsid, err);
+    item *it = alloc_chunk(t, sh.clsid, (sh.layout & ITEM_ON_DISK) != 0, err);
     if (!it) return NULL;
     atomic_store_explicit(&it->h_next, 0, memory_order_relaxed);
     atomic_store_explicit(&it->lru_next, 0, memory_order_relaxed);

@@ -839,9 +839,9 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
     }
     if (s->ext.npaths) {
         struct ext_settings *x = &s->ext;
-        if (x->wbuf_size > x->page_size / 2) {
-            fprintf(err, "cachetd: -o ext_wbuf_size (%llu MB) must be at most half of ext_page_size (%llu MB)\n",
-                    (unsigned long long)(x->wbuf_size >> 20), (unsigned long long)(x->page_size >> 20));
+        if (x->page_size % x->wbuf_size) {   /* memcached's rule and words */
+            fprintf(err, "cachetd: -o ext_page_size=%llu,ext_wbuf_size=%llu: page_size must be divisible by wbuf_size\n",
+                    (unsigned long long)(x->page_size >> 20), (unsigned long long)(x->wbuf_size >> 20));
             return EX_USAGE_CODE;
         }
         uint64_t pages = 0;

@@ -1,0 +1,369 @@
+"""Extstore: values of large cold items on a local disk (-o ext_path=FILE:SIZE).
+
+What a user of memcached 1.6.45's extstore relies on, checked from outside:
+values that no longer fit in -m come back from disk, byte for byte, or are a
+miss, never a wrong value; every command behaves on a disk-resident item as
+with its value in RAM; a multi-get mixing RAM and disk answers in request
+order; a bad ext_path stops the start; damage to the file is a counted miss.
+
+Items reach the disk the ways memcached puts them there: the churn test
+writes far more than -m holds, so the coldest large values move out under
+memory pressure; the others start with ext_item_age=1, so idle items move out
+within seconds, wait until `stats` says they were written, and check with
+get_extstore that each was read from disk. (Under a burst of stores memcached
+evicts its oldest items rather than writing them out, so the tests that need
+particular keys on disk do not rely on churn.)
+All of it runs against memcached 1.6.45 as well (CACHETD=<its path>), except
+the exit code of a refused start (memcached exits 1, cachetd 64).
+"""
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import CACHETD, IS_MEMCACHED, Conn, next_free_port
+
+FILLER_VALUE = 4096
+PAGE_MB = 4
+
+
+def start_ext(start_server, tmp_path, size="512m", extra_opts=""):
+    path = tmp_path / "extstore"
+    opts = f"ext_path={path}:{size},ext_item_size=512,ext_page_size={PAGE_MB},ext_wbuf_size=2"
+    if extra_opts:
+        opts += "," + extra_opts
+    srv = start_server("-m", "64", "-o", opts)
+    srv.ext_file = path
+    return srv
+
+
+def fill(c, count, prefix="fill", size=FILLER_VALUE, batch=100):
+    """Stores `count` values of `size` bytes, pipelined in batches, each reply read."""
+    for start in range(0, count, batch):
+        n = min(batch, count - start)
+        c.send(b"".join(b"set %s%d 0 0 %d\r\n" % (prefix.encode(), i, size) + value_of(prefix, i, size) + b"\r\n"
+                        for i in range(start, start + n)))
+        for _ in range(n):
+            line = c.line()
+            assert line == b"STORED", line
+
+
+def value_of(prefix, i, size):
+    unit = b"%s:%08d|" % (prefix.encode(), i)
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def stat(c, name, sub=""):
+    return int(float(c.stats(sub)[name]))
+
+
+def push_to_disk(c, mb=160):
+    """Writes `mb` MB of filler (more than -m 64 holds) so older large values go to disk."""
+    fill(c, mb * 1024 * 1024 // FILLER_VALUE)
+    # the flusher's last records reach the file once it is idle
+    time.sleep(0.5)
+
+
+def wait_written(c, n, seconds=20.0):
+    """Polls until at least n objects were written to disk (ext_item_age=1 moves idle items)."""
+    deadline = time.monotonic() + seconds
+    while stat(c, "extstore_objects_written") < n:
+        assert time.monotonic() < deadline, f"fewer than {n} objects reached extstore in {seconds}s"
+        time.sleep(0.2)
+    time.sleep(0.3)
+
+
+def get_one(c, key, verb="get"):
+    vals = c.values(f"{verb} {key}")
+    return vals.get(key)
+
+
+# ---- round trip under churn --------------------------------------------------
+
+def test_values_beyond_memory_come_back_from_disk_or_miss_never_wrong(start_server, tmp_path):
+    srv = start_ext(start_server, tmp_path)
+    with srv.conn() as c:
+        n = 40000   # 160 MB of 4 KB values through -m 64
+        fill(c, n, prefix="churn")
+        time.sleep(0.5)
+        assert stat(c, "extstore_objects_written") > 0
+        hits = wrong = 0
+        for i in range(0, n, 13):
+            key = f"churn{i}"
+            got = get_one(c, key)
+            if got is None:
+                continue
+            if got != (0, value_of("churn", i, FILLER_VALUE), None):
+                wrong += 1
+            hits += 1
+        assert wrong == 0
+        st = c.stats()
+        # more came back than -m alone could hold: some of it from disk
+        assert int(st["get_extstore"]) > 0 and int(st["extstore_objects_read"]) > 0, st
+        assert int(st["extstore_bytes_read"]) > 0
+        assert hits > 0
+    srv.check_healthy()
+
+
+def test_stats_extstore_lists_pages_and_settings(start_server, tmp_path):
+    srv = start_ext(start_server, tmp_path, size="64m")
+    with srv.conn() as c:
+        pages = c.stats("extstore")
+        assert "0:version" in pages and f"{64 // PAGE_MB - 1}:version" in pages
+        st = c.stats()
+        assert int(st["extstore_limit_maxbytes"]) == 64 << 20
+        assert int(st["extstore_pages_free"]) == 64 // PAGE_MB
+        settings = c.stats("settings")
+        assert settings["ext_item_size"] == "512"
+        assert settings["ext_wbuf_size"] == str(2 << 20)
+
+
+# ---- every command on a disk-resident item -------------------------------------
+
+BIG = FILLER_VALUE   # goes to disk (>= ext_item_size); the filler's slab class, so it is the coldest there
+
+
+def big(tag):
+    return (tag.encode() + b"-") * (BIG // (len(tag) + 1)) + b"#" * (BIG % (len(tag) + 1))
+
+
+def store_targets(c, keys, flags=5):
+    for k in keys:
+        assert c.store("set", k, big(k), flags=flags) == b"STORED"
+
+
+def assert_on_disk(c, keys):
+    """Reads each key once and checks the read went to disk (get_extstore grew)."""
+    for k in keys:
+        before = stat(c, "get_extstore")
+        got = get_one(c, k)
+        assert got is not None and got[1] == big(k), f"{k}: {got!r:.80}"
+        assert stat(c, "get_extstore") == before + 1, f"{k} was not read from disk"
+
+
+def test_every_command_on_a_disk_resident_item(start_server, tmp_path):
+    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1")
+    keys = [f"t_{name}" for name in ("get", "gets", "gat", "gats", "mg",
+                                      "cas", "casbad", "touch", "delete", "md", "ms", "replace", "add",
+                                      "mgnov", "mgq")]
+    with srv.conn() as c:
+        store_targets(c, keys)
+        wait_written(c, len(keys))
+        assert_on_disk(c, keys)
+
+        assert get_one(c, "t_get") == (5, big("t_get"), None)
+        flags, data, cas = get_one(c, "t_gets", "gets")
+        assert (flags, data) == (5, big("t_gets")) and cas
+        assert c.values("gat 100 t_gat") == {"t_gat": (5, big("t_gat"), None)}
+        got = c.values("gats 100 t_gats")["t_gats"]
+        assert got[:2] == (5, big("t_gats")) and got[2]
+        assert c.cmd("mg t_mg t") == b"HD t-1"
+        assert c.cmd("mg t_gat t") == b"HD t100" or c.cmd("mg t_gat t") == b"HD t99"
+        # mg with the value, flags, size, key echoed and opaque
+        c.send(b"mg t_mg v f s k Oabc\r\n")
+        assert c.line() == b"VA %d f5 s%d kt_mg Oabc" % (BIG, BIG)
+        assert c.exact(BIG + 2) == big("t_mg") + b"\r\n"
+        # metadata only: no disk read needed, same answer
+        assert c.cmd("mg t_mgnov s f") == b"HD s%d f5" % BIG
+        c.send(b"mg t_mgq v q\r\nmn\r\n")
+        assert c.line() == b"VA %d" % BIG
+        assert c.exact(BIG + 2) == big("t_mgq") + b"\r\n"
+        assert c.line() == b"MN"
+        # cas compares with the CAS the item kept when its value moved
+        c.send(b"gets t_cas\r\n")
+        cas = c.read_values()["t_cas"][2]
+        assert c.store("cas", "t_cas", b"new", extra=str(cas)) == b"STORED"
+        assert get_one(c, "t_cas") == (0, b"new", None)
+        assert c.store("cas", "t_casbad", b"new", extra=str(cas + 1000000)) == b"EXISTS"
+        assert get_one(c, "t_casbad") == (5, big("t_casbad"), None)
+        # touch, delete, md, replace, add, ms need no value
+        assert c.cmd("touch t_touch 100") == b"TOUCHED"
+        c.send(b"mg t_touch t v\r\n")
+        head = c.line()
+        assert head.startswith(b"VA %d t" % BIG) and 98 <= int(head.split()[2][1:]) <= 100, head
+        assert c.exact(BIG + 2) == big("t_touch") + b"\r\n"
+        assert get_one(c, "t_touch") == (5, big("t_touch"), None)
+        assert c.cmd("delete t_delete") == b"DELETED"
+        assert get_one(c, "t_delete") is None
+        assert c.cmd("md t_md") == b"HD"
+        assert get_one(c, "t_md") is None
+        assert c.store("replace", "t_replace", b"r") == b"STORED"
+        assert get_one(c, "t_replace") == (0, b"r", None)
+        assert c.store("add", "t_add", b"a") == b"NOT_STORED"
+        assert get_one(c, "t_add") == (5, big("t_add"), None)
+        c.send(b"ms t_ms 2\r\nxy\r\n")
+        assert c.line() == b"HD"
+        assert get_one(c, "t_ms") == (0, b"xy", None)
+    srv.check_healthy()
+
+
+@pytest.mark.cachetd_only(reason="memcached 1.6.45 answers NOT_STORED to append/prepend and 'non-numeric "
+                                 "value' to incr/decr/ma when the value is on disk; cachetd reads it back first, "
+                                 "so the client sees what it would with the value in RAM")
+def test_commands_that_need_the_value_on_a_disk_resident_item(start_server, tmp_path):
+    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1")
+    keys = ["t_append", "t_prepend"]
+    with srv.conn() as c:
+        store_targets(c, keys)
+        c.store("set", "t_incr", b"12" + b" " * (BIG - 2), flags=5)
+        c.store("set", "t_decr", b"12" + b" " * (BIG - 2), flags=5)
+        c.store("set", "t_ma", b"40" + b" " * (BIG - 2), flags=5)
+        wait_written(c, len(keys) + 3)
+        assert_on_disk(c, keys)
+        for k in ("t_incr", "t_decr", "t_ma"):
+            before = stat(c, "get_extstore")
+            assert get_one(c, k) is not None
+            assert stat(c, "get_extstore") == before + 1
+        # append / prepend combine with the value on disk
+        assert c.store("append", "t_append", b"+tail") == b"STORED"
+        assert get_one(c, "t_append") == (5, big("t_append") + b"+tail", None)
+        assert c.store("prepend", "t_prepend", b"head+") == b"STORED"
+        assert get_one(c, "t_prepend") == (5, b"head+" + big("t_prepend"), None)
+        # incr / decr / ma on a number padded past ext_item_size
+        assert c.cmd("incr t_incr 5") == b"17"
+        assert get_one(c, "t_incr") == (5, b"17" + b" " * (BIG - 2), None)
+        assert c.cmd("decr t_decr 2") == b"10"
+        assert get_one(c, "t_decr") == (5, b"10" + b" " * (BIG - 2), None)
+        c.send(b"ma t_ma v D2\r\n")
+        assert c.line() == b"VA 2"
+        assert c.exact(4) == b"42\r\n"
+        assert stat(c, "miss_from_extstore") == 0
+    srv.check_healthy()
+
+
+# ---- multi-get mixing RAM and disk -----------------------------------------------
+
+def test_multiget_mixing_ram_and_disk_answers_in_request_order(start_server, tmp_path):
+    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1")
+    disk = [f"d{i}" for i in range(6)]
+    with srv.conn() as c:
+        store_targets(c, disk, flags=0)
+        wait_written(c, len(disk))
+        assert_on_disk(c, disk[:1])
+        ram = [f"r{i}" for i in range(6)]
+        for k in ram:
+            assert c.store("set", k, k * 3) == b"STORED"
+        order = []
+        for d, r in zip(disk, ram):
+            order += [d, r]
+        order.insert(3, "missing-key")
+        before = stat(c, "get_extstore")
+        c.send(("get " + " ".join(order) + "\r\n").encode())
+        seen = []
+        while True:
+            head = c.line()
+            if head == b"END":
+                break
+            _, key, _flags, n = head.split()
+            data = c.exact(int(n))
+            assert c.exact(2) == b"\r\n"
+            seen.append(key.decode())
+            want = big(key.decode()) if key.decode() in disk else key * 3
+            assert data == want
+        assert seen == [k for k in order if k != "missing-key"]
+        assert stat(c, "get_extstore") >= before + len(disk) - 1
+        # the same through pipelined meta gets
+        c.send(b"".join(b"mg %s v k\r\n" % k.encode() for k in order) + b"mn\r\n")
+        for k in order:
+            head = c.line()
+            if k == "missing-key":
+                assert head == b"EN kmissing-key"
+                continue
+            want = big(k) if k in disk else k.encode() * 3
+            assert head == b"VA %d k%s" % (len(want), k.encode())
+            assert c.exact(len(want) + 2) == want + b"\r\n"
+        assert c.line() == b"MN"
+    srv.check_healthy()
+
+
+# ---- a bad ext_path stops the start ------------------------------------------------
+
+def run_cachetd(*args):
+    argv = [CACHETD, "-p", str(next_free_port()), "-l", "127.0.0.1", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=20)
+
+
+@pytest.mark.cachetd_only(reason="memcached exits 1 on these; cachetd's usage errors are 64")
+@pytest.mark.parametrize("path,why", [
+    ("{tmp}/no-such-dir/extstore:64m", "No such file or directory"),
+    ("{tmp}/extstore", "must supply size"),
+    ("{tmp}/extstore:1x", "must supply size"),
+    ("{tmp}/extstore:4m", "fewer than 2 pages"),
+    ("{tmp}:64m", "Is a directory"),
+])
+def test_bad_ext_path_exits_64_with_a_message(tmp_path, path, why):
+    proc = run_cachetd("-o", "ext_path=" + path.format(tmp=tmp_path) + ",ext_page_size=4")
+    assert proc.returncode == 64, (proc.returncode, proc.stderr)
+    assert why in proc.stderr and "ext_path" in proc.stderr, proc.stderr
+
+
+@pytest.mark.cachetd_only(reason="memcached exits 1 (or crashes on ext_page_size=0)")
+@pytest.mark.parametrize("opt", ["ext_page_size=0", "ext_wbuf_size=x", "ext_threads=0", "ext_item_size=-1",
+                                 "ext_max_frag=2", "ext_recache_rate=abc", "ext_page_size=4,ext_wbuf_size=8"])
+def test_bad_ext_values_exit_64(tmp_path, opt):
+    proc = run_cachetd("-o", f"ext_path={tmp_path}/e:64m,{opt}")
+    assert proc.returncode == 64, (proc.returncode, proc.stderr)
+    assert "ext_" in proc.stderr
+
+
+def test_restart_starts_empty(start_server, tmp_path):
+    srv = start_ext(start_server, tmp_path, size="64m")
+    with srv.conn() as c:
+        assert c.store("set", "k", big("k")) == b"STORED"
+    srv.expect_exit = True
+    assert srv.stop() is None
+    srv2 = start_ext(start_server, tmp_path, size="64m")
+    with srv2.conn() as c:
+        assert get_one(c, "k") is None
+        if not IS_MEMCACHED:   # memcached leaves the file sparse; cachetd reserves it at start
+            assert os.path.getsize(srv2.ext_file) == 64 << 20
+
+
+# ---- a damaged file: misses, counted; never a wrong value ---------------------------
+
+def test_corrupted_file_gives_counted_misses_never_wrong_values(start_server, tmp_path):
+    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1")
+    keys = [f"c{i}" for i in range(200)]
+    with srv.conn() as c:
+        store_targets(c, keys, flags=0)
+        wait_written(c, len(keys))
+        # more records behind them, so their write buffers surely reached the file
+        fill(c, 4 * 1024 * 1024 // FILLER_VALUE)
+        wait_written(c, len(keys) + 4 * 1024 * 1024 // FILLER_VALUE)
+        # flip a byte in every 512 bytes of every block written so far
+        with open(srv.ext_file, "r+b") as f:
+            size = os.path.getsize(srv.ext_file)
+            off = 0
+            while off < size:
+                f.seek(off)
+                block = bytearray(f.read(1 << 20))
+                if not block:
+                    break
+                if any(block[:4096]) or any(block):
+                    for i in range(256, len(block), 512):
+                        block[i] ^= 0x5A
+                    f.seek(off)
+                    f.write(block)
+                off += 1 << 20
+            f.flush()
+            os.fsync(f.fileno())
+        before = c.stats()
+        right = misses = 0
+        for k in keys:
+            got = get_one(c, k)
+            if got is None:
+                misses += 1
+            else:
+                assert got == (0, big(k), None), f"{k}: wrong value {got[1][:60]!r}"
+                right += 1
+        after = c.stats()
+        assert misses > 0
+        counted = (int(after["miss_from_extstore"]) - int(before["miss_from_extstore"])) + \
+                  (int(after["badcrc_from_extstore"]) - int(before["badcrc_from_extstore"]))
+        assert counted > 0, (before, after)
+        # a damaged item stays a miss (its RAM stub is gone), it does not come back wrong
+        for k in keys:
+            got = get_one(c, k)
+            assert got is None or got == (0, big(k), None)
+    srv.check_healthy()
