@@ -422,8 +422,13 @@ static enum ext_read_result record_check(const char *rec, const struct ext_locat
     return EXT_HIT;
 }
 
+/* Each reading thread keeps one aligned buffer for O_DIRECT reads, freed
+ * when the thread exits (the key's destructor). */
 static _Thread_local char *read_buf;
 static _Thread_local size_t read_cap;
+static pthread_key_t read_buf_key;
+static pthread_once_t read_buf_once = PTHREAD_ONCE_INIT;
+static void read_buf_key_init(void) { pthread_key_create(&read_buf_key, free); }
 
 static enum ext_read_result count(struct extstore *e, enum ext_read_result r, uint32_t nbytes)
 {
@@ -473,8 +478,11 @@ enum ext_read_result ext_read(struct extstore *e, const struct ext_locator *loc,
         free(read_buf);
         read_buf = NULL;
         read_cap = 0;
+        pthread_once(&read_buf_once, read_buf_key_init);
+        pthread_setspecific(read_buf_key, NULL);
         if (posix_memalign((void **)&read_buf, EXT_ALIGN, len)) return count(e, EXT_MISS_IOERR, 0);
         read_cap = len;
+        pthread_setspecific(read_buf_key, read_buf);
     }
     uint64_t got = 0;
     while (got < len) {
