@@ -106,20 +106,24 @@ void ext_io_stop(void)
     }
 }
 
-void ext_io_value(struct conn *c, const char *hd, size_t nhead, const char *miss, size_t nmiss,
+bool ext_io_value(struct conn *c, const char *hd, size_t nhead, const char *miss, size_t nmiss,
                   const char *key, uint32_t nkey, const struct item_view *v)
 {
-    storage_ext_count_get();
     struct reply_spec spec = { .head = hd, .nhead = nhead, .tail = "\r\n", .ntail = 2,
                                .miss = miss, .nmiss = nmiss, .max_bytes = v->nbytes };
     struct job *j = nthreads ? malloc(sizeof *j) : NULL;
     struct reply_handle *h = j ? reply_defer(c, &spec) : NULL;
     if (!h) {
         free(j);
+        /* "no slot now" is never a miss: with output queued the request
+         * waits for it to drain and asks again; with nothing to wait for
+         * the reply fails (SERVER_ERROR), as a RAM value without room does */
+        if (nthreads && out_can_wait(c)) return false;
         storage_ext_count_oom();
-        if (nmiss) out_add(c, miss, nmiss);
-        return;
+        c->out.failed = true;
+        return true;
     }
+    storage_ext_count_get();
     j->next = NULL;
     j->h = h;
     j->v = *v;
@@ -131,4 +135,5 @@ void ext_io_value(struct conn *c, const char *hd, size_t nhead, const char *miss
     tail = j;
     pthread_mutex_unlock(&lock);
     bgthread_wake(&threads[atomic_fetch_add_explicit(&next_thread, 1, memory_order_relaxed) % nthreads].bg);
+    return true;
 }

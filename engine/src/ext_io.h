@@ -24,9 +24,12 @@ void ext_io_stop(void);
 
 /* Worker thread, for a hit whose view is on disk (v->on_disk): queues the
  * reply "head, value, \r\n" (or `miss` if the read fails) in request order.
- * When no slot can be had the reply is the miss (get_oom_extstore), as
- * memcached does when it cannot allocate its IO object. */
-void ext_io_value(struct conn *c, const char *head, size_t nhead, const char *miss, size_t nmiss,
+ * A disk value is never answered as a miss for want of a slot: false means
+ * nothing was queued and the connection has output to wait for, so the
+ * caller stops before this key and asks again once slots drain (its get
+ * counters then count the key twice). With nothing to wait for the reply
+ * fails (`failed`, get_oom_extstore): SERVER_ERROR, as for a RAM value. */
+bool ext_io_value(struct conn *c, const char *head, size_t nhead, const char *miss, size_t nmiss,
                   const char *key, uint32_t nkey, const struct item_view *v);
 
 #endif
