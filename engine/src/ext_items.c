@@ -14,9 +14,10 @@
  * thread; append/prepend/incr/decr first bring the value back to RAM here.
  *
  * Which items: the flusher wakes every 100 ms, and at once when a store had
- * to evict (ext_note_pressure). Memory is short once all but a reserve of
- * slab pages (5%, at least 2) are handed out: from then on a store may have
- * to evict, and a large value is worth more on disk than evicted. It then
+ * to evict (ext_note_pressure). Memory is short once a class that holds
+ * large values has less than a page's worth of free chunks and no unused
+ * page is left (memory_low): the next stores there may have to evict, and a
+ * large value is worth more on disk than evicted. It then
  * takes the coldest items (the oldest bags, items not read since they were
  * bagged) of the classes that can hold a value of ext_item_size or more, in
  * rounds until no candidate is left; with memory to spare it moves only
@@ -155,13 +156,27 @@ static bool flush_one(storage_thread *t, const struct ext_candidate *c)
     return true;
 }
 
-/* Memory is nearly all handed out: from here on a store may have to evict,
- * so the coldest large values leave first. The reserve is what the store
- * path can still take from free pages meanwhile. */
+/* Memory is short for large values: the classes that hold them have less
+ * than a page's worth of free chunks left and no page was never handed out.
+ * Slab pages never return to the free pool, so "pages used" stays at the
+ * maximum once the cache has filled and says nothing; free chunks in these
+ * classes come back as the flusher moves values out, so pressure clears
+ * once the reserve is back (memcached: ext_free_memchunks). An eviction
+ * (ext_note_pressure) also counts, for the pass that follows it. */
 static bool memory_low(void)
 {
-    size_t max = slabs_pages_max(), reserve = max / 20 > 2 ? max / 20 : 2;
-    return slabs_pages_used() + reserve >= max;
+    if (slabs_pages_unused() >= 2) return false;
+    uint64_t page = slabs_page_size();
+    unsigned n = slabs_class_count();
+    for (unsigned c = 1; c <= n; c++) {
+        if (g_class_size[c] < ITEM_HDR + g_x.item_size && c != n) continue;
+        uint64_t pages = slabs_class_pages((int)c);
+        if (!pages) continue;
+        /* a class of a few pages keeps an eighth of them free, not a page */
+        uint64_t reserve = pages * page / 8 < page ? pages * page / 8 : page;
+        if (slabs_class_free_bytes((int)c) < reserve) return true;
+    }
+    return false;
 }
 
 static bool flusher_pass(void *arg)

@@ -351,6 +351,8 @@ size_t slabs_chunk_max(void);                    /* largest class: longer items 
 size_t slabs_page_size(void);
 size_t slabs_pages_max(void);
 size_t slabs_pages_used(void);
+size_t slabs_pages_unused(void);                 /* pages never handed to a class */
+uint64_t slabs_class_free_bytes(int clsid);      /* free list + rest of the page being carved; takes the class lock */
 unsigned slabs_class_pages(int clsid);
 /* One background balancing pass: returns true if a page changed class
  * (tests call it directly). */

@@ -119,6 +119,28 @@ def test_stats_extstore_lists_pages_and_settings(start_server, tmp_path):
         assert settings["ext_wbuf_size"] == str(2 << 20)
 
 
+@pytest.mark.cachetd_only(reason="memcached's flusher policy differs (it recaches on the second hit)")
+def test_after_the_cache_filled_once_a_hot_set_stays_in_ram(start_server, tmp_path):
+    """Memory pressure must clear once the flusher has made room: after a
+    fill that pushed values to disk, large values set afterwards and read
+    over and over are not moved out (each disk read would grow get_extstore)."""
+    srv = start_ext(start_server, tmp_path)
+    with srv.conn() as c:
+        push_to_disk(c)
+        assert stat(c, "extstore_objects_written") > 0
+        hot = [f"hot{i}" for i in range(20)]
+        store_targets(c, hot)
+        time.sleep(1.5)   # 15 flusher periods
+        before = stat(c, "get_extstore")
+        for _ in range(5):
+            for k in hot:
+                got = get_one(c, k)
+                assert got is not None and got[1] == big(k), k
+            time.sleep(0.3)
+        assert stat(c, "get_extstore") == before, "the hot set was read from disk"
+    srv.check_healthy()
+
+
 # ---- every command on a disk-resident item -------------------------------------
 
 BIG = FILLER_VALUE   # goes to disk (>= ext_item_size); the filler's slab class, so it is the coldest there
