@@ -232,8 +232,10 @@ static void count_failure(enum ext_read_result r)
     if (r == EXT_MISS_BADCRC) atomic_fetch_add_explicit(&badcrc_n, 1, memory_order_relaxed);
 }
 
+enum relink_result { RELINK_OK, RELINK_CHANGED, RELINK_NOMEM };
+
 /* Replaces the key's stub (if unchanged) by an item holding val. */
-static bool relink(storage_thread *t, const char *key, size_t nkey, const uint8_t loc[12],
+static enum relink_result relink(storage_thread *t, const char *key, size_t nkey, const uint8_t loc[12],
                    const char *val, uint32_t nbytes)
 {
     uint32_t hv = hash_key(key, nkey);
@@ -242,9 +244,9 @@ static bool relink(storage_thread *t, const char *key, size_t nkey, const uint8_
     uint32_t cflags = stub ? item_cflags(stub) : 0;
     uint8_t keybin = stub ? (item_layout(stub) & ITEM_KEY_BINARY) : 0;
     stripe_unlock(hv);
-    if (!stub) return false;
+    if (!stub) return RELINK_CHANGED;
     item *fresh = alloc_item(t, key, nkey, cflags, 0, nbytes, (uint8_t)(ITEM_HAS_EXPTIME | keybin), NULL);
-    if (!fresh) return false;
+    if (!fresh) return RELINK_NOMEM;
     for (size_t off = 0; off < nbytes;) {
         size_t len;
         char *dst = item_value_span(fresh, off, &len);
@@ -260,11 +262,11 @@ static bool relink(storage_thread *t, const char *key, size_t nkey, const uint8_
         replace_locked(t, stub, fresh, hv, false);
         stripe_unlock(hv);
         enter_bag(t, fresh);
-        return true;
+        return RELINK_OK;
     }
     stripe_unlock(hv);
     item_discard(t, fresh);
-    return false;
+    return RELINK_CHANGED;
 }
 
 bool storage_ext_fetch(storage_thread *t, const char *key, size_t nkey, const struct item_view *v, char *buf)
@@ -279,12 +281,12 @@ bool storage_ext_fetch(storage_thread *t, const char *key, size_t nkey, const st
         return false;
     }
     uint64_t n = atomic_fetch_add_explicit(&hits_n, 1, memory_order_relaxed) + 1;
-    if (g_x.recache_rate && n % g_x.recache_rate == 0 && relink(t, key, nkey, v->ext_loc, buf, v->nbytes))
+    if (g_x.recache_rate && n % g_x.recache_rate == 0 && relink(t, key, nkey, v->ext_loc, buf, v->nbytes) == RELINK_OK)
         atomic_fetch_add_explicit(&recache_n, 1, memory_order_relaxed);
     return true;
 }
 
-void ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t hv)
+bool ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t hv)
 {
     stripe_lock(hv);
     item *it = assoc_find_locked(key, nkey, hv);
@@ -292,21 +294,25 @@ void ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t h
     bool disk = it && (item_layout(it) & ITEM_ON_DISK);
     if (disk) st = item_ext_stub(it);
     stripe_unlock(hv);
-    if (!disk || !g_ext) return;
+    if (!disk || !g_ext) return true;
     char *buf = malloc(st.nbytes ? st.nbytes : 1);
-    if (!buf) return;
+    if (!buf) return false;
     struct ext_locator loc;
     memcpy(&loc, st.loc, sizeof loc);
     enum ext_read_result r = ext_read(g_ext, &loc, key, (uint32_t)nkey, buf, st.nbytes);
+    bool ok = true;
     if (r != EXT_HIT) {
+        /* the value is gone: the item is a miss from now on */
         count_failure(r);
         drop_stub(key, nkey, st.loc);
-    } else if (!relink(t, key, nkey, st.loc, buf, st.nbytes)) {
-        /* no memory for the value, or the key changed meanwhile: the caller
-         * looks again; a stub that stays would make it loop, so drop it */
-        drop_stub(key, nkey, st.loc);
+    } else if (relink(t, key, nkey, st.loc, buf, st.nbytes) == RELINK_NOMEM) {
+        /* the data is intact on disk: keep the stub and say "no memory",
+         * as the same command on a RAM item does */
+        ok = false;
     }
+    /* RELINK_CHANGED: the key changed meanwhile, the caller looks again */
     free(buf);
+    return ok;
 }
 
 /* ---- lifecycle ---------------------------------------------------------- */

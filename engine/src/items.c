@@ -815,7 +815,7 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
             /* the value is on disk: bring it back to RAM first (a failed
              * read drops the item, as a miss), then combine as usual */
             stripe_unlock(hv);
-            ext_materialize(t, key, nkey, hv);
+            if (!ext_materialize(t, key, nkey, hv)) { res = STORE_NO_MEMORY; goto out; }
             continue;
         }
 
@@ -1038,7 +1038,7 @@ enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
         if (old && (item_layout(old) & ITEM_ON_DISK)) {
             stripe_unlock(hv);
             locked = false;
-            ext_materialize(t, key, nkey, hv);   /* see storage_store */
+            if (!ext_materialize(t, key, nkey, hv)) { res = ARITH_NO_MEMORY; goto out; }   /* see storage_store */
             continue;
         }
         if (!old) {

@@ -431,8 +431,9 @@ static inline struct ext_stub item_ext_stub(item *it)
 /* Stripe lock held: the stub leaves the table, its record is garbage now. */
 void ext_item_gone(item *it);
 /* No lock held: replaces the key's stub by the value read back from disk
- * (or unlinks it if the read fails). */
-void ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t hv);
+ * (or unlinks it if the read fails). False: no memory for the value; the
+ * stub is kept and the caller answers "out of memory". */
+bool ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t hv);
 /* Memory pressure seen by an evictor: wake the flusher. */
 void ext_note_pressure(void);
 

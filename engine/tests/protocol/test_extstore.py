@@ -337,6 +337,45 @@ def test_many_disk_values_in_one_get_and_pipelined_mg_all_come_back_in_order(sta
     srv.check_healthy()
 
 
+@pytest.mark.cachetd_only(reason="memcached answers NOT_STORED to append on a disk item whatever the memory")
+def test_append_on_a_disk_item_without_memory_keeps_the_item(start_server, tmp_path):
+    """Bringing a disk value back for append/prepend needs a chunk; when none
+    can be had (-M, memory full) the answer is the out-of-memory error a RAM
+    item gets, and the item stays, byte for byte (it was deleted before)."""
+    size = 4000
+    path = tmp_path / "extstore"
+    srv = start_server("-m", "16", "-M", "-o",
+                       f"ext_path={path}:64m,ext_item_size={size},ext_page_size={PAGE_MB},"
+                       "ext_wbuf_size=2,ext_item_age=1")
+    target = b"T" * size
+    with srv.conn() as c:
+        assert c.store("set", "t_app", target, flags=3) == b"STORED"
+        assert c.store("set", "t_pre", target, flags=3) == b"STORED"
+        # fillers one byte short of ext_item_size never go to disk; they
+        # share the target's slab class and take every chunk
+        target_cls = c.cmd("me t_app").split(b"cls=")[1].split()[0]
+        wait_written(c, 2)
+        assert c.store("set", "f0", b"f" * (size - 1)) == b"STORED"
+        assert c.cmd("me f0").split(b"cls=")[1].split()[0] == target_cls
+        full = False
+        for i in range(1, 20000):
+            reply = c.store("set", f"f{i}", b"f" * (size - 1))
+            if reply != b"STORED":
+                assert reply == b"SERVER_ERROR out of memory storing object", reply
+                full = True
+                break
+        assert full
+        assert c.store("append", "t_app", b"x") == b"SERVER_ERROR out of memory storing object"
+        assert c.store("prepend", "t_pre", b"x") == b"SERVER_ERROR out of memory storing object"
+        assert c.cmd("mg t_app s f") == b"HD s%d f3" % size
+        assert c.cmd("mg t_pre s f") == b"HD s%d f3" % size
+        for i in range(0, 50):
+            c.cmd(f"delete f{i}")
+        assert get_one(c, "t_app") == (3, target, None)
+        assert get_one(c, "t_pre") == (3, target, None)
+    srv.check_healthy()
+
+
 # ---- a bad ext_path stops the start ------------------------------------------------
 
 def run_cachetd(*args):
