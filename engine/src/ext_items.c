@@ -342,6 +342,7 @@ int storage_ext_start(const struct ext_settings *x)
     flush_buf = malloc(g_cfg.item_size_max);
     if (!flush_buf) { fprintf(stderr, "cachetd: extstore: out of memory\n"); return 70; }
     flusher_ctx = storage_thread_register();
+    if (!flusher_ctx) return 70;   /* storage_thread_register said why */
     int rc = bgthread_start(&flusher);
     if (rc) { fprintf(stderr, "cachetd: cannot start the extstore flusher\n"); return 70; }
     return 0;

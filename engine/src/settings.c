@@ -24,6 +24,8 @@
  *    because starting without it would break what the operator relies on.
  */
 #include "settings.h"
+#include "extstore.h"
+#include "storage.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -848,6 +850,17 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
                     (unsigned long long)(x->page_size >> 20), (unsigned long long)(x->wbuf_size >> 20));
             return EX_USAGE_CODE;
         }
+        /* the flusher writes a record whole into one write buffer: an item
+         * whose record cannot fit would stay a candidate forever, so refuse
+         * (memcached refuses -I larger than ext_wbuf_size) */
+        uint64_t wbuf = x->wbuf_size < x->page_size - EXT_PAGE_HEADER ? x->wbuf_size : x->page_size - EXT_PAGE_HEADER;
+        if (ext_record_size(KEY_MAX_LENGTH, (uint32_t)s->item_size_max) > wbuf) {
+            fprintf(err, "cachetd: -I (%zu bytes) is too large for ext_wbuf_size (%llu bytes): a record of the "
+                         "largest item (%llu bytes with its header and a %d-byte key) must fit in one write buffer\n",
+                    s->item_size_max, (unsigned long long)wbuf,
+                    (unsigned long long)ext_record_size(KEY_MAX_LENGTH, (uint32_t)s->item_size_max), KEY_MAX_LENGTH);
+            return EX_USAGE_CODE;
+        }
         uint64_t pages = 0;
         for (unsigned i = 0; i < x->npaths; i++) pages += x->sizes[i] / x->page_size;
         if (!x->compact_under_set) x->compact_under = (uint32_t)(pages / 100 ? pages / 100 : 1);
@@ -881,5 +894,13 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
     if (!threads_given)
         s->num_threads = s->pin_workers ? s->num_cpus_listed : nallowed;
     if (s->num_threads < 1) s->num_threads = 1;
+    /* every worker, background thread and extstore thread registers a
+     * storage context, and there are STORAGE_MAX_THREADS of them */
+    unsigned need = (unsigned)s->num_threads + STORAGE_BG_THREADS + (s->ext.npaths ? 1 + s->ext.threads : 0);
+    if (need > STORAGE_MAX_THREADS) {
+        fprintf(err, "cachetd: -t %d%s needs %u storage threads, more than %d: use fewer threads\n",
+                s->num_threads, s->ext.npaths ? " with ext_threads" : "", need, STORAGE_MAX_THREADS);
+        return EX_USAGE_CODE;
+    }
     return 0;
 }

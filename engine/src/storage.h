@@ -30,6 +30,11 @@
 #include <time.h>
 
 #define KEY_MAX_LENGTH 250
+/* Threads that may register a storage context: workers, the cleaner, the
+ * page mover, and with extstore its flusher and IO threads (settings.c
+ * refuses a start that would need more). */
+#define STORAGE_MAX_THREADS 256
+#define STORAGE_BG_THREADS  2      /* cleaner, page mover */
 
 typedef struct storage_thread storage_thread;
 typedef struct item item;

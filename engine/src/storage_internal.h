@@ -191,7 +191,7 @@ static inline size_t item_ntotal(item *it)
 }
 
 /* ---- per-thread context ---- */
-#define STORAGE_MAX_THREADS 256
+/* STORAGE_MAX_THREADS: storage.h */
 
 struct thread_stats {
     _Atomic uint64_t get_hits, get_misses, get_expired, get_flushed;

@@ -383,6 +383,34 @@ def run_cachetd(*args):
     return subprocess.run(argv, capture_output=True, text=True, timeout=20)
 
 
+def refused_start(*args):
+    """Runs cachetd expecting it to refuse to start; a server that starts
+    (the old behaviour) is stopped after 5 s and reported as such."""
+    argv = [CACHETD, "-p", str(next_free_port()), "-l", "127.0.0.1", *args]
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=5)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"cachetd started with {args}: it must refuse")
+
+
+@pytest.mark.cachetd_only(reason="cachetd's usage errors are 64; memcached's -I check is against ext_wbuf_size alone")
+def test_item_size_max_larger_than_a_write_buffer_exits_64(tmp_path):
+    """A record of the largest item (header, a 250-byte key, -I bytes) that
+    cannot fit in one write buffer could never be flushed: refuse the start."""
+    r = refused_start("-m", "64", "-I", "8m", "-o", f"ext_path={tmp_path}/extstore:256m,ext_wbuf_size=4")
+    assert r.returncode == 64, r
+    assert "-I" in r.stderr and "ext_wbuf_size" in r.stderr, r.stderr
+
+
+@pytest.mark.cachetd_only(reason="cachetd's limit of storage threads")
+def test_more_threads_than_storage_contexts_exits_64(tmp_path):
+    """Workers, background threads, the flusher and the IO threads each need
+    one of 256 storage contexts; a late worker without one crashed."""
+    r = refused_start("-t", "200", "-o", f"ext_path={tmp_path}/extstore:256m,ext_threads=64")
+    assert r.returncode == 64, r
+    assert "storage threads" in r.stderr and "256" in r.stderr, r.stderr
+
+
 @pytest.mark.cachetd_only(reason="memcached exits 1 on these; cachetd's usage errors are 64")
 @pytest.mark.parametrize("path,why", [
     ("{tmp}/no-such-dir/extstore:64m", "No such file or directory"),
