@@ -25,6 +25,7 @@ struct page {
     int      fd;
     uint64_t file_off;          /* where the page starts in its file */
     uint64_t used;              /* bytes of the page handed out, header block included */
+    uint64_t written_bytes;     /* record bytes appended (no buffer padding) */
     uint64_t live_bytes;        /* record bytes not deleted */
     uint64_t live_objs;
     uint64_t seq;               /* when it was opened: the oldest is evicted first */
@@ -135,7 +136,6 @@ static int write_full(int fd, const void *buf, size_t len, uint64_t off)
 /* Gives page p a new version and forgets what it held. Lock held. */
 static void page_reset(struct extstore *e, struct page *p, bool evicted)
 {
-    uint64_t records = p->used > EXT_PAGE_HEADER ? p->used - EXT_PAGE_HEADER : 0;
     if (evicted) {
         add(&e->stats.pages_evicted, 1);
         add(&e->stats.objects_evicted, (int64_t)p->live_objs);
@@ -143,11 +143,13 @@ static void page_reset(struct extstore *e, struct page *p, bool evicted)
     }
     add(&e->stats.objects_used, -(int64_t)p->live_objs);
     add(&e->stats.bytes_used, -(int64_t)p->live_bytes);
-    add(&e->stats.bytes_fragmented, -(int64_t)(records - p->live_bytes));
+    /* what ext_delete added for this page: written minus live, never the
+     * padding behind each buffer that `used` also counts */
+    add(&e->stats.bytes_fragmented, -(int64_t)(p->written_bytes - p->live_bytes));
     atomic_store_explicit(&p->version, (atomic_load_explicit(&p->version, memory_order_relaxed) + 1) & EXT_VERSION_MASK,
                           memory_order_release);
     p->used = 0;
-    p->live_bytes = p->live_objs = 0;
+    p->written_bytes = p->live_bytes = p->live_objs = 0;
     p->bucket = -1;
 }
 
@@ -389,6 +391,7 @@ int ext_write(struct extstore *e, enum ext_bucket b, const void *key, uint32_t n
     loc->packed = ext_loc_pack((uint32_t)bk->page, version, bk->wbuf_page_off + bk->wbuf_used);
     loc->crc = crc;
     bk->wbuf_used += rs;
+    p->written_bytes += rs;
     p->live_bytes += rs;
     p->live_objs++;
     add(&e->stats.objects_written, 1);
@@ -538,7 +541,7 @@ int ext_compact_pick(struct extstore *e, double under)
     for (uint32_t i = 0; i < e->npages; i++) {
         const struct page *p = &e->pages[i];
         if (p->is_free || p->bucket >= 0 || p->used <= EXT_PAGE_HEADER) continue;
-        double share = (double)p->live_bytes / (double)(p->used - EXT_PAGE_HEADER);
+        double share = p->written_bytes ? (double)p->live_bytes / (double)p->written_bytes : 0.0;
         if (share < best_share) { best_share = share; best = (int)i; }
     }
     pthread_mutex_unlock(&e->lock);
