@@ -117,7 +117,8 @@ static bool flush_one(storage_thread *t, const struct ext_candidate *c)
     uint64_t nbytes = 0, cas = 0;
     rel_time_t exp = 0;
     ok = it && item_is_live_in(it, tv) && !(item_fl(it) & (ITEM_ON_DISK | ITEM_STALE | ITEM_WIN_SENT)) &&
-         item_cflags(it) == cflags && (nbytes = item_nbytes(it)) >= g_x.item_size && nbytes <= g_cfg.item_size_max;
+         item_cflags(it) == cflags && (item_layout(it) & ITEM_KEY_BINARY) == keybin &&
+         (nbytes = item_nbytes(it)) >= g_x.item_size && nbytes <= g_cfg.item_size_max;
     if (ok) {
         cas = item_get_cas(it);
         exp = item_exptime(it);
@@ -257,7 +258,9 @@ static enum relink_result relink(storage_thread *t, const char *key, size_t nkey
     }
     stripe_lock(hv);
     stub = same_stub_locked(key, nkey, hv, loc);
-    if (stub && item_cflags(stub) == cflags) {
+    /* the copy carries flags and the key-binary bit from the first look:
+     * both must still be the stub's */
+    if (stub && item_cflags(stub) == cflags && (item_layout(stub) & ITEM_KEY_BINARY) == keybin) {
         carry_over(fresh, stub);
         replace_locked(t, stub, fresh, hv, false);
         stripe_unlock(hv);
