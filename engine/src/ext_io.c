@@ -110,7 +110,7 @@ bool ext_io_value(struct conn *c, const char *hd, size_t nhead, const char *miss
                   const char *key, uint32_t nkey, const struct item_view *v)
 {
     struct reply_spec spec = { .head = hd, .nhead = nhead, .tail = "\r\n", .ntail = 2,
-                               .miss = miss, .nmiss = nmiss, .max_bytes = v->nbytes };
+                               .miss = miss, .nmiss = nmiss, .max_bytes = v->nbytes, .ext = true };
     struct job *j = nthreads ? malloc(sizeof *j) : NULL;
     struct reply_handle *h = j ? reply_defer(c, &spec) : NULL;
     if (!h) {

@@ -337,6 +337,29 @@ def test_many_disk_values_in_one_get_and_pipelined_mg_all_come_back_in_order(sta
     srv.check_healthy()
 
 
+@pytest.mark.cachetd_only(reason="when memcached counts an abort depends on its IO object's life")
+def test_a_disk_read_for_a_closed_connection_counts_get_aborted(start_server, tmp_path):
+    """A client that asks for many disk values and hangs up leaves reads
+    nobody waits for: each is counted in get_aborted_extstore."""
+    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1,ext_threads=1,ext_io_depth=1")
+    keys = [f"a{i}" for i in range(200)]
+    with srv.conn() as c:
+        store_targets(c, keys)
+        wait_written(c, len(keys))
+        aborted = 0
+        for _ in range(5):
+            with srv.conn() as gone:
+                gone.send(("get " + " ".join(keys) + "\r\n").encode())
+                # close while reads are queued (no reply read)
+            time.sleep(0.5)
+            aborted = stat(c, "get_aborted_extstore")
+            if aborted:
+                break
+        assert aborted > 0
+        assert stat(c, "extstore_io_queue") == 0
+    srv.check_healthy()
+
+
 @pytest.mark.cachetd_only(reason="memcached answers NOT_STORED to append on a disk item whatever the memory")
 def test_append_on_a_disk_item_without_memory_keeps_the_item(start_server, tmp_path):
     """Bringing a disk value back for append/prepend needs a chunk; when none
