@@ -460,16 +460,79 @@ def test_bad_ext_values_exit_64(tmp_path, opt):
 
 
 def test_restart_starts_empty(start_server, tmp_path):
-    srv = start_ext(start_server, tmp_path, size="64m")
+    """A value that was on disk (read back from it once) is gone after a
+    restart: no warm restart, the file is reset."""
+    srv = start_ext(start_server, tmp_path, size="64m", extra_opts="ext_item_age=1")
     with srv.conn() as c:
-        assert c.store("set", "k", big("k")) == b"STORED"
+        store_targets(c, ["k"])
+        wait_written(c, 1)
+        assert_on_disk(c, ["k"])
     srv.expect_exit = True
     assert srv.stop() is None
-    srv2 = start_ext(start_server, tmp_path, size="64m")
+    srv2 = start_ext(start_server, tmp_path, size="64m", extra_opts="ext_item_age=1")
     with srv2.conn() as c:
         assert get_one(c, "k") is None
+        assert stat(c, "get_extstore") == 0
         if not IS_MEMCACHED:   # memcached leaves the file sparse; cachetd reserves it at start
             assert os.path.getsize(srv2.ext_file) == 64 << 20
+
+
+def test_flush_all_on_a_disk_item_before_and_after_a_recache(start_server, tmp_path):
+    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1,ext_recache_rate=1")
+    with srv.conn() as c:
+        store_targets(c, ["fa1"])
+        wait_written(c, 1)
+        assert c.cmd("flush_all") == b"OK"
+        assert get_one(c, "fa1") is None
+        assert c.cmd("mg fa1 s") == b"EN"
+        # a value brought back to RAM by a read, then flushed
+        store_targets(c, ["fa2"])
+        wait_written(c, 2)
+        assert_on_disk(c, ["fa2"])
+        assert get_one(c, "fa2") == (5, big("fa2"), None)
+        assert c.cmd("flush_all") == b"OK"
+        assert get_one(c, "fa2") is None
+        # and the key can be stored again
+        assert c.store("set", "fa2", b"new") == b"STORED"
+        assert get_one(c, "fa2") == (0, b"new", None)
+    srv.check_healthy()
+
+
+def test_metadata_mg_on_a_disk_item_reads_nothing_from_disk(start_server, tmp_path):
+    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1")
+    with srv.conn() as c:
+        store_targets(c, ["md1"])
+        wait_written(c, 1)
+        before = stat(c, "get_extstore")
+        for _ in range(3):
+            assert c.cmd("mg md1 s f") == b"HD s%d f5" % BIG
+        assert stat(c, "get_extstore") == before
+        assert_on_disk(c, ["md1"])   # it was on disk all along
+
+
+def test_page_eviction_on_a_small_file_gives_counted_misses_never_wrong_values(start_server, tmp_path):
+    """A file of 2 pages fills many times over: the oldest page is evicted
+    and the stubs into it read as counted misses, never another value."""
+    srv = start_ext(start_server, tmp_path, size=f"{2 * PAGE_MB}m", extra_opts="ext_item_age=1")
+    n = 3000   # 12 MB of 4 KB values through 8 MB of disk
+    keys = [f"pe{i}" for i in range(n)]
+    with srv.conn() as c:
+        for start in range(0, n, 500):
+            store_targets(c, keys[start:start + 500])
+            wait_written(c, start + 500)
+        assert stat(c, "extstore_page_evictions") > 0
+        misses_before = stat(c, "miss_from_extstore")
+        hits = misses = 0
+        for k in keys:
+            got = get_one(c, k)
+            if got is None:
+                misses += 1
+            else:
+                assert got == (5, big(k), None), k
+                hits += 1
+        assert hits > 0 and misses > 0
+        assert stat(c, "miss_from_extstore") - misses_before == misses
+    srv.check_healthy()
 
 
 # ---- a damaged file: misses, counted; never a wrong value ---------------------------
@@ -551,10 +614,13 @@ def test_sets_and_deletes_racing_the_flusher_never_resurrect_old_values(start_se
     errors = []
     deadline = time.monotonic() + 6
 
+    hits = [0] * 4
+
     def writer(tid):
         try:
             with srv.conn() as c:
                 v = 0
+                last = {}
                 while time.monotonic() < deadline and not errors:
                     for k in range(20):
                         key = f"race{tid}_{k}"
@@ -562,11 +628,25 @@ def test_sets_and_deletes_racing_the_flusher_never_resurrect_old_values(start_se
                         if v % 7 == 0:
                             assert c.cmd(f"delete {key}") in (b"DELETED", b"NOT_FOUND")
                             assert get_one(c, key) is None, f"{key} came back after delete"
+                            last[key] = None
                             continue
                         val = (b"%s=%d;" % (key.encode(), v)) * 200
                         assert c.store("set", key, val) == b"STORED"
+                        last[key] = val
                         got = get_one(c, key)
-                        assert got is None or got[1] == val, f"{key}: v{v} stored, read {got[1][:40]!r}"
+                        # 80 small keys in 64 MB: nothing is evicted, so a
+                        # value just stored is there (from RAM or disk)
+                        assert got is not None and got[1] == val, f"{key}: v{v} stored, read {got!r:.60}"
+                        hits[tid] += 1
+                    # the round again, after the flusher had time to move them
+                    time.sleep(0.15)
+                    for key, val in last.items():
+                        got = get_one(c, key)
+                        if val is None:
+                            assert got is None, f"{key} came back after delete"
+                        else:
+                            assert got is not None and got[1] == val, f"{key}: read {got!r:.60}"
+                            hits[tid] += 1
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(repr(e))
 
@@ -576,6 +656,9 @@ def test_sets_and_deletes_racing_the_flusher_never_resurrect_old_values(start_se
     for t in threads:
         t.join(timeout=60)
     assert not errors, errors[:3]
+    assert all(hits), hits
     with srv.conn() as c:
         assert int(c.stats()["extstore_objects_written"]) > 0
+        # some of those reads went to disk: the race was with real swaps
+        assert stat(c, "get_extstore") > 0
     srv.check_healthy()
