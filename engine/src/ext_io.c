@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "bgthread.h"
+#include "bufmem.h"
 #include "conn.h"
 #include "reply.h"
 #include "server.h"
@@ -70,6 +71,7 @@ static bool io_pass(void *arg)
         bool hit = storage_ext_fetch(t->st, j->key, j->nkey, &j->v, t->buf);
         reply_complete(j->h, hit ? REPLY_HIT : REPLY_MISS, NULL, hit ? t->buf : NULL, hit ? j->v.nbytes : 0);
         free(j);
+        bufmem_release(sizeof *j);
     }
     return more;
 }
@@ -102,6 +104,7 @@ void ext_io_stop(void)
         struct job *nx = j->next;
         reply_complete(j->h, REPLY_MISS, NULL, NULL, 0);
         free(j);
+        bufmem_release(sizeof *j);
         j = nx;
     }
 }
@@ -111,10 +114,13 @@ bool ext_io_value(struct conn *c, const char *hd, size_t nhead, const char *miss
 {
     struct reply_spec spec = { .head = hd, .nhead = nhead, .tail = "\r\n", .ntail = 2,
                                .miss = miss, .nmiss = nmiss, .max_bytes = v->nbytes, .ext = true };
-    struct job *j = nthreads ? malloc(sizeof *j) : NULL;
+    /* the job is connection memory like the slot: reserved from the budget */
+    bool reserved = nthreads && bufmem_reserve(sizeof(struct job));
+    struct job *j = reserved ? malloc(sizeof *j) : NULL;
     struct reply_handle *h = j ? reply_defer(c, &spec) : NULL;
     if (!h) {
         free(j);
+        if (reserved) bufmem_release(sizeof(struct job));
         /* "no slot now" is never a miss: with output queued the request
          * waits for it to drain and asks again; with nothing to wait for
          * the reply fails (SERVER_ERROR), as a RAM value without room does */

@@ -315,6 +315,8 @@ bool ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t h
     }
     /* RELINK_CHANGED: the key changed meanwhile, the caller looks again */
     free(buf);
+    /* a worker keeps no read buffer: up to -I per worker otherwise */
+    ext_read_buf_free();
     return ok;
 }
 

@@ -433,6 +433,15 @@ static pthread_key_t read_buf_key;
 static pthread_once_t read_buf_once = PTHREAD_ONCE_INIT;
 static void read_buf_key_init(void) { pthread_key_create(&read_buf_key, free); }
 
+void ext_read_buf_free(void)
+{
+    if (!read_buf) return;
+    pthread_setspecific(read_buf_key, NULL);
+    free(read_buf);
+    read_buf = NULL;
+    read_cap = 0;
+}
+
 static enum ext_read_result count(struct extstore *e, enum ext_read_result r, uint32_t nbytes)
 {
     switch (r) {

@@ -139,6 +139,10 @@ int ext_flush(struct extstore *e, enum ext_bucket b);
  * header above says. Thread-safe; blocks for the read. */
 enum ext_read_result ext_read(struct extstore *e, const struct ext_locator *loc,
                               const void *key, uint32_t nkey, void *val, uint32_t nval);
+/* Frees the calling thread's O_DIRECT read buffer (ext_read keeps one per
+ * thread, sized to the largest record it read). Workers that read only to
+ * bring a value back call it after each read, so they hold nothing. */
+void ext_read_buf_free(void);
 
 /* Whether loc still points into its page's current contents. */
 bool ext_check(struct extstore *e, const struct ext_locator *loc);
