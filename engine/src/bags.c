@@ -572,6 +572,42 @@ int bags_evict(storage_thread *t, int clsid)
     return freed;
 }
 
+/* extstore's flusher: the coldest live items of class clsid whose value is
+ * at least min_bytes and not on disk yet, idle at least min_age seconds
+ * (any age when `any_age`: memory pressure). Walks the oldest bags under the
+ * class lock, which keeps every item in them from being freed while it looks;
+ * it only reads, and copies each key out, because the flusher revalidates
+ * everything under the key's stripe lock afterwards. */
+unsigned bags_ext_candidates(int clsid, struct ext_candidate *out, unsigned max,
+                             uint32_t min_bytes, rel_time_t min_age, bool any_age)
+{
+    struct lru *l = &lrus[clsid];
+    unsigned n = 0, looked = 0;
+    rel_time_t now = now_time();
+    pthread_mutex_lock(&l->lock);
+    for (struct bag *b = l->oldest; b && n < max && looked < 4 * EVICT_SEARCH * max; b = b->newer) {
+        uint32_t h = atomic_load_explicit(&b->head, memory_order_acquire);
+        while (h && n < max && looked < 4 * EVICT_SEARCH * max) {
+            item *it = handle_item(h);
+            h = atomic_load_explicit(&it->lru_next, memory_order_acquire);
+            looked++;
+            uint8_t fl = item_fl(it);
+            if (!(fl & ITEM_LINKED) || (fl & (ITEM_ON_DISK | ITEM_STALE | ITEM_WIN_SENT))) continue;
+            if (!item_is_live(it, now) || item_nbytes(it) < min_bytes) continue;
+            rel_time_t last = atomic_load_explicit(&it->time, memory_order_relaxed);
+            if (!any_age && (now < last || now - last < min_age)) continue;
+            /* read since it entered this bag: not cold (eviction's second chance) */
+            if ((atomic_load_explicit(&it->bag, memory_order_relaxed) & ITEM_BAG_MASK) != b->id) continue;
+            out[n].it = it;
+            out[n].nkey = (uint8_t)item_nkey(it);
+            memcpy(out[n].key, item_key(it), out[n].nkey);
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&l->lock);
+    return n;
+}
+
 static bool is_listed(uint32_t h, const uint32_t *heads, size_t n)
 {
     for (size_t i = 0; i < n; i++) if (heads[i] == h) return true;

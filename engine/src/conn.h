@@ -65,7 +65,8 @@ struct conn {
     size_t           pending_len;
     /* A multi-key GET that had to wait for its output to drain stopped
      * before the key at this offset of its line (0: none). The line stays
-     * in rbuf and the GET resumes there. */
+     * in rbuf and the GET resumes there. An mg that waited for a deferred
+     * slot (ext_io.h) sets 1: its line is kept and dispatched again. */
     uint32_t         resume_off;
     bool             write_blocked; /* waiting for EPOLLOUT */
     bool             yielded;       /* on the worker's pending list */

@@ -117,6 +117,7 @@ static void account_unlinked(item *it)
 {
     int c = slabs_clsid_of(it);
     size_t nt = item_ntotal(it);
+    if (item_layout(it) & ITEM_ON_DISK) ext_item_gone(it);
     atomic_fetch_and_explicit(&it->iflags, (uint8_t)~ITEM_LINKED, memory_order_release);
     atomic_fetch_sub_explicit(&g_class_stats[c].curr_items, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&g_class_stats[c].bytes_requested, nt, memory_order_relaxed);
@@ -152,7 +153,7 @@ static void link_new_locked(storage_thread *t, item *it, uint32_t hv)
 }
 
 /* new_item: a store (counted in total_items), not a reshape of the same item. */
-static void replace_locked(storage_thread *t, item *old_it, item *new_it, uint32_t hv, bool new_item)
+void replace_locked(storage_thread *t, item *old_it, item *new_it, uint32_t hv, bool new_item)
 {
     account_link(t, new_it, new_item);
     assoc_replace_locked(old_it, new_it, hv);
@@ -185,7 +186,7 @@ void item_free_dead(item *it)
 }
 
 /* Linked items enter their bag inside a read section (bags may be closing). */
-static void enter_bag(storage_thread *t, item *it)
+void enter_bag(storage_thread *t, item *it)
 {
     epoch_enter(t);
     bags_append(t, it);
@@ -205,7 +206,7 @@ static item *find_live_locked(const char *key, size_t nkey, uint32_t hv, struct 
 
 /* ---- allocation ---- */
 
-static item *alloc_chunk(storage_thread *t, int clsid, enum store_result *err)
+static item *alloc_chunk(storage_thread *t, int clsid, bool prefer_page, enum store_result *err)
 {
     /* memcached's order: a free chunk, a new page, the class's own dead or
      * expired items, its oldest live items (unless -M); and, when the class
@@ -215,6 +216,11 @@ static item *alloc_chunk(storage_thread *t, int clsid, enum store_result *err)
     for (int round = 0; round < 8; round++) {
         item *it = slabs_alloc_chunk(clsid);
         if (it) return it;
+        /* an extstore stub: evicting another stub of its class would lose a
+         * value already on disk for a few dozen bytes; a page from another
+         * class costs a few large values instead, and holds thousands */
+        if (prefer_page && round == 0 && slabs_acquire_page(clsid)) continue;
+        ext_note_pressure();   /* extstore: move cold values out before the next store must evict */
         if (bags_evict(t, clsid) > 0) continue;
         if (!slabs_acquire_page(clsid)) break;
     }
@@ -310,7 +316,7 @@ static bool alloc_chain(storage_thread *t, item *head, const struct shape *sh, e
         bool last = i + 1 == sh->nchunks;
         size_t len = last ? sh->last_chunk : cap;
         int cls = last ? slabs_clsid(ITEM_HDR + len) : top;
-        item *c = cls ? alloc_chunk(t, cls, err) : NULL;
+        item *c = cls ? alloc_chunk(t, cls, false, err) : NULL;
         if (!c) {
             for (uint32_t j = 0; j < i; j++) slabs_free_chunk(handle_item(item_chain_handle(head, j)));
             return false;
@@ -328,17 +334,17 @@ static bool alloc_chain(storage_thread *t, item *head, const struct shape *sh, e
     return true;
 }
 
-static item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t client_flags,
-                        rel_time_t exptime, uint64_t nbytes, uint8_t extra_layout, enum store_result *err)
+item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t client_flags,
+                 rel_time_t exptime, uint64_t nbytes, uint8_t extra_layout, enum store_result *err)
 {
     if (nkey == 0 || nkey > KEY_MAX_LENGTH) { if (err) *err = STORE_NOT_STORED; return NULL; }
     if (nbytes > g_cfg.item_size_max) { if (err) *err = STORE_TOO_LARGE; return NULL; }
-    uint8_t layout = extra_layout & (ITEM_HAS_EXPTIME | ITEM_KEY_BINARY);
+    uint8_t layout = extra_layout & (ITEM_HAS_EXPTIME | ITEM_KEY_BINARY | ITEM_ON_DISK);
     if (client_flags) layout |= ITEM_HAS_FLAGS;
     if (exptime) layout |= ITEM_HAS_EXPTIME;
     struct shape sh;
     if (!plan_shape(nkey, nbytes, layout, &sh)) { if (err) *err = STORE_TOO_LARGE; return NULL; }
-    item *it = alloc_chunk(t, sh.clsid, err);
+    item *it = alloc_chunk(t, sh.clsid, (sh.layout & ITEM_ON_DISK) != 0, err);
     if (!it) return NULL;
     atomic_store_explicit(&it->h_next, 0, memory_order_relaxed);
     atomic_store_explicit(&it->lru_next, 0, memory_order_relaxed);
@@ -412,7 +418,7 @@ char *item_value_span(item *it, size_t off, size_t *len)
 char *item_value(item *it) { return item_data(it); }
 
 /* Copies len bytes of the value starting at off into dst. */
-static void copy_value_out(item *it, size_t off, char *dst, size_t len)
+void copy_value_out(item *it, size_t off, char *dst, size_t len)
 {
     while (len) {
         size_t n;
@@ -539,6 +545,17 @@ static void fill_view(storage_thread *t, item *it, int clsid, char *copy_buf, si
     out->slab_class = (uint8_t)clsid;
     out->item_size = (uint32_t)item_ntotal(it);
     out->ref = NULL;
+    out->on_disk = false;
+    if (fl & ITEM_ON_DISK) {
+        /* the value is on disk: the caller reads it (ext_io.c) with the
+         * locator, or asks for metadata only */
+        struct ext_stub st = item_ext_stub(it);
+        out->on_disk = true;
+        out->nbytes = st.nbytes;
+        memcpy(out->ext_loc, &st.loc, sizeof out->ext_loc);
+        out->value = NULL;
+        return;
+    }
     if (!copy_buf && copy_cap == 0) {
         /* metadata only (mg without v): no copy, no reference */
         out->value = NULL;
@@ -794,6 +811,13 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
         struct time_view tv = time_view_now();
         item *old = find_live_locked(key, nkey, hv, tv);
         bool stale_store = false;
+        if (old && (item_layout(old) & ITEM_ON_DISK) && (mode == MODE_APPEND || mode == MODE_PREPEND)) {
+            /* the value is on disk: bring it back to RAM first (a failed
+             * read drops the item, as a miss), then combine as usual */
+            stripe_unlock(hv);
+            if (!ext_materialize(t, key, nkey, hv)) { res = STORE_NO_MEMORY; goto out; }
+            continue;
+        }
 
         if (mode == MODE_CAS && !old) { res = STORE_NOT_FOUND; STAT_INC(t, cas_misses); goto out_unlock; }
         if (old && check_cas && cas_mismatch(old, opts->cas_in)) {
@@ -1011,6 +1035,12 @@ enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
         item *old = find_live_locked(key, nkey, hv, time_view_now());
         uint64_t value;
         uint32_t cf = 0;
+        if (old && (item_layout(old) & ITEM_ON_DISK)) {
+            stripe_unlock(hv);
+            locked = false;
+            if (!ext_materialize(t, key, nkey, hv)) { res = ARITH_NO_MEMORY; goto out; }   /* see storage_store */
+            continue;
+        }
         if (!old) {
             if (!opts->vivify) {
                 res = ARITH_NOT_FOUND;

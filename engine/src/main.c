@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "conn.h"
+#include "ext_io.h"
 #include "latency.h"
 #include "metrics_server.h"
 #include "bufmem.h"
@@ -76,6 +77,12 @@ int main(int argc, char **argv)
         .verbose = settings.verbose,
     };
     if (storage_init(&sc) != 0) return 70;   /* EX_SOFTWARE: storage already said why */
+    /* extstore: a path that cannot be opened or sized is a usage error (64) */
+    if ((rc = storage_ext_start(&settings.ext)) != 0) return rc;
+    if (storage_ext_enabled() && ext_io_start(settings.ext.threads, settings.ext.io_depth) != 0) {
+        fprintf(stderr, "cachetd: cannot start the extstore IO threads\n");
+        return 70;
+    }
     if (server_create_workers() != 0) {
         fprintf(stderr, "cachetd: cannot create worker event loops\n");
         return 71;
@@ -117,6 +124,8 @@ int main(int argc, char **argv)
     while (sigwait(&stop_signals, &sig) != 0) { }
     if (settings.verbose) fprintf(stderr, "cachetd: signal %d, shutting down\n", sig);
     server_shutdown();
+    ext_io_stop();
+    storage_ext_stop();
     metrics_server_stop();   /* after the workers: /healthz says 503 while they drain */
     storage_stop_threads();
     proc_remove_pidfile(&settings);

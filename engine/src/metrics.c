@@ -5,7 +5,7 @@
  * How a scrape is rendered: every group the table uses is read once through
  * the registry into a per-call arena (name, slab class, value), then the
  * families are written in table order. A family whose stats are all absent
- * (extstore's before extstore exists) is left out entirely. Values are
+ * (extstore's without -o ext_path) is left out entirely. Values are
  * passed through as the registry printed them (exact for 64-bit counters);
  * only "yes"/"no" settings become 1/0 and the few derived samples
  * (memcached_exporter's "set" = cmd_set minus the CAS commands) are
@@ -414,7 +414,7 @@ static const struct family families[] = {
         { "cas_badval", CMD("cas", "badval"), { NULL } },
         { "cmd_set", CMD("set", "hit"), { "cas_hits", "cas_badval" } },
     } },
-    /* extstore: present once storage emits memcached's extstore_* stats */
+    /* extstore: present only with -o ext_path (ext_items.c emits them then) */
     ONE("memcached_extstore_compact_lost_total", COUNTER, STATS_GENERAL, "extstore_compact_lost", "Total number of items lost because they were locked during extstore compaction."),
     ONE("memcached_extstore_compact_rescued_total", COUNTER, STATS_GENERAL, "extstore_compact_rescues", "Total number of items moved to a new page during extstore compaction."),
     ONE("memcached_extstore_compact_skipped_total", COUNTER, STATS_GENERAL, "extstore_compact_skipped", "Total number of items dropped due to inactivity during extstore compaction."),

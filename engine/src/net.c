@@ -148,6 +148,9 @@ static void conn_set_yielded(struct conn *c, bool fairness)
 static bool conn_can_take_request(struct conn *c)
 {
     if (!out_can_wait(c)) return true;
+    /* every deferred slot taken: a pipelined mg of a disk value would find
+     * none, and a disk value waits for a slot rather than become a miss */
+    if (c->out.ndeferred >= OUT_DEFER_MAX) return false;
     size_t pending = outbuf_pending(&c->out);
     if (pending > OUT_HIGH_WATER || c->out.nsegs + 2 > OUT_MAX_SEGS) return false;
     /* the budget is nearly used up: whoever still has output to send waits

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "conn.h"
+#include "ext_io.h"
 #include "proto_parser.h"
 #include "proto_reply.h"
 
@@ -78,7 +79,9 @@ static void meta_simple(struct conn *c, const struct request *r, const char *cod
     c->out.len += (size_t)(p - base);
 }
 
-static void process_mg(struct conn *c, struct request *r)
+/* False: a disk value found no reply slot and output is queued; nothing was
+ * answered and the request is dispatched again once it drains (ext_io.h). */
+static bool process_mg(struct conn *c, struct request *r)
 {
     struct worker *w = c->w;
     struct get_opts opts = {0};
@@ -97,7 +100,7 @@ static void process_mg(struct conn *c, struct request *r)
     /* the read loop made room for one reply before dispatching (net.c) */
     if (!out_value_room(c, hdr_max, &copy_cap)) {
         c->out.failed = true;
-        return;
+        return true;
     }
     char *base = c->out.buf + c->out.len;
     char *copy_at = base + hdr_max;
@@ -106,7 +109,7 @@ static void process_mg(struct conn *c, struct request *r)
                                 want_value ? copy_cap : 0, &v);
     if (!hit) {
         if (!r->meta.quiet) meta_simple(c, r, "EN");
-        return;
+        return true;
     }
     /* C: the client has this version already; answer HD without the value */
     if (want_value && has(r, 'C') && v.cas == r->meta.cas_C) want_value = false;
@@ -138,9 +141,23 @@ static void process_mg(struct conn *c, struct request *r)
     if (!want_value) {
         if (v.ref) item_view_release(w->st, &v);
         c->out.len += (size_t)(p - base);
-        return;
+        return true;
+    }
+    if (v.on_disk) {
+        /* a failed read answers as a miss would (EN with the echoed flags) */
+        char miss[2048];
+        size_t nmiss = 0;
+        if (!r->meta.quiet && flags_room(r) + 4 <= sizeof miss) {
+            char *m = miss;
+            memcpy(m, "EN", 2); m += 2;
+            for (int i = 0; i < r->meta.nflags; i++) m = echo_common(m, r, r->meta.flags[i].flag, KEY_AS_SENT);
+            *m++ = '\r'; *m++ = '\n';
+            nmiss = (size_t)(m - miss);
+        }
+        return ext_io_value(c, base, (size_t)(p - base), miss, nmiss, r->key, r->nkey, &v);
     }
     out_value(c, p, &v);
+    return true;
 }
 
 /* ms after its data block arrived (it == NULL: the block was malformed). */
@@ -278,7 +295,14 @@ bool proto_meta_dispatch(struct conn *c, struct request *r)
 {
     STAT_INC(c->w, cmd_meta);
     switch (r->cmd) {
-    case CMD_MG: process_mg(c, r); break;
+    case CMD_MG:
+        c->resume_off = 0;   /* set if this mg waited before */
+        if (!process_mg(c, r)) {
+            /* any nonzero offset: the read loop keeps the line and yields */
+            c->resume_off = 1;
+            return false;
+        }
+        break;
     case CMD_MD: process_md(c, r); break;
     case CMD_MA: process_ma(c, r); break;
     case CMD_ME: process_me(c, r); break;

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "conn.h"
+#include "ext_io.h"
 #include "proto.h"
 #include "proto_parser.h"
 #include "proto_reply.h"
@@ -37,15 +38,16 @@ static void reply(struct conn *c, const struct request *r, const char *s)
 
 #define VALUE_HDR_MAX(nkey) ((size_t)(nkey) + 64)
 
-/* The room (header and copy_cap) came from out_value_room(). */
-static void emit_value(struct conn *c, const char *key, uint32_t nkey,
+/* The room (header and copy_cap) came from out_value_room(). False: a disk
+ * value found no reply slot; nothing was queued, the GET waits (ext_io.h). */
+static bool emit_value(struct conn *c, const char *key, uint32_t nkey,
                        const struct get_opts *opts, bool with_cas, size_t copy_cap)
 {
     size_t hdr_max = VALUE_HDR_MAX(nkey);
     char *base = c->out.buf + c->out.len;
     char *copy_at = base + hdr_max;
     struct item_view v;
-    if (!conn_storage_get(c, key, nkey, opts, copy_at, copy_cap, &v)) return;
+    if (!conn_storage_get(c, key, nkey, opts, copy_at, copy_cap, &v)) return true;
     char *p = base;
     memcpy(p, "VALUE ", 6); p += 6;
     memcpy(p, key, nkey); p += nkey;
@@ -55,7 +57,12 @@ static void emit_value(struct conn *c, const char *key, uint32_t nkey,
     p = u64_to_str(p, v.nbytes);
     if (with_cas) { *p++ = ' '; p = u64_to_str(p, v.cas); }
     *p++ = '\r'; *p++ = '\n';
+    if (v.on_disk) {
+        /* a failed read drops the VALUE, as memcached does */
+        return ext_io_value(c, base, (size_t)(p - base), "", 0, key, nkey, &v);
+    }
     out_value(c, p, &v);
+    return true;
 }
 
 /* Returns false when the GET has to wait for its output to drain before
@@ -81,14 +88,17 @@ static bool process_get(struct conn *c, struct request *r, const char *line)
         if (hooked < 0) goto wait;
         if (hooked > 0) { STAT_INC(c->w, cmd_get); continue; }
 #endif
+        /* every deferred slot taken: the next key may be on disk, and a
+         * disk value must wait for a slot, never become a miss (ext_io.h) */
+        if (c->out.ndeferred >= OUT_DEFER_MAX) goto wait;
         if (!out_value_room(c, VALUE_HDR_MAX(nkey), &copy_cap)) {
             if (out_can_wait(c)) goto wait;
             c->out.failed = true;   /* nothing to wait for: this reply cannot be built */
             return true;
         }
+        if (!emit_value(c, key, nkey, &opts, with_cas, copy_cap)) goto wait;
         STAT_INC(c->w, cmd_get);
         if (touch) STAT_INC(c->w, cmd_touch);
-        emit_value(c, key, nkey, &opts, with_cas, copy_cap);
         continue;
     wait:
         /* bounded memory for any number of keys: the rest of the line is

@@ -22,6 +22,7 @@ struct reply_handle {
     storage_thread      *st;        /* the worker's, to release a view */
     void                *owner;     /* worker only; NULL once cancelled */
     bool                 ready;     /* worker only: drained from the queue */
+    bool                 ext;       /* fixed at creation: an extstore read */
     /* written by the completing thread before the release push */
     enum reply_status    status;
     struct item_view     view;      /* view.ref: a reference the slot owns */
@@ -65,6 +66,7 @@ struct reply_handle *reply_handle_new(struct reply_queue *q, storage_thread *st,
     h->ntail = spec->ntail;
     h->nmiss = spec->nmiss;
     h->max_bytes = spec->max_bytes;
+    h->ext = spec->ext;
     char *p = h->text;
     if (spec->nhead) memcpy(p, spec->head, spec->nhead);
     p += spec->nhead;
@@ -130,6 +132,9 @@ struct reply_handle *reply_handle_next(const struct reply_handle *h) { return h-
 void *reply_handle_arrived(struct reply_handle *h)
 {
     h->ready = true;
+    /* a disk read nobody waits for any more (connection closed, reply
+     * rolled back): memcached's get_aborted_extstore */
+    if (!h->owner && h->ext) storage_ext_count_aborted();
     return h->owner;
 }
 

@@ -69,6 +69,7 @@ struct reply_spec {
     const char *tail;  size_t ntail;   /* sent after the value on a hit */
     const char *miss;  size_t nmiss;   /* sent instead on a miss (may be empty) */
     size_t      max_bytes;             /* largest value reply_complete may pass as bytes */
+    bool        ext;                   /* an extstore read: an orphaned one counts get_aborted_extstore */
 };
 
 struct reply_handle;

@@ -20,10 +20,12 @@
  *    memcached's limits and words, and without effect; noop_opts says why
  *    for each;
  *  - it asks for something cachetd does not do (binary protocol, UDP, SASL,
- *    TLS, extstore, the proxy...): refused with one line saying so and 64,
+ *    TLS, the proxy...): refused with one line saying so and 64,
  *    because starting without it would break what the operator relies on.
  */
 #include "settings.h"
+#include "extstore.h"
+#include "storage.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -89,6 +91,10 @@ void settings_usage(FILE *out)
         "                          metrics_port=N (Prometheus GET /metrics and /healthz on port N,\n"
         "                          same addresses as -l; default off), young_window=SECS (an eviction\n"
         "                          of an item read this recently is young; default 60)\n"
+        "                          ext_path=FILE:SIZE (extstore: large cold values on disk, k/m/g/t;\n"
+        "                          repeatable), ext_page_size=MB, ext_wbuf_size=MB, ext_threads=N,\n"
+        "                          ext_io_depth=N, ext_item_size=BYTES, ext_item_age=SECS, ext_low_ttl=SECS,\n"
+        "                          ext_recache_rate=N, and memcached's other ext_* (see engine/README.md)\n"
         "      --args-file=PATH    read more arguments from PATH first (whitespace separated,\n"
         "                          '#' starts a comment line); the command line wins\n"
         "memcached 1.6.45's -L -X -W and its LRU, crawler, slab mover, hash and logger -o options\n"
@@ -114,6 +120,27 @@ bool parse_size(const char *text, size_t *out)
     if (*end) return false;
     if (v > SIZE_MAX / mul) return false;
     *out = (size_t)(v * mul);
+    return true;
+}
+
+bool parse_ext_size(const char *text, uint64_t *out)
+{
+    if (!text || !*text || *text == '-') return false;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || end == text) return false;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    case '\0': break;
+    default: return false;
+    }
+    if (*end || (shift && v > (UINT64_MAX >> shift))) return false;
+    *out = (uint64_t)v << shift;
     return true;
 }
 
@@ -246,7 +273,6 @@ static const struct noop_opt noop_opts[] = {
 /* memcached 1.6.45 -o options (by prefix) for what cachetd does not do:
  * starting without it would break what the operator relies on. */
 static const struct { const char *prefix; const char *what; } refused_opts[] = {
-    {"ext_", "extstore (ext_* options, values on disk) is not supported"},
     {"ssl_", "TLS (ssl_* options) is not supported"},
     {"proxy_", "proxy mode (proxy_* options) is not supported"},
     {"drop_privileges", "the seccomp privilege drop is not supported"},
@@ -288,6 +314,89 @@ static int check_noop(const struct noop_opt *o, const char *val, struct ext_stat
     if (!strcmp(o->name, "no_lru_maintainer")) st->no_lru_maintainer = true;
     if (!strcmp(o->name, "lru_maintainer")) st->no_lru_maintainer = false;
     return 0;
+}
+
+/* One -o ext_* option, memcached 1.6.45's names, units and defaults. */
+static int parse_ext_option(struct ext_settings *x, const char *opt, const char *val, FILE *err)
+{
+    long v;
+    double d;
+    if (!strcmp(opt, "ext_drop_unread")) {   /* a flag in memcached; =0/=1 also taken */
+        if (val && !parse_int(val, 0, 1, &v)) goto bad;
+        x->drop_unread = !val || v == 1;
+        return 0;
+    }
+    if (!val || !*val) {
+        fprintf(err, "cachetd: -o %s needs a value\n", opt);
+        return EX_USAGE_CODE;
+    }
+    if (!strcmp(opt, "ext_path")) {
+        const char *colon = strrchr(val, ':');
+        uint64_t size;
+        if (!colon || colon == val || !parse_ext_size(colon + 1, &size) || size == 0) {
+            fprintf(err, "cachetd: -o ext_path=%s: must supply size to ext_path, ie: ext_path=/f/e:64m (k|m|g|t supported)\n", val);
+            return EX_USAGE_CODE;
+        }
+        if (x->npaths >= EXT_PATHS_MAX) {
+            fprintf(err, "cachetd: -o ext_path: at most %d paths\n", EXT_PATHS_MAX);
+            return EX_USAGE_CODE;
+        }
+        size_t n = (size_t)(colon - val);
+        if (n >= sizeof x->paths[0]) {
+            fprintf(err, "cachetd: -o ext_path: path longer than %zu bytes\n", sizeof x->paths[0] - 1);
+            return EX_USAGE_CODE;
+        }
+        memcpy(x->paths[x->npaths], val, n);
+        x->paths[x->npaths][n] = '\0';
+        x->sizes[x->npaths++] = size;
+        return 0;
+    }
+    if (!strcmp(opt, "ext_page_size")) {          /* MB; a locator's offset reaches 2 GiB */
+        if (!parse_int(val, 1, 2048, &v)) goto bad;
+        x->page_size = (uint64_t)v << 20;
+    } else if (!strcmp(opt, "ext_wbuf_size")) {   /* MB */
+        if (!parse_int(val, 1, 2047, &v)) goto bad;
+        x->wbuf_size = (uint64_t)v << 20;
+    } else if (!strcmp(opt, "ext_threads")) {
+        if (!parse_int(val, 1, 64, &v)) goto bad;
+        x->threads = (unsigned)v;
+    } else if (!strcmp(opt, "ext_io_depth")) {
+        if (!parse_int(val, 1, 1024, &v)) goto bad;
+        x->io_depth = (unsigned)v;
+    } else if (!strcmp(opt, "ext_item_size")) {
+        if (!parse_int(val, 1, UINT32_MAX, &v)) goto bad;
+        x->item_size = (uint32_t)v;
+    } else if (!strcmp(opt, "ext_item_age")) {
+        if (!parse_int(val, 0, UINT32_MAX, &v)) goto bad;
+        x->item_age = (uint32_t)v;
+    } else if (!strcmp(opt, "ext_low_ttl")) {
+        if (!parse_int(val, 0, UINT32_MAX, &v)) goto bad;
+        x->low_ttl = (uint32_t)v;
+    } else if (!strcmp(opt, "ext_recache_rate")) {
+        if (!parse_int(val, 0, UINT32_MAX, &v)) goto bad;
+        x->recache_rate = (uint32_t)v;
+    } else if (!strcmp(opt, "ext_compact_under")) {
+        if (!parse_int(val, 0, UINT32_MAX, &v)) goto bad;
+        x->compact_under = (uint32_t)v;
+        x->compact_under_set = true;
+    } else if (!strcmp(opt, "ext_drop_under")) {
+        if (!parse_int(val, 0, UINT32_MAX, &v)) goto bad;
+        x->drop_under = (uint32_t)v;
+        x->drop_under_set = true;
+    } else if (!strcmp(opt, "ext_max_frag")) {
+        if (!parse_decimal(val, &d) || d < 0 || d > 1) goto bad;
+        x->max_frag = d;
+    } else if (!strcmp(opt, "ext_max_sleep")) {
+        if (!parse_int(val, 1, UINT32_MAX, &v)) goto bad;
+        x->max_sleep = (uint32_t)v;
+    } else {
+        fprintf(err, "cachetd: unknown -o option '%s'\n", opt);
+        return EX_USAGE_CODE;
+    }
+    return 0;
+bad:
+    fprintf(err, "cachetd: -o %s=%s: bad value\n", opt, val ? val : "");
+    return EX_USAGE_CODE;
 }
 
 /* -o takes a comma separated list, but cpus=0-3,5 itself contains commas:
@@ -389,6 +498,9 @@ static int parse_extended(struct settings *s, const char *arg, struct ext_state 
         } else if (!strcmp(opt, "no_chunked_items")) {
             /* memcached: the largest class is a whole page */
             s->slab_chunk_max = SLAB_PAGE_SIZE_MAX;
+        } else if (!strncmp(opt, "ext_", 4)) {
+            int rc = parse_ext_option(&s->ext, opt, val, err);
+            if (rc) return rc;
         } else if (!strcmp(opt, "resp_obj_mem_limit")) {
             /* memcached's own words: it warns and starts */
             fprintf(err, "DEPRECATED: resp_obj_mem_limit no longer used. See read_buf_mem_limit,\n");
@@ -478,6 +590,9 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
     s->maxbytes = 64u << 20;
     s->maxconns = 1024;
     s->item_size_max = 1u << 20;
+    s->ext = (struct ext_settings){ .page_size = 64u << 20, .wbuf_size = 4u << 20, .threads = 1, .io_depth = 1,
+                                    .item_size = 512, .item_age = UINT32_MAX, .recache_rate = 2000,
+                                    .max_frag = 0.80, .max_sleep = 1000000 };
     s->growth_factor = 1.25;
     s->chunk_size = 48;
     s->use_cas = true;
@@ -728,6 +843,29 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         fprintf(err, "cachetd: hot_lru_pct + warm_lru_pct cannot be more than 80%% combined\n");
         return EX_USAGE_CODE;
     }
+    if (s->ext.npaths) {
+        struct ext_settings *x = &s->ext;
+        if (x->page_size % x->wbuf_size) {   /* memcached's rule and words */
+            fprintf(err, "cachetd: -o ext_page_size=%llu,ext_wbuf_size=%llu: page_size must be divisible by wbuf_size\n",
+                    (unsigned long long)(x->page_size >> 20), (unsigned long long)(x->wbuf_size >> 20));
+            return EX_USAGE_CODE;
+        }
+        /* the flusher writes a record whole into one write buffer: an item
+         * whose record cannot fit would stay a candidate forever, so refuse
+         * (memcached refuses -I larger than ext_wbuf_size) */
+        uint64_t wbuf = x->wbuf_size < x->page_size - EXT_PAGE_HEADER ? x->wbuf_size : x->page_size - EXT_PAGE_HEADER;
+        if (ext_record_size(KEY_MAX_LENGTH, (uint32_t)s->item_size_max) > wbuf) {
+            fprintf(err, "cachetd: -I (%zu bytes) is too large for ext_wbuf_size (%llu bytes): a record of the "
+                         "largest item (%llu bytes with its header and a %d-byte key) must fit in one write buffer\n",
+                    s->item_size_max, (unsigned long long)wbuf,
+                    (unsigned long long)ext_record_size(KEY_MAX_LENGTH, (uint32_t)s->item_size_max), KEY_MAX_LENGTH);
+            return EX_USAGE_CODE;
+        }
+        uint64_t pages = 0;
+        for (unsigned i = 0; i < x->npaths; i++) pages += x->sizes[i] / x->page_size;
+        if (!x->compact_under_set) x->compact_under = (uint32_t)(pages / 100 ? pages / 100 : 1);
+        if (!x->drop_under_set) x->drop_under = (uint32_t)(pages / 4 ? pages / 4 : 1);
+    }
     if (ext.temporary_ttl && ext.no_lru_maintainer) {
         fprintf(err, "cachetd: temporary_ttl requires lru_maintainer to be enabled\n");
         return EX_USAGE_CODE;
@@ -756,5 +894,13 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
     if (!threads_given)
         s->num_threads = s->pin_workers ? s->num_cpus_listed : nallowed;
     if (s->num_threads < 1) s->num_threads = 1;
+    /* every worker, background thread and extstore thread registers a
+     * storage context, and there are STORAGE_MAX_THREADS of them */
+    unsigned need = (unsigned)s->num_threads + STORAGE_BG_THREADS + (s->ext.npaths ? 1 + s->ext.threads : 0);
+    if (need > STORAGE_MAX_THREADS) {
+        fprintf(err, "cachetd: -t %d%s needs %u storage threads, more than %d: use fewer threads\n",
+                s->num_threads, s->ext.npaths ? " with ext_threads" : "", need, STORAGE_MAX_THREADS);
+        return EX_USAGE_CODE;
+    }
     return 0;
 }

@@ -33,6 +33,31 @@
 #define IO_URING_AUTO      1
 #define IO_URING_REQUIRED  2
 
+/* memcached 1.6.45's -o ext_* options (engine/README.md, "Extstore"). Sizes
+ * in bytes here whatever unit the option takes. Extstore is on when at least
+ * one ext_path is given; the other ext_* options are accepted without one, as
+ * memcached accepts them. */
+#define EXT_PATHS_MAX 16
+struct ext_settings {
+    unsigned npaths;
+    char     paths[EXT_PATHS_MAX][256];
+    uint64_t sizes[EXT_PATHS_MAX];
+    uint64_t page_size;            /* ext_page_size, MB (64) */
+    uint64_t wbuf_size;            /* ext_wbuf_size, MB (4) */
+    unsigned threads;              /* ext_threads: IO threads (1) */
+    unsigned io_depth;             /* ext_io_depth: reads one IO thread takes at once (1) */
+    uint32_t item_size;            /* ext_item_size: values at least this long go to disk (512) */
+    uint32_t item_age;             /* ext_item_age: ... once idle this long (UINT32_MAX: only under memory pressure) */
+    uint32_t low_ttl;              /* ext_low_ttl: items with less TTL left go to the low-TTL bucket (0) */
+    uint32_t recache_rate;         /* ext_recache_rate: every Nth disk hit brings the value back to RAM (2000) */
+    uint32_t compact_under;        /* ext_compact_under: free pages (default: 1% of the pages) */
+    uint32_t drop_under;           /* ext_drop_under: free pages (default: 1/4 of the pages) */
+    bool     compact_under_set, drop_under_set;
+    bool     drop_unread;          /* ext_drop_unread */
+    double   max_frag;             /* ext_max_frag (0.80) */
+    uint32_t max_sleep;            /* ext_max_sleep, microseconds (1000000) */
+};
+
 struct settings {
     int      port;                 /* -p */
     char     listen[256];          /* -l, comma separated list; "" = all (0.0.0.0) */
@@ -74,6 +99,7 @@ struct settings {
     bool     lock_memory;          /* -k: mlockall */
     char     username[64];         /* -u: run as this user when started as root; "" = stay */
     char     pidfile[256];         /* -P: write the pid here; "" = none */
+    struct ext_settings ext;       /* -o ext_* */
 };
 
 /* The connection buffer cap when none is given: 64 KiB per allowed
@@ -86,6 +112,8 @@ size_t conn_buffer_limit_default(size_t maxbytes, int maxconns);
  * a usage error (message already written to err). */
 int settings_parse(struct settings *s, int argc, char **argv, FILE *err);
 
+/* ext_path's size: like parse_size, with a 't' suffix too. */
+bool parse_ext_size(const char *text, uint64_t *out);
 /* Parses "1m", "512k", "1048576", "2g" into bytes. Returns false if invalid. */
 bool parse_size(const char *text, size_t *out);
 /* Parses "0-3,5" into a sorted CPU list; false on syntax error or overflow. */

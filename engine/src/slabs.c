@@ -51,6 +51,19 @@ size_t slabs_pages_used(void)
     for (unsigned c = 1; c <= g_nclasses; c++) n += atomic_load(&g_classes[c].pages);
     return n;
 }
+size_t slabs_pages_unused(void)
+{
+    size_t next = atomic_load(&g_pages_next);
+    return next < g_pages_max ? g_pages_max - next : 0;
+}
+uint64_t slabs_class_free_bytes(int clsid)
+{
+    struct slabclass *sc = &g_classes[clsid];
+    pthread_mutex_lock(&sc->lock);
+    uint64_t fr = slabs_free_bytes_locked(sc);
+    pthread_mutex_unlock(&sc->lock);
+    return fr;
+}
 size_t slabs_total_malloced(void) { return slabs_pages_used() * g_page_size; }
 unsigned slabs_class_count(void) { return g_nclasses; }
 uint32_t slabs_chunk_size(int c) { return g_classes[c].size; }

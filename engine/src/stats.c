@@ -20,18 +20,21 @@ struct provider {
 static const struct provider providers[] = {
     { STATS_GENERAL,  server_stats_general },
     { STATS_GENERAL,  storage_stats_general },
+    { STATS_GENERAL,  storage_ext_stats_general },   /* only with extstore, as memcached */
     { STATS_SETTINGS, server_stats_settings },
     { STATS_SETTINGS, storage_stats_settings },
+    { STATS_SETTINGS, storage_ext_stats_settings },
     { STATS_ITEMS,    storage_stats_items },
     { STATS_SLABS,    storage_stats_slabs },
     { STATS_SIZES,    storage_stats_sizes },
     { STATS_CONNS,    server_stats_conns },
+    { STATS_EXTSTORE, storage_ext_stats_extstore },
     { STATS_LATENCY,  latency_stats },
 };
 
 static const char *const group_names[STATS_GROUP_COUNT] = {
     [STATS_GENERAL] = "", [STATS_SETTINGS] = "settings", [STATS_ITEMS] = "items",
-    [STATS_SLABS] = "slabs", [STATS_SIZES] = "sizes", [STATS_CONNS] = "conns",
+    [STATS_SLABS] = "slabs", [STATS_SIZES] = "sizes", [STATS_CONNS] = "conns", [STATS_EXTSTORE] = "extstore",
     [STATS_LATENCY] = NULL,   /* not a `stats` argument */
 };
 
@@ -56,4 +59,5 @@ void stats_reset(void)
 {
     server_stats_reset();
     storage_stats_reset();
+    storage_ext_stats_reset();
 }

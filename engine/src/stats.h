@@ -28,6 +28,7 @@ enum stats_group {
     STATS_SLABS,      /* `stats slabs`: <class>:<name>, then totals */
     STATS_SIZES,      /* `stats sizes`: <size> <count> */
     STATS_CONNS,      /* `stats conns`: <fd>:<name> */
+    STATS_EXTSTORE,   /* `stats extstore`: <page>:<name> (empty without extstore) */
     STATS_LATENCY,    /* no `stats` argument: the Prometheus endpoint's command
                          latency histograms (latency.h) */
     STATS_GROUP_COUNT,

@@ -30,6 +30,11 @@
 #include <time.h>
 
 #define KEY_MAX_LENGTH 250
+/* Threads that may register a storage context: workers, the cleaner, the
+ * page mover, and with extstore its flusher and IO threads (settings.c
+ * refuses a start that would need more). */
+#define STORAGE_MAX_THREADS 256
+#define STORAGE_BG_THREADS  2      /* cleaner, page mover */
 
 typedef struct storage_thread storage_thread;
 typedef struct item item;
@@ -101,6 +106,9 @@ struct item_view {
     bool        key_binary;    /* stored with a base64 key (meta b): echo it in base64 */
     uint8_t     slab_class;    /* meta me: cls= */
     uint32_t    item_size;     /* meta me: size=, the whole item as memcached counts it */
+    bool        on_disk;       /* extstore: value == NULL, nbytes is the value's length and
+                                  ext_loc says where it is: read it with storage_ext_fetch() */
+    uint8_t     ext_loc[12];
     item       *ref;
 };
 
@@ -219,5 +227,25 @@ void storage_stats_items(stat_writer w, void *ctx);    /* items:<class>:<name> *
 void storage_stats_slabs(stat_writer w, void *ctx);    /* <class>:<name>, active_slabs, total_malloced */
 void storage_stats_sizes(stat_writer w, void *ctx);    /* <size> <count>, always on */
 void storage_stats_reset(void);
+
+/* ---- extstore (ext_items.c, ext_io.c) ---- */
+struct ext_settings;
+/* Opens the files and starts the flusher and IO threads; 0, or 64 (bad
+ * path or size: message on stderr) or 70 (a thread could not start). */
+int  storage_ext_start(const struct ext_settings *x);
+void storage_ext_stop(void);
+bool storage_ext_enabled(void);
+/* Reads the value of an on-disk view (nbytes into buf) and checks it; false
+ * is a miss, counted, and the key's stub is unlinked if still the same. */
+bool storage_ext_fetch(storage_thread *t, const char *key, size_t nkey, const struct item_view *v, char *buf);
+void storage_ext_stats_general(stat_writer w, void *ctx);
+void storage_ext_stats_extstore(stat_writer w, void *ctx);
+void storage_ext_stats_settings(stat_writer w, void *ctx);
+void storage_ext_stats_reset(void);
+/* Counters the IO side keeps with storage's */
+void storage_ext_count_get(void);       /* get_extstore */
+void storage_ext_count_aborted(void);   /* get_aborted_extstore */
+void storage_ext_count_oom(void);       /* get_oom_extstore */
+void storage_ext_count_queue(int delta); /* extstore_io_queue: reads waiting for an IO thread */
 
 #endif

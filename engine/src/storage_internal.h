@@ -191,7 +191,7 @@ static inline size_t item_ntotal(item *it)
 }
 
 /* ---- per-thread context ---- */
-#define STORAGE_MAX_THREADS 256
+/* STORAGE_MAX_THREADS: storage.h */
 
 struct thread_stats {
     _Atomic uint64_t get_hits, get_misses, get_expired, get_flushed;
@@ -351,6 +351,8 @@ size_t slabs_chunk_max(void);                    /* largest class: longer items 
 size_t slabs_page_size(void);
 size_t slabs_pages_max(void);
 size_t slabs_pages_used(void);
+size_t slabs_pages_unused(void);                 /* pages never handed to a class */
+uint64_t slabs_class_free_bytes(int clsid);      /* free list + rest of the page being carved; takes the class lock */
 unsigned slabs_class_pages(int clsid);
 /* One background balancing pass: returns true if a page changed class
  * (tests call it directly). */
@@ -376,6 +378,9 @@ void bags_purge(storage_thread *t, int clsid, const char *lo, const char *hi,
 int bags_start_thread(void);   /* 0 or pthread_create's error */
 void bags_stop_thread(void);
 bool bags_clean_once(storage_thread *t);         /* one cleaner pass (tests) */
+struct ext_candidate { item *it; uint8_t nkey; char key[KEY_MAX_LENGTH]; };
+unsigned bags_ext_candidates(int clsid, struct ext_candidate *out, unsigned max,
+                             uint32_t min_bytes, rel_time_t min_age, bool any_age);
 void bags_stats_items(stat_writer w, void *ctx);
 void bags_stats_general(stat_writer w, void *ctx);
 void bags_note_unlinked(item *it, int clsid);    /* counts dead items waiting in bags */
@@ -405,5 +410,31 @@ bool item_is_flushed_in(item *it, struct time_view v);
 void item_unlink_locked(item *it, uint32_t hv);  /* unlink + account; stays in its bag */
 void item_free_dead(item *it);                   /* after grace: drop the table's reference */
 void sizes_account(size_t ntotal, int delta);
+/* items.c's building blocks, for ext_items.c */
+item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t client_flags,
+                 rel_time_t exptime, uint64_t nbytes, uint8_t extra_layout, enum store_result *err);
+void replace_locked(storage_thread *t, item *old_it, item *new_it, uint32_t hv, bool new_item);
+void enter_bag(storage_thread *t, item *it);              /* not in a read section */
+void copy_value_out(item *it, size_t off, char *dst, size_t len);
+
+/* ---- extstore stubs (ext_items.c) ----
+ * An ITEM_ON_DISK item keeps header, key and tail fields as any item; its 16
+ * stored bytes are the 12-byte locator and the value's length. */
+#define EXT_STUB_BYTES 16u
+struct ext_stub { uint8_t loc[12]; uint32_t nbytes; };
+static inline struct ext_stub item_ext_stub(item *it)
+{
+    struct ext_stub s;
+    memcpy(&s, item_data(it), sizeof s);
+    return s;
+}
+/* Stripe lock held: the stub leaves the table, its record is garbage now. */
+void ext_item_gone(item *it);
+/* No lock held: replaces the key's stub by the value read back from disk
+ * (or unlinks it if the read fails). False: no memory for the value; the
+ * stub is kept and the caller answers "out of memory". */
+bool ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t hv);
+/* Memory pressure seen by an evictor: wake the flusher. */
+void ext_note_pressure(void);
 
 #endif

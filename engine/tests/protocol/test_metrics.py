@@ -574,3 +574,29 @@ def test_young_evictions_and_eviction_age(metrics_server):
     assert val(series, "memcached_items_evicted_total") == int(stats["evictions"])
     assert val(series, "cachet_evictions_young_total") == int(stats["evictions_young"]) > 0
     assert val(series, "cachet_eviction_age_seconds") == int(stats["eviction_age_last"])
+
+
+def test_extstore_series_with_ext_path_and_none_without(metrics_server, tmp_path):
+    """memcached_exporter's memcached_extstore_* series come from the same stats
+    registry: present with -o ext_path, with the values `stats` prints, absent
+    without it (as memcached prints no extstore stats then)."""
+    plain = metrics_server()
+    series, _ = scrape(plain)
+    assert not any(name.startswith("memcached_extstore_") for name, _ in series)
+    srv = metrics_server("-m", "64", "-o", f"ext_path={tmp_path}/extstore:64m,ext_page_size=4,ext_wbuf_size=2,"
+                         "ext_item_size=512,ext_item_age=1")
+    with srv.conn() as c:
+        for i in range(20):
+            assert c.store("set", f"big{i}", b"x" * 2000) == b"STORED"
+        assert poll_until(lambda: int(c.stats()["extstore_objects_written"]) >= 20)
+        assert c.values("get big3")["big3"][1] == b"x" * 2000
+        before = c.stats()
+        series, body = scrape(srv)
+        after = c.stats()
+    promtool_check(body)
+    assert val(series, "memcached_extstore_objects_written_total") == int(after["extstore_objects_written"]) >= 20
+    assert val(series, "memcached_extstore_objects_read_total") == int(after["extstore_objects_read"]) >= 1
+    assert val(series, "memcached_extstore_bytes_limit") == int(after["extstore_limit_maxbytes"]) == 64 << 20
+    assert val(series, "memcached_extstore_pages_free") == int(after["extstore_pages_free"])
+    lo, hi = sorted((int(before["extstore_bytes_written"]), int(after["extstore_bytes_written"])))
+    assert lo <= val(series, "memcached_extstore_bytes_written_total") <= hi

@@ -1,0 +1,439 @@
+/*
+ * ext_items.c - extstore on the item side: which items go to disk (the
+ * flusher), the small item that stays in RAM in their place (the stub), and
+ * bringing a value back (a failed read, recache, a command that needs the
+ * value). The page store itself is extstore.c; the reads a GET waits for run
+ * on the IO threads of ext_io.c, which call storage_ext_fetch().
+ *
+ * Why stubs: a large cold value costs RAM it does not earn. The flusher
+ * writes key and value to disk and replaces the item by a stub of the same
+ * key with ITEM_ON_DISK, its flags, expiry, CAS, state bits, last access and
+ * fetched bit, holding only a 12-byte locator and the value's length. Every
+ * command that needs no value (touch, delete, flush_all, mg without v, me,
+ * cas compare) works on the stub unchanged; a GET reads the value on an IO
+ * thread; append/prepend/incr/decr first bring the value back to RAM here.
+ *
+ * Which items: the flusher wakes every 100 ms, and at once when a store had
+ * to evict (ext_note_pressure). Memory is short once a class that holds
+ * large values has less than a page's worth of free chunks and no unused
+ * page is left (memory_low): the next stores there may have to evict, and a
+ * large value is worth more on disk than evicted. It then
+ * takes the coldest items (the oldest bags, items not read since they were
+ * bagged) of the classes that can hold a value of ext_item_size or more, in
+ * rounds until no candidate is left; with memory to spare it moves only
+ * items idle ext_item_age seconds (the default, UINT32_MAX, means pressure
+ * only, as memcached). Items whose TTL
+ * left is under ext_low_ttl go to the low-TTL bucket, so their pages empty
+ * out together. When the disk is full extstore.c evicts its oldest page; the
+ * stubs into it read as misses from then on.
+ *
+ * Concurrency: an item is replaced only if it is unchanged. The flusher
+ * copies the value under the key's stripe lock inside a read section, writes
+ * it, then retakes the stripe lock and swaps in the stub only if the same
+ * chunk is still the key's item with the same CAS (inside the section the
+ * chunk cannot be freed and reused, and values never change in place). A
+ * set, delete or append in between wins: the stub is discarded and its disk
+ * record counted as garbage. Bringing a value back is the same in reverse:
+ * read without locks, swap in only if the key still has the same stub (same
+ * locator). Lock order: stripe lock, then extstore's lock (ext_item_gone);
+ * extstore never takes a stripe lock.
+ */
+#include "storage_internal.h"
+#include "bgthread.h"
+#include "extstore.h"
+#include "settings.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define FLUSH_BATCH 32          /* candidates per class per pass */
+#define FLUSH_PERIOD_MS 100
+
+static struct extstore *g_ext;
+static struct ext_settings g_x;
+static char *flush_buf;         /* the flusher's copy of one value (-I bytes) */
+static storage_thread *flusher_ctx;
+static _Atomic bool pressure;
+
+static _Atomic int64_t io_queue;
+static _Atomic uint64_t get_extstore, get_aborted, get_oom, recache_n, miss_n, badcrc_n, hits_n;
+
+static bool flusher_pass(void *arg);
+static struct bgthread flusher = { .name = "cachet-extflush", .pass = flusher_pass, .period_ms = FLUSH_PERIOD_MS };
+
+bool storage_ext_enabled(void) { return g_ext != NULL; }
+void storage_ext_count_get(void) { atomic_fetch_add_explicit(&get_extstore, 1, memory_order_relaxed); }
+void storage_ext_count_aborted(void) { atomic_fetch_add_explicit(&get_aborted, 1, memory_order_relaxed); }
+void storage_ext_count_oom(void) { atomic_fetch_add_explicit(&get_oom, 1, memory_order_relaxed); }
+
+void storage_ext_count_queue(int delta) { atomic_fetch_add_explicit(&io_queue, delta, memory_order_relaxed); }
+
+void ext_note_pressure(void)
+{
+    if (g_ext && !atomic_exchange_explicit(&pressure, true, memory_order_relaxed)) bgthread_wake(&flusher);
+}
+
+void ext_item_gone(item *it)
+{
+    struct ext_stub st = item_ext_stub(it);
+    struct ext_locator loc;
+    memcpy(&loc, st.loc, sizeof loc);
+    if (g_ext) ext_delete(g_ext, &loc, item_nkey(it), st.nbytes);
+}
+
+/* Metadata an item hands to its replacement (stub or value): CAS, expiry,
+ * state, fetched bit, last access. Stripe lock held. */
+static void carry_over(item *to, item *from)
+{
+    if (g_use_cas) atomic_store_explicit(item_cas_ptr(to), item_get_cas(from), memory_order_relaxed);
+    atomic_store_explicit(item_exptime_ptr(to), item_exptime(from), memory_order_relaxed);
+    atomic_fetch_or_explicit(&to->iflags, item_fl(from) & (ITEM_STALE | ITEM_WIN_SENT), memory_order_relaxed);
+    atomic_store_explicit(&to->bag, atomic_load_explicit(&from->bag, memory_order_relaxed) & ITEM_FETCHED_BIT,
+                          memory_order_relaxed);
+    atomic_store_explicit(&to->time, atomic_load_explicit(&from->time, memory_order_relaxed), memory_order_relaxed);
+}
+
+/* ---- flusher ---------------------------------------------------------- */
+
+static bool flush_one(storage_thread *t, const struct ext_candidate *c)
+{
+    uint32_t hv = hash_key(c->key, c->nkey);
+    /* the stub first, outside any lock or section: allocating may evict */
+    stripe_lock(hv);
+    item *it = assoc_find_locked(c->key, c->nkey, hv);
+    bool ok = it == c->it && !(item_fl(it) & (ITEM_ON_DISK | ITEM_STALE | ITEM_WIN_SENT));
+    uint32_t cflags = ok ? item_cflags(it) : 0;
+    uint8_t keybin = ok ? (item_layout(it) & ITEM_KEY_BINARY) : 0;
+    stripe_unlock(hv);
+    if (!ok) return false;
+    item *stub = alloc_item(t, c->key, c->nkey, cflags, 0, EXT_STUB_BYTES,
+                            (uint8_t)(ITEM_HAS_EXPTIME | ITEM_ON_DISK | keybin), NULL);
+    if (!stub) return false;
+
+    epoch_enter(t);
+    stripe_lock(hv);
+    struct time_view tv = time_view_now();
+    it = assoc_find_locked(c->key, c->nkey, hv);
+    uint64_t nbytes = 0, cas = 0;
+    rel_time_t exp = 0;
+    ok = it && item_is_live_in(it, tv) && !(item_fl(it) & (ITEM_ON_DISK | ITEM_STALE | ITEM_WIN_SENT)) &&
+         item_cflags(it) == cflags && (item_layout(it) & ITEM_KEY_BINARY) == keybin &&
+         (nbytes = item_nbytes(it)) >= g_x.item_size && nbytes <= g_cfg.item_size_max;
+    if (ok) {
+        cas = item_get_cas(it);
+        exp = item_exptime(it);
+        copy_value_out(it, 0, flush_buf, (size_t)nbytes);
+    }
+    stripe_unlock(hv);
+    if (!ok) { epoch_exit(t); item_discard(t, stub); return false; }
+
+    enum ext_bucket b = EXT_BUCKET_DEFAULT;
+    if (exp && g_x.low_ttl && exp > tv.now && exp - tv.now < g_x.low_ttl) b = EXT_BUCKET_LOWTTL;
+    struct ext_locator loc;
+    if (ext_write(g_ext, b, c->key, c->nkey, flush_buf, (uint32_t)nbytes, &loc) != 0) {
+        epoch_exit(t);
+        item_discard(t, stub);
+        return false;
+    }
+    struct ext_stub st = { .nbytes = (uint32_t)nbytes };
+    memcpy(st.loc, &loc, sizeof st.loc);
+    memcpy(item_data(stub), &st, sizeof st);
+
+    stripe_lock(hv);
+    item *now_it = assoc_find_locked(c->key, c->nkey, hv);
+    ok = now_it == it && item_get_cas(it) == cas && !(item_fl(it) & (ITEM_ON_DISK | ITEM_STALE | ITEM_WIN_SENT));
+    if (ok) {
+        carry_over(stub, it);
+        replace_locked(t, it, stub, hv, false);
+    }
+    stripe_unlock(hv);
+    epoch_exit(t);
+    if (!ok) {
+        ext_delete(g_ext, &loc, c->nkey, (uint32_t)nbytes);
+        item_discard(t, stub);
+        return false;
+    }
+    enter_bag(t, stub);
+    return true;
+}
+
+/* Memory is short for large values: the classes that hold them have less
+ * than a page's worth of free chunks left and no page was never handed out.
+ * Slab pages never return to the free pool, so "pages used" stays at the
+ * maximum once the cache has filled and says nothing; free chunks in these
+ * classes come back as the flusher moves values out, so pressure clears
+ * once the reserve is back (memcached: ext_free_memchunks). An eviction
+ * (ext_note_pressure) also counts, for the pass that follows it. */
+static bool memory_low(void)
+{
+    if (slabs_pages_unused() >= 2) return false;
+    uint64_t page = slabs_page_size();
+    unsigned n = slabs_class_count();
+    for (unsigned c = 1; c <= n; c++) {
+        if (g_class_size[c] < ITEM_HDR + g_x.item_size && c != n) continue;
+        uint64_t pages = slabs_class_pages((int)c);
+        if (!pages) continue;
+        /* a class of a few pages keeps an eighth of them free, not a page */
+        uint64_t reserve = pages * page / 8 < page ? pages * page / 8 : page;
+        if (slabs_class_free_bytes((int)c) < reserve) return true;
+    }
+    return false;
+}
+
+static bool flusher_pass(void *arg)
+{
+    (void)arg;
+    static struct ext_candidate cands[FLUSH_BATCH];
+    bool pressed = atomic_exchange_explicit(&pressure, false, memory_order_relaxed) || memory_low();
+    bool aged = g_x.item_age != UINT32_MAX;
+    unsigned flushed = 0;
+    if (pressed || aged) {
+        unsigned n = slabs_class_count();
+        for (unsigned c = 1; c <= n; c++) {
+            /* a class whose chunks cannot hold ext_item_size bytes of value
+             * holds no candidate (the largest class chains longer values) */
+            if (g_class_size[c] < ITEM_HDR + g_x.item_size && c != n) continue;
+            unsigned k = bags_ext_candidates((int)c, cands, FLUSH_BATCH, g_x.item_size,
+                                             aged ? g_x.item_age : 0, pressed);
+            for (unsigned i = 0; i < k; i++) flushed += flush_one(flusher_ctx, &cands[i]);
+        }
+    }
+    if (!flushed) {
+        /* idle: what is buffered reaches the disk (reads of it are served
+         * from the buffer meanwhile) */
+        for (int b = 0; b < EXT_BUCKETS; b++) ext_flush(g_ext, (enum ext_bucket)b);
+    }
+    /* another round at once while memory stays short */
+    return flushed > 0 && pressed;
+}
+
+/* ---- bringing values back ---------------------------------------------- */
+
+/* The key's item, if it is still the stub with this locator. Stripe lock held. */
+static item *same_stub_locked(const char *key, size_t nkey, uint32_t hv, const uint8_t loc[12])
+{
+    item *it = assoc_find_locked(key, nkey, hv);
+    if (!it || !(item_layout(it) & ITEM_ON_DISK)) return NULL;
+    struct ext_stub st = item_ext_stub(it);
+    return memcmp(st.loc, loc, sizeof st.loc) ? NULL : it;
+}
+
+static void drop_stub(const char *key, size_t nkey, const uint8_t loc[12])
+{
+    uint32_t hv = hash_key(key, nkey);
+    stripe_lock(hv);
+    item *it = same_stub_locked(key, nkey, hv, loc);
+    if (it) item_unlink_locked(it, hv);
+    stripe_unlock(hv);
+}
+
+static void count_failure(enum ext_read_result r)
+{
+    atomic_fetch_add_explicit(&miss_n, 1, memory_order_relaxed);
+    if (r == EXT_MISS_BADCRC) atomic_fetch_add_explicit(&badcrc_n, 1, memory_order_relaxed);
+}
+
+enum relink_result { RELINK_OK, RELINK_CHANGED, RELINK_NOMEM };
+
+/* Replaces the key's stub (if unchanged) by an item holding val. */
+static enum relink_result relink(storage_thread *t, const char *key, size_t nkey, const uint8_t loc[12],
+                   const char *val, uint32_t nbytes)
+{
+    uint32_t hv = hash_key(key, nkey);
+    stripe_lock(hv);
+    item *stub = same_stub_locked(key, nkey, hv, loc);
+    uint32_t cflags = stub ? item_cflags(stub) : 0;
+    uint8_t keybin = stub ? (item_layout(stub) & ITEM_KEY_BINARY) : 0;
+    stripe_unlock(hv);
+    if (!stub) return RELINK_CHANGED;
+    item *fresh = alloc_item(t, key, nkey, cflags, 0, nbytes, (uint8_t)(ITEM_HAS_EXPTIME | keybin), NULL);
+    if (!fresh) return RELINK_NOMEM;
+    for (size_t off = 0; off < nbytes;) {
+        size_t len;
+        char *dst = item_value_span(fresh, off, &len);
+        if (!dst || !len) break;
+        if (len > nbytes - off) len = nbytes - off;
+        memcpy(dst, val + off, len);
+        off += len;
+    }
+    stripe_lock(hv);
+    stub = same_stub_locked(key, nkey, hv, loc);
+    /* the copy carries flags and the key-binary bit from the first look:
+     * both must still be the stub's */
+    if (stub && item_cflags(stub) == cflags && (item_layout(stub) & ITEM_KEY_BINARY) == keybin) {
+        carry_over(fresh, stub);
+        replace_locked(t, stub, fresh, hv, false);
+        stripe_unlock(hv);
+        enter_bag(t, fresh);
+        return RELINK_OK;
+    }
+    stripe_unlock(hv);
+    item_discard(t, fresh);
+    return RELINK_CHANGED;
+}
+
+bool storage_ext_fetch(storage_thread *t, const char *key, size_t nkey, const struct item_view *v, char *buf)
+{
+    if (!g_ext || !v->on_disk) return false;
+    struct ext_locator loc;
+    memcpy(&loc, v->ext_loc, sizeof loc);
+    enum ext_read_result r = ext_read(g_ext, &loc, key, (uint32_t)nkey, buf, v->nbytes);
+    if (r != EXT_HIT) {
+        count_failure(r);
+        drop_stub(key, nkey, v->ext_loc);
+        return false;
+    }
+    uint64_t n = atomic_fetch_add_explicit(&hits_n, 1, memory_order_relaxed) + 1;
+    if (g_x.recache_rate && n % g_x.recache_rate == 0 && relink(t, key, nkey, v->ext_loc, buf, v->nbytes) == RELINK_OK)
+        atomic_fetch_add_explicit(&recache_n, 1, memory_order_relaxed);
+    return true;
+}
+
+bool ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t hv)
+{
+    stripe_lock(hv);
+    item *it = assoc_find_locked(key, nkey, hv);
+    struct ext_stub st;
+    bool disk = it && (item_layout(it) & ITEM_ON_DISK);
+    if (disk) st = item_ext_stub(it);
+    stripe_unlock(hv);
+    if (!disk || !g_ext) return true;
+    char *buf = malloc(st.nbytes ? st.nbytes : 1);
+    if (!buf) return false;
+    struct ext_locator loc;
+    memcpy(&loc, st.loc, sizeof loc);
+    enum ext_read_result r = ext_read(g_ext, &loc, key, (uint32_t)nkey, buf, st.nbytes);
+    bool ok = true;
+    if (r != EXT_HIT) {
+        /* the value is gone: the item is a miss from now on */
+        count_failure(r);
+        drop_stub(key, nkey, st.loc);
+    } else if (relink(t, key, nkey, st.loc, buf, st.nbytes) == RELINK_NOMEM) {
+        /* the data is intact on disk: keep the stub and say "no memory",
+         * as the same command on a RAM item does */
+        ok = false;
+    }
+    /* RELINK_CHANGED: the key changed meanwhile, the caller looks again */
+    free(buf);
+    /* a worker keeps no read buffer: up to -I per worker otherwise */
+    ext_read_buf_free();
+    return ok;
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+int storage_ext_start(const struct ext_settings *x)
+{
+    if (!x->npaths) return 0;
+    g_x = *x;
+    struct ext_file_spec files[EXT_PATHS_MAX];
+    for (unsigned i = 0; i < x->npaths; i++) files[i] = (struct ext_file_spec){ x->paths[i], x->sizes[i] };
+    /* a page starts with its header block: a buffer as large as the page
+     * (memcached allows it) is cut to what fits behind it */
+    uint64_t wbuf = x->wbuf_size < x->page_size - EXT_PAGE_HEADER ? x->wbuf_size : x->page_size - EXT_PAGE_HEADER;
+    struct ext_conf conf = { .page_size = x->page_size, .wbuf_size = wbuf, .direct_io = true };
+    char err[512];
+    g_ext = ext_open(files, x->npaths, &conf, err, sizeof err);
+    if (!g_ext && strstr(err, "O_DIRECT")) {
+        /* tmpfs and some overlay filesystems: buffered IO still works */
+        conf.direct_io = false;
+        g_ext = ext_open(files, x->npaths, &conf, err, sizeof err);
+        if (g_ext && g_cfg.verbose) fprintf(stderr, "cachetd: extstore: O_DIRECT refused, using buffered IO\n");
+    }
+    if (!g_ext) {
+        fprintf(stderr, "cachetd: -o ext_path: %s\n", err);
+        return 64;
+    }
+    flush_buf = malloc(g_cfg.item_size_max);
+    if (!flush_buf) { fprintf(stderr, "cachetd: extstore: out of memory\n"); return 70; }
+    flusher_ctx = storage_thread_register();
+    if (!flusher_ctx) return 70;   /* storage_thread_register said why */
+    int rc = bgthread_start(&flusher);
+    if (rc) { fprintf(stderr, "cachetd: cannot start the extstore flusher\n"); return 70; }
+    return 0;
+}
+
+void storage_ext_stop(void)
+{
+    if (!g_ext) return;
+    bgthread_stop(&flusher);
+}
+
+/* ---- stats (memcached 1.6.45's names) ----------------------------------- */
+
+#define LD(x) (unsigned long long)atomic_load_explicit(&(x), memory_order_relaxed)
+
+void storage_ext_stats_general(stat_writer w, void *ctx)
+{
+    if (!g_ext) return;
+    const struct ext_stats *s = ext_get_stats(g_ext);
+    w(ctx, "get_extstore", "%llu", LD(get_extstore));
+    w(ctx, "get_aborted_extstore", "%llu", LD(get_aborted));
+    w(ctx, "get_oom_extstore", "%llu", LD(get_oom));
+    w(ctx, "recache_from_extstore", "%llu", LD(recache_n));
+    w(ctx, "miss_from_extstore", "%llu", LD(miss_n));
+    w(ctx, "badcrc_from_extstore", "%llu", LD(badcrc_n));
+    uint64_t free_pages = LD(s->pages_free);
+    double pressure_ratio = s->pages_total ? 1.0 - (double)free_pages / (double)s->pages_total : 0;
+    w(ctx, "extstore_memory_pressure", "%.2f", pressure_ratio);
+    /* no compaction thread yet: memcached's names, always 0 */
+    w(ctx, "extstore_compact_lost", "0");
+    w(ctx, "extstore_compact_rescues", "0");
+    w(ctx, "extstore_compact_resc_cold", "0");
+    w(ctx, "extstore_compact_resc_old", "0");
+    w(ctx, "extstore_compact_skipped", "0");
+    w(ctx, "extstore_page_allocs", "%llu", LD(s->page_allocs));
+    w(ctx, "extstore_page_evictions", "%llu", LD(s->pages_evicted));
+    w(ctx, "extstore_page_reclaims", "%llu", LD(s->pages_compacted));
+    w(ctx, "extstore_pages_free", "%llu", (unsigned long long)free_pages);
+    w(ctx, "extstore_pages_used", "%llu", (unsigned long long)(s->pages_total - free_pages));
+    w(ctx, "extstore_objects_evicted", "%llu", LD(s->objects_evicted));
+    w(ctx, "extstore_objects_read", "%llu", LD(s->objects_read));
+    w(ctx, "extstore_objects_written", "%llu", LD(s->objects_written));
+    w(ctx, "extstore_objects_used", "%llu", LD(s->objects_used));
+    w(ctx, "extstore_bytes_evicted", "%llu", LD(s->bytes_evicted));
+    w(ctx, "extstore_bytes_written", "%llu", LD(s->bytes_written));
+    w(ctx, "extstore_bytes_read", "%llu", LD(s->bytes_read));
+    w(ctx, "extstore_bytes_used", "%llu", LD(s->bytes_used));
+    w(ctx, "extstore_bytes_fragmented", "%llu", LD(s->bytes_fragmented));
+    w(ctx, "extstore_limit_maxbytes", "%llu", (unsigned long long)s->limit_bytes);
+    w(ctx, "extstore_io_queue", "%llu", (unsigned long long)atomic_load_explicit(&io_queue, memory_order_relaxed));
+}
+
+void storage_ext_stats_extstore(stat_writer w, void *ctx)
+{
+    if (!g_ext) return;
+    struct ext_page_info pi;
+    char name[64];
+    for (uint32_t p = 0; ext_page_info(g_ext, p, &pi); p++) {
+        snprintf(name, sizeof name, "%u:version", p); w(ctx, name, "%u", pi.version);
+        snprintf(name, sizeof name, "%u:bytes", p); w(ctx, name, "%llu", (unsigned long long)pi.live_bytes);
+        snprintf(name, sizeof name, "%u:bucket", p); w(ctx, name, "%d", pi.bucket < 0 ? 0 : pi.bucket);
+        snprintf(name, sizeof name, "%u:free_bucket", p); w(ctx, name, "%d", pi.free ? 1 : 0);
+    }
+}
+
+void storage_ext_stats_settings(stat_writer w, void *ctx)
+{
+    if (!g_ext) return;
+    w(ctx, "ext_item_size", "%u", g_x.item_size);
+    w(ctx, "ext_item_age", "%u", g_x.item_age);
+    w(ctx, "ext_low_ttl", "%u", g_x.low_ttl);
+    w(ctx, "ext_recache_rate", "%u", g_x.recache_rate);
+    w(ctx, "ext_wbuf_size", "%llu", (unsigned long long)g_x.wbuf_size);
+    w(ctx, "ext_compact_under", "%u", g_x.compact_under);
+    w(ctx, "ext_drop_under", "%u", g_x.drop_under);
+    w(ctx, "ext_max_sleep", "%u", g_x.max_sleep);
+    w(ctx, "ext_max_frag", "%.2f", g_x.max_frag);
+    w(ctx, "ext_drop_unread", "%s", g_x.drop_unread ? "yes" : "no");
+}
+
+void storage_ext_stats_reset(void)
+{
+    atomic_store(&get_extstore, 0);
+    atomic_store(&get_aborted, 0);
+    atomic_store(&get_oom, 0);
+    atomic_store(&recache_n, 0);
+    atomic_store(&miss_n, 0);
+    atomic_store(&badcrc_n, 0);
+}

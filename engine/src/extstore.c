@@ -1,0 +1,648 @@
+/*
+ * extstore.c - the page store under extstore (format and concurrency rules:
+ * extstore.h). Pages are handed to buckets from a free list; when none is
+ * free the oldest closed page is evicted by giving it a new version, which
+ * makes every locator into it stale at once.
+ */
+#include "extstore.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RECORD_MAGIC   0xCEu       /* top byte of a record header's first word */
+#define PAGE_MAGIC     "CACHETXS"
+#define FORMAT_VERSION 1u
+
+struct page {
+    _Atomic uint32_t version;   /* written under the lock, read by ext_read without it */
+    int      fd;
+    uint64_t file_off;          /* where the page starts in its file */
+    uint64_t used;              /* bytes of the page handed out, header block included */
+    uint64_t written_bytes;     /* record bytes appended (no buffer padding) */
+    uint64_t live_bytes;        /* record bytes not deleted */
+    uint64_t live_objs;
+    uint64_t seq;               /* when it was opened: the oldest is evicted first */
+    int      bucket;            /* open in this bucket, or -1 */
+    bool     is_free;
+};
+
+struct bucket {
+    int      page;              /* the page being filled, or -1 */
+    char    *wbuf;              /* EXT_ALIGN aligned, wbuf_size bytes */
+    uint64_t wbuf_used;
+    uint64_t wbuf_page_off;     /* page offset the buffer will be written at (aligned) */
+};
+
+/* The header block at the start of every page. A warm restart will add the
+ * page's index after it; readers of format 1 ignore the rest of the block. */
+struct page_header {
+    char     magic[8];
+    uint32_t format;
+    uint32_t page_id;
+    uint32_t version;
+    uint32_t bucket;
+    uint64_t page_size;
+    uint64_t opened_at;         /* unix seconds */
+    uint32_t crc;               /* CRC32C of the fields above */
+};
+
+struct extstore {
+    pthread_mutex_t lock;
+    struct ext_conf conf;
+    int fds[EXT_MAX_FILES];
+    unsigned nfiles;
+    struct page *pages;
+    uint32_t npages;
+    uint32_t *free_list;        /* stack of free page ids */
+    uint32_t nfree;
+    uint64_t next_seq;
+    struct bucket buckets[EXT_BUCKETS];
+    char *header_block;         /* EXT_ALIGN bytes for writing page headers */
+    struct ext_stats stats;
+};
+
+/* ---- CRC32C ------------------------------------------------------------ */
+static uint32_t crc_table[8][256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1)));
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
+}
+
+uint32_t ext_crc32c(uint32_t crc, const void *data, size_t len)
+{
+    pthread_once(&crc_once, crc_init);
+    const unsigned char *p = data;
+    crc = ~crc;
+    /* slicing-by-8: eight table lookups per 8 bytes */
+    while (len >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        w ^= crc;
+        crc = crc_table[7][w & 0xff] ^ crc_table[6][(w >> 8) & 0xff] ^
+              crc_table[5][(w >> 16) & 0xff] ^ crc_table[4][(w >> 24) & 0xff] ^
+              crc_table[3][(w >> 32) & 0xff] ^ crc_table[2][(w >> 40) & 0xff] ^
+              crc_table[1][(w >> 48) & 0xff] ^ crc_table[0][w >> 56];
+        p += 8;
+        len -= 8;
+    }
+    while (len--) crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xff];
+    return ~crc;
+}
+
+static uint32_t record_crc(const void *key, uint32_t nkey, const void *val, uint32_t nval)
+{
+    return ext_crc32c(ext_crc32c(0, key, nkey), val, nval);
+}
+
+/* ---- helpers ----------------------------------------------------------- */
+static inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
+
+static void add(_Atomic uint64_t *c, int64_t d)
+{
+    atomic_fetch_add_explicit(c, (uint64_t)d, memory_order_relaxed);
+}
+
+static int write_full(int fd, const void *buf, size_t len, uint64_t off)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        if (n == 0) return -ENOSPC;
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+/* Gives page p a new version and forgets what it held. Lock held. */
+static void page_reset(struct extstore *e, struct page *p, bool evicted)
+{
+    if (evicted) {
+        add(&e->stats.pages_evicted, 1);
+        add(&e->stats.objects_evicted, (int64_t)p->live_objs);
+        add(&e->stats.bytes_evicted, (int64_t)p->live_bytes);
+    }
+    add(&e->stats.objects_used, -(int64_t)p->live_objs);
+    add(&e->stats.bytes_used, -(int64_t)p->live_bytes);
+    /* what ext_delete added for this page: written minus live, never the
+     * padding behind each buffer that `used` also counts */
+    add(&e->stats.bytes_fragmented, -(int64_t)(p->written_bytes - p->live_bytes));
+    atomic_store_explicit(&p->version, (atomic_load_explicit(&p->version, memory_order_relaxed) + 1) & EXT_VERSION_MASK,
+                          memory_order_release);
+    p->used = 0;
+    p->written_bytes = p->live_bytes = p->live_objs = 0;
+    p->bucket = -1;
+}
+
+/* A page for bucket b: a free one, else the oldest closed one, evicted.
+ * Writes its header block. Lock held. */
+static int page_open(struct extstore *e, int b)
+{
+    uint32_t id;
+    if (e->nfree > 0) {
+        id = e->free_list[--e->nfree];
+        add(&e->stats.pages_free, -1);
+    } else {
+        int64_t oldest = -1;
+        for (uint32_t i = 0; i < e->npages; i++) {
+            const struct page *p = &e->pages[i];
+            if (p->bucket < 0 && !p->is_free && (oldest < 0 || p->seq < e->pages[oldest].seq)) oldest = i;
+        }
+        if (oldest < 0) return -ENOSPC;    /* every page is open in a bucket */
+        id = (uint32_t)oldest;
+        page_reset(e, &e->pages[id], true);
+    }
+    struct page *p = &e->pages[id];
+    p->is_free = false;
+    p->bucket = b;
+    p->seq = e->next_seq++;
+    p->used = EXT_PAGE_HEADER;
+    add(&e->stats.pages_open, 1);
+    add(&e->stats.page_allocs, 1);
+
+    struct page_header h = { .format = FORMAT_VERSION, .page_id = id,
+                             .version = atomic_load_explicit(&p->version, memory_order_relaxed),
+                             .bucket = (uint32_t)b, .page_size = e->conf.page_size,
+                             .opened_at = (uint64_t)time(NULL) };
+    memcpy(h.magic, PAGE_MAGIC, sizeof(h.magic));
+    h.crc = ext_crc32c(0, &h, offsetof(struct page_header, crc));
+    memset(e->header_block, 0, EXT_ALIGN);
+    memcpy(e->header_block, &h, sizeof(h));
+    int rc = write_full(p->fd, e->header_block, EXT_ALIGN, p->file_off);
+    if (rc < 0) add(&e->stats.writes_failed, 1);
+    /* A failed header write costs nothing but the header: records are
+     * checked against their locators, never against it (format 1). */
+    struct bucket *bk = &e->buckets[b];
+    bk->page = (int)id;
+    bk->wbuf_used = 0;
+    bk->wbuf_page_off = EXT_PAGE_HEADER;
+    return 0;
+}
+
+/* The bucket's page is full: it becomes a closed page, eligible for
+ * eviction and compaction. Lock held. */
+static void page_close(struct extstore *e, struct bucket *bk)
+{
+    if (bk->page < 0) return;
+    e->pages[bk->page].bucket = -1;
+    add(&e->stats.pages_open, -1);
+    bk->page = -1;
+}
+
+/* Writes the bucket's buffer to its page. On failure every record of the
+ * page is dropped (a new version): a locator into it must not find whatever
+ * the disk holds there. Lock held. */
+static int wbuf_flush(struct extstore *e, struct bucket *bk)
+{
+    if (bk->page < 0 || bk->wbuf_used == 0) return 0;
+    struct page *p = &e->pages[bk->page];
+    uint64_t len = align_up(bk->wbuf_used, EXT_ALIGN);
+    memset(bk->wbuf + bk->wbuf_used, 0, len - bk->wbuf_used);
+    int rc = write_full(p->fd, bk->wbuf, len, p->file_off + bk->wbuf_page_off);
+    if (rc < 0) {
+        add(&e->stats.writes_failed, 1);
+        int b = p->bucket;
+        page_reset(e, p, false);
+        /* the page stays this bucket's, empty, under its new version */
+        p->bucket = b;
+        p->seq = e->next_seq++;
+        p->used = EXT_PAGE_HEADER;
+        bk->wbuf_used = 0;
+        bk->wbuf_page_off = EXT_PAGE_HEADER;
+        return rc;
+    }
+    add(&e->stats.bytes_written, (int64_t)len);
+    bk->wbuf_page_off += len;
+    bk->wbuf_used = 0;
+    p->used = bk->wbuf_page_off;
+    return 0;
+}
+
+/* ---- open / close ------------------------------------------------------ */
+static int fail(char *err, size_t errlen, const char *fmt, const char *path, int e)
+{
+    snprintf(err, errlen, fmt, path, strerror(e));
+    return -1;
+}
+
+struct extstore *ext_open(const struct ext_file_spec *files, unsigned nfiles,
+                          const struct ext_conf *conf, char *err, size_t errlen)
+{
+    if (nfiles == 0 || nfiles > EXT_MAX_FILES) {
+        snprintf(err, errlen, "extstore: %u paths given (1 to %u)", nfiles, EXT_MAX_FILES);
+        return NULL;
+    }
+    if (conf->page_size < 2 * EXT_ALIGN || conf->page_size % EXT_ALIGN || conf->page_size > EXT_MAX_PAGE_SIZE) {
+        snprintf(err, errlen, "extstore: page size %llu is not a multiple of 4096 between 8 KiB and 2 GiB",
+                 (unsigned long long)conf->page_size);
+        return NULL;
+    }
+    if (conf->wbuf_size < EXT_ALIGN || conf->wbuf_size % EXT_ALIGN || conf->wbuf_size > conf->page_size - EXT_PAGE_HEADER) {
+        snprintf(err, errlen, "extstore: write buffer size %llu is not a multiple of 4096 of at most a page less its header",
+                 (unsigned long long)conf->wbuf_size);
+        return NULL;
+    }
+    struct extstore *e = calloc(1, sizeof(*e));
+    if (!e) { snprintf(err, errlen, "extstore: out of memory"); return NULL; }
+    pthread_mutex_init(&e->lock, NULL);
+    e->conf = *conf;
+    for (unsigned i = 0; i < EXT_MAX_FILES; i++) e->fds[i] = -1;
+    for (int b = 0; b < EXT_BUCKETS; b++) e->buckets[b].page = -1;
+
+    uint64_t total = 0;
+    for (unsigned i = 0; i < nfiles; i++) total += files[i].size / conf->page_size;
+    if (total < 2) {
+        snprintf(err, errlen, "extstore: %s holds fewer than 2 pages of %llu bytes", files[0].path,
+                 (unsigned long long)conf->page_size);
+        goto out;
+    }
+    if (total > EXT_MAX_PAGES) {
+        snprintf(err, errlen, "extstore: %llu pages is more than %u (use a larger ext_page_size)",
+                 (unsigned long long)total, EXT_MAX_PAGES);
+        goto out;
+    }
+    e->pages = calloc(total, sizeof(*e->pages));
+    e->free_list = calloc(total, sizeof(*e->free_list));
+    if (!e->pages || !e->free_list || posix_memalign((void **)&e->header_block, EXT_ALIGN, EXT_ALIGN)) {
+        snprintf(err, errlen, "extstore: out of memory");
+        goto out;
+    }
+    for (int b = 0; b < EXT_BUCKETS; b++)
+        if (posix_memalign((void **)&e->buckets[b].wbuf, EXT_ALIGN, conf->wbuf_size)) {
+            snprintf(err, errlen, "extstore: no memory for the write buffers");
+            goto out;
+        }
+
+    for (unsigned i = 0; i < nfiles; i++) {
+        const char *path = files[i].path;
+        int flags = O_RDWR | O_CREAT | O_CLOEXEC | (conf->direct_io ? O_DIRECT : 0);
+        int fd = open(path, flags, 0600);
+        if (fd < 0 && errno == EINVAL && conf->direct_io) {
+            fail(err, errlen, "extstore: %s: the filesystem refuses O_DIRECT (%s)", path, EINVAL);
+            goto out;
+        }
+        if (fd < 0) { fail(err, errlen, "extstore: cannot open %s: %s", path, errno); goto out; }
+        e->fds[e->nfiles++] = fd;
+        struct stat st;
+        if (fstat(fd, &st) < 0) { fail(err, errlen, "extstore: cannot stat %s: %s", path, errno); goto out; }
+        if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+            snprintf(err, errlen, "extstore: %s is neither a file nor a block device", path);
+            goto out;
+        }
+        uint64_t pages = files[i].size / conf->page_size;
+        uint64_t bytes = pages * conf->page_size;
+        if (S_ISREG(st.st_mode)) {
+            /* Reserve the space now: a disk too small says so at start,
+             * not as failed writes later. Then cut off what a previous run
+             * with a larger size left. */
+            int rc = posix_fallocate(fd, 0, (off_t)bytes);
+            if (rc == EOPNOTSUPP || rc == EINVAL) rc = ftruncate(fd, (off_t)bytes) < 0 ? errno : 0;
+            if (rc) { fail(err, errlen, "extstore: cannot size %s: %s", path, rc); goto out; }
+            if ((uint64_t)st.st_size > bytes && ftruncate(fd, (off_t)bytes) < 0) {
+                fail(err, errlen, "extstore: cannot size %s: %s", path, errno);
+                goto out;
+            }
+        }
+        for (uint64_t k = 0; k < pages; k++) {
+            struct page *p = &e->pages[e->npages];
+            p->fd = fd;
+            p->file_off = k * conf->page_size;
+            p->bucket = -1;
+            p->is_free = true;
+            e->npages++;
+        }
+    }
+    /* free list popped from the end: hand out page 0 first */
+    for (uint32_t i = 0; i < e->npages; i++) e->free_list[i] = e->npages - 1 - i;
+    e->nfree = e->npages;
+    e->stats.pages_total = e->npages;
+    e->stats.page_size = conf->page_size;
+    e->stats.limit_bytes = (uint64_t)e->npages * conf->page_size;
+    atomic_store(&e->stats.pages_free, e->npages);
+    return e;
+out:
+    ext_close(e);
+    return NULL;
+}
+
+void ext_close(struct extstore *e)
+{
+    if (!e) return;
+    for (unsigned i = 0; i < EXT_MAX_FILES; i++)
+        if (e->fds[i] >= 0) close(e->fds[i]);
+    for (int b = 0; b < EXT_BUCKETS; b++) free(e->buckets[b].wbuf);
+    free(e->header_block);
+    free(e->pages);
+    free(e->free_list);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}
+
+/* ---- write ------------------------------------------------------------- */
+int ext_write(struct extstore *e, enum ext_bucket b, const void *key, uint32_t nkey,
+              const void *val, uint32_t nval, struct ext_locator *loc)
+{
+    uint64_t rs = ext_record_size(nkey, nval);
+    if (nkey > 255 || rs > e->conf.wbuf_size) return -E2BIG;
+    pthread_mutex_lock(&e->lock);
+    struct bucket *bk = &e->buckets[b];
+    int rc = 0;
+    bool room = false;
+    /* at most twice round: a fresh page always has room (rs <= wbuf_size) */
+    for (int tries = 0; tries < 2 && !room; tries++) {
+        if (bk->page < 0 && (rc = page_open(e, (int)b)) < 0) goto out;
+        if (bk->wbuf_used + rs > e->conf.wbuf_size && (rc = wbuf_flush(e, bk)) < 0) goto out;
+        room = bk->wbuf_page_off + bk->wbuf_used + rs <= e->conf.page_size;
+        if (!room) {
+            /* no room left on the page: write what is buffered, take another */
+            if ((rc = wbuf_flush(e, bk)) < 0) goto out;
+            page_close(e, bk);
+        }
+    }
+    if (!room) { rc = -ENOSPC; goto out; }
+    struct page *p = &e->pages[bk->page];
+    uint32_t version = atomic_load_explicit(&p->version, memory_order_relaxed);
+    uint32_t crc = record_crc(key, nkey, val, nval);
+    uint32_t hdr[4] = { (RECORD_MAGIC << 24) | nkey, nval, crc, version };
+    char *at = bk->wbuf + bk->wbuf_used;
+    memcpy(at, hdr, sizeof(hdr));
+    memcpy(at + EXT_RECORD_HEADER, key, nkey);
+    memcpy(at + EXT_RECORD_HEADER + nkey, val, nval);
+    memset(at + EXT_RECORD_HEADER + nkey + nval, 0, rs - (EXT_RECORD_HEADER + nkey + nval));
+    loc->packed = ext_loc_pack((uint32_t)bk->page, version, bk->wbuf_page_off + bk->wbuf_used);
+    loc->crc = crc;
+    bk->wbuf_used += rs;
+    p->written_bytes += rs;
+    p->live_bytes += rs;
+    p->live_objs++;
+    add(&e->stats.objects_written, 1);
+    add(&e->stats.objects_used, 1);
+    add(&e->stats.bytes_used, (int64_t)rs);
+out:
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
+int ext_flush(struct extstore *e, enum ext_bucket b)
+{
+    pthread_mutex_lock(&e->lock);
+    int rc = wbuf_flush(e, &e->buckets[b]);
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
+/* ---- read -------------------------------------------------------------- */
+/* Checks one record as read back (from a buffer or the disk). */
+static enum ext_read_result record_check(const char *rec, const struct ext_locator *loc,
+                                         const void *key, uint32_t nkey, uint32_t nval)
+{
+    uint32_t hdr[4];
+    memcpy(hdr, rec, sizeof(hdr));
+    if (hdr[0] != ((RECORD_MAGIC << 24) | nkey) || hdr[1] != nval || hdr[2] != loc->crc ||
+        hdr[3] != ext_loc_version(loc))
+        return EXT_MISS_BADCRC;
+    if (memcmp(rec + EXT_RECORD_HEADER, key, nkey) != 0) return EXT_MISS_BADCRC;
+    if (record_crc(key, nkey, rec + EXT_RECORD_HEADER + nkey, nval) != loc->crc) return EXT_MISS_BADCRC;
+    return EXT_HIT;
+}
+
+/* Each reading thread keeps one aligned buffer for O_DIRECT reads, freed
+ * when the thread exits (the key's destructor). */
+static _Thread_local char *read_buf;
+static _Thread_local size_t read_cap;
+static pthread_key_t read_buf_key;
+static pthread_once_t read_buf_once = PTHREAD_ONCE_INIT;
+static void read_buf_key_init(void) { pthread_key_create(&read_buf_key, free); }
+
+void ext_read_buf_free(void)
+{
+    if (!read_buf) return;
+    pthread_setspecific(read_buf_key, NULL);
+    free(read_buf);
+    read_buf = NULL;
+    read_cap = 0;
+}
+
+static enum ext_read_result count(struct extstore *e, enum ext_read_result r, uint32_t nbytes)
+{
+    switch (r) {
+    case EXT_HIT:         add(&e->stats.objects_read, 1); add(&e->stats.bytes_read, nbytes); break;
+    case EXT_MISS_STALE:  add(&e->stats.miss_stale, 1); break;
+    case EXT_MISS_BADCRC: add(&e->stats.miss_badcrc, 1); break;
+    case EXT_MISS_SHORT:  add(&e->stats.miss_short, 1); break;
+    case EXT_MISS_IOERR:  add(&e->stats.miss_ioerr, 1); break;
+    }
+    return r;
+}
+
+enum ext_read_result ext_read(struct extstore *e, const struct ext_locator *loc,
+                              const void *key, uint32_t nkey, void *val, uint32_t nval)
+{
+    uint32_t id = ext_loc_page(loc), version = ext_loc_version(loc);
+    uint64_t off = ext_loc_offset(loc), rs = ext_record_size(nkey, nval);
+    if (id >= e->npages || off + rs > e->conf.page_size) return count(e, EXT_MISS_BADCRC, 0);
+    struct page *p = &e->pages[id];
+
+    pthread_mutex_lock(&e->lock);
+    if (atomic_load_explicit(&p->version, memory_order_relaxed) != version) {
+        pthread_mutex_unlock(&e->lock);
+        return count(e, EXT_MISS_STALE, 0);
+    }
+    if (p->bucket >= 0) {
+        struct bucket *bk = &e->buckets[p->bucket];
+        if (off >= bk->wbuf_page_off) {     /* still in the write buffer */
+            enum ext_read_result r = EXT_MISS_BADCRC;
+            if (off + rs <= bk->wbuf_page_off + bk->wbuf_used) {
+                const char *rec = bk->wbuf + (off - bk->wbuf_page_off);
+                r = record_check(rec, loc, key, nkey, nval);
+                if (r == EXT_HIT) memcpy(val, rec + EXT_RECORD_HEADER + nkey, nval);
+            }
+            pthread_mutex_unlock(&e->lock);
+            return count(e, r, nval);
+        }
+    }
+    int fd = p->fd;
+    uint64_t base = p->file_off;
+    pthread_mutex_unlock(&e->lock);
+
+    uint64_t start = off & ~(uint64_t)(EXT_ALIGN - 1);
+    uint64_t len = align_up(off + rs, EXT_ALIGN) - start;
+    if (len > read_cap) {
+        free(read_buf);
+        read_buf = NULL;
+        read_cap = 0;
+        pthread_once(&read_buf_once, read_buf_key_init);
+        pthread_setspecific(read_buf_key, NULL);
+        if (posix_memalign((void **)&read_buf, EXT_ALIGN, len)) return count(e, EXT_MISS_IOERR, 0);
+        read_cap = len;
+        pthread_setspecific(read_buf_key, read_buf);
+    }
+    uint64_t got = 0;
+    while (got < len) {
+        ssize_t n = pread(fd, read_buf + got, len - got, (off_t)(base + start + got));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return count(e, EXT_MISS_IOERR, 0);
+        }
+        if (n == 0) break;
+        got += (uint64_t)n;
+    }
+    if (got < off - start + rs) return count(e, EXT_MISS_SHORT, 0);
+    /* evicted or compacted while the read was in flight: what was read may
+     * already be another record */
+    if (atomic_load_explicit(&p->version, memory_order_acquire) != version) return count(e, EXT_MISS_STALE, 0);
+    const char *rec = read_buf + (off - start);
+    enum ext_read_result r = record_check(rec, loc, key, nkey, nval);
+    if (r == EXT_HIT) memcpy(val, rec + EXT_RECORD_HEADER + nkey, nval);
+    return count(e, r, nval);
+}
+
+bool ext_check(struct extstore *e, const struct ext_locator *loc)
+{
+    uint32_t id = ext_loc_page(loc);
+    return id < e->npages &&
+           atomic_load_explicit(&e->pages[id].version, memory_order_acquire) == ext_loc_version(loc);
+}
+
+void ext_delete(struct extstore *e, const struct ext_locator *loc, uint32_t nkey, uint32_t nval)
+{
+    uint32_t id = ext_loc_page(loc);
+    uint64_t rs = ext_record_size(nkey, nval);
+    if (id >= e->npages) return;
+    pthread_mutex_lock(&e->lock);
+    struct page *p = &e->pages[id];
+    if (atomic_load_explicit(&p->version, memory_order_relaxed) == ext_loc_version(loc) &&
+        p->live_objs > 0 && p->live_bytes >= rs) {
+        p->live_objs--;
+        p->live_bytes -= rs;
+        add(&e->stats.objects_used, -1);
+        add(&e->stats.bytes_used, -(int64_t)rs);
+        add(&e->stats.bytes_fragmented, (int64_t)rs);
+    }
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* ---- compaction -------------------------------------------------------- */
+int ext_compact_pick(struct extstore *e, double under)
+{
+    int best = -1;
+    double best_share = under;
+    pthread_mutex_lock(&e->lock);
+    for (uint32_t i = 0; i < e->npages; i++) {
+        const struct page *p = &e->pages[i];
+        if (p->is_free || p->bucket >= 0 || p->used <= EXT_PAGE_HEADER) continue;
+        double share = p->written_bytes ? (double)p->live_bytes / (double)p->written_bytes : 0.0;
+        if (share < best_share) { best_share = share; best = (int)i; }
+    }
+    pthread_mutex_unlock(&e->lock);
+    return best;
+}
+
+int ext_page_walk(struct extstore *e, uint32_t page, int (*fn)(void *arg, const struct ext_record *r), void *arg)
+{
+    if (page >= e->npages) return -EINVAL;
+    pthread_mutex_lock(&e->lock);
+    struct page *p = &e->pages[page];
+    uint32_t version = atomic_load_explicit(&p->version, memory_order_relaxed);
+    uint64_t used = p->used;
+    bool closed = !p->is_free && p->bucket < 0;
+    int fd = p->fd;
+    uint64_t base = p->file_off;
+    pthread_mutex_unlock(&e->lock);
+    if (!closed || used <= EXT_PAGE_HEADER) return 0;
+
+    char *buf;
+    if (posix_memalign((void **)&buf, EXT_ALIGN, used)) return -ENOMEM;
+    uint64_t got = 0;
+    int rc = 0;
+    while (got < used) {
+        ssize_t n = pread(fd, buf + got, used - got, (off_t)(base + got));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            rc = -errno;
+            break;
+        }
+        if (n == 0) break;
+        got += (uint64_t)n;
+    }
+    if (rc == 0) {
+        uint64_t off = EXT_PAGE_HEADER;
+        while (off + EXT_RECORD_HEADER <= got) {
+            uint32_t hdr[4];
+            memcpy(hdr, buf + off, sizeof(hdr));
+            uint32_t nkey = hdr[0] & 0xffffu, nval = hdr[1];
+            uint64_t rs = ext_record_size(nkey, nval);
+            if ((hdr[0] >> 24) != RECORD_MAGIC || nkey > 255 || off + rs > got || hdr[3] != version) {
+                /* the zeros after a buffer's last record, or damage: go on
+                 * at the next buffer boundary */
+                off = align_up(off + 1, EXT_ALIGN);
+                continue;
+            }
+            const char *k = buf + off + EXT_RECORD_HEADER;
+            struct ext_record r = { .loc = { ext_loc_pack(page, version, off), hdr[2] },
+                                    .key = k, .nkey = nkey, .val = k + nkey, .nval = nval };
+            if (record_crc(k, nkey, k + nkey, nval) == hdr[2] && (rc = fn(arg, &r)) != 0) break;
+            off += rs;
+        }
+    }
+    free(buf);
+    /* if the page was evicted meanwhile, the records handed out are stale:
+     * the caller's relinking compares locators, and these no longer match */
+    return rc;
+}
+
+void ext_page_drop(struct extstore *e, uint32_t page, bool compacted)
+{
+    if (page >= e->npages) return;
+    pthread_mutex_lock(&e->lock);
+    struct page *p = &e->pages[page];
+    if (!p->is_free && p->bucket < 0) {
+        page_reset(e, p, false);
+        p->is_free = true;
+        e->free_list[e->nfree++] = page;
+        add(&e->stats.pages_free, 1);
+        if (compacted) add(&e->stats.pages_compacted, 1);
+    }
+    pthread_mutex_unlock(&e->lock);
+}
+
+const struct ext_stats *ext_get_stats(const struct extstore *e) { return &e->stats; }
+
+void ext_test_set_version(struct extstore *e, uint32_t page, uint32_t version)
+{
+    pthread_mutex_lock(&e->lock);
+    if (page < e->npages) atomic_store(&e->pages[page].version, version & EXT_VERSION_MASK);
+    pthread_mutex_unlock(&e->lock);
+}
+
+bool ext_page_info(struct extstore *e, uint32_t page, struct ext_page_info *out)
+{
+    pthread_mutex_lock(&e->lock);
+    bool ok = page < e->npages;
+    if (ok) {
+        const struct page *p = &e->pages[page];
+        *out = (struct ext_page_info){ atomic_load_explicit(&p->version, memory_order_relaxed), p->live_bytes,
+                                       p->bucket, p->is_free };
+    }
+    pthread_mutex_unlock(&e->lock);
+    return ok;
+}

@@ -1,0 +1,189 @@
+/*
+ * extstore.h - the page store under extstore: values of cold items written to
+ * pages of files on a local disk, and found again by a 12-byte locator that
+ * the item keeps in RAM instead of its value.
+ *
+ * Why (seed 001): a small part of a cache's memory serves most of its hits,
+ * and large values fill most of the rest. Keeping keys and headers in RAM and
+ * moving large cold values to NVMe keeps the hit ratio at a fraction of the
+ * RAM. This file is only the disk side: pages, buckets, write buffers, reads
+ * that can tell a stale or damaged record from a good one, and the
+ * accounting compaction and page eviction need. Which items go to disk, and
+ * relinking them, belongs to the item layer.
+ *
+ * On disk (format 1; engine/README.md, "Extstore"): every file is cut into
+ * pages of page_size bytes. A page begins with a 4 KiB header block (magic,
+ * format, page id, page version, bucket, time it was opened; a warm restart
+ * will keep its index there), then records back to back, each 8-byte
+ * aligned: a 16-byte record header (magic and key length, value length,
+ * CRC32C of key and value, page version) and then the key and the value. A
+ * restart starts every page empty: nothing on disk is trusted without a
+ * locator from this process.
+ *
+ * A locator packs the page id (16 bits), the page's version when the record
+ * was written (20 bits; wraps), and the offset in 8-byte units (28 bits: pages
+ * up to 2 GiB), plus the record's CRC. A page that is evicted or compacted
+ * gets a new version, so every locator into its old contents is stale at
+ * once, without touching the items. A read is a hit only if the version is
+ * still the page's, the record header read back names the same key length,
+ * value length, version and CRC, the key read back is the item's key, and the
+ * CRC of what was read matches: a recycled page, a torn or flipped record or
+ * a short read is a miss, never a wrong value. (After 2^20 reuses of one page
+ * a version repeats; the key and CRC checks still stand between a stale
+ * locator and a wrong value.)
+ *
+ * Writes go into the bucket's write buffer (wbuf_size, 4 KiB aligned), and
+ * the whole buffer reaches the page with one O_DIRECT pwrite when it is full
+ * or flushed. A locator is valid from the moment of the write: a read of a
+ * record still in a buffer is served from memory.
+ *
+ * Concurrency: one mutex guards the page table, the buckets and their
+ * buffers; ext_write, ext_flush, ext_delete and the compaction calls take it
+ * (they run on the flusher and compactor threads, not on the request path).
+ * ext_read takes it only to check the version and to copy from a write
+ * buffer; the pread itself runs without it, and the version is checked again
+ * after it, so a page evicted and rewritten during the read gives a miss.
+ * Counters are atomics, read by the stats registry without the lock.
+ */
+#ifndef CACHET_EXTSTORE_H
+#define CACHET_EXTSTORE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define EXT_PAGE_HEADER   4096u            /* the header block of every page */
+#define EXT_ALIGN         4096u            /* O_DIRECT offsets, lengths and buffers */
+#define EXT_RECORD_HEADER 16u
+#define EXT_MAX_PAGES     65536u           /* the locator's 16-bit page id */
+#define EXT_VERSION_BITS  20u
+#define EXT_VERSION_MASK  ((1u << EXT_VERSION_BITS) - 1)
+#define EXT_OFFSET_BITS   28u              /* in 8-byte units: pages up to 2 GiB */
+#define EXT_MAX_PAGE_SIZE ((uint64_t)8 << EXT_OFFSET_BITS)
+#define EXT_MAX_FILES     16u
+
+/* memcached's buckets: where new items go, where compaction puts the live
+ * records it rescues, and short-lived items (ext_low_ttl), kept apart so
+ * that their pages empty out together. */
+enum ext_bucket { EXT_BUCKET_DEFAULT, EXT_BUCKET_COMPACT, EXT_BUCKET_LOWTTL, EXT_BUCKETS };
+
+struct ext_locator {
+    uint64_t packed;   /* page id | version | offset/8, see ext_loc_pack */
+    uint32_t crc;      /* CRC32C of key and value as written */
+} __attribute__((packed));
+_Static_assert(sizeof(struct ext_locator) == 12, "the locator an item keeps is 12 bytes");
+
+static inline uint64_t ext_loc_pack(uint32_t page, uint32_t version, uint64_t offset)
+{
+    return ((uint64_t)page << (EXT_VERSION_BITS + EXT_OFFSET_BITS)) |
+           ((uint64_t)(version & EXT_VERSION_MASK) << EXT_OFFSET_BITS) |
+           ((offset >> 3) & ((1ull << EXT_OFFSET_BITS) - 1));
+}
+static inline uint32_t ext_loc_page(const struct ext_locator *l) { return (uint32_t)(l->packed >> (EXT_VERSION_BITS + EXT_OFFSET_BITS)); }
+static inline uint32_t ext_loc_version(const struct ext_locator *l) { return (uint32_t)(l->packed >> EXT_OFFSET_BITS) & EXT_VERSION_MASK; }
+static inline uint64_t ext_loc_offset(const struct ext_locator *l) { return (l->packed & ((1ull << EXT_OFFSET_BITS) - 1)) << 3; }
+
+struct ext_file_spec {
+    const char *path;
+    uint64_t size;     /* bytes; rounded down to whole pages */
+};
+
+struct ext_conf {
+    uint64_t page_size;   /* ext_page_size, bytes (memcached: 64 MB) */
+    uint64_t wbuf_size;   /* ext_wbuf_size, bytes (memcached: 4 MB) */
+    bool     direct_io;   /* O_DIRECT; false only where the filesystem refuses it (tmpfs) */
+};
+
+/* What ext_read found. Everything but EXT_HIT is a miss to the client. */
+enum ext_read_result {
+    EXT_HIT = 0,
+    EXT_MISS_STALE,    /* the page was evicted or compacted since */
+    EXT_MISS_BADCRC,   /* the record read back is not the one written */
+    EXT_MISS_SHORT,    /* the file ended early (truncated) */
+    EXT_MISS_IOERR,    /* the read failed (EIO) */
+};
+
+struct ext_stats {
+    _Atomic uint64_t bytes_written, objects_written, writes_failed;   /* wbufs to disk */
+    _Atomic uint64_t bytes_read, objects_read;
+    _Atomic uint64_t miss_stale, miss_badcrc, miss_short, miss_ioerr;
+    _Atomic uint64_t pages_evicted, objects_evicted, bytes_evicted;   /* page eviction */
+    _Atomic uint64_t pages_compacted;
+    _Atomic uint64_t page_allocs;                /* pages handed to a bucket, free or evicted */
+    _Atomic uint64_t objects_used, bytes_used;   /* live records (written, not deleted or dropped) */
+    _Atomic uint64_t bytes_fragmented;           /* deleted records still on a page */
+    _Atomic uint64_t pages_free, pages_open;
+    uint64_t pages_total, page_size, limit_bytes;
+};
+
+struct extstore;
+
+/* Opens (creating if needed) and sizes every file. On failure returns NULL
+ * with a message naming the path and the reason in err: the caller exits 64. */
+struct extstore *ext_open(const struct ext_file_spec *files, unsigned nfiles,
+                          const struct ext_conf *conf, char *err, size_t errlen);
+void ext_close(struct extstore *e);
+
+/* Appends a record to the bucket's write buffer and fills *loc. 0, or
+ * -ENOSPC when no page can be had (every page is open in a bucket), or
+ * -EIO when writing out a full buffer failed (the record is not stored;
+ * the caller keeps the item in RAM or drops it). nkey <= 255. */
+int ext_write(struct extstore *e, enum ext_bucket b, const void *key, uint32_t nkey,
+              const void *val, uint32_t nval, struct ext_locator *loc);
+
+/* Writes the bucket's buffer out now (the flusher's idle pass). */
+int ext_flush(struct extstore *e, enum ext_bucket b);
+
+/* Reads the value behind loc into val (nval bytes) and checks it as the
+ * header above says. Thread-safe; blocks for the read. */
+enum ext_read_result ext_read(struct extstore *e, const struct ext_locator *loc,
+                              const void *key, uint32_t nkey, void *val, uint32_t nval);
+/* Frees the calling thread's O_DIRECT read buffer (ext_read keeps one per
+ * thread, sized to the largest record it read). Workers that read only to
+ * bring a value back call it after each read, so they hold nothing. */
+void ext_read_buf_free(void);
+
+/* Whether loc still points into its page's current contents. */
+bool ext_check(struct extstore *e, const struct ext_locator *loc);
+
+/* The item behind loc is gone (deleted, replaced, expired): its bytes count
+ * as fragmentation of the page from now on. A stale loc is ignored. */
+void ext_delete(struct extstore *e, const struct ext_locator *loc, uint32_t nkey, uint32_t nval);
+
+/* Compaction. ext_compact_pick returns a closed page whose live share of its
+ * used bytes is under `under` (the emptiest first), or -1. ext_page_walk calls
+ * fn for every record of that page whose header and CRC check out, with a
+ * locator to it (fn compares it with the item's own to tell live records
+ * from replaced ones); fn returning non-zero stops the walk. ext_page_drop
+ * then gives the page a new version and frees it. */
+struct ext_record {
+    struct ext_locator loc;
+    const void *key;
+    uint32_t nkey;
+    const void *val;
+    uint32_t nval;
+};
+int ext_compact_pick(struct extstore *e, double under);
+int ext_page_walk(struct extstore *e, uint32_t page, int (*fn)(void *arg, const struct ext_record *r), void *arg);
+void ext_page_drop(struct extstore *e, uint32_t page, bool compacted);
+
+/* Bytes a record of this key and value takes on a page. */
+static inline uint64_t ext_record_size(uint32_t nkey, uint32_t nval)
+{
+    return (EXT_RECORD_HEADER + (uint64_t)nkey + nval + 7) & ~(uint64_t)7;
+}
+
+const struct ext_stats *ext_get_stats(const struct extstore *e);
+
+/* One page as `stats extstore` shows it; false past the last page. */
+struct ext_page_info { uint32_t version; uint64_t live_bytes; int bucket; bool free; };
+bool ext_page_info(struct extstore *e, uint32_t page, struct ext_page_info *out);
+
+/* Unit tests only: the version rollover, without 2^20 page reuses. */
+void ext_test_set_version(struct extstore *e, uint32_t page, uint32_t version);
+
+/* CRC32C (Castagnoli), software; seed 0 for a fresh CRC. */
+uint32_t ext_crc32c(uint32_t crc, const void *data, size_t len);
+
+#endif

@@ -1,0 +1,411 @@
+/*
+ * test_extstore.c - the page store (extstore.c) on real files with O_DIRECT:
+ * locator encoding and the page version's rollover, records read back from
+ * the write buffer and from disk across many pages, page eviction making old
+ * locators stale, deletes counted as fragmentation, compaction's pick, walk
+ * and drop, and damage on disk (flipped bits, a truncated file, a recycled
+ * page) read as a miss, never as a wrong value. Values encode their key and
+ * version, so a value from the wrong record cannot pass for the right one.
+ */
+#include "harness.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "extstore.h"
+
+#define PAGE  (64u * 1024)
+#define WBUF  (16u * 1024)
+
+static char dir[256];
+static char path[300];
+
+static struct extstore *open_store(uint64_t pages, char *err)
+{
+    struct ext_file_spec f = { path, pages * PAGE };
+    struct ext_conf c = { .page_size = PAGE, .wbuf_size = WBUF, .direct_io = true };
+    return ext_open(&f, 1, &c, err, 256);
+}
+
+/* value i of key k: its bytes say which key and which write they are */
+static uint32_t make_value(char *buf, uint32_t len, unsigned k, unsigned gen)
+{
+    for (uint32_t j = 0; j < len; j++) buf[j] = (char)('a' + (k * 7 + gen * 13 + j) % 26);
+    if (len >= 16) snprintf(buf, 16, "k%05u-g%05u", k % 100000, gen % 100000);
+    return len;
+}
+
+static void test_locator_packing(void)
+{
+    struct ext_locator l = { ext_loc_pack(65535, EXT_VERSION_MASK, EXT_MAX_PAGE_SIZE - 8), 7 };
+    CHECK_EQ_U64(ext_loc_page(&l), 65535);
+    CHECK_EQ_U64(ext_loc_version(&l), EXT_VERSION_MASK);
+    CHECK_EQ_U64(ext_loc_offset(&l), EXT_MAX_PAGE_SIZE - 8);
+    l.packed = ext_loc_pack(3, EXT_VERSION_MASK + 1, 4096 + 40);   /* the version wraps to 0 */
+    CHECK_EQ_U64(ext_loc_page(&l), 3);
+    CHECK_EQ_U64(ext_loc_version(&l), 0);
+    CHECK_EQ_U64(ext_loc_offset(&l), 4096 + 40);
+    CHECK_EQ_U64(ext_record_size(3, 5), 24);
+    CHECK_EQ_U64(ext_crc32c(0, "123456789", 9), 0xE3069283u);   /* the CRC32C check value */
+}
+
+static void test_open_refuses_bad_paths(void)
+{
+    char err[256] = "";
+    struct ext_file_spec f = { "/nonexistent-dir/x/ext", 4 * PAGE };
+    struct ext_conf c = { .page_size = PAGE, .wbuf_size = WBUF, .direct_io = true };
+    CHECK(ext_open(&f, 1, &c, err, sizeof(err)) == NULL);
+    CHECK(strstr(err, "/nonexistent-dir/x/ext") != NULL);
+    f.path = path;
+    f.size = PAGE + PAGE / 2;     /* fewer than 2 pages */
+    CHECK(ext_open(&f, 1, &c, err, sizeof(err)) == NULL);
+    CHECK(strstr(err, "fewer than 2 pages") != NULL);
+    c.wbuf_size = 1000;
+    f.size = 4 * PAGE;
+    CHECK(ext_open(&f, 1, &c, err, sizeof(err)) == NULL);
+    CHECK(strstr(err, "write buffer") != NULL);
+}
+
+static void test_round_trip_across_pages(void)
+{
+    char err[256] = "";
+    struct extstore *e = open_store(16, err);
+    CHECK(e != NULL);
+    if (!e) { fprintf(stderr, "%s\n", err); return; }
+    enum { N = 400 };
+    static struct ext_locator loc[N];
+    static uint32_t len[N];
+    char key[32], val[3000], got[3000];
+    for (unsigned i = 0; i < N; i++) {
+        int nk = snprintf(key, sizeof(key), "key:%u", i);
+        len[i] = make_value(val, 100 + (i * 37) % 2500, i, 1);
+        CHECK(ext_write(e, EXT_BUCKET_DEFAULT, key, (uint32_t)nk, val, len[i], &loc[i]) == 0);
+        /* readable at once, from the write buffer */
+        if (i % 50 == 0) {
+            CHECK(ext_read(e, &loc[i], key, (uint32_t)nk, got, len[i]) == EXT_HIT);
+            CHECK(memcmp(got, val, len[i]) == 0);
+        }
+    }
+    CHECK(ext_flush(e, EXT_BUCKET_DEFAULT) == 0);
+    const struct ext_stats *s = ext_get_stats(e);
+    CHECK(atomic_load(&s->bytes_written) > 6 * PAGE);   /* several pages written */
+    CHECK_EQ_U64(atomic_load(&s->pages_evicted), 0);
+    unsigned hits = 0, wrong = 0;
+    for (unsigned i = 0; i < N; i++) {
+        int nk = snprintf(key, sizeof(key), "key:%u", i);
+        make_value(val, len[i], i, 1);
+        if (ext_read(e, &loc[i], key, (uint32_t)nk, got, len[i]) == EXT_HIT) {
+            hits++;
+            wrong += memcmp(got, val, len[i]) != 0;
+        }
+    }
+    CHECK_EQ_U64(hits, N);
+    CHECK_EQ_U64(wrong, 0);
+    CHECK_EQ_U64(atomic_load(&s->objects_used), N);
+    /* the wrong key for a locator is a miss */
+    CHECK(ext_read(e, &loc[5], "key:6", 5, got, len[5]) == EXT_MISS_BADCRC);
+    ext_close(e);
+}
+
+static void test_eviction_makes_old_locators_stale(void)
+{
+    char err[256] = "";
+    struct extstore *e = open_store(4, err);
+    CHECK(e != NULL);
+    if (!e) return;
+    enum { N = 300 };   /* ~600 KB into 4 pages of 64 KB */
+    static struct ext_locator loc[N];
+    char key[32], val[2000], got[2000];
+    for (unsigned i = 0; i < N; i++) {
+        int nk = snprintf(key, sizeof(key), "ev:%u", i);
+        make_value(val, sizeof(val), i, 2);
+        CHECK(ext_write(e, EXT_BUCKET_DEFAULT, key, (uint32_t)nk, val, sizeof(val), &loc[i]) == 0);
+    }
+    ext_flush(e, EXT_BUCKET_DEFAULT);
+    const struct ext_stats *s = ext_get_stats(e);
+    CHECK(atomic_load(&s->pages_evicted) > 0);
+    unsigned stale = 0, hit = 0, wrong = 0, other = 0;
+    for (unsigned i = 0; i < N; i++) {
+        int nk = snprintf(key, sizeof(key), "ev:%u", i);
+        make_value(val, sizeof(val), i, 2);
+        enum ext_read_result r = ext_read(e, &loc[i], key, (uint32_t)nk, got, sizeof(got));
+        if (r == EXT_HIT) { hit++; wrong += memcmp(got, val, sizeof(val)) != 0; }
+        else if (r == EXT_MISS_STALE) stale++;
+        else other++;
+        CHECK(ext_check(e, &loc[i]) == (r == EXT_HIT));
+    }
+    CHECK(stale > 0);
+    CHECK(hit > 0);
+    CHECK_EQ_U64(wrong, 0);
+    CHECK_EQ_U64(other, 0);
+    /* the newest records survive, the oldest went first */
+    CHECK(ext_check(e, &loc[N - 1]));
+    CHECK(!ext_check(e, &loc[0]));
+    CHECK_EQ_U64(atomic_load(&s->objects_used) + atomic_load(&s->objects_evicted), N);
+    /* nothing was deleted: evicting pages leaves nothing fragmented (it
+     * used to subtract the buffers' padding too and wrap below zero) */
+    CHECK_EQ_U64(atomic_load(&s->bytes_fragmented), 0);
+    ext_close(e);
+}
+
+static void test_version_rollover(void)
+{
+    char err[256] = "";
+    struct extstore *e = open_store(4, err);
+    CHECK(e != NULL);
+    if (!e) return;
+    char val[500], got[500];
+    struct ext_locator a, b;
+    /* page 0 at the last version: a record written there carries it */
+    ext_test_set_version(e, 0, EXT_VERSION_MASK);
+    make_value(val, sizeof(val), 1, 1);
+    CHECK(ext_write(e, EXT_BUCKET_DEFAULT, "A", 1, val, sizeof(val), &a) == 0);
+    CHECK_EQ_U64(ext_loc_version(&a), EXT_VERSION_MASK);
+    ext_flush(e, EXT_BUCKET_DEFAULT);
+    CHECK(ext_read(e, &a, "A", 1, got, sizeof(got)) == EXT_HIT);
+    /* the page is recycled 2^20 times later: its version is A's again, and
+     * another record sits where A was */
+    ext_test_set_version(e, 0, EXT_VERSION_MASK + 1);
+    CHECK_EQ_U64(ext_loc_version(&a) == 0, 0);
+    CHECK(ext_read(e, &a, "A", 1, got, sizeof(got)) == EXT_MISS_STALE);
+    ext_test_set_version(e, 0, EXT_VERSION_MASK);
+    make_value(val, sizeof(val), 2, 9);
+    /* overwrite A's bytes in place through a second record at the same
+     * offset: the store never does this, a recycled page does */
+    int fd = open(path, O_RDWR);
+    CHECK(fd >= 0);
+    char rec[EXT_RECORD_HEADER + 1 + sizeof(val)];
+    CHECK(pread(fd, rec, sizeof(rec), (off_t)ext_loc_offset(&a)) == (ssize_t)sizeof(rec));
+    memcpy(rec + EXT_RECORD_HEADER, "B", 1);
+    CHECK(pwrite(fd, rec, sizeof(rec), (off_t)ext_loc_offset(&a)) == (ssize_t)sizeof(rec));
+    close(fd);
+    CHECK(ext_read(e, &a, "A", 1, got, sizeof(got)) == EXT_MISS_BADCRC);
+    (void)b;
+    ext_close(e);
+}
+
+/* Closes the default bucket's page by filling it, so that what it holds is
+ * read from disk, not from the write buffer. */
+static void fill_past_page(struct extstore *e, const char *prefix)
+{
+    char key[32], val[1500];
+    struct ext_locator l;
+    memset(val, 'z', sizeof(val));
+    for (unsigned i = 0; i < PAGE / sizeof(val) + 2; i++) {
+        int nk = snprintf(key, sizeof(key), "%s%u", prefix, i);
+        ext_write(e, EXT_BUCKET_DEFAULT, key, (uint32_t)nk, val, sizeof(val), &l);
+    }
+}
+
+static void test_damage_on_disk_is_a_miss(void)
+{
+    char err[256] = "";
+    struct extstore *e = open_store(8, err);
+    CHECK(e != NULL);
+    if (!e) return;
+    char val[1000], got[1000];
+    struct ext_locator a, b;
+    make_value(val, sizeof(val), 1, 1);
+    CHECK(ext_write(e, EXT_BUCKET_DEFAULT, "flip", 4, val, sizeof(val), &a) == 0);
+    make_value(val, sizeof(val), 2, 1);
+    CHECK(ext_write(e, EXT_BUCKET_DEFAULT, "tail", 4, val, sizeof(val), &b) == 0);
+    fill_past_page(e, "fill");
+    CHECK(ext_read(e, &a, "flip", 4, got, sizeof(got)) == EXT_HIT);
+    /* one flipped bit in the value */
+    int fd = open(path, O_RDWR);
+    CHECK(fd >= 0);
+    off_t at = (off_t)(ext_loc_offset(&a) + EXT_RECORD_HEADER + 4 + 500);
+    char c;
+    CHECK(pread(fd, &c, 1, at) == 1);
+    c ^= 0x10;
+    CHECK(pwrite(fd, &c, 1, at) == 1);
+    const struct ext_stats *s = ext_get_stats(e);
+    uint64_t bad = atomic_load(&s->miss_badcrc);
+    CHECK(ext_read(e, &a, "flip", 4, got, sizeof(got)) == EXT_MISS_BADCRC);
+    CHECK_EQ_U64(atomic_load(&s->miss_badcrc), bad + 1);
+    /* the record beside it is untouched */
+    make_value(val, sizeof(val), 2, 1);
+    CHECK(ext_read(e, &b, "tail", 4, got, sizeof(got)) == EXT_HIT);
+    CHECK(memcmp(got, val, sizeof(val)) == 0);
+    /* the file cut short under the store: a short read, a miss */
+    CHECK(ftruncate(fd, (off_t)ext_loc_offset(&b) + 100) == 0);
+    close(fd);
+    CHECK(ext_read(e, &b, "tail", 4, got, sizeof(got)) == EXT_MISS_SHORT);
+    CHECK(atomic_load(&s->miss_short) >= 1);
+    ext_close(e);
+}
+
+struct walk_seen { unsigned records, live; const struct ext_locator *live_locs; unsigned nlive; };
+
+static int walk_fn(void *arg, const struct ext_record *r)
+{
+    struct walk_seen *w = arg;
+    if (r->nkey < 2 || memcmp(r->key, "c:", 2) != 0) return 0;   /* the filler after them */
+    w->records++;
+    for (unsigned i = 0; i < w->nlive; i++)
+        if (w->live_locs[i].packed == r->loc.packed && w->live_locs[i].crc == r->loc.crc) {
+            w->live++;
+            break;
+        }
+    return 0;
+}
+
+static void test_delete_and_compaction(void)
+{
+    char err[256] = "";
+    struct extstore *e = open_store(8, err);
+    CHECK(e != NULL);
+    if (!e) return;
+    enum { N = 40 };
+    struct ext_locator loc[N], keep[N];
+    unsigned nkeep = 0;
+    char key[32], val[1200];
+    for (unsigned i = 0; i < N; i++) {
+        int nk = snprintf(key, sizeof(key), "c:%u", i);
+        make_value(val, sizeof(val), i, 3);
+        CHECK(ext_write(e, EXT_BUCKET_DEFAULT, key, (uint32_t)nk, val, sizeof(val), &loc[i]) == 0);
+    }
+    uint32_t page = ext_loc_page(&loc[0]);
+    CHECK(ext_loc_page(&loc[N - 1]) == page);        /* all on one page */
+    const struct ext_stats *s = ext_get_stats(e);
+    uint64_t used = atomic_load(&s->bytes_used);
+    for (unsigned i = 0; i < N; i++) {
+        int nk = snprintf(key, sizeof(key), "c:%u", i);
+        if (i % 5 == 0) keep[nkeep++] = loc[i];
+        else ext_delete(e, &loc[i], (uint32_t)nk, sizeof(val));
+    }
+    CHECK_EQ_U64(atomic_load(&s->objects_used), nkeep);
+    CHECK(atomic_load(&s->bytes_fragmented) > 0);
+    CHECK_EQ_U64(atomic_load(&s->bytes_used) + atomic_load(&s->bytes_fragmented), used);
+    /* a page still open is not compacted */
+    CHECK(ext_compact_pick(e, 0.5) == -1);
+    fill_past_page(e, "f");
+    CHECK(ext_compact_pick(e, 0.5) == (int)page);
+    CHECK(ext_compact_pick(e, 0.1) == -1);           /* 20% live is not under 10% */
+    struct walk_seen w = { 0, 0, keep, nkeep };
+    CHECK(ext_page_walk(e, page, walk_fn, &w) == 0);
+    CHECK_EQ_U64(w.records, N);                      /* every one of ours, deleted ones too */
+    CHECK_EQ_U64(w.live, nkeep);
+    /* the compactor rewrote the live ones elsewhere; the page goes */
+    ext_page_drop(e, page, true);
+    CHECK_EQ_U64(atomic_load(&s->pages_compacted), 1);
+    /* the deleted records went with their page; only they were fragmented */
+    CHECK_EQ_U64(atomic_load(&s->bytes_fragmented), 0);
+    CHECK(!ext_check(e, &keep[0]));
+    char got[1200];
+    CHECK(ext_read(e, &keep[0], "c:0", 3, got, sizeof(got)) == EXT_MISS_STALE);
+    /* a dropped page is free again and is handed out before any eviction */
+    uint64_t evicted = atomic_load(&s->pages_evicted);
+    fill_past_page(e, "g");
+    fill_past_page(e, "h");
+    CHECK_EQ_U64(atomic_load(&s->pages_evicted), evicted);
+    ext_close(e);
+}
+
+static void test_buckets_fill_their_own_pages(void)
+{
+    char err[256] = "";
+    struct extstore *e = open_store(4, err);
+    CHECK(e != NULL);
+    if (!e) return;
+    struct ext_locator a, b, c;
+    char val[100] = { 0 }, got[100];
+    CHECK(ext_write(e, EXT_BUCKET_DEFAULT, "a", 1, val, sizeof(val), &a) == 0);
+    CHECK(ext_write(e, EXT_BUCKET_LOWTTL, "b", 1, val, sizeof(val), &b) == 0);
+    CHECK(ext_write(e, EXT_BUCKET_COMPACT, "c", 1, val, sizeof(val), &c) == 0);
+    CHECK(ext_loc_page(&a) != ext_loc_page(&b));
+    CHECK(ext_loc_page(&b) != ext_loc_page(&c));
+    CHECK(ext_read(e, &b, "b", 1, got, sizeof(got)) == EXT_HIT);
+    CHECK_EQ_U64(atomic_load(&ext_get_stats(e)->pages_open), 3);
+    /* a value larger than a write buffer cannot be stored */
+    static char big[WBUF];
+    CHECK(ext_write(e, EXT_BUCKET_DEFAULT, "big", 3, big, sizeof(big), &a) == -E2BIG);
+    ext_close(e);
+}
+
+/* Readers race a writer that keeps evicting pages under them: every read is
+ * a hit with the right bytes or a miss, never another record's value. */
+enum { CN = 3000, CLEN = 1800 };
+static struct ext_locator c_loc[CN];
+static _Atomic unsigned c_published;
+static _Atomic int c_stop;
+static _Atomic unsigned c_hits, c_misses, c_wrong;
+static struct extstore *c_store;
+
+static void *reader(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    char key[32], want[CLEN], got[CLEN];
+    /* waiting for the first record does not count as a read: a reader that
+     * started first used to spend its whole budget spinning (0 hits, flaky) */
+    for (unsigned n = 0, spins = 0; n < 200000 && spins < 10000000 && !atomic_load(&c_stop);) {
+        unsigned pub = atomic_load_explicit(&c_published, memory_order_acquire);
+        if (pub == 0) { spins++; sched_yield(); continue; }
+        n++;
+        seed = seed * 1103515245u + 12345u;
+        unsigned i = pub - 1 - (seed >> 8) % (pub < 200 ? pub : 200);   /* mostly recent ones */
+        int nk = snprintf(key, sizeof(key), "r:%u", i);
+        if (ext_read(c_store, &c_loc[i], key, (uint32_t)nk, got, CLEN) == EXT_HIT) {
+            make_value(want, CLEN, i, 4);
+            atomic_fetch_add(memcmp(got, want, CLEN) ? &c_wrong : &c_hits, 1);
+        } else {
+            atomic_fetch_add(&c_misses, 1);
+        }
+    }
+    return NULL;
+}
+
+static void test_concurrent_reads_during_eviction(void)
+{
+    char err[256] = "";
+    c_store = open_store(4, err);
+    CHECK(c_store != NULL);
+    if (!c_store) return;
+    pthread_t r[2];
+    for (int t = 0; t < 2; t++) pthread_create(&r[t], NULL, reader, (void *)(uintptr_t)(t + 1));
+    char key[32], val[CLEN];
+    for (unsigned i = 0; i < CN; i++) {
+        int nk = snprintf(key, sizeof(key), "r:%u", i);
+        make_value(val, CLEN, i, 4);
+        CHECK(ext_write(c_store, EXT_BUCKET_DEFAULT, key, (uint32_t)nk, val, CLEN, &c_loc[i]) == 0);
+        atomic_store_explicit(&c_published, i + 1, memory_order_release);
+        if (i % 64 == 0) ext_flush(c_store, EXT_BUCKET_DEFAULT);
+    }
+    atomic_store(&c_stop, 1);
+    for (int t = 0; t < 2; t++) pthread_join(r[t], NULL);
+    CHECK(atomic_load(&ext_get_stats(c_store)->pages_evicted) > 10);
+    CHECK(atomic_load(&c_hits) > 0);
+    CHECK_EQ_U64(atomic_load(&c_wrong), 0);
+    printf("    concurrent: %u hits, %u misses, %u wrong\n", atomic_load(&c_hits), atomic_load(&c_misses), atomic_load(&c_wrong));
+    ext_close(c_store);
+}
+
+int main(void)
+{
+    /* beside the binary: a real filesystem (O_DIRECT), not a tmpfs */
+    char self[200];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) { perror("readlink"); return 2; }
+    self[n] = 0;
+    snprintf(dir, sizeof(dir), "%s.d", self);
+    mkdir(dir, 0700);
+    snprintf(path, sizeof(path), "%s/extstore", dir);
+
+    TEST(test_locator_packing);
+    TEST(test_open_refuses_bad_paths);
+    unlink(path); TEST(test_round_trip_across_pages);
+    unlink(path); TEST(test_eviction_makes_old_locators_stale);
+    unlink(path); TEST(test_version_rollover);
+    unlink(path); TEST(test_damage_on_disk_is_a_miss);
+    unlink(path); TEST(test_delete_and_compaction);
+    unlink(path); TEST(test_buckets_fill_their_own_pages);
+    unlink(path); TEST(test_concurrent_reads_during_eviction);
+    unlink(path);
+    rmdir(dir);
+    return harness_finish();
+}
