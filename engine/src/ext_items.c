@@ -373,6 +373,11 @@ void storage_ext_stats_general(stat_writer w, void *ctx)
     w(ctx, "recache_from_extstore", "%llu", LD(recache_n));
     w(ctx, "miss_from_extstore", "%llu", LD(miss_n));
     w(ctx, "badcrc_from_extstore", "%llu", LD(badcrc_n));
+    /* cachet's own: failed disk IO (memcached counts none). A failed read is
+     * also a miss_from_extstore; a failed buffer write drops the page's
+     * records (their locators go stale: misses, never wrong values). */
+    w(ctx, "extstore_read_errors", "%llu", LD(s->miss_ioerr));
+    w(ctx, "extstore_write_errors", "%llu", LD(s->writes_failed));
     uint64_t free_pages = LD(s->pages_free);
     double pressure_ratio = s->pages_total ? 1.0 - (double)free_pages / (double)s->pages_total : 0;
     w(ctx, "extstore_memory_pressure", "%.2f", pressure_ratio);

@@ -118,8 +118,48 @@ static void add(_Atomic uint64_t *c, int64_t d)
     atomic_fetch_add_explicit(c, (uint64_t)d, memory_order_relaxed);
 }
 
+#ifdef CACHET_TEST_HOOKS
+/* Test builds only: faults injected where the disk would fail, so the tests
+ * can show that a failing disk gives counted misses, never a wrong value or
+ * a crash. CACHET_TEST_EXT_FAULTS="read=N,write=M,write_errno=E" fails every
+ * Nth read and every Mth buffer write of the page store (EIO, or errno E for
+ * writes, e.g. 28 for ENOSPC). Read once, at the first IO. */
+static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
+static uint64_t fault_read_every, fault_write_every;
+static int fault_write_errno = EIO;
+static _Atomic uint64_t fault_reads, fault_writes;
+static void fault_init(void)
+{
+    const char *s = getenv("CACHET_TEST_EXT_FAULTS");
+    if (!s) return;
+    const char *p;
+    if ((p = strstr(s, "read="))) fault_read_every = strtoull(p + 5, NULL, 10);
+    if ((p = strstr(s, "write="))) fault_write_every = strtoull(p + 6, NULL, 10);
+    if ((p = strstr(s, "write_errno="))) fault_write_errno = atoi(p + 12);
+}
+static bool fault_now(bool write)
+{
+    pthread_once(&fault_once, fault_init);
+    uint64_t every = write ? fault_write_every : fault_read_every;
+    if (!every) return false;
+    uint64_t n = atomic_fetch_add_explicit(write ? &fault_writes : &fault_reads, 1, memory_order_relaxed) + 1;
+    return n % every == 0;
+}
+#else
+static inline bool fault_now(bool write) { (void)write; return false; }
+#endif
+
+static ssize_t disk_pread(int fd, void *buf, size_t len, off_t off)
+{
+    if (fault_now(false)) { errno = EIO; return -1; }
+    return pread(fd, buf, len, off);
+}
+
 static int write_full(int fd, const void *buf, size_t len, uint64_t off)
 {
+#ifdef CACHET_TEST_HOOKS
+    if (fault_now(true)) return -fault_write_errno;
+#endif
     size_t done = 0;
     while (done < len) {
         ssize_t n = pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
@@ -498,7 +538,7 @@ enum ext_read_result ext_read(struct extstore *e, const struct ext_locator *loc,
     }
     uint64_t got = 0;
     while (got < len) {
-        ssize_t n = pread(fd, read_buf + got, len - got, (off_t)(base + start + got));
+        ssize_t n = disk_pread(fd, read_buf + got, len - got, (off_t)(base + start + got));
         if (n < 0) {
             if (errno == EINTR) continue;
             return count(e, EXT_MISS_IOERR, 0);
@@ -575,7 +615,7 @@ int ext_page_walk(struct extstore *e, uint32_t page, int (*fn)(void *arg, const 
     uint64_t got = 0;
     int rc = 0;
     while (got < used) {
-        ssize_t n = pread(fd, buf + got, used - got, (off_t)(base + got));
+        ssize_t n = disk_pread(fd, buf + got, used - got, (off_t)(base + got));
         if (n < 0) {
             if (errno == EINTR) continue;
             rc = -errno;

@@ -31,7 +31,17 @@
  * reads garbage: a wrong value, and a ThreadSanitizer report of the
  * overwrite racing with its read. Shown to fail this way with the grace
  * period of limbo_free removed (see docs/benchmarks.md, bench-soak).
+ *
+ * With --ext DIR extstore is on: every large value is moved to a small file
+ * of 1 MB pages as soon as the flusher sees it, the disk fills and its
+ * oldest pages are evicted and rewritten while readers still hold locators
+ * into them, and every on-disk hit is read back (as an IO thread does) and
+ * verified byte for byte like a value from RAM. A locator that reached a
+ * recycled page would read another key's or another version's record: a
+ * wrong value. Shown to fail this way (14 wrong values in 12 s) with
+ * ext_read's version, key and CRC checks switched off.
  */
+#include "settings.h"
 #include "storage_internal.h"
 
 #include <inttypes.h>
@@ -43,6 +53,8 @@
 void storage_test_shutdown(void);
 
 static int opt_threads = 4, opt_seconds = 30, opt_keys = 20000, opt_mem_mb = 8, opt_hashpower = 8;
+static const char *opt_ext_dir;           /* --ext DIR: extstore on, its file in DIR */
+static _Atomic uint64_t disk_hits, disk_misses;
 static long opt_ops = 3000000;
 /* Largest decrement, in thousands, and the set floor derived from it (main). */
 enum { ARITH_MAX_THOUSANDS = 5 };
@@ -116,6 +128,24 @@ static void verify_a(const char *key, uint64_t id, const char *v, size_t n)
     if (n == 0 || n % (size_t)tl != 0) { report_wrong("append length", key, v, n); return; }
     for (size_t i = 0; i < n; i += (size_t)tl)
         if (memcmp(v + i, tok, (size_t)tl) != 0) { report_wrong("append token", key, v, n); return; }
+}
+
+/* A hit whose value is on disk (extstore) is read back here, as an IO thread
+ * does for a GET: the page store's checks (version, key, CRC) stand between
+ * a recycled or rewritten page and the value, and the caller verifies what
+ * comes back exactly as a value from RAM. false: the read was a miss. */
+static _Thread_local char disk_buf[1 << 20];
+static bool resolve_value(storage_thread *t, const char *key, int nk, struct item_view *v)
+{
+    if (!v->on_disk) return true;
+    if (v->nbytes > sizeof disk_buf) { report_wrong("on-disk length", key, "", v->nbytes); return false; }
+    if (!storage_ext_fetch(t, key, (size_t)nk, v, disk_buf)) {
+        atomic_fetch_add_explicit(&disk_misses, 1, memory_order_relaxed);
+        return false;
+    }
+    atomic_fetch_add_explicit(&disk_hits, 1, memory_order_relaxed);
+    v->value = disk_buf;
+    return true;
 }
 
 struct worker { int idx; uint64_t seed; _Atomic long ops; };
@@ -236,6 +266,10 @@ static void *worker_main(void *arg)
             if (op == 3) { go.recache = true; go.recache_below = 5; go.win_tokens = true; }
             bool hit = storage_get(t, key, (size_t)nk, &go, copy, sizeof copy, &v);
             atomic_fetch_add_explicit(&gets, 1, memory_order_relaxed);
+            if (hit && !resolve_value(t, key, nk, &v)) {
+                item_view_release(t, &v);
+                hit = false;
+            }
             if (hit) {
                 atomic_fetch_add_explicit(&hits, 1, memory_order_relaxed);
                 if (v.ref) atomic_fetch_add_explicit(&refs, 1, memory_order_relaxed);
@@ -281,7 +315,7 @@ static void *worker_main(void *arg)
                     /* keep append values short: reset long ones */
                     if (storage_get(t, key, (size_t)nk, NULL, copy, sizeof copy, &v)) {
                         bool reset = v.nbytes > 1500;
-                        verify_a(key, kid, v.value, v.nbytes);
+                        if (resolve_value(t, key, nk, &v)) verify_a(key, kid, v.value, v.nbytes);
                         item_view_release(t, &v);
                         storage_store(t, it, reset ? MODE_SET : ((r >> 21) & 1 ? MODE_APPEND : MODE_PREPEND), NULL, NULL);
                     } else {
@@ -323,6 +357,13 @@ static uint64_t stat(const char *name)
     storage_stats_general(grab, NULL);
     return stat_value;
 }
+static uint64_t ext_stat(const char *name)
+{
+    stat_want = name;
+    stat_value = 0;
+    storage_ext_stats_general(grab, NULL);
+    return stat_value;
+}
 
 int main(int argc, char **argv)
 {
@@ -333,7 +374,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--keys")) opt_keys = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--mem")) opt_mem_mb = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--hashpower")) opt_hashpower = atoi(argv[i + 1]);
-        else { fprintf(stderr, "usage: stress [--threads N] [--seconds S] [--ops N] [--keys N] [--mem MB] [--hashpower P]\n"); return 64; }
+        else if (!strcmp(argv[i], "--ext")) opt_ext_dir = argv[i + 1];
+        else { fprintf(stderr, "usage: stress [--threads N] [--seconds S] [--ops N] [--keys N] [--mem MB] [--hashpower P] [--ext DIR]\n"); return 64; }
     }
     if (opt_threads < 1 || opt_threads > 64 || opt_seconds < 1 || opt_keys < 10 || opt_ops < 1) return 64;
     /* Even if every operation of every thread were a decrement of one key, it stays above 0. */
@@ -353,6 +395,21 @@ int main(int argc, char **argv)
     atomic_store(&g_test_reader_stall, 1);
     atomic_store(&g_test_poison_free, 1);
     if (storage_start_threads() != 0) return 2;
+    if (opt_ext_dir) {
+        /* A small file of small pages, so that pages are evicted and
+         * rewritten all the time while readers hold locators into them;
+         * every large value goes to disk as soon as the flusher sees it
+         * (ext_item_age 0), and every third disk hit recaches. */
+        struct ext_settings x = { .npaths = 1, .sizes = { 16u << 20 }, .page_size = 1u << 20, .wbuf_size = 256u << 10,
+                                  .threads = 1, .io_depth = 1, .item_size = 1024, .item_age = 0, .recache_rate = 3,
+                                  .max_frag = 0.80, .max_sleep = 1000000 };
+        snprintf(x.paths[0], sizeof x.paths[0], "%s/stress-extstore", opt_ext_dir);
+        x.compact_under = 1;
+        x.drop_under = 4;
+        int rc = storage_ext_start(&x);
+        if (rc != 0) { fprintf(stderr, "stress: extstore in %s did not start (%d)\n", opt_ext_dir, rc); return 2; }
+        printf("stress: extstore on, %s (16 MB of 1 MB pages)\n", x.paths[0]);
+    }
     printf("stress: %d threads, %d s / %ld ops per thread, %d keys, -m %d MB, hashpower %d\n",
            opt_threads, opt_seconds, opt_ops, opt_keys, opt_mem_mb, opt_hashpower);
     fflush(stdout);
@@ -404,14 +461,23 @@ int main(int argc, char **argv)
         struct item_view v;
         int nk = snprintf(key, sizeof key, "s:%d", id);
         if (storage_get(t, key, (size_t)nk, NULL, copy, sizeof copy, &v)) {
-            final_hits++;
-            verify_s(key, (uint64_t)id, v.value, v.nbytes);
+            if (resolve_value(t, key, nk, &v)) {
+                final_hits++;
+                verify_s(key, (uint64_t)id, v.value, v.nbytes);
+            }
             item_view_release(t, &v);
         }
     }
     uint64_t hp = stat("hash_power_level"), ev = stat("evictions"), exps = stat("hash_expansions");
     uint64_t passes = stat("lru_cleaner_passes"), moved = stat("lru_items_moved"), merged = stat("lru_bags_merged");
     size_t pages_used = slabs_pages_used(), pages_max = slabs_pages_max();
+    uint64_t ext_written = 0, ext_page_evictions = 0, ext_recached = 0;
+    if (opt_ext_dir) {
+        ext_written = ext_stat("extstore_objects_written");
+        ext_page_evictions = ext_stat("extstore_page_evictions");
+        ext_recached = ext_stat("recache_from_extstore");
+        storage_ext_stop();
+    }
     storage_stop_threads();
     long total = 0;
     for (int i = 0; i < opt_threads; i++) total += ws[i].ops;
@@ -434,6 +500,14 @@ int main(int argc, char **argv)
     if (atomic_load(&g_slab_moves) == 0) { printf("FAIL: the slab mover never moved a page\n"); rc = 1; }
     if (pages_used > pages_max) { printf("FAIL: item memory above -m\n"); rc = 1; }
     if (hits == 0) { printf("FAIL: no hits at all\n"); rc = 1; }
+    if (opt_ext_dir) {
+        printf("extstore: objects_written=%llu page_evictions=%llu disk_hits=%llu disk_misses=%llu recached=%llu\n",
+               (unsigned long long)ext_written, (unsigned long long)ext_page_evictions,
+               (unsigned long long)atomic_load(&disk_hits), (unsigned long long)atomic_load(&disk_misses),
+               (unsigned long long)ext_recached);
+        if (ext_written == 0 || atomic_load(&disk_hits) == 0) { printf("FAIL: nothing was read back from disk\n"); rc = 1; }
+        if (ext_page_evictions == 0) { printf("FAIL: no disk page was evicted and reused\n"); rc = 1; }
+    }
     printf("reclaim races: %llu (%llu by a page move)\n", (unsigned long long)atomic_load(&races),
            (unsigned long long)atomic_load(&races_moved));
     if (atomic_load(&races) < 20 || atomic_load(&races_moved) == 0) {

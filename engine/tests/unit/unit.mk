@@ -6,12 +6,18 @@
 #   make stress              tests/stress/stress.c (build it with TSan:
 #                            make BUILD=build/tsan CFLAGS=... LDFLAGS=... stress)
 #   STRESS_ARGS="--seconds 20"  passes options through to the checker
+#   make stress-ext          the checker again with extstore on (its file in
+#                            $(BUILD)/stress-ext, on the clone's filesystem so that
+#                            O_DIRECT is real): small pages evicted and rewritten
+#                            under readers; 0 wrong values, and pages must have
+#                            been evicted and values read back from disk
 
 UNIT_TIMEOUT ?= 300
 STRESS_ARGS ?=
 # The checker stops its workers by its own clock, but a deadlock in storage (what
 # it exists to find) would hang joining them: the outer bound turns that into a failure.
 STRESS_TIMEOUT ?= 600
+STRESS_EXT_SECONDS ?= 15
 
 .PHONY: unit-tests
 unit-tests: $(UNIT_TESTS)
@@ -38,3 +44,9 @@ $(BUILD)/stress: tests/stress/stress.c $(LIB_OBJS)
 # checker itself concluded: a race is a defect even when no value came out wrong.
 stress: $(BUILD)/stress
 	TSAN_OPTIONS="halt_on_error=1 exitcode=66 $${TSAN_OPTIONS:-}" timeout -k 10 $(STRESS_TIMEOUT) $(BUILD)/stress $(STRESS_ARGS)
+
+.PHONY: stress-ext
+stress-ext: $(BUILD)/stress
+	@rm -rf $(BUILD)/stress-ext && mkdir -p $(BUILD)/stress-ext
+	TSAN_OPTIONS="halt_on_error=1 exitcode=66 $${TSAN_OPTIONS:-}" timeout -k 10 $(STRESS_TIMEOUT) $(BUILD)/stress --ext $(BUILD)/stress-ext --seconds $(STRESS_EXT_SECONDS)
+	@rm -rf $(BUILD)/stress-ext

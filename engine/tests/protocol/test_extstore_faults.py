@@ -1,0 +1,112 @@
+"""Extstore on a failing disk: a miss, never wrong data, never a crash.
+
+The disk is made to fail under the test's control:
+- reads and buffer writes fail with EIO (or a write with ENOSPC) through the
+  test build's fault hook (CACHET_TEST_EXT_FAULTS, extstore.c), where a real
+  disk would return them; the test build is the ASan one of `make check`;
+- the file is truncated under the running server, so reads come back short;
+- the file's filesystem is too small for the size asked for (a tmpfs of
+  8 MB): the start is refused with a message and exit 64.
+Every value that comes back must be the one stored; the failures must be
+counted (extstore_read_errors, extstore_write_errors, miss_from_extstore).
+"""
+import os
+import subprocess
+
+import pytest
+
+
+from test_extstore import FILLER_VALUE, big, fill, get_one, run_cachetd, start_ext, stat, store_targets, wait_written
+
+pytestmark = pytest.mark.cachetd_only(reason="cachetd's fault hook, stats and exit codes")
+hooks = pytest.mark.test_hooks
+
+MORE = 4 * 1024 * 1024 // FILLER_VALUE   # records behind the targets, so their buffers reach the file
+
+
+def read_all(c, keys):
+    """Reads every key: each is its stored value or a miss. Returns the misses."""
+    misses = 0
+    for k in keys:
+        got = get_one(c, k)
+        if got is None:
+            misses += 1
+        else:
+            assert got == (0, big(k), None), f"{k}: wrong value {got[1][:60]!r}"
+    return misses
+
+
+@hooks
+def test_read_errors_are_counted_misses(start_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("CACHET_TEST_EXT_FAULTS", "read=3")
+    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1")
+    keys = [f"r{i}" for i in range(150)]
+    with srv.conn() as c:
+        store_targets(c, keys, flags=0)
+        wait_written(c, len(keys))
+        fill(c, MORE)
+        wait_written(c, len(keys) + MORE)
+        misses = read_all(c, keys)
+        errors = stat(c, "extstore_read_errors")
+        assert errors > 0 and misses > 0, (errors, misses)
+        assert stat(c, "miss_from_extstore") >= errors
+        # a key whose read failed stays a miss; the rest still read right
+        assert read_all(c, keys) >= misses
+    srv.check_healthy()
+
+
+@hooks
+@pytest.mark.parametrize("errno_name,errno_value", [("EIO", 5), ("ENOSPC", 28)])
+def test_write_errors_are_counted_and_lose_only_what_they_held(start_server, tmp_path, monkeypatch,
+                                                              errno_name, errno_value):
+    monkeypatch.setenv("CACHET_TEST_EXT_FAULTS", f"write=5,write_errno={errno_value}")
+    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1")
+    # A failed buffer write drops every record of its page (the page takes a
+    # new version, extstore.c). 6 MB of targets span two 4 MB pages, and
+    # with every 5th write failing (page headers count too) one of them
+    # survives: some targets are lost, not all.
+    keys = [f"w{i}" for i in range(1500)]
+    with srv.conn() as c:
+        store_targets(c, keys, flags=0)
+        wait_written(c, len(keys))
+        fill(c, MORE)
+        wait_written(c, len(keys) + MORE)
+        misses = read_all(c, keys)
+        assert stat(c, "extstore_write_errors") > 0, f"no {errno_name} write was counted"
+        assert misses > 0
+        assert misses < len(keys), "every target lost: the writes that succeeded were lost too"
+        # the server keeps storing and serving
+        assert c.store("set", "after", b"x" * 2000) == b"STORED"
+        assert get_one(c, "after") == (0, b"x" * 2000, None)
+    srv.check_healthy()
+
+
+def test_truncated_file_gives_short_read_misses(start_server, tmp_path):
+    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1")
+    keys = [f"t{i}" for i in range(150)]
+    with srv.conn() as c:
+        store_targets(c, keys, flags=0)
+        wait_written(c, len(keys))
+        fill(c, MORE)
+        wait_written(c, len(keys) + MORE)
+        before = stat(c, "miss_from_extstore")
+        # cut the file under the server: the first pages stay, the rest is gone
+        os.truncate(srv.ext_file, 4096)
+        misses = read_all(c, keys)
+        assert misses > 0
+        assert stat(c, "miss_from_extstore") - before >= misses, "short reads were not counted"
+    srv.check_healthy()
+
+
+def test_ext_path_on_a_filesystem_too_small_exits_64(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (make check runs as root)")
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(small)], check=True)
+    try:
+        proc = run_cachetd("-o", f"ext_path={small}/extstore:64m,ext_page_size=4,ext_wbuf_size=2")
+        assert proc.returncode == 64, (proc.returncode, proc.stderr)
+        assert "ext_path" in proc.stderr and "No space left on device" in proc.stderr, proc.stderr
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
