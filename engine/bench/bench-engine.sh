@@ -38,13 +38,6 @@ source "$here/bench-lib.sh"
 QUICK=${BENCH_QUICK:-0}
 PORT_BASE=${BENCH_PORT_BASE:-23100}
 RESULTS_ROOT=${BENCH_RESULTS:-$here/results}
-SERVER_CPU=1
-LOAD_CPU=0
-BENCH_NICE=${BENCH_NICE--10}
-PRIO=()
-if [ -n "$BENCH_NICE" ] && nice -n "$BENCH_NICE" true 2>/dev/null; then
-  PRIO=(nice -n "$BENCH_NICE")
-fi
 
 find_servers
 build_loadgen

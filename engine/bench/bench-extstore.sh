@@ -62,13 +62,6 @@ source "$here/bench-lib.sh"
 QUICK=${BENCH_QUICK:-0}
 PORT_BASE=${BENCH_XT_PORT_BASE:-24100}
 RESULTS_ROOT=${BENCH_RESULTS:-$here/results}
-SERVER_CPU=1
-LOAD_CPU=0
-BENCH_NICE=${BENCH_NICE--10}
-PRIO=()
-if [ -n "$BENCH_NICE" ] && nice -n "$BENCH_NICE" true 2>/dev/null; then
-  PRIO=(nice -n "$BENCH_NICE")
-fi
 
 if [ "$QUICK" = 1 ]; then
   d_mb=64; d_secs=5; d_step=1.5; d_fio=5

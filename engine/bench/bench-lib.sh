@@ -3,10 +3,19 @@
 # file: both scripts compare the same three servers with the same generator, and
 # a fix to how a binary is found or a failed run is counted must reach both.
 #
-# Expects from the sourcing script: here, engine (directories), PRIO (array,
-# maybe empty), LOAD_CPU, out (results directory), failures (counter) and the
-# associative array pid_by_port. Sets CACHETD, MEMCACHED_1645, MEMCACHED_1618,
-# PY, LOADGEN, SINK, CARGO_TARGET_DIR.
+# Expects from the sourcing script: here, engine (directories), out (results
+# directory), failures (counter) and the associative array pid_by_port. Sets
+# CACHETD, MEMCACHED_1645, MEMCACHED_1618, PY, LOADGEN, SINK, CARGO_TARGET_DIR,
+# and where things run: the generator on LOAD_CPU, servers on SERVER_CPU, both
+# under PRIO (nice BENCH_NICE, default -10, when allowed; else empty).
+
+SERVER_CPU=1
+LOAD_CPU=0
+BENCH_NICE=${BENCH_NICE--10}
+PRIO=()
+if [ -n "$BENCH_NICE" ] && nice -n "$BENCH_NICE" true 2>/dev/null; then
+  PRIO=(nice -n "$BENCH_NICE")
+fi
 
 say() { printf '%s\n' "$*" >&2; }
 stamp() { date -u +%H:%M:%S; }

@@ -155,6 +155,17 @@ def store_targets(c, keys, flags=5):
         assert c.store("set", k, big(k), flags=flags) == b"STORED"
 
 
+def targets_in_the_file(c, keys):
+    """Stores the targets, waits until they are written, then writes 4 MB more
+    behind them, so that their write buffers surely reached the file (a read
+    of a record still in a buffer is served from memory)."""
+    more = 4 * 1024 * 1024 // FILLER_VALUE
+    store_targets(c, keys, flags=0)
+    wait_written(c, len(keys))
+    fill(c, more)
+    wait_written(c, len(keys) + more)
+
+
 def assert_on_disk(c, keys):
     """Reads each key once and checks the read went to disk (get_extstore grew)."""
     for k in keys:
@@ -541,11 +552,7 @@ def test_corrupted_file_gives_counted_misses_never_wrong_values(start_server, tm
     srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1")
     keys = [f"c{i}" for i in range(200)]
     with srv.conn() as c:
-        store_targets(c, keys, flags=0)
-        wait_written(c, len(keys))
-        # more records behind them, so their write buffers surely reached the file
-        fill(c, 4 * 1024 * 1024 // FILLER_VALUE)
-        wait_written(c, len(keys) + 4 * 1024 * 1024 // FILLER_VALUE)
+        targets_in_the_file(c, keys)
         # flip a byte in every 512 bytes of every block written so far
         with open(srv.ext_file, "r+b") as f:
             size = os.path.getsize(srv.ext_file)

@@ -16,13 +16,10 @@ import subprocess
 import pytest
 
 
-from test_extstore import FILLER_VALUE, big, fill, get_one, run_cachetd, start_ext, stat, store_targets, wait_written
+from test_extstore import big, get_one, run_cachetd, start_ext, stat, targets_in_the_file
 
 pytestmark = pytest.mark.cachetd_only(reason="cachetd's fault hook, stats and exit codes")
 hooks = pytest.mark.test_hooks
-
-MORE = 4 * 1024 * 1024 // FILLER_VALUE   # records behind the targets, so their buffers reach the file
-
 
 def read_all(c, keys):
     """Reads every key: each is its stored value or a miss. Returns the misses."""
@@ -42,10 +39,7 @@ def test_read_errors_are_counted_misses(start_server, tmp_path, monkeypatch):
     srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1")
     keys = [f"r{i}" for i in range(150)]
     with srv.conn() as c:
-        store_targets(c, keys, flags=0)
-        wait_written(c, len(keys))
-        fill(c, MORE)
-        wait_written(c, len(keys) + MORE)
+        targets_in_the_file(c, keys)
         misses = read_all(c, keys)
         errors = stat(c, "extstore_read_errors")
         assert errors > 0 and misses > 0, (errors, misses)
@@ -67,10 +61,7 @@ def test_write_errors_are_counted_and_lose_only_what_they_held(start_server, tmp
     # survives: some targets are lost, not all.
     keys = [f"w{i}" for i in range(1500)]
     with srv.conn() as c:
-        store_targets(c, keys, flags=0)
-        wait_written(c, len(keys))
-        fill(c, MORE)
-        wait_written(c, len(keys) + MORE)
+        targets_in_the_file(c, keys)
         misses = read_all(c, keys)
         assert stat(c, "extstore_write_errors") > 0, f"no {errno_name} write was counted"
         assert misses > 0
@@ -85,10 +76,7 @@ def test_truncated_file_gives_short_read_misses(start_server, tmp_path):
     srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1")
     keys = [f"t{i}" for i in range(150)]
     with srv.conn() as c:
-        store_targets(c, keys, flags=0)
-        wait_written(c, len(keys))
-        fill(c, MORE)
-        wait_written(c, len(keys) + MORE)
+        targets_in_the_file(c, keys)
         before = stat(c, "miss_from_extstore")
         # cut the file under the server: the first pages stay, the rest is gone
         os.truncate(srv.ext_file, 4096)
