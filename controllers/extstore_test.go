@@ -249,6 +249,17 @@ func TestAdmissionRejectsInvalidExtstore(t *testing.T) {
 			c.Spec.Extstore.IOThreads = ptr.To(int32(0))
 		}, "spec.extstore.ioThreads"},
 		{"size-too-big", withExtstore("65Ti", ""), "spec.extstore.size must be at most 64Ti"},
+		// cachetd exits 64 when the largest item's record cannot fit in one write buffer
+		{"item-max-beyond-a-write-buffer", func(c *cachev1alpha1.Cache) {
+			withExtstore("1Gi", "")(c)
+			c.Spec.Engine.MaxItemSize = ptr.To(resource.MustParse("4Mi"))
+		}, "spec.engine.maxItemSize must be at most 4091Ki with spec.extstore"},
+		// ... and when workers, background and extstore threads exceed its 256 contexts
+		{"threads-and-io-threads-beyond-the-contexts", func(c *cachev1alpha1.Cache) {
+			withExtstore("1Gi", "")(c)
+			c.Spec.Engine.Threads = ptr.To(int32(250))
+			c.Spec.Extstore.IOThreads = ptr.To(int32(4))
+		}, "spec.engine.threads plus spec.extstore.ioThreads must be at most 253"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -265,6 +276,11 @@ func TestAdmissionRejectsInvalidExtstore(t *testing.T) {
 	}
 	// The smallest claim that holds two default pages passes.
 	createCache(t, ns, "smallest", withExtstore("214Mi", "")) // 214 x 0.9 - 64 = 128.6; 213Mi is refused
+	// The largest item and the most threads cachetd takes with extstore pass.
+	createCache(t, ns, "largest-item", withExtstore("1Gi", ""), func(c *cachev1alpha1.Cache) {
+		c.Spec.Engine.MaxItemSize = ptr.To(resource.MustParse("4091Ki"))
+		c.Spec.Engine.Threads = ptr.To(int32(252))
+	})
 }
 
 func TestExtstoreResizeReplacesTheStatefulSetAndItsClaims(t *testing.T) {

@@ -45,6 +45,8 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || !has(self.autoscaling.targets.cpuUtilization) || !has(self.cpu) || self.cpu > 0",message="spec.autoscaling.targets.cpuUtilization needs spec.cpu of at least 1: utilization is measured against the pods' CPU request, and spec.cpu 0 requests none",fieldPath=".autoscaling.targets.cpuUtilization"
 // +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.engine.maxItemSize) || !isQuantity(string(self.engine.maxItemSize)) || !isQuantity(string(self.memory)) || quantity(string(self.engine.maxItemSize)).asApproximateFloat() * 2.0 <= quantity(string(self.memory)).asApproximateFloat()",message="spec.engine.maxItemSize must be at most half of spec.memory: the engine needs room for at least two items of the largest size",fieldPath=".engine.maxItemSize"
 // +kubebuilder:validation:XValidation:rule="!has(self.extstore) || !has(self.extstore.itemMinSize) || (has(self.engine) && has(self.engine.maxItemSize) && isQuantity(string(self.engine.maxItemSize)) ? self.extstore.itemMinSize < quantity(string(self.engine.maxItemSize)).asInteger() : self.extstore.itemMinSize < 1048576)",message="spec.extstore.itemMinSize must be less than spec.engine.maxItemSize (default 1Mi): only items of at least itemMinSize go to disk, and none is larger than maxItemSize",fieldPath=".extstore.itemMinSize"
+// +kubebuilder:validation:XValidation:rule="!has(self.extstore) || !has(self.engine) || !has(self.engine.maxItemSize) || !isQuantity(string(self.engine.maxItemSize)) || quantity(string(self.engine.maxItemSize)).compareTo(quantity('4091Ki')) <= 0",message="spec.engine.maxItemSize must be at most 4091Ki with spec.extstore: an item goes to disk whole in one 4Mi write buffer (less the page header with 4Mi pages), with its key and a record header",fieldPath=".engine.maxItemSize"
+// +kubebuilder:validation:XValidation:rule="!has(self.extstore) || !has(self.engine) || !has(self.engine.threads) || self.engine.threads + (has(self.extstore.ioThreads) ? self.extstore.ioThreads : 1) <= 253",message="spec.engine.threads plus spec.extstore.ioThreads must be at most 253: cachetd has 256 storage thread contexts, and its two background threads and the extstore flusher take one each",fieldPath=".engine.threads"
 type CacheSpec struct {
 	// Replicas is the number of cache pods. Each pod is an independent shard:
 	// clients hash keys across status.endpoints.
@@ -337,9 +339,11 @@ type NetworkPolicySpec struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.chunkSizes) || (!has(self.growthFactor) && !has(self.minChunk))",message="spec.engine.chunkSizes replaces growthFactor and minChunk: set either chunkSizes or growthFactor/minChunk, not both"
 type EngineSpec struct {
 	// Threads is the number of worker threads (-t). Defaults to spec.cpu, one
-	// worker per core.
+	// worker per core. At most 254: cachetd has 256 storage thread contexts
+	// and two background threads take one each (with spec.extstore the
+	// flusher and the IO threads take theirs too, see CacheSpec's rules).
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=256
+	// +kubebuilder:validation:Maximum=254
 	// +optional
 	Threads *int32 `json:"threads,omitempty"`
 

@@ -188,17 +188,18 @@ func TestExtstoreMemoryBudget(t *testing.T) {
 	if b.Limit != 158<<20 {
 		t.Fatalf("limit %dMi, want 158Mi", b.Limit>>20)
 	}
-	// Four IO threads, two workers and 8Mi items: 12Mi + 4Ki, the
-	// flusher's 8Mi, 6 x (8Mi + 8Mi + 8Ki), the page table, 5 stacks.
+	// Four IO threads, two workers and 2Mi items (with extstore the API
+	// allows at most 4091Ki): 12Mi + 4Ki, the flusher's 2Mi, 6 x (2Mi + 2Mi
+	// + 8Ki), the page table, 5 stacks.
 	s.Extstore.IOThreads = ptr.To(int32(4))
 	s.Memory = resource.MustParse("64Mi")
-	s.Engine.MaxItemSize = ptr.To(resource.MustParse("8Mi"))
-	if got, want := ExtstoreBytes(s), int64(12<<20+4<<10+8<<20+6*(16<<20+8<<10)+143*68+5*(2<<20)); got != want {
+	s.Engine.MaxItemSize = ptr.To(resource.MustParse("2Mi"))
+	if got, want := ExtstoreBytes(s), int64(12<<20+4<<10+2<<20+6*(4<<20+8<<10)+143*68+5*(2<<20)); got != want {
 		t.Fatalf("extstore memory with 4 IO threads %d, want %d", got, want)
 	}
 	// Every worker may read an item on disk back: more workers, more memory.
 	s.Engine.Threads = ptr.To(int32(4))
-	if got, want := ExtstoreBytes(s), int64(12<<20+4<<10+8<<20+8*(16<<20+8<<10)+143*68+5*(2<<20)); got != want {
+	if got, want := ExtstoreBytes(s), int64(12<<20+4<<10+2<<20+8*(4<<20+8<<10)+143*68+5*(2<<20)); got != want {
 		t.Fatalf("extstore memory with 4 workers %d, want %d", got, want)
 	}
 }
