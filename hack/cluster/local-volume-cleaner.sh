@@ -14,7 +14,8 @@
 # stopped by `down`, log local-volume-cleaner.log).
 #
 # Only PVs labelled cachet.dev/local-disk (made by hack/local-cluster.sh) are
-# touched, and only a path below the cluster's state directory is wiped.
+# touched, and only their own loop-mounted disk in the cluster's state
+# directory is wiped, while the PV is still Released from the same claim.
 #
 # usage: local-volume-cleaner.sh KUBECTL KUBECONFIG STATE_DIR
 set -uo pipefail
@@ -26,20 +27,31 @@ log() { printf '%s %s\n' "$(date -u +%FT%TZ)" "$*"; }
 log "watching Released PVs labelled cachet.dev/local-disk (state $state)"
 while :; do
   kc get pv -l cachet.dev/local-disk \
-    -o jsonpath='{range .items[?(@.status.phase=="Released")]}{.metadata.name} {.spec.local.path}{"\n"}{end}' 2>/dev/null |
-    while read -r pv path; do
-      [ -n "$pv" ] || continue
-      case $path in
-        "$state"/*) ;;
-        *) log "$pv: path $path is not below $state; left alone"; continue ;;
+    -o jsonpath='{range .items[?(@.status.phase=="Released")]}{.metadata.name} {.spec.claimRef.uid} {.spec.local.path}{"\n"}{end}' 2>/dev/null |
+    while read -r pv uid path; do
+      [ -n "$pv" ] && [ -n "$uid" ] || continue
+      # Only the disk hack/local-cluster.sh made for this PV: the real path
+      # (no .., no symlink) must be <state>[/nodeN]/local-disks/<pv>, and a
+      # mount of its own loop device.
+      real=$(realpath -e "$path" 2>/dev/null) || { log "$pv: $path does not exist; left alone"; continue; }
+      case $real in
+        "$state/local-disks/$pv" | "$state"/node[0-9]*/local-disks/"$pv") ;;
+        *) log "$pv: path $real is not one of this cluster's local disks; left alone"; continue ;;
       esac
-      if ! mountpoint -q "$path"; then
-        log "$pv: $path is not mounted; left Released"
+      if ! mountpoint -q "$real" || ! findmnt -no SOURCE "$real" | grep -q '^/dev/loop'; then
+        log "$pv: $real is not its loop-mounted disk; left Released"
         continue
       fi
-      find "$path" -mindepth 1 -maxdepth 1 ! -name lost+found -exec rm -rf {} + || { log "$pv: wiping $path failed"; continue; }
-      if kc patch pv "$pv" --type=json -p '[{"op":"remove","path":"/spec/claimRef"}]' >/dev/null; then
-        log "$pv: wiped $path, Available again"
+      # Still the claim it was Released from? A PV bound again since the
+      # list must not be wiped.
+      if [ "$(kc get pv "$pv" -o jsonpath='{.status.phase} {.spec.claimRef.uid}' 2>/dev/null)" != "Released $uid" ]; then
+        continue
+      fi
+      find "$real" -mindepth 1 -maxdepth 1 ! -name lost+found -exec rm -rf {} + || { log "$pv: wiping $real failed"; continue; }
+      # The test makes the patch fail if the claimRef changed meanwhile.
+      if kc patch pv "$pv" --type=json \
+        -p "[{\"op\":\"test\",\"path\":\"/spec/claimRef/uid\",\"value\":\"$uid\"},{\"op\":\"remove\",\"path\":\"/spec/claimRef\"}]" >/dev/null; then
+        log "$pv: wiped $real, Available again"
       fi
     done
   sleep 2
