@@ -165,7 +165,9 @@ func (s *suite) extstoreLocalDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost := after["evictions"] + moverEvicted + after["extstore_objects_evicted"] + after["miss_from_extstore"] + after["badcrc_from_extstore"]
-	if diskHits == 0 || int64(hits) < int64(count)-lost {
+	// ... and most keys must come back: 64 MiB of values fit on the 166 MiB
+	// file many times over.
+	if diskHits == 0 || int64(hits) < int64(count)-lost || hits < count/2 {
 		t.Fatalf("%d hits of %d with %d from disk, but the server accounts for only %d lost values: values on disk were not read back",
 			hits, count, diskHits, lost)
 	}
@@ -194,10 +196,14 @@ func (s *suite) extstoreLocalDisk(t *testing.T) {
 	// Deleting the Cache deletes the claim; the disk is wiped and offered again.
 	s.deleteCache(t, name)
 	deleted = true
-	eventually(t, 2*time.Minute, 2*time.Second, "claim "+pvcName+" deleted and PV "+pvName+" Available", func() (bool, string) {
+	eventually(t, 2*time.Minute, 2*time.Second, "claim "+pvcName+" deleted (and with local-loop, PV "+pvName+" wiped and Available)", func() (bool, string) {
 		left, err := c.items("pvc", "-n", c.cacheNS, "-l", "app.kubernetes.io/instance="+name)
 		if err != nil {
 			return false, err.Error()
+		}
+		if class != "local-loop" {
+			// another class's volumes are its provisioner's to delete or keep
+			return len(left) == 0, fmt.Sprintf("%d claims left", len(left))
 		}
 		p, err := c.getJSON("pv", pvName)
 		if err != nil {
@@ -205,7 +211,7 @@ func (s *suite) extstoreLocalDisk(t *testing.T) {
 		}
 		return len(left) == 0 && p.str("status", "phase") == "Available", fmt.Sprintf("%d claims left, PV %s", len(left), p.str("status", "phase"))
 	})
-	if c.nodeLocal {
+	if c.nodeLocal && class == "local-loop" {
 		entries, err := os.ReadDir(pvPath)
 		if err != nil {
 			t.Fatal(err)
