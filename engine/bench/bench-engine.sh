@@ -289,15 +289,5 @@ for f in $SEED003_FACTORS; do
   done
 done
 
-echo "\"$(cut -d' ' -f1-3 /proc/loadavg)\"" >"$out/loadavg_end.json"
-step "summary"
-"$PY" "$here/summarize.py" "$out"
-# The plot goes with the run; a full run also redraws the one in the docs
-# (a quick run's smaller key spaces and shorter steps are not what they describe).
-if "$PY" "$here/plot.py" "$out" "$out/bench-latency.png"; then
-  [ "$QUICK" = 1 ] || cp "$out/bench-latency.png" "$engine/../docs/img/bench-latency.png"
-else
-  say "bench: plot failed (python3-matplotlib missing? run make deps)"
-fi
-say "bench: results in $out"
+finish_run bench bench-latency.png
 [ "$failures" = 0 ] || say "bench: $failures load generator run(s) failed; their figures show as NO DATA"

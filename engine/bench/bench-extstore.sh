@@ -398,16 +398,7 @@ for s in "${RUN_ORDER[@]}"; do
   stop_server "$pid"
 done
 
-echo "\"$(cut -d' ' -f1-3 /proc/loadavg)\"" >"$out/loadavg_end.json"
-step "summary"
-"$PY" "$here/summarize.py" "$out"
-# A full run redraws the plot in the docs; a quick run keeps it in its results.
-if "$PY" "$here/plot.py" "$out" "$out/bench-extstore-latency.png"; then
-  [ "$QUICK" = 1 ] || cp "$out/bench-extstore-latency.png" "$engine/../docs/img/bench-extstore-latency.png"
-else
-  say "bench-extstore: plot failed (python3-matplotlib missing? run make deps)"
-fi
-say "bench-extstore: results in $out"
+finish_run bench-extstore bench-extstore-latency.png
 [ "$failures" = 0 ] || say "bench-extstore: $failures run(s) failed; their figures show as NO DATA"
 if [ "$not_run" != 0 ]; then
   say ""

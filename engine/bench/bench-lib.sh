@@ -89,3 +89,20 @@ jget() {
   "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2" 2>/dev/null || echo "-"
 }
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+# finish_run NAME PNG: the end every benchmark shares: the load average, the
+# summary (figures, ratios, PASS/MISS), the plot with the run, and, for a full
+# run only, the plot in docs/img (a quick run's smaller sizes and shorter
+# steps are not what the docs describe).
+finish_run() {
+  local name=$1 png=$2
+  echo "\"$(cut -d' ' -f1-3 /proc/loadavg)\"" >"$out/loadavg_end.json"
+  step "summary"
+  "$PY" "$here/summarize.py" "$out"
+  if "$PY" "$here/plot.py" "$out" "$out/$png"; then
+    [ "$QUICK" = 1 ] || cp "$out/$png" "$engine/../docs/img/$png"
+  else
+    say "$name: plot failed (python3-matplotlib missing? run make deps)"
+  fi
+  say "$name: results in $out"
+}
