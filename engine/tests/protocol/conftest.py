@@ -65,7 +65,22 @@ def pytest_collection_modifyitems(config, items):
 
 
 # ---- ports ------------------------------------------------------------------
-_port_cursor = [PORT_RANGE[0] + (os.getpid() * 37) % (PORT_RANGE[1] - PORT_RANGE[0])]
+def _worker_ports():
+    """This process's share of PORT_RANGE. Under pytest-xdist (make check runs
+    the suite on several workers) each worker gets its own slice: a server
+    that lost a bind race could otherwise pass its readiness probe by reaching
+    another worker's server on the same port."""
+    lo, hi = PORT_RANGE
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 0:
+        span = (hi - lo + 1) // int(count)
+        lo = lo + int(worker[2:]) * span
+        hi = lo + span - 1
+    return lo, hi
+
+
+_PORTS = _worker_ports()
+_port_cursor = [_PORTS[0] + (os.getpid() * 37) % (_PORTS[1] - _PORTS[0] + 1)]
 
 
 def _port_is_free(port):
@@ -80,13 +95,13 @@ def _port_is_free(port):
 
 
 def next_free_port():
-    span = PORT_RANGE[1] - PORT_RANGE[0] + 1
+    span = _PORTS[1] - _PORTS[0] + 1
     for _ in range(span):
         port = _port_cursor[0]
-        _port_cursor[0] = PORT_RANGE[0] + (port + 1 - PORT_RANGE[0]) % span
+        _port_cursor[0] = _PORTS[0] + (port + 1 - _PORTS[0]) % span
         if _port_is_free(port):
             return port
-    raise RuntimeError("no free TCP port in 21000-21999")
+    raise RuntimeError(f"no free TCP port in {_PORTS[0]}-{_PORTS[1]}")
 
 
 # ---- a raw ASCII connection ---------------------------------------------------

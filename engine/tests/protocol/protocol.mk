@@ -19,6 +19,11 @@ PROTOCOL_VENV := $(CACHET_CACHE)/venv-$(shell sha256sum $(PROTOCOL_PINS) | cut -
 # Bounds the whole run; each test has its own bound in pytest.ini.
 CONFORMANCE_TIMEOUT ?= 1500
 PYTEST_ARGS ?=
+# The tests mostly wait (timeouts, expiry, a flusher's pass): run them on
+# several pytest-xdist workers, each with its own slice of the port range
+# (conftest.py). PYTEST_WORKERS=0 runs them in this process, one at a time.
+PYTEST_WORKERS ?= 4
+PYTEST_XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist load)
 
 ifeq ($(origin CACHETD),undefined)
 CACHETD := $(CURDIR)/$(BUILD)/cachetd
@@ -45,7 +50,7 @@ conformance: $(PROTOCOL_VENV)/.ready $(CONFORMANCE_DEPS)
 	@echo "==> conformance against $(abspath $(CACHETD))"
 	CACHETD=$(abspath $(CACHETD)) timeout --kill-after=30 $(CONFORMANCE_TIMEOUT) \
 	  $(PROTOCOL_VENV)/bin/python -m pytest -c $(PROTOCOL_DIR)/pytest.ini --rootdir=$(PROTOCOL_DIR) \
-	  -v $(PYTEST_ARGS) $(PROTOCOL_DIR)
+	  -v $(PYTEST_XDIST) $(PYTEST_ARGS) $(PROTOCOL_DIR)
 
 # The differential test for a bounded time: consecutive seeds against memcached
 # 1.6.45 for DIFF_SECONDS (default 300), each seed printed as it finishes

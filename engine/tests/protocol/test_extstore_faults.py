@@ -56,10 +56,13 @@ def test_write_errors_are_counted_and_lose_only_what_they_held(start_server, tmp
     monkeypatch.setenv("CACHET_TEST_EXT_FAULTS", f"write=5,write_errno={errno_value}")
     srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1")
     # A failed buffer write drops every record of its page (the page takes a
-    # new version, extstore.c). 6 MB of targets span two 4 MB pages, and
-    # with every 5th write failing (page headers count too) one of them
-    # survives: some targets are lost, not all.
-    keys = [f"w{i}" for i in range(1500)]
+    # new version, extstore.c). Every 5th write fails (page headers count
+    # too). 24 MB of targets span six 4 MB pages, written in at least 18
+    # writes: however the flusher splits them into buffers (an idle flusher
+    # writes part-full ones, so the count depends on timing), some writes that
+    # held targets fail and some pages survive. With two pages' worth, a
+    # loaded machine (pytest workers) once put every failure on filler pages.
+    keys = [f"w{i}" for i in range(6000)]
     with srv.conn() as c:
         targets_in_the_file(c, keys)
         misses = read_all(c, keys)
