@@ -112,6 +112,10 @@ test-e2e: ## Run the end-to-end suite on KUBECONFIG's cluster, or on the local c
 test-e2e-monitoring: ## The e2e suite with stage 15 (make check runs this): prometheus-operator, Prometheus and prometheus-adapter in the local cluster scale an autoscaled Cache out and in (built from the module proxy, cached by version).
 	E2E_MONITORING=1 hack/e2e.sh
 
+.PHONY: k8s-background
+k8s-background: ## Start building envtest's and the local cluster's Kubernetes binaries in the background (cached by version; their users wait for them).
+	@hack/build-k8s.sh --background
+
 .PHONY: prometheus-stack-background
 prometheus-stack-background: ## Start building the Prometheus stack's binaries in the background (cached by version; stage 15 and make up wait for them).
 	@hack/prometheus-stack.sh --background operator prometheus-config-reloader adapter prometheus
@@ -246,7 +250,7 @@ verify-generated: manifests generate ## Fail when committed generated files (CRD
 # The Prometheus stack's cold builds (10-17 min on two cores) start first and
 # run beside the engine tests, which leave a core idle much of the time; the
 # e2e's stage 15 waits for them.
-check: deps prometheus-stack-background verify-generated lint test-engine test helm-lint test-e2e-monitoring ## Run every test, e2e included (CI runs this).
+check: deps k8s-background prometheus-stack-background verify-generated lint test-engine test helm-lint test-e2e-monitoring ## Run every test, e2e included (CI runs this).
 
 ##@ Dependencies
 
