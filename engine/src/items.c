@@ -219,10 +219,10 @@ static item *alloc_chunk(storage_thread *t, int clsid, bool prefer_page, enum st
         /* an extstore stub: evicting another stub of its class would lose a
          * value already on disk for a few dozen bytes; a page from another
          * class costs a few large values instead, and holds thousands */
-        if (prefer_page && round == 0 && slabs_acquire_page(clsid)) continue;
+        if (prefer_page && round == 0 && slabs_acquire_page(t, clsid)) continue;
         ext_note_pressure();   /* extstore: move cold values out before the next store must evict */
         if (bags_evict(t, clsid) > 0) continue;
-        if (!slabs_acquire_page(clsid)) break;
+        if (!slabs_acquire_page(t, clsid)) break;
     }
     item *it = slabs_alloc_chunk(clsid);   /* a concurrent free may have landed */
     if (it) return it;
@@ -497,6 +497,53 @@ static item *alloc_copy(storage_thread *t, const char *key, const struct copy_pl
 {
     return alloc_item(t, key, p->nkey, p->cflags, 0, p->nbytes,
                       (uint8_t)((p->layout & ITEM_KEY_BINARY) | ITEM_HAS_EXPTIME), NULL);
+}
+
+/* The slab mover's rescue (memcached counts these as slab_reassign_rescues):
+ * the item `expect`, found at `key` in a page being emptied, moves to another
+ * chunk of its own class, one already free or never carved, so nothing is
+ * evicted for it and no page moves (the caller holds the mover lock).
+ * Same layout, key, value (or disk locator), flags, expiry, CAS, state and
+ * last access; the old chunk is unlinked and freed after the grace period,
+ * like any replaced item. Chained values stay where they are (their data
+ * chunks would move too). The chunk is taken before the stripe lock: class
+ * locks come before stripe locks. False: left for eviction. */
+bool item_rescue(storage_thread *t, item *expect, const char *key, size_t nkey)
+{
+    uint8_t layout = item_layout(expect);
+    if (layout & ITEM_CHAINED) return false;
+    int cls = slabs_clsid_of(expect);
+    item *fresh = slabs_alloc_chunk(cls);
+    if (!fresh) return false;
+    uint32_t hv = hash_key(key, nkey);
+    stripe_lock(hv);
+    item *it = assoc_find_locked(key, nkey, hv);
+    bool ok = it == expect && item_layout(it) == layout && item_is_live(it, now_time()) &&
+              slabs_clsid_of(it) == cls;
+    if (ok) {
+        atomic_store_explicit(&fresh->h_next, 0, memory_order_relaxed);
+        atomic_store_explicit(&fresh->lru_next, 0, memory_order_relaxed);
+        atomic_store_explicit(&fresh->time, atomic_load_explicit(&it->time, memory_order_relaxed), memory_order_relaxed);
+        fresh->size_key = it->size_key;
+        atomic_store_explicit(&fresh->bag, atomic_load_explicit(&it->bag, memory_order_relaxed) & ITEM_FETCHED_BIT,
+                              memory_order_relaxed);
+        atomic_store_explicit(&fresh->iflags, layout, memory_order_relaxed);
+        memcpy(item_key(fresh), item_key(it), nkey);
+        memcpy(item_data(fresh), item_data(it), item_nstored(it));
+        if (g_use_cas) atomic_store_explicit(item_cas_ptr(fresh), item_get_cas(it), memory_order_relaxed);
+        if (layout & ITEM_HAS_EXPTIME) atomic_store_explicit(item_exptime_ptr(fresh), item_exptime(it), memory_order_relaxed);
+        if (layout & ITEM_HAS_FLAGS) memcpy(item_cflags_ptr(fresh), item_cflags_ptr(it), 4);
+        if (item_refcounted(fresh)) atomic_store_explicit(item_ref_ptr(fresh), 1, memory_order_relaxed);
+        atomic_fetch_or_explicit(&fresh->iflags, item_fl(it) & (ITEM_STALE | ITEM_WIN_SENT), memory_order_relaxed);
+        replace_locked(t, it, fresh, hv, false);
+    }
+    stripe_unlock(hv);
+    if (!ok) {
+        slabs_free_chunk(fresh);
+        return false;
+    }
+    enter_bag(t, fresh);
+    return true;
 }
 
 /* Under the stripe lock: gives *itp an expiry field if it needs one for

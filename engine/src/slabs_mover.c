@@ -17,8 +17,11 @@
  *    items another class keeps, a page of the latter moves over.
  *
  * Moving a page: it stops taking part in its class (its free chunks leave
- * the free list, it is no longer carved), its live items are evicted through
- * the bag LRU (bags_purge, which waits for the grace period) together with
+ * the free list, it is no longer carved), its live items move to free chunks
+ * elsewhere in their class while there are any (item_rescue: a class that
+ * the extstore flusher thinned out has plenty, and its cheapest page still
+ * holds live values and stubs that must not be lost), the rest are evicted
+ * through the bag LRU (bags_purge, which waits for the grace period) together with
  * the heads of chained values that own data chunks in it, and once
  * its last chunk is free (zero-copy readers may still hold one for a moment)
  * it is carved into the new class. If it does not empty within a bounded
@@ -36,7 +39,7 @@
 #include <time.h>
 
 _Atomic uint64_t g_slab_moves;
-static _Atomic uint64_t moves_failed, moves_on_demand;
+static _Atomic uint64_t moves_failed, moves_on_demand, rescues;
 static pthread_mutex_t mover_lock = PTHREAD_MUTEX_INITIALIZER;
 static storage_thread *mover_ctx;
 
@@ -144,9 +147,35 @@ static void purge_page(int src, size_t pg, const char *lo, const char *hi)
     }
 }
 
+/* Moves the linked items of page pg (draining) to free chunks elsewhere in
+ * class src, while the class has any. A linked chunk's key was written
+ * before it was linked and stays until the chunk is freed, which waits for
+ * the grace period: read inside a read section. item_rescue checks again
+ * under the key's stripe lock that the key still names this chunk. */
+static void rescue_page(storage_thread *t, int src, size_t pg)
+{
+    struct slabclass *sc = &g_classes[src];
+    char key[KEY_MAX_LENGTH];
+    for (uint32_t i = 0; i < sc->perpage; i++) {
+        pthread_mutex_lock(&sc->lock);
+        bool room = sc->free_count > 0 || (sc->bump_page >= 0 && sc->bump_next < sc->perpage) ||
+                    atomic_load(&g_pages_next) < g_pages_max;
+        pthread_mutex_unlock(&sc->lock);
+        if (!room) return;
+        item *it = slabs_chunk_at(pg, i, sc->size);
+        epoch_enter(t);
+        uint8_t fl = atomic_load_explicit(&it->iflags, memory_order_acquire);
+        bool linked = fl != ITEM_FREE && fl != ITEM_DATA && (fl & ITEM_LINKED);
+        size_t nkey = linked ? item_nkey(it) : 0;
+        if (linked) memcpy(key, item_key(it), nkey);
+        epoch_exit(t);
+        if (linked && item_rescue(t, it, key, nkey)) atomic_fetch_add(&rescues, 1);
+    }
+}
+
 /* Empties page pg of class src and gives it to dst. Mover lock held.
  * evict=false only takes a page that is already empty (-M). */
-static bool move_page(int src, int dst, size_t pg, bool evict)
+static bool move_page(storage_thread *t, int src, int dst, size_t pg, bool evict)
 {
     struct slabclass *sc = &g_classes[src];
     pthread_mutex_lock(&sc->lock);
@@ -159,6 +188,7 @@ static bool move_page(int src, int dst, size_t pg, bool evict)
     bool drained = g_pages[pg].used == 0;
     pthread_mutex_unlock(&sc->lock);
 
+    if (!drained) rescue_page(t, src, pg);
     const char *lo = g_region + pg * g_page_size, *hi = lo + g_page_size;
     /* Zero-copy readers hold a chunk only while its bytes are sent: give
      * them a bounded moment, then give up on this page. */
@@ -188,14 +218,14 @@ static bool move_page(int src, int dst, size_t pg, bool evict)
     return true;
 }
 
-bool slabs_test_move_page_of(const item *it)
+bool slabs_test_move_page_of(storage_thread *t, const item *it)
 {
     size_t pg = slabs_page_index(it);
     int src = atomic_load_explicit(&g_page_cls[pg], memory_order_relaxed);
     int dst = src == 1 ? 2 : 1;
     if (src == 0 || (int)g_nclasses < 2) return false;
     pthread_mutex_lock(&mover_lock);
-    bool moved = move_page(src, dst, pg, true);
+    bool moved = move_page(t, src, dst, pg, true);
     pthread_mutex_unlock(&mover_lock);
     return moved;
 }
@@ -208,7 +238,7 @@ static bool recently_grown(int c)
     return lm && now_time() - lm < 3;
 }
 
-bool slabs_acquire_page(int dst)
+bool slabs_acquire_page(storage_thread *t, int dst)
 {
     /* Where to take a page from, cheapest first:
      *  1. a class holding at least a page's worth of free chunks (nothing
@@ -264,14 +294,14 @@ bool slabs_acquire_page(int dst)
     bool moved = false;
     for (int i = 0; i < n && !moved; i++) {
         size_t pg = cheapest_page(order[i]);
-        if (pg < g_pages_max) moved = move_page(order[i], dst, pg, evict);
+        if (pg < g_pages_max) moved = move_page(t, order[i], dst, pg, evict);
     }
     if (!evict && !moved) {
         /* -M: any class's empty page */
         for (unsigned c = 1; c <= g_nclasses && !moved; c++) {
             if ((int)c == dst || atomic_load(&g_classes[c].pages) == 0) continue;
             size_t pg = cheapest_page((int)c);
-            if (pg < g_pages_max) moved = move_page((int)c, dst, pg, false);
+            if (pg < g_pages_max) moved = move_page(t, (int)c, dst, pg, false);
         }
     }
     if (moved) atomic_fetch_add(&moves_on_demand, 1);
@@ -319,7 +349,7 @@ bool slabs_rebalance_once(void)
     bool moved = false;
     if (pick_by_age(&src, &dst)) {
         size_t pg = cheapest_page(src);
-        if (pg < g_pages_max) moved = move_page(src, dst, pg, true);
+        if (pg < g_pages_max) moved = move_page(mover_ctx, src, dst, pg, true);
     }
     pthread_mutex_unlock(&mover_lock);
     return moved;
@@ -351,6 +381,7 @@ void slabs_mover_reset(void)
 void slabs_mover_stats(stat_writer w, void *ctx)
 {
     w(ctx, "slab_reassign_busy_items", "%llu", (unsigned long long)atomic_load(&moves_failed));
+    w(ctx, "slab_reassign_rescues", "%llu", (unsigned long long)atomic_load(&rescues));
     w(ctx, "slabs_moved", "%llu", (unsigned long long)atomic_load(&g_slab_moves));
     w(ctx, "slabs_moved_on_demand", "%llu", (unsigned long long)atomic_load(&moves_on_demand));
 }

@@ -291,7 +291,7 @@ extern _Atomic unsigned g_test_poison_free;   /* stress test only, see slabs.c *
  * and move the page holding `it` to another class (returns false if it could
  * not). Neither may be called inside a read section. */
 void bags_test_reclaim_all(void);
-bool slabs_test_move_page_of(const item *it);
+bool slabs_test_move_page_of(storage_thread *t, const item *it);
 
 /* ---- read sections / grace periods (epoch.c) ---- */
 void epoch_enter(storage_thread *t);
@@ -343,7 +343,7 @@ void slabs_stats(stat_writer w, void *ctx);
 /* slabs_mover.c: gives class clsid a page from another class now (evicting
  * there), for a store that has nothing of its own to evict. No lock held,
  * not in a read section. True if the class got memory. */
-bool slabs_acquire_page(int clsid);
+bool slabs_acquire_page(storage_thread *t, int clsid);
 void slabs_mover_stats(stat_writer w, void *ctx);
 void slabs_mover_reset(void);
 size_t slabs_total_malloced(void);
@@ -415,6 +415,7 @@ item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t clien
                  rel_time_t exptime, uint64_t nbytes, uint8_t extra_layout, enum store_result *err);
 void replace_locked(storage_thread *t, item *old_it, item *new_it, uint32_t hv, bool new_item);
 void enter_bag(storage_thread *t, item *it);              /* not in a read section */
+bool item_rescue(storage_thread *t, item *expect, const char *key, size_t nkey);   /* slabs_mover.c */
 void copy_value_out(item *it, size_t off, char *dst, size_t len);
 
 /* ---- extstore stubs (ext_items.c) ----

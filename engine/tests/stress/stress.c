@@ -204,7 +204,7 @@ static void *reclaimer_main(void *arg)
         int nk = snprintf(key, sizeof key, "r:%d", n);
         storage_delete(t, key, (size_t)nk, NULL);
         if (i++ & 1) {
-            if (slabs_test_move_page_of(held)) atomic_fetch_add(&races_moved, 1);
+            if (slabs_test_move_page_of(t, held)) atomic_fetch_add(&races_moved, 1);
         } else {
             bags_test_reclaim_all();
         }
