@@ -693,7 +693,11 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
             }
             strcpy(s->listen, optarg); break;
         case 't':
-            if (!parse_int(optarg, 1, MAX_WORKERS, &v)) { fprintf(err, "cachetd: -t needs 1-%d threads, got '%s'\n", MAX_WORKERS, optarg); return EX_USAGE_CODE; }
+            /* each worker and each background thread has a storage context */
+            if (!parse_int(optarg, 1, STORAGE_MAX_THREADS - STORAGE_BG_THREADS, &v)) {
+                fprintf(err, "cachetd: -t needs 1-%d threads, got '%s'\n", STORAGE_MAX_THREADS - STORAGE_BG_THREADS, optarg);
+                return EX_USAGE_CODE;
+            }
             s->num_threads = (int)v; threads_given = true; break;
         case 'm':
             /* memcached: a bare number is megabytes; a suffix gives bytes. */

@@ -360,3 +360,10 @@ def test_k_locks_memory(start_server):
         f"VmLck {locked_kb} kB after -k and no warning; log: {srv.log()[-500:]}"
     with srv.conn() as c:
         assert c.store("set", "k", "v") == b"STORED"
+
+
+@pytest.mark.cachetd_only(reason="cachetd's bound: every worker and its 2 background threads need one of 256 storage contexts")
+def test_t_above_254_is_refused_with_the_range_it_takes():
+    proc = run_flags("-t", "255")
+    assert_refused(proc, ("-t", "255"))
+    assert "1-254" in proc.stderr, proc.stderr
