@@ -11,7 +11,8 @@
 #       bin/k8s-floor/), for envtest on the chart's kubeVersion floor
 #   hack/build-k8s.sh --background
 #       starts, niced, every build make check needs (envtest's two
-#       kube-apiservers first, then the local cluster's binaries) and returns
+#       kube-apiservers first, then the local cluster's binaries and its
+#       CoreDNS image) and returns
 #       at once (log: bin/k8s/background.log). A later call for the same binary
 #       waits on its lock and finds it cached, so the cold builds use the cores
 #       the engine's tests leave idle instead of running after them.
@@ -23,7 +24,8 @@ if [ "${1:-}" = --background ]; then
   (
     K8S_RELEASE=current nice -n 10 "$0" kube-apiserver &&
       K8S_RELEASE=floor nice -n 10 "$0" kube-apiserver &&
-      K8S_RELEASE=current nice -n 10 "$0" kube-controller-manager kube-scheduler kubelet kube-proxy kubectl
+      K8S_RELEASE=current nice -n 10 "$0" kube-controller-manager kube-scheduler kubelet kube-proxy kubectl &&
+      nice -n 10 "$root/hack/images.sh" build coredns
   ) >"$log" 2>&1 </dev/null &
   echo "==> building Kubernetes binaries in the background (pid $!, log $log)"
   exit 0

@@ -81,14 +81,19 @@ stage_binaries() {
       ;;
     coredns)
       # Cached by version outside the clone: minutes cold, instant warm.
+      # make check starts this build in the background (hack/build-k8s.sh
+      # --background); the local cluster then waits on the lock.
       local cache="${CACHET_CACHE:-$HOME/.cache/cachet}/coredns/$COREDNS_VERSION"
+      mkdir -p "$cache"
+      exec {lock}>"$cache/.coredns.lock"
+      flock -n "$lock" || { log "coredns: waiting for another build of it"; flock "$lock"; }
       if [ ! -x "$cache/coredns" ]; then
         log "coredns: building $COREDNS_VERSION (kubernetes, cache, errors, health, ready, reload) from the Go module proxy"
-        mkdir -p "$cache"
-        (cd "$root/hack/tools/coredns" && CGO_ENABLED=0 nice go build -trimpath -ldflags "-s -w" -o "$cache/coredns.tmp" .) \
+        (cd "$root/hack/tools/coredns" && CGO_ENABLED=0 nice go build -trimpath -ldflags "-s -w" -o "$cache/coredns.tmp.$$" .) \
           || die "coredns: build failed"
-        mv "$cache/coredns.tmp" "$cache/coredns"
+        mv "$cache/coredns.tmp.$$" "$cache/coredns"
       fi
+      exec {lock}>&-
       cp "$cache/coredns" "$ctx/coredns"
       ;;
   esac
