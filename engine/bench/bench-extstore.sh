@@ -24,8 +24,11 @@
 # - The data set is 8x the item memory (4 KB values). Each server runs twice,
 #   each time fresh, in a fresh cgroup, with an empty extstore file:
 #   1. "disk": a paced fill (one set outstanding, so the extstore writer can
-#      keep up and most values do land on disk), the RAM per item on disk,
-#      then uniform reads (a uniform key's value is on disk with probability
+#      keep up and most values do land on disk), the RAM per item on disk
+#      (from the server's own `stats slabs` and `stats`: the chunks of the
+#      classes too small for a value, i.e. the headers of items whose value
+#      is on disk, over extstore_objects_used, plus hash_bytes / curr_items;
+#      summarize.py's xt_disk_item_ram), then uniform reads (a uniform key's value is on disk with probability
 #      about 7/8) at depth 1 and 32 and in open-loop steps. Disk hits are
 #      counted by the servers' own `get_extstore` over `cmd_get`.
 #   2. "zipf": the issue's command, `--prefill --set-on-miss --key-dist
@@ -195,7 +198,8 @@ print(json.dumps({"rss_kb": status.get("VmRSS"), "io": kv(f"/proc/{pid}/io", ":"
                              "rss": mem.get("rss"), "cache": mem.get("cache"), "mapped_file": mem.get("mapped_file")}}))
 PY
 }
-stats_to() { "$PY" "$here/mcstats.py" --port "$1" --json "$2" || say "  bench-extstore: stats on port $1 failed"; }
+# stats_to PORT OUT [mcstats.py options]
+stats_to() { "$PY" "$here/mcstats.py" --port "$1" --json "$2" "${@:3}" || say "  bench-extstore: stats on port $1 failed"; }
 
 # start_server NAME SESSION: in its own memory cgroup (one per session), with
 # the extstore flags and an empty extstore file. Sets SERVER_PID, SERVER_CG.
@@ -336,7 +340,9 @@ for s in "${RUN_ORDER[@]}"; do
   loadgen "$s" "$port" "$out/prefill-$s.json" --keys $KEYS --value-size $XT_VALUE_SIZE --conns 1 --prefill-only --prefill-depth "$XT_PREFILL_DEPTH"
   say "  $s: stored $(jget "$out/prefill-$s.json" 'j["prefill"]["stored"]') in $(jget "$out/prefill-$s.json" 'round(j["prefill"]["seconds"],1)') s; waiting for extstore writes to settle"
   settle "$port"
-  stats_to "$port" "$out/fill-stats-$s.json"
+  # The RAM per disk item counts hash_bytes: while the table is expanding
+  # it counts both tables, so wait (at most 10 s) for the expansion to end.
+  stats_to "$port" "$out/fill-stats-$s.json" --settle 10
   cg_snapshot "$s" "$pid" fill
   say "  $s after the fill: curr_items $(jget "$out/fill-stats-$s.json" 'j["stats"].get("curr_items")'), on disk" \
       "$(jget "$out/fill-stats-$s.json" 'j["stats"].get("extstore_objects_used")'), evictions $(jget "$out/fill-stats-$s.json" 'j["stats"].get("evictions")')," \

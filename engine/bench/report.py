@@ -71,12 +71,12 @@ def main_extstore(s, not_run_as="not run"):
     print()
     print("| server | items after the paced fill | on disk | evicted during it | RSS after it | GETs read from disk, depth 1 / 32 | "
           "on disk / evicted after the pipelined prefill and Zipf run | Zipf max kept up | half-load step kept up | "
-          "cgroup max usage / limit | failcnt |")
-    print("|---|---:|---:|---:|---:|---|---|---:|---|---|---:|")
+          "cgroup max usage / limit | failcnt | header chunks after the fill (chunk size: used) | hash_bytes / curr_items |")
+    print("|---|---:|---:|---:|---:|---|---|---:|---|---|---:|---|---|")
     for n in SERVERS:
         f = F[n]
         if f.get("not_run"):
-            print(f"| {NAMES[n]} | {not_run_as} | | | | | | | | | |")
+            print(f"| {NAMES[n]} | {not_run_as} | | | | | | | | | | | |")
             continue
         share = " / ".join("–" if f.get(f"xt_disk_qd{q}_share") is None else pct(f[f"xt_disk_qd{q}_share"]) for q in (1, 32))
         print(f"| {NAMES[n]} | {fmt(f.get('xt_curr_items'))} | {fmt(f.get('xt_items_on_disk'))} | {fmt(f.get('xt_fill_evictions'))} | "
@@ -84,7 +84,9 @@ def main_extstore(s, not_run_as="not run"):
               f"{fmt(f.get('xt_zipf_max'))}/s | "
               f"{'–' if f.get('xt_half_kept_up') is None else ('yes' if f['xt_half_kept_up'] else 'no')} | "
               f"{fmt((f.get('xt_cgroup_max_usage') or 0) / 2**20)} / {fmt((f.get('xt_cgroup_limit') or 0) / 2**20)} MiB | "
-              f"{fmt(f.get('xt_cgroup_failcnt'))} |")
+              f"{fmt(f.get('xt_cgroup_failcnt'))} | "
+              f"{', '.join(f'{k} B: {int(v):,}' for k, v in (f.get('xt_hdr_classes') or {}).items()) or '–'} | "
+              f"{fmt(f.get('xt_hash_bytes'))} B / {fmt(f.get('xt_curr_items'))} |")
 
 
 def main():
