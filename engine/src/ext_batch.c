@@ -40,7 +40,7 @@ struct ext_reader *ext_reader_new(unsigned depth, uint32_t max_value, bool use_u
     struct ext_reader *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->depth = depth ? depth : 1;
-    r->buf_size = ext_read_buf_size(max_value);
+    r->buf_size = ext_read_buf_size(KEY_MAX_LENGTH, max_value);
     r->slots = calloc(r->depth, sizeof *r->slots);
     if (!r->slots || posix_memalign((void **)&r->bufs, EXT_ALIGN, r->depth * r->buf_size)) {
         ext_reader_free(r);
@@ -131,7 +131,9 @@ void ext_reader_fetch(struct ext_reader *r, storage_thread *t, struct ext_fetch 
         s->r = EXT_MISS_IOERR;
         if (!e || !f[i].v->on_disk) { done(arg, &f[i]); continue; }   /* nothing to read: a miss, uncounted */
         memcpy(&s->loc, f[i].v->ext_loc, sizeof s->loc);
-        if (buf && ext_read_prepare(e, &s->loc, f[i].key, f[i].nkey, buf, f[i].v->nbytes, &s->op, &s->r)) {
+        /* a record larger than a buffer (a value over -I) cannot be read here */
+        bool fits = buf && ext_record_size(f[i].nkey, f[i].v->nbytes) + EXT_ALIGN <= r->buf_size;
+        if (fits && ext_read_prepare(e, &s->loc, f[i].key, f[i].nkey, buf, f[i].v->nbytes, &s->op, &s->r)) {
             if (ring) {
                 s->disk = true;
                 s->got = -EIO;

@@ -168,11 +168,12 @@ int32_t ext_read_fault(int32_t res);
 enum ext_read_result ext_read_finish(struct extstore *e, const struct ext_read_op *op, const char *buf, int64_t got,
                                      const struct ext_locator *loc, const void *key, uint32_t nkey, uint32_t nval,
                                      const char **val);
-/* The buffer a read of a value of up to max_nval bytes needs: header, a key
- * of up to 255 bytes and the value, aligned at both ends. */
-static inline uint64_t ext_read_buf_size(uint32_t max_nval)
+/* The buffer a read of a record of up to max_nkey and max_nval bytes needs:
+ * the record, rounded out to EXT_ALIGN at both ends (engine/README.md's
+ * r(I) = align_up(I + 266, 4 KiB) + 4 KiB for 250-byte keys). */
+static inline uint64_t ext_read_buf_size(uint32_t max_nkey, uint32_t max_nval)
 {
-    return ((EXT_RECORD_HEADER + 255u + (uint64_t)max_nval + 7 + EXT_ALIGN - 1) & ~(uint64_t)(EXT_ALIGN - 1)) + EXT_ALIGN;
+    return ((EXT_RECORD_HEADER + (uint64_t)max_nkey + max_nval + EXT_ALIGN - 1) & ~(uint64_t)(EXT_ALIGN - 1)) + EXT_ALIGN;
 }
 /* Frees the calling thread's O_DIRECT read buffer (ext_read keeps one per
  * thread, sized to the largest record it read). Workers that read only to
