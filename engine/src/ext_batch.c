@@ -11,6 +11,7 @@
 #include "ext_batch.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,7 +28,8 @@ struct slot {
 
 struct ext_reader {
     struct uring *ring;             /* NULL: pread */
-    bool          ring_broken;      /* an io_uring_enter failed: pread from then on */
+    _Atomic bool  ring_broken;      /* an io_uring_enter failed: pread from then on
+                                     * (read by `stats settings` on other threads) */
     unsigned      depth;
     uint64_t      buf_size;
     char         *bufs;             /* depth x buf_size, EXT_ALIGN aligned */
@@ -62,15 +64,16 @@ void ext_reader_free(struct ext_reader *r)
 
 bool ext_reader_uses_uring(const struct ext_reader *r)
 {
-    return r->ring && !r->ring_broken;
+    return r->ring && !atomic_load_explicit(&r->ring_broken, memory_order_relaxed);
 }
 
 /* The ring's completion for slot s: a short read (the kernel may stop at any
- * length) or a retry answer is finished with pread. */
+ * length), a retry answer, or a file the ring will not read (a filesystem
+ * refusing this read through io_uring) is finished with pread. */
 static void ring_result(struct slot *s, char *buf, int32_t res)
 {
     res = ext_read_fault(res);
-    if (res == -EAGAIN || res == -EINTR) s->got = ext_read_pread(&s->op, buf, 0);
+    if (res == -EAGAIN || res == -EINTR || res == -EOPNOTSUPP || res == -EINVAL) s->got = ext_read_pread(&s->op, buf, 0);
     else if (res > 0 && (uint32_t)res < s->op.len) s->got = ext_read_pread(&s->op, buf, (uint64_t)res);
     else s->got = res;
 }
@@ -98,7 +101,7 @@ static void ring_pass(struct ext_reader *r, unsigned inflight)
          * what did not complete is a counted read error, and this reader
          * reads with pread from now on, never reusing a buffer the kernel
          * may still write into. */
-        r->ring_broken = true;
+        atomic_store_explicit(&r->ring_broken, true, memory_order_relaxed);
         r->leaked = r->bufs;   /* left to the kernel; never reused, freed with the reader */
         r->bufs = NULL;
     }
