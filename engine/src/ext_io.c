@@ -4,12 +4,15 @@
  *
  * Concurrency: workers push jobs on one queue under `lock` and wake one IO
  * thread (round robin); each IO thread is a bgthread whose pass takes up to
- * io_depth jobs under the lock, then reads and completes them outside it.
- * A job owns its reply handle until reply_complete(), which may run on this
- * thread (reply.h); the connection may be gone by then, the handle is then
- * freed by its worker. Each IO thread has its own storage context (a stub
- * whose read failed is unlinked, a recache relinks the value) and its own
- * buffer of -I bytes, so a read allocates nothing.
+ * io_depth jobs under the lock, then reads them all at once outside it
+ * (ext_batch.h: one io_uring_enter for the batch, or pread after pread where
+ * io_uring is refused) and completes each. A job owns its reply handle until
+ * reply_complete(), which may run on this thread (reply.h) and copies the
+ * value out of the reader's buffer; the connection may be gone by then, the
+ * handle is then freed by its worker. Each IO thread has its own storage
+ * context (a stub whose read failed is unlinked, a recache relinks the
+ * value) and its own reader (ring and io_depth buffers of the largest
+ * record), so a read allocates nothing.
  */
 #include "ext_io.h"
 
@@ -20,6 +23,7 @@
 #include <string.h>
 
 #include "bgthread.h"
+#include "ext_batch.h"
 #include "bufmem.h"
 #include "conn.h"
 #include "reply.h"
@@ -36,9 +40,11 @@ struct job {
 };
 
 struct io_thread {
-    struct bgthread  bg;
-    storage_thread  *st;
-    char            *buf;
+    struct bgthread    bg;
+    storage_thread    *st;
+    struct ext_reader *reader;
+    struct ext_fetch  *fetch;     /* io_depth of them */
+    struct job       **jobs;      /* the job of each fetch */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -46,6 +52,17 @@ static struct job *head, *tail;   /* FIFO: oldest first */
 static struct io_thread threads[IO_THREADS_MAX];
 static unsigned nthreads, depth;
 static _Atomic unsigned next_thread;
+
+/* One read of the batch is over: its reply leaves (copied from the reader's
+ * buffer) and its job is freed. */
+static void fetched(void *arg, struct ext_fetch *f)
+{
+    struct io_thread *t = arg;
+    struct job *j = t->jobs[f - t->fetch];
+    reply_complete(j->h, f->hit ? REPLY_HIT : REPLY_MISS, NULL, f->hit ? f->value : NULL, f->hit ? j->v.nbytes : 0);
+    free(j);
+    bufmem_release(sizeof *j);
+}
 
 static bool io_pass(void *arg)
 {
@@ -64,16 +81,23 @@ static bool io_pass(void *arg)
     }
     bool more = head != NULL;
     pthread_mutex_unlock(&lock);
-    while (batch) {
-        struct job *j = batch;
-        batch = j->next;
+    unsigned k = 0;
+    for (struct job *j = batch; j; j = j->next, k++) {
         storage_ext_count_queue(-1);
-        bool hit = storage_ext_fetch(t->st, j->key, j->nkey, &j->v, t->buf);
-        reply_complete(j->h, hit ? REPLY_HIT : REPLY_MISS, NULL, hit ? t->buf : NULL, hit ? j->v.nbytes : 0);
-        free(j);
-        bufmem_release(sizeof *j);
+        t->jobs[k] = j;
+        t->fetch[k] = (struct ext_fetch){ .key = j->key, .nkey = j->nkey, .v = &j->v };
     }
+    ext_reader_fetch(t->reader, t->st, t->fetch, k, fetched, t);
     return more;
+}
+
+static bool use_uring(void)
+{
+#ifdef CACHET_TEST_HOOKS
+    /* test builds: the pread path on a kernel that has io_uring */
+    if (getenv("CACHET_TEST_NO_URING")) return false;
+#endif
+    return true;
 }
 
 int ext_io_start(unsigned n, unsigned d)
@@ -83,13 +107,27 @@ int ext_io_start(unsigned n, unsigned d)
     for (unsigned i = 0; i < n; i++) {
         struct io_thread *t = &threads[i];
         t->st = storage_thread_register();
-        t->buf = malloc(settings.item_size_max);
-        if (!t->st || !t->buf) return -1;
+        t->reader = ext_reader_new(depth, (uint32_t)settings.item_size_max, use_uring());
+        t->fetch = calloc(depth, sizeof *t->fetch);
+        t->jobs = calloc(depth, sizeof *t->jobs);
+        if (!t->st || !t->reader || !t->fetch || !t->jobs) return -1;
         t->bg = (struct bgthread){ .name = "cachet-extio", .pass = io_pass, .arg = t, .period_ms = 0 };
         if (bgthread_start(&t->bg) != 0) return -1;
         nthreads = i + 1;
     }
     return 0;
+}
+
+const char *ext_io_engine(void)
+{
+    for (unsigned i = 0; i < nthreads; i++)
+        if (!ext_reader_uses_uring(threads[i].reader)) return "pread";
+    return "io_uring";
+}
+
+void ext_io_stats_settings(stat_writer w, void *ctx)
+{
+    if (nthreads) w(ctx, "ext_io_engine", "%s", ext_io_engine());
 }
 
 void ext_io_stop(void)

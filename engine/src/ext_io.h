@@ -21,6 +21,11 @@ struct conn;
  * 0, or -1 if one could not start. */
 int  ext_io_start(unsigned threads, unsigned depth);
 void ext_io_stop(void);
+/* "io_uring" when every IO thread reads through its ring, else "pread"
+ * (io_uring refused, or CACHET_TEST_NO_URING in a test build). `stats
+ * settings` shows it as ext_io_engine (cachetd's own). */
+const char *ext_io_engine(void);
+void ext_io_stats_settings(stat_writer w, void *ctx);
 
 /* Worker thread, for a hit whose view is on disk (v->on_disk): queues the
  * reply "head, value, \r\n" (or `miss` if the read fails) in request order.

@@ -272,21 +272,29 @@ static enum relink_result relink(storage_thread *t, const char *key, size_t nkey
     return RELINK_CHANGED;
 }
 
-bool storage_ext_fetch(storage_thread *t, const char *key, size_t nkey, const struct item_view *v, char *buf)
+struct extstore *storage_ext_store(void) { return g_ext; }
+
+bool storage_ext_fetch_done(storage_thread *t, const char *key, size_t nkey, const struct item_view *v,
+                            enum ext_read_result r, const char *val)
 {
-    if (!g_ext || !v->on_disk) return false;
-    struct ext_locator loc;
-    memcpy(&loc, v->ext_loc, sizeof loc);
-    enum ext_read_result r = ext_read(g_ext, &loc, key, (uint32_t)nkey, buf, v->nbytes);
     if (r != EXT_HIT) {
         count_failure(r);
         drop_stub(key, nkey, v->ext_loc);
         return false;
     }
     uint64_t n = atomic_fetch_add_explicit(&hits_n, 1, memory_order_relaxed) + 1;
-    if (g_x.recache_rate && n % g_x.recache_rate == 0 && relink(t, key, nkey, v->ext_loc, buf, v->nbytes) == RELINK_OK)
+    if (g_x.recache_rate && n % g_x.recache_rate == 0 && relink(t, key, nkey, v->ext_loc, val, v->nbytes) == RELINK_OK)
         atomic_fetch_add_explicit(&recache_n, 1, memory_order_relaxed);
     return true;
+}
+
+bool storage_ext_fetch(storage_thread *t, const char *key, size_t nkey, const struct item_view *v, char *buf)
+{
+    if (!g_ext || !v->on_disk) return false;
+    struct ext_locator loc;
+    memcpy(&loc, v->ext_loc, sizeof loc);
+    enum ext_read_result r = ext_read(g_ext, &loc, key, (uint32_t)nkey, buf, v->nbytes);
+    return storage_ext_fetch_done(t, key, nkey, v, r, buf);
 }
 
 bool ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t hv)

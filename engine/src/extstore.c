@@ -494,30 +494,32 @@ static enum ext_read_result count(struct extstore *e, enum ext_read_result r, ui
     return r;
 }
 
-enum ext_read_result ext_read(struct extstore *e, const struct ext_locator *loc,
-                              const void *key, uint32_t nkey, void *val, uint32_t nval)
+bool ext_read_prepare(struct extstore *e, const struct ext_locator *loc, const void *key, uint32_t nkey,
+                      void *val, uint32_t nval, struct ext_read_op *op, enum ext_read_result *r)
 {
     uint32_t id = ext_loc_page(loc), version = ext_loc_version(loc);
     uint64_t off = ext_loc_offset(loc), rs = ext_record_size(nkey, nval);
-    if (id >= e->npages || off + rs > e->conf.page_size) return count(e, EXT_MISS_BADCRC, 0);
+    if (id >= e->npages || off + rs > e->conf.page_size) { *r = count(e, EXT_MISS_BADCRC, 0); return false; }
     struct page *p = &e->pages[id];
 
     pthread_mutex_lock(&e->lock);
     if (atomic_load_explicit(&p->version, memory_order_relaxed) != version) {
         pthread_mutex_unlock(&e->lock);
-        return count(e, EXT_MISS_STALE, 0);
+        *r = count(e, EXT_MISS_STALE, 0);
+        return false;
     }
     if (p->bucket >= 0) {
         struct bucket *bk = &e->buckets[p->bucket];
         if (off >= bk->wbuf_page_off) {     /* still in the write buffer */
-            enum ext_read_result r = EXT_MISS_BADCRC;
+            enum ext_read_result res = EXT_MISS_BADCRC;
             if (off + rs <= bk->wbuf_page_off + bk->wbuf_used) {
                 const char *rec = bk->wbuf + (off - bk->wbuf_page_off);
-                r = record_check(rec, loc, key, nkey, nval);
-                if (r == EXT_HIT) memcpy(val, rec + EXT_RECORD_HEADER + nkey, nval);
+                res = record_check(rec, loc, key, nkey, nval);
+                if (res == EXT_HIT) memcpy(val, rec + EXT_RECORD_HEADER + nkey, nval);
             }
             pthread_mutex_unlock(&e->lock);
-            return count(e, r, nval);
+            *r = count(e, res, nval);
+            return false;
         }
     }
     int fd = p->fd;
@@ -525,35 +527,67 @@ enum ext_read_result ext_read(struct extstore *e, const struct ext_locator *loc,
     pthread_mutex_unlock(&e->lock);
 
     uint64_t start = off & ~(uint64_t)(EXT_ALIGN - 1);
-    uint64_t len = align_up(off + rs, EXT_ALIGN) - start;
-    if (len > read_cap) {
+    *op = (struct ext_read_op){ .fd = fd, .pos = base + start,
+                                .len = (uint32_t)(align_up(off + rs, EXT_ALIGN) - start),
+                                .skip = (uint32_t)(off - start), .page = id };
+    return true;
+}
+
+int64_t ext_read_pread(const struct ext_read_op *op, char *buf, uint64_t got)
+{
+    while (got < op->len) {
+        ssize_t n = disk_pread(op->fd, buf + got, op->len - got, (off_t)(op->pos + got));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        if (n == 0) break;
+        got += (uint64_t)n;
+    }
+    return (int64_t)got;
+}
+
+int32_t ext_read_fault(int32_t res)
+{
+    return fault_now(false) ? -EIO : res;
+}
+
+enum ext_read_result ext_read_finish(struct extstore *e, const struct ext_read_op *op, const char *buf, int64_t got,
+                                     const struct ext_locator *loc, const void *key, uint32_t nkey, uint32_t nval,
+                                     const char **val)
+{
+    if (got < 0) return count(e, EXT_MISS_IOERR, 0);
+    if ((uint64_t)got < op->skip + ext_record_size(nkey, nval)) return count(e, EXT_MISS_SHORT, 0);
+    /* evicted or compacted while the read was in flight: what was read may
+     * already be another record */
+    if (atomic_load_explicit(&e->pages[op->page].version, memory_order_acquire) != ext_loc_version(loc))
+        return count(e, EXT_MISS_STALE, 0);
+    const char *rec = buf + op->skip;
+    enum ext_read_result r = record_check(rec, loc, key, nkey, nval);
+    if (r == EXT_HIT) *val = rec + EXT_RECORD_HEADER + nkey;
+    return count(e, r, nval);
+}
+
+enum ext_read_result ext_read(struct extstore *e, const struct ext_locator *loc,
+                              const void *key, uint32_t nkey, void *val, uint32_t nval)
+{
+    struct ext_read_op op;
+    enum ext_read_result r;
+    if (!ext_read_prepare(e, loc, key, nkey, val, nval, &op, &r)) return r;
+    if (op.len > read_cap) {
         free(read_buf);
         read_buf = NULL;
         read_cap = 0;
         pthread_once(&read_buf_once, read_buf_key_init);
         pthread_setspecific(read_buf_key, NULL);
-        if (posix_memalign((void **)&read_buf, EXT_ALIGN, len)) return count(e, EXT_MISS_IOERR, 0);
-        read_cap = len;
+        if (posix_memalign((void **)&read_buf, EXT_ALIGN, op.len)) return count(e, EXT_MISS_IOERR, 0);
+        read_cap = op.len;
         pthread_setspecific(read_buf_key, read_buf);
     }
-    uint64_t got = 0;
-    while (got < len) {
-        ssize_t n = disk_pread(fd, read_buf + got, len - got, (off_t)(base + start + got));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return count(e, EXT_MISS_IOERR, 0);
-        }
-        if (n == 0) break;
-        got += (uint64_t)n;
-    }
-    if (got < off - start + rs) return count(e, EXT_MISS_SHORT, 0);
-    /* evicted or compacted while the read was in flight: what was read may
-     * already be another record */
-    if (atomic_load_explicit(&p->version, memory_order_acquire) != version) return count(e, EXT_MISS_STALE, 0);
-    const char *rec = read_buf + (off - start);
-    enum ext_read_result r = record_check(rec, loc, key, nkey, nval);
-    if (r == EXT_HIT) memcpy(val, rec + EXT_RECORD_HEADER + nkey, nval);
-    return count(e, r, nval);
+    const char *v = NULL;
+    r = ext_read_finish(e, &op, read_buf, ext_read_pread(&op, read_buf, 0), loc, key, nkey, nval, &v);
+    if (r == EXT_HIT) memcpy(val, v, nval);
+    return r;
 }
 
 bool ext_check(struct extstore *e, const struct ext_locator *loc)

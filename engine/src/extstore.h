@@ -139,6 +139,42 @@ int ext_flush(struct extstore *e, enum ext_bucket b);
  * header above says. Thread-safe; blocks for the read. */
 enum ext_read_result ext_read(struct extstore *e, const struct ext_locator *loc,
                               const void *key, uint32_t nkey, void *val, uint32_t nval);
+/* The same read in two halves, so that a thread can have many in flight at
+ * once (ext_batch.c) and the checks stay one code for pread and io_uring.
+ * ext_read_prepare takes the lock to check the version and find the record:
+ * false means the read is over, *r says how (counted; on a hit from a write
+ * buffer the value is in val); true means op is a read of op->len bytes at
+ * op->pos of op->fd into an EXT_ALIGN aligned buffer of at least
+ * ext_read_buf_size(nval) bytes. The caller reads it (ext_read_pread, or a
+ * ring whose result goes through ext_read_fault) and hands what it got
+ * (bytes, or -errno) to ext_read_finish, which checks the version again, the
+ * length, the header, key and CRC, and counts the result; on a hit *val
+ * points at the value inside buf. No lock is held between the two. */
+struct ext_read_op {
+    int      fd;
+    uint64_t pos;        /* file offset, EXT_ALIGN aligned */
+    uint32_t len;        /* bytes to read, EXT_ALIGN aligned */
+    uint32_t skip;       /* where the record starts in what is read */
+    uint32_t page;
+};
+bool ext_read_prepare(struct extstore *e, const struct ext_locator *loc, const void *key, uint32_t nkey,
+                      void *val, uint32_t nval, struct ext_read_op *op, enum ext_read_result *r);
+/* preads op from byte `got` on (what a short ring read left) to op->len or
+ * the end of the file: the bytes read in all, or -errno */
+int64_t ext_read_pread(const struct ext_read_op *op, char *buf, uint64_t got);
+/* Test builds: the read fault hook (CACHET_TEST_EXT_FAULTS read=N) applied
+ * to a ring completion's result, as ext_read_pread applies it to a pread. */
+int32_t ext_read_fault(int32_t res);
+enum ext_read_result ext_read_finish(struct extstore *e, const struct ext_read_op *op, const char *buf, int64_t got,
+                                     const struct ext_locator *loc, const void *key, uint32_t nkey, uint32_t nval,
+                                     const char **val);
+/* The buffer a read of a record of up to max_nkey and max_nval bytes needs:
+ * the record, rounded out to EXT_ALIGN at both ends (engine/README.md's
+ * r(I) = align_up(I + 266, 4 KiB) + 4 KiB for 250-byte keys). */
+static inline uint64_t ext_read_buf_size(uint32_t max_nkey, uint32_t max_nval)
+{
+    return ((EXT_RECORD_HEADER + (uint64_t)max_nkey + max_nval + EXT_ALIGN - 1) & ~(uint64_t)(EXT_ALIGN - 1)) + EXT_ALIGN;
+}
 /* Frees the calling thread's O_DIRECT read buffer (ext_read keeps one per
  * thread, sized to the largest record it read). Workers that read only to
  * bring a value back call it after each read, so they hold nothing. */

@@ -590,7 +590,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
     s->maxbytes = 64u << 20;
     s->maxconns = 1024;
     s->item_size_max = 1u << 20;
-    s->ext = (struct ext_settings){ .page_size = 64u << 20, .wbuf_size = 4u << 20, .threads = 1, .io_depth = 1,
+    s->ext = (struct ext_settings){ .page_size = 64u << 20, .wbuf_size = 4u << 20, .threads = 1, .io_depth = 8,
                                     .item_size = 512, .item_age = UINT32_MAX, .recache_rate = 2000,
                                     .max_frag = 0.80, .max_sleep = 1000000 };
     s->growth_factor = 1.25;

@@ -45,7 +45,7 @@ struct ext_settings {
     uint64_t page_size;            /* ext_page_size, MB (64) */
     uint64_t wbuf_size;            /* ext_wbuf_size, MB (4) */
     unsigned threads;              /* ext_threads: IO threads (1) */
-    unsigned io_depth;             /* ext_io_depth: reads one IO thread takes at once (1) */
+    unsigned io_depth;             /* ext_io_depth: reads one IO thread has in flight at once (8; memcached 1) */
     uint32_t item_size;            /* ext_item_size: values at least this long go to disk (512) */
     uint32_t item_age;             /* ext_item_age: ... once idle this long (UINT32_MAX: only under memory pressure) */
     uint32_t low_ttl;              /* ext_low_ttl: items with less TTL left go to the low-TTL bucket (0) */

@@ -8,6 +8,7 @@
 
 #include <string.h>
 
+#include "ext_io.h"
 #include "server.h"
 #include "latency.h"
 
@@ -24,6 +25,7 @@ static const struct provider providers[] = {
     { STATS_SETTINGS, server_stats_settings },
     { STATS_SETTINGS, storage_stats_settings },
     { STATS_SETTINGS, storage_ext_stats_settings },
+    { STATS_SETTINGS, ext_io_stats_settings },       /* ext_io_engine, only with extstore */
     { STATS_ITEMS,    storage_stats_items },
     { STATS_SLABS,    storage_stats_slabs },
     { STATS_SIZES,    storage_stats_sizes },

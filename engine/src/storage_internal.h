@@ -438,4 +438,13 @@ bool ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t h
 /* Memory pressure seen by an evictor: wake the flusher. */
 void ext_note_pressure(void);
 
+/* ---- extstore reads (ext_items.c), for the batched reader (ext_batch.c) ---- */
+#include "extstore.h"
+struct extstore *storage_ext_store(void);   /* NULL without ext_path */
+/* After a read of an on-disk view: a miss is counted and the key's stub
+ * unlinked if still the same; a hit may be recached (ext_recache_rate) from
+ * val. Returns whether it was a hit. */
+bool storage_ext_fetch_done(storage_thread *t, const char *key, size_t nkey, const struct item_view *v,
+                            enum ext_read_result r, const char *val);
+
 #endif

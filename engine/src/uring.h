@@ -15,7 +15,12 @@
  * epoll_wait + k read + k send. Raw syscalls (no liburing) keep the build
  * free of extra packages.
  *
- * Concurrency: a ring belongs to one worker thread.
+ * Extstore's IO threads use a ring the other way round (ext_batch.c): reads
+ * of a file, submitted together and waited for together, so the disk sees
+ * as many reads at once as the thread has buffers. Those reads are in flight
+ * only inside one call of the IO thread, into its own buffers.
+ *
+ * Concurrency: a ring belongs to one thread (a worker or an IO thread).
  */
 #ifndef CACHET_URING_H
 #define CACHET_URING_H
@@ -32,12 +37,22 @@ struct uring;
  * ring: a kernel that accepts the ring but not these opcodes must not make
  * every client connection fail. */
 struct uring *uring_create(unsigned entries);
+/* A ring for file reads: NULL if the kernel refuses io_uring or does not do
+ * IORING_OP_READ (before Linux 5.6); the caller then uses pread. */
+struct uring *uring_create_reader(unsigned entries);
 void uring_free(struct uring *u);
 unsigned uring_capacity(const struct uring *u);
 
 /* Queue operations; they run at the next uring_submit_and_wait(). */
 void uring_prep_recv(struct uring *u, int fd, void *buf, size_t len, uint64_t user_data);
 void uring_prep_send(struct uring *u, int fd, const void *buf, size_t len, uint64_t user_data);
+
+/* A read of len bytes at file offset off (unlike recv, it may wait for the
+ * disk: pair it with uring_wait for its completion). */
+void uring_prep_read(struct uring *u, int fd, void *buf, size_t len, uint64_t off, uint64_t user_data);
+
+/* Waits until at least n completions are ready to reap. 0 or -errno. */
+int uring_wait(struct uring *u, unsigned n);
 
 /* Submits what is queued and waits until that many completions exist.
  * Returns the number submitted or -errno. */

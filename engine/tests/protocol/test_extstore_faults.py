@@ -16,7 +16,8 @@ import subprocess
 import pytest
 
 
-from test_extstore import big, get_one, run_cachetd, start_ext, stat, targets_in_the_file
+from test_extstore import (big, check_engine, ext_engine, get_one, run_cachetd, start_ext, stat,  # noqa: F401 (fixture)
+                            targets_in_the_file)
 
 pytestmark = pytest.mark.cachetd_only(reason="cachetd's fault hook, stats and exit codes")
 hooks = pytest.mark.test_hooks
@@ -34,9 +35,10 @@ def read_all(c, keys):
 
 
 @hooks
-def test_read_errors_are_counted_misses(start_server, tmp_path, monkeypatch):
+def test_read_errors_are_counted_misses(start_server, tmp_path, monkeypatch, ext_engine):
+    """On both read paths: the fault hook fails a pread, or a ring completion."""
     monkeypatch.setenv("CACHET_TEST_EXT_FAULTS", "read=3")
-    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1")
+    srv = start_ext(start_server, tmp_path, size="64m", extra_opts="ext_item_age=1")
     keys = [f"r{i}" for i in range(150)]
     with srv.conn() as c:
         targets_in_the_file(c, keys)
@@ -46,6 +48,7 @@ def test_read_errors_are_counted_misses(start_server, tmp_path, monkeypatch):
         assert stat(c, "miss_from_extstore") >= errors
         # a key whose read failed stays a miss; the rest still read right
         assert read_all(c, keys) >= misses
+        check_engine(c, ext_engine)
     srv.check_healthy()
 
 

@@ -39,8 +39,12 @@
  * verified byte for byte like a value from RAM. A locator that reached a
  * recycled page would read another key's or another version's record: a
  * wrong value. Shown to fail this way (14 wrong values in 12 s) with
- * ext_read's version, key and CRC checks switched off.
+ * ext_read's version, key and CRC checks switched off. Some gets are
+ * multi-gets of BATCH keys whose disk values are read as one batch (as an
+ * IO thread with ext_io_depth > 1 does): through io_uring on even workers,
+ * pread on odd ones, so both paths race page eviction.
  */
+#include "ext_batch.h"
 #include "settings.h"
 #include "storage_internal.h"
 
@@ -55,6 +59,7 @@ void storage_test_shutdown(void);
 static int opt_threads = 4, opt_seconds = 30, opt_keys = 20000, opt_mem_mb = 8, opt_hashpower = 8;
 static const char *opt_ext_dir;           /* --ext DIR: extstore on, its file in DIR */
 static _Atomic uint64_t disk_hits, disk_misses;
+static _Atomic uint64_t batches_multi, batches_uring;   /* batched disk reads of 2+ values; on a ring */
 static long opt_ops = 3000000;
 /* Largest decrement, in thousands, and the set floor derived from it (main). */
 enum { ARITH_MAX_THOUSANDS = 5 };
@@ -231,10 +236,54 @@ static void do_store(storage_thread *t, const char *key, size_t nkey, const char
     if (storage_store(t, it, mode, NULL, NULL) == STORE_STORED) atomic_fetch_add_explicit(&stored, 1, memory_order_relaxed);
 }
 
+/* A multi-get of BATCH s-keys: the hits on disk are read in one batch of
+ * the worker's reader and every value is verified like one from RAM. */
+enum { BATCH = 4 };
+static void batch_done(void *arg, struct ext_fetch *f)
+{
+    (void)arg;
+    atomic_fetch_add_explicit(f->hit ? &disk_hits : &disk_misses, 1, memory_order_relaxed);
+}
+static void batch_get(storage_thread *t, struct ext_reader *rd, uint64_t *seed)
+{
+    static __thread char copies[BATCH][2048], keys[BATCH][64];
+    struct item_view v[BATCH];
+    bool hit[BATCH];
+    int nk[BATCH];
+    uint64_t kid[BATCH];
+    struct ext_fetch f[BATCH];
+    unsigned nf = 0, slot_of[BATCH];
+    for (int i = 0; i < BATCH; i++) {
+        kid[i] = (xs(seed) >> 8) % (uint64_t)opt_keys;
+        nk[i] = snprintf(keys[i], sizeof keys[i], "s:%" PRIu64, kid[i]);
+        hit[i] = storage_get(t, keys[i], (size_t)nk[i], NULL, copies[i], sizeof copies[i], &v[i]);
+        if (hit[i] && v[i].on_disk) {
+            slot_of[nf] = (unsigned)i;
+            f[nf++] = (struct ext_fetch){ .key = keys[i], .nkey = (uint32_t)nk[i], .v = &v[i] };
+        }
+    }
+    if (nf) ext_reader_fetch(rd, t, f, nf, batch_done, NULL);
+    if (nf > 1) {
+        atomic_fetch_add_explicit(&batches_multi, 1, memory_order_relaxed);
+        if (ext_reader_uses_uring(rd)) atomic_fetch_add_explicit(&batches_uring, 1, memory_order_relaxed);
+    }
+    for (unsigned k = 0; k < nf; k++) {
+        unsigned i = slot_of[k];
+        if (f[k].hit) v[i].value = f[k].value;
+        else { item_view_release(t, &v[i]); hit[i] = false; }
+    }
+    for (int i = 0; i < BATCH; i++) {
+        if (!hit[i]) continue;
+        verify_s(keys[i], kid[i], v[i].value, v[i].nbytes);
+        item_view_release(t, &v[i]);
+    }
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
     storage_thread *t = storage_thread_register();
+    struct ext_reader *rd = opt_ext_dir ? ext_reader_new(BATCH, 1u << 20, w->idx % 2 == 0) : NULL;
     static __thread char val[8192], copy[2048];
     char key[64];
     uint64_t ver = (uint64_t)w->idx << 40;
@@ -259,7 +308,10 @@ static void *worker_main(void *arg)
         else nk = snprintf(key, sizeof key, "a:%" PRIu64, id % 2000);
         uint64_t kid = kind <= 6 ? id : kind <= 8 ? id % 1000 : id % 2000;
 
-        if (op < 55) {                                   /* get (some through the locked mg path) */
+        if (op >= 50 && op < 55 && rd) {                /* multi-get, disk values read as one batch */
+            batch_get(t, rd, &w->seed);
+            atomic_fetch_add_explicit(&gets, 1, memory_order_relaxed);
+        } else if (op < 55) {                            /* get (some through the locked mg path) */
             struct item_view v;
             struct get_opts go = {0};
             if (op < 3) { go.touch = true; go.new_exptime = storage_exptime(60); }
@@ -333,6 +385,7 @@ static void *worker_main(void *arg)
         }
         atomic_store_explicit(&w->ops, i + 1, memory_order_relaxed);
     }
+    ext_reader_free(rd);
     return NULL;
 }
 
@@ -401,7 +454,7 @@ int main(int argc, char **argv)
          * every large value goes to disk as soon as the flusher sees it
          * (ext_item_age 0), and every third disk hit recaches. */
         struct ext_settings x = { .npaths = 1, .sizes = { 16u << 20 }, .page_size = 1u << 20, .wbuf_size = 256u << 10,
-                                  .threads = 1, .io_depth = 1, .item_size = 1024, .item_age = 0, .recache_rate = 3,
+                                  .threads = 1, .io_depth = BATCH, .item_size = 1024, .item_age = 0, .recache_rate = 3,
                                   .max_frag = 0.80, .max_sleep = 1000000 };
         snprintf(x.paths[0], sizeof x.paths[0], "%s/stress-extstore", opt_ext_dir);
         x.compact_under = 1;
@@ -507,6 +560,9 @@ int main(int argc, char **argv)
                (unsigned long long)ext_recached);
         if (ext_written == 0 || atomic_load(&disk_hits) == 0) { printf("FAIL: nothing was read back from disk\n"); rc = 1; }
         if (ext_page_evictions == 0) { printf("FAIL: no disk page was evicted and reused\n"); rc = 1; }
+        printf("extstore: batches of 2+ disk reads=%llu (through io_uring: %llu)\n",
+               (unsigned long long)atomic_load(&batches_multi), (unsigned long long)atomic_load(&batches_uring));
+        if (atomic_load(&batches_multi) == 0) { printf("FAIL: no batch of several disk reads\n"); rc = 1; }
     }
     printf("reclaim races: %llu (%llu by a page move)\n", (unsigned long long)atomic_load(&races),
            (unsigned long long)atomic_load(&races_moved));

@@ -1,0 +1,164 @@
+/*
+ * ext_batch.c - a batch of extstore reads through io_uring, or pread where
+ * io_uring is refused (why: ext_batch.h).
+ *
+ * Concurrency: a reader and its ring and buffers belong to one thread. The
+ * page store's lock is taken only inside ext_read_prepare (one read at a
+ * time, never across the wait for the disk); the version is checked again
+ * in ext_read_finish, so a page evicted while its read was in flight is a
+ * miss.
+ */
+#include "ext_batch.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "storage_internal.h"
+#include "uring.h"
+
+struct slot {
+    struct ext_read_op   op;
+    struct ext_locator   loc;
+    enum ext_read_result r;
+    bool                 disk;      /* a disk read is (or was) in flight */
+    int64_t              got;       /* its result: bytes, or -errno */
+};
+
+struct ext_reader {
+    struct uring *ring;             /* NULL: pread */
+    _Atomic bool  ring_broken;      /* an io_uring_enter failed: pread from then on
+                                     * (read by `stats settings` on other threads) */
+    unsigned      depth;
+    uint64_t      buf_size;
+    char         *bufs;             /* depth x buf_size, EXT_ALIGN aligned */
+    struct slot  *slots;
+    char         *leaked;           /* the buffers of a broken ring's last batch */
+};
+
+struct ext_reader *ext_reader_new(unsigned depth, uint32_t max_value, bool use_uring)
+{
+    struct ext_reader *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->depth = depth ? depth : 1;
+    r->buf_size = ext_read_buf_size(KEY_MAX_LENGTH, max_value);
+    r->slots = calloc(r->depth, sizeof *r->slots);
+    if (!r->slots || posix_memalign((void **)&r->bufs, EXT_ALIGN, r->depth * r->buf_size)) {
+        ext_reader_free(r);
+        return NULL;
+    }
+    if (use_uring) r->ring = uring_create_reader(r->depth);
+    return r;
+}
+
+void ext_reader_free(struct ext_reader *r)
+{
+    if (!r) return;
+    uring_free(r->ring);
+    free(r->bufs);
+    free(r->leaked);
+    free(r->slots);
+    free(r);
+}
+
+bool ext_reader_uses_uring(const struct ext_reader *r)
+{
+    return r->ring && !atomic_load_explicit(&r->ring_broken, memory_order_relaxed);
+}
+
+/* The ring's completion for slot s: a short read (the kernel may stop at any
+ * length), a retry answer, or a file the ring will not read (a filesystem
+ * refusing this read through io_uring) is finished with pread. */
+static void ring_result(struct slot *s, char *buf, int32_t res)
+{
+    res = ext_read_fault(res);
+    if (res == -EAGAIN || res == -EINTR || res == -EOPNOTSUPP || res == -EINVAL) s->got = ext_read_pread(&s->op, buf, 0);
+    else if (res > 0 && (uint32_t)res < s->op.len) s->got = ext_read_pread(&s->op, buf, (uint64_t)res);
+    else s->got = res;
+}
+
+/* Submits every slot's read in one io_uring_enter and waits for all. A
+ * failing ring leaves the slots it did not complete as read errors. */
+static void ring_pass(struct ext_reader *r, unsigned inflight)
+{
+    int rc = uring_submit_and_wait(r->ring);
+    unsigned reaped = 0;
+    for (;;) {
+        uint64_t ud;
+        int32_t res;
+        while (uring_next_cqe(r->ring, &ud, &res)) {
+            if (ud < r->depth && r->slots[ud].disk) {
+                ring_result(&r->slots[ud], r->bufs + ud * r->buf_size, res);
+                reaped++;
+            }
+        }
+        if (rc < 0 || reaped >= inflight) break;
+        rc = uring_wait(r->ring, inflight - reaped);
+    }
+    if (rc < 0) {
+        /* Not expected once the self-test passed (ENOMEM, a signal storm):
+         * what did not complete is a counted read error, and this reader
+         * reads with pread from now on, never reusing a buffer the kernel
+         * may still write into. */
+        atomic_store_explicit(&r->ring_broken, true, memory_order_relaxed);
+        r->leaked = r->bufs;   /* left to the kernel; never reused, freed with the reader */
+        r->bufs = NULL;
+    }
+}
+
+/* The read of f is over (s->r): count it, recache or unlink, reply. */
+static void finish_one(storage_thread *t, struct ext_fetch *f, const struct slot *s,
+                       void (*done)(void *arg, struct ext_fetch *f), void *arg)
+{
+    f->hit = storage_ext_fetch_done(t, f->key, f->nkey, f->v, s->r, f->value);
+    if (!f->hit) f->value = NULL;
+    done(arg, f);
+}
+
+void ext_reader_fetch(struct ext_reader *r, storage_thread *t, struct ext_fetch *f, unsigned n,
+                      void (*done)(void *arg, struct ext_fetch *f), void *arg)
+{
+    struct extstore *e = storage_ext_store();
+    bool ring = ext_reader_uses_uring(r);
+    if (n > r->depth) n = r->depth;
+    if (!r->bufs && posix_memalign((void **)&r->bufs, EXT_ALIGN, r->depth * r->buf_size)) r->bufs = NULL;
+    char *bufs = r->bufs;
+    unsigned inflight = 0;
+    for (unsigned i = 0; i < n; i++) {
+        struct slot *s = &r->slots[i];
+        char *buf = bufs ? bufs + i * r->buf_size : NULL;
+        f[i].hit = false;
+        f[i].value = NULL;
+        s->disk = false;
+        s->r = EXT_MISS_IOERR;
+        if (!e || !f[i].v->on_disk) { done(arg, &f[i]); continue; }   /* nothing to read: a miss, uncounted */
+        memcpy(&s->loc, f[i].v->ext_loc, sizeof s->loc);
+        /* a record larger than a buffer (a value over -I) cannot be read here */
+        bool fits = buf && ext_record_size(f[i].nkey, f[i].v->nbytes) + EXT_ALIGN <= r->buf_size;
+        if (fits && ext_read_prepare(e, &s->loc, f[i].key, f[i].nkey, buf, f[i].v->nbytes, &s->op, &s->r)) {
+            if (ring) {
+                s->disk = true;
+                s->got = -EIO;
+                uring_prep_read(r->ring, s->op.fd, buf, s->op.len, s->op.pos, i);
+                inflight++;
+                continue;
+            }
+            /* pread: one at a time, each reply leaves as soon as its read is done */
+            s->r = ext_read_finish(e, &s->op, buf, ext_read_pread(&s->op, buf, 0), &s->loc, f[i].key, f[i].nkey,
+                                   f[i].v->nbytes, &f[i].value);
+        } else if (s->r == EXT_HIT) {
+            f[i].value = buf;   /* copied from a write buffer */
+        }
+        finish_one(t, &f[i], s, done, arg);
+    }
+    if (!inflight) return;
+    ring_pass(r, inflight);
+    for (unsigned i = 0; i < n; i++) {
+        struct slot *s = &r->slots[i];
+        if (!s->disk) continue;
+        s->r = ext_read_finish(e, &s->op, bufs + i * r->buf_size, s->got, &s->loc, f[i].key, f[i].nkey,
+                               f[i].v->nbytes, &f[i].value);
+        finish_one(t, &f[i], s, done, arg);
+    }
+}

@@ -1,0 +1,52 @@
+/*
+ * ext_batch.h - reads of many extstore values at once (ext_batch.c), for the
+ * IO threads (ext_io.c) and the concurrent checker.
+ *
+ * Why: a disk serves reads in parallel (an NVMe drive reaches its IOPS only
+ * with tens of reads outstanding), and one blocking pread per IO thread
+ * gives it one. A reader owns an io_uring of `depth` entries and `depth`
+ * aligned buffers, each large enough for the largest record (-I): a batch of
+ * up to `depth` reads is submitted with one io_uring_enter, so the disk sees
+ * them all at once. Where io_uring is refused (old kernel, seccomp, sysctl)
+ * the same batch is read with one pread after another. Either way every read
+ * is checked by extstore.c (ext_read_prepare / ext_read_finish: version,
+ * length, header, key, CRC) and counted the same.
+ *
+ * Concurrency: a reader belongs to one thread. Its reads are in flight only
+ * inside ext_reader_fetch; the values it hands out live in its buffers until
+ * that thread's next batch.
+ */
+#ifndef CACHET_EXT_BATCH_H
+#define CACHET_EXT_BATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "storage.h"
+
+struct ext_fetch {
+    const char             *key;      /* in */
+    uint32_t                nkey;
+    const struct item_view *v;        /* an on-disk view (v->on_disk) */
+    bool                    hit;      /* out */
+    const char             *value;    /* out: v->nbytes bytes, valid until the next batch */
+};
+
+struct ext_reader;
+
+/* A reader for batches of up to `depth` values of up to max_value bytes;
+ * with use_uring false (or io_uring refused) it reads with pread. NULL
+ * without memory. */
+struct ext_reader *ext_reader_new(unsigned depth, uint32_t max_value, bool use_uring);
+void ext_reader_free(struct ext_reader *r);
+bool ext_reader_uses_uring(const struct ext_reader *r);
+
+/* Reads f[0..n) (n <= depth) and calls done(arg, &f[i]) for each once its
+ * value is there or it is a miss (counted; a failed read's stub unlinked).
+ * On the ring, done runs after the whole batch completed; with pread after
+ * each read. */
+void ext_reader_fetch(struct ext_reader *r, storage_thread *t, struct ext_fetch *f, unsigned n,
+                      void (*done)(void *arg, struct ext_fetch *f), void *arg);
+
+#endif
