@@ -38,10 +38,8 @@
  * locator). Lock order: stripe lock, then extstore's lock (ext_item_gone);
  * extstore never takes a stripe lock.
  */
-#include "storage_internal.h"
+#include "ext_items.h"
 #include "bgthread.h"
-#include "extstore.h"
-#include "settings.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +60,8 @@ static bool flusher_pass(void *arg);
 static struct bgthread flusher = { .name = "cachet-extflush", .pass = flusher_pass, .period_ms = FLUSH_PERIOD_MS };
 
 bool storage_ext_enabled(void) { return g_ext != NULL; }
+struct extstore *ext_items_store(void) { return g_ext; }
+const struct ext_settings *ext_items_settings(void) { return &g_x; }
 void storage_ext_count_get(void) { atomic_fetch_add_explicit(&get_extstore, 1, memory_order_relaxed); }
 void storage_ext_count_aborted(void) { atomic_fetch_add_explicit(&get_aborted, 1, memory_order_relaxed); }
 void storage_ext_count_oom(void) { atomic_fetch_add_explicit(&get_oom, 1, memory_order_relaxed); }
@@ -203,6 +203,9 @@ static bool flusher_pass(void *arg)
          * from the buffer meanwhile) */
         for (int b = 0; b < EXT_BUCKETS; b++) ext_flush(g_ext, (enum ext_bucket)b);
     }
+    /* pages written may have used up the free ones: the compactor checks */
+    if (flushed && atomic_load_explicit(&ext_get_stats(g_ext)->pages_free, memory_order_relaxed) < g_x.compact_under)
+        ext_compact_wake();
     /* another round at once while memory stays short */
     return flushed > 0 && pressed;
 }
@@ -270,6 +273,67 @@ static enum relink_result relink(storage_thread *t, const char *key, size_t nkey
     stripe_unlock(hv);
     item_discard(t, fresh);
     return RELINK_CHANGED;
+}
+
+/* ---- compaction: moving a stub's record ---------------------------------- */
+
+enum ext_relocate_result ext_relocate(storage_thread *t, const struct ext_record *r, enum ext_bucket to,
+                                      rel_time_t written, bool drop_unread, bool *cold)
+{
+    const char *key = r->key;
+    size_t nkey = r->nkey;
+    uint8_t loc[12];
+    memcpy(loc, &r->loc, sizeof loc);
+    uint32_t hv = hash_key(key, nkey);
+    stripe_lock(hv);
+    item *old = same_stub_locked(key, nkey, hv, loc);
+    if (!old || item_ext_stub(old).nbytes != r->nval || !item_is_live(old, now_time())) {
+        stripe_unlock(hv);
+        return EXT_RELOC_GONE;
+    }
+    /* a read stamps the item's last access (bags_stamp), so a stub last
+     * touched before its page was opened was not read since its value
+     * went to disk: memcached's "still in COLD" */
+    *cold = atomic_load_explicit(&old->time, memory_order_relaxed) < written;
+    if (drop_unread && *cold) {
+        item_unlink_locked(old, hv);
+        stripe_unlock(hv);
+        return EXT_RELOC_DROPPED;
+    }
+    uint32_t cflags = item_cflags(old);
+    uint8_t keybin = item_layout(old) & ITEM_KEY_BINARY;
+    stripe_unlock(hv);
+
+    /* as flush_one: the stub first, outside any lock (allocating may evict) */
+    item *stub = alloc_item(t, key, nkey, cflags, 0, EXT_STUB_BYTES,
+                            (uint8_t)(ITEM_HAS_EXPTIME | ITEM_ON_DISK | keybin), NULL);
+    if (!stub) return EXT_RELOC_LOST;
+    struct ext_locator nloc;
+    if (ext_write(g_ext, to, key, (uint32_t)nkey, r->val, r->nval, &nloc) != 0) {
+        item_discard(t, stub);
+        return EXT_RELOC_LOST;
+    }
+    struct ext_stub st = { .nbytes = r->nval };
+    memcpy(st.loc, &nloc, sizeof st.loc);
+    memcpy(item_data(stub), &st, sizeof st);
+
+    stripe_lock(hv);
+    old = same_stub_locked(key, nkey, hv, loc);
+    /* the new stub carries flags and the key-binary bit from the first
+     * look: both must still be the old stub's */
+    bool ok = old && item_cflags(old) == cflags && (item_layout(old) & ITEM_KEY_BINARY) == keybin;
+    if (ok) {
+        carry_over(stub, old);
+        replace_locked(t, old, stub, hv, false);
+    }
+    stripe_unlock(hv);
+    if (!ok) {
+        ext_delete(g_ext, &nloc, (uint32_t)nkey, r->nval);
+        item_discard(t, stub);
+        return EXT_RELOC_GONE;
+    }
+    enter_bag(t, stub);
+    return EXT_RELOC_MOVED;
 }
 
 bool storage_ext_fetch(storage_thread *t, const char *key, size_t nkey, const struct item_view *v, char *buf)
@@ -350,12 +414,16 @@ int storage_ext_start(const struct ext_settings *x)
     if (!flusher_ctx) return 70;   /* storage_thread_register said why */
     int rc = bgthread_start(&flusher);
     if (rc) { fprintf(stderr, "cachetd: cannot start the extstore flusher\n"); return 70; }
+    storage_thread *cctx = storage_thread_register();
+    if (!cctx) return 70;
+    if (ext_compact_start(cctx)) { fprintf(stderr, "cachetd: cannot start the extstore compactor\n"); return 70; }
     return 0;
 }
 
 void storage_ext_stop(void)
 {
     if (!g_ext) return;
+    ext_compact_stop();
     bgthread_stop(&flusher);
 }
 
@@ -381,12 +449,13 @@ void storage_ext_stats_general(stat_writer w, void *ctx)
     uint64_t free_pages = LD(s->pages_free);
     double pressure_ratio = s->pages_total ? 1.0 - (double)free_pages / (double)s->pages_total : 0;
     w(ctx, "extstore_memory_pressure", "%.2f", pressure_ratio);
-    /* no compaction thread yet: memcached's names, always 0 */
-    w(ctx, "extstore_compact_lost", "0");
-    w(ctx, "extstore_compact_rescues", "0");
-    w(ctx, "extstore_compact_resc_cold", "0");
-    w(ctx, "extstore_compact_resc_old", "0");
-    w(ctx, "extstore_compact_skipped", "0");
+    struct ext_compact_counts cc;
+    ext_compact_counts(&cc);
+    w(ctx, "extstore_compact_lost", "%llu", (unsigned long long)cc.lost);
+    w(ctx, "extstore_compact_rescues", "%llu", (unsigned long long)cc.rescues);
+    w(ctx, "extstore_compact_resc_cold", "%llu", (unsigned long long)cc.resc_cold);
+    w(ctx, "extstore_compact_resc_old", "%llu", (unsigned long long)cc.resc_old);
+    w(ctx, "extstore_compact_skipped", "%llu", (unsigned long long)cc.skipped);
     w(ctx, "extstore_page_allocs", "%llu", LD(s->page_allocs));
     w(ctx, "extstore_page_evictions", "%llu", LD(s->pages_evicted));
     w(ctx, "extstore_page_reclaims", "%llu", LD(s->pages_compacted));
