@@ -39,7 +39,9 @@
  * verified byte for byte like a value from RAM. A locator that reached a
  * recycled page would read another key's or another version's record: a
  * wrong value. Shown to fail this way (14 wrong values in 12 s) with
- * ext_read's version, key and CRC checks switched off.
+ * ext_read's version, key and CRC checks switched off. The compactor runs
+ * meanwhile (half the pages kept free), moving records and swapping stubs
+ * under the readers; it must have moved some.
  */
 #include "settings.h"
 #include "storage_internal.h"
@@ -402,10 +404,13 @@ int main(int argc, char **argv)
          * (ext_item_age 0), and every third disk hit recaches. */
         struct ext_settings x = { .npaths = 1, .sizes = { 16u << 20 }, .page_size = 1u << 20, .wbuf_size = 256u << 10,
                                   .threads = 1, .io_depth = 1, .item_size = 1024, .item_age = 0, .recache_rate = 3,
-                                  .max_frag = 0.80, .max_sleep = 1000000 };
+                                  .max_frag = 0.80, .max_sleep = 10000 };
         snprintf(x.paths[0], sizeof x.paths[0], "%s/stress-extstore", opt_ext_dir);
-        x.compact_under = 1;
-        x.drop_under = 4;
+        /* the compactor works all the time too (half the pages kept free,
+         * woken every 10 ms), relocating stubs under the readers; below 2
+         * free pages it drops unread values instead */
+        x.compact_under = 8;
+        x.drop_under = 2;
         int rc = storage_ext_start(&x);
         if (rc != 0) { fprintf(stderr, "stress: extstore in %s did not start (%d)\n", opt_ext_dir, rc); return 2; }
         printf("stress: extstore on, %s (16 MB of 1 MB pages)\n", x.paths[0]);
@@ -471,9 +476,11 @@ int main(int argc, char **argv)
     uint64_t hp = stat("hash_power_level"), ev = stat("evictions"), exps = stat("hash_expansions");
     uint64_t passes = stat("lru_cleaner_passes"), moved = stat("lru_items_moved"), merged = stat("lru_bags_merged");
     size_t pages_used = slabs_pages_used(), pages_max = slabs_pages_max();
-    uint64_t ext_written = 0, ext_page_evictions = 0, ext_recached = 0;
+    uint64_t ext_written = 0, ext_page_evictions = 0, ext_recached = 0, ext_reclaims = 0, ext_rescues = 0;
     if (opt_ext_dir) {
         ext_written = ext_stat("extstore_objects_written");
+        ext_reclaims = ext_stat("extstore_page_reclaims");
+        ext_rescues = ext_stat("extstore_compact_rescues");
         ext_page_evictions = ext_stat("extstore_page_evictions");
         ext_recached = ext_stat("recache_from_extstore");
         storage_ext_stop();
@@ -507,6 +514,10 @@ int main(int argc, char **argv)
                (unsigned long long)ext_recached);
         if (ext_written == 0 || atomic_load(&disk_hits) == 0) { printf("FAIL: nothing was read back from disk\n"); rc = 1; }
         if (ext_page_evictions == 0) { printf("FAIL: no disk page was evicted and reused\n"); rc = 1; }
+        printf("extstore compaction: page_reclaims=%llu rescues=%llu lost=%llu skipped=%llu\n",
+               (unsigned long long)ext_reclaims, (unsigned long long)ext_rescues,
+               (unsigned long long)ext_stat("extstore_compact_lost"), (unsigned long long)ext_stat("extstore_compact_skipped"));
+        if (ext_reclaims == 0 || ext_rescues == 0) { printf("FAIL: the compactor never moved a record\n"); rc = 1; }
     }
     printf("reclaim races: %llu (%llu by a page move)\n", (unsigned long long)atomic_load(&races),
            (unsigned long long)atomic_load(&races_moved));
