@@ -741,3 +741,19 @@ def test_compaction_rescues_live_values_and_reclaims_pages_instead_of_evicting(s
         # they were read from disk, many from the pages the compactor wrote
         assert stat(c, "get_extstore") - before > n // 2
     srv.check_healthy()
+
+
+@pytest.mark.parametrize("extra,compact_under,drop_under", [
+    ("", "1", "1"),                        # 1% of 32 pages, at least 1; drop_under the same
+    ("ext_compact_under=3", "3", "0"),     # given alone: no dropping by free pages
+    ("ext_compact_under=3,ext_drop_under=2", "3", "2"),
+])
+def test_compaction_thresholds_default_as_memcached(start_server, tmp_path, extra, compact_under, drop_under):
+    """memcached 1.6.45's `stats settings` (its -h says 1/4 of the pages for
+    ext_drop_under; what it does is this)."""
+    opts = f"ext_path={tmp_path / 'extstore'}:64m,ext_page_size=2,ext_wbuf_size=2"
+    srv = start_server("-m", "64", "-o", opts + ("," + extra if extra else ""))
+    with srv.conn() as c:
+        st = c.stats("settings")
+        assert (st["ext_compact_under"], st["ext_drop_under"]) == (compact_under, drop_under)
+        assert st["ext_max_frag"] == "0.80" and st["ext_max_sleep"] == "1000000" and st["ext_drop_unread"] == "no"
