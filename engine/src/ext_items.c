@@ -35,8 +35,11 @@
  * set, delete or append in between wins: the stub is discarded and its disk
  * record counted as garbage. Bringing a value back is the same in reverse:
  * read without locks, swap in only if the key still has the same stub (same
- * locator). Lock order: stripe lock, then extstore's lock (ext_item_gone);
- * extstore never takes a stripe lock.
+ * locator). The compactor (ext_compact.c) moves a stub's record the same
+ * way (ext_relocate); a read that finds its page re-versioned looks once
+ * whether the key's stub now points at the same record elsewhere (same
+ * length, CRC and CAS) and reads it there. Lock order: stripe lock, then
+ * extstore's lock (ext_item_gone); extstore never takes a stripe lock.
  */
 #include "ext_items.h"
 #include "bgthread.h"
@@ -336,19 +339,50 @@ enum ext_relocate_result ext_relocate(storage_thread *t, const struct ext_record
     return EXT_RELOC_MOVED;
 }
 
+/* Whether the key's item is now a stub of the same record moved elsewhere
+ * (compaction): same length, same CRC of key and value, same CAS; if so its
+ * locator goes to at. A set in between has another CAS (and almost surely
+ * another CRC), so its value is never served under the old one's header. */
+static bool moved_stub(const char *key, size_t nkey, const struct item_view *v, uint8_t at[12])
+{
+    struct ext_locator was, now;
+    memcpy(&was, v->ext_loc, sizeof was);
+    uint32_t hv = hash_key(key, nkey);
+    stripe_lock(hv);
+    item *it = assoc_find_locked(key, nkey, hv);
+    bool moved = false;
+    if (it && (item_layout(it) & ITEM_ON_DISK)) {
+        struct ext_stub st = item_ext_stub(it);
+        memcpy(&now, st.loc, sizeof now);
+        moved = st.nbytes == v->nbytes && now.crc == was.crc && now.packed != was.packed &&
+                item_get_cas(it) == v->cas;
+        if (moved) memcpy(at, st.loc, 12);
+    }
+    stripe_unlock(hv);
+    return moved;
+}
+
 bool storage_ext_fetch(storage_thread *t, const char *key, size_t nkey, const struct item_view *v, char *buf)
 {
     if (!g_ext || !v->on_disk) return false;
     struct ext_locator loc;
-    memcpy(&loc, v->ext_loc, sizeof loc);
+    uint8_t at[12];
+    memcpy(at, v->ext_loc, sizeof at);
+    memcpy(&loc, at, sizeof loc);
     enum ext_read_result r = ext_read(g_ext, &loc, key, (uint32_t)nkey, buf, v->nbytes);
+    if (r == EXT_MISS_STALE && moved_stub(key, nkey, v, at)) {
+        /* the compactor moved this very record since the lookup: read it
+         * where it is now, rather than answer a miss for a live value */
+        memcpy(&loc, at, sizeof loc);
+        r = ext_read(g_ext, &loc, key, (uint32_t)nkey, buf, v->nbytes);
+    }
     if (r != EXT_HIT) {
         count_failure(r);
-        drop_stub(key, nkey, v->ext_loc);
+        drop_stub(key, nkey, at);
         return false;
     }
     uint64_t n = atomic_fetch_add_explicit(&hits_n, 1, memory_order_relaxed) + 1;
-    if (g_x.recache_rate && n % g_x.recache_rate == 0 && relink(t, key, nkey, v->ext_loc, buf, v->nbytes) == RELINK_OK)
+    if (g_x.recache_rate && n % g_x.recache_rate == 0 && relink(t, key, nkey, at, buf, v->nbytes) == RELINK_OK)
         atomic_fetch_add_explicit(&recache_n, 1, memory_order_relaxed);
     return true;
 }
