@@ -544,4 +544,5 @@ void storage_ext_stats_reset(void)
     atomic_store(&recache_n, 0);
     atomic_store(&miss_n, 0);
     atomic_store(&badcrc_n, 0);
+    ext_compact_counts_reset();
 }

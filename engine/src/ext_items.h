@@ -46,5 +46,6 @@ void ext_compact_stop(void);
 void ext_compact_wake(void);
 struct ext_compact_counts { uint64_t lost, rescues, resc_cold, resc_old, skipped; };
 void ext_compact_counts(struct ext_compact_counts *out);
+void ext_compact_counts_reset(void);   /* stats reset: memcached zeroes them too */
 
 #endif

@@ -31,7 +31,6 @@ struct page {
     uint64_t seq;               /* when it was opened: the oldest is evicted first */
     int64_t  opened_at;         /* unix seconds it was opened (compaction's "read since written") */
     int      bucket;            /* open in this bucket, or -1 */
-    int      opened_in;         /* the bucket it was last opened in, closed or not */
     bool     is_free;
 };
 
@@ -218,7 +217,6 @@ static int page_open(struct extstore *e, int b)
     struct page *p = &e->pages[id];
     p->is_free = false;
     p->bucket = b;
-    p->opened_in = b;
     p->seq = e->next_seq++;
     p->opened_at = (int64_t)time(NULL);
     p->used = EXT_PAGE_HEADER;
@@ -735,7 +733,7 @@ bool ext_page_info(struct extstore *e, uint32_t page, struct ext_page_info *out)
     if (ok) {
         const struct page *p = &e->pages[page];
         *out = (struct ext_page_info){ atomic_load_explicit(&p->version, memory_order_relaxed), p->live_bytes,
-                                       p->bucket, p->is_free, p->opened_at, p->opened_in };
+                                       p->bucket, p->is_free, p->opened_at };
     }
     pthread_mutex_unlock(&e->lock);
     return ok;

@@ -189,7 +189,6 @@ struct ext_page_info {
     int      bucket;        /* open in this bucket, or -1 */
     bool     free;
     int64_t  opened_at;     /* unix seconds it was last opened */
-    int      opened_in;     /* the bucket it was last opened in */
 };
 bool ext_page_info(struct extstore *e, uint32_t page, struct ext_page_info *out);
 
