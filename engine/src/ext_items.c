@@ -446,19 +446,22 @@ int storage_ext_start(const struct ext_settings *x)
     if (!flush_buf) { fprintf(stderr, "cachetd: extstore: out of memory\n"); return 70; }
     flusher_ctx = storage_thread_register();
     if (!flusher_ctx) return 70;   /* storage_thread_register said why */
-    int rc = bgthread_start(&flusher);
-    if (rc) { fprintf(stderr, "cachetd: cannot start the extstore flusher\n"); return 70; }
+    /* the compactor first: the flusher wakes it (see storage_ext_stop) */
     storage_thread *cctx = storage_thread_register();
     if (!cctx) return 70;
     if (ext_compact_start(cctx)) { fprintf(stderr, "cachetd: cannot start the extstore compactor\n"); return 70; }
+    int rc = bgthread_start(&flusher);
+    if (rc) { fprintf(stderr, "cachetd: cannot start the extstore flusher\n"); return 70; }
     return 0;
 }
 
 void storage_ext_stop(void)
 {
     if (!g_ext) return;
-    ext_compact_stop();
+    /* the flusher wakes the compactor: it stops first (bgthread_wake must
+     * not race bgthread_stop of the thread it wakes) */
     bgthread_stop(&flusher);
+    ext_compact_stop();
 }
 
 /* ---- stats (memcached 1.6.45's names) ----------------------------------- */
