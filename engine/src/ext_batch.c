@@ -107,11 +107,26 @@ static void ring_pass(struct ext_reader *r, unsigned inflight)
     }
 }
 
-/* The read of f is over (s->r): count it, recache or unlink, reply. */
-static void finish_one(storage_thread *t, struct ext_fetch *f, const struct slot *s,
+/* The read of f is over (s->r): count it, recache or unlink, reply. A read
+ * that found its page re-versioned because the compactor moved this very
+ * record is done again, at once and with pread, where the record is now
+ * (into the same buffer: this slot's, or none). */
+static void finish_one(storage_thread *t, struct ext_fetch *f, struct slot *s, char *buf,
                        void (*done)(void *arg, struct ext_fetch *f), void *arg)
 {
-    f->hit = storage_ext_fetch_done(t, f->key, f->nkey, f->v, s->r, f->value);
+    uint8_t at[12];
+    memcpy(at, f->v->ext_loc, sizeof at);
+    struct extstore *e = storage_ext_store();
+    if (s->r == EXT_MISS_STALE && buf && e && storage_ext_moved(f->key, f->nkey, f->v, at)) {
+        memcpy(&s->loc, at, sizeof s->loc);
+        f->value = NULL;
+        if (ext_read_prepare(e, &s->loc, f->key, f->nkey, buf, f->v->nbytes, &s->op, &s->r))
+            s->r = ext_read_finish(e, &s->op, buf, ext_read_pread(&s->op, buf, 0), &s->loc, f->key, f->nkey,
+                                   f->v->nbytes, &f->value);
+        else if (s->r == EXT_HIT)
+            f->value = buf;   /* copied from a write buffer */
+    }
+    f->hit = storage_ext_fetch_done(t, f->key, f->nkey, f->v, s->r, f->value, at);
     if (!f->hit) f->value = NULL;
     done(arg, f);
 }
@@ -150,7 +165,7 @@ void ext_reader_fetch(struct ext_reader *r, storage_thread *t, struct ext_fetch 
         } else if (s->r == EXT_HIT) {
             f[i].value = buf;   /* copied from a write buffer */
         }
-        finish_one(t, &f[i], s, done, arg);
+        finish_one(t, &f[i], s, buf, done, arg);
     }
     if (!inflight) return;
     ring_pass(r, inflight);
@@ -159,6 +174,6 @@ void ext_reader_fetch(struct ext_reader *r, storage_thread *t, struct ext_fetch 
         if (!s->disk) continue;
         s->r = ext_read_finish(e, &s->op, bufs + i * r->buf_size, s->got, &s->loc, f[i].key, f[i].nkey,
                                f[i].v->nbytes, &f[i].value);
-        finish_one(t, &f[i], s, done, arg);
+        finish_one(t, &f[i], s, r->bufs ? bufs + i * r->buf_size : NULL, done, arg);
     }
 }

@@ -35,13 +35,14 @@
  * set, delete or append in between wins: the stub is discarded and its disk
  * record counted as garbage. Bringing a value back is the same in reverse:
  * read without locks, swap in only if the key still has the same stub (same
- * locator). Lock order: stripe lock, then extstore's lock (ext_item_gone);
- * extstore never takes a stripe lock.
+ * locator). The compactor (ext_compact.c) moves a stub's record the same
+ * way (ext_relocate); a read that finds its page re-versioned looks once
+ * whether the key's stub now points at the same record elsewhere (same
+ * length, CRC and CAS) and reads it there. Lock order: stripe lock, then
+ * extstore's lock (ext_item_gone); extstore never takes a stripe lock.
  */
-#include "storage_internal.h"
+#include "ext_items.h"
 #include "bgthread.h"
-#include "extstore.h"
-#include "settings.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,8 @@ static bool flusher_pass(void *arg);
 static struct bgthread flusher = { .name = "cachet-extflush", .pass = flusher_pass, .period_ms = FLUSH_PERIOD_MS };
 
 bool storage_ext_enabled(void) { return g_ext != NULL; }
+struct extstore *ext_items_store(void) { return g_ext; }
+const struct ext_settings *ext_items_settings(void) { return &g_x; }
 void storage_ext_count_get(void) { atomic_fetch_add_explicit(&get_extstore, 1, memory_order_relaxed); }
 void storage_ext_count_aborted(void) { atomic_fetch_add_explicit(&get_aborted, 1, memory_order_relaxed); }
 void storage_ext_count_oom(void) { atomic_fetch_add_explicit(&get_oom, 1, memory_order_relaxed); }
@@ -203,6 +206,9 @@ static bool flusher_pass(void *arg)
          * from the buffer meanwhile) */
         for (int b = 0; b < EXT_BUCKETS; b++) ext_flush(g_ext, (enum ext_bucket)b);
     }
+    /* pages written may have used up the free ones: the compactor checks */
+    if (flushed && atomic_load_explicit(&ext_get_stats(g_ext)->pages_free, memory_order_relaxed) < g_x.compact_under)
+        ext_compact_wake();
     /* another round at once while memory stays short */
     return flushed > 0 && pressed;
 }
@@ -272,18 +278,102 @@ static enum relink_result relink(storage_thread *t, const char *key, size_t nkey
     return RELINK_CHANGED;
 }
 
+/* ---- compaction: moving a stub's record ---------------------------------- */
+
+enum ext_relocate_result ext_relocate(storage_thread *t, const struct ext_record *r, enum ext_bucket to,
+                                      rel_time_t written, bool drop_unread, bool *cold)
+{
+    const char *key = r->key;
+    size_t nkey = r->nkey;
+    uint8_t loc[12];
+    memcpy(loc, &r->loc, sizeof loc);
+    uint32_t hv = hash_key(key, nkey);
+    stripe_lock(hv);
+    item *old = same_stub_locked(key, nkey, hv, loc);
+    if (!old || item_ext_stub(old).nbytes != r->nval || !item_is_live(old, now_time())) {
+        stripe_unlock(hv);
+        return EXT_RELOC_GONE;
+    }
+    /* a read stamps the item's last access (bags_stamp), so a stub last
+     * touched before its page was opened was not read since its value
+     * went to disk: memcached's "still in COLD" */
+    *cold = atomic_load_explicit(&old->time, memory_order_relaxed) < written;
+    if (drop_unread && *cold) {
+        item_unlink_locked(old, hv);
+        stripe_unlock(hv);
+        return EXT_RELOC_DROPPED;
+    }
+    uint32_t cflags = item_cflags(old);
+    uint8_t keybin = item_layout(old) & ITEM_KEY_BINARY;
+    stripe_unlock(hv);
+
+    /* as flush_one: the stub first, outside any lock (allocating may evict) */
+    item *stub = alloc_item(t, key, nkey, cflags, 0, EXT_STUB_BYTES,
+                            (uint8_t)(ITEM_HAS_EXPTIME | ITEM_ON_DISK | keybin), NULL);
+    if (!stub) return EXT_RELOC_LOST;
+    struct ext_locator nloc;
+    if (ext_write(g_ext, to, key, (uint32_t)nkey, r->val, r->nval, &nloc) != 0) {
+        item_discard(t, stub);
+        return EXT_RELOC_LOST;
+    }
+    struct ext_stub st = { .nbytes = r->nval };
+    memcpy(st.loc, &nloc, sizeof st.loc);
+    memcpy(item_data(stub), &st, sizeof st);
+
+    stripe_lock(hv);
+    old = same_stub_locked(key, nkey, hv, loc);
+    /* the new stub carries flags and the key-binary bit from the first
+     * look: both must still be the old stub's */
+    bool ok = old && item_cflags(old) == cflags && (item_layout(old) & ITEM_KEY_BINARY) == keybin;
+    if (ok) {
+        carry_over(stub, old);
+        replace_locked(t, old, stub, hv, false);
+    }
+    stripe_unlock(hv);
+    if (!ok) {
+        ext_delete(g_ext, &nloc, (uint32_t)nkey, r->nval);
+        item_discard(t, stub);
+        return EXT_RELOC_GONE;
+    }
+    enter_bag(t, stub);
+    return EXT_RELOC_MOVED;
+}
+
+/* Whether the key's item is now a stub of the same record moved elsewhere
+ * (compaction): same length, same CRC of key and value, same CAS; if so its
+ * locator goes to at. A set in between has another CAS (and almost surely
+ * another CRC), so its value is never served under the old one's header. */
+bool storage_ext_moved(const char *key, size_t nkey, const struct item_view *v, uint8_t at[12])
+{
+    struct ext_locator was, now;
+    memcpy(&was, v->ext_loc, sizeof was);
+    uint32_t hv = hash_key(key, nkey);
+    stripe_lock(hv);
+    item *it = assoc_find_locked(key, nkey, hv);
+    bool moved = false;
+    if (it && (item_layout(it) & ITEM_ON_DISK)) {
+        struct ext_stub st = item_ext_stub(it);
+        memcpy(&now, st.loc, sizeof now);
+        moved = st.nbytes == v->nbytes && now.crc == was.crc && now.packed != was.packed &&
+                item_get_cas(it) == v->cas;
+        if (moved) memcpy(at, st.loc, 12);
+    }
+    stripe_unlock(hv);
+    return moved;
+}
+
 struct extstore *storage_ext_store(void) { return g_ext; }
 
 bool storage_ext_fetch_done(storage_thread *t, const char *key, size_t nkey, const struct item_view *v,
-                            enum ext_read_result r, const char *val)
+                            enum ext_read_result r, const char *val, const uint8_t at[12])
 {
     if (r != EXT_HIT) {
         count_failure(r);
-        drop_stub(key, nkey, v->ext_loc);
+        drop_stub(key, nkey, at);
         return false;
     }
     uint64_t n = atomic_fetch_add_explicit(&hits_n, 1, memory_order_relaxed) + 1;
-    if (g_x.recache_rate && n % g_x.recache_rate == 0 && relink(t, key, nkey, v->ext_loc, val, v->nbytes) == RELINK_OK)
+    if (g_x.recache_rate && n % g_x.recache_rate == 0 && relink(t, key, nkey, at, val, v->nbytes) == RELINK_OK)
         atomic_fetch_add_explicit(&recache_n, 1, memory_order_relaxed);
     return true;
 }
@@ -292,9 +382,17 @@ bool storage_ext_fetch(storage_thread *t, const char *key, size_t nkey, const st
 {
     if (!g_ext || !v->on_disk) return false;
     struct ext_locator loc;
-    memcpy(&loc, v->ext_loc, sizeof loc);
+    uint8_t at[12];
+    memcpy(at, v->ext_loc, sizeof at);
+    memcpy(&loc, at, sizeof loc);
     enum ext_read_result r = ext_read(g_ext, &loc, key, (uint32_t)nkey, buf, v->nbytes);
-    return storage_ext_fetch_done(t, key, nkey, v, r, buf);
+    if (r == EXT_MISS_STALE && storage_ext_moved(key, nkey, v, at)) {
+        /* the compactor moved this very record since the lookup: read it
+         * where it is now, rather than answer a miss for a live value */
+        memcpy(&loc, at, sizeof loc);
+        r = ext_read(g_ext, &loc, key, (uint32_t)nkey, buf, v->nbytes);
+    }
+    return storage_ext_fetch_done(t, key, nkey, v, r, buf, at);
 }
 
 bool ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t hv)
@@ -356,6 +454,10 @@ int storage_ext_start(const struct ext_settings *x)
     if (!flush_buf) { fprintf(stderr, "cachetd: extstore: out of memory\n"); return 70; }
     flusher_ctx = storage_thread_register();
     if (!flusher_ctx) return 70;   /* storage_thread_register said why */
+    /* the compactor first: the flusher wakes it (see storage_ext_stop) */
+    storage_thread *cctx = storage_thread_register();
+    if (!cctx) return 70;
+    if (ext_compact_start(cctx)) { fprintf(stderr, "cachetd: cannot start the extstore compactor\n"); return 70; }
     int rc = bgthread_start(&flusher);
     if (rc) { fprintf(stderr, "cachetd: cannot start the extstore flusher\n"); return 70; }
     return 0;
@@ -364,7 +466,10 @@ int storage_ext_start(const struct ext_settings *x)
 void storage_ext_stop(void)
 {
     if (!g_ext) return;
+    /* the flusher wakes the compactor: it stops first (bgthread_wake must
+     * not race bgthread_stop of the thread it wakes) */
     bgthread_stop(&flusher);
+    ext_compact_stop();
 }
 
 /* ---- stats (memcached 1.6.45's names) ----------------------------------- */
@@ -389,12 +494,13 @@ void storage_ext_stats_general(stat_writer w, void *ctx)
     uint64_t free_pages = LD(s->pages_free);
     double pressure_ratio = s->pages_total ? 1.0 - (double)free_pages / (double)s->pages_total : 0;
     w(ctx, "extstore_memory_pressure", "%.2f", pressure_ratio);
-    /* no compaction thread yet: memcached's names, always 0 */
-    w(ctx, "extstore_compact_lost", "0");
-    w(ctx, "extstore_compact_rescues", "0");
-    w(ctx, "extstore_compact_resc_cold", "0");
-    w(ctx, "extstore_compact_resc_old", "0");
-    w(ctx, "extstore_compact_skipped", "0");
+    struct ext_compact_counts cc;
+    ext_compact_counts(&cc);
+    w(ctx, "extstore_compact_lost", "%llu", (unsigned long long)cc.lost);
+    w(ctx, "extstore_compact_rescues", "%llu", (unsigned long long)cc.rescues);
+    w(ctx, "extstore_compact_resc_cold", "%llu", (unsigned long long)cc.resc_cold);
+    w(ctx, "extstore_compact_resc_old", "%llu", (unsigned long long)cc.resc_old);
+    w(ctx, "extstore_compact_skipped", "%llu", (unsigned long long)cc.skipped);
     w(ctx, "extstore_page_allocs", "%llu", LD(s->page_allocs));
     w(ctx, "extstore_page_evictions", "%llu", LD(s->pages_evicted));
     w(ctx, "extstore_page_reclaims", "%llu", LD(s->pages_compacted));
@@ -449,4 +555,5 @@ void storage_ext_stats_reset(void)
     atomic_store(&recache_n, 0);
     atomic_store(&miss_n, 0);
     atomic_store(&badcrc_n, 0);
+    ext_compact_counts_reset();
 }

@@ -29,6 +29,7 @@ struct page {
     uint64_t live_bytes;        /* record bytes not deleted */
     uint64_t live_objs;
     uint64_t seq;               /* when it was opened: the oldest is evicted first */
+    int64_t  opened_at;         /* unix seconds it was opened (compaction's "read since written") */
     int      bucket;            /* open in this bucket, or -1 */
     bool     is_free;
 };
@@ -65,6 +66,8 @@ struct extstore {
     uint64_t next_seq;
     struct bucket buckets[EXT_BUCKETS];
     char *header_block;         /* EXT_ALIGN bytes for writing page headers */
+    pthread_mutex_t walk_lock;  /* the one walker of walk_buf */
+    char *walk_buf;             /* ext_page_walk's piece, wbuf_size bytes, allocated at its first walk */
     struct ext_stats stats;
 };
 
@@ -215,6 +218,7 @@ static int page_open(struct extstore *e, int b)
     p->is_free = false;
     p->bucket = b;
     p->seq = e->next_seq++;
+    p->opened_at = (int64_t)time(NULL);
     p->used = EXT_PAGE_HEADER;
     add(&e->stats.pages_open, 1);
     add(&e->stats.page_allocs, 1);
@@ -222,7 +226,7 @@ static int page_open(struct extstore *e, int b)
     struct page_header h = { .format = FORMAT_VERSION, .page_id = id,
                              .version = atomic_load_explicit(&p->version, memory_order_relaxed),
                              .bucket = (uint32_t)b, .page_size = e->conf.page_size,
-                             .opened_at = (uint64_t)time(NULL) };
+                             .opened_at = (uint64_t)p->opened_at };
     memcpy(h.magic, PAGE_MAGIC, sizeof(h.magic));
     h.crc = ext_crc32c(0, &h, offsetof(struct page_header, crc));
     memset(e->header_block, 0, EXT_ALIGN);
@@ -304,6 +308,7 @@ struct extstore *ext_open(const struct ext_file_spec *files, unsigned nfiles,
     struct extstore *e = calloc(1, sizeof(*e));
     if (!e) { snprintf(err, errlen, "extstore: out of memory"); return NULL; }
     pthread_mutex_init(&e->lock, NULL);
+    pthread_mutex_init(&e->walk_lock, NULL);
     e->conf = *conf;
     for (unsigned i = 0; i < EXT_MAX_FILES; i++) e->fds[i] = -1;
     for (int b = 0; b < EXT_BUCKETS; b++) e->buckets[b].page = -1;
@@ -391,6 +396,8 @@ void ext_close(struct extstore *e)
         if (e->fds[i] >= 0) close(e->fds[i]);
     for (int b = 0; b < EXT_BUCKETS; b++) free(e->buckets[b].wbuf);
     free(e->header_block);
+    free(e->walk_buf);
+    pthread_mutex_destroy(&e->walk_lock);
     free(e->pages);
     free(e->free_list);
     pthread_mutex_destroy(&e->lock);
@@ -616,7 +623,7 @@ void ext_delete(struct extstore *e, const struct ext_locator *loc, uint32_t nkey
 }
 
 /* ---- compaction -------------------------------------------------------- */
-int ext_compact_pick(struct extstore *e, double under)
+int ext_compact_pick(struct extstore *e, double under, uint32_t *version)
 {
     int best = -1;
     double best_share = under;
@@ -625,71 +632,115 @@ int ext_compact_pick(struct extstore *e, double under)
         const struct page *p = &e->pages[i];
         if (p->is_free || p->bucket >= 0 || p->used <= EXT_PAGE_HEADER) continue;
         double share = p->written_bytes ? (double)p->live_bytes / (double)p->written_bytes : 0.0;
-        if (share < best_share) { best_share = share; best = (int)i; }
+        if (share < best_share) {
+            best_share = share;
+            best = (int)i;
+            if (version) *version = atomic_load_explicit(&p->version, memory_order_relaxed);
+        }
     }
     pthread_mutex_unlock(&e->lock);
     return best;
 }
 
-int ext_page_walk(struct extstore *e, uint32_t page, int (*fn)(void *arg, const struct ext_record *r), void *arg)
+/* A record never crosses a write buffer: ext_write flushes the buffer before
+ * a record that would not fit, and each buffer is written at its own 4 KiB
+ * aligned page offset, at most wbuf_size bytes. So a record at offset off
+ * lies within [align_down(off), align_down(off) + wbuf_size), and reading
+ * the page wbuf_size bytes at a time, each piece starting at the aligned
+ * offset of the first record it did not finish, meets every record whole.
+ * The piece buffer is allocated once (walk_buf) and kept: compaction runs
+ * on one thread, and walk_lock keeps a second walker (tests) off it. */
+int ext_page_walk(struct extstore *e, uint32_t page, uint32_t version,
+                  int (*fn)(void *arg, const struct ext_record *r), void *arg)
 {
     if (page >= e->npages) return -EINVAL;
     pthread_mutex_lock(&e->lock);
     struct page *p = &e->pages[page];
-    uint32_t version = atomic_load_explicit(&p->version, memory_order_relaxed);
+    bool same = atomic_load_explicit(&p->version, memory_order_relaxed) == (version & EXT_VERSION_MASK);
     uint64_t used = p->used;
     bool closed = !p->is_free && p->bucket < 0;
     int fd = p->fd;
     uint64_t base = p->file_off;
     pthread_mutex_unlock(&e->lock);
+    if (!same) return -ESTALE;
     if (!closed || used <= EXT_PAGE_HEADER) return 0;
 
-    char *buf;
-    if (posix_memalign((void **)&buf, EXT_ALIGN, used)) return -ENOMEM;
-    uint64_t got = 0;
+    const uint64_t piece = e->conf.wbuf_size;
+    pthread_mutex_lock(&e->walk_lock);
+    if (!e->walk_buf && posix_memalign((void **)&e->walk_buf, EXT_ALIGN, piece)) {
+        e->walk_buf = NULL;
+        pthread_mutex_unlock(&e->walk_lock);
+        return -ENOMEM;
+    }
+    char *buf = e->walk_buf;
     int rc = 0;
-    while (got < used) {
-        ssize_t n = disk_pread(fd, buf + got, used - got, (off_t)(base + got));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            rc = -errno;
+    uint64_t off = EXT_PAGE_HEADER;
+    while (rc == 0 && off + EXT_RECORD_HEADER <= used) {
+        uint64_t start = off & ~(uint64_t)(EXT_ALIGN - 1);
+        uint64_t want = used - start < piece ? used - start : piece;
+        uint64_t got = 0;
+        while (got < want) {
+            ssize_t n = disk_pread(fd, buf + got, want - got, (off_t)(base + start + got));
+            if (n < 0) {
+                if (errno == EINTR) continue;
+                rc = -errno;
+                break;
+            }
+            if (n == 0) break;
+            got += (uint64_t)n;
+        }
+        if (rc) break;
+        /* evicted while we read: the rest is another page's now */
+        if (atomic_load_explicit(&p->version, memory_order_acquire) != (version & EXT_VERSION_MASK)) {
+            rc = -ESTALE;
             break;
         }
-        if (n == 0) break;
-        got += (uint64_t)n;
-    }
-    if (rc == 0) {
-        uint64_t off = EXT_PAGE_HEADER;
-        while (off + EXT_RECORD_HEADER <= got) {
+        uint64_t end = start + got;     /* page offset the piece ends at */
+        bool last = start + got >= used || got < want;
+        while (off + EXT_RECORD_HEADER <= end) {
+            const char *rec = buf + (off - start);
             uint32_t hdr[4];
-            memcpy(hdr, buf + off, sizeof(hdr));
+            memcpy(hdr, rec, sizeof(hdr));
             uint32_t nkey = hdr[0] & 0xffffu, nval = hdr[1];
             uint64_t rs = ext_record_size(nkey, nval);
-            if ((hdr[0] >> 24) != RECORD_MAGIC || nkey > 255 || off + rs > got || hdr[3] != version) {
+            if ((hdr[0] >> 24) != RECORD_MAGIC || nkey > 255 || rs > piece || hdr[3] != (version & EXT_VERSION_MASK)) {
                 /* the zeros after a buffer's last record, or damage: go on
                  * at the next buffer boundary */
                 off = align_up(off + 1, EXT_ALIGN);
                 continue;
             }
-            const char *k = buf + off + EXT_RECORD_HEADER;
+            if (off + rs > end) break;  /* read it whole with the next piece */
+            const char *k = rec + EXT_RECORD_HEADER;
             struct ext_record r = { .loc = { ext_loc_pack(page, version, off), hdr[2] },
                                     .key = k, .nkey = nkey, .val = k + nkey, .nval = nval };
-            if (record_crc(k, nkey, k + nkey, nval) == hdr[2] && (rc = fn(arg, &r)) != 0) break;
             off += rs;
+            if (record_crc(k, nkey, k + nkey, nval) == hdr[2] && (rc = fn(arg, &r)) != 0) break;
+        }
+        if (rc) break;
+        if (last) break;
+        /* the record the piece cut off starts the next piece, at its
+         * aligned offset */
+        if ((off & ~(uint64_t)(EXT_ALIGN - 1)) == start) {
+            /* no progress possible: a record longer than a piece (damage) */
+            off = align_up(off + 1, EXT_ALIGN);
         }
     }
-    free(buf);
+    pthread_mutex_unlock(&e->walk_lock);
     /* if the page was evicted meanwhile, the records handed out are stale:
      * the caller's relinking compares locators, and these no longer match */
     return rc;
 }
 
-void ext_page_drop(struct extstore *e, uint32_t page, bool compacted)
+/* Refused (false) unless the page still has the version the caller walked:
+ * a page evicted and reused since holds records nobody relocated. */
+bool ext_page_drop(struct extstore *e, uint32_t page, uint32_t version, bool compacted)
 {
-    if (page >= e->npages) return;
+    if (page >= e->npages) return false;
     pthread_mutex_lock(&e->lock);
     struct page *p = &e->pages[page];
-    if (!p->is_free && p->bucket < 0) {
+    bool ok = !p->is_free && p->bucket < 0 &&
+              atomic_load_explicit(&p->version, memory_order_relaxed) == (version & EXT_VERSION_MASK);
+    if (ok) {
         page_reset(e, p, false);
         p->is_free = true;
         e->free_list[e->nfree++] = page;
@@ -697,6 +748,7 @@ void ext_page_drop(struct extstore *e, uint32_t page, bool compacted)
         if (compacted) add(&e->stats.pages_compacted, 1);
     }
     pthread_mutex_unlock(&e->lock);
+    return ok;
 }
 
 const struct ext_stats *ext_get_stats(const struct extstore *e) { return &e->stats; }
@@ -715,7 +767,7 @@ bool ext_page_info(struct extstore *e, uint32_t page, struct ext_page_info *out)
     if (ok) {
         const struct page *p = &e->pages[page];
         *out = (struct ext_page_info){ atomic_load_explicit(&p->version, memory_order_relaxed), p->live_bytes,
-                                       p->bucket, p->is_free };
+                                       p->bucket, p->is_free, p->opened_at };
     }
     pthread_mutex_unlock(&e->lock);
     return ok;

@@ -188,11 +188,16 @@ bool ext_check(struct extstore *e, const struct ext_locator *loc);
 void ext_delete(struct extstore *e, const struct ext_locator *loc, uint32_t nkey, uint32_t nval);
 
 /* Compaction. ext_compact_pick returns a closed page whose live share of its
- * used bytes is under `under` (the emptiest first), or -1. ext_page_walk calls
- * fn for every record of that page whose header and CRC check out, with a
- * locator to it (fn compares it with the item's own to tell live records
- * from replaced ones); fn returning non-zero stops the walk. ext_page_drop
- * then gives the page a new version and frees it. */
+ * record bytes is under `under` (the emptiest first), or -1, and its version
+ * in *version. ext_page_walk calls fn for every record of that page, as of
+ * that version, whose header and CRC check out, with a locator to it (fn
+ * compares it with the item's own to tell live records from replaced ones);
+ * fn returning non-zero stops the walk and is returned. It reads the page a
+ * write buffer at a time into one buffer of wbuf_size bytes kept for the
+ * store's life (records never cross a buffer), and returns -ESTALE if the
+ * page is no longer at that version (evicted and reused). ext_page_drop then
+ * gives the page a new version and frees it, unless its version is no longer
+ * `version` (false: a page reused since holds records nobody relocated). */
 struct ext_record {
     struct ext_locator loc;
     const void *key;
@@ -200,9 +205,10 @@ struct ext_record {
     const void *val;
     uint32_t nval;
 };
-int ext_compact_pick(struct extstore *e, double under);
-int ext_page_walk(struct extstore *e, uint32_t page, int (*fn)(void *arg, const struct ext_record *r), void *arg);
-void ext_page_drop(struct extstore *e, uint32_t page, bool compacted);
+int ext_compact_pick(struct extstore *e, double under, uint32_t *version);
+int ext_page_walk(struct extstore *e, uint32_t page, uint32_t version,
+                  int (*fn)(void *arg, const struct ext_record *r), void *arg);
+bool ext_page_drop(struct extstore *e, uint32_t page, uint32_t version, bool compacted);
 
 /* Bytes a record of this key and value takes on a page. */
 static inline uint64_t ext_record_size(uint32_t nkey, uint32_t nval)
@@ -213,7 +219,13 @@ static inline uint64_t ext_record_size(uint32_t nkey, uint32_t nval)
 const struct ext_stats *ext_get_stats(const struct extstore *e);
 
 /* One page as `stats extstore` shows it; false past the last page. */
-struct ext_page_info { uint32_t version; uint64_t live_bytes; int bucket; bool free; };
+struct ext_page_info {
+    uint32_t version;
+    uint64_t live_bytes;
+    int      bucket;        /* open in this bucket, or -1 */
+    bool     free;
+    int64_t  opened_at;     /* unix seconds it was last opened */
+};
 bool ext_page_info(struct extstore *e, uint32_t page, struct ext_page_info *out);
 
 /* Unit tests only: the version rollover, without 2^20 page reuses. */

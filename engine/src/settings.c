@@ -867,8 +867,13 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         }
         uint64_t pages = 0;
         for (unsigned i = 0; i < x->npaths; i++) pages += x->sizes[i] / x->page_size;
+        /* memcached 1.6.45 (measured; its -h says 1/4 for drop_under, but
+         * `stats settings` shows otherwise): both 1% of the pages (at least
+         * 1) when neither is given, ext_drop_under 0 (never by free pages)
+         * when only ext_compact_under is given. (It also overrides a given
+         * ext_drop_under with the default compact_under; cachetd keeps it.) */
         if (!x->compact_under_set) x->compact_under = (uint32_t)(pages / 100 ? pages / 100 : 1);
-        if (!x->drop_under_set) x->drop_under = (uint32_t)(pages / 4 ? pages / 4 : 1);
+        if (!x->drop_under_set) x->drop_under = x->compact_under_set ? 0 : x->compact_under;
     }
     if (ext.temporary_ttl && ext.no_lru_maintainer) {
         fprintf(err, "cachetd: temporary_ttl requires lru_maintainer to be enabled\n");
@@ -900,7 +905,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
     if (s->num_threads < 1) s->num_threads = 1;
     /* every worker, background thread and extstore thread registers a
      * storage context, and there are STORAGE_MAX_THREADS of them */
-    unsigned need = (unsigned)s->num_threads + STORAGE_BG_THREADS + (s->ext.npaths ? 1 + s->ext.threads : 0);
+    unsigned need = (unsigned)s->num_threads + STORAGE_BG_THREADS + (s->ext.npaths ? 2 + s->ext.threads : 0);   /* flusher, compactor */
     if (need > STORAGE_MAX_THREADS) {
         fprintf(err, "cachetd: -t %d%s needs %u storage threads, more than %d: use fewer threads\n",
                 s->num_threads, s->ext.npaths ? " with ext_threads" : "", need, STORAGE_MAX_THREADS);

@@ -51,7 +51,7 @@ struct ext_settings {
     uint32_t low_ttl;              /* ext_low_ttl: items with less TTL left go to the low-TTL bucket (0) */
     uint32_t recache_rate;         /* ext_recache_rate: every Nth disk hit brings the value back to RAM (2000) */
     uint32_t compact_under;        /* ext_compact_under: free pages (default: 1% of the pages) */
-    uint32_t drop_under;           /* ext_drop_under: free pages (default: 1/4 of the pages) */
+    uint32_t drop_under;           /* ext_drop_under: free pages (default: compact_under; 0 if only that is given) */
     bool     compact_under_set, drop_under_set;
     bool     drop_unread;          /* ext_drop_unread */
     double   max_frag;             /* ext_max_frag (0.80) */

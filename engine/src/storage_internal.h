@@ -441,10 +441,14 @@ void ext_note_pressure(void);
 /* ---- extstore reads (ext_items.c), for the batched reader (ext_batch.c) ---- */
 #include "extstore.h"
 struct extstore *storage_ext_store(void);   /* NULL without ext_path */
-/* After a read of an on-disk view: a miss is counted and the key's stub
- * unlinked if still the same; a hit may be recached (ext_recache_rate) from
- * val. Returns whether it was a hit. */
+/* After a read of an on-disk view, at the locator `at` (the view's, or
+ * where storage_ext_moved found the record): a miss is counted and the
+ * key's stub unlinked if still the same; a hit may be recached
+ * (ext_recache_rate) from val. Returns whether it was a hit. */
 bool storage_ext_fetch_done(storage_thread *t, const char *key, size_t nkey, const struct item_view *v,
-                            enum ext_read_result r, const char *val);
+                            enum ext_read_result r, const char *val, const uint8_t at[12]);
+/* A read found its page re-versioned: whether the compactor moved this very
+ * record (same length, CRC and CAS); if so `at` gets its new locator. */
+bool storage_ext_moved(const char *key, size_t nkey, const struct item_view *v, uint8_t at[12]);
 
 #endif

@@ -763,3 +763,97 @@ def test_sets_and_deletes_racing_the_flusher_never_resurrect_old_values(start_se
         # some of those reads went to disk: the race was with real swaps
         assert stat(c, "get_extstore") > 0
     srv.check_healthy()
+
+
+# ---- compaction: pages of garbage reclaimed, live values moved, not evicted -------
+
+def test_compaction_rescues_live_values_and_reclaims_pages_instead_of_evicting(start_server, tmp_path):
+    """A file of 8 pages of 2 MB and a live set of 1000 values of 4 KB (2
+    pages' worth). Each round overwrites a random half of the keys and
+    deletes a few, so every page written before holds more and more dead
+    records; eight rounds write 5 pages more than the file holds. Once fewer
+    than ext_compact_under pages are free, the compactor must move the live
+    records of the most fragmented pages and free them (reclaims, rescues),
+    so no page is evicted, and every key not deleted reads back its last
+    value from disk."""
+    import random
+    path = tmp_path / "extstore"
+    srv = start_server("-m", "64", "-o",
+                       f"ext_path={path}:16m,ext_page_size=2,ext_wbuf_size=2,ext_item_size=512,"
+                       "ext_item_age=1,ext_compact_under=4,ext_max_sleep=10000")
+    rng = random.Random(7)
+    n, size = 1000, FILLER_VALUE
+    expected = {}
+
+    def written(c):
+        st = c.stats()
+        # objects_written counts the compactor's rewrites too
+        return int(st["extstore_objects_written"]) - int(st["extstore_compact_rescues"])
+
+    def store(c, keys, rnd):
+        for start in range(0, len(keys), 100):
+            part = keys[start:start + 100]
+            c.send(b"".join(b"set %s 0 0 %d\r\n" % (k.encode(), size) + value_of(f"r{rnd}", i, size) + b"\r\n"
+                            for k, i in part))
+            for _ in part:
+                assert c.line() == b"STORED"
+        for k, i in keys:
+            expected[k] = value_of(f"r{rnd}", i, size)
+
+    with srv.conn() as c:
+        total = 0
+        for rnd in range(9):
+            keys = [(f"cp{i}", i) for i in range(n) if rnd == 0 or rng.random() < 0.5]
+            store(c, keys, rnd)
+            total += len(keys)
+            deadline = time.monotonic() + 20
+            while written(c) < total:
+                assert time.monotonic() < deadline, f"round {rnd}: {written(c)} of {total} values reached the disk"
+                time.sleep(0.2)
+            for i in rng.sample(range(n), 10):
+                k = f"cp{i}"
+                if expected.get(k) is not None:
+                    assert c.cmd(f"delete {k}") == b"DELETED"
+                    expected[k] = None
+        time.sleep(0.5)   # the compactor's last pass
+        st = c.stats()
+        assert int(st["extstore_compact_rescues"]) > 0, st
+        assert int(st["extstore_page_reclaims"]) > 0, st
+        assert int(st["extstore_page_evictions"]) == 0, st
+        before = stat(c, "get_extstore")
+        wrong, missing = [], []
+        for i in range(n):
+            k = f"cp{i}"
+            got = get_one(c, k)
+            if expected[k] is None:
+                assert got is None, f"{k} came back after delete"
+            elif got is None:
+                missing.append(k)
+            elif got != (0, expected[k], None):
+                wrong.append(k)
+        assert not wrong and not missing, (wrong[:5], missing[:5], len(missing))
+        # they were read from disk, many from the pages the compactor wrote
+        assert stat(c, "get_extstore") - before > n // 2
+        # stats reset zeroes the compaction counters, not the page reclaims
+        rescues, reclaims = stat(c, "extstore_compact_rescues"), stat(c, "extstore_page_reclaims")
+        assert c.cmd("stats reset") == b"RESET"
+        st = c.stats()
+        assert int(st["extstore_compact_rescues"]) < rescues, st   # 0 unless a pass ran since
+        assert int(st["extstore_page_reclaims"]) >= reclaims, st
+    srv.check_healthy()
+
+
+@pytest.mark.parametrize("extra,compact_under,drop_under", [
+    ("", "1", "1"),                        # 1% of 32 pages, at least 1; drop_under the same
+    ("ext_compact_under=3", "3", "0"),     # given alone: no dropping by free pages
+    ("ext_compact_under=3,ext_drop_under=2", "3", "2"),
+])
+def test_compaction_thresholds_default_as_memcached(start_server, tmp_path, extra, compact_under, drop_under):
+    """memcached 1.6.45's `stats settings` (its -h says 1/4 of the pages for
+    ext_drop_under; what it does is this)."""
+    opts = f"ext_path={tmp_path / 'extstore'}:64m,ext_page_size=2,ext_wbuf_size=2"
+    srv = start_server("-m", "64", "-o", opts + ("," + extra if extra else ""))
+    with srv.conn() as c:
+        st = c.stats("settings")
+        assert (st["ext_compact_under"], st["ext_drop_under"]) == (compact_under, drop_under)
+        assert st["ext_max_frag"] == "0.80" and st["ext_max_sleep"] == "1000000" and st["ext_drop_unread"] == "no"

@@ -42,7 +42,9 @@
  * ext_read's version, key and CRC checks switched off. Some gets are
  * multi-gets of BATCH keys whose disk values are read as one batch (as an
  * IO thread with ext_io_depth > 1 does): through io_uring on even workers,
- * pread on odd ones, so both paths race page eviction.
+ * pread on odd ones, so both paths race page eviction. The compactor runs
+ * meanwhile (half the pages kept free), moving records and swapping stubs
+ * under the readers; it must have moved some.
  */
 #include "ext_batch.h"
 #include "settings.h"
@@ -455,10 +457,13 @@ int main(int argc, char **argv)
          * (ext_item_age 0), and every third disk hit recaches. */
         struct ext_settings x = { .npaths = 1, .sizes = { 16u << 20 }, .page_size = 1u << 20, .wbuf_size = 256u << 10,
                                   .threads = 1, .io_depth = BATCH, .item_size = 1024, .item_age = 0, .recache_rate = 3,
-                                  .max_frag = 0.80, .max_sleep = 1000000 };
+                                  .max_frag = 0.80, .max_sleep = 10000 };
         snprintf(x.paths[0], sizeof x.paths[0], "%s/stress-extstore", opt_ext_dir);
-        x.compact_under = 1;
-        x.drop_under = 4;
+        /* the compactor works all the time too (half the pages kept free,
+         * woken every 10 ms), relocating stubs under the readers; below 2
+         * free pages it drops unread values instead */
+        x.compact_under = 8;
+        x.drop_under = 2;
         int rc = storage_ext_start(&x);
         if (rc != 0) { fprintf(stderr, "stress: extstore in %s did not start (%d)\n", opt_ext_dir, rc); return 2; }
         printf("stress: extstore on, %s (16 MB of 1 MB pages)\n", x.paths[0]);
@@ -524,9 +529,11 @@ int main(int argc, char **argv)
     uint64_t hp = stat("hash_power_level"), ev = stat("evictions"), exps = stat("hash_expansions");
     uint64_t passes = stat("lru_cleaner_passes"), moved = stat("lru_items_moved"), merged = stat("lru_bags_merged");
     size_t pages_used = slabs_pages_used(), pages_max = slabs_pages_max();
-    uint64_t ext_written = 0, ext_page_evictions = 0, ext_recached = 0;
+    uint64_t ext_written = 0, ext_page_evictions = 0, ext_recached = 0, ext_reclaims = 0, ext_rescues = 0;
     if (opt_ext_dir) {
         ext_written = ext_stat("extstore_objects_written");
+        ext_reclaims = ext_stat("extstore_page_reclaims");
+        ext_rescues = ext_stat("extstore_compact_rescues");
         ext_page_evictions = ext_stat("extstore_page_evictions");
         ext_recached = ext_stat("recache_from_extstore");
         storage_ext_stop();
@@ -563,6 +570,10 @@ int main(int argc, char **argv)
         printf("extstore: batches of 2+ disk reads=%llu (through io_uring: %llu)\n",
                (unsigned long long)atomic_load(&batches_multi), (unsigned long long)atomic_load(&batches_uring));
         if (atomic_load(&batches_multi) == 0) { printf("FAIL: no batch of several disk reads\n"); rc = 1; }
+        printf("extstore compaction: page_reclaims=%llu rescues=%llu lost=%llu skipped=%llu\n",
+               (unsigned long long)ext_reclaims, (unsigned long long)ext_rescues,
+               (unsigned long long)ext_stat("extstore_compact_lost"), (unsigned long long)ext_stat("extstore_compact_skipped"));
+        if (ext_reclaims == 0 || ext_rescues == 0) { printf("FAIL: the compactor never moved a record\n"); rc = 1; }
     }
     printf("reclaim races: %llu (%llu by a page move)\n", (unsigned long long)atomic_load(&races),
            (unsigned long long)atomic_load(&races_moved));

@@ -3,10 +3,11 @@
  * locator encoding and the page version's rollover, records read back from
  * the write buffer and from disk across many pages, page eviction making old
  * locators stale, deletes counted as fragmentation, compaction's pick, walk
- * and drop, and damage on disk (flipped bits, a truncated file, a recycled
- * page) read as a miss, never as a wrong value; the read split in two
- * (prepare, then a read through io_uring, then finish) as the IO threads
- * do it. Values encode their key and
+ * (a write buffer at a time, records cut by a piece read whole) and drop
+ * (refused for a page reused since the walk), and damage on disk (flipped
+ * bits, a truncated file, a recycled page) read as a miss, never as a wrong
+ * value; the read split in two (prepare, then a read through io_uring, then
+ * finish) as the IO threads do it. Values encode their key and
  * version, so a value from the wrong record cannot pass for the right one.
  */
 #include "harness.h"
@@ -362,16 +363,18 @@ static void test_delete_and_compaction(void)
     CHECK(atomic_load(&s->bytes_fragmented) > 0);
     CHECK_EQ_U64(atomic_load(&s->bytes_used) + atomic_load(&s->bytes_fragmented), used);
     /* a page still open is not compacted */
-    CHECK(ext_compact_pick(e, 0.5) == -1);
+    uint32_t version = 0;
+    CHECK(ext_compact_pick(e, 0.5, &version) == -1);
     fill_past_page(e, "f");
-    CHECK(ext_compact_pick(e, 0.5) == (int)page);
-    CHECK(ext_compact_pick(e, 0.1) == -1);           /* 20% live is not under 10% */
+    CHECK(ext_compact_pick(e, 0.5, &version) == (int)page);
+    CHECK_EQ_U64(version, ext_loc_version(&loc[0]));
+    CHECK(ext_compact_pick(e, 0.1, NULL) == -1);     /* 20% live is not under 10% */
     struct walk_seen w = { 0, 0, keep, nkeep };
-    CHECK(ext_page_walk(e, page, walk_fn, &w) == 0);
+    CHECK(ext_page_walk(e, page, version, walk_fn, &w) == 0);
     CHECK_EQ_U64(w.records, N);                      /* every one of ours, deleted ones too */
     CHECK_EQ_U64(w.live, nkeep);
     /* the compactor rewrote the live ones elsewhere; the page goes */
-    ext_page_drop(e, page, true);
+    CHECK(ext_page_drop(e, page, version, true));
     CHECK_EQ_U64(atomic_load(&s->pages_compacted), 1);
     /* the deleted records went with their page; only they were fragmented */
     CHECK_EQ_U64(atomic_load(&s->bytes_fragmented), 0);
@@ -464,6 +467,148 @@ static void test_concurrent_reads_during_eviction(void)
     ext_close(c_store);
 }
 
+/* ---- compaction's building blocks, one concern each ------------------------ */
+
+struct piece_seen {
+    const struct ext_locator *locs;
+    const uint32_t *lens;
+    unsigned n, found, wrong, others;
+};
+
+static int piece_fn(void *arg, const struct ext_record *r)
+{
+    struct piece_seen *w = arg;
+    unsigned k;
+    if (sscanf((const char *)r->key, "w:%u", &k) != 1 || k >= w->n) { w->others++; return 0; }
+    char want[3000];
+    make_value(want, w->lens[k], k, 9);
+    if (r->loc.packed != w->locs[k].packed || r->loc.crc != w->locs[k].crc || r->nval != w->lens[k] ||
+        memcmp(r->val, want, r->nval) != 0)
+        w->wrong++;
+    else
+        w->found++;
+    return 0;
+}
+
+/* The walk reads the page a write buffer at a time: buffers flushed early
+ * (the flusher's idle pass) start at odd offsets, so the pieces cut records
+ * in the middle; every record must still come out whole, once. */
+static void test_walk_in_pieces_finds_every_record(void)
+{
+    char err[256] = "";
+    struct extstore *e = open_store(4, err);
+    CHECK(e != NULL);
+    if (!e) return;
+    enum { N = 200 };
+    static struct ext_locator locs[N];
+    static uint32_t lens[N];
+    char key[32], val[3000];
+    unsigned on_first = 0, n = 0;
+    uint32_t page0 = 0;
+    /* page 0 and a few records into the next one (4 pages: none evicted) */
+    for (unsigned i = 0; i < N && n < on_first + 3; i++, n++) {
+        lens[i] = 100 + (i * 997) % 2800;
+        int nk = snprintf(key, sizeof(key), "w:%u", i);
+        make_value(val, lens[i], i, 9);
+        CHECK(ext_write(e, EXT_BUCKET_DEFAULT, key, (uint32_t)nk, val, lens[i], &locs[i]) == 0);
+        if (i == 0) page0 = ext_loc_page(&locs[0]);
+        if (ext_loc_page(&locs[i]) == page0) on_first++;
+        if (i % 7 == 3) ext_flush(e, EXT_BUCKET_DEFAULT);   /* a buffer written short */
+    }
+    CHECK(on_first > 3 * (PAGE / WBUF));                    /* the page took several buffers */
+    CHECK(on_first < n);                                    /* and was closed */
+    struct ext_page_info pi;
+    CHECK(ext_page_info(e, page0, &pi));
+    CHECK_EQ_U64(pi.version, ext_loc_version(&locs[0]));
+    struct piece_seen w = { locs, lens, n, 0, 0, 0 };
+    CHECK(ext_page_walk(e, page0, pi.version, piece_fn, &w) == 0);
+    CHECK_EQ_U64(w.found, on_first);
+    CHECK_EQ_U64(w.wrong, 0);
+    CHECK_EQ_U64(w.others, 0);
+    ext_close(e);
+}
+
+static int count_fn(void *arg, const struct ext_record *r) { (void)r; (*(unsigned *)arg)++; return 0; }
+
+/* Between the walk and the drop the page may be evicted and handed out
+ * again: its new records were never relocated, so the drop must refuse. */
+static void test_drop_with_a_stale_version_is_refused(void)
+{
+    char err[256] = "";
+    struct extstore *e = open_store(4, err);
+    CHECK(e != NULL);
+    if (!e) return;
+    struct ext_locator l;
+    char key[16], val[1000];
+    for (unsigned i = 0; i < 40; i++) {   /* 40 KB of the 64 KB page, all garbage */
+        int nk = snprintf(key, sizeof(key), "s:%u", i);
+        make_value(val, sizeof(val), i, 1);
+        CHECK(ext_write(e, EXT_BUCKET_DEFAULT, key, (uint32_t)nk, val, sizeof(val), &l) == 0);
+        ext_delete(e, &l, (uint32_t)nk, sizeof(val));
+    }
+    fill_past_page(e, "s");
+    uint32_t page = ext_loc_page(&l), version = 0;
+    CHECK(ext_compact_pick(e, 0.8, &version) == (int)page);
+    CHECK_EQ_U64(version, ext_loc_version(&l));
+    const struct ext_stats *s = ext_get_stats(e);
+    uint64_t free_before = atomic_load(&s->pages_free);
+    ext_test_set_version(e, page, version + 1);    /* evicted and reused meanwhile */
+    CHECK(!ext_page_drop(e, page, version, true));
+    CHECK_EQ_U64(atomic_load(&s->pages_compacted), 0);
+    CHECK_EQ_U64(atomic_load(&s->pages_free), free_before);
+    unsigned seen = 0;
+    CHECK(ext_page_walk(e, page, version, count_fn, &seen) == -ESTALE);
+    CHECK_EQ_U64(seen, 0);
+    /* with the version it has now, it goes */
+    CHECK(ext_page_drop(e, page, version + 1, true));
+    CHECK_EQ_U64(atomic_load(&s->pages_compacted), 1);
+    CHECK_EQ_U64(atomic_load(&s->pages_free), free_before + 1);
+    ext_close(e);
+}
+
+/* Pages whose live share is not under max_frag stay; among the others the
+ * emptiest goes first. */
+static void test_pick_honours_max_frag(void)
+{
+    char err[256] = "";
+    struct extstore *e = open_store(8, err);
+    CHECK(e != NULL);
+    if (!e) return;
+    /* three pages, 90%, 50% and 30% of their records left live */
+    const unsigned keep_of_10[3] = { 9, 5, 3 };
+    uint32_t pages[3];
+    char key[32], val[1500];
+    for (unsigned p = 0; p < 3; p++) {
+        struct ext_locator l[64];
+        unsigned n = 0;
+        for (;; n++) {
+            int nk = snprintf(key, sizeof(key), "m%u:%u", p, n);
+            make_value(val, sizeof(val), n, p);
+            CHECK(ext_write(e, EXT_BUCKET_DEFAULT, key, (uint32_t)nk, val, sizeof(val), &l[n]) == 0);
+            if (n > 0 && ext_loc_page(&l[n]) != ext_loc_page(&l[0])) break;   /* the next page began */
+        }
+        pages[p] = ext_loc_page(&l[0]);
+        for (unsigned i = 0; i < n; i++)
+            if (i % 10 >= keep_of_10[p]) {
+                int nk = snprintf(key, sizeof(key), "m%u:%u", p, i);
+                ext_delete(e, &l[i], (uint32_t)nk, sizeof(val));
+            }
+        /* the record that began the next page: garbage there too */
+        int nk = snprintf(key, sizeof(key), "m%u:%u", p, n);
+        ext_delete(e, &l[n], (uint32_t)nk, sizeof(val));
+    }
+    uint32_t v;
+    CHECK(ext_compact_pick(e, 0.8, &v) == (int)pages[2]);   /* 30% first */
+    CHECK(ext_compact_pick(e, 0.2, &v) == -1);              /* none under 20% */
+    CHECK(ext_compact_pick(e, 0.95, &v) == (int)pages[2]);
+    CHECK(ext_page_drop(e, pages[2], v, true));
+    CHECK(ext_compact_pick(e, 0.8, &v) == (int)pages[1]);   /* then 50% */
+    CHECK(ext_page_drop(e, pages[1], v, true));
+    CHECK(ext_compact_pick(e, 0.8, &v) == -1);              /* 90% live is not under 80% */
+    CHECK(ext_compact_pick(e, 0.95, &v) == (int)pages[0]);
+    ext_close(e);
+}
+
 int main(void)
 {
     /* beside the binary: a real filesystem (O_DIRECT), not a tmpfs */
@@ -485,6 +630,9 @@ int main(void)
     unlink(path); TEST(test_buckets_fill_their_own_pages);
     unlink(path); TEST(test_concurrent_reads_during_eviction);
     unlink(path); TEST(test_reads_through_io_uring);
+    unlink(path); TEST(test_walk_in_pieces_finds_every_record);
+    unlink(path); TEST(test_drop_with_a_stale_version_is_refused);
+    unlink(path); TEST(test_pick_honours_max_frag);
     unlink(path);
     rmdir(dir);
     return harness_finish();
