@@ -257,9 +257,9 @@ func TestAdmissionRejectsInvalidExtstore(t *testing.T) {
 		// ... and when workers, background and extstore threads exceed its 256 contexts
 		{"threads-and-io-threads-beyond-the-contexts", func(c *cachev1alpha1.Cache) {
 			withExtstore("1Gi", "")(c)
-			c.Spec.Engine.Threads = ptr.To(int32(250))
+			c.Spec.Engine.Threads = ptr.To(int32(249))
 			c.Spec.Extstore.IOThreads = ptr.To(int32(4))
-		}, "spec.engine.threads plus spec.extstore.ioThreads must be at most 253"},
+		}, "spec.engine.threads plus spec.extstore.ioThreads must be at most 252"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -279,7 +279,7 @@ func TestAdmissionRejectsInvalidExtstore(t *testing.T) {
 	// The largest item and the most threads cachetd takes with extstore pass.
 	createCache(t, ns, "largest-item", withExtstore("1Gi", ""), func(c *cachev1alpha1.Cache) {
 		c.Spec.Engine.MaxItemSize = ptr.To(resource.MustParse("4091Ki"))
-		c.Spec.Engine.Threads = ptr.To(int32(252))
+		c.Spec.Engine.Threads = ptr.To(int32(251))
 	})
 }
 

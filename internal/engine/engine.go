@@ -97,14 +97,15 @@ const (
 	ExtstoreWriteBufferBytes = 4 << 20
 	// ExtstoreWriteBuffers: cachetd's extstore has one write buffer per
 	// page bucket, and three buckets (default, compact, low-TTL;
-	// engine/src/extstore.h EXT_BUCKETS), allocated at start.
-	ExtstoreWriteBuffers = 3
-	// ExtstoreBackgroundThreads: the flusher (the IO threads are counted
-	// apart). cachetd has no compaction thread.
-	ExtstoreBackgroundThreads = 1
-	// ExtstorePageTableBytes per page of the file: its struct page (64
+	// engine/src/extstore.h EXT_BUCKETS), allocated at start; and the
+	// compactor reads a page one write buffer's worth at a time.
+	ExtstoreWriteBuffers = 3 + 1
+	// ExtstoreBackgroundThreads: the flusher and the compactor (the IO
+	// threads are counted apart).
+	ExtstoreBackgroundThreads = 2
+	// ExtstorePageTableBytes per page of the file: its struct page (72
 	// bytes) and its free-list slot (4).
-	ExtstorePageTableBytes = 64 + 4
+	ExtstorePageTableBytes = 72 + 4
 	// ExtstoreRecordOverhead is what a record adds to its value on disk:
 	// its 16-byte header and the key (at most 250 bytes).
 	ExtstoreRecordOverhead = 16 + 250
@@ -114,6 +115,11 @@ const (
 	DefaultExtstorePageSize    = 64 << 20
 	DefaultExtstoreItemMinSize = 512
 	DefaultExtstoreIOThreads   = 1
+	// ExtstoreIODepth is ext_io_depth, the reads each IO thread has in
+	// flight at once (through io_uring), each with its own buffer. The
+	// operator passes it, so the memory below stays right whatever the
+	// engine's default becomes.
+	ExtstoreIODepth = 8
 )
 
 // DefaultMetricsPort is where the operator has cachetd serve /healthz and
@@ -263,6 +269,7 @@ func extstoreOptions(e *cachev1alpha1.ExtstoreSpec) []string {
 		"ext_page_size=" + strconv.FormatInt(ExtstorePageBytes(e)>>20, 10),
 		"ext_wbuf_size=" + strconv.Itoa(ExtstoreWriteBufferBytes>>20),
 		"ext_threads=" + strconv.Itoa(int(ExtstoreIOThreads(e))),
+		"ext_io_depth=" + strconv.Itoa(ExtstoreIODepth),
 		"ext_item_size=" + strconv.FormatInt(ExtstoreItemMinBytes(e), 10),
 	}
 }
@@ -270,16 +277,17 @@ func extstoreOptions(e *cachev1alpha1.ExtstoreSpec) []string {
 // ExtstoreBytes is the memory extstore adds to a process, from cachetd's
 // allocations (engine/src/extstore.c, ext_items.c, ext_io.c):
 //
-//   - the write buffers, one per page bucket, and the file header block;
+//   - the write buffers, one per page bucket, the compactor's piece of a
+//     page (one write buffer) and the file header block;
 //   - the flusher's copy buffer of the largest item (-I);
-//   - per IO thread, its value buffer of the largest item and its
-//     thread-local O_DIRECT read buffer (a record of the largest item,
-//     rounded out to 4 KiB at both ends);
+//   - per IO thread, ext_io_depth O_DIRECT read buffers, each a record of
+//     the largest item rounded out to 4 KiB at both ends (the value is
+//     replied from them);
 //   - per worker, what an append, prepend or incr of an item on disk
 //     reads it back through: a value buffer and the same thread-local
 //     read buffer (kept once used);
 //   - the page table (a page struct and a free-list slot per page);
-//   - the flusher's and the IO threads' stacks.
+//   - the flusher's, the compactor's and the IO threads' stacks.
 //
 // The values read back and the keys and locators of items on disk live in
 // the item memory (spec.memory), which is budgeted already.
@@ -295,7 +303,7 @@ func ExtstoreBytes(s *cachev1alpha1.CacheSpec) int64 {
 	pages := ExtstoreFileBytes(e) / ExtstorePageBytes(e)
 	return ExtstoreWriteBuffers*ExtstoreWriteBufferBytes + ExtstoreAlign +
 		maxItem +
-		io*(maxItem+readBuffer) +
+		io*ExtstoreIODepth*readBuffer +
 		workers*(maxItem+readBuffer) +
 		pages*ExtstorePageTableBytes +
 		(ExtstoreBackgroundThreads+io)*PerThreadBytes

@@ -152,7 +152,7 @@ func TestExtstoreArgs(t *testing.T) {
 	got := Args(spec(func(s *cachev1alpha1.CacheSpec) {
 		s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("10Gi")}
 	}), Options{})
-	want := "conn_buffer_limit=8m,ext_path=/data/extstore/cache:9152M,ext_page_size=64,ext_wbuf_size=4,ext_threads=1,ext_item_size=512"
+	want := "conn_buffer_limit=8m,ext_path=/data/extstore/cache:9152M,ext_page_size=64,ext_wbuf_size=4,ext_threads=1,ext_io_depth=8,ext_item_size=512"
 	if o := got[len(got)-1]; o != want {
 		t.Fatalf("-o %q, want %q", o, want)
 	}
@@ -160,7 +160,7 @@ func TestExtstoreArgs(t *testing.T) {
 		s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("1Ti"), PageSize: ptr.To(resource.MustParse("256Mi")),
 			IOThreads: ptr.To(int32(4)), ItemMinSize: ptr.To(int64(4096))}
 	}), Options{MetricsPort: 9150})
-	want = "conn_buffer_limit=8m,metrics_port=9150,ext_path=/data/extstore/cache:943654M,ext_page_size=256,ext_wbuf_size=4,ext_threads=4,ext_item_size=4096"
+	want = "conn_buffer_limit=8m,metrics_port=9150,ext_path=/data/extstore/cache:943654M,ext_page_size=256,ext_wbuf_size=4,ext_threads=4,ext_io_depth=8,ext_item_size=4096"
 	if o := got[len(got)-1]; o != want {
 		t.Fatalf("-o %q, want %q", o, want)
 	}
@@ -181,25 +181,28 @@ func TestExtstoreMemoryBudget(t *testing.T) {
 		s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("10Gi")}
 	})
 	b := Budget(s, Options{})
-	if want := int64(23<<20 + 28<<10 + 9724); b.Extstore != want {
+	// 4 x 4Mi of write buffers + 4Ki, the flusher's 1Mi, 8 read buffers of
+	// 1Mi+8Ki for the IO thread, 2 workers x (1Mi + 1Mi+8Ki), 143 pages x
+	// 76 B, 3 stacks of 2Mi.
+	if want := int64(35<<20 + 84<<10 + 143*76); b.Extstore != want {
 		t.Fatalf("extstore memory %d, want %d", b.Extstore, want)
 	}
-	// 134.5Mi + 23Mi + 37.5Ki -> 158Mi: the limit grows by the part, rounded up.
-	if b.Limit != 158<<20 {
-		t.Fatalf("limit %dMi, want 158Mi", b.Limit>>20)
+	// 134.5Mi + 35Mi + 94.6Ki -> 170Mi: the limit grows by the part, rounded up.
+	if b.Limit != 170<<20 {
+		t.Fatalf("limit %dMi, want 170Mi", b.Limit>>20)
 	}
 	// Four IO threads, two workers and 2Mi items (with extstore the API
-	// allows at most 4091Ki): 12Mi + 4Ki, the flusher's 2Mi, 6 x (2Mi + 2Mi
-	// + 8Ki), the page table, 5 stacks.
+	// allows at most 4091Ki): 16Mi + 4Ki, the flusher's 2Mi, 4 x 8 read
+	// buffers of 2Mi + 8Ki, 2 x (2Mi + 2Mi + 8Ki), the page table, 6 stacks.
 	s.Extstore.IOThreads = ptr.To(int32(4))
 	s.Memory = resource.MustParse("64Mi")
 	s.Engine.MaxItemSize = ptr.To(resource.MustParse("2Mi"))
-	if got, want := ExtstoreBytes(s), int64(12<<20+4<<10+2<<20+6*(4<<20+8<<10)+143*68+5*(2<<20)); got != want {
+	if got, want := ExtstoreBytes(s), int64(16<<20+4<<10+2<<20+32*(2<<20+8<<10)+2*(4<<20+8<<10)+143*76+6*(2<<20)); got != want {
 		t.Fatalf("extstore memory with 4 IO threads %d, want %d", got, want)
 	}
 	// Every worker may read an item on disk back: more workers, more memory.
 	s.Engine.Threads = ptr.To(int32(4))
-	if got, want := ExtstoreBytes(s), int64(12<<20+4<<10+2<<20+8*(4<<20+8<<10)+143*68+5*(2<<20)); got != want {
+	if got, want := ExtstoreBytes(s), int64(16<<20+4<<10+2<<20+32*(2<<20+8<<10)+4*(4<<20+8<<10)+143*76+6*(2<<20)); got != want {
 		t.Fatalf("extstore memory with 4 workers %d, want %d", got, want)
 	}
 }
