@@ -57,7 +57,8 @@ void ext_reader_free(struct ext_reader *r)
     if (!r) return;
     uring_free(r->ring);
     free(r->bufs);
-    free(r->leaked);
+    /* r->leaked is never freed: a broken ring's reads may still land in it
+     * after the ring's fd is closed (the kernel tears it down later) */
     free(r->slots);
     free(r);
 }
@@ -102,7 +103,7 @@ static void ring_pass(struct ext_reader *r, unsigned inflight)
          * reads with pread from now on, never reusing a buffer the kernel
          * may still write into. */
         atomic_store_explicit(&r->ring_broken, true, memory_order_relaxed);
-        r->leaked = r->bufs;   /* left to the kernel; never reused, freed with the reader */
+        r->leaked = r->bufs;   /* left to the kernel: never reused, never freed */
         r->bufs = NULL;
     }
 }
@@ -134,9 +135,12 @@ static void finish_one(storage_thread *t, struct ext_fetch *f, struct slot *s, c
 void ext_reader_fetch(struct ext_reader *r, storage_thread *t, struct ext_fetch *f, unsigned n,
                       void (*done)(void *arg, struct ext_fetch *f), void *arg)
 {
+    /* more than the reader holds: one batch after another, each fetch done */
+    for (; n > r->depth; f += r->depth, n -= r->depth) ext_reader_fetch(r, t, f, r->depth, done, arg);
     struct extstore *e = storage_ext_store();
     bool ring = ext_reader_uses_uring(r);
-    if (n > r->depth) n = r->depth;
+    /* no slot of an earlier batch may pass for one of this batch's reads */
+    for (unsigned i = 0; i < r->depth; i++) r->slots[i].disk = false;
     if (!r->bufs && posix_memalign((void **)&r->bufs, EXT_ALIGN, r->depth * r->buf_size)) r->bufs = NULL;
     char *bufs = r->bufs;
     unsigned inflight = 0;

@@ -218,6 +218,7 @@ int uring_submit_and_wait(struct uring *u)
             if (errno == EINTR) continue;
             return -errno;
         }
+        if (rc == 0) return -EBUSY;   /* took none of them: never spin on it */
         submitted += (unsigned)rc;
     }
     return (int)n;
