@@ -113,17 +113,20 @@ bool item_is_live(item *it, rel_time_t now)
 /* Once ITEM_LINKED is cleared the cleaner may reclaim the chunk at any time
  * (a stripe-lock holder is not in a read section): read what the accounting
  * needs first, clear the flag last. */
-static void account_unlinked(item *it)
+static void account_unlinked_as(item *it, bool record_goes)
 {
     int c = slabs_clsid_of(it);
     size_t nt = item_ntotal(it);
-    if (item_layout(it) & ITEM_ON_DISK) ext_item_gone(it);
+    if (record_goes && (item_layout(it) & ITEM_ON_DISK)) ext_item_gone(it);
     atomic_fetch_and_explicit(&it->iflags, (uint8_t)~ITEM_LINKED, memory_order_release);
     atomic_fetch_sub_explicit(&g_class_stats[c].curr_items, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&g_class_stats[c].bytes_requested, nt, memory_order_relaxed);
     atomic_fetch_add_explicit(&g_class_stats[c].dead_waiting, 1, memory_order_relaxed);
     sizes_account(nt, -1);
 }
+
+/* A stub's record on disk goes with it, unless its copy keeps it (a rescue). */
+static void account_unlinked(item *it) { account_unlinked_as(it, true); }
 
 void item_unlink_locked(item *it, uint32_t hv)
 {
@@ -535,7 +538,11 @@ bool item_rescue(storage_thread *t, item *expect, const char *key, size_t nkey)
         if (layout & ITEM_HAS_FLAGS) memcpy(item_cflags_ptr(fresh), item_cflags_ptr(it), 4);
         if (item_refcounted(fresh)) atomic_store_explicit(item_ref_ptr(fresh), 1, memory_order_relaxed);
         atomic_fetch_or_explicit(&fresh->iflags, item_fl(it) & (ITEM_STALE | ITEM_WIN_SENT), memory_order_relaxed);
-        replace_locked(t, it, fresh, hv, false);
+        /* replace_locked, except that a stub's disk record stays live: the
+         * copy points at it */
+        account_link(t, fresh, false);
+        assoc_replace_locked(it, fresh, hv);
+        account_unlinked_as(it, false);
     }
     stripe_unlock(hv);
     if (!ok) {

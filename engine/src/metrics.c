@@ -461,7 +461,7 @@ static const struct family families[] = {
     ONE("cachet_slab_global_page_pool_pages", GAUGE, STATS_GENERAL, "slab_global_page_pool", "Slab pages not yet given to any class."),
     ONE("cachet_slab_pages_moved_total", COUNTER, STATS_GENERAL, "slabs_moved", "Slab pages moved between classes."),
     ONE("cachet_slab_reassign_busy_items_total", COUNTER, STATS_SLABS, "slab_reassign_busy_items", "Page moves that found an item in use and had to wait or give up."),
-    ONE("cachet_slab_reassign_rescues_total", COUNTER, STATS_SLABS, "slab_reassign_rescues", "Items moved to another chunk of their class, instead of evicted, to move a page."),
+    ONE("cachet_slab_reassign_rescues_total", COUNTER, STATS_GENERAL, "slab_reassign_rescues", "Items moved to another chunk of their class, instead of evicted, to move a page."),
     SLAB("cachet_slab_items_expired_total", COUNTER, STATS_ITEMS, "expired", "Expired items reclaimed in this slab class."),
     SLAB("cachet_slab_items_evicted_young_total", COUNTER, STATS_ITEMS, "evicted_young", "Young evictions (see cachet_evictions_young_total) in this slab class."),
     SLAB("cachet_slab_reassign_evictions_total", COUNTER, STATS_ITEMS, "slab_reassign_evictions", "Items evicted to move a page out of this slab class."),

@@ -38,8 +38,8 @@
 #include <stdio.h>
 #include <time.h>
 
-_Atomic uint64_t g_slab_moves;
-static _Atomic uint64_t moves_failed, moves_on_demand, rescues;
+_Atomic uint64_t g_slab_moves, g_slab_rescues;
+static _Atomic uint64_t moves_failed, moves_on_demand;
 static pthread_mutex_t mover_lock = PTHREAD_MUTEX_INITIALIZER;
 static storage_thread *mover_ctx;
 
@@ -169,7 +169,7 @@ static void rescue_page(storage_thread *t, int src, size_t pg)
         size_t nkey = linked ? item_nkey(it) : 0;
         if (linked) memcpy(key, item_key(it), nkey);
         epoch_exit(t);
-        if (linked && item_rescue(t, it, key, nkey)) atomic_fetch_add(&rescues, 1);
+        if (linked && item_rescue(t, it, key, nkey)) atomic_fetch_add(&g_slab_rescues, 1);
     }
 }
 
@@ -381,7 +381,7 @@ void slabs_mover_reset(void)
 void slabs_mover_stats(stat_writer w, void *ctx)
 {
     w(ctx, "slab_reassign_busy_items", "%llu", (unsigned long long)atomic_load(&moves_failed));
-    w(ctx, "slab_reassign_rescues", "%llu", (unsigned long long)atomic_load(&rescues));
+    w(ctx, "slab_reassign_rescues", "%llu", (unsigned long long)atomic_load(&g_slab_rescues));
     w(ctx, "slabs_moved", "%llu", (unsigned long long)atomic_load(&g_slab_moves));
     w(ctx, "slabs_moved_on_demand", "%llu", (unsigned long long)atomic_load(&moves_on_demand));
 }

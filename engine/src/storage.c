@@ -339,6 +339,7 @@ void storage_stats_general(stat_writer w, void *ctx)
     assoc_stats(w, ctx);
     w(ctx, "slab_global_page_pool", "%zu", slabs_pages_max() - slabs_pages_used());
     w(ctx, "slabs_moved", "%llu", (unsigned long long)atomic_load(&g_slab_moves));
+    w(ctx, "slab_reassign_rescues", "%llu", (unsigned long long)atomic_load(&g_slab_rescues));   /* memcached's place */
     bags_stats_general(w, ctx);
 #undef W
 #undef F

@@ -67,7 +67,7 @@ def push_to_disk(c, mb=160):
     time.sleep(0.5)
 
 
-def wait_written(c, n, seconds=20.0):
+def wait_written(c, n, seconds=60.0):   # a bound for slow (TSan) builds, not a target
     """Polls until at least n objects were written to disk (ext_item_age=1 moves idle items)."""
     deadline = time.monotonic() + seconds
     while stat(c, "extstore_objects_written") < n:

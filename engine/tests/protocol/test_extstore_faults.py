@@ -57,15 +57,22 @@ def test_read_errors_are_counted_misses(start_server, tmp_path, monkeypatch, ext
 def test_write_errors_are_counted_and_lose_only_what_they_held(start_server, tmp_path, monkeypatch,
                                                               errno_name, errno_value):
     monkeypatch.setenv("CACHET_TEST_EXT_FAULTS", f"write=5,write_errno={errno_value}")
-    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1")
-    # A failed buffer write drops every record of its page (the page takes a
-    # new version, extstore.c). Every 5th write fails (page headers count
-    # too). 24 MB of targets span six 4 MB pages, written in at least 18
-    # writes: however the flusher splits them into buffers (an idle flusher
-    # writes part-full ones, so the count depends on timing), some writes that
-    # held targets fail and some pages survive. With two pages' worth, a
-    # loaded machine (pytest workers) once put every failure on filler pages.
-    keys = [f"w{i}" for i in range(6000)]
+    # 1 MB pages of one 1 MB buffer each: a page is a header write and a
+    # buffer write (or a few part-full ones when the flusher idles; how many
+    # depends on timing). A failed buffer write drops every record of its
+    # page (the page takes a new version, extstore.c). 6 MB of targets span
+    # six pages, 12 writes or more, and every 5th write fails: 5 is odd, so
+    # with header and buffer writes alternating, of any two failures one
+    # hits a buffer write (part-full buffers only add buffer writes), so
+    # some targets are lost; at most a few of the six pages are, so some
+    # survive. (With two
+    # 4 MB pages, a loaded machine once put every failure on filler pages.)
+    # (-I 512k: the largest record must fit one 1 MB buffer)
+    path = tmp_path / "extstore"
+    srv = start_server("-m", "64", "-I", "512k", "-o", f"ext_path={path}:64m,ext_item_size=512,"
+                       "ext_page_size=1,ext_wbuf_size=1,ext_item_age=1")
+    srv.ext_file = path
+    keys = [f"w{i}" for i in range(1500)]
     with srv.conn() as c:
         targets_in_the_file(c, keys)
         misses = read_all(c, keys)
