@@ -133,6 +133,12 @@ build_one() {
   image=$(image_name "$name")
   ctx="$out/context/$name"
   archive=$(archive_of "$name")
+  # One build of an image at a time (make check's background build of
+  # coredns and the local cluster's may meet): they share the context
+  # directory, the archive and the tag.
+  mkdir -p "$out"
+  exec {image_lock}>"$out/.build-$name.lock"
+  flock -n "$image_lock" || { log "$name: waiting for another build of this image"; flock "$image_lock"; }
   rm -rf "$ctx" && mkdir -p "$ctx"
   stage_binaries "$name" "$ctx"
   log "$name: buildah bud -> $image"
@@ -145,6 +151,7 @@ build_one() {
   buildah rmi --force "$image" >/dev/null 2>&1 || true
   buildah rmi --prune >/dev/null 2>&1 || true
   echo "    $archive ($(du -h "$archive" | cut -f1), $((SECONDS - start))s)"
+  exec {image_lock}>&-
 }
 
 load_one() {
