@@ -108,6 +108,19 @@ def get_one(c, key, verb="get"):
     return vals.get(key)
 
 
+def get_reply_in_order(c):
+    """A get's VALUE blocks up to END, in the order they came: [(key, data)]."""
+    got = []
+    while True:
+        head = c.line()
+        if head == b"END":
+            return got
+        _, key, _flags, size = head.split()
+        data = c.exact(int(size))
+        assert c.exact(2) == b"\r\n"
+        got.append((key.decode(), data))
+
+
 # ---- round trip under churn --------------------------------------------------
 
 def test_values_beyond_memory_come_back_from_disk_or_miss_never_wrong(start_server, tmp_path):
@@ -312,18 +325,10 @@ def test_multiget_mixing_ram_and_disk_answers_in_request_order(start_server, tmp
         order.insert(3, "missing-key")
         before = stat(c, "get_extstore")
         c.send(("get " + " ".join(order) + "\r\n").encode())
-        seen = []
-        while True:
-            head = c.line()
-            if head == b"END":
-                break
-            _, key, _flags, n = head.split()
-            data = c.exact(int(n))
-            assert c.exact(2) == b"\r\n"
-            seen.append(key.decode())
-            want = big(key.decode()) if key.decode() in disk else key * 3
-            assert data == want
-        assert seen == [k for k in order if k != "missing-key"]
+        got = get_reply_in_order(c)
+        for k, data in got:
+            assert data == (big(k) if k in disk else k.encode() * 3), k
+        assert [k for k, _ in got] == [k for k in order if k != "missing-key"]
         assert stat(c, "get_extstore") >= before + len(disk) - 1
         # the same through pipelined meta gets
         c.send(b"".join(b"mg %s v k\r\n" % k.encode() for k in order) + b"mn\r\n")
@@ -405,17 +410,10 @@ def test_concurrent_disk_gets_with_io_depth_come_back_right_and_in_request_order
                     # a multi-get and the same keys as pipelined mg, sent at once
                     cc.send(("get " + " ".join(order) + "\r\n").encode() +
                             b"".join(b"mg %s v k\r\n" % k.encode() for k in order) + b"mn\r\n")
-                    seen = []
-                    while True:
-                        head = cc.line()
-                        if head == b"END":
-                            break
-                        _, key, _flags, size = head.split()
-                        data = cc.exact(int(size))
-                        assert cc.exact(2) == b"\r\n"
-                        k = key.decode()
+                    got = get_reply_in_order(cc)
+                    for k, data in got:
                         assert data == (big(k) if k in disk else k.encode() * 3), k
-                        seen.append(k)
+                    seen = [k for k, _ in got]
                     assert seen == order, (seen, order)
                     for k in order:
                         want = big(k) if k in disk else k.encode() * 3
