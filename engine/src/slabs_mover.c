@@ -156,9 +156,15 @@ static void rescue_page(storage_thread *t, int src, size_t pg)
 {
     struct slabclass *sc = &g_classes[src];
     char key[KEY_MAX_LENGTH];
+    /* Stores into this class may be evicting for a chunk right now (they
+     * give up after a few rounds): a rescue that took the chunks they free
+     * made one answer "out of memory" in a cold make check. So the rescue
+     * leaves a reserve of free chunks to them, and what it cannot place
+     * above the reserve is evicted, as before. */
+    uint32_t reserve = sc->perpage / 4 + 8;
     for (uint32_t i = 0; i < sc->perpage; i++) {
         pthread_mutex_lock(&sc->lock);
-        bool room = sc->free_count > 0 || (sc->bump_page >= 0 && sc->bump_next < sc->perpage) ||
+        bool room = sc->free_count > reserve || (sc->bump_page >= 0 && sc->bump_next < sc->perpage) ||
                     atomic_load(&g_pages_next) < g_pages_max;
         pthread_mutex_unlock(&sc->lock);
         if (!room) return;
