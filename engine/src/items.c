@@ -255,7 +255,7 @@ static bool plan_shape(size_t nkey, uint64_t nbytes, uint8_t layout, struct shap
     sh->nstored = (size_t)nbytes;
     size_t nt = item_ntotal_for(sh->layout, nkey, sh->nstored);
     if (nt <= cmax) {
-        sh->clsid = slabs_clsid(nt);
+        sh->clsid = (sh->layout & ITEM_ON_DISK) ? slabs_stub_clsid(nt) : slabs_clsid(nt);
         /* an expiry field costs nothing when the chunk has room for it, and
          * spares a copy if the item is ever touched */
         if (!(sh->layout & ITEM_HAS_EXPTIME) &&

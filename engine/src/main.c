@@ -74,6 +74,7 @@ int main(int argc, char **argv)
         .use_cas = settings.use_cas,
         .evict_disabled = settings.evict_disabled,
         .young_window = settings.young_window,
+        .stub_classes = settings.ext.npaths > 0,
         .verbose = settings.verbose,
     };
     if (storage_init(&sc) != 0) return 70;   /* EX_SOFTWARE: storage already said why */

@@ -37,6 +37,8 @@ unsigned g_page_shift;
 _Atomic uint8_t *g_page_cls;   /* class of each page; 0 = not yet handed out */
 struct slabclass g_classes[MAX_SLAB_CLASSES + 1];
 unsigned g_nclasses;
+static unsigned g_first_item_class = 1;   /* the -n class; below it, extstore's stub classes */
+static int slabs_clsid_from(size_t ntotal, unsigned lo);
 struct slab_page *g_pages;
 size_t g_page_size, g_pages_max;
 _Atomic size_t g_pages_next;
@@ -72,6 +74,7 @@ unsigned slabs_class_pages(int c) { return atomic_load(&g_classes[c].pages); }
 #define page_of slabs_page_index
 #define chunk_at slabs_chunk_at
 
+#define STUB_CLASSES_MAX 16
 static uint32_t round8(double v) { uint32_t x = (uint32_t)v; if ((double)x < v) x++; return (x + 7) & ~7u; }
 
 uint32_t g_class_size[MAX_SLAB_CLASSES + 1];
@@ -111,6 +114,7 @@ int slabs_init(void)
     uint32_t fixed = ITEM_HDR + (g_cfg.use_cas ? 8 : 0);
     uint32_t min_chunk = (fixed + 16 + 7) & ~7u;
     g_nclasses = 0;
+    g_first_item_class = 1;
     if (g_cfg.slab_sizes && g_cfg.slab_sizes_count > 0) {
         uint32_t prev = 0;
         for (int i = 0; i < g_cfg.slab_sizes_count; i++) {
@@ -132,6 +136,20 @@ int slabs_init(void)
         uint32_t n = g_cfg.chunk_size_min ? g_cfg.chunk_size_min : 48;
         double sz_next = (double)(fixed + n);
         uint32_t prev = 0;
+        /* Extstore: every value on disk leaves a stub (header, key, locator,
+         * expiry, CAS) in RAM, and the stubs are what grows with the disk.
+         * The -n ladder would put a short key's 53-byte stub in an 80-byte
+         * chunk; 8-byte steps from the smallest stub waste at most 7 bytes.
+         * Explicit slab_sizes are left as given. At most STUB_CLASSES_MAX
+         * (keys up to about 140 bytes), so the -n ladder keeps its room. */
+        if (g_cfg.stub_classes) {
+            uint32_t stub_min = (uint32_t)item_ntotal_for(ITEM_HAS_EXPTIME | ITEM_ON_DISK, 1, EXT_STUB_BYTES);
+            for (uint32_t sz = round8(stub_min); sz < round8(sz_next) && sz < chunk_max && g_nclasses < STUB_CLASSES_MAX; sz += 8) {
+                g_classes[++g_nclasses].size = sz;
+                prev = sz;
+            }
+        }
+        g_first_item_class = g_nclasses + 1;
         while (g_nclasses < MAX_SLAB_CLASSES - 1) {
             uint32_t sz = round8(sz_next);
             if (sz <= prev) sz = prev + 8;
@@ -192,10 +210,15 @@ void slabs_destroy(void)
     g_page_cls = NULL;
 }
 
-int slabs_clsid(size_t ntotal)
+/* The stub classes hold only stubs: an ordinary item keeps -n's meaning (and
+ * the hash table's bound, M / the -n class, the operator's formula). */
+int slabs_clsid(size_t ntotal) { return slabs_clsid_from(ntotal, g_first_item_class); }
+int slabs_stub_clsid(size_t ntotal) { return slabs_clsid_from(ntotal, 1); }
+
+static int slabs_clsid_from(size_t ntotal, unsigned lo)
 {
     if (ntotal > g_classes[g_nclasses].size) return 0;
-    unsigned lo = 1, hi = g_nclasses;
+    unsigned hi = g_nclasses;
     while (lo < hi) {
         unsigned mid = (lo + hi) / 2;
         if (g_classes[mid].size >= ntotal) hi = mid; else lo = mid + 1;

@@ -54,6 +54,7 @@ struct storage_config {
     bool     evict_disabled;     /* -M: refuse a store instead of evicting */
     size_t   slab_chunk_max;     /* -o slab_chunk_max: larger items are chained from chunks of this size; 0 = default */
     uint32_t young_window;       /* -o young_window: an eviction of an item read within this many seconds is "young" (0 = 60) */
+    bool     stub_classes;       /* extstore on: 8-byte classes from the smallest stub up to -n's class */
     int      verbose;
 };
 

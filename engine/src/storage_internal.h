@@ -332,7 +332,8 @@ _Static_assert(MAX_SLAB_CLASSES == 64, "storage_thread.cls is sized for 64 class
 void storage_class_thread_stats(int clsid, uint64_t out[CLASS_STATS_N]);
 int  slabs_init(void);
 void slabs_destroy(void);
-int  slabs_clsid(size_t ntotal);                 /* 0 if too large */
+int  slabs_clsid(size_t ntotal);                 /* an item's class; 0 if too large */
+int  slabs_stub_clsid(size_t ntotal);            /* an extstore stub's: the stub classes too */
 unsigned slabs_class_count(void);                /* classes are 1..count */
 uint32_t slabs_chunk_size(int clsid);
 item *slabs_alloc_chunk(int clsid);              /* NULL if no free chunk and no free page */

@@ -53,6 +53,11 @@ const (
 	MetricsBytes     = 4 << 20
 	HashBucketBytes  = 4   // a bucket is a 32-bit item handle
 	ItemFixedBytes   = 27  // item header 19 + CAS 8 (the smallest chunk is this plus -n, 8-byte aligned)
+	// ExtstoreStubBytes is the smallest chunk an extstore stub takes: the
+	// fixed part, a 1-byte key, the 16-byte locator and length and the
+	// expiry, 8-byte aligned. cachetd gives stubs 8-byte classes from it up
+	// to -n's class; ordinary items never use them.
+	ExtstoreStubBytes = (ItemFixedBytes + 1 + 16 + 4 + 7) &^ 7
 	HashLoadFactor   = 1.5 // the table doubles when items exceed 1.5 x buckets
 	DefaultHashPower = 16
 	MaxHashPower     = 30 // cachetd's ceiling
@@ -345,13 +350,28 @@ func SmallestItemBytes(s *cachev1alpha1.CacheSpec) int64 {
 	return (ItemFixedBytes + n + 7) &^ 7
 }
 
+// MaxItems is the most items one process can hold. Without extstore, every
+// item the smallest chunk. With it, stubs can be smaller than any item, but
+// each has a record on disk: at most the file over the smallest record
+// (16-byte header, 1-byte key, itemMinSize of value, 8-byte aligned), and
+// the memory they leave holds items of the smallest chunk.
+func MaxItems(s *cachev1alpha1.CacheSpec) int64 {
+	mem, smallest := s.Memory.Value(), SmallestItemBytes(s)
+	if s.Extstore == nil || len(s.Engine.ChunkSizes) > 0 || ExtstoreStubBytes >= smallest {
+		return mem / smallest
+	}
+	record := (16 + 1 + ExtstoreItemMinBytes(s.Extstore) + 7) &^ 7
+	stubs := min(ExtstoreFileBytes(s.Extstore)/record, mem/ExtstoreStubBytes)
+	return stubs + (mem-stubs*ExtstoreStubBytes)/smallest
+}
+
 // HashTableBytes bounds the hash table of one process: enough buckets for the
 // most items the item memory can hold (every item the smallest chunk) at the
 // engine's load factor, rounded up to a power of two (at most the engine's
 // ceiling), plus the old half-size table that lives on while the table is
 // being expanded.
 func HashTableBytes(s *cachev1alpha1.CacheSpec) int64 {
-	maxItems := s.Memory.Value() / SmallestItemBytes(s)
+	maxItems := MaxItems(s)
 	buckets := int64(float64(maxItems)/HashLoadFactor) + 1
 	power := int64(bits.Len64(uint64(buckets - 1)))
 	initial := int64(DefaultHashPower)

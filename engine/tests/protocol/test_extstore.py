@@ -161,6 +161,32 @@ def test_stats_extstore_lists_pages_and_settings(start_server, tmp_path):
         assert settings["ext_wbuf_size"] == str(2 << 20)
 
 
+@pytest.mark.cachetd_only(reason="cachetd's stub classes; memcached keeps its stubs in its 96-byte class")
+def test_stubs_take_the_8_byte_stub_classes_and_items_keep_the_n_class(start_server, tmp_path):
+    """Each value on disk leaves a stub in RAM: header, key, locator, expiry
+    and CAS. With extstore on, stubs get 8-byte classes from 48 bytes up to
+    -n's 80-byte class; ordinary items never use them."""
+    srv = start_ext(start_server, tmp_path)
+    with srv.conn() as c:
+        assert c.store("set", "tiny", b"x") == b"STORED"
+        push_to_disk(c)
+        on_disk = stat(c, "extstore_objects_used")
+        assert on_disk > 0
+        slabs = c.stats("slabs")
+        size = {k.split(":")[0]: int(v) for k, v in slabs.items() if k.endswith(":chunk_size")}
+        used = {k.split(":")[0]: int(v) for k, v in slabs.items() if k.endswith(":used_chunks")}
+        # (stats slabs lists the classes in use; the ladder itself is unit-tested)
+        # keys fill0..fill40959: a stub is 19 + at most 9 + 16 + 4 + 8 = 56 bytes
+        stubs = {cls: used[cls] for cls in size if size[cls] <= 56 and used.get(cls)}
+        assert sum(stubs.values()) >= on_disk, (stubs, on_disk)
+        assert all(used.get(cls, 0) == 0 for cls in size if 56 < size[cls] < 80), used
+        # the 5-byte item "tiny" (19 + 4 + 1 + 8 = 32 bytes) is in the 80-byte class, not a stub class
+        assert [used.get(cls, 0) for cls in size if size[cls] == 80] == [1]
+        got = get_one(c, "tiny")
+        assert got is not None and got[1] == b"x"
+    srv.check_healthy()
+
+
 @pytest.mark.cachetd_only(reason="memcached's flusher policy differs (it recaches on the second hit)")
 def test_after_the_cache_filled_once_a_hot_set_stays_in_ram(start_server, tmp_path):
     """Memory pressure must clear once the flusher has made room: after a

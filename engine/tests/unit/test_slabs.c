@@ -53,6 +53,38 @@ static void test_factor_and_min(void)
     teardown();
 }
 
+/* Extstore on: the stubs get 8-byte classes below -n's, so a short key's
+ * stub is not rounded up to the 80-byte class. */
+static void test_stub_classes_with_extstore(void)
+{
+    struct storage_config c = base_cfg(64);
+    c.stub_classes = true;
+    setup_cfg(&c, false);
+    /* 19 + 1-byte key + 16 locator and length + exptime 4 + CAS 8 = 48 */
+    static const uint32_t want[] = {48, 56, 64, 72, 80, 104, 136};
+    for (unsigned i = 0; i < sizeof want / sizeof want[0]; i++) CHECK_EQ_U64(slabs_chunk_size((int)i + 1), want[i]);
+    /* the bench's 6-byte keys: 19 + 6 + 16 + 4 + 8 = 53 -> 56, not 80 */
+    size_t stub6 = item_ntotal_for(ITEM_HAS_EXPTIME | ITEM_ON_DISK, 6, EXT_STUB_BYTES);
+    CHECK_EQ_U64(stub6, 53);
+    CHECK_EQ_U64(slabs_chunk_size(slabs_stub_clsid(stub6)), 56);
+    /* an ordinary item of the same size keeps -n's class: the stub classes
+     * are for stubs only, so -n and the hash table's bound keep their meaning */
+    CHECK_EQ_U64(slabs_chunk_size(slabs_clsid(stub6)), 80);
+    CHECK_EQ_U64(slabs_chunk_size(slabs_clsid(136)), 136);
+    CHECK_EQ_U64(slabs_stub_clsid(512 * 1024 + 1), 0);
+    teardown();
+
+    /* a large -n: at most 16 stub classes, and the ladder still reaches -I */
+    c = base_cfg(64);
+    c.stub_classes = true;
+    c.chunk_size_min = 1000;
+    setup_cfg(&c, false);
+    CHECK_EQ_U64(slabs_chunk_size(16), 48 + 15 * 8);
+    CHECK_EQ_U64(slabs_chunk_size(17), 1032);   /* 19 + 8 + 1000 = 1027 -> 1032 */
+    CHECK_EQ_U64(slabs_chunk_size((int)slabs_class_count()), 512 * 1024);
+    teardown();
+}
+
 static void test_explicit_sizes(void)
 {
     static const uint32_t sizes[] = {100, 200, 4000};
@@ -327,6 +359,7 @@ int main(void)
 {
     TEST(test_default_ladder);
     TEST(test_factor_and_min);
+    TEST(test_stub_classes_with_extstore);
     TEST(test_explicit_sizes);
     TEST(test_small_memory_pages);
     TEST(test_invalid_configs);
