@@ -53,11 +53,6 @@ const (
 	MetricsBytes     = 4 << 20
 	HashBucketBytes  = 4   // a bucket is a 32-bit item handle
 	ItemFixedBytes   = 27  // item header 19 + CAS 8 (the smallest chunk is this plus -n, 8-byte aligned)
-	// ExtstoreStubBytes is the smallest chunk an extstore stub takes: the
-	// fixed part, a 1-byte key, the 16-byte locator and length and the
-	// expiry, 8-byte aligned. cachetd gives stubs 8-byte classes from it up
-	// to -n's class; ordinary items never use them.
-	ExtstoreStubBytes = (ItemFixedBytes + 1 + 16 + 4 + 7) &^ 7
 	HashLoadFactor   = 1.5 // the table doubles when items exceed 1.5 x buckets
 	DefaultHashPower = 16
 	MaxHashPower     = 30 // cachetd's ceiling
@@ -114,6 +109,11 @@ const (
 	// ExtstoreRecordOverhead is what a record adds to its value on disk:
 	// its 16-byte header and the key (at most 250 bytes).
 	ExtstoreRecordOverhead = 16 + 250
+	// ExtstoreStubBytes is the smallest chunk an extstore stub takes: the
+	// fixed part, a 1-byte key, the 16-byte locator and length and the
+	// expiry, 8-byte aligned. cachetd gives stubs 8-byte classes from it up
+	// to -n's class; ordinary items never use them.
+	ExtstoreStubBytes = (ItemFixedBytes + 1 + 16 + 4 + 7) &^ 7
 	// ExtstoreAlign is the O_DIRECT alignment of reads and buffers.
 	ExtstoreAlign = 4 << 10
 
