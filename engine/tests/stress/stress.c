@@ -442,6 +442,7 @@ int main(int argc, char **argv)
     cfg.chunk_size_min = 48;
     cfg.hashpower_init = opt_hashpower;
     cfg.use_cas = true;
+    cfg.stub_classes = opt_ext_dir != NULL;   /* as cachetd with an ext_path */
     if (storage_init(&cfg) != 0) return 2;
     /* readers stall now and then inside the read section (items.c), and
      * every freed chunk is overwritten with garbage (slabs.c): a reader that
