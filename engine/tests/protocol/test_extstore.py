@@ -371,6 +371,37 @@ def test_multiget_mixing_ram_and_disk_answers_in_request_order(start_server, tmp
     srv.check_healthy()
 
 
+@pytest.mark.test_hooks
+@pytest.mark.cachetd_only(reason="CACHET_TEST_BREAK_URING is a switch of cachetd's test build")
+def test_a_ring_that_fails_mid_batch_reads_its_values_again_with_pread(start_server, tmp_path, monkeypatch):
+    """An io_uring_enter that fails after submitting leaves reads the ring
+    never reported: the values are still on disk, so they are read again
+    with pread (into new buffers; the kernel may still write the old ones)
+    and answered, not dropped as read errors. The reader uses pread from
+    then on."""
+    monkeypatch.setenv("CACHET_TEST_BREAK_URING", "1")
+    srv = start_ext(start_server, tmp_path, size="64m", extra_opts="ext_item_age=1")
+    keys = [f"b{i}" for i in range(40)]
+    with srv.conn() as c:
+        if c.stats("settings")["ext_io_engine"] != "io_uring":
+            pytest.skip("this kernel refuses io_uring reads: there is no ring to fail")
+        targets_in_the_file(c, keys)
+        before = stat(c, "get_extstore")
+        c.send(("get " + " ".join(keys) + "\r\n").encode())
+        got = get_reply_in_order(c)
+        assert [k for k, _ in got] == keys
+        for k, data in got:
+            assert data == big(k), k
+        assert stat(c, "get_extstore") >= before + len(keys) - 1
+        assert stat(c, "extstore_read_errors") == 0
+        assert stat(c, "miss_from_extstore") == 0
+        assert c.stats("settings")["ext_io_engine"] == "pread"
+        # and the next reads go through pread
+        for k in keys[:5]:
+            assert get_one(c, k) == (0, big(k), None)
+    srv.check_healthy()
+
+
 def test_many_disk_values_in_one_get_and_pipelined_mg_all_come_back_in_order(start_server, tmp_path, ext_engine):
     """More disk values than a connection has deferred reply slots (64): the
     request waits for slots to drain and never answers a disk value as a
