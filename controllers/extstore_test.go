@@ -485,10 +485,12 @@ func podOnVolume(t *testing.T, ns, name string, ordinal int, node string, mutate
 	}
 	if err := k8sClient.Status().Update(ctx, pod); err != nil {
 		// The controller may act on the spec alone (a pod on a terminating
-		// claim) and delete the pod before its status is written.
+		// claim, or whose volume is on a lost node) and delete the pod
+		// before its status is written; the tests check what it did after.
 		cur := &corev1.Pod{}
 		gerr := k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), cur)
-		if apierrors.IsNotFound(gerr) || (gerr == nil && (cur.UID != pod.UID || cur.DeletionTimestamp != nil)) {
+		if (apierrors.IsConflict(err) || apierrors.IsNotFound(err)) &&
+			(apierrors.IsNotFound(gerr) || (gerr == nil && (cur.UID != pod.UID || cur.DeletionTimestamp != nil))) {
 			return pod
 		}
 		t.Fatal(err)

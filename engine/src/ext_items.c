@@ -172,7 +172,8 @@ static bool memory_low(void)
     if (slabs_pages_unused() >= 2) return false;
     uint64_t page = slabs_page_size();
     unsigned n = slabs_class_count();
-    for (unsigned c = 1; c <= n; c++) {
+    /* the stub classes hold no value to move out */
+    for (unsigned c = slabs_first_item_class(); c <= n; c++) {
         if (g_class_size[c] < ITEM_HDR + g_x.item_size && c != n) continue;
         uint64_t pages = slabs_class_pages((int)c);
         if (!pages) continue;
@@ -192,9 +193,10 @@ static bool flusher_pass(void *arg)
     unsigned flushed = 0;
     if (pressed || aged) {
         unsigned n = slabs_class_count();
-        for (unsigned c = 1; c <= n; c++) {
+        for (unsigned c = slabs_first_item_class(); c <= n; c++) {
             /* a class whose chunks cannot hold ext_item_size bytes of value
-             * holds no candidate (the largest class chains longer values) */
+             * (or a stub class) holds no candidate (the largest class chains
+             * longer values) */
             if (g_class_size[c] < ITEM_HDR + g_x.item_size && c != n) continue;
             unsigned k = bags_ext_candidates((int)c, cands, FLUSH_BATCH, g_x.item_size,
                                              aged ? g_x.item_age : 0, pressed);

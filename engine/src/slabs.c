@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -68,6 +69,7 @@ uint64_t slabs_class_free_bytes(int clsid)
 }
 size_t slabs_total_malloced(void) { return slabs_pages_used() * g_page_size; }
 unsigned slabs_class_count(void) { return g_nclasses; }
+unsigned slabs_first_item_class(void) { return g_first_item_class; }
 uint32_t slabs_chunk_size(int c) { return g_classes[c].size; }
 unsigned slabs_class_pages(int c) { return atomic_load(&g_classes[c].pages); }
 
@@ -75,6 +77,7 @@ unsigned slabs_class_pages(int c) { return atomic_load(&g_classes[c].pages); }
 #define chunk_at slabs_chunk_at
 
 #define STUB_CLASSES_MAX 16
+#define STUB_KEY_MIN 2   /* the smallest stub class fits a 2-byte key's stub */
 static uint32_t round8(double v) { uint32_t x = (uint32_t)v; if ((double)x < v) x++; return (x + 7) & ~7u; }
 
 uint32_t g_class_size[MAX_SLAB_CLASSES + 1];
@@ -136,20 +139,6 @@ int slabs_init(void)
         uint32_t n = g_cfg.chunk_size_min ? g_cfg.chunk_size_min : 48;
         double sz_next = (double)(fixed + n);
         uint32_t prev = 0;
-        /* Extstore: every value on disk leaves a stub (header, key, locator,
-         * expiry, CAS) in RAM, and the stubs are what grows with the disk.
-         * The -n ladder would put a short key's 53-byte stub in an 80-byte
-         * chunk; 8-byte steps from the smallest stub waste at most 7 bytes.
-         * Explicit slab_sizes are left as given. At most STUB_CLASSES_MAX
-         * (keys up to about 140 bytes), so the -n ladder keeps its room. */
-        if (g_cfg.stub_classes) {
-            uint32_t stub_min = (uint32_t)item_ntotal_for(ITEM_HAS_EXPTIME | ITEM_ON_DISK, 1, EXT_STUB_BYTES);
-            for (uint32_t sz = round8(stub_min); sz < round8(sz_next) && sz < chunk_max && g_nclasses < STUB_CLASSES_MAX; sz += 8) {
-                g_classes[++g_nclasses].size = sz;
-                prev = sz;
-            }
-        }
-        g_first_item_class = g_nclasses + 1;
         while (g_nclasses < MAX_SLAB_CLASSES - 1) {
             uint32_t sz = round8(sz_next);
             if (sz <= prev) sz = prev + 8;
@@ -160,6 +149,25 @@ int slabs_init(void)
         }
     }
     if (g_classes[g_nclasses].size < chunk_max) g_classes[++g_nclasses].size = (uint32_t)chunk_max;
+    /* Extstore: every value on disk leaves a stub (header, key, locator,
+     * expiry, CAS) in RAM, and the stubs are what grows with the disk. The
+     * -n ladder would put a short key's 53-byte stub in an 80-byte chunk;
+     * 8-byte classes below it waste at most 7 bytes a stub. They start at a
+     * 2-byte key's stub (56 B): the hash table is budgeted (the operator's
+     * engine.MaxItems) for item memory / 56 items, and RAM can fill with
+     * stubs whose page was evicted. Only stubs use them. At most
+     * STUB_CLASSES_MAX (keys up to about 130 bytes), and only in the room the
+     * -n ladder leaves: it is built first. Explicit slab_sizes are taken as
+     * given. */
+    if (g_cfg.stub_classes && !(g_cfg.slab_sizes && g_cfg.slab_sizes_count > 0)) {
+        uint32_t first = round8((double)item_ntotal_for(ITEM_HAS_EXPTIME | ITEM_ON_DISK, STUB_KEY_MIN, EXT_STUB_BYTES));
+        unsigned k = 0;
+        while (k < STUB_CLASSES_MAX && g_nclasses + k < MAX_SLAB_CLASSES - 1 && first + 8 * k < g_classes[1].size) k++;
+        memmove(&g_classes[1 + k], &g_classes[1], g_nclasses * sizeof g_classes[0]);
+        for (unsigned i = 0; i < k; i++) g_classes[1 + i].size = first + 8 * i;
+        g_nclasses += k;
+        g_first_item_class = 1 + k;
+    }
     g_class_size[0] = 0;
     for (unsigned c = 1; c <= g_nclasses; c++) {
         struct slabclass *sc = &g_classes[c];

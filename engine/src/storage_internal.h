@@ -335,6 +335,7 @@ void slabs_destroy(void);
 int  slabs_clsid(size_t ntotal);                 /* an item's class; 0 if too large */
 int  slabs_stub_clsid(size_t ntotal);            /* an extstore stub's: the stub classes too */
 unsigned slabs_class_count(void);                /* classes are 1..count */
+unsigned slabs_first_item_class(void);           /* the -n class; below it, extstore's stub classes */
 uint32_t slabs_chunk_size(int clsid);
 item *slabs_alloc_chunk(int clsid);              /* NULL if no free chunk and no free page */
 void slabs_free_chunk(item *it);

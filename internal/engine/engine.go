@@ -109,11 +109,11 @@ const (
 	// ExtstoreRecordOverhead is what a record adds to its value on disk:
 	// its 16-byte header and the key (at most 250 bytes).
 	ExtstoreRecordOverhead = 16 + 250
-	// ExtstoreStubBytes is the smallest chunk an extstore stub takes: the
-	// fixed part, a 1-byte key, the 16-byte locator and length and the
-	// expiry, 8-byte aligned. cachetd gives stubs 8-byte classes from it up
-	// to -n's class; ordinary items never use them.
-	ExtstoreStubBytes = (ItemFixedBytes + 1 + 16 + 4 + 7) &^ 7
+	// ExtstoreStubBytes is the smallest chunk an extstore stub takes:
+	// cachetd gives stubs 8-byte classes from a 2-byte key's stub (the fixed
+	// part, the key, the 16-byte locator and length and the expiry, 8-byte
+	// aligned) up to -n's class; ordinary items never use them.
+	ExtstoreStubBytes = (ItemFixedBytes + 2 + 16 + 4 + 7) &^ 7
 	// ExtstoreAlign is the O_DIRECT alignment of reads and buffers.
 	ExtstoreAlign = 4 << 10
 
@@ -350,19 +350,16 @@ func SmallestItemBytes(s *cachev1alpha1.CacheSpec) int64 {
 	return (ItemFixedBytes + n + 7) &^ 7
 }
 
-// MaxItems is the most items one process can hold. Without extstore, every
-// item the smallest chunk. With it, stubs can be smaller than any item, but
-// each has a record on disk: at most the file over the smallest record
-// (16-byte header, 1-byte key, itemMinSize of value, 8-byte aligned), and
-// the memory they leave holds items of the smallest chunk.
+// MaxItems is the most items one process can hold: every item the smallest
+// chunk. With extstore that is a stub's when its class is smaller: stubs
+// whose disk page was evicted stay in RAM until read, expired or evicted,
+// so the disk's size does not bound them.
 func MaxItems(s *cachev1alpha1.CacheSpec) int64 {
-	mem, smallest := s.Memory.Value(), SmallestItemBytes(s)
-	if s.Extstore == nil || len(s.Engine.ChunkSizes) > 0 || ExtstoreStubBytes >= smallest {
-		return mem / smallest
+	smallest := SmallestItemBytes(s)
+	if s.Extstore != nil && len(s.Engine.ChunkSizes) == 0 {
+		smallest = min(smallest, ExtstoreStubBytes)
 	}
-	record := (16 + 1 + ExtstoreItemMinBytes(s.Extstore) + 7) &^ 7
-	stubs := min(ExtstoreFileBytes(s.Extstore)/record, mem/ExtstoreStubBytes)
-	return stubs + (mem-stubs*ExtstoreStubBytes)/smallest
+	return s.Memory.Value() / smallest
 }
 
 // HashTableBytes bounds the hash table of one process: enough buckets for the

@@ -141,8 +141,10 @@ func TestMemoryBudget(t *testing.T) {
 	if got := SmallestItemBytes(spec(func(s *cachev1alpha1.CacheSpec) { s.Engine.ChunkSizes = []int32{100, 200} })); got != 104 {
 		t.Fatalf("smallest item with chunkSizes = %d, want 104", got)
 	}
-	// Extstore: stubs of 48 bytes, at most one per 536-byte record (16 +
-	// 1 + 512, aligned) of the 9152Mi file of a 10Gi claim: 17903336.
+	// Extstore: stubs of 56 bytes or more, as many as the memory holds
+	// (stale stubs stay in RAM after their page is evicted): 64Mi / 56 =
+	// 1198372 / 1.5 -> 2^20 buckets, 1Gi -> 2^24, 10Gi: 191739611 / 1.5 ->
+	// 2^27: the same tables as with 80-byte items.
 	withExt := func(mem string) *cachev1alpha1.CacheSpec {
 		return spec(func(s *cachev1alpha1.CacheSpec) {
 			s.Memory = resource.MustParse(mem)
@@ -153,13 +155,11 @@ func TestMemoryBudget(t *testing.T) {
 		mem        string
 		items, tbl int64
 	}{
-		// 64Mi: every byte a stub, 1398101 items / 1.5 -> 2^20 buckets, as without extstore
-		{"64Mi", 64 << 20 / 48, 6 << 20},
-		// 10Gi: 17904043 stubs + (10Gi - 17904043 x 48) / 80 more items =
-		// 141379345 / 1.5 -> 2^27 buckets x 4 x 1.5 = 768Mi, as without extstore
-		{"10Gi", 141379345, 768 << 20},
-		// 64Gi: 866155076 / 1.5 -> 2^30 (the ceiling) x 4 x 1.5, as without
-		{"64Gi", 866155076, 6 << 30},
+		{"64Mi", 1198372, 6 << 20},
+		{"1Gi", 1 << 30 / 56, 96 << 20},
+		{"10Gi", 191739611, 768 << 20},
+		// 12Gi: 230087533 / 1.5 -> 2^28, where 80-byte items need 2^27
+		{"12Gi", 12 << 30 / 56, 1536 << 20},
 	} {
 		if got := MaxItems(withExt(tc.mem)); got != tc.items {
 			t.Errorf("items with extstore for %s = %d, want %d", tc.mem, got, tc.items)
@@ -167,13 +167,6 @@ func TestMemoryBudget(t *testing.T) {
 		if got := HashTableBytes(withExt(tc.mem)); got != tc.tbl {
 			t.Errorf("hash table with extstore for %s = %d, want %d", tc.mem, got, tc.tbl)
 		}
-	}
-	// A small disk bounds the stubs: a 1Gi claim's 857Mi file / 536 = 1676547
-	// stubs (128Mi would hold 2796202), + (128Mi - 1676547 x 48) / 80 items.
-	small := withExt("128Mi")
-	small.Extstore.Size = resource.MustParse("1Gi")
-	if got, want := MaxItems(small), int64(2348340); got != want {
-		t.Errorf("items with a 1Gi claim = %d, want %d", got, want)
 	}
 	// Without extstore, or with explicit chunk sizes, every item the smallest chunk.
 	if got, want := MaxItems(spec()), int64(64<<20/80); got != want {

@@ -164,7 +164,7 @@ def test_stats_extstore_lists_pages_and_settings(start_server, tmp_path):
 @pytest.mark.cachetd_only(reason="cachetd's stub classes; memcached keeps its stubs in its 96-byte class")
 def test_stubs_take_the_8_byte_stub_classes_and_items_keep_the_n_class(start_server, tmp_path):
     """Each value on disk leaves a stub in RAM: header, key, locator, expiry
-    and CAS. With extstore on, stubs get 8-byte classes from 48 bytes up to
+    and CAS. With extstore on, stubs get 8-byte classes from 56 bytes up to
     -n's 80-byte class; ordinary items never use them."""
     srv = start_ext(start_server, tmp_path)
     with srv.conn() as c:

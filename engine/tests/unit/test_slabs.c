@@ -54,34 +54,55 @@ static void test_factor_and_min(void)
 }
 
 /* Extstore on: the stubs get 8-byte classes below -n's, so a short key's
- * stub is not rounded up to the 80-byte class. */
+ * stub is not rounded up to the 80-byte class; ordinary items never use
+ * them, and they take only the room the -n ladder leaves. */
 static void test_stub_classes_with_extstore(void)
 {
     struct storage_config c = base_cfg(64);
     c.stub_classes = true;
     setup_cfg(&c, false);
-    /* 19 + 1-byte key + 16 locator and length + exptime 4 + CAS 8 = 48 */
-    static const uint32_t want[] = {48, 56, 64, 72, 80, 104, 136};
+    /* from a 2-byte key's stub: 19 + 2 + 16 locator and length + exptime 4 + CAS 8 = 49 -> 56 */
+    static const uint32_t want[] = {56, 64, 72, 80, 104, 136};
     for (unsigned i = 0; i < sizeof want / sizeof want[0]; i++) CHECK_EQ_U64(slabs_chunk_size((int)i + 1), want[i]);
+    CHECK_EQ_U64(slabs_first_item_class(), 4);
     /* the bench's 6-byte keys: 19 + 6 + 16 + 4 + 8 = 53 -> 56, not 80 */
     size_t stub6 = item_ntotal_for(ITEM_HAS_EXPTIME | ITEM_ON_DISK, 6, EXT_STUB_BYTES);
     CHECK_EQ_U64(stub6, 53);
     CHECK_EQ_U64(slabs_chunk_size(slabs_stub_clsid(stub6)), 56);
-    /* an ordinary item of the same size keeps -n's class: the stub classes
-     * are for stubs only, so -n and the hash table's bound keep their meaning */
+    /* a 1-byte key's stub (48 B) shares the 56 class */
+    CHECK_EQ_U64(slabs_chunk_size(slabs_stub_clsid(48)), 56);
+    /* an ordinary item of the same size keeps -n's class */
     CHECK_EQ_U64(slabs_chunk_size(slabs_clsid(stub6)), 80);
     CHECK_EQ_U64(slabs_chunk_size(slabs_clsid(136)), 136);
     CHECK_EQ_U64(slabs_stub_clsid(512 * 1024 + 1), 0);
     teardown();
 
-    /* a large -n: at most 16 stub classes, and the ladder still reaches -I */
+    /* a large -n: at most 16 stub classes, the ladder unchanged above them */
     c = base_cfg(64);
     c.stub_classes = true;
     c.chunk_size_min = 1000;
     setup_cfg(&c, false);
-    CHECK_EQ_U64(slabs_chunk_size(16), 48 + 15 * 8);
+    CHECK_EQ_U64(slabs_first_item_class(), 17);
+    CHECK_EQ_U64(slabs_chunk_size(16), 56 + 15 * 8);
     CHECK_EQ_U64(slabs_chunk_size(17), 1032);   /* 19 + 8 + 1000 = 1027 -> 1032 */
+    CHECK_EQ_U64(slabs_clsid(48), 17);           /* never a stub class for an item */
     CHECK_EQ_U64(slabs_chunk_size((int)slabs_class_count()), 512 * 1024);
+    teardown();
+
+    /* a small -f fills the 63 classes with the -n ladder: it keeps them
+     * all, and the stubs get only what is left (here nothing) */
+    c = base_cfg(64);
+    c.growth_factor = 1.05;
+    setup_cfg(&c, false);
+    unsigned plain = slabs_class_count();
+    uint32_t plain_top = slabs_chunk_size((int)plain - 1);
+    teardown();
+    c.stub_classes = true;
+    setup_cfg(&c, false);
+    CHECK(plain >= MAX_SLAB_CLASSES - 1);
+    CHECK_EQ_U64(slabs_class_count(), plain);
+    CHECK_EQ_U64(slabs_first_item_class(), 1);
+    CHECK_EQ_U64(slabs_chunk_size((int)plain - 1), plain_top);
     teardown();
 }
 
