@@ -39,7 +39,6 @@ _Atomic uint8_t *g_page_cls;   /* class of each page; 0 = not yet handed out */
 struct slabclass g_classes[MAX_SLAB_CLASSES + 1];
 unsigned g_nclasses;
 static unsigned g_first_item_class = 1;   /* the -n class; below it, extstore's stub classes */
-static int slabs_clsid_from(size_t ntotal, unsigned lo);
 struct slab_page *g_pages;
 size_t g_page_size, g_pages_max;
 _Atomic size_t g_pages_next;
@@ -218,11 +217,6 @@ void slabs_destroy(void)
     g_page_cls = NULL;
 }
 
-/* The stub classes hold only stubs: an ordinary item keeps -n's meaning (and
- * the hash table's bound, M / the -n class, the operator's formula). */
-int slabs_clsid(size_t ntotal) { return slabs_clsid_from(ntotal, g_first_item_class); }
-int slabs_stub_clsid(size_t ntotal) { return slabs_clsid_from(ntotal, 1); }
-
 static int slabs_clsid_from(size_t ntotal, unsigned lo)
 {
     if (ntotal > g_classes[g_nclasses].size) return 0;
@@ -233,6 +227,10 @@ static int slabs_clsid_from(size_t ntotal, unsigned lo)
     }
     return (int)lo;
 }
+
+/* The stub classes hold only stubs: an ordinary item keeps -n's classes. */
+int slabs_clsid(size_t ntotal) { return slabs_clsid_from(ntotal, g_first_item_class); }
+int slabs_stub_clsid(size_t ntotal) { return slabs_clsid_from(ntotal, 1); }
 
 /* Hands the class a never-used page; class lock held. */
 static bool grab_fresh_page(struct slabclass *sc, int clsid)
