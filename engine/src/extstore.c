@@ -87,7 +87,7 @@ static void crc_init(void)
             crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
 }
 
-uint32_t ext_crc32c(uint32_t crc, const void *data, size_t len)
+uint32_t ext_crc32c_portable(uint32_t crc, const void *data, size_t len)
 {
     pthread_once(&crc_once, crc_init);
     const unsigned char *p = data;
@@ -107,6 +107,48 @@ uint32_t ext_crc32c(uint32_t crc, const void *data, size_t len)
     while (len--) crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xff];
     return ~crc;
 }
+
+/* Every value read from disk and written to it is checksummed: with the
+ * table above that was an eighth of a disk-hit GET's CPU. SSE4.2's crc32
+ * instruction computes the same CRC32C (Castagnoli, reflected) about five
+ * times faster; the CPU is asked once. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("sse4.2")))
+static uint32_t crc32c_sse42(uint32_t crc, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    uint64_t c = ~crc;
+    while (len >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = __builtin_ia32_crc32di(c, w);
+        p += 8;
+        len -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (len--) c32 = __builtin_ia32_crc32qi(c32, *p++);
+    return ~c32;
+}
+
+static uint32_t (*crc_impl)(uint32_t, const void *, size_t);
+static pthread_once_t impl_once = PTHREAD_ONCE_INIT;
+static void impl_init(void)
+{
+    __builtin_cpu_init();
+    crc_impl = __builtin_cpu_supports("sse4.2") ? crc32c_sse42 : ext_crc32c_portable;
+}
+
+uint32_t ext_crc32c(uint32_t crc, const void *data, size_t len)
+{
+    pthread_once(&impl_once, impl_init);
+    return crc_impl(crc, data, len);
+}
+#else
+uint32_t ext_crc32c(uint32_t crc, const void *data, size_t len)
+{
+    return ext_crc32c_portable(crc, data, len);
+}
+#endif
 
 static uint32_t record_crc(const void *key, uint32_t nkey, const void *val, uint32_t nval)
 {

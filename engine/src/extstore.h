@@ -231,7 +231,10 @@ bool ext_page_info(struct extstore *e, uint32_t page, struct ext_page_info *out)
 /* Unit tests only: the version rollover, without 2^20 page reuses. */
 void ext_test_set_version(struct extstore *e, uint32_t page, uint32_t version);
 
-/* CRC32C (Castagnoli), software; seed 0 for a fresh CRC. */
+/* CRC32C (Castagnoli); seed 0 for a fresh CRC. The CPU's crc32
+ * instruction where it has one, else ext_crc32c_portable (the table; the
+ * unit tests check the two agree). */
 uint32_t ext_crc32c(uint32_t crc, const void *data, size_t len);
+uint32_t ext_crc32c_portable(uint32_t crc, const void *data, size_t len);
 
 #endif
