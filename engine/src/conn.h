@@ -117,6 +117,8 @@ struct worker {
     struct conn     *pending;      /* connections with unparsed input left */
     struct server_stats stats;
     struct uring    *ring;         /* io_uring: batch reads and sends per loop turn */
+    struct ext_worker *ext;        /* extstore reads this worker makes itself (ext_io.h) */
+    int              ext_fd;       /* its ring's fd while in the loop, else -1 */
     struct conn    **batch;        /* connections found readable this turn */
     int              nbatch;
     rel_time_t       idle_checked; /* last idle_timeout sweep */

@@ -26,6 +26,7 @@ struct slot {
     bool                 reaped;    /* the ring completed it: the kernel is done with buf */
     int64_t              got;       /* its result: bytes, or -errno */
     char                *buf;       /* where its record is (NULL: no buffer) */
+    struct ext_fetch    *f;         /* started reads only: whose read it is */
 };
 
 struct ext_reader {
@@ -37,6 +38,10 @@ struct ext_reader {
     char         *bufs;             /* depth x buf_size, EXT_ALIGN aligned */
     struct slot  *slots;
     char         *leaked;           /* the buffers of a broken ring's last batch */
+    /* started reads only (ext_reader_start) */
+    unsigned     *free;             /* slots not in flight */
+    unsigned      nfree;
+    unsigned      inflight;         /* submitted or queued, not yet finished */
 };
 
 struct ext_reader *ext_reader_new(unsigned depth, uint32_t max_value, bool use_uring)
@@ -46,7 +51,10 @@ struct ext_reader *ext_reader_new(unsigned depth, uint32_t max_value, bool use_u
     r->depth = depth ? depth : 1;
     r->buf_size = ext_read_buf_size(KEY_MAX_LENGTH, max_value);
     r->slots = calloc(r->depth, sizeof *r->slots);
-    if (!r->slots || posix_memalign((void **)&r->bufs, EXT_ALIGN, r->depth * r->buf_size)) {
+    r->free = calloc(r->depth, sizeof *r->free);
+    if (r->free)
+        for (unsigned i = 0; i < r->depth; i++) r->free[r->nfree++] = r->depth - 1 - i;
+    if (!r->slots || !r->free || posix_memalign((void **)&r->bufs, EXT_ALIGN, r->depth * r->buf_size)) {
         ext_reader_free(r);
         return NULL;
     }
@@ -62,6 +70,7 @@ void ext_reader_free(struct ext_reader *r)
     /* r->leaked is never freed: a broken ring's reads may still land in it
      * after the ring's fd is closed (the kernel tears it down later) */
     free(r->slots);
+    free(r->free);
     free(r);
 }
 
@@ -79,6 +88,24 @@ static void ring_result(struct slot *s, char *buf, int32_t res)
     if (res == -EAGAIN || res == -EINTR || res == -EOPNOTSUPP || res == -EINVAL) s->got = ext_read_pread(&s->op, buf, 0);
     else if (res > 0 && (uint32_t)res < s->op.len) s->got = ext_read_pread(&s->op, buf, (uint64_t)res);
     else s->got = res;
+}
+
+/* Not expected once the self-test passed (ENOMEM, a signal storm): what did
+ * not complete is read again with pread into new buffers, and this reader
+ * reads with pread from now on, never reusing a buffer the kernel may still
+ * write into. */
+static void ring_broke(struct ext_reader *r)
+{
+    atomic_store_explicit(&r->ring_broken, true, memory_order_relaxed);
+    r->leaked = r->bufs;   /* left to the kernel: never reused, never freed */
+    r->bufs = NULL;
+    if (posix_memalign((void **)&r->bufs, EXT_ALIGN, r->depth * r->buf_size)) r->bufs = NULL;
+    for (unsigned i = 0; i < r->depth; i++) {
+        struct slot *s = &r->slots[i];
+        if (!s->disk || s->reaped) continue;
+        s->buf = r->bufs ? r->bufs + i * r->buf_size : NULL;
+        s->got = s->buf ? ext_read_pread(&s->op, s->buf, 0) : -ENOMEM;
+    }
 }
 
 /* Submits every slot's read in one io_uring_enter and waits for all. A
@@ -107,22 +134,7 @@ static void ring_pass(struct ext_reader *r, unsigned inflight)
         if (rc < 0 || reaped >= inflight) break;
         rc = uring_wait(r->ring, inflight - reaped);
     }
-    if (rc < 0) {
-        /* Not expected once the self-test passed (ENOMEM, a signal storm):
-         * what did not complete is read again with pread into new buffers,
-         * and this reader reads with pread from now on, never reusing a
-         * buffer the kernel may still write into. */
-        atomic_store_explicit(&r->ring_broken, true, memory_order_relaxed);
-        r->leaked = r->bufs;   /* left to the kernel: never reused, never freed */
-        r->bufs = NULL;
-        if (posix_memalign((void **)&r->bufs, EXT_ALIGN, r->depth * r->buf_size)) r->bufs = NULL;
-        for (unsigned i = 0; i < r->depth; i++) {
-            struct slot *s = &r->slots[i];
-            if (!s->disk || s->reaped) continue;
-            s->buf = r->bufs ? r->bufs + i * r->buf_size : NULL;
-            s->got = s->buf ? ext_read_pread(&s->op, s->buf, 0) : -ENOMEM;
-        }
-    }
+    if (rc < 0) ring_broke(r);
 }
 
 /* The read of f is over (s->r): count it, recache or unlink, reply. A read
@@ -197,5 +209,118 @@ void ext_reader_fetch(struct ext_reader *r, storage_thread *t, struct ext_fetch 
         /* no buffer (s->got is -ENOMEM then): a counted read error */
         s->r = ext_read_finish(e, &s->op, s->buf, s->got, &s->loc, f[i].key, f[i].nkey, f[i].v->nbytes, &f[i].value);
         finish_one(t, &f[i], s, s->buf, done, arg);
+    }
+}
+
+/* ------------------------------------------------------------ started reads
+ * A worker's own reads (ext_io.c): each started as its GET is parsed, all
+ * of a loop turn submitted together, each finished as soon as its own
+ * completion is reaped, so a slow read holds up no other. */
+
+int ext_reader_fd(const struct ext_reader *r)
+{
+    return ext_reader_uses_uring(r) ? uring_fd(r->ring) : -1;
+}
+
+bool ext_reader_can_start(const struct ext_reader *r, uint32_t nkey, uint32_t nbytes)
+{
+    return r->nfree && r->bufs && ext_reader_uses_uring(r) &&
+           ext_record_size(nkey, nbytes) + EXT_ALIGN <= r->buf_size;
+}
+
+unsigned ext_reader_inflight(const struct ext_reader *r)
+{
+    return r->inflight;
+}
+
+/* Slot s's read is back (or was read again with pread): finish it, free
+ * the slot. */
+static void finish_started(struct ext_reader *r, storage_thread *t, struct slot *s,
+                           void (*done)(void *arg, struct ext_fetch *f), void *arg)
+{
+    struct ext_fetch *f = s->f;
+    struct extstore *e = storage_ext_store();
+    s->r = ext_read_finish(e, &s->op, s->buf, s->got, &s->loc, f->key, f->nkey, f->v->nbytes, &f->value);
+    s->disk = false;
+    finish_one(t, f, s, s->buf, done, arg);
+    s->f = NULL;
+    r->inflight--;
+    r->free[r->nfree++] = (unsigned)(s - r->slots);
+}
+
+void ext_reader_start(struct ext_reader *r, storage_thread *t, struct ext_fetch *f,
+                      void (*done)(void *arg, struct ext_fetch *f), void *arg)
+{
+    struct extstore *e = storage_ext_store();
+    f->hit = false;
+    f->value = NULL;
+    if (!e || !f->v->on_disk) { done(arg, f); return; }   /* nothing to read: a miss, uncounted */
+    unsigned i = r->free[--r->nfree];
+    struct slot *s = &r->slots[i];
+    char *buf = r->bufs + i * r->buf_size;
+    s->disk = s->reaped = false;
+    s->buf = buf;
+    s->r = EXT_MISS_IOERR;
+    s->f = f;
+    memcpy(&s->loc, f->v->ext_loc, sizeof s->loc);
+    r->inflight++;
+    if (ext_read_prepare(e, &s->loc, f->key, f->nkey, buf, f->v->nbytes, &s->op, &s->r)) {
+        s->disk = true;
+        s->got = -EIO;
+        uring_prep_read(r->ring, s->op.fd, buf, s->op.len, s->op.pos, i);
+        return;
+    }
+    /* no disk read: a miss found by the page table, or a value still in a
+     * write buffer, copied into this slot's buffer */
+    if (s->r == EXT_HIT) f->value = buf;
+    finish_one(t, f, s, buf, done, arg);
+    s->f = NULL;
+    r->inflight--;
+    r->free[r->nfree++] = i;
+}
+
+/* The ring failed: the reads it never reported are read again with pread
+ * (ring_broke) and finished here. */
+static void finish_after_break(struct ext_reader *r, storage_thread *t,
+                               void (*done)(void *arg, struct ext_fetch *f), void *arg)
+{
+    ring_broke(r);
+    for (unsigned i = 0; i < r->depth; i++) {
+        struct slot *s = &r->slots[i];
+        if (s->f && s->disk && !s->reaped) finish_started(r, t, s, done, arg);
+    }
+}
+
+void ext_reader_submit(struct ext_reader *r, storage_thread *t,
+                       void (*done)(void *arg, struct ext_fetch *f), void *arg)
+{
+    if (!r->ring || !r->inflight) return;
+    int rc = uring_submit(r->ring);
+#ifdef CACHET_TEST_HOOKS
+    /* test builds: the ring fails after submitting, none of its reads reported */
+    if (rc > 0 && getenv("CACHET_TEST_BREAK_URING")) rc = -ENOMEM;
+#endif
+    if (rc < 0) finish_after_break(r, t, done, arg);
+}
+
+void ext_reader_reap(struct ext_reader *r, storage_thread *t, bool wait_all,
+                     void (*done)(void *arg, struct ext_fetch *f), void *arg)
+{
+    if (!ext_reader_uses_uring(r)) return;
+    for (;;) {
+        uint64_t ud;
+        int32_t res;
+        while (uring_next_cqe(r->ring, &ud, &res)) {
+            if (ud >= r->depth) continue;
+            struct slot *s = &r->slots[ud];
+            if (!s->f || !s->disk || s->reaped) continue;
+            ring_result(s, s->buf, res);
+            s->reaped = true;
+            finish_started(r, t, s, done, arg);
+        }
+        if (!wait_all || !r->inflight) return;
+        int rc = uring_submit(r->ring);   /* reads started since the last submit */
+        if (rc >= 0) rc = uring_wait(r->ring, 1);
+        if (rc < 0) { finish_after_break(r, t, done, arg); return; }
     }
 }

@@ -12,9 +12,10 @@
  * is checked by extstore.c (ext_read_prepare / ext_read_finish: version,
  * length, header, key, CRC) and counted the same.
  *
- * Concurrency: a reader belongs to one thread. Its reads are in flight only
- * inside ext_reader_fetch; the values it hands out live in its buffers until
- * that thread's next batch.
+ * Concurrency: a reader belongs to one thread. A batch's reads are in flight
+ * only inside ext_reader_fetch; the values it hands out live in its buffers
+ * until that thread's next batch. Started reads (below) stay in flight across
+ * calls, each in its own slot and buffer until it is finished.
  */
 #ifndef CACHET_EXT_BATCH_H
 #define CACHET_EXT_BATCH_H
@@ -48,5 +49,32 @@ bool ext_reader_uses_uring(const struct ext_reader *r);
  * each read. */
 void ext_reader_fetch(struct ext_reader *r, storage_thread *t, struct ext_fetch *f, unsigned n,
                       void (*done)(void *arg, struct ext_fetch *f), void *arg);
+
+/* Started reads, for a worker that keeps serving while its reads are in
+ * flight (ext_io.c). A reader is used either with ext_reader_fetch or with
+ * these, never both.
+ *
+ * ext_reader_can_start: a slot is free, the ring works (never with pread:
+ * the worker would wait for the disk) and the record fits a buffer.
+ * ext_reader_start (only after can_start said yes): prepares f's read and
+ * queues it on the ring, or finishes f at once (done) when no disk read is
+ * needed (a value still in a write buffer, a stale locator). f must live
+ * until done(arg, f) is called.
+ * ext_reader_submit: submits what was started since the last call, without
+ * waiting. ext_reader_reap: finishes every read the ring has completed (all
+ * in flight with wait_all, for a worker that is stopping). A ring that
+ * fails in either reads what it never reported again with pread, finishes
+ * it, and ext_reader_fd is -1 from then on.
+ * ext_reader_fd: the ring's fd, readable while completions wait; -1 when
+ * the reader does not (or no longer) read through a ring. */
+int  ext_reader_fd(const struct ext_reader *r);
+bool ext_reader_can_start(const struct ext_reader *r, uint32_t nkey, uint32_t nbytes);
+void ext_reader_start(struct ext_reader *r, storage_thread *t, struct ext_fetch *f,
+                      void (*done)(void *arg, struct ext_fetch *f), void *arg);
+void ext_reader_submit(struct ext_reader *r, storage_thread *t,
+                       void (*done)(void *arg, struct ext_fetch *f), void *arg);
+void ext_reader_reap(struct ext_reader *r, storage_thread *t, bool wait_all,
+                     void (*done)(void *arg, struct ext_fetch *f), void *arg);
+unsigned ext_reader_inflight(const struct ext_reader *r);
 
 #endif

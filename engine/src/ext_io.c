@@ -13,10 +13,16 @@
  * context (a stub whose read failed is unlinked, a recache relinks the
  * value) and its own reader (ring and io_depth buffers of the largest
  * record), so a read allocates nothing.
+ *
+ * A worker's own reads (struct ext_worker) never leave that worker: its
+ * jobs, reader and storage context are its own, and its replies are
+ * completed on it. `lock` also guards the list of worker readers, which
+ * `stats settings` walks from any thread.
  */
 #include "ext_io.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +30,7 @@
 
 #include "bgthread.h"
 #include "ext_batch.h"
+#include "extstore.h"
 #include "bufmem.h"
 #include "conn.h"
 #include "reply.h"
@@ -35,8 +42,19 @@ struct job {
     struct job          *next;
     struct reply_handle *h;
     struct item_view     v;
+    struct ext_fetch     f;       /* a worker's own read: its fetch */
     uint32_t             nkey;
     char                 key[KEY_MAX_LENGTH];
+};
+
+struct ext_worker {
+    struct ext_worker *next;      /* the list ext_io_engine walks, under lock */
+    struct ext_reader *reader;
+    storage_thread    *st;
+    bool               reaping;   /* completions are drained by the caller next */
+    unsigned           nfree;
+    unsigned           free[EXT_WORKER_READS];
+    struct job         jobs[EXT_WORKER_READS];
 };
 
 struct io_thread {
@@ -52,6 +70,7 @@ static struct job *head, *tail;   /* FIFO: oldest first */
 static struct io_thread threads[IO_THREADS_MAX];
 static unsigned nthreads, depth;
 static _Atomic unsigned next_thread;
+static struct ext_worker *worker_readers;
 
 /* One read of the batch is over: its reply leaves (copied from the reader's
  * buffer) and its job is freed. */
@@ -122,7 +141,12 @@ const char *ext_io_engine(void)
 {
     for (unsigned i = 0; i < nthreads; i++)
         if (!ext_reader_uses_uring(threads[i].reader)) return "pread";
-    return "io_uring";
+    const char *engine = "io_uring";
+    pthread_mutex_lock(&lock);
+    for (struct ext_worker *xw = worker_readers; xw; xw = xw->next)
+        if (!ext_reader_uses_uring(xw->reader)) engine = "pread";
+    pthread_mutex_unlock(&lock);
+    return engine;
 }
 
 void ext_io_stats_settings(stat_writer w, void *ctx)
@@ -147,11 +171,107 @@ void ext_io_stop(void)
     }
 }
 
+/* ---------------------------------------------------- a worker's own reads */
+
+struct ext_worker *ext_io_worker_new(storage_thread *st)
+{
+    if (!storage_ext_enabled() || !use_uring()) return NULL;
+    struct ext_worker *xw = calloc(1, sizeof *xw);
+    if (!xw) return NULL;
+    xw->st = st;
+    xw->reader = ext_reader_new(EXT_WORKER_READS, EXT_WORKER_READ_BYTES - EXT_ALIGN - EXT_RECORD_HEADER - KEY_MAX_LENGTH,
+                                true);
+    if (!xw->reader || ext_reader_fd(xw->reader) < 0) {
+        ext_reader_free(xw->reader);
+        free(xw);
+        return NULL;
+    }
+    for (unsigned i = 0; i < EXT_WORKER_READS; i++) xw->free[xw->nfree++] = i;
+    pthread_mutex_lock(&lock);
+    xw->next = worker_readers;
+    worker_readers = xw;
+    pthread_mutex_unlock(&lock);
+    return xw;
+}
+
+int ext_io_worker_fd(const struct ext_worker *xw)
+{
+    return ext_reader_fd(xw->reader);
+}
+
+static void worker_fetched(void *arg, struct ext_fetch *f)
+{
+    struct ext_worker *xw = arg;
+    struct job *j = (struct job *)((char *)f - offsetof(struct job, f));
+    enum reply_status st = f->hit ? REPLY_HIT : REPLY_MISS;
+    /* reaped: the worker drains its queue right after, no wake-up needed;
+     * finished at start or by a failed ring's pread: the usual wake-up */
+    if (xw->reaping) reply_complete_here(j->h, st, NULL, f->hit ? f->value : NULL, f->hit ? j->v.nbytes : 0);
+    else reply_complete(j->h, st, NULL, f->hit ? f->value : NULL, f->hit ? j->v.nbytes : 0);
+    j->h = NULL;
+    xw->free[xw->nfree++] = (unsigned)(j - xw->jobs);
+}
+
+void ext_io_worker_submit(struct ext_worker *xw)
+{
+    ext_reader_submit(xw->reader, xw->st, worker_fetched, xw);
+}
+
+void ext_io_worker_reap(struct ext_worker *xw)
+{
+    xw->reaping = true;
+    ext_reader_reap(xw->reader, xw->st, false, worker_fetched, xw);
+    xw->reaping = false;
+}
+
+void ext_io_worker_free(struct ext_worker *xw)
+{
+    if (!xw) return;
+    /* the kernel writes into these buffers until each read completes */
+    ext_reader_reap(xw->reader, xw->st, true, worker_fetched, xw);
+    pthread_mutex_lock(&lock);
+    for (struct ext_worker **p = &worker_readers; *p; p = &(*p)->next)
+        if (*p == xw) { *p = xw->next; break; }
+    pthread_mutex_unlock(&lock);
+    ext_reader_free(xw->reader);
+    free(xw);
+}
+
+/* The read goes on the worker's own ring: true, or false when it cannot
+ * (no slot, too large, no ring) and the IO threads take it. */
+static bool worker_read(struct conn *c, const struct reply_spec *spec, const char *key, uint32_t nkey,
+                        const struct item_view *v, bool *queued)
+{
+    struct ext_worker *xw = c->w->ext;
+    if (!xw || !xw->nfree || !ext_reader_can_start(xw->reader, nkey, v->nbytes)) return false;
+    struct reply_handle *h = reply_defer(c, spec);
+    *queued = h != NULL;
+    if (!h) return true;
+    storage_ext_count_get();
+    struct job *j = &xw->jobs[xw->free[--xw->nfree]];
+    j->h = h;
+    j->v = *v;
+    j->nkey = nkey;
+    memcpy(j->key, key, nkey);
+    j->f = (struct ext_fetch){ .key = j->key, .nkey = nkey, .v = &j->v };
+    ext_reader_start(xw->reader, xw->st, &j->f, worker_fetched, xw);
+    return true;
+}
+
 bool ext_io_value(struct conn *c, const char *hd, size_t nhead, const char *miss, size_t nmiss,
                   const char *key, uint32_t nkey, const struct item_view *v)
 {
     struct reply_spec spec = { .head = hd, .nhead = nhead, .tail = "\r\n", .ntail = 2,
                                .miss = miss, .nmiss = nmiss, .max_bytes = v->nbytes, .ext = true };
+    bool queued;
+    if (worker_read(c, &spec, key, nkey, v, &queued)) {
+        if (queued) return true;
+        /* no reply slot: as below */
+        if (out_can_wait(c)) return false;
+        storage_ext_count_oom();
+        c->out.failed = true;
+        return true;
+    }
     /* the job is connection memory like the slot: reserved from the budget */
     bool reserved = nthreads && bufmem_reserve(sizeof(struct job));
     struct job *j = reserved ? malloc(sizeof *j) : NULL;

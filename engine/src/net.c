@@ -66,6 +66,7 @@
 #include "ae.h"
 #include "bufmem.h"
 #include "conn.h"
+#include "ext_io.h"
 #include "latency.h"
 #include "net.h"
 #include "outbuf.h"
@@ -301,6 +302,10 @@ static void process_input(struct conn *c)
         }
     }
     latency_batch_end(c->w->id);   /* every reply of the batch is queued */
+    /* this batch's disk reads go to the disk now, not when the turn ends:
+     * the rest of a busy turn is a long wait for a read that could already
+     * be on its way */
+    if (w->ext) ext_io_worker_submit(w->ext);
     /* the hashes point into rbuf, which the next read may move */
     prefetch_forget(w);
     if (c->rstart == c->rend) {
@@ -846,6 +851,24 @@ static void wake_ready(struct ae_loop *l, int fd, void *data, int mask)
     }
 }
 
+/* The worker's own disk reads (ext_io.h): a ring that failed leaves the
+ * loop (its reads were finished with pread; the IO threads take over). */
+static void ext_fd_sync(struct worker *w)
+{
+    if (w->ext_fd >= 0 && ext_io_worker_fd(w->ext) != w->ext_fd) {
+        ae_del(w->loop, w->ext_fd, AE_READABLE);
+        w->ext_fd = -1;
+    }
+}
+
+static void disk_ready(struct ae_loop *l, int fd, void *data, int mask)
+{
+    struct worker *w = data;
+    ext_io_worker_reap(w->ext);
+    drain_completions(w);
+    ext_fd_sync(w);
+}
+
 static int worker_before_sleep(struct ae_loop *l, void *data)
 {
     struct worker *w = data;
@@ -865,6 +888,11 @@ static int worker_before_sleep(struct ae_loop *l, void *data)
         c = next;
     }
     if (settings.idle_timeout) close_idle(w);
+    /* every disk read this turn started, in one io_uring_enter */
+    if (w->ext) {
+        ext_io_worker_submit(w->ext);
+        ext_fd_sync(w);
+    }
     if (server_shutting_down() && !w->conns) ae_stop(l);
     return w->pending ? 0 : 100;
 }
@@ -888,11 +916,29 @@ static void *worker_main(void *arg)
     if (unix_listen_fd >= 0)
         ae_add(w->loop, unix_listen_fd, AE_READABLE | AE_EXCLUSIVE, accept_ready, w);
     ae_add(w->loop, w->wake_fd, AE_READABLE, wake_ready, w);
+    w->ext_fd = -1;
+    w->ext = ext_io_worker_new(w->st);
+    if (w->ext) {
+        w->ext_fd = ext_io_worker_fd(w->ext);
+        /* a ring the loop cannot watch would never be reaped */
+        if (ae_add(w->loop, w->ext_fd, AE_READABLE, disk_ready, w) < 0) {
+            ext_io_worker_free(w->ext);
+            w->ext = NULL;
+            w->ext_fd = -1;
+        }
+    }
     w->loop->before_sleep = worker_before_sleep;
     w->loop->hook_data = w;
     ae_run(w->loop, 100);
     /* deadline passed or everything closed: close what is left */
     while (w->conns) conn_close(w->conns);
+    if (w->ext) {
+        if (w->ext_fd >= 0) ae_del(w->loop, w->ext_fd, AE_READABLE);
+        struct ext_worker *xw = w->ext;
+        w->ext = NULL;
+        ext_io_worker_free(xw);   /* waits for its reads; their connections are gone */
+        drain_completions(w);
+    }
     return NULL;
 }
 

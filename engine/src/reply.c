@@ -78,8 +78,8 @@ struct reply_handle *reply_handle_new(struct reply_queue *q, storage_thread *st,
     return h;
 }
 
-void reply_complete(struct reply_handle *h, enum reply_status status,
-                    const struct item_view *v, const void *bytes, size_t nbytes)
+static void complete(struct reply_handle *h, enum reply_status status,
+                     const struct item_view *v, const void *bytes, size_t nbytes, bool wake)
 {
     h->status = REPLY_MISS;
     if (status == REPLY_HIT) {
@@ -105,12 +105,24 @@ void reply_complete(struct reply_handle *h, enum reply_status status,
         h->next = old;
     } while (!atomic_compare_exchange_weak_explicit(&q->head, &old, h,
                                                     memory_order_release, memory_order_relaxed));
-    if (!old) {
+    if (!old && wake) {
         /* the queue was empty: the worker may be asleep */
         uint64_t one = 1;
         ssize_t ignored = write(q->efd, &one, sizeof(one));
         (void)ignored;
     }
+}
+
+void reply_complete(struct reply_handle *h, enum reply_status status,
+                    const struct item_view *v, const void *bytes, size_t nbytes)
+{
+    complete(h, status, v, bytes, nbytes, true);
+}
+
+void reply_complete_here(struct reply_handle *h, enum reply_status status,
+                         const struct item_view *v, const void *bytes, size_t nbytes)
+{
+    complete(h, status, v, bytes, nbytes, false);
 }
 
 struct reply_handle *reply_queue_take(struct reply_queue *q)

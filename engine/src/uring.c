@@ -224,6 +224,30 @@ int uring_submit_and_wait(struct uring *u)
     return (int)n;
 }
 
+int uring_submit(struct uring *u)
+{
+    unsigned n = u->queued;
+    if (!n) return 0;
+    __atomic_store_n(u->sq_tail, *u->sq_tail + n, __ATOMIC_RELEASE);
+    u->queued = 0;
+    unsigned submitted = 0;
+    while (submitted < n) {
+        int rc = (int)syscall(__NR_io_uring_enter, u->fd, n - submitted, 0, 0, NULL, 0);
+        if (rc < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        if (rc == 0) return -EBUSY;
+        submitted += (unsigned)rc;
+    }
+    return (int)n;
+}
+
+int uring_fd(const struct uring *u)
+{
+    return u->fd;
+}
+
 bool uring_next_cqe(struct uring *u, uint64_t *user_data, int32_t *res)
 {
     unsigned head = *u->cq_head;

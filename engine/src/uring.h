@@ -18,7 +18,10 @@
  * Extstore's IO threads use a ring the other way round (ext_batch.c): reads
  * of a file, submitted together and waited for together, so the disk sees
  * as many reads at once as the thread has buffers. Those reads are in flight
- * only inside one call of the IO thread, into its own buffers.
+ * only inside one call of the IO thread, into its own buffers. A worker's
+ * own disk-read ring (ext_io.c) is the one ring whose reads stay in flight
+ * across loop turns: submitted with uring_submit, reaped when its fd polls
+ * readable, into buffers that belong to that ring alone.
  *
  * Concurrency: a ring belongs to one thread (a worker or an IO thread).
  */
@@ -57,6 +60,14 @@ int uring_wait(struct uring *u, unsigned n);
 /* Submits what is queued and waits until that many completions exist.
  * Returns the number submitted or -errno. */
 int uring_submit_and_wait(struct uring *u);
+
+/* Submits what is queued without waiting for any of it: for reads whose
+ * completions are reaped later, when the ring's fd polls readable (a
+ * worker's own disk reads, ext_io.c). Returns the number submitted or
+ * -errno. */
+int uring_submit(struct uring *u);
+/* The ring's fd: readable (epoll) while completions wait to be reaped. */
+int uring_fd(const struct uring *u);
 
 /* Completions: returns false when none is left. */
 bool uring_next_cqe(struct uring *u, uint64_t *user_data, int32_t *res);

@@ -125,6 +125,11 @@ const (
 	// operator passes it, so the memory below stays right whatever the
 	// engine's default becomes.
 	ExtstoreIODepth = 8
+	// ExtstoreWorkerReadBytes is what each worker keeps for the disk reads
+	// it makes itself (engine/src/ext_io.h): EXT_WORKER_READS (64) O_DIRECT
+	// buffers of EXT_WORKER_READ_BYTES (32 KiB), plus a job and a ring slot
+	// for each, counted at 1 KiB.
+	ExtstoreWorkerReadBytes = 64 * (32<<10 + 1<<10)
 )
 
 // DefaultMetricsPort is where the operator has cachetd serve /healthz and
@@ -291,6 +296,8 @@ func extstoreOptions(e *cachev1alpha1.ExtstoreSpec) []string {
 //   - per worker, what an append, prepend or incr of an item on disk
 //     reads it back through: a value buffer and the same thread-local
 //     read buffer (kept once used);
+//   - per worker, the buffers of the GET reads it makes itself through its
+//     own io_uring (ExtstoreWorkerReadBytes);
 //   - the page table (a page struct and a free-list slot per page);
 //   - the flusher's, the compactor's and the IO threads' stacks.
 //
@@ -309,7 +316,7 @@ func ExtstoreBytes(s *cachev1alpha1.CacheSpec) int64 {
 	return ExtstoreWriteBuffers*ExtstoreWriteBufferBytes + ExtstoreAlign +
 		maxItem +
 		io*ExtstoreIODepth*readBuffer +
-		workers*(maxItem+readBuffer) +
+		workers*(maxItem+readBuffer+ExtstoreWorkerReadBytes) +
 		pages*ExtstorePageTableBytes +
 		(ExtstoreBackgroundThreads+io)*PerThreadBytes
 }

@@ -213,14 +213,14 @@ func TestExtstoreMemoryBudget(t *testing.T) {
 	})
 	b := Budget(s, Options{})
 	// 4 x 4Mi of write buffers + 4Ki, the flusher's 1Mi, 8 read buffers of
-	// 1Mi+8Ki for the IO thread, 2 workers x (1Mi + 1Mi+8Ki), 143 pages x
-	// 76 B, 3 stacks of 2Mi.
-	if want := int64(35<<20 + 84<<10 + 143*76); b.Extstore != want {
+	// 1Mi+8Ki for the IO thread, 2 workers x (1Mi + 1Mi+8Ki + 64 x 33Ki of
+	// their own reads), 143 pages x 76 B, 3 stacks of 2Mi.
+	if want := int64(35<<20 + 84<<10 + 2*64*33<<10 + 143*76); b.Extstore != want {
 		t.Fatalf("extstore memory %d, want %d", b.Extstore, want)
 	}
-	// 134.5Mi + 35Mi + 94.6Ki -> 170Mi: the limit grows by the part, rounded up.
-	if b.Limit != 170<<20 {
-		t.Fatalf("limit %dMi, want 170Mi", b.Limit>>20)
+	// 134.5Mi + 39.1Mi + 94.6Ki -> 174Mi: the limit grows by the part, rounded up.
+	if b.Limit != 174<<20 {
+		t.Fatalf("limit %dMi, want 174Mi", b.Limit>>20)
 	}
 	// Four IO threads, two workers and 2Mi items (with extstore the API
 	// allows at most 4091Ki): 16Mi + 4Ki, the flusher's 2Mi, 4 x 8 read
@@ -228,12 +228,12 @@ func TestExtstoreMemoryBudget(t *testing.T) {
 	s.Extstore.IOThreads = ptr.To(int32(4))
 	s.Memory = resource.MustParse("64Mi")
 	s.Engine.MaxItemSize = ptr.To(resource.MustParse("2Mi"))
-	if got, want := ExtstoreBytes(s), int64(16<<20+4<<10+2<<20+32*(2<<20+8<<10)+2*(4<<20+8<<10)+143*76+6*(2<<20)); got != want {
+	if got, want := ExtstoreBytes(s), int64(16<<20+4<<10+2<<20+32*(2<<20+8<<10)+2*(4<<20+8<<10+64*33<<10)+143*76+6*(2<<20)); got != want {
 		t.Fatalf("extstore memory with 4 IO threads %d, want %d", got, want)
 	}
 	// Every worker may read an item on disk back: more workers, more memory.
 	s.Engine.Threads = ptr.To(int32(4))
-	if got, want := ExtstoreBytes(s), int64(16<<20+4<<10+2<<20+32*(2<<20+8<<10)+4*(4<<20+8<<10)+143*76+6*(2<<20)); got != want {
+	if got, want := ExtstoreBytes(s), int64(16<<20+4<<10+2<<20+32*(2<<20+8<<10)+4*(4<<20+8<<10+64*33<<10)+143*76+6*(2<<20)); got != want {
 		t.Fatalf("extstore memory with 4 workers %d, want %d", got, want)
 	}
 }

@@ -214,21 +214,21 @@ def test_after_the_cache_filled_once_a_hot_set_stays_in_ram(start_server, tmp_pa
 BIG = FILLER_VALUE   # goes to disk (>= ext_item_size); the filler's slab class, so it is the coldest there
 
 
-def big(tag):
-    return (tag.encode() + b"-") * (BIG // (len(tag) + 1)) + b"#" * (BIG % (len(tag) + 1))
+def big(tag, size=BIG):
+    return (tag.encode() + b"-") * (size // (len(tag) + 1)) + b"#" * (size % (len(tag) + 1))
 
 
-def store_targets(c, keys, flags=5):
+def store_targets(c, keys, flags=5, size=BIG):
     for k in keys:
-        assert c.store("set", k, big(k), flags=flags) == b"STORED"
+        assert c.store("set", k, big(k, size), flags=flags) == b"STORED"
 
 
-def targets_in_the_file(c, keys):
+def targets_in_the_file(c, keys, size=BIG):
     """Stores the targets, waits until they are written, then writes 4 MB more
     behind them, so that their write buffers surely reached the file (a read
     of a record still in a buffer is served from memory)."""
     more = 4 * 1024 * 1024 // FILLER_VALUE
-    store_targets(c, keys, flags=0)
+    store_targets(c, keys, flags=0, size=size)
     wait_written(c, len(keys))
     fill(c, more)
     wait_written(c, len(keys) + more)
@@ -373,7 +373,10 @@ def test_multiget_mixing_ram_and_disk_answers_in_request_order(start_server, tmp
 
 @pytest.mark.test_hooks
 @pytest.mark.cachetd_only(reason="CACHET_TEST_BREAK_URING is a switch of cachetd's test build")
-def test_a_ring_that_fails_mid_batch_reads_its_values_again_with_pread(start_server, tmp_path, monkeypatch):
+# 4 KB values are read by the worker's own ring; 40 KB ones do not fit its
+# 32 KiB slots and go to the IO threads' rings (ext_io.h)
+@pytest.mark.parametrize("size", [BIG, 40 * 1024], ids=["worker-ring", "io-thread-ring"])
+def test_a_ring_that_fails_mid_batch_reads_its_values_again_with_pread(start_server, tmp_path, monkeypatch, size):
     """An io_uring_enter that fails after submitting leaves reads the ring
     never reported: the values are still on disk, so they are read again
     with pread (into new buffers; the kernel may still write the old ones)
@@ -385,20 +388,20 @@ def test_a_ring_that_fails_mid_batch_reads_its_values_again_with_pread(start_ser
     with srv.conn() as c:
         if c.stats("settings")["ext_io_engine"] != "io_uring":
             pytest.skip("this kernel refuses io_uring reads: there is no ring to fail")
-        targets_in_the_file(c, keys)
+        targets_in_the_file(c, keys, size=size)
         before = stat(c, "get_extstore")
         c.send(("get " + " ".join(keys) + "\r\n").encode())
         got = get_reply_in_order(c)
         assert [k for k, _ in got] == keys
         for k, data in got:
-            assert data == big(k), k
+            assert data == big(k, size), k
         assert stat(c, "get_extstore") >= before + len(keys) - 1
         assert stat(c, "extstore_read_errors") == 0
         assert stat(c, "miss_from_extstore") == 0
         assert c.stats("settings")["ext_io_engine"] == "pread"
         # and the next reads go through pread
         for k in keys[:5]:
-            assert get_one(c, k) == (0, big(k), None)
+            assert get_one(c, k) == (0, big(k, size), None)
     srv.check_healthy()
 
 
