@@ -39,6 +39,7 @@ struct bucket {
     char    *wbuf;              /* EXT_ALIGN aligned, wbuf_size bytes */
     uint64_t wbuf_used;
     uint64_t wbuf_page_off;     /* page offset the buffer will be written at (aligned) */
+    bool     writing;           /* the buffer is being written out, without the lock */
 };
 
 /* The header block at the start of every page. A warm restart will add the
@@ -56,6 +57,7 @@ struct page_header {
 
 struct extstore {
     pthread_mutex_t lock;
+    pthread_cond_t  wbuf_written;   /* a bucket's `writing` cleared */
     struct ext_conf conf;
     int fds[EXT_MAX_FILES];
     unsigned nfiles;
@@ -296,14 +298,29 @@ static void page_close(struct extstore *e, struct bucket *bk)
 
 /* Writes the bucket's buffer to its page. On failure every record of the
  * page is dropped (a new version): a locator into it must not find whatever
- * the disk holds there. Lock held. */
+ * the disk holds there. Lock held; released during the write itself. */
+static void wbuf_wait(struct extstore *e, struct bucket *bk)
+{
+    while (bk->writing) pthread_cond_wait(&e->wbuf_written, &e->lock);
+}
+
 static int wbuf_flush(struct extstore *e, struct bucket *bk)
 {
+    wbuf_wait(e, bk);
     if (bk->page < 0 || bk->wbuf_used == 0) return 0;
     struct page *p = &e->pages[bk->page];
     uint64_t len = align_up(bk->wbuf_used, EXT_ALIGN);
     memset(bk->wbuf + bk->wbuf_used, 0, len - bk->wbuf_used);
-    int rc = write_full(p->fd, bk->wbuf, len, p->file_off + bk->wbuf_page_off);
+    /* without the lock (extstore.h): the bucket's buffer, page and offsets
+     * stay as they are until `writing` clears */
+    int fd = p->fd;
+    uint64_t at = p->file_off + bk->wbuf_page_off;
+    bk->writing = true;
+    pthread_mutex_unlock(&e->lock);
+    int rc = write_full(fd, bk->wbuf, len, at);
+    pthread_mutex_lock(&e->lock);
+    bk->writing = false;
+    pthread_cond_broadcast(&e->wbuf_written);
     if (rc < 0) {
         add(&e->stats.writes_failed, 1);
         int b = p->bucket;
@@ -350,6 +367,7 @@ struct extstore *ext_open(const struct ext_file_spec *files, unsigned nfiles,
     struct extstore *e = calloc(1, sizeof(*e));
     if (!e) { snprintf(err, errlen, "extstore: out of memory"); return NULL; }
     pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->wbuf_written, NULL);
     pthread_mutex_init(&e->walk_lock, NULL);
     e->conf = *conf;
     for (unsigned i = 0; i < EXT_MAX_FILES; i++) e->fds[i] = -1;
@@ -442,6 +460,7 @@ void ext_close(struct extstore *e)
     pthread_mutex_destroy(&e->walk_lock);
     free(e->pages);
     free(e->free_list);
+    pthread_cond_destroy(&e->wbuf_written);
     pthread_mutex_destroy(&e->lock);
     free(e);
 }
@@ -454,6 +473,7 @@ int ext_write(struct extstore *e, enum ext_bucket b, const void *key, uint32_t n
     if (nkey > 255 || rs > e->conf.wbuf_size) return -E2BIG;
     pthread_mutex_lock(&e->lock);
     struct bucket *bk = &e->buckets[b];
+    wbuf_wait(e, bk);   /* another thread is writing this buffer out */
     int rc = 0;
     bool room = false;
     /* at most twice round: a fresh page always has room (rs <= wbuf_size) */

@@ -43,6 +43,11 @@
  * ext_read takes it only to check the version and to copy from a write
  * buffer; the pread itself runs without it, and the version is checked again
  * after it, so a page evicted and rewritten during the read gives a miss.
+ * A full buffer is written to disk without the lock, too: workers take it
+ * for every disk GET, and a multi-megabyte write under it stalled them
+ * all. The bucket is marked `writing` meanwhile: its buffer and page stay
+ * as they are (reads of its records copy from the buffer, which nothing
+ * changes), and the next writer of that bucket waits for the mark to clear.
  * Counters are atomics, read by the stats registry without the lock.
  */
 #ifndef CACHET_EXTSTORE_H
