@@ -39,6 +39,7 @@ struct ext_reader {
     struct slot  *slots;
     char         *leaked;           /* the buffers of a broken ring's last batch */
     /* started reads only (ext_reader_start) */
+    bool          refused;          /* the file refused a ring read: start no more */
     unsigned     *free;             /* slots not in flight */
     unsigned      nfree;
     unsigned      inflight;         /* submitted or queued, not yet finished */
@@ -219,12 +220,13 @@ void ext_reader_fetch(struct ext_reader *r, storage_thread *t, struct ext_fetch 
 
 int ext_reader_fd(const struct ext_reader *r)
 {
-    return ext_reader_uses_uring(r) ? uring_fd(r->ring) : -1;
+    if (!ext_reader_uses_uring(r) || (r->refused && !r->inflight)) return -1;
+    return uring_fd(r->ring);
 }
 
 bool ext_reader_can_start(const struct ext_reader *r, uint32_t nkey, uint32_t nbytes)
 {
-    return r->nfree && r->bufs && ext_reader_uses_uring(r) &&
+    return r->nfree && r->bufs && !r->refused && ext_reader_uses_uring(r) &&
            ext_record_size(nkey, nbytes) + EXT_ALIGN <= r->buf_size;
 }
 
@@ -314,6 +316,10 @@ void ext_reader_reap(struct ext_reader *r, storage_thread *t, bool wait_all,
             if (ud >= r->depth) continue;
             struct slot *s = &r->slots[ud];
             if (!s->f || !s->disk || s->reaped) continue;
+            /* a filesystem that will not read this file through the ring:
+             * this read is done with pread (ring_result), and the worker's
+             * next reads go to the IO threads, which may block */
+            if (res == -EOPNOTSUPP || res == -EINVAL) r->refused = true;
             ring_result(s, s->buf, res);
             s->reaped = true;
             finish_started(r, t, s, done, arg);

@@ -66,7 +66,9 @@ void ext_reader_fetch(struct ext_reader *r, storage_thread *t, struct ext_fetch 
  * fails in either reads what it never reported again with pread, finishes
  * it, and ext_reader_fd is -1 from then on.
  * ext_reader_fd: the ring's fd, readable while completions wait; -1 when
- * the reader does not (or no longer) read through a ring. */
+ * the reader does not (or no longer) read through a ring, or once the file
+ * refused a ring read (EOPNOTSUPP, EINVAL) and the reads then in flight are
+ * finished: a worker must not fall back to pread, which waits for the disk. */
 int  ext_reader_fd(const struct ext_reader *r);
 bool ext_reader_can_start(const struct ext_reader *r, uint32_t nkey, uint32_t nbytes);
 void ext_reader_start(struct ext_reader *r, storage_thread *t, struct ext_fetch *f,
