@@ -449,7 +449,9 @@ def test_concurrent_disk_gets_with_io_depth_come_back_right_and_in_request_order
     (one io_uring_enter for the batch): several connections asking for disk
     values at the same time each get every value right, in request order,
     whatever order the disk completes them in."""
-    srv = start_ext(start_server, tmp_path, size="64m", extra_opts="ext_item_age=1,ext_threads=1,ext_io_depth=16")
+    # ext_recache_rate=0: values read twice stay on disk, so every round reads the disk
+    srv = start_ext(start_server, tmp_path, size="64m",
+                    extra_opts="ext_item_age=1,ext_threads=1,ext_io_depth=16,ext_recache_rate=0")
     disk = [f"q{i}" for i in range(150)]
     ram = [f"ram{i}" for i in range(20)]
     with srv.conn() as c:
@@ -761,6 +763,51 @@ def test_recache_rate_brings_a_disk_value_back_to_ram(start_server, tmp_path):
         for _ in range(3):   # from RAM now
             assert get_one(c, "rc") == (3, big("rc"), None)
         assert int(c.stats()["get_extstore"]) == int(st["get_extstore"])
+
+
+@pytest.mark.cachetd_only(reason="memcached 1.6.45 lets 1 in ext_recache_rate (2000) of its twice-read values back; this rule is cachetd's")
+def test_a_value_read_again_sooner_than_ram_keeps_its_class_comes_back_to_ram(start_server, tmp_path):
+    """A hot value is not left on disk for good: read from disk a second time
+    sooner than the oldest value of its class has been in RAM, it comes back
+    to RAM (the default ext_recache_rate, 2000, would take 2000 disk hits).
+    A value read once stays on disk."""
+    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=4")
+    with srv.conn() as c:
+        store_targets(c, ["hot", "once"], flags=0)
+        wait_written(c, 2)   # idle 4 s: on disk
+        fill(c, 64)          # values of the same class, in RAM until idle 4 s
+        time.sleep(2.5)      # the oldest value in RAM is now over 2 s old
+        before = c.stats()
+        assert get_one(c, "once") == (0, big("once"), None)
+        assert get_one(c, "hot") == (0, big("hot"), None)
+        st = c.stats()
+        assert int(st["get_extstore"]) == int(before["get_extstore"]) + 2   # both were on disk
+        assert int(st["recache_from_extstore"]) == int(before["recache_from_extstore"])   # a first read
+        assert get_one(c, "hot") == (0, big("hot"), None)   # read again within a second: recached
+        st = c.stats()
+        assert int(st["recache_from_extstore"]) == int(before["recache_from_extstore"]) + 1
+        assert int(st["get_extstore"]) == int(before["get_extstore"]) + 3
+        for _ in range(3):   # from RAM now
+            assert get_one(c, "hot") == (0, big("hot"), None)
+        assert stat(c, "get_extstore") == int(st["get_extstore"])
+    srv.check_healthy()
+
+
+@pytest.mark.cachetd_only(reason="the hot rule it turns off is cachetd's")
+def test_recache_rate_zero_leaves_even_a_hot_value_on_disk(start_server, tmp_path):
+    """ext_recache_rate=0 recaches nothing, as in memcached, hot or not."""
+    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=4,ext_recache_rate=0")
+    with srv.conn() as c:
+        store_targets(c, ["hot"], flags=0)
+        wait_written(c, 1)
+        fill(c, 64)
+        time.sleep(2.5)
+        before = stat(c, "get_extstore")
+        for _ in range(4):
+            assert get_one(c, "hot") == (0, big("hot"), None)
+        assert stat(c, "get_extstore") == before + 4
+        assert stat(c, "recache_from_extstore") == 0
+    srv.check_healthy()
 
 
 def test_sets_and_deletes_racing_the_flusher_never_resurrect_old_values(start_server, tmp_path):
