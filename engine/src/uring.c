@@ -204,7 +204,9 @@ int uring_wait(struct uring *u, unsigned n)
     }
 }
 
-int uring_submit_and_wait(struct uring *u)
+/* Submits what is queued; with wait, also waits until as many completions
+ * exist (every operation but a disk read completes inside the submit). */
+static int submit(struct uring *u, bool wait)
 {
     unsigned n = u->queued;
     if (!n) return 0;
@@ -212,8 +214,8 @@ int uring_submit_and_wait(struct uring *u)
     u->queued = 0;
     unsigned submitted = 0;
     while (submitted < n) {
-        int rc = (int)syscall(__NR_io_uring_enter, u->fd, n - submitted, n - submitted,
-                              IORING_ENTER_GETEVENTS, NULL, 0);
+        int rc = (int)syscall(__NR_io_uring_enter, u->fd, n - submitted, wait ? n - submitted : 0,
+                              wait ? IORING_ENTER_GETEVENTS : 0, NULL, 0);
         if (rc < 0) {
             if (errno == EINTR) continue;
             return -errno;
@@ -224,24 +226,8 @@ int uring_submit_and_wait(struct uring *u)
     return (int)n;
 }
 
-int uring_submit(struct uring *u)
-{
-    unsigned n = u->queued;
-    if (!n) return 0;
-    __atomic_store_n(u->sq_tail, *u->sq_tail + n, __ATOMIC_RELEASE);
-    u->queued = 0;
-    unsigned submitted = 0;
-    while (submitted < n) {
-        int rc = (int)syscall(__NR_io_uring_enter, u->fd, n - submitted, 0, 0, NULL, 0);
-        if (rc < 0) {
-            if (errno == EINTR) continue;
-            return -errno;
-        }
-        if (rc == 0) return -EBUSY;
-        submitted += (unsigned)rc;
-    }
-    return (int)n;
-}
+int uring_submit_and_wait(struct uring *u) { return submit(u, true); }
+int uring_submit(struct uring *u) { return submit(u, false); }
 
 int uring_fd(const struct uring *u)
 {
