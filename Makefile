@@ -87,18 +87,14 @@ ENVTEST_START_TIMEOUT ?= 2m
 PROMETHEUS_OPERATOR_VERSION ?= $(shell awk '$$1=="require" && $$2=="github.com/prometheus-operator/prometheus-operator" {print $$3}' hack/tools/prometheus-operator/go.mod)
 PROMETHEUS_OPERATOR_CRDS = $$(cd /tmp && GOFLAGS= go mod download -json github.com/prometheus-operator/prometheus-operator@$(PROMETHEUS_OPERATOR_VERSION) | awk -F'"' '/"Dir"/{print $$4}')/example/prometheus-operator-crd
 .PHONY: test
-test: manifests generate fmt vet envtest kustomize ## Run unit and envtest tests against a real kube-apiserver and etcd: the current release and the floor.
+test: manifests generate fmt vet envtest envtest-floor kustomize ## Run unit and envtest tests against a real kube-apiserver and etcd: the current release and the floor.
 	@# test/promql runs every shipped PromQL query against Debian's Prometheus
 	@# scraping a real cachetd.
-	@# The floor's kube-apiserver is asked for only after the current run: on a
-	@# cold machine it is still building (hack/build-k8s.sh --background), and
-	@# waiting for it first left the current envtest idle for minutes.
 	$(MAKE) -s -C engine all
 	@echo "==> envtest on kube-apiserver $$(cat $(LOCALBIN)/k8s/VERSION) (current)"
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" KUSTOMIZE="$(KUSTOMIZE)" PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" \
 	KUBEBUILDER_CONTROLPLANE_START_TIMEOUT=$(ENVTEST_START_TIMEOUT) KUBEBUILDER_CONTROLPLANE_STOP_TIMEOUT=$(ENVTEST_START_TIMEOUT) \
 	go test $$(go list ./... | grep -v /test/e2e) -coverprofile cover.out
-	$(MAKE) -s envtest-floor
 	@echo "==> envtest on kube-apiserver $$(cat $(LOCALBIN)/k8s-floor/VERSION) (the chart's floor)"
 	KUBEBUILDER_ASSETS="$(ENVTEST_FLOOR_ASSETS)" KUSTOMIZE="$(KUSTOMIZE)" PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" \
 	KUBEBUILDER_CONTROLPLANE_START_TIMEOUT=$(ENVTEST_START_TIMEOUT) KUBEBUILDER_CONTROLPLANE_STOP_TIMEOUT=$(ENVTEST_START_TIMEOUT) \
