@@ -237,25 +237,26 @@ void ext_io_worker_free(struct ext_worker *xw)
     free(xw);
 }
 
-/* The read goes on the worker's own ring: true, or false when it cannot
- * (no slot, too large, no ring) and the IO threads take it. */
-static bool worker_read(struct conn *c, const struct reply_spec *spec, const char *key, uint32_t nkey,
-                        const struct item_view *v, bool *queued)
+/* "No slot now" is never a miss: with output queued (and somewhere for the
+ * read to go) the request waits for it to drain and asks again (false);
+ * with nothing to wait for the reply fails (SERVER_ERROR), as a RAM value
+ * without room does. */
+static bool no_slot(struct conn *c, bool can_wait)
 {
-    struct ext_worker *xw = c->w->ext;
-    if (!xw || !xw->nfree || !ext_reader_can_start(xw->reader, nkey, v->nbytes)) return false;
-    struct reply_handle *h = reply_defer(c, spec);
-    *queued = h != NULL;
-    if (!h) return true;
-    storage_ext_count_get();
-    struct job *j = &xw->jobs[xw->free[--xw->nfree]];
+    if (can_wait && out_can_wait(c)) return false;
+    storage_ext_count_oom();
+    c->out.failed = true;
+    return true;
+}
+
+static void job_fill(struct job *j, struct reply_handle *h, const char *key, uint32_t nkey,
+                     const struct item_view *v)
+{
+    j->next = NULL;
     j->h = h;
     j->v = *v;
     j->nkey = nkey;
     memcpy(j->key, key, nkey);
-    j->f = (struct ext_fetch){ .key = j->key, .nkey = nkey, .v = &j->v };
-    ext_reader_start(xw->reader, xw->st, &j->f, worker_fetched, xw);
-    return true;
 }
 
 bool ext_io_value(struct conn *c, const char *hd, size_t nhead, const char *miss, size_t nmiss,
@@ -263,36 +264,30 @@ bool ext_io_value(struct conn *c, const char *hd, size_t nhead, const char *miss
 {
     struct reply_spec spec = { .head = hd, .nhead = nhead, .tail = "\r\n", .ntail = 2,
                                .miss = miss, .nmiss = nmiss, .max_bytes = v->nbytes, .ext = true };
-    bool queued;
-    if (worker_read(c, &spec, key, nkey, v, &queued)) {
-        if (queued) return true;
-        /* no reply slot: as below */
-        if (out_can_wait(c)) return false;
-        storage_ext_count_oom();
-        c->out.failed = true;
+    /* on the worker's own ring when it has a free slot that fits */
+    struct ext_worker *xw = c->w->ext;
+    if (xw && xw->nfree && ext_reader_can_start(xw->reader, nkey, v->nbytes)) {
+        struct reply_handle *h = reply_defer(c, &spec);
+        if (!h) return no_slot(c, true);
+        storage_ext_count_get();
+        struct job *j = &xw->jobs[xw->free[--xw->nfree]];
+        job_fill(j, h, key, nkey, v);
+        j->f = (struct ext_fetch){ .key = j->key, .nkey = nkey, .v = &j->v };
+        ext_reader_start(xw->reader, xw->st, &j->f, worker_fetched, xw);
         return true;
     }
-    /* the job is connection memory like the slot: reserved from the budget */
+    /* else to the IO threads; the job is connection memory like the slot:
+     * reserved from the budget */
     bool reserved = nthreads && bufmem_reserve(sizeof(struct job));
     struct job *j = reserved ? malloc(sizeof *j) : NULL;
     struct reply_handle *h = j ? reply_defer(c, &spec) : NULL;
     if (!h) {
         free(j);
         if (reserved) bufmem_release(sizeof(struct job));
-        /* "no slot now" is never a miss: with output queued the request
-         * waits for it to drain and asks again; with nothing to wait for
-         * the reply fails (SERVER_ERROR), as a RAM value without room does */
-        if (nthreads && out_can_wait(c)) return false;
-        storage_ext_count_oom();
-        c->out.failed = true;
-        return true;
+        return no_slot(c, nthreads != 0);
     }
     storage_ext_count_get();
-    j->next = NULL;
-    j->h = h;
-    j->v = *v;
-    j->nkey = nkey;
-    memcpy(j->key, key, nkey);
+    job_fill(j, h, key, nkey, v);
     storage_ext_count_queue(1);
     pthread_mutex_lock(&lock);
     if (tail) tail->next = j; else head = j;
