@@ -230,9 +230,17 @@ bool ext_reader_can_start(const struct ext_reader *r, uint32_t nkey, uint32_t nb
            ext_record_size(nkey, nbytes) + EXT_ALIGN <= r->buf_size;
 }
 
-unsigned ext_reader_inflight(const struct ext_reader *r)
+unsigned ext_reader_next_slot(const struct ext_reader *r)
 {
-    return r->inflight;
+    return r->free[r->nfree - 1];
+}
+
+/* A started read is over and replied to: its slot is free again. */
+static void slot_release(struct ext_reader *r, struct slot *s)
+{
+    s->f = NULL;
+    r->inflight--;
+    r->free[r->nfree++] = (unsigned)(s - r->slots);
 }
 
 /* Slot s's read is back (or was read again with pread): finish it, free
@@ -245,9 +253,7 @@ static void finish_started(struct ext_reader *r, storage_thread *t, struct slot 
     s->r = ext_read_finish(e, &s->op, s->buf, s->got, &s->loc, f->key, f->nkey, f->v->nbytes, &f->value);
     s->disk = false;
     finish_one(t, f, s, s->buf, done, arg);
-    s->f = NULL;
-    r->inflight--;
-    r->free[r->nfree++] = (unsigned)(s - r->slots);
+    slot_release(r, s);
 }
 
 void ext_reader_start(struct ext_reader *r, storage_thread *t, struct ext_fetch *f,
@@ -276,9 +282,7 @@ void ext_reader_start(struct ext_reader *r, storage_thread *t, struct ext_fetch 
      * write buffer, copied into this slot's buffer */
     if (s->r == EXT_HIT) f->value = buf;
     finish_one(t, f, s, buf, done, arg);
-    s->f = NULL;
-    r->inflight--;
-    r->free[r->nfree++] = i;
+    slot_release(r, s);
 }
 
 /* The ring failed: the reads it never reported are read again with pread

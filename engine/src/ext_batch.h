@@ -70,6 +70,9 @@ void ext_reader_fetch(struct ext_reader *r, storage_thread *t, struct ext_fetch 
  * refused a ring read (EOPNOTSUPP, EINVAL) and the reads then in flight are
  * finished: a worker must not fall back to pread, which waits for the disk. */
 int  ext_reader_fd(const struct ext_reader *r);
+/* The slot the next ext_reader_start takes (only after can_start said yes):
+ * a caller keeps per-read state of its own in an array indexed by it. */
+unsigned ext_reader_next_slot(const struct ext_reader *r);
 bool ext_reader_can_start(const struct ext_reader *r, uint32_t nkey, uint32_t nbytes);
 void ext_reader_start(struct ext_reader *r, storage_thread *t, struct ext_fetch *f,
                       void (*done)(void *arg, struct ext_fetch *f), void *arg);
@@ -77,6 +80,5 @@ void ext_reader_submit(struct ext_reader *r, storage_thread *t,
                        void (*done)(void *arg, struct ext_fetch *f), void *arg);
 void ext_reader_reap(struct ext_reader *r, storage_thread *t, bool wait_all,
                      void (*done)(void *arg, struct ext_fetch *f), void *arg);
-unsigned ext_reader_inflight(const struct ext_reader *r);
 
 #endif

@@ -52,9 +52,7 @@ struct ext_worker {
     struct ext_reader *reader;
     storage_thread    *st;
     bool               reaping;   /* completions are drained by the caller next */
-    unsigned           nfree;
-    unsigned           free[EXT_WORKER_READS];
-    struct job         jobs[EXT_WORKER_READS];
+    struct job         jobs[EXT_WORKER_READS];   /* one per reader slot, same index */
 };
 
 struct io_thread {
@@ -186,7 +184,6 @@ struct ext_worker *ext_io_worker_new(storage_thread *st)
         free(xw);
         return NULL;
     }
-    for (unsigned i = 0; i < EXT_WORKER_READS; i++) xw->free[xw->nfree++] = i;
     pthread_mutex_lock(&lock);
     xw->next = worker_readers;
     worker_readers = xw;
@@ -209,7 +206,6 @@ static void worker_fetched(void *arg, struct ext_fetch *f)
     if (xw->reaping) reply_complete_here(j->h, st, NULL, f->hit ? f->value : NULL, f->hit ? j->v.nbytes : 0);
     else reply_complete(j->h, st, NULL, f->hit ? f->value : NULL, f->hit ? j->v.nbytes : 0);
     j->h = NULL;
-    xw->free[xw->nfree++] = (unsigned)(j - xw->jobs);
 }
 
 void ext_io_worker_submit(struct ext_worker *xw)
@@ -266,11 +262,11 @@ bool ext_io_value(struct conn *c, const char *hd, size_t nhead, const char *miss
                                .miss = miss, .nmiss = nmiss, .max_bytes = v->nbytes, .ext = true };
     /* on the worker's own ring when it has a free slot that fits */
     struct ext_worker *xw = c->w->ext;
-    if (xw && xw->nfree && ext_reader_can_start(xw->reader, nkey, v->nbytes)) {
+    if (xw && ext_reader_can_start(xw->reader, nkey, v->nbytes)) {
         struct reply_handle *h = reply_defer(c, &spec);
         if (!h) return no_slot(c, true);
         storage_ext_count_get();
-        struct job *j = &xw->jobs[xw->free[--xw->nfree]];
+        struct job *j = &xw->jobs[ext_reader_next_slot(xw->reader)];
         job_fill(j, h, key, nkey, v);
         j->f = (struct ext_fetch){ .key = j->key, .nkey = nkey, .v = &j->v };
         ext_reader_start(xw->reader, xw->st, &j->f, worker_fetched, xw);
