@@ -10,10 +10,10 @@
 #       the oldest supported release instead (hack/tools/k8s-floor, into
 #       bin/k8s-floor/), for envtest on the chart's kubeVersion floor
 #   hack/build-k8s.sh --background
-#       starts, niced, every build make check needs (envtest's two
-#       kube-apiservers first, then the local cluster's binaries and its
-#       CoreDNS image) and returns
-#       at once (log: bin/k8s/background.log). A later call for the same binary
+#       starts, niced, every build make check needs (envtest's current
+#       kube-apiserver first, then the local cluster's binaries and its
+#       CoreDNS image, and last the floor's kube-apiserver, whose envtest make
+#       check runs after the e2e) and returns at once (log: bin/k8s/background.log). A later call for the same binary
 #       waits on its lock and finds it cached, so the cold builds use the cores
 #       the engine's tests leave idle instead of running after them.
 set -euo pipefail
@@ -23,9 +23,9 @@ if [ "${1:-}" = --background ]; then
   log="$root/bin/k8s/background.log"
   (
     K8S_RELEASE=current nice -n 10 "$0" kube-apiserver &&
-      K8S_RELEASE=floor nice -n 10 "$0" kube-apiserver &&
       K8S_RELEASE=current nice -n 10 "$0" kube-controller-manager kube-scheduler kubelet kube-proxy kubectl &&
-      nice -n 10 "$root/hack/images.sh" build coredns
+      nice -n 10 "$root/hack/images.sh" build coredns &&
+      K8S_RELEASE=floor nice -n 10 "$0" kube-apiserver
   ) >"$log" 2>&1 </dev/null &
   echo "==> building Kubernetes binaries in the background (pid $!, log $log)"
   exit 0
