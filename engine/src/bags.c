@@ -15,7 +15,8 @@
  *    old bags, moves items whose stamp says they were touched into the newest
  *    alternate bag (the previous newest, so workers appending to the newest
  *    do not contend with it), drops dead (deleted/replaced), expired and
- *    flushed items, and merges small bags into their newer neighbour.
+ *    flushed items and extstore stubs whose page is gone, and merges small
+ *    bags into their newer neighbour.
  *  - Eviction takes the class's eviction lock, walks the first N items of
  *    the oldest bag, gives touched items a second chance (move forward), and
  *    evicts the first untouched one nobody holds a reference to.
@@ -41,6 +42,9 @@
 #define CLEAN_BUDGET 10000     /* items visited per class per pass: bounds how long the class lock is held */
 #define BAG_MAX_AGE 5          /* seconds before an idle newest bag is closed anyway */
 #define SWEEP_INTERVAL 60      /* seconds between sweeps that only look for expired items */
+/* A stub orphaned by a page eviction may sit in a bag still open to appends,
+ * which a sweep skips; every such bag is closed and editable by then. */
+#define ORPHAN_RESWEEP (2 * BAG_MAX_AGE + 2)
 
 struct bag {
     _Atomic uint32_t head;      /* oldest item */
@@ -63,6 +67,8 @@ struct lru {
     _Atomic uint32_t oldest_time;  /* last access of the oldest item, kept for readers that take no lock */
     bool sweeping;              /* a sweep over all bags is under way */
     rel_time_t last_sweep;
+    uint64_t orphans_seen;      /* ext_orphan_generation() a sweep last started with */
+    rel_time_t orphan_resweep;  /* when to sweep again for them (0: no need) */
 } __attribute__((aligned(64)));
 
 struct class_stats g_class_stats[MAX_SLAB_CLASSES + 1] __attribute__((aligned(64)));
@@ -300,10 +306,13 @@ static enum fate reclaim_if_dead(struct bag *b, item *prev, item *it, int clsid,
     uint8_t fl = item_fl(it);
     rel_time_t now = now_time();
     if (fl & ITEM_LINKED) {
-        if (item_is_live(it, now)) return KEEP;
+        /* a stub whose page is gone goes too, as memcached's LRU crawler
+         * reclaims a header whose page was evicted: a GET would miss anyway */
+        bool live = item_is_live(it, now);
+        if (live && !ext_stub_orphaned(it)) return KEEP;
         bool unfetched = !(atomic_load_explicit(&it->bag, memory_order_relaxed) & ITEM_FETCHED_BIT);
         if (!unlink_for_reclaim(it, wait)) return BUSY;
-        if (!item_is_flushed(it, now)) {
+        if (!live && !item_is_flushed(it, now)) {
             atomic_fetch_add_explicit(&g_class_stats[clsid].expired, 1, memory_order_relaxed);
             if (unfetched) atomic_fetch_add_explicit(&g_class_stats[clsid].expired_unfetched, 1, memory_order_relaxed);
         }
@@ -382,11 +391,31 @@ static uint32_t bag_target(int clsid)
 
 /* Sweeping every bag costs a pass over the class; do it when enough dead
  * (deleted/replaced) items wait to be reclaimed, or after a flush. */
-static bool class_needs_sweep(int clsid, bool flush)
+/* Extstore evicted or dropped a page since this class's last sweep started
+ * (or the bags open then have closed since): the stubs into it read as
+ * misses but would stay in RAM until evicted. */
+static bool class_has_new_orphans(int clsid, const struct lru *l)
+{
+    if (clsid > ext_stub_class_max()) return false;
+    return ext_orphan_generation() != l->orphans_seen || (l->orphan_resweep && now_time() >= l->orphan_resweep);
+}
+
+static void note_orphans_swept(struct lru *l, rel_time_t now)
+{
+    uint64_t gen = ext_orphan_generation();
+    if (gen != l->orphans_seen) {
+        l->orphans_seen = gen;
+        l->orphan_resweep = now + ORPHAN_RESWEEP;
+    } else if (l->orphan_resweep && now >= l->orphan_resweep) {
+        l->orphan_resweep = 0;
+    }
+}
+
+static bool class_needs_sweep(int clsid, const struct lru *l, bool flush)
 {
     uint64_t dead = atomic_load_explicit(&g_class_stats[clsid].dead_waiting, memory_order_relaxed);
     uint64_t live = atomic_load_explicit(&g_class_stats[clsid].curr_items, memory_order_relaxed);
-    return flush || dead > live / 8 + 64;
+    return flush || dead > live / 8 + 64 || (live > 0 && class_has_new_orphans(clsid, l));
 }
 
 static void note_oldest(struct lru *l);
@@ -415,10 +444,11 @@ static void clean_class(int clsid, bool flush, bool full, struct limbo *lb)
      * chain on every pass. */
     unsigned budget = full ? UINT32_MAX : CLEAN_BUDGET;
     bool has_items = atomic_load_explicit(&g_class_stats[clsid].curr_items, memory_order_relaxed) > 0;
-    if (!l->sweeping && (full || class_needs_sweep(clsid, flush) ||
+    if (!l->sweeping && (full || class_needs_sweep(clsid, l, flush) ||
                          (has_items && now - l->last_sweep >= SWEEP_INTERVAL))) {
         l->sweeping = true;
         l->cursor = NULL;
+        note_orphans_swept(l, now);
     }
     bool sweep = l->sweeping;
     struct bag *b = sweep && l->cursor ? l->cursor : l->oldest;

@@ -18,8 +18,9 @@
  * fills the next page.
  *
  * Counters, as memcached names them: rescues (records moved), lost (live,
- * but no memory for the new stub or no room on disk: the page goes anyway
- * and the key reads as a miss), skipped (dropped as unread). resc_cold and
+ * but no memory for the new stub, no room on disk, or a page that could not
+ * be read: the page goes anyway and the key reads as a miss; counted as the
+ * live records the drop left), skipped (dropped as unread). resc_cold and
  * resc_old count, in memcached 1.6.45, only rescues into a "coldcompact" or
  * "old" bucket, which exist only when an ext_path names them
  * (FILE:SIZE:coldcompact); without them it shows 0 however many cold
@@ -57,7 +58,7 @@ static struct bgthread compactor = { .name = "cachet-extcomp", .pass = compact_p
 struct walk {
     rel_time_t written;     /* the page was opened then: records are no older */
     bool drop_unread;
-    uint64_t lost, rescues, skipped;
+    uint64_t rescues, skipped;
 };
 
 static int on_record(void *arg, const struct ext_record *r)
@@ -71,7 +72,7 @@ static int on_record(void *arg, const struct ext_record *r)
         w->rescues++;
         break;
     case EXT_RELOC_DROPPED: w->skipped++; break;
-    case EXT_RELOC_LOST:    w->lost++; break;
+    case EXT_RELOC_LOST:    /* still live on the page: counted when it is dropped */
     case EXT_RELOC_GONE:    break;
     }
     return 0;
@@ -104,14 +105,15 @@ static bool compact_pass(void *arg)
                       .drop_unread = x->drop_unread || free_pages < x->drop_under };
     int rc = ext_page_walk(e, (uint32_t)page, version, on_record, &w);
     bool dropped = false;
+    uint64_t lost = 0;
     /* A page that cannot be read (EIO) is freed too: its records read as
      * misses anyway, and keeping it would make every pass pick it again.
      * Without memory for the walk's buffer the page stays, whole, for a
      * later pass. */
-    if (rc != -ESTALE && rc != -ENOMEM) dropped = ext_page_drop(e, (uint32_t)page, version, true);
+    if (rc != -ESTALE && rc != -ENOMEM) dropped = ext_page_drop(e, (uint32_t)page, version, true, &lost);
     count(&n_rescues, w.rescues);
     count(&n_skipped, w.skipped);
-    count(&n_lost, w.lost);
+    count(&n_lost, lost);
     return dropped || rc == -ESTALE;
 }
 

@@ -25,7 +25,8 @@
  * only, as memcached). Items whose TTL
  * left is under ext_low_ttl go to the low-TTL bucket, so their pages empty
  * out together. When the disk is full extstore.c evicts its oldest page; the
- * stubs into it read as misses from then on.
+ * stubs into it read as misses from then on, and the cleaner (bags.c) sweeps
+ * them out of RAM, as memcached's LRU crawler does (ext_stub_orphaned).
  *
  * Concurrency: an item is replaced only if it is unchanged. The flusher
  * copies the value under the key's stripe lock inside a read section, writes
@@ -82,6 +83,23 @@ void ext_item_gone(item *it)
     struct ext_locator loc;
     memcpy(&loc, st.loc, sizeof loc);
     if (g_ext) ext_delete(g_ext, &loc, item_nkey(it), st.nbytes);
+}
+
+bool ext_stub_orphaned(item *it)
+{
+    if (!g_ext || !(item_layout(it) & ITEM_ON_DISK)) return false;
+    struct ext_stub st = item_ext_stub(it);
+    struct ext_locator loc;
+    memcpy(&loc, st.loc, sizeof loc);
+    return !ext_check(g_ext, &loc);
+}
+
+uint64_t ext_orphan_generation(void) { return g_ext ? ext_orphaning_resets(g_ext) : 0; }
+
+int ext_stub_class_max(void)
+{
+    if (!g_ext) return 0;
+    return slabs_stub_clsid(item_ntotal_for(ITEM_HAS_FLAGS | ITEM_HAS_EXPTIME | ITEM_ON_DISK, KEY_MAX_LENGTH, EXT_STUB_BYTES));
 }
 
 /* Metadata an item hands to its replacement (stub or value): CAS, expiry,

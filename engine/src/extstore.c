@@ -71,6 +71,7 @@ struct extstore {
     pthread_mutex_t walk_lock;  /* the one walker of walk_buf */
     char *walk_buf;             /* ext_page_walk's piece, wbuf_size bytes, allocated at its first walk */
     struct ext_stats stats;
+    _Atomic uint64_t orphaning_resets;  /* page_reset of a page that still held records */
 };
 
 /* ---- CRC32C ------------------------------------------------------------ */
@@ -223,6 +224,7 @@ static int write_full(int fd, const void *buf, size_t len, uint64_t off)
 /* Gives page p a new version and forgets what it held. Lock held. */
 static void page_reset(struct extstore *e, struct page *p, bool evicted)
 {
+    if (p->live_objs > 0) atomic_fetch_add_explicit(&e->orphaning_resets, 1, memory_order_release);
     if (evicted) {
         add(&e->stats.pages_evicted, 1);
         add(&e->stats.objects_evicted, (int64_t)p->live_objs);
@@ -666,6 +668,11 @@ bool ext_check(struct extstore *e, const struct ext_locator *loc)
            atomic_load_explicit(&e->pages[id].version, memory_order_acquire) == ext_loc_version(loc);
 }
 
+uint64_t ext_orphaning_resets(const struct extstore *e)
+{
+    return atomic_load_explicit(&e->orphaning_resets, memory_order_acquire);
+}
+
 void ext_delete(struct extstore *e, const struct ext_locator *loc, uint32_t nkey, uint32_t nval)
 {
     uint32_t id = ext_loc_page(loc);
@@ -795,14 +802,16 @@ int ext_page_walk(struct extstore *e, uint32_t page, uint32_t version,
 
 /* Refused (false) unless the page still has the version the caller walked:
  * a page evicted and reused since holds records nobody relocated. */
-bool ext_page_drop(struct extstore *e, uint32_t page, uint32_t version, bool compacted)
+bool ext_page_drop(struct extstore *e, uint32_t page, uint32_t version, bool compacted, uint64_t *orphaned)
 {
+    if (orphaned) *orphaned = 0;
     if (page >= e->npages) return false;
     pthread_mutex_lock(&e->lock);
     struct page *p = &e->pages[page];
     bool ok = !p->is_free && p->bucket < 0 &&
               atomic_load_explicit(&p->version, memory_order_relaxed) == (version & EXT_VERSION_MASK);
     if (ok) {
+        if (orphaned) *orphaned = p->live_objs;
         page_reset(e, p, false);
         p->is_free = true;
         e->free_list[e->nfree++] = page;

@@ -187,6 +187,10 @@ void ext_read_buf_free(void);
 
 /* Whether loc still points into its page's current contents. */
 bool ext_check(struct extstore *e, const struct ext_locator *loc);
+/* Counts page resets (eviction, or a drop after compaction) that left
+ * records behind: each may have orphaned locators, which ext_check now
+ * refuses. Lock-free; callers compare it with what they saw last. */
+uint64_t ext_orphaning_resets(const struct extstore *e);
 
 /* The item behind loc is gone (deleted, replaced, expired): its bytes count
  * as fragmentation of the page from now on. A stale loc is ignored. */
@@ -202,7 +206,9 @@ void ext_delete(struct extstore *e, const struct ext_locator *loc, uint32_t nkey
  * store's life (records never cross a buffer), and returns -ESTALE if the
  * page is no longer at that version (evicted and reused). ext_page_drop then
  * gives the page a new version and frees it, unless its version is no longer
- * `version` (false: a page reused since holds records nobody relocated). */
+ * `version` (false: a page reused since holds records nobody relocated); in
+ * *orphaned (if not NULL) the records still live on it, which nobody moved
+ * or deleted: their stubs read as misses from then on. */
 struct ext_record {
     struct ext_locator loc;
     const void *key;
@@ -213,7 +219,7 @@ struct ext_record {
 int ext_compact_pick(struct extstore *e, double under, uint32_t *version);
 int ext_page_walk(struct extstore *e, uint32_t page, uint32_t version,
                   int (*fn)(void *arg, const struct ext_record *r), void *arg);
-bool ext_page_drop(struct extstore *e, uint32_t page, uint32_t version, bool compacted);
+bool ext_page_drop(struct extstore *e, uint32_t page, uint32_t version, bool compacted, uint64_t *orphaned);
 
 /* Bytes a record of this key and value takes on a page. */
 static inline uint64_t ext_record_size(uint32_t nkey, uint32_t nval)

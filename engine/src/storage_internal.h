@@ -439,6 +439,13 @@ void ext_item_gone(item *it);
 bool ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t hv);
 /* Memory pressure seen by an evictor: wake the flusher. */
 void ext_note_pressure(void);
+/* The cleaner's view of stubs whose page was evicted or dropped since they
+ * were written (a GET would find them stale): ext_stub_orphaned tells one,
+ * any item, under the class lock; ext_orphan_generation changes whenever
+ * new ones may exist; ext_stub_class_max is the largest class a stub takes. */
+bool ext_stub_orphaned(item *it);
+uint64_t ext_orphan_generation(void);
+int ext_stub_class_max(void);
 
 /* ---- extstore reads (ext_items.c), for the batched reader (ext_batch.c) ---- */
 #include "extstore.h"
