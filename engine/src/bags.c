@@ -67,7 +67,7 @@ struct lru {
     _Atomic uint32_t oldest_time;  /* last access of the oldest item, kept for readers that take no lock */
     bool sweeping;              /* a sweep over all bags is under way */
     rel_time_t last_sweep;
-    uint64_t orphans_seen;      /* ext_orphan_generation() a sweep last started with */
+    uint64_t orphans_seen;      /* ext_records_orphaned_total() a sweep last started with */
     rel_time_t orphan_resweep;  /* when to sweep again for them (0: no need) */
 } __attribute__((aligned(64)));
 
@@ -391,31 +391,36 @@ static uint32_t bag_target(int clsid)
 
 /* Sweeping every bag costs a pass over the class; do it when enough dead
  * (deleted/replaced) items wait to be reclaimed, or after a flush. */
-/* Extstore evicted or dropped a page since this class's last sweep started
- * (or the bags open then have closed since): the stubs into it read as
- * misses but would stay in RAM until evicted. */
-static bool class_has_new_orphans(int clsid, const struct lru *l)
+/* Extstore orphaned enough stubs since this class's last sweep started to
+ * be worth one (the dead items' rule: the orphans of all classes against
+ * this one's items), or the bags open then have closed since: those stubs
+ * read as misses but would stay in RAM until evicted. */
+static bool many_orphans(const struct lru *l, uint64_t live)
 {
-    if (clsid > ext_stub_class_max()) return false;
-    return ext_orphan_generation() != l->orphans_seen || (l->orphan_resweep && now_time() >= l->orphan_resweep);
+    return ext_records_orphaned_total() - l->orphans_seen > live / 8 + 64;
 }
 
-static void note_orphans_swept(struct lru *l, rel_time_t now)
+static bool class_has_new_orphans(int clsid, const struct lru *l, uint64_t live)
 {
-    uint64_t gen = ext_orphan_generation();
-    if (gen != l->orphans_seen) {
-        l->orphans_seen = gen;
+    if (clsid > ext_stub_class_max()) return false;
+    return many_orphans(l, live) || (l->orphan_resweep && now_time() >= l->orphan_resweep);
+}
+
+static void note_orphans_swept(int clsid, struct lru *l, rel_time_t now)
+{
+    uint64_t live = atomic_load_explicit(&g_class_stats[clsid].curr_items, memory_order_relaxed);
+    if (clsid <= ext_stub_class_max() && many_orphans(l, live))
         l->orphan_resweep = now + ORPHAN_RESWEEP;
-    } else if (l->orphan_resweep && now >= l->orphan_resweep) {
+    else if (l->orphan_resweep && now >= l->orphan_resweep)
         l->orphan_resweep = 0;
-    }
+    l->orphans_seen = ext_records_orphaned_total();
 }
 
 static bool class_needs_sweep(int clsid, const struct lru *l, bool flush)
 {
     uint64_t dead = atomic_load_explicit(&g_class_stats[clsid].dead_waiting, memory_order_relaxed);
     uint64_t live = atomic_load_explicit(&g_class_stats[clsid].curr_items, memory_order_relaxed);
-    return flush || dead > live / 8 + 64 || (live > 0 && class_has_new_orphans(clsid, l));
+    return flush || dead > live / 8 + 64 || (live > 0 && class_has_new_orphans(clsid, l, live));
 }
 
 static void note_oldest(struct lru *l);
@@ -448,7 +453,7 @@ static void clean_class(int clsid, bool flush, bool full, struct limbo *lb)
                          (has_items && now - l->last_sweep >= SWEEP_INTERVAL))) {
         l->sweeping = true;
         l->cursor = NULL;
-        note_orphans_swept(l, now);
+        note_orphans_swept(clsid, l, now);
     }
     bool sweep = l->sweeping;
     struct bag *b = sweep && l->cursor ? l->cursor : l->oldest;

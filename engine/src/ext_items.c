@@ -82,7 +82,10 @@ void ext_item_gone(item *it)
     struct ext_stub st = item_ext_stub(it);
     struct ext_locator loc;
     memcpy(&loc, st.loc, sizeof loc);
-    if (g_ext) ext_delete(g_ext, &loc, item_nkey(it), st.nbytes);
+    /* versions only move forward: a stale locator stays stale, and the
+     * cleaner reclaiming the orphans of an evicted page must not queue on
+     * extstore's lock for each */
+    if (g_ext && ext_check(g_ext, &loc)) ext_delete(g_ext, &loc, item_nkey(it), st.nbytes);
 }
 
 bool ext_stub_orphaned(item *it)
@@ -94,7 +97,7 @@ bool ext_stub_orphaned(item *it)
     return !ext_check(g_ext, &loc);
 }
 
-uint64_t ext_orphan_generation(void) { return g_ext ? ext_orphaning_resets(g_ext) : 0; }
+uint64_t ext_records_orphaned_total(void) { return g_ext ? ext_records_orphaned(g_ext) : 0; }
 
 int ext_stub_class_max(void)
 {
@@ -310,7 +313,13 @@ enum ext_relocate_result ext_relocate(storage_thread *t, const struct ext_record
     uint32_t hv = hash_key(key, nkey);
     stripe_lock(hv);
     item *old = same_stub_locked(key, nkey, hv, loc);
-    if (!old || item_ext_stub(old).nbytes != r->nval || !item_is_live(old, now_time())) {
+    if (old && item_ext_stub(old).nbytes == r->nval && !item_is_live(old, now_time())) {
+        /* expired or flushed: it goes now, with its record, which the drop
+         * would otherwise count as lost */
+        item_unlink_locked(old, hv);
+        old = NULL;
+    }
+    if (!old || item_ext_stub(old).nbytes != r->nval) {
         stripe_unlock(hv);
         return EXT_RELOC_GONE;
     }

@@ -71,7 +71,7 @@ struct extstore {
     pthread_mutex_t walk_lock;  /* the one walker of walk_buf */
     char *walk_buf;             /* ext_page_walk's piece, wbuf_size bytes, allocated at its first walk */
     struct ext_stats stats;
-    _Atomic uint64_t orphaning_resets;  /* page_reset of a page that still held records */
+    _Atomic uint64_t records_orphaned;  /* live records of pages reset (evicted, dropped, failed write) */
 };
 
 /* ---- CRC32C ------------------------------------------------------------ */
@@ -224,7 +224,7 @@ static int write_full(int fd, const void *buf, size_t len, uint64_t off)
 /* Gives page p a new version and forgets what it held. Lock held. */
 static void page_reset(struct extstore *e, struct page *p, bool evicted)
 {
-    if (p->live_objs > 0) atomic_fetch_add_explicit(&e->orphaning_resets, 1, memory_order_release);
+    uint64_t orphaned = p->live_objs;
     if (evicted) {
         add(&e->stats.pages_evicted, 1);
         add(&e->stats.objects_evicted, (int64_t)p->live_objs);
@@ -237,6 +237,8 @@ static void page_reset(struct extstore *e, struct page *p, bool evicted)
     add(&e->stats.bytes_fragmented, -(int64_t)(p->written_bytes - p->live_bytes));
     atomic_store_explicit(&p->version, (atomic_load_explicit(&p->version, memory_order_relaxed) + 1) & EXT_VERSION_MASK,
                           memory_order_release);
+    /* after the new version: whoever sees the count sees the page stale */
+    if (orphaned) atomic_fetch_add_explicit(&e->records_orphaned, orphaned, memory_order_release);
     p->used = 0;
     p->written_bytes = p->live_bytes = p->live_objs = 0;
     p->bucket = -1;
@@ -668,9 +670,9 @@ bool ext_check(struct extstore *e, const struct ext_locator *loc)
            atomic_load_explicit(&e->pages[id].version, memory_order_acquire) == ext_loc_version(loc);
 }
 
-uint64_t ext_orphaning_resets(const struct extstore *e)
+uint64_t ext_records_orphaned(const struct extstore *e)
 {
-    return atomic_load_explicit(&e->orphaning_resets, memory_order_acquire);
+    return atomic_load_explicit(&e->records_orphaned, memory_order_acquire);
 }
 
 void ext_delete(struct extstore *e, const struct ext_locator *loc, uint32_t nkey, uint32_t nval)

@@ -187,10 +187,11 @@ void ext_read_buf_free(void);
 
 /* Whether loc still points into its page's current contents. */
 bool ext_check(struct extstore *e, const struct ext_locator *loc);
-/* Counts page resets (eviction, or a drop after compaction) that left
- * records behind: each may have orphaned locators, which ext_check now
- * refuses. Lock-free; callers compare it with what they saw last. */
-uint64_t ext_orphaning_resets(const struct extstore *e);
+/* The live records of every page reset so far (evicted, dropped after
+ * compaction, or lost to a failed write): the locators into them are
+ * orphaned, and ext_check refuses them. Lock-free; callers compare it with
+ * what they saw last. */
+uint64_t ext_records_orphaned(const struct extstore *e);
 
 /* The item behind loc is gone (deleted, replaced, expired): its bytes count
  * as fragmentation of the page from now on. A stale loc is ignored. */

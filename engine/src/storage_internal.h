@@ -441,10 +441,10 @@ bool ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t h
 void ext_note_pressure(void);
 /* The cleaner's view of stubs whose page was evicted or dropped since they
  * were written (a GET would find them stale): ext_stub_orphaned tells one,
- * any item, under the class lock; ext_orphan_generation changes whenever
- * new ones may exist; ext_stub_class_max is the largest class a stub takes. */
+ * any item, under the class lock; ext_records_orphaned_total counts them as
+ * they are made; ext_stub_class_max is the largest class a stub takes. */
 bool ext_stub_orphaned(item *it);
-uint64_t ext_orphan_generation(void);
+uint64_t ext_records_orphaned_total(void);
 int ext_stub_class_max(void);
 
 /* ---- extstore reads (ext_items.c), for the batched reader (ext_batch.c) ---- */
