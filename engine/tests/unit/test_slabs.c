@@ -275,6 +275,75 @@ static void test_page_moves_by_age(void)
     teardown();
 }
 
+/* An extstore stub without extstore: a stored item swapped for an item of
+ * the stub layout, as the flusher swaps them, so it lands in a stub class. */
+static int put_stubs(const char *prefix, int count)
+{
+    char k[64];
+    int ok = 0;
+    static const char zero[EXT_STUB_BYTES];
+    for (int i = 0; i < count; i++) {
+        sprintf(k, "%s%05d", prefix, i);
+        if (put(k, "v") != STORE_STORED) continue;
+        size_t nk = strlen(k);
+        item *stub = alloc_item(T, k, nk, 0, 0, EXT_STUB_BYTES, ITEM_ON_DISK, NULL);
+        if (!stub) continue;
+        memcpy(item_data(stub), zero, sizeof zero);
+        uint32_t hv = hash_key(k, nk);
+        stripe_lock(hv);
+        item *old = assoc_find_locked(k, nk, hv);
+        if (old) replace_locked(T, old, stub, hv, false);
+        stripe_unlock(hv);
+        if (old) { enter_bag(T, stub); ok++; }
+        else item_discard(T, stub);
+    }
+    return ok;
+}
+
+/* Balancing by age passes over extstore's stub classes: stubs are old
+ * because nobody reads them, and a page of them is thousands of values on
+ * disk. The page comes from the oldest other class. */
+static void test_stub_classes_are_not_taken_by_age(void)
+{
+    struct storage_config c = base_cfg(8);
+    c.stub_classes = true;
+    setup_cfg(&c, false);
+    int stubs = put_stubs("s", 40000);
+    int stub_cls = slabs_stub_clsid(item_ntotal_for(ITEM_ON_DISK, 6, EXT_STUB_BYTES));
+    CHECK((unsigned)stub_cls < slabs_first_item_class());
+    CHECK(stubs == 40000);
+    CHECK(slabs_class_pages(stub_cls) >= 2);
+    storage_test_advance_clock(100);
+    int stored = 0;
+    fill_fixed("o", 10000, 100, &stored);               /* younger than the stubs, still old */
+    int small_cls = slabs_clsid(SMALL_ITEM);
+    CHECK(slabs_class_pages(small_cls) >= 2);
+    storage_test_advance_clock(50);
+    int big_cls = slabs_clsid(BIG_ITEM(6));
+    int big_stored = 0;
+    fill_fixed("y", 4000, 3000, &big_stored);           /* evicts within its pages */
+    char nm[32];
+    sprintf(nm, "items:%d:evicted", big_cls);
+    CHECK(stat_of(storage_stats_items, nm) > 100);
+    unsigned stub_pages = slabs_class_pages(stub_cls), big_pages = slabs_class_pages(big_cls);
+    (void)small_cls;
+    storage_test_advance_clock(1);
+    CHECK(slabs_rebalance_once());                      /* a page did move, from elsewhere */
+    CHECK_EQ_U64(slabs_class_pages(big_cls), big_pages + 1);
+    CHECK_EQ_U64(slabs_class_pages(stub_cls), stub_pages);
+    /* on demand too: a class without a page takes one from another class
+     * first, oldest first, although the stubs are older */
+    int huge_cls = slabs_clsid(ITEM_HDR + 6 + 20000 + 8);
+    CHECK_EQ_U64(slabs_class_pages(huge_cls), 0);
+    stub_pages = slabs_class_pages(stub_cls);
+    fill_fixed("h", 3, 20000, &stored);
+    CHECK(slabs_class_pages(huge_cls) >= 1);
+    CHECK_EQ_U64(slabs_class_pages(stub_cls), stub_pages);
+    sprintf(nm, "items:%d:slab_reassign_evictions", stub_cls);
+    CHECK_EQ_U64(stat_of(storage_stats_items, nm), 0);
+    teardown();
+}
+
 /* A value longer than the largest class is chained from chunks, sized to
  * what it needs (not a whole page), reads back whole, and its chunks go back
  * to the allocator with it. */
@@ -387,6 +456,7 @@ int main(void)
     TEST(test_memory_limit_holds);
     TEST(test_page_moves_to_starving_class);
     TEST(test_page_moves_by_age);
+    TEST(test_stub_classes_are_not_taken_by_age);
     TEST(test_chained_values);
     TEST(test_moved_stubs_keep_their_disk_records);   /* last: extstore stays set up */
     return harness_finish();
