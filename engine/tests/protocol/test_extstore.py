@@ -675,17 +675,24 @@ def test_metadata_mg_on_a_disk_item_reads_nothing_from_disk(start_server, tmp_pa
         assert_on_disk(c, ["md1"])   # it was on disk all along
 
 
-def test_page_eviction_on_a_small_file_gives_counted_misses_never_wrong_values(start_server, tmp_path):
-    """A file of 2 pages fills many times over: the oldest page is evicted
-    and the stubs into it read as counted misses, never another value."""
+def through_a_small_file(start_server, tmp_path, prefix, n=3000):
+    """A file of 2 pages and n values of 4 KB (12 MB through 8 MB of disk),
+    each batch written before the next: the oldest pages are evicted."""
     srv = start_ext(start_server, tmp_path, size=f"{2 * PAGE_MB}m", extra_opts="ext_item_age=1")
-    n = 3000   # 12 MB of 4 KB values through 8 MB of disk
-    keys = [f"pe{i}" for i in range(n)]
+    keys = [f"{prefix}{i}" for i in range(n)]
     with srv.conn() as c:
         for start in range(0, n, 500):
             store_targets(c, keys[start:start + 500])
             wait_written(c, start + 500)
         assert stat(c, "extstore_page_evictions") > 0
+    return srv, keys
+
+
+def test_page_eviction_on_a_small_file_gives_counted_misses_never_wrong_values(start_server, tmp_path):
+    """A file of 2 pages fills many times over: the oldest page is evicted
+    and the stubs into it read as counted misses, never another value."""
+    srv, keys = through_a_small_file(start_server, tmp_path, "pe")
+    with srv.conn() as c:
         misses_before = stat(c, "miss_from_extstore")
         hits = misses = 0
         for k in keys:
@@ -710,14 +717,9 @@ def test_stubs_into_an_evicted_page_leave_ram(start_server, tmp_path):
     """Once a page is evicted, the cleaner reclaims the stubs that pointed into
     it (they could only read as misses): RAM keeps exactly the stubs of the
     records still on disk, and each of those reads back right."""
-    srv = start_ext(start_server, tmp_path, size=f"{2 * PAGE_MB}m", extra_opts="ext_item_age=1")
-    n = 3000   # 12 MB of 4 KB values through 8 MB of disk
-    keys = [f"so{i}" for i in range(n)]
+    srv, keys = through_a_small_file(start_server, tmp_path, "so")
+    n = len(keys)
     with srv.conn() as c:
-        for start in range(0, n, 500):
-            store_targets(c, keys[start:start + 500])
-            wait_written(c, start + 500)
-        assert stat(c, "extstore_page_evictions") > 0
         deadline = time.monotonic() + 30   # a bound for slow (TSan) builds, not a target
         while stat(c, "curr_items") != stat(c, "extstore_objects_used"):
             assert time.monotonic() < deadline, (
