@@ -313,9 +313,16 @@ enum ext_relocate_result ext_relocate(storage_thread *t, const struct ext_record
     uint32_t hv = hash_key(key, nkey);
     stripe_lock(hv);
     item *old = same_stub_locked(key, nkey, hv, loc);
-    if (old && item_ext_stub(old).nbytes == r->nval && !item_is_live(old, now_time())) {
+    rel_time_t now = now_time();
+    if (old && item_ext_stub(old).nbytes == r->nval && !item_is_live(old, now)) {
         /* expired or flushed: it goes now, with its record, which the drop
-         * would otherwise count as lost */
+         * would otherwise count as lost; counted as the cleaner counts it */
+        if (!item_is_flushed(old, now)) {
+            int cls = slabs_clsid_of(old);
+            atomic_fetch_add_explicit(&g_class_stats[cls].expired, 1, memory_order_relaxed);
+            if (!(atomic_load_explicit(&old->bag, memory_order_relaxed) & ITEM_FETCHED_BIT))
+                atomic_fetch_add_explicit(&g_class_stats[cls].expired_unfetched, 1, memory_order_relaxed);
+        }
         item_unlink_locked(old, hv);
         old = NULL;
     }

@@ -263,9 +263,9 @@ bool slabs_acquire_page(storage_thread *t, int dst)
      *     live is lost);
      *  2. the class whose oldest item is the oldest, among classes with
      *     more than one page (the LRU across classes, and no class is left
-     *     with nothing);
-     *  3. any class with a page;
-     *  4. extstore's stub classes, oldest first (see the header).
+     *     with nothing), extstore's stub classes after all others (see the
+     *     header);
+     *  3. any class with a page.
      * With -M (evict_disabled) only an empty page may move. */
     bool evict = !g_cfg.evict_disabled;
     pthread_mutex_lock(&mover_lock);
@@ -291,8 +291,8 @@ bool slabs_acquire_page(storage_thread *t, int dst)
     }
     if (by_free) order[n++] = by_free;
     if (evict) {
-        /* classes with more than one page, oldest items first; then the
-         * rest; then the stub classes */
+        /* classes with more than one page, oldest items first, the stub
+         * classes last; then the classes with one page */
         for (int pass = 0; pass < 3; pass++) {
             int picked[MAX_SLAB_CLASSES + 1] = {0};
             for (;;) {
@@ -301,8 +301,7 @@ bool slabs_acquire_page(storage_thread *t, int dst)
                 for (unsigned c = 1; c <= g_nclasses; c++) {
                     unsigned np = atomic_load(&g_classes[c].pages);
                     if ((int)c == dst || (int)c == by_free || picked[c] || np == 0) continue;
-                    if (is_stub_class((int)c) != (pass == 2)) continue;
-                    if ((pass == 0 && np < 2) || (pass == 1 && np != 1)) continue;
+                    if (pass < 2 ? np < 2 || is_stub_class((int)c) != (pass == 1) : np != 1) continue;
                     rel_time_t age = bags_oldest_age((int)c);
                     if (!best || age > best_age) { best = (int)c; best_age = age; }
                 }
