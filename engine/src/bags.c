@@ -389,8 +389,6 @@ static uint32_t bag_target(int clsid)
     return t < mn ? mn : (uint32_t)(t > 1u << 20 ? 1u << 20 : t);
 }
 
-/* Sweeping every bag costs a pass over the class; do it when enough dead
- * (deleted/replaced) items wait to be reclaimed, or after a flush. */
 /* Extstore orphaned enough stubs since this class's last sweep started to
  * be worth one (the dead items' rule: the orphans of all classes against
  * this one's items), or the bags open then have closed since: those stubs
@@ -416,6 +414,9 @@ static void note_orphans_swept(int clsid, struct lru *l, rel_time_t now)
     l->orphans_seen = ext_records_orphaned_total();
 }
 
+/* Sweeping every bag costs a pass over the class; do it when enough dead
+ * (deleted/replaced) items or orphaned stubs wait to be reclaimed, or after
+ * a flush. */
 static bool class_needs_sweep(int clsid, const struct lru *l, bool flush)
 {
     uint64_t dead = atomic_load_explicit(&g_class_stats[clsid].dead_waiting, memory_order_relaxed);

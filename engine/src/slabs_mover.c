@@ -17,7 +17,8 @@
  *    items another class keeps, a page of the latter moves over.
  *
  * Extstore's stub classes (below slabs_first_item_class) are never a source
- * by age, and on the request path only after every other class: a stub is
+ * by age, and on the request path only after every other class with more
+ * than one page (a class's last page still goes last): a stub is
  * the only trace of a value already on disk, and stubs are old because
  * nobody reads them, not because they are worth less. A 1 MB page holds
  * some 18,000 of them, and taking it for 256 values of 4 KB lost them all
