@@ -2,8 +2,13 @@
  * ext_items.c - extstore on the item side: which items go to disk (the
  * flusher), the small item that stays in RAM in their place (the stub), and
  * bringing a value back (a failed read, recache, a command that needs the
- * value). The page store itself is extstore.c; the reads a GET waits for run
- * on the IO threads of ext_io.c, which call storage_ext_fetch().
+ * value). The page store itself is extstore.c; the reads a GET waits for are
+ * ext_io.c's, done by ext_batch.c's readers (on the worker's own io_uring
+ * ring, or on an IO thread), which check each record with extstore.c's
+ * ext_read_prepare/ext_read_finish and end here in storage_ext_fetch_done()
+ * (a miss unlinks the stub; a hit may recache the value). The synchronous
+ * storage_ext_fetch() has no caller in the server: the unit tests and the
+ * stress checker use it.
  *
  * Why stubs: a large cold value costs RAM it does not earn. The flusher
  * writes key and value to disk and replaces the item by a stub of the same

@@ -108,7 +108,8 @@ struct item_view {
     uint8_t     slab_class;    /* meta me: cls= */
     uint32_t    item_size;     /* meta me: size=, the whole item as memcached counts it */
     bool        on_disk;       /* extstore: value == NULL, nbytes is the value's length and
-                                  ext_loc says where it is: read it with storage_ext_fetch() */
+                                  ext_loc says where it is: the IO layer reads it
+                                  (ext_io.c, ext_batch.c; storage_ext_fetch() in tests) */
     uint8_t     ext_loc[12];
     item       *ref;
 };
@@ -142,10 +143,11 @@ size_t item_view_pieces(const struct item_view *v, size_t skip, struct iovec *io
 /* Batched GETs (a pipeline of many keys): the two cache misses of a lookup
  * (bucket word, then item header) can overlap across keys. Call
  * storage_prefetch_bucket() for every key, then storage_prefetch_item() with
- * each returned hash, then storage_get_hashed() per key. Optional
- * storage_read_batch_begin/end around the whole batch makes the inner calls
- * cheaper (one read section instead of one per call); inside a batch the
- * thread may also store. Prefetches are hints: no stores, no locks. */
+ * each returned hash, then storage_get_hashed() per key (prefetch.c does,
+ * for a pipeline's GETs). storage_read_batch_begin/end around a batch makes
+ * the inner calls cheaper (one read section instead of one per call; the
+ * thread may also store inside it); only the unit tests (test_bags.c) call
+ * them. Prefetches are hints: no stores, no locks. */
 void     storage_read_batch_begin(storage_thread *t);
 void     storage_read_batch_end(storage_thread *t);
 uint32_t storage_prefetch_bucket(storage_thread *t, const char *key, size_t nkey); /* returns the key's hash */
@@ -236,8 +238,10 @@ struct ext_settings;
 int  storage_ext_start(const struct ext_settings *x);
 void storage_ext_stop(void);
 bool storage_ext_enabled(void);
-/* Reads the value of an on-disk view (nbytes into buf) and checks it; false
- * is a miss, counted, and the key's stub is unlinked if still the same. */
+/* Reads the value of an on-disk view (nbytes into buf), synchronously, and
+ * checks it; false is a miss, counted, and the key's stub is unlinked if
+ * still the same. Only the unit tests and the stress checker call it: the
+ * server's reads go through ext_io.c and ext_batch.c. */
 bool storage_ext_fetch(storage_thread *t, const char *key, size_t nkey, const struct item_view *v, char *buf);
 void storage_ext_stats_general(stat_writer w, void *ctx);
 void storage_ext_stats_extstore(stat_writer w, void *ctx);
