@@ -273,8 +273,9 @@ Cachet is up. Cache $cache_ns/$cache_name is Ready.
   export KUBECONFIG=$KUBECONFIG
   $kubectl get caches -n $cache_ns                    # Ready, replicas, memory, CPUs
   $kubectl port-forward -n $cache_ns svc/$cache_name 11211:11211
-      then point any memcached client at 127.0.0.1:11211, e.g.
-      printf 'set k 0 0 1\\r\\nv\\r\\nget k\\r\\n' | nc -q1 127.0.0.1 11211
+      then point any memcached client at 127.0.0.1:11211, e.g. (python3; no nc needed)
+      python3 -c 'import socket; f=socket.create_connection(("127.0.0.1",11211)).makefile("rwb"); f.write(b"set k 0 0 1\\r\\nv\\r\\nget k\\r\\n"); f.flush(); [print(l.decode().strip()) for l in iter(f.readline, b"END\\r\\n")]'
+      or the engine's probe (set, get, delete; exit 0): $root/engine/build/static/cachet-probe -p 11211 --set-get
   In the cluster: Service $cache_name.$cache_ns.svc:11211 (one endpoint per pod in
   the Cache's status.endpoints, for clients that hash keys across servers).
   Each pod's Prometheus metrics (memcached_exporter names plus cachet_*):
