@@ -1,11 +1,15 @@
-// Package examples holds no code: its test keeps the YAML examples that the
-// docs point users to valid Kubernetes objects that do what the docs say.
+// Package examples holds no code: its tests keep what the docs tell users to
+// type working. The YAML examples must be valid Kubernetes objects that do
+// what the docs say; the READMEs' install steps must agree on namespaces, so
+// that `helm test` finds the Cache they applied; and no hint may use nc,
+// which the project does not install. Part of `make test` (go test ./...).
 package examples
 
 import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -130,5 +134,82 @@ func TestEndpointsReader(t *testing.T) {
 	}
 	if !strings.Contains(args, ".status.endpoints[*]}{.host}:{.port}") {
 		t.Errorf("the pod does not print status.endpoints' host:port: %s", args)
+	}
+}
+
+// quickStart is what a README's install steps say: the release's namespace,
+// the namespace `helm test` looks in, the namespace the sample Cache goes to.
+type quickStart struct{ release, testNS, sampleNS string }
+
+var (
+	helmInstallRe = regexp.MustCompile(`helm install cachet charts/cachet (?:-n|--namespace) (\S+)`)
+	testNSRe      = regexp.MustCompile(`--set tests\.cache\.namespace=(\S+)`)
+	sampleRe      = regexp.MustCompile(`kubectl (?:(?:-n|--namespace) (\S+) )?apply (?:(?:-n|--namespace) (\S+) )?-f config/samples/cache_v1alpha1_cache\.yaml`)
+	helmTestRe    = regexp.MustCompile(`helm test cachet (?:-n|--namespace) (\S+)`)
+	ncRe          = regexp.MustCompile(`\|\s*nc\b|\bnc -q`)
+)
+
+func readQuickStart(t *testing.T, path string) quickStart {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	one := func(re *regexp.Regexp, what string) []string {
+		m := re.FindStringSubmatch(text)
+		if m == nil {
+			t.Fatalf("%s: no %s", path, what)
+		}
+		return m
+	}
+	q := quickStart{release: one(helmInstallRe, "helm install of the chart")[1]}
+	q.testNS = q.release // the chart's default: the release namespace
+	if m := testNSRe.FindStringSubmatch(text); m != nil {
+		q.testNS = m[1]
+	}
+	m := one(sampleRe, "kubectl apply of the sample Cache")
+	q.sampleNS = "default" // kubectl's namespace without -n (and without a context's)
+	for _, ns := range m[1:] {
+		if ns != "" {
+			q.sampleNS = ns
+		}
+	}
+	if ht := one(helmTestRe, "helm test")[1]; ht != q.release {
+		t.Errorf("%s: helm test -n %s, but the release is in %s", path, ht, q.release)
+	}
+	return q
+}
+
+// A reader who follows either README's steps gets a `helm test` that finds
+// the Cache they applied, and both READMEs put things in the same places.
+// (The user trial found README's Cache in default and the test looking in
+// cachet-system.)
+func TestQuickStartsAgree(t *testing.T) {
+	root := filepath.Join("..", "..")
+	readme := readQuickStart(t, filepath.Join(root, "README.md"))
+	chart := readQuickStart(t, filepath.Join(root, "charts", "cachet", "README.md"))
+	for path, q := range map[string]quickStart{"README.md": readme, "charts/cachet/README.md": chart} {
+		if q.testNS != q.sampleNS {
+			t.Errorf("%s: the sample Cache goes to namespace %q, but helm test looks in %q (tests.cache.namespace)", path, q.sampleNS, q.testNS)
+		}
+	}
+	if readme != chart {
+		t.Errorf("README.md says %+v, charts/cachet/README.md says %+v", readme, chart)
+	}
+}
+
+// The project installs no nc; what the docs and hints tell users to type must
+// work with what it does install (python3, cachet-probe).
+func TestNoNetcatInHints(t *testing.T) {
+	root := filepath.Join("..", "..")
+	for _, p := range []string{"README.md", "charts/cachet/README.md", "charts/cachet/templates/NOTES.txt", "hack/up.sh", "docs/operator.md", "docs/e2e.md", "docs/upgrade.md"} {
+		b, err := os.ReadFile(filepath.Join(root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if loc := ncRe.FindIndex(b); loc != nil {
+			t.Errorf("%s tells users to run nc, which the project does not install: %q", p, b[max(0, loc[0]-40):loc[1]])
+		}
 	}
 }
