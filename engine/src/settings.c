@@ -583,7 +583,7 @@ static int allowed_cpus(int *cpus, int max)
     return n ? n : (cpus[0] = 0, 1);
 }
 
-int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
+static void settings_defaults(struct settings *s)
 {
     memset(s, 0, sizeof(*s));
     s->port = 11211;
@@ -602,9 +602,12 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
     s->io_uring = IO_URING_AUTO;
     s->access_mask = 0700;
     s->flush_enabled = true;
+}
 
-    /* Merge: argv[0], the args file's arguments, then the command line minus --args-file. */
-    static char *merged[MAX_ARGS + 1];
+/* argv[0], the args file's arguments, then the command line minus
+ * --args-file, into merged (n entries, NULL-terminated). */
+static int merge_arguments(int argc, char **argv, char **merged, int *count, FILE *err)
+{
     int n = 0;
     merged[n++] = argv[0];
     const char *args_file = NULL;
@@ -629,7 +632,15 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         merged[n++] = argv[i];
     }
     merged[n] = NULL;
+    *count = n;
+    return 0;
+}
 
+/* The flags one by one, each checked on its own; returns 0, 1 (help or
+ * version printed) or EX_USAGE_CODE. */
+static int parse_options(struct settings *s, int n, char **merged, struct ext_state *ext,
+                         bool *threads_given, FILE *err)
+{
     static const struct option longopts[] = {
         {"port", required_argument, 0, 'p'},
         {"listen", required_argument, 0, 'l'},
@@ -671,8 +682,6 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         {"napi-ids", required_argument, 0, 'N'},
         {0, 0, 0, 0},
     };
-    bool threads_given = false;
-    struct ext_state ext = { .hot_pct = 20, .warm_pct = 40 };   /* memcached's defaults */
     long v;
     size_t sz;
     opterr = 0;
@@ -698,7 +707,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
                 fprintf(err, "cachetd: -t needs 1-%d threads, got '%s'\n", STORAGE_MAX_THREADS - STORAGE_BG_THREADS, optarg);
                 return EX_USAGE_CODE;
             }
-            s->num_threads = (int)v; threads_given = true; break;
+            s->num_threads = (int)v; *threads_given = true; break;
         case 'm':
             /* memcached: a bare number is megabytes; a suffix gives bytes. */
             if (parse_int(optarg, 1, 1L << 22, &v)) sz = (size_t)v << 20;
@@ -793,7 +802,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         case 'v': s->verbose++; break;
         case 'h': settings_usage(stdout); return 1;
         case 'o': {
-            int rc = parse_extended(s, optarg, &ext, err);
+            int rc = parse_extended(s, optarg, ext, err);
             if (rc) return rc;
             break;
         }
@@ -810,6 +819,13 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         fprintf(err, "cachetd: unexpected argument '%s' (see -h)\n", merged[optind]);
         return EX_USAGE_CODE;
     }
+    return 0;
+}
+
+/* The rules between flags, once all are read (memcached checks these after
+ * its whole command line), and the defaults that depend on other flags. */
+static int settings_validate(struct settings *s, const struct ext_state *ext, FILE *err)
+{
     if (!s->conn_buffer_limit_set)
         s->conn_buffer_limit = conn_buffer_limit_default(s->maxbytes, s->maxconns);
     if (s->item_size_max > s->maxbytes / 2) {
@@ -843,7 +859,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
             return EX_USAGE_CODE;
         }
     }
-    if (ext.hot_pct + ext.warm_pct > 80) {
+    if (ext->hot_pct + ext->warm_pct > 80) {
         fprintf(err, "cachetd: hot_lru_pct + warm_lru_pct cannot be more than 80%% combined\n");
         return EX_USAGE_CODE;
     }
@@ -875,17 +891,21 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         if (!x->compact_under_set) x->compact_under = (uint32_t)(pages / 100 ? pages / 100 : 1);
         if (!x->drop_under_set) x->drop_under = x->compact_under_set ? 0 : x->compact_under;
     }
-    if (ext.temporary_ttl && ext.no_lru_maintainer) {
+    if (ext->temporary_ttl && ext->no_lru_maintainer) {
         fprintf(err, "cachetd: temporary_ttl requires lru_maintainer to be enabled\n");
         return EX_USAGE_CODE;
     }
+    return 0;
+}
 
+static int resolve_workers(struct settings *s, const struct ext_state *ext, bool threads_given, FILE *err)
+{
     /* Workers and pinning: one worker per CPU in the list (default: the
      * CPUs this process may run on). -t overrides the count; workers are
      * then assigned to the listed CPUs round-robin. */
     int allowed[MAX_WORKERS];
     int nallowed = allowed_cpus(allowed, MAX_WORKERS);
-    if (ext.cpus_given && s->pin_workers) {
+    if (ext->cpus_given && s->pin_workers) {
         for (int i = 0; i < s->num_cpus_listed; i++) {
             bool ok = false;
             for (int j = 0; j < nallowed; j++) if (allowed[j] == s->worker_cpus[i]) ok = true;
@@ -896,7 +916,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
                 return EX_USAGE_CODE;
             }
         }
-    } else if (!ext.cpus_given) {
+    } else if (!ext->cpus_given) {
         memcpy(s->worker_cpus, allowed, sizeof(int) * nallowed);
         s->num_cpus_listed = nallowed;
     }
@@ -912,4 +932,18 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         return EX_USAGE_CODE;
     }
     return 0;
+}
+
+int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
+{
+    settings_defaults(s);
+    static char *merged[MAX_ARGS + 1];
+    int n = 0;
+    int rc = merge_arguments(argc, argv, merged, &n, err);
+    if (rc) return rc;
+    bool threads_given = false;
+    struct ext_state ext = { .hot_pct = 20, .warm_pct = 40 };   /* memcached's defaults */
+    if ((rc = parse_options(s, n, merged, &ext, &threads_given, err)) != 0) return rc;
+    if ((rc = settings_validate(s, &ext, err)) != 0) return rc;
+    return resolve_workers(s, &ext, threads_given, err);
 }
