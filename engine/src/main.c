@@ -22,6 +22,7 @@
 #include "latency.h"
 #include "metrics_server.h"
 #include "bufmem.h"
+#include "memory_budget.h"
 #include "net.h"
 #include "proc.h"
 #include "server.h"
@@ -44,12 +45,44 @@ static void malloc_for_bounded_memory(void)
 #endif
 }
 
+/* --check-args and --memory-budget answer about the other arguments without
+ * starting: the operator and the tests ask the binary itself whether a
+ * command line is valid and how much memory it needs. They are taken out of
+ * argv before parsing, so the rest reads exactly as a start would read it. */
+enum run_mode { RUN_SERVE, RUN_CHECK_ARGS, RUN_MEMORY_BUDGET };
+
+static enum run_mode take_run_mode(int *argc, char **argv)
+{
+    enum run_mode mode = RUN_SERVE;
+    int n = 1;
+    for (int i = 1; i < *argc; i++) {
+        if (!strcmp(argv[i], "--")) {
+            while (i < *argc) argv[n++] = argv[i++];
+            break;
+        }
+        if (!strcmp(argv[i], "--check-args")) mode = RUN_CHECK_ARGS;
+        else if (!strcmp(argv[i], "--memory-budget")) mode = RUN_MEMORY_BUDGET;
+        else argv[n++] = argv[i];
+    }
+    argv[n] = NULL;
+    *argc = n;
+    return mode;
+}
+
 int main(int argc, char **argv)
 {
     malloc_for_bounded_memory();
+    enum run_mode mode = take_run_mode(&argc, argv);
     int rc = settings_parse(&settings, argc, argv, stderr);
     if (rc == 1) return 0;
     if (rc) return rc;
+    if (mode == RUN_CHECK_ARGS) return 0;
+    if (mode == RUN_MEMORY_BUDGET) {
+        struct memory_budget budget;
+        memory_budget_of(&settings, &budget);
+        memory_budget_print_json(&budget, stdout);
+        return 0;
+    }
     rc = proc_early(&settings);   /* -r -d -k: before any thread exists */
     if (rc) return rc;
 

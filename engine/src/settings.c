@@ -97,6 +97,10 @@ void settings_usage(FILE *out)
         "                          ext_recache_rate=N, and memcached's other ext_* (see engine/README.md)\n"
         "      --args-file=PATH    read more arguments from PATH first (whitespace separated,\n"
         "                          '#' starts a comment line); the command line wins\n"
+        "      --check-args        check the other arguments as a start would, then exit: 0, or 64\n"
+        "                          with the reason\n"
+        "      --memory-budget     check them likewise, then print as JSON the most memory a\n"
+        "                          server started with them can use, term by term\n"
         "memcached 1.6.45's -L -X -W and its LRU, crawler, slab mover, hash and logger -o options\n"
         "are accepted and have no effect (cachetd has no such machinery; see engine/README.md).\n");
 }
