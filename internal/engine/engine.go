@@ -373,7 +373,9 @@ func MaxItems(s *cachev1alpha1.CacheSpec) int64 {
 // most items the item memory can hold (every item the smallest chunk) at the
 // engine's load factor, rounded up to a power of two (at most the engine's
 // ceiling), plus the old half-size table that lives on while the table is
-// being expanded.
+// being expanded, if it ever grows past its initial power (a table that
+// starts large enough never has an old one: cachetd --memory-budget's
+// hash_table term).
 func HashTableBytes(s *cachev1alpha1.CacheSpec) int64 {
 	maxItems := MaxItems(s)
 	buckets := int64(float64(maxItems)/HashLoadFactor) + 1
@@ -384,6 +386,9 @@ func HashTableBytes(s *cachev1alpha1.CacheSpec) int64 {
 	}
 	power = min(max(power, initial), MaxHashPower)
 	table := (int64(1) << power) * HashBucketBytes
+	if power == initial {
+		return table
+	}
 	return table + table/2
 }
 
