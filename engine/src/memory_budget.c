@@ -31,12 +31,11 @@
 /* slabs.c: the item region is reserved 2 MiB aligned and asks for
  * transparent huge pages, so the last touched huge page may reach past -m. */
 #define ITEM_REGION_ALIGN       (2 * MIB)
-/* slabs.c's item header (ITEM_HDR) and its CAS; the smallest class is them
- * plus -n, 8-byte aligned. Extstore stubs of a 2-byte key get classes from
- * a 16-byte locator, the expiry and the CAS up (slabs.c STUB_KEY_MIN). */
-#define ITEM_HEADER_BYTES       19u
+/* The smallest class is the item header, its CAS and -n, 8-byte aligned.
+ * Extstore stubs of a 2-byte key get classes from a 16-byte locator, the
+ * expiry and the CAS up (slabs.c STUB_KEY_MIN). */
 #define ITEM_CAS_BYTES          8u
-#define EXT_STUB_MIN_BYTES      (ITEM_HEADER_BYTES + 2u + 16u + 4u)
+#define EXT_STUB_MIN_BYTES      (SLAB_ITEM_HEADER + 2u + 16u + 4u)
 /* assoc.c: 4-byte buckets; the table doubles when items pass 1.5 x buckets,
  * and the old table lives until the move ends. */
 #define HASH_BUCKET_BYTES       4u
@@ -72,29 +71,14 @@ static void add(struct memory_budget *b, const char *name, uint64_t bytes)
     b->total += bytes;
 }
 
-/* slabs.c: 1 MiB pages, halved (to 64 KiB at least) until -m holds 64 */
-static uint64_t slab_page_bytes(size_t maxbytes)
-{
-    uint64_t page = SLAB_PAGE_SIZE_MAX;
-    while (page > 64 * KIB && maxbytes / page < 64) page >>= 1;
-    return page;
-}
-
-static uint64_t slab_chunk_max_bytes(const struct settings *s)
-{
-    uint64_t page = slab_page_bytes(s->maxbytes);
-    uint64_t chunk_max = s->slab_chunk_max ? s->slab_chunk_max : page / 2;
-    return chunk_max > page ? page : chunk_max;
-}
-
 static uint64_t round8(uint64_t n) { return (n + 7) & ~(uint64_t)7; }
 
 /* The smallest chunk any item (or extstore stub) can take. */
 static uint64_t smallest_chunk(const struct settings *s)
 {
-    if (s->slab_sizes_count) return s->slab_sizes[0];
+    if (s->slab_sizes_count) return round8(s->slab_sizes[0]);   /* slabs.c rounds each class up */
     uint32_t cas = s->use_cas ? ITEM_CAS_BYTES : 0;
-    uint64_t chunk = round8(ITEM_HEADER_BYTES + cas + s->chunk_size);
+    uint64_t chunk = round8(SLAB_ITEM_HEADER + cas + s->chunk_size);
     uint64_t stub = round8(EXT_STUB_MIN_BYTES + cas);
     return s->ext.npaths && stub < chunk ? stub : chunk;
 }
@@ -148,7 +132,7 @@ void memory_budget_of(const struct settings *s, struct memory_budget *b)
     b->bounded = s->conn_buffer_limit > 0;
     add(b, "item_memory", s->maxbytes + ITEM_REGION_ALIGN);
     add(b, "hash_table", hash_table_bytes(s));
-    add(b, "storage_tables", slab_chunk_max_bytes(s) / 4 + STORAGE_TABLES_BYTES);
+    add(b, "storage_tables", settings_slab_chunk_max(s) / 4 + STORAGE_TABLES_BYTES);
     add(b, "connections", (uint64_t)s->maxconns * CONN_RESTING_BYTES);
     /* bufmem.h: reserved before it is allocated, so never exceeded; each
      * grown buffer is a mapping of its own (main.c's mmap threshold),

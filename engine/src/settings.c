@@ -37,6 +37,20 @@
 
 #define MAX_ARGS 1024
 
+size_t settings_slab_page_size(size_t maxbytes)
+{
+    size_t page = SLAB_PAGE_SIZE_MAX;
+    while (page > 64 * 1024 && maxbytes / page < 64) page >>= 1;
+    return page;
+}
+
+size_t settings_slab_chunk_max(const struct settings *s)
+{
+    size_t page = settings_slab_page_size(s->maxbytes);
+    size_t chunk_max = s->slab_chunk_max ? s->slab_chunk_max : page / 2;
+    return (chunk_max > page ? page : chunk_max) & ~(size_t)7;
+}
+
 size_t conn_buffer_limit_default(size_t maxbytes, int maxconns)
 {
     const size_t floor = (size_t)4 << 20;
@@ -835,6 +849,25 @@ static int settings_validate(struct settings *s, const struct ext_state *ext, FI
     if (s->item_size_max > s->maxbytes / 2) {
         fprintf(err, "cachetd: -I (%zu bytes) must be at most half of -m (%zu bytes)\n", s->item_size_max, s->maxbytes);
         return EX_USAGE_CODE;
+    }
+    /* storage (slabs.c) would refuse these at start; a usage error here, so
+     * that --check-args and the operator's contract test see them */
+    size_t page = settings_slab_page_size(s->maxbytes);
+    if ((s->maxbytes / page * page) / 8 >= 0xfffffff0u) {
+        fprintf(err, "cachetd: -m above %llu MB is not supported (32-bit chunk handles)\n",
+                (unsigned long long)((size_t)0xfffffff0u * 8 / (1024 * 1024)) - 1);
+        return EX_USAGE_CODE;
+    }
+    if (s->slab_sizes_count) {
+        /* each class rounds up to 8 bytes and must hold a header, a CAS and 16 bytes */
+        uint32_t min_chunk = (SLAB_ITEM_HEADER + (s->use_cas ? 8 : 0) + 16 + 7) & ~7u;
+        uint32_t first = (s->slab_sizes[0] + 7) & ~7u;
+        uint32_t last = (s->slab_sizes[s->slab_sizes_count - 1] + 7) & ~7u;
+        if (first < min_chunk || last > settings_slab_chunk_max(s)) {
+            fprintf(err, "cachetd: -o slab_sizes: sizes must be from %u to %zu bytes (half a %zu-byte slab page at this -m)\n",
+                    min_chunk, settings_slab_chunk_max(s), page);
+            return EX_USAGE_CODE;
+        }
     }
     if (s->slab_sizes_count && s->slab_sizes[s->slab_sizes_count - 1] > s->item_size_max) {
         fprintf(err, "cachetd: -o slab_sizes: the largest class exceeds -I\n");

@@ -119,6 +119,8 @@ var admittedSpecs = []contractCase{
 		s.Engine.MinChunk = ptr.To(int32(16))
 	})},
 	{name: "chunk sizes", spec: spec(func(s *cachev1alpha1.CacheSpec) { s.Engine.ChunkSizes = []int32{48, 96, 1024, 65536} })},
+	{name: "chunk sizes up to half a slab page", spec: spec(func(s *cachev1alpha1.CacheSpec) { s.Engine.ChunkSizes = []int32{48, 524288} })},
+	{name: "chunk sizes, small memory", spec: spec(memory("8Mi"), func(s *cachev1alpha1.CacheSpec) { s.Engine.ChunkSizes = []int32{48, 65536} })},
 	{name: "extstore, 1 IO thread", spec: spec(withExtstore("10Gi"))},
 	{name: "extstore, 4 IO threads, big pages", spec: spec(withExtstore("1Ti", func(e *cachev1alpha1.ExtstoreSpec) {
 		e.IOThreads = ptr.To(int32(4))
@@ -137,6 +139,8 @@ var refusedSpecs = []contractCase{
 	{name: "memory under twice the default item", spec: spec(memory("1Mi"))},
 	{name: "growth factor 1", spec: spec(func(s *cachev1alpha1.CacheSpec) { s.Engine.GrowthFactor = ptr.To("1.0") })},
 	{name: "chunk size over the item size", spec: spec(maxItem("1Ki"), func(s *cachev1alpha1.CacheSpec) { s.Engine.ChunkSizes = []int32{48, 2048} })},
+	{name: "chunk size over half a slab page", spec: spec(func(s *cachev1alpha1.CacheSpec) { s.Engine.ChunkSizes = []int32{48, 600000} })},
+	{name: "chunk size over half a small slab page", spec: spec(memory("8Mi"), func(s *cachev1alpha1.CacheSpec) { s.Engine.ChunkSizes = []int32{48, 65544} })},
 	{name: "growth factor 5", spec: spec(func(s *cachev1alpha1.CacheSpec) { s.Engine.GrowthFactor = ptr.To("5") }),
 		operatorOnly: "growthFactor at most 4: the engine takes up to 100, the API keeps classes useful"},
 	{name: "chunk size not 8-aligned", spec: spec(func(s *cachev1alpha1.CacheSpec) { s.Engine.ChunkSizes = []int32{100} }),
