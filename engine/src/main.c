@@ -9,6 +9,10 @@
  * within a few seconds, which is what a Kubernetes preStop hook and the
  * pod's termination grace period expect. The `shutdown` command (-A) takes
  * the same path: it sends the process SIGTERM (server_request_shutdown).
+ *
+ * --check-args and --memory-budget stop after the parse: the operator and
+ * the tests ask the binary itself whether arguments are valid and how much
+ * memory they need, rather than keeping copies of its rules.
  */
 #include <malloc.h>
 #include <signal.h>
@@ -28,7 +32,7 @@
 #include "server.h"
 #include "storage.h"
 
-/* The memory bound in engine/README.md ("Memory") rests on two allocator
+/* The memory bound (memory_budget.c, engine/README.md "Memory") rests on two allocator
  * settings, made before anything is allocated: one malloc arena, so memory
  * one worker frees is reused by any other instead of staying behind in a
  * per-thread arena (no request path allocates, so there is no contention to
