@@ -571,6 +571,12 @@ def test_hostile_clients_never_exceed_the_memory_budget_cgroup(start_server, tmp
         assert peak <= cg.limit
         assert peak > m_mb * ONE_MB, f"cgroup peak {peak} below -m: the cache never filled in the cgroup"
         assert srv.proc.poll() is None, "the server died"
+    except (ConnectionError, socket.timeout) as e:
+        if srv and srv.proc.poll() is not None:   # the kernel's OOM killer: the budget is short
+            raise AssertionError(f"the server died under a --memory-budget limit of {cg.limit} bytes: "
+                                 f"failcnt {cg.counter('memory.failcnt')}, "
+                                 f"peak {cg.counter('memory.max_usage_in_bytes')}") from e
+        raise
     finally:
         if srv:
             srv.expect_exit = True
