@@ -202,6 +202,10 @@ func ValidateCacheSpec(c *Cache) (field.ErrorList, admission.Warnings) {
 			errs = append(errs, field.Invalid(p, size,
 				fmt.Sprintf("must be at most spec.engine.maxItemSize (%d bytes): no item is larger", itemMax)))
 		}
+		if chunkMax := slabChunkMax(mem); int64(size) > chunkMax {
+			errs = append(errs, field.Invalid(p, size,
+				fmt.Sprintf("must be at most %d bytes at this spec.memory, half of the engine's slab page: larger values are chained from chunks of that size", chunkMax)))
+		}
 	}
 
 	placement := spec.Child("placement")
@@ -261,6 +265,19 @@ func ValidateCacheSpec(c *Cache) (field.ErrorList, admission.Warnings) {
 
 // allowsNoDisruption reports a maxUnavailable of zero, as a number or a
 // percentage ("0", "0%", "00%").
+// slabChunkMax is the engine's largest slab chunk for an item memory of mem
+// bytes (engine/src/settings.c settings_slab_chunk_max: 1 MiB pages, halved
+// down to 64 KiB until the memory holds 64, and half a page). The engine
+// refuses larger chunkSizes; internal/engine/contract_test.go keeps the two
+// in agreement.
+func slabChunkMax(mem int64) int64 {
+	page := int64(1 << 20)
+	for page > 64<<10 && mem/page < 64 {
+		page >>= 1
+	}
+	return page / 2
+}
+
 func allowsNoDisruption(v string) bool {
 	n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), "%"))
 	return err == nil && n == 0

@@ -56,7 +56,7 @@ func TestValidSpecsPass(t *testing.T) {
 		"minimal": cache(),
 		"full": cache(func(c *Cache) {
 			c.Spec.Memory = resource.MustParse("1Gi")
-			c.Spec.Engine = EngineSpec{MaxItemSize: ptr.To(resource.MustParse("4Mi")), ChunkSizes: []int32{64, 128, 2 << 20}}
+			c.Spec.Engine = EngineSpec{MaxItemSize: ptr.To(resource.MustParse("4Mi")), ChunkSizes: []int32{64, 128, 512 << 10}}
 			c.Spec.Placement.PodLabels = map[string]string{"team": "web"}
 		}),
 		"growth": cache(func(c *Cache) { c.Spec.Engine.GrowthFactor = ptr.To("1.07") }),

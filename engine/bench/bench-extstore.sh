@@ -11,10 +11,9 @@
 #   file with O_DIRECT, so the backing file's page cache, which nobody's
 #   cgroup pays for, cannot serve the servers' reads). O_DIRECT and the page
 #   cache of the extstore file behave as on a pod's local volume.
-# - Each server runs in a cgroup v1 memory cgroup the size of its pod's limit
-#   (internal/engine/engine.go's Budget: item memory + connections x 36 KiB +
-#   the connection-buffer cap x 17/16 + threads x 2 MiB + hash table + 16 MiB,
-#   rounded up to a MiB), entered before the server allocates anything. The
+# - Each server runs in a cgroup v1 memory cgroup the size of cachetd's
+#   memory bound for these arguments (`cachetd --memory-budget`, which the
+#   operator's pod limit covers), entered before the server allocates anything. The
 #   page cache of its extstore file is charged to it, so no server reads
 #   from a page cache larger than its pod would have.
 # - The physical limit comes from fio on the same filesystem: 4 KB random reads
@@ -145,22 +144,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# pod_limit_bytes MB: internal/engine/engine.go's Budget for -m MB, XT_CONNS
-# connections, one worker thread, no metrics port (docs/operator.md).
+# pod_limit_bytes: the memory bound cachetd states for the arguments every
+# server here starts with (cachetd --memory-budget, src/memory_budget.c: the
+# definition the operator's pod limit follows), extstore included. The path
+# need not exist yet: only its size counts.
 pod_limit_bytes() {
-  "$PY" - "$1" "$XT_CONNS" <<'PY'
-import sys
-mb, conns, threads = int(sys.argv[1]), int(sys.argv[2]), 1
-item = mb << 20
-smallest = (27 + 48 + 7) & ~7                      # ItemFixedBytes + DefaultMinChunk, 8-aligned
-buckets = int(item // smallest / 1.5) + 1          # HashLoadFactor
-power = min(max((buckets - 1).bit_length(), 16), 30)
-table = (1 << power) * 4
-total = item + conns * (36 << 10) + threads * (4 << 20) * 17 // 16 + threads * (2 << 20) + table + table // 2 + (16 << 20)
-print((total + (1 << 20) - 1) >> 20 << 20)
-PY
+  "$CACHETD" --memory-budget -t 1 -m "$XT_MB" -c $XT_CONNS -U 0 \
+    -o "ext_path=$mnt/extstore-budget:${EXT_MB}m,ext_item_size=$XT_ITEM_SIZE,ext_wbuf_size=$XT_WBUF_MB,ext_threads=$XT_EXT_THREADS" |
+    "$PY" -c 'import json, sys; b = json.load(sys.stdin); assert b["bounded"], b; print(b["total"])'
 }
-POD_LIMIT=$(pod_limit_bytes "$XT_MB")
+POD_LIMIT=$(pod_limit_bytes) || { say "bench-extstore: cachetd --memory-budget failed"; exit 1; }
 
 port_of() {
   case $1 in
@@ -296,7 +289,7 @@ settle() {
 say "bench-extstore: results in $out (quick=$QUICK); load average now $(cut -d' ' -f1-3 /proc/loadavg)"
 say "bench-extstore: cachetd $CACHETD, memcached 1.6.45 $MEMCACHED_1645, memcached 1.6.18 $MEMCACHED_1618"
 say "bench-extstore: -m $XT_MB, $KEYS keys x $XT_VALUE_SIZE B = $DATA_MB MiB (${XT_DATA_FACTOR}x item memory);" \
-    "extstore file ${EXT_MB} MiB; pod memory limit $((POD_LIMIT >> 20)) MiB per server (engine.go's Budget)"
+    "extstore file ${EXT_MB} MiB; pod memory limit $((POD_LIMIT >> 20)) MiB per server (cachetd --memory-budget)"
 
 # ---- the filesystem ---------------------------------------------------------
 step "filesystem: sparse ${IMG_MB} MiB ext4 image $img, loop device with --direct-io=on, mounted on $mnt"

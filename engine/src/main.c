@@ -9,6 +9,10 @@
  * within a few seconds, which is what a Kubernetes preStop hook and the
  * pod's termination grace period expect. The `shutdown` command (-A) takes
  * the same path: it sends the process SIGTERM (server_request_shutdown).
+ *
+ * --check-args and --memory-budget stop after the parse: the operator and
+ * the tests ask the binary itself whether arguments are valid and how much
+ * memory they need, rather than keeping copies of its rules.
  */
 #include <malloc.h>
 #include <signal.h>
@@ -22,12 +26,13 @@
 #include "latency.h"
 #include "metrics_server.h"
 #include "bufmem.h"
+#include "memory_budget.h"
 #include "net.h"
 #include "proc.h"
 #include "server.h"
 #include "storage.h"
 
-/* The memory bound in engine/README.md ("Memory") rests on two allocator
+/* The memory bound (memory_budget.c, engine/README.md "Memory") rests on two allocator
  * settings, made before anything is allocated: one malloc arena, so memory
  * one worker frees is reused by any other instead of staying behind in a
  * per-thread arena (no request path allocates, so there is no contention to
@@ -44,12 +49,44 @@ static void malloc_for_bounded_memory(void)
 #endif
 }
 
+/* --check-args and --memory-budget answer about the other arguments without
+ * starting: the operator and the tests ask the binary itself whether a
+ * command line is valid and how much memory it needs. They are taken out of
+ * argv before parsing, so the rest reads exactly as a start would read it. */
+enum run_mode { RUN_SERVE, RUN_CHECK_ARGS, RUN_MEMORY_BUDGET };
+
+static enum run_mode take_run_mode(int *argc, char **argv)
+{
+    enum run_mode mode = RUN_SERVE;
+    int n = 1;
+    for (int i = 1; i < *argc; i++) {
+        if (!strcmp(argv[i], "--")) {
+            while (i < *argc) argv[n++] = argv[i++];
+            break;
+        }
+        if (!strcmp(argv[i], "--check-args")) mode = RUN_CHECK_ARGS;
+        else if (!strcmp(argv[i], "--memory-budget")) mode = RUN_MEMORY_BUDGET;
+        else argv[n++] = argv[i];
+    }
+    argv[n] = NULL;
+    *argc = n;
+    return mode;
+}
+
 int main(int argc, char **argv)
 {
     malloc_for_bounded_memory();
+    enum run_mode mode = take_run_mode(&argc, argv);
     int rc = settings_parse(&settings, argc, argv, stderr);
     if (rc == 1) return 0;
     if (rc) return rc;
+    if (mode == RUN_CHECK_ARGS) return 0;
+    if (mode == RUN_MEMORY_BUDGET) {
+        struct memory_budget budget;
+        memory_budget_of(&settings, &budget);
+        memory_budget_print_json(&budget, stdout);
+        return 0;
+    }
     rc = proc_early(&settings);   /* -r -d -k: before any thread exists */
     if (rc) return rc;
 

@@ -37,6 +37,20 @@
 
 #define MAX_ARGS 1024
 
+size_t settings_slab_page_size(size_t maxbytes)
+{
+    size_t page = SLAB_PAGE_SIZE_MAX;
+    while (page > 64 * 1024 && maxbytes / page < 64) page >>= 1;
+    return page;
+}
+
+size_t settings_slab_chunk_max(const struct settings *s)
+{
+    size_t page = settings_slab_page_size(s->maxbytes);
+    size_t chunk_max = s->slab_chunk_max ? s->slab_chunk_max : page / 2;
+    return (chunk_max > page ? page : chunk_max) & ~(size_t)7;
+}
+
 size_t conn_buffer_limit_default(size_t maxbytes, int maxconns)
 {
     const size_t floor = (size_t)4 << 20;
@@ -97,6 +111,10 @@ void settings_usage(FILE *out)
         "                          ext_recache_rate=N, and memcached's other ext_* (see engine/README.md)\n"
         "      --args-file=PATH    read more arguments from PATH first (whitespace separated,\n"
         "                          '#' starts a comment line); the command line wins\n"
+        "      --check-args        check the other arguments as a start would, then exit: 0, or 64\n"
+        "                          with the reason\n"
+        "      --memory-budget     check them likewise, then print as JSON the most memory a\n"
+        "                          server started with them can use, term by term\n"
         "memcached 1.6.45's -L -X -W and its LRU, crawler, slab mover, hash and logger -o options\n"
         "are accepted and have no effect (cachetd has no such machinery; see engine/README.md).\n");
 }
@@ -583,7 +601,7 @@ static int allowed_cpus(int *cpus, int max)
     return n ? n : (cpus[0] = 0, 1);
 }
 
-int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
+static void settings_defaults(struct settings *s)
 {
     memset(s, 0, sizeof(*s));
     s->port = 11211;
@@ -602,9 +620,12 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
     s->io_uring = IO_URING_AUTO;
     s->access_mask = 0700;
     s->flush_enabled = true;
+}
 
-    /* Merge: argv[0], the args file's arguments, then the command line minus --args-file. */
-    static char *merged[MAX_ARGS + 1];
+/* argv[0], the args file's arguments, then the command line minus
+ * --args-file, into merged (n entries, NULL-terminated). */
+static int merge_arguments(int argc, char **argv, char **merged, int *count, FILE *err)
+{
     int n = 0;
     merged[n++] = argv[0];
     const char *args_file = NULL;
@@ -629,7 +650,15 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         merged[n++] = argv[i];
     }
     merged[n] = NULL;
+    *count = n;
+    return 0;
+}
 
+/* The flags one by one, each checked on its own; returns 0, 1 (help or
+ * version printed) or EX_USAGE_CODE. */
+static int parse_options(struct settings *s, int n, char **merged, struct ext_state *ext,
+                         bool *threads_given, FILE *err)
+{
     static const struct option longopts[] = {
         {"port", required_argument, 0, 'p'},
         {"listen", required_argument, 0, 'l'},
@@ -671,8 +700,6 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         {"napi-ids", required_argument, 0, 'N'},
         {0, 0, 0, 0},
     };
-    bool threads_given = false;
-    struct ext_state ext = { .hot_pct = 20, .warm_pct = 40 };   /* memcached's defaults */
     long v;
     size_t sz;
     opterr = 0;
@@ -698,7 +725,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
                 fprintf(err, "cachetd: -t needs 1-%d threads, got '%s'\n", STORAGE_MAX_THREADS - STORAGE_BG_THREADS, optarg);
                 return EX_USAGE_CODE;
             }
-            s->num_threads = (int)v; threads_given = true; break;
+            s->num_threads = (int)v; *threads_given = true; break;
         case 'm':
             /* memcached: a bare number is megabytes; a suffix gives bytes. */
             if (parse_int(optarg, 1, 1L << 22, &v)) sz = (size_t)v << 20;
@@ -793,7 +820,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         case 'v': s->verbose++; break;
         case 'h': settings_usage(stdout); return 1;
         case 'o': {
-            int rc = parse_extended(s, optarg, &ext, err);
+            int rc = parse_extended(s, optarg, ext, err);
             if (rc) return rc;
             break;
         }
@@ -810,11 +837,37 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         fprintf(err, "cachetd: unexpected argument '%s' (see -h)\n", merged[optind]);
         return EX_USAGE_CODE;
     }
+    return 0;
+}
+
+/* The rules between flags, once all are read (memcached checks these after
+ * its whole command line), and the defaults that depend on other flags. */
+static int settings_validate(struct settings *s, const struct ext_state *ext, FILE *err)
+{
     if (!s->conn_buffer_limit_set)
         s->conn_buffer_limit = conn_buffer_limit_default(s->maxbytes, s->maxconns);
     if (s->item_size_max > s->maxbytes / 2) {
         fprintf(err, "cachetd: -I (%zu bytes) must be at most half of -m (%zu bytes)\n", s->item_size_max, s->maxbytes);
         return EX_USAGE_CODE;
+    }
+    /* storage (slabs.c) would refuse these at start; a usage error here, so
+     * that --check-args and the operator's contract test see them */
+    size_t page = settings_slab_page_size(s->maxbytes);
+    if ((s->maxbytes / page * page) / 8 >= 0xfffffff0u) {
+        fprintf(err, "cachetd: -m above %llu MB is not supported (32-bit chunk handles)\n",
+                (unsigned long long)((size_t)0xfffffff0u * 8 / (1024 * 1024)) - 1);
+        return EX_USAGE_CODE;
+    }
+    if (s->slab_sizes_count) {
+        /* each class rounds up to 8 bytes and must hold a header, a CAS and 16 bytes */
+        uint32_t min_chunk = (SLAB_ITEM_HEADER + (s->use_cas ? 8 : 0) + 16 + 7) & ~7u;
+        uint32_t first = (s->slab_sizes[0] + 7) & ~7u;
+        uint32_t last = (s->slab_sizes[s->slab_sizes_count - 1] + 7) & ~7u;
+        if (first < min_chunk || last > settings_slab_chunk_max(s)) {
+            fprintf(err, "cachetd: -o slab_sizes: sizes must be from %u to %zu bytes (half a %zu-byte slab page at this -m)\n",
+                    min_chunk, settings_slab_chunk_max(s), page);
+            return EX_USAGE_CODE;
+        }
     }
     if (s->slab_sizes_count && s->slab_sizes[s->slab_sizes_count - 1] > s->item_size_max) {
         fprintf(err, "cachetd: -o slab_sizes: the largest class exceeds -I\n");
@@ -843,7 +896,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
             return EX_USAGE_CODE;
         }
     }
-    if (ext.hot_pct + ext.warm_pct > 80) {
+    if (ext->hot_pct + ext->warm_pct > 80) {
         fprintf(err, "cachetd: hot_lru_pct + warm_lru_pct cannot be more than 80%% combined\n");
         return EX_USAGE_CODE;
     }
@@ -875,17 +928,21 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         if (!x->compact_under_set) x->compact_under = (uint32_t)(pages / 100 ? pages / 100 : 1);
         if (!x->drop_under_set) x->drop_under = x->compact_under_set ? 0 : x->compact_under;
     }
-    if (ext.temporary_ttl && ext.no_lru_maintainer) {
+    if (ext->temporary_ttl && ext->no_lru_maintainer) {
         fprintf(err, "cachetd: temporary_ttl requires lru_maintainer to be enabled\n");
         return EX_USAGE_CODE;
     }
+    return 0;
+}
 
+static int resolve_workers(struct settings *s, const struct ext_state *ext, bool threads_given, FILE *err)
+{
     /* Workers and pinning: one worker per CPU in the list (default: the
      * CPUs this process may run on). -t overrides the count; workers are
      * then assigned to the listed CPUs round-robin. */
     int allowed[MAX_WORKERS];
     int nallowed = allowed_cpus(allowed, MAX_WORKERS);
-    if (ext.cpus_given && s->pin_workers) {
+    if (ext->cpus_given && s->pin_workers) {
         for (int i = 0; i < s->num_cpus_listed; i++) {
             bool ok = false;
             for (int j = 0; j < nallowed; j++) if (allowed[j] == s->worker_cpus[i]) ok = true;
@@ -896,7 +953,7 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
                 return EX_USAGE_CODE;
             }
         }
-    } else if (!ext.cpus_given) {
+    } else if (!ext->cpus_given) {
         memcpy(s->worker_cpus, allowed, sizeof(int) * nallowed);
         s->num_cpus_listed = nallowed;
     }
@@ -912,4 +969,18 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         return EX_USAGE_CODE;
     }
     return 0;
+}
+
+int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
+{
+    settings_defaults(s);
+    static char *merged[MAX_ARGS + 1];
+    int n = 0;
+    int rc = merge_arguments(argc, argv, merged, &n, err);
+    if (rc) return rc;
+    bool threads_given = false;
+    struct ext_state ext = { .hot_pct = 20, .warm_pct = 40 };   /* memcached's defaults */
+    if ((rc = parse_options(s, n, merged, &ext, &threads_given, err)) != 0) return rc;
+    if ((rc = settings_validate(s, &ext, err)) != 0) return rc;
+    return resolve_workers(s, &ext, threads_given, err);
 }

@@ -26,6 +26,9 @@
 /* memcached's slab page, the unit -o slab_chunk_max must divide (slabs.c
  * uses smaller pages when -m is small, and clamps the largest chunk to one) */
 #define SLAB_PAGE_SIZE_MAX (1024 * 1024)
+/* an item's fixed header before its key (storage_internal.h ITEM_HDR): the
+ * smallest slab class holds it, a CAS and 16 bytes */
+#define SLAB_ITEM_HEADER   19u
 
 /* io_uring batching: on by default when the kernel allows it (containers
  * with a seccomp profile that blocks io_uring fall back to plain epoll). */
@@ -106,6 +109,14 @@ struct settings {
  * connection, at least 4 MiB, and at most an eighth of -m (unless that is
  * below 4 MiB). engine/README.md "Memory" explains the choice. */
 size_t conn_buffer_limit_default(size_t maxbytes, int maxconns);
+
+/* The slab page and largest slab chunk storage will use for these settings
+ * (slabs.c's rule: 1 MiB pages, halved down to 64 KiB until -m holds 64 of
+ * them; chunks up to half a page unless -o slab_chunk_max says otherwise).
+ * Settings check -o slab_sizes against them, and the memory budget sizes
+ * storage's tables from them. */
+size_t settings_slab_page_size(size_t maxbytes);
+size_t settings_slab_chunk_max(const struct settings *s);
 
 /* Fills s from defaults, then the args file (if --args-file is given), then
  * argv. Returns 0 to run, 1 when help was printed (exit 0), EX_USAGE_CODE on

@@ -16,10 +16,11 @@ limitations under the License.
 
 // Package engine is the operator's model of cachetd: which arguments a Cache
 // spec becomes, how much memory the process needs for them, and how big its
-// hash table grows. It knows nothing of Kubernetes objects, so that when the
-// engine changes how it allocates (for example the default cap on connection
-// buffer memory), this package is the one place to follow it: Budget is the
-// only memory formula, and docs/operator.md states it.
+// hash table grows. It knows nothing of Kubernetes objects. The engine
+// defines its own memory bound (cachetd --memory-budget, engine/src/
+// memory_budget.c); Budget computes a pod's limit from the spec without
+// running the engine, and contract_test.go checks it against the built
+// engine's answer for the arguments Args generates.
 package engine
 
 import (
@@ -373,7 +374,9 @@ func MaxItems(s *cachev1alpha1.CacheSpec) int64 {
 // most items the item memory can hold (every item the smallest chunk) at the
 // engine's load factor, rounded up to a power of two (at most the engine's
 // ceiling), plus the old half-size table that lives on while the table is
-// being expanded.
+// being expanded, if it ever grows past its initial power (a table that
+// starts large enough never has an old one: cachetd --memory-budget's
+// hash_table term).
 func HashTableBytes(s *cachev1alpha1.CacheSpec) int64 {
 	maxItems := MaxItems(s)
 	buckets := int64(float64(maxItems)/HashLoadFactor) + 1
@@ -384,6 +387,9 @@ func HashTableBytes(s *cachev1alpha1.CacheSpec) int64 {
 	}
 	power = min(max(power, initial), MaxHashPower)
 	table := (int64(1) << power) * HashBucketBytes
+	if power == initial {
+		return table
+	}
 	return table + table/2
 }
 
@@ -395,12 +401,13 @@ type MemoryBudget struct {
 	Limit int64
 }
 
-// Budget is the memory formula: item memory plus resting connection buffers,
-// the capped buffer memory above them, worker threads, the hash table, the
-// metrics thread when there is one, extstore's buffers and threads when it is
-// on, and a fixed base, rounded up to MiB.
-// Change it here, and in docs/operator.md, when the engine changes how it
-// allocates.
+// Budget is the pod's memory limit: the terms of cachetd --memory-budget for
+// Args(s, o) (item memory, resting connections, the capped buffer memory
+// above them, worker threads, the hash table, the metrics thread when there
+// is one, extstore's buffers and threads when it is on), with a margin of
+// 1 MiB more per thread and a fixed base of 16 MiB, rounded up to MiB.
+// contract_test.go fails when it falls below the engine's bound or rises
+// above it by more than that margin.
 func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 	b := MemoryBudget{
 		ItemMemory:  s.Memory.Value(),

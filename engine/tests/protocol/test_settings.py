@@ -5,6 +5,7 @@ are cachetd-only. Pinning is checked twice: what `stats settings` claims, and
 what the kernel says about the server's threads (/proc/<pid>/task/*/status), so
 a report that is not backed by real affinity fails.
 """
+import json
 import os
 import subprocess
 
@@ -219,3 +220,56 @@ def test_sigterm_mid_pipeline_exits_cleanly(start_server):
     assert len(tail) % len(unit) == 0 and tail == unit * (len(tail) // len(unit)), \
         f"a reply was cut: {len(tail)} bytes after SIGTERM, ends {tail[-40:]!r}"
     assert srv.proc.wait(timeout=15) == 0, "SIGTERM must end the server with exit code 0"
+
+
+# ---- --check-args and --memory-budget: the same answer as a start --------------------
+
+REFUSED_AT_START = [
+    ["-m", "40000"],                               # above 32-bit chunk handles (storage's limit)
+    ["-o", "slab_sizes=48-600000"],                # a class above half a slab page (storage's limit)
+    ["-o", "slab_sizes=40-100"],                   # a class below the smallest item
+    ["-m", "8", "-I", "1k", "-o", "slab_sizes=48-40000"],
+    ["-m", "2", "-I", "2m"],                       # -I above half of -m
+    ["-t", "0"],
+    ["-o", "ext_path=/x:64m,ext_page_size=6,ext_wbuf_size=4"],
+    ["-Z"],
+]
+
+
+@pytest.mark.cachetd_only(reason="--check-args and --memory-budget are cachetd's")
+@pytest.mark.parametrize("args", REFUSED_AT_START, ids=lambda a: " ".join(a))
+def test_check_args_and_memory_budget_refuse_what_a_start_refuses(args, tmp_path):
+    """Each mode refuses with a start's exit code (64) and its very message: they run the
+    same parse and validation, and a rule storage would apply at start is a usage error
+    before anything starts."""
+    start = subprocess.run([CACHETD, "-s", str(tmp_path / "sock"), *args], capture_output=True, text=True, timeout=20)
+    assert start.returncode == 64 and start.stderr.startswith("cachetd: "), (start.returncode, start.stderr)
+    for mode in ("--check-args", "--memory-budget"):
+        got = subprocess.run([CACHETD, mode, *args], capture_output=True, text=True, timeout=20)
+        assert (got.returncode, got.stderr, got.stdout) == (64, start.stderr, ""), (mode, got)
+
+
+@pytest.mark.cachetd_only(reason="--check-args and --memory-budget are cachetd's")
+def test_memory_budget_names_its_terms_and_follows_the_arguments():
+    def budget(*args):
+        out = subprocess.run([CACHETD, "--memory-budget", *args], capture_output=True, text=True, timeout=20)
+        assert out.returncode == 0 and out.stderr == "", out
+        b = json.loads(out.stdout)
+        assert b["total"] == sum(b["terms"].values()) and all(v >= 0 for v in b["terms"].values()), b
+        return b
+
+    base = budget("-m", "64", "-t", "2")
+    assert subprocess.run([CACHETD, "--check-args", "-m", "64", "-t", "2"], capture_output=True).returncode == 0
+    assert base["bounded"] and base["terms"]["item_memory"] >= 64 << 20 and base["terms"]["metrics"] == 0
+    assert not any(name.startswith("ext_") for name in base["terms"])
+    # each argument moves its own term
+    assert budget("-m", "128", "-t", "2")["terms"]["item_memory"] == base["terms"]["item_memory"] + (64 << 20)
+    assert budget("-m", "64", "-t", "4")["terms"]["workers"] == 2 * base["terms"]["workers"]
+    assert budget("-m", "64", "-t", "2", "-c", "2048")["terms"]["connections"] == 2 * base["terms"]["connections"]
+    assert budget("-m", "64", "-t", "2", "-o", "metrics_port=9150")["terms"]["metrics"] > 0
+    assert budget("-m", "64", "-t", "2", "-o", "hashpower=24")["terms"]["hash_table"] == 4 << 24
+    one = budget("-m", "64", "-t", "2", "-o", "ext_path=/nonexistent/f:1g,ext_threads=1")
+    four = budget("-m", "64", "-t", "2", "-o", "ext_path=/nonexistent/f:1g,ext_threads=4")
+    assert one["terms"]["ext_io_threads"] > 0 and four["terms"]["ext_io_threads"] == 4 * one["terms"]["ext_io_threads"]
+    # no cap on connection buffers, no bound
+    assert budget("-m", "64", "-t", "2", "-o", "conn_buffer_limit=0")["bounded"] is False

@@ -1,0 +1,153 @@
+/*
+ * memory_budget.c - the memory bound of a cachetd process, term by term,
+ * from the same settings and constants the allocators use.
+ *
+ * Why it exists: a pod's memory limit that is too low is an OOM-killed cache,
+ * and a formula kept beside the code (in Go, in Python, in prose) drifted from
+ * it four ways. `cachetd --memory-budget ARGS` prints this model; the
+ * operator's engine.Budget is tested against it, and the protocol tests run
+ * cachetd inside a memory cgroup of exactly this size under hostile clients
+ * (tests/protocol/test_limits.py). When an allocator changes, change its term
+ * here, and those tests say whether the bound still holds.
+ *
+ * Each term names the code whose allocations it bounds. Terms are upper
+ * bounds, not typical use: slow readers, the largest multi-gets and a hash
+ * table grown for the smallest items are what they are sized for.
+ *
+ * Concurrency: pure functions of a parsed struct settings.
+ */
+#include "memory_budget.h"
+
+#include <string.h>
+
+#include "ext_io.h"
+#include "extstore.h"
+#include "outbuf.h"
+#include "storage.h"
+
+#define KIB ((uint64_t)1 << 10)
+#define MIB ((uint64_t)1 << 20)
+
+/* slabs.c: the item region is reserved 2 MiB aligned and asks for
+ * transparent huge pages, so the last touched huge page may reach past -m. */
+#define ITEM_REGION_ALIGN       (2 * MIB)
+/* The smallest class is the item header, its CAS and -n, 8-byte aligned.
+ * Extstore stubs of a 2-byte key get classes from a 16-byte locator, the
+ * expiry and the CAS up (slabs.c STUB_KEY_MIN). */
+#define ITEM_CAS_BYTES          8u
+#define EXT_STUB_MIN_BYTES      (SLAB_ITEM_HEADER + 2u + 16u + 4u)
+/* assoc.c: 4-byte buckets; the table doubles when items pass 1.5 x buckets,
+ * and the old table lives until the move ends. */
+#define HASH_BUCKET_BYTES       4u
+#define HASH_POWER_DEFAULT      16
+#define HASH_POWER_MAX          30
+/* slabs.c / bags.c: the page table and bags, and the `stats sizes`
+ * histogram (8 bytes per 32 bytes of item size up to slab_chunk_max). */
+#define STORAGE_TABLES_BYTES    (4 * MIB)
+/* net.c: a resting connection is its 16 KiB read buffer (RBUF_INITIAL),
+ * its OUT_RESTING output buffer, the struct conn (~550 B), a storage
+ * command's line being read (<= 2 KiB) and allocator headers. */
+#define CONN_READ_RESTING       (16 * KIB)
+#define CONN_RESTING_BYTES      (CONN_READ_RESTING + OUT_RESTING + 4 * KIB)
+/* net.c / uring.c: a worker's touched stack, its io_uring rings (~100 KiB),
+ * epoll arrays and per-thread storage state; the same for every other
+ * thread counted here (flusher, compactor, IO threads). */
+#define THREAD_BYTES            (1 * MIB)
+/* the binary, libc, the main thread and storage's clock, cleaner, expander
+ * and mover threads */
+#define FIXED_BYTES             (8 * MIB)
+/* metrics_server.c / metrics.c: its thread, 16 connections' request
+ * buffers, the 1 MiB stats arena and one /metrics body (capped at 4 MiB,
+ * ~20 KB in practice) */
+#define METRICS_BYTES           (4 * MIB)
+/* extstore.c: a struct page (72 B) and a free-list slot per page */
+#define EXT_PAGE_TABLE_BYTES    (72u + 4u)
+/* ext_io.c: a queued job and its ring slot per worker-owned read */
+#define EXT_WORKER_JOB_BYTES    (1 * KIB)
+
+static void add(struct memory_budget *b, const char *name, uint64_t bytes)
+{
+    b->terms[b->nterms++] = (struct memory_term){ .name = name, .bytes = bytes };
+    b->total += bytes;
+}
+
+static uint64_t round8(uint64_t n) { return (n + 7) & ~(uint64_t)7; }
+
+/* The smallest chunk any item (or extstore stub) can take. */
+static uint64_t smallest_chunk(const struct settings *s)
+{
+    if (s->slab_sizes_count) return round8(s->slab_sizes[0]);   /* slabs.c rounds each class up */
+    uint32_t cas = s->use_cas ? ITEM_CAS_BYTES : 0;
+    uint64_t chunk = round8(SLAB_ITEM_HEADER + cas + s->chunk_size);
+    uint64_t stub = round8(EXT_STUB_MIN_BYTES + cas);
+    return s->ext.npaths && stub < chunk ? stub : chunk;
+}
+
+/* The table at its largest power, for item memory full of the smallest
+ * items, with the previous table still being moved from. */
+static uint64_t hash_table_bytes(const struct settings *s)
+{
+    uint64_t items = s->maxbytes / smallest_chunk(s);
+    int initial = s->hashpower ? s->hashpower : HASH_POWER_DEFAULT;
+    int power = initial;
+    while (power < HASH_POWER_MAX && items > ((uint64_t)1 << power) + ((uint64_t)1 << power) / 2) power++;
+    uint64_t table = ((uint64_t)HASH_BUCKET_BYTES) << power;
+    return power > initial ? table + table / 2 : table;
+}
+
+/* ext_io.c / ext_batch.c: an O_DIRECT read of the largest record (header,
+ * longest key, value), aligned out at both ends. */
+static uint64_t ext_read_buffer_bytes(const struct settings *s)
+{
+    uint64_t record = ext_record_size(KEY_MAX_LENGTH, (uint32_t)s->item_size_max);
+    return (record + EXT_ALIGN - 1) / EXT_ALIGN * EXT_ALIGN + EXT_ALIGN;
+}
+
+static void add_extstore(const struct settings *s, struct memory_budget *b)
+{
+    const struct ext_settings *x = &s->ext;
+    uint64_t wbuf = x->wbuf_size < x->page_size - EXT_PAGE_HEADER ? x->wbuf_size : x->page_size - EXT_PAGE_HEADER;
+    uint64_t pages = 0;
+    for (unsigned i = 0; i < x->npaths; i++) pages += x->sizes[i] / x->page_size;
+    uint64_t read = ext_read_buffer_bytes(s);
+    /* extstore.c: one write buffer per bucket, allocated at start, plus the
+     * compactor's piece of a page (one write buffer) and the header block */
+    add(b, "ext_write_buffers", (EXT_BUCKETS + 1) * wbuf + EXT_PAGE_HEADER);
+    add(b, "ext_page_table", pages * EXT_PAGE_TABLE_BYTES);
+    /* ext_items.c: the flusher's copy of one value, and its thread */
+    add(b, "ext_flusher", s->item_size_max + THREAD_BYTES);
+    add(b, "ext_compactor", THREAD_BYTES);
+    /* ext_io.c: ext_io_depth read buffers per IO thread, and the thread */
+    add(b, "ext_io_threads", (uint64_t)x->threads * (x->io_depth * read + THREAD_BYTES));
+    /* ext_io.h: each worker's own GET reads; ext_items.c: an append, prepend
+     * or incr of a value on disk brings it back through a value copy and a
+     * read buffer */
+    add(b, "ext_worker_reads", (uint64_t)s->num_threads *
+        (s->item_size_max + read + EXT_WORKER_READS * (EXT_WORKER_READ_BYTES + EXT_WORKER_JOB_BYTES)));
+}
+
+void memory_budget_of(const struct settings *s, struct memory_budget *b)
+{
+    memset(b, 0, sizeof *b);
+    b->bounded = s->conn_buffer_limit > 0;
+    add(b, "item_memory", s->maxbytes + ITEM_REGION_ALIGN);
+    add(b, "hash_table", hash_table_bytes(s));
+    add(b, "storage_tables", settings_slab_chunk_max(s) / 4 + STORAGE_TABLES_BYTES);
+    add(b, "connections", (uint64_t)s->maxconns * CONN_RESTING_BYTES);
+    /* bufmem.h: reserved before it is allocated, so never exceeded; each
+     * grown buffer is a mapping of its own (main.c's mmap threshold),
+     * rounded up to whole pages: 1/16 on top */
+    add(b, "conn_buffers", s->conn_buffer_limit + s->conn_buffer_limit / 16);
+    add(b, "workers", (uint64_t)s->num_threads * THREAD_BYTES);
+    add(b, "fixed", FIXED_BYTES);
+    add(b, "metrics", s->metrics_port ? METRICS_BYTES : 0);
+    if (s->ext.npaths) add_extstore(s, b);
+}
+
+void memory_budget_print_json(const struct memory_budget *b, FILE *out)
+{
+    fprintf(out, "{\"terms\": {");
+    for (int i = 0; i < b->nterms; i++)
+        fprintf(out, "%s\"%s\": %llu", i ? ", " : "", b->terms[i].name, (unsigned long long)b->terms[i].bytes);
+    fprintf(out, "}, \"total\": %llu, \"bounded\": %s}\n", (unsigned long long)b->total, b->bounded ? "true" : "false");
+}
