@@ -27,7 +27,40 @@
 #include "storage_internal.h"
 
 #include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
+
+/* ---- the thread registry ----
+ * Threads register once (workers, IO threads, the background threads) and
+ * never leave; a slot is published with a release store of the count, so a
+ * reader that loads the count with acquire sees every context below it. */
+static storage_thread *threads[STORAGE_MAX_THREADS];
+static _Atomic int nthreads;
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+
+storage_thread *storage_thread_get(int i) { return threads[i]; }
+int storage_thread_count(void) { return atomic_load_explicit(&nthreads, memory_order_acquire); }
+
+storage_thread *storage_thread_register(void)
+{
+    storage_thread *t = aligned_alloc(64, (sizeof(storage_thread) + 63) & ~(size_t)63);
+    if (!t) return NULL;
+    memset(t, 0, sizeof *t);
+    pthread_mutex_lock(&reg_lock);
+    int n = atomic_load(&nthreads);
+    if (n >= STORAGE_MAX_THREADS) {
+        pthread_mutex_unlock(&reg_lock);
+        free(t);
+        fprintf(stderr, "cachetd: more than %d storage threads\n", STORAGE_MAX_THREADS);
+        return NULL;
+    }
+    t->index = n;
+    threads[n] = t;
+    atomic_store_explicit(&nthreads, n + 1, memory_order_release);
+    pthread_mutex_unlock(&reg_lock);
+    return t;
+}
 
 static _Atomic uint64_t global_epoch = 1;
 

@@ -1,7 +1,8 @@
 /*
  * storage_internal.h - what the storage files (items.c, assoc.c, slabs.c,
- * slabs_mover.c, bags.c, epoch.c) share with each other and with the unit
- * tests, and nothing the protocol layer should see.
+ * slabs_mover.c, bags.c, epoch.c, clock.c, storage.c, storage_stats.c and
+ * extstore's item side) share with each other and with the unit tests, and
+ * nothing the protocol layer or the IO threads should see.
  *
  * Why the item header looks like this (19 bytes, optional fields at the END
  * of the chunk): benchmark W3 wants at most 0.70x memcached's RSS per item
@@ -227,7 +228,7 @@ struct storage_thread {
 #define STAT_INC(t, f) atomic_store_explicit(&(t)->st.f, atomic_load_explicit(&(t)->st.f, memory_order_relaxed) + 1, memory_order_relaxed)
 #define CLS_INC(t, c, f) atomic_store_explicit(&(t)->cls[c].f, atomic_load_explicit(&(t)->cls[c].f, memory_order_relaxed) + 1, memory_order_relaxed)
 
-/* ---- global settings and clock (storage.c) ---- */
+/* ---- global settings, clock, flush_all words and CAS ids (clock.c) ---- */
 extern struct storage_config g_cfg;
 extern _Atomic uint32_t g_current_time;
 /* flush_all, in one word so a reader sees all of one flush at once: items
@@ -275,13 +276,12 @@ static inline rel_time_t stamp_time_in(struct time_view v)
     return v.now < floor ? floor : v.now;
 }
 static inline rel_time_t stamp_time(void) { return stamp_time_in(time_view_now()); }
+void clock_init(void);   /* storage_init, after g_cfg is set */
 int clock_start(void);   /* 0 or pthread_create's error */
 void clock_stop(void);
 /* Tests move time forward instead of sleeping. */
 void storage_test_advance_clock(uint32_t seconds);
 
-storage_thread *storage_thread_get(int index);
-int storage_thread_count(void);
 uint64_t storage_next_cas(storage_thread *t);
 
 extern _Atomic unsigned g_test_reader_stall;  /* stress test only, see items.c */
@@ -293,7 +293,9 @@ extern _Atomic unsigned g_test_poison_free;   /* stress test only, see slabs.c *
 void bags_test_reclaim_all(void);
 bool slabs_test_move_page_of(storage_thread *t, const item *it);
 
-/* ---- read sections / grace periods (epoch.c) ---- */
+/* ---- thread registry, read sections / grace periods (epoch.c) ---- */
+storage_thread *storage_thread_get(int index);
+int storage_thread_count(void);
 void epoch_enter(storage_thread *t);
 void epoch_exit(storage_thread *t);
 /* Waits until every read section that began before the call has ended. The
@@ -329,7 +331,6 @@ void assoc_wait_expansion(void);
 /* ---- slabs (slabs.c) ---- */
 #define MAX_SLAB_CLASSES 64
 _Static_assert(MAX_SLAB_CLASSES == 64, "storage_thread.cls is sized for 64 classes");
-void storage_class_thread_stats(int clsid, uint64_t out[CLASS_STATS_N]);
 int  slabs_init(void);
 void slabs_destroy(void);
 int  slabs_clsid(size_t ntotal);                 /* an item's class; 0 if too large */
@@ -341,7 +342,6 @@ item *slabs_alloc_chunk(int clsid);              /* NULL if no free chunk and no
 void slabs_free_chunk(item *it);
 int slabs_start_thread(void);   /* 0 or pthread_create's error */
 void slabs_stop_thread(void);
-void slabs_stats(stat_writer w, void *ctx);
 /* slabs_mover.c: gives class clsid a page from another class now (evicting
  * there), for a store that has nothing of its own to evict. No lock held,
  * not in a read section. True if the class got memory. */
@@ -389,6 +389,9 @@ void bags_note_unlinked(item *it, int clsid);    /* counts dead items waiting in
 unsigned bags_count(int clsid);
 rel_time_t bags_oldest_age(int clsid);           /* now - last access of the oldest item, 0 if none */
 rel_time_t bags_oldest_age_cached(int clsid);    /* the same as of the last cleaner pass, without a lock */
+
+/* ---- statistics (storage_stats.c) ---- */
+void storage_stats_init(void);   /* storage_init: forget the last stats reset */
 
 /* per-class item statistics kept by items.c/bags.c */
 struct class_stats {
