@@ -434,33 +434,11 @@ static inline struct ext_stub item_ext_stub(item *it)
     memcpy(&s, item_data(it), sizeof s);
     return s;
 }
-/* Stripe lock held: the stub leaves the table, its record is garbage now. */
-void ext_item_gone(item *it);
-/* No lock held: replaces the key's stub by the value read back from disk
- * (or unlinks it if the read fails). False: no memory for the value; the
- * stub is kept and the caller answers "out of memory". */
-bool ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t hv);
-/* Memory pressure seen by an evictor: wake the flusher. */
-void ext_note_pressure(void);
-/* The cleaner's view of stubs whose page was evicted or dropped since they
- * were written (a GET would find them stale): ext_stub_orphaned tells one,
- * any item, under the class lock; ext_records_orphaned_total counts them as
- * they are made; ext_stub_class_max is the largest class a stub takes. */
-bool ext_stub_orphaned(item *it);
-uint64_t ext_records_orphaned_total(void);
-int ext_stub_class_max(void);
+/* What the item code calls on extstore's behalf goes through the hook
+ * table (ext_hooks.h), not into ext_items.c. */
 
-/* ---- extstore reads (ext_items.c), for the batched reader (ext_batch.c) ---- */
+/* ---- extstore (ext_items.c), for the concurrent checker ---- */
 #include "extstore.h"
 struct extstore *storage_ext_store(void);   /* NULL without ext_path */
-/* After a read of an on-disk view, at the locator `at` (the view's, or
- * where storage_ext_moved found the record): a miss is counted and the
- * key's stub unlinked if still the same; a hit may be recached
- * (ext_recache_rate) from val. Returns whether it was a hit. */
-bool storage_ext_fetch_done(storage_thread *t, const char *key, size_t nkey, const struct item_view *v,
-                            enum ext_read_result r, const char *val, const uint8_t at[12]);
-/* A read found its page re-versioned: whether the compactor moved this very
- * record (same length, CRC and CAS); if so `at` gets its new locator. */
-bool storage_ext_moved(const char *key, size_t nkey, const struct item_view *v, uint8_t at[12]);
 
 #endif
