@@ -241,7 +241,7 @@ static bool no_slot(struct conn *c, bool can_wait)
 {
     if (can_wait && out_can_wait(c)) return false;
     storage_ext_count_oom();
-    c->out.failed = true;
+    out_fail(c);
     return true;
 }
 

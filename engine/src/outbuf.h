@@ -150,6 +150,17 @@ static inline void outbuf_add(struct outbuf *o, const char *s, size_t n)
     memcpy(o->buf + o->len, s, n);
     o->len += n;
 }
+/* A reply written in place: after outbuf_reserve() or outbuf_value_room()
+ * said yes, the caller writes its bytes from outbuf_tail() on (no more than
+ * it asked room for) and then commits them up to `end`. Nothing else
+ * outside this file moves `len`. */
+static inline char *outbuf_tail(const struct outbuf *o) { return o->buf + o->len; }
+static inline void outbuf_commit(struct outbuf *o, const char *end) { o->len = (size_t)(end - o->buf); }
+/* The reply under construction cannot be built: the read loop takes it back
+ * to its mark and answers one SERVER_ERROR line (see `failed`). */
+static inline void outbuf_fail(struct outbuf *o) { o->failed = true; }
+/* Every deferred slot of this connection is taken (OUT_DEFER_MAX). */
+static inline bool outbuf_defer_full(const struct outbuf *o) { return o->ndeferred >= OUT_DEFER_MAX; }
 void outbuf_str(struct outbuf *o, const char *s);     /* s + "\r\n" */
 void outbuf_vprintf(struct outbuf *o, const char *fmt, va_list ap);
 
