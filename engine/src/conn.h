@@ -1,6 +1,6 @@
 /*
  * conn.h - a client connection and the worker that owns it: the boundary
- * between the network layer (net.c and below) and the protocol layer
+ * between the network layer (net_listen.c, net_worker.c, net_conn.c) and the protocol layer
  * (proto_text.c, proto_meta.c). The protocol sees a connection through this
  * header only: its input state, its output queue (outbuf.h, through the
  * out_* calls below), its worker's storage context and counters.

@@ -97,7 +97,7 @@ static bool process_mg(struct conn *c, struct request *r)
 
     size_t hdr_max = flags_room(r) + 32;
     size_t copy_cap;
-    /* the read loop made room for one reply before dispatching (net.c) */
+    /* the read loop made room for one reply before dispatching (net_conn.c) */
     if (!out_value_room(c, hdr_max, &copy_cap)) {
         out_fail(c);
         return true;
