@@ -1,6 +1,13 @@
 /*
  * epoch.c - read sections and grace periods: the reason a lock-free GET can
- * never touch freed or reused memory.
+ * never touch freed or reused memory; and the registry of the threads that
+ * may read items.
+ *
+ * Why the registry lives here: a grace period has to know every thread that
+ * may be inside a read section, so the list of per-thread contexts is this
+ * file's data (the stats code sums their counters too, storage_stats.c).
+ * A thread registers once and never leaves; registering takes a mutex, and
+ * readers of the list load its length with acquire and take no lock.
  *
  * Why epochs scoped to one storage call, and not QSBR driven by the event
  * loop: a worker blocked in epoll_wait would stall every grace period unless
@@ -32,9 +39,9 @@
 #include <time.h>
 
 /* ---- the thread registry ----
- * Threads register once (workers, IO threads, the background threads) and
- * never leave; a slot is published with a release store of the count, so a
- * reader that loads the count with acquire sees every context below it. */
+ * Workers, IO threads and the background threads; a slot is published with
+ * a release store of the count, so a reader that loads the count with
+ * acquire sees every context below it. */
 static storage_thread *threads[STORAGE_MAX_THREADS];
 static _Atomic int nthreads;
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
