@@ -123,9 +123,8 @@ static bool conn_can_take_request(struct conn *c)
     if (!out_can_wait(c)) return true;
     /* every deferred slot taken: a pipelined mg of a disk value would find
      * none, and a disk value waits for a slot rather than become a miss */
-    if (c->out.ndeferred >= OUT_DEFER_MAX) return false;
+    if (outbuf_defer_full(&c->out) || outbuf_full(&c->out)) return false;
     size_t pending = outbuf_pending(&c->out);
-    if (pending > OUT_HIGH_WATER || c->out.nsegs + 2 > OUT_MAX_SEGS) return false;
     /* the budget is nearly used up: whoever still has output to send waits
      * for it, so the memory goes to connections that have none */
     if (pending > 0 && bufmem_under_pressure()) return false;
@@ -139,13 +138,7 @@ static void conn_reply_failed(struct conn *c, const struct out_mark *m, const st
     STAT_INC(c->w, response_obj_oom);
     c->resume_off = 0;
     const char *msg = r ? proto_oom_reply(r) : "SERVER_ERROR out of memory writing response";
-    size_t n = strlen(msg);
-    /* the queue always keeps OUT_TAIL_ROOM free for exactly this line */
-    if (c->out.buf && c->out.cap - c->out.len >= n + 2) {
-        memcpy(c->out.buf + c->out.len, msg, n);
-        memcpy(c->out.buf + c->out.len + n, "\r\n", 2);
-        c->out.len += n + 2;
-    }
+    outbuf_error_line(&c->out, msg);
     if (verbosity() > 0) fprintf(stderr, "cachetd: %s: %s, closing\n", c->addr, msg);
     c->state = CONN_CLOSING;
 }
@@ -156,7 +149,7 @@ static void nread_advance(struct conn *c, size_t n)
     struct out_mark m;
     outbuf_mark(&c->out, &m);
     proto_nread_advance(c, n);
-    if (c->out.failed) conn_reply_failed(c, &m, NULL);
+    if (outbuf_failed(&c->out)) conn_reply_failed(c, &m, NULL);
 }
 
 static void rbuf_shrink(struct conn *c)
@@ -259,7 +252,7 @@ void process_input(struct conn *c)
             go_on = proto_dispatch(c, &r, line, (size_t)ll);
         }
         latency_note(c->w->id, r.cmd);
-        if (c->out.failed) {
+        if (outbuf_failed(&c->out)) {
             conn_reply_failed(c, &mark, st == PARSE_OK ? &r : NULL);
             break;
         }
