@@ -30,6 +30,7 @@
  * (see assoc.c for the whole reclamation scheme).
  */
 #include "storage_internal.h"
+#include "ext_hooks.h"
 #include "bgthread.h"
 
 #include <stdio.h>
@@ -67,7 +68,7 @@ struct lru {
     _Atomic uint32_t oldest_time;  /* last access of the oldest item, kept for readers that take no lock */
     bool sweeping;              /* a sweep over all bags is under way */
     rel_time_t last_sweep;
-    uint64_t orphans_seen;      /* ext_records_orphaned_total() a sweep last started with */
+    uint64_t orphans_seen;      /* ext_hooks()->records_orphaned_total() a sweep last started with */
     rel_time_t orphan_resweep;  /* when to sweep again for them (0: no need) */
 } __attribute__((aligned(64)));
 
@@ -309,7 +310,7 @@ static enum fate reclaim_if_dead(struct bag *b, item *prev, item *it, int clsid,
         /* a stub whose page is gone goes too, as memcached's LRU crawler
          * reclaims a header whose page was evicted: a GET would miss anyway */
         bool live = item_is_live(it, now);
-        if (live && !ext_stub_orphaned(it)) return KEEP;
+        if (live && !ext_hooks()->stub_orphaned(it)) return KEEP;
         bool unfetched = !(atomic_load_explicit(&it->bag, memory_order_relaxed) & ITEM_FETCHED_BIT);
         if (!unlink_for_reclaim(it, wait)) return BUSY;
         if (!live && !item_is_flushed(it, now)) {
@@ -395,23 +396,23 @@ static uint32_t bag_target(int clsid)
  * read as misses but would stay in RAM until evicted. */
 static bool many_orphans(const struct lru *l, uint64_t live)
 {
-    return ext_records_orphaned_total() - l->orphans_seen > live / 8 + 64;
+    return ext_hooks()->records_orphaned_total() - l->orphans_seen > live / 8 + 64;
 }
 
 static bool class_has_new_orphans(int clsid, const struct lru *l, uint64_t live)
 {
-    if (clsid > ext_stub_class_max()) return false;
+    if (clsid > ext_hooks()->stub_class_max()) return false;
     return many_orphans(l, live) || (l->orphan_resweep && now_time() >= l->orphan_resweep);
 }
 
 static void note_orphans_swept(int clsid, struct lru *l, rel_time_t now)
 {
     uint64_t live = atomic_load_explicit(&g_class_stats[clsid].curr_items, memory_order_relaxed);
-    if (clsid <= ext_stub_class_max() && many_orphans(l, live))
+    if (clsid <= ext_hooks()->stub_class_max() && many_orphans(l, live))
         l->orphan_resweep = now + ORPHAN_RESWEEP;
     else if (l->orphan_resweep && now >= l->orphan_resweep)
         l->orphan_resweep = 0;
-    l->orphans_seen = ext_records_orphaned_total();
+    l->orphans_seen = ext_hooks()->records_orphaned_total();
 }
 
 /* Sweeping every bag costs a pass over the class; do it when enough dead

@@ -1,6 +1,6 @@
 /*
  * conn.h - a client connection and the worker that owns it: the boundary
- * between the network layer (net.c and below) and the protocol layer
+ * between the network layer (net_listen.c, net_worker.c, net_conn.c) and the protocol layer
  * (proto_text.c, proto_meta.c). The protocol sees a connection through this
  * header only: its input state, its output queue (outbuf.h, through the
  * out_* calls below), its worker's storage context and counters.
@@ -128,7 +128,7 @@ struct worker {
 };
 
 /* ---- output, for the protocol (see outbuf.h) ---- */
-/* At least n free bytes at out.buf + out.len; false: the reply failed (the
+/* At least n free bytes at out_tail(); false: the reply failed (the
  * read loop takes it back and answers SERVER_ERROR). */
 static inline bool out_reserve(struct conn *c, size_t n) { return outbuf_reserve(&c->out, n); }
 static inline void out_add(struct conn *c, const char *s, size_t n) { outbuf_add(&c->out, s, n); }
@@ -148,10 +148,13 @@ static inline bool out_value_room(struct conn *c, size_t hdr_max, size_t *copy_c
 }
 static inline void out_ref(struct conn *c, const struct item_view *v) { outbuf_push_ref(&c->out, v); }
 /* Output queued that the connection can wait for (to resume a request). */
-static inline bool out_can_wait(const struct conn *c)
-{
-    return outbuf_pending(&c->out) > 0 || c->out.ndeferred > 0;
-}
+static inline bool out_can_wait(const struct conn *c) { return !outbuf_empty(&c->out); }
+/* A reply written in place, then committed: see outbuf_tail(). */
+static inline char *out_tail(const struct conn *c) { return outbuf_tail(&c->out); }
+static inline void out_commit(struct conn *c, const char *end) { outbuf_commit(&c->out, end); }
+/* This reply cannot be built: SERVER_ERROR instead (see outbuf_fail()). */
+static inline void out_fail(struct conn *c) { outbuf_fail(&c->out); }
+static inline bool out_defer_full(const struct conn *c) { return outbuf_defer_full(&c->out); }
 /* A reply slot filled later, by any thread: see reply.h. */
 static inline struct reply_handle *reply_defer(struct conn *c, const struct reply_spec *spec)
 {

@@ -1,6 +1,13 @@
 /*
  * epoch.c - read sections and grace periods: the reason a lock-free GET can
- * never touch freed or reused memory.
+ * never touch freed or reused memory; and the registry of the threads that
+ * may read items.
+ *
+ * Why the registry lives here: a grace period has to know every thread that
+ * may be inside a read section, so the list of per-thread contexts is this
+ * file's data (the stats code sums their counters too, storage_stats.c).
+ * A thread registers once and never leaves; registering takes a mutex, and
+ * readers of the list load its length with acquire and take no lock.
  *
  * Why epochs scoped to one storage call, and not QSBR driven by the event
  * loop: a worker blocked in epoll_wait would stall every grace period unless
@@ -27,7 +34,40 @@
 #include "storage_internal.h"
 
 #include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
+
+/* ---- the thread registry ----
+ * Workers, IO threads and the background threads; a slot is published with
+ * a release store of the count, so a reader that loads the count with
+ * acquire sees every context below it. */
+static storage_thread *threads[STORAGE_MAX_THREADS];
+static _Atomic int nthreads;
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+
+storage_thread *storage_thread_get(int i) { return threads[i]; }
+int storage_thread_count(void) { return atomic_load_explicit(&nthreads, memory_order_acquire); }
+
+storage_thread *storage_thread_register(void)
+{
+    storage_thread *t = aligned_alloc(64, (sizeof(storage_thread) + 63) & ~(size_t)63);
+    if (!t) return NULL;
+    memset(t, 0, sizeof *t);
+    pthread_mutex_lock(&reg_lock);
+    int n = atomic_load(&nthreads);
+    if (n >= STORAGE_MAX_THREADS) {
+        pthread_mutex_unlock(&reg_lock);
+        free(t);
+        fprintf(stderr, "cachetd: more than %d storage threads\n", STORAGE_MAX_THREADS);
+        return NULL;
+    }
+    t->index = n;
+    threads[n] = t;
+    atomic_store_explicit(&nthreads, n + 1, memory_order_release);
+    pthread_mutex_unlock(&reg_lock);
+    return t;
+}
 
 static _Atomic uint64_t global_epoch = 1;
 

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "storage_internal.h"
+#include "ext_hooks.h"
 #include "uring.h"
 
 struct slot {
@@ -147,8 +147,8 @@ static void finish_one(storage_thread *t, struct ext_fetch *f, struct slot *s, c
 {
     uint8_t at[12];
     memcpy(at, f->v->ext_loc, sizeof at);
-    struct extstore *e = storage_ext_store();
-    if (s->r == EXT_MISS_STALE && buf && e && storage_ext_moved(f->key, f->nkey, f->v, at)) {
+    struct extstore *e = ext_hooks()->store;
+    if (s->r == EXT_MISS_STALE && buf && e && ext_hooks()->moved(f->key, f->nkey, f->v, at)) {
         memcpy(&s->loc, at, sizeof s->loc);
         f->value = NULL;
         if (ext_read_prepare(e, &s->loc, f->key, f->nkey, buf, f->v->nbytes, &s->op, &s->r))
@@ -157,7 +157,7 @@ static void finish_one(storage_thread *t, struct ext_fetch *f, struct slot *s, c
         else if (s->r == EXT_HIT)
             f->value = buf;   /* copied from a write buffer */
     }
-    f->hit = storage_ext_fetch_done(t, f->key, f->nkey, f->v, s->r, f->value, at);
+    f->hit = ext_hooks()->fetch_done(t, f->key, f->nkey, f->v, s->r, f->value, at);
     if (!f->hit) f->value = NULL;
     done(arg, f);
 }
@@ -167,7 +167,7 @@ void ext_reader_fetch(struct ext_reader *r, storage_thread *t, struct ext_fetch 
 {
     /* more than the reader holds: one batch after another, each fetch done */
     for (; n > r->depth; f += r->depth, n -= r->depth) ext_reader_fetch(r, t, f, r->depth, done, arg);
-    struct extstore *e = storage_ext_store();
+    struct extstore *e = ext_hooks()->store;
     bool ring = ext_reader_uses_uring(r);
     /* no slot of an earlier batch may pass for one of this batch's reads */
     for (unsigned i = 0; i < r->depth; i++) r->slots[i].disk = r->slots[i].reaped = false;
@@ -249,7 +249,7 @@ static void finish_started(struct ext_reader *r, storage_thread *t, struct slot 
                            void (*done)(void *arg, struct ext_fetch *f), void *arg)
 {
     struct ext_fetch *f = s->f;
-    struct extstore *e = storage_ext_store();
+    struct extstore *e = ext_hooks()->store;
     s->r = ext_read_finish(e, &s->op, s->buf, s->got, &s->loc, f->key, f->nkey, f->v->nbytes, &f->value);
     s->disk = false;
     finish_one(t, f, s, s->buf, done, arg);
@@ -259,7 +259,7 @@ static void finish_started(struct ext_reader *r, storage_thread *t, struct slot 
 void ext_reader_start(struct ext_reader *r, storage_thread *t, struct ext_fetch *f,
                       void (*done)(void *arg, struct ext_fetch *f), void *arg)
 {
-    struct extstore *e = storage_ext_store();
+    struct extstore *e = ext_hooks()->store;
     f->hit = false;
     f->value = NULL;
     if (!e || !f->v->on_disk) { done(arg, f); return; }   /* nothing to read: a miss, uncounted */

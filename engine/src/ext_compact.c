@@ -34,7 +34,8 @@
  * walked as of one page version; ext_page_walk reads it without extstore's
  * lock and ext_page_drop refuses the page if it was evicted and reused
  * since, so records written after the pick are never freed unmoved. Each
- * stub is swapped by ext_relocate (ext_items.c) under the key's stripe lock
+ * stub is swapped by ext_relocate (ext_items.c, handed over by
+ * ext_compact_start) under the key's stripe lock
  * only if the key still has the stub with this record's locator; a set,
  * delete or read-back in between wins. A GET that read the old locator and
  * reaches the disk after the page was dropped sees a new page version: a
@@ -51,6 +52,10 @@
 
 static _Atomic uint64_t n_lost, n_rescues, n_resc_cold, n_resc_old, n_skipped;
 static storage_thread *cctx;
+/* as ext_compact_start was given them, fixed from then on */
+static struct extstore *store;
+static const struct ext_settings *conf;
+static ext_relocate_fn relocate;
 
 static bool compact_pass(void *arg);
 static struct bgthread compactor = { .name = "cachet-extcomp", .pass = compact_pass };
@@ -65,7 +70,7 @@ static int on_record(void *arg, const struct ext_record *r)
 {
     struct walk *w = arg;
     bool cold = false;
-    switch (ext_relocate(cctx, r, EXT_BUCKET_COMPACT, w->written, w->drop_unread, &cold)) {
+    switch (relocate(cctx, r, EXT_BUCKET_COMPACT, w->written, w->drop_unread, &cold)) {
     case EXT_RELOC_MOVED:
         /* into the one compaction bucket: never a coldcompact or old one
          * (resc_cold, resc_old: see the header) */
@@ -88,8 +93,8 @@ static void count(_Atomic uint64_t *c, uint64_t n)
 static bool compact_pass(void *arg)
 {
     (void)arg;
-    struct extstore *e = ext_items_store();
-    const struct ext_settings *x = ext_items_settings();
+    struct extstore *e = store;
+    const struct ext_settings *x = conf;
     uint64_t free_pages = atomic_load_explicit(&ext_get_stats(e)->pages_free, memory_order_relaxed);
     if (free_pages >= x->compact_under) return false;
     uint32_t version = 0;
@@ -117,10 +122,14 @@ static bool compact_pass(void *arg)
     return dropped || rc == -ESTALE;
 }
 
-int ext_compact_start(storage_thread *t)
+int ext_compact_start(storage_thread *t, struct extstore *e, const struct ext_settings *x,
+                      ext_relocate_fn relocate_fn)
 {
     cctx = t;
-    uint32_t sleep_ms = ext_items_settings()->max_sleep / 1000;
+    store = e;
+    conf = x;
+    relocate = relocate_fn;
+    uint32_t sleep_ms = x->max_sleep / 1000;
     compactor.period_ms = sleep_ms ? sleep_ms : 1;
     return bgthread_start(&compactor);
 }

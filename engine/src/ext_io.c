@@ -11,7 +11,8 @@
  * value out of the reader's buffer; the connection may be gone by then, the
  * handle is then freed by its worker. Each IO thread has its own storage
  * context (a stub whose read failed is unlinked, a recache relinks the
- * value) and its own reader (ring and io_depth buffers of the largest
+ * value: extstore's item side does both, reached through the hook table of
+ * ext_hooks.h, never by calling item code) and its own reader (ring and io_depth buffers of the largest
  * record), so a read allocates nothing.
  *
  * A worker's own reads (struct ext_worker) never leave that worker: its
@@ -241,7 +242,7 @@ static bool no_slot(struct conn *c, bool can_wait)
 {
     if (can_wait && out_can_wait(c)) return false;
     storage_ext_count_oom();
-    c->out.failed = true;
+    out_fail(c);
     return true;
 }
 

@@ -5,8 +5,9 @@
  * value). The page store itself is extstore.c; the reads a GET waits for are
  * ext_io.c's, done by ext_batch.c's readers (on the worker's own io_uring
  * ring, or on an IO thread), which check each record with extstore.c's
- * ext_read_prepare/ext_read_finish and end here in storage_ext_fetch_done()
- * (a miss unlinks the stub; a hit may recache the value). The synchronous
+ * ext_read_prepare/ext_read_finish and end here in fetch_done through the
+ * hook table (ext_hooks.h), as the item code's upcalls do (a miss unlinks
+ * the stub; a hit may recache the value). The synchronous
  * storage_ext_fetch() has no caller in the server: the unit tests and the
  * stress checker use it.
  *
@@ -62,27 +63,17 @@ static char *flush_buf;         /* the flusher's copy of one value (-I bytes) */
 static storage_thread *flusher_ctx;
 static _Atomic bool pressure;
 
-static _Atomic int64_t io_queue;
-static _Atomic uint64_t get_extstore, get_aborted, get_oom, recache_n, miss_n, badcrc_n, hits_n;
+static _Atomic uint64_t recache_n, miss_n, badcrc_n, hits_n;
 
 static bool flusher_pass(void *arg);
 static struct bgthread flusher = { .name = "cachet-extflush", .pass = flusher_pass, .period_ms = FLUSH_PERIOD_MS };
 
-bool storage_ext_enabled(void) { return g_ext != NULL; }
-struct extstore *ext_items_store(void) { return g_ext; }
-const struct ext_settings *ext_items_settings(void) { return &g_x; }
-void storage_ext_count_get(void) { atomic_fetch_add_explicit(&get_extstore, 1, memory_order_relaxed); }
-void storage_ext_count_aborted(void) { atomic_fetch_add_explicit(&get_aborted, 1, memory_order_relaxed); }
-void storage_ext_count_oom(void) { atomic_fetch_add_explicit(&get_oom, 1, memory_order_relaxed); }
-
-void storage_ext_count_queue(int delta) { atomic_fetch_add_explicit(&io_queue, delta, memory_order_relaxed); }
-
-void ext_note_pressure(void)
+static void ext_note_pressure(void)
 {
     if (g_ext && !atomic_exchange_explicit(&pressure, true, memory_order_relaxed)) bgthread_wake(&flusher);
 }
 
-void ext_item_gone(item *it)
+static void ext_item_gone(item *it)
 {
     struct ext_stub st = item_ext_stub(it);
     struct ext_locator loc;
@@ -93,7 +84,7 @@ void ext_item_gone(item *it)
     if (g_ext && ext_check(g_ext, &loc)) ext_delete(g_ext, &loc, item_nkey(it), st.nbytes);
 }
 
-bool ext_stub_orphaned(item *it)
+static bool ext_stub_orphaned(item *it)
 {
     if (!g_ext || !(item_layout(it) & ITEM_ON_DISK)) return false;
     struct ext_stub st = item_ext_stub(it);
@@ -102,9 +93,9 @@ bool ext_stub_orphaned(item *it)
     return !ext_check(g_ext, &loc);
 }
 
-uint64_t ext_records_orphaned_total(void) { return g_ext ? ext_records_orphaned(g_ext) : 0; }
+static uint64_t ext_records_orphaned_total(void) { return g_ext ? ext_records_orphaned(g_ext) : 0; }
 
-int ext_stub_class_max(void)
+static int ext_stub_class_max(void)
 {
     if (!g_ext) return 0;
     return slabs_stub_clsid(item_ntotal_for(ITEM_HAS_FLAGS | ITEM_HAS_EXPTIME | ITEM_ON_DISK, KEY_MAX_LENGTH, EXT_STUB_BYTES));
@@ -384,7 +375,7 @@ enum ext_relocate_result ext_relocate(storage_thread *t, const struct ext_record
  * (compaction): same length, same CRC of key and value, same CAS; if so its
  * locator goes to at. A set in between has another CAS (and almost surely
  * another CRC), so its value is never served under the old one's header. */
-bool storage_ext_moved(const char *key, size_t nkey, const struct item_view *v, uint8_t at[12])
+static bool storage_ext_moved(const char *key, size_t nkey, const struct item_view *v, uint8_t at[12])
 {
     struct ext_locator was, now;
     memcpy(&was, v->ext_loc, sizeof was);
@@ -434,7 +425,7 @@ static bool hotter_than_ram(size_t nkey, const struct item_view *v)
     return now - v->last_access < ram_age;
 }
 
-bool storage_ext_fetch_done(storage_thread *t, const char *key, size_t nkey, const struct item_view *v,
+static bool storage_ext_fetch_done(storage_thread *t, const char *key, size_t nkey, const struct item_view *v,
                             enum ext_read_result r, const char *val, const uint8_t at[12])
 {
     if (r != EXT_HIT) {
@@ -466,7 +457,7 @@ bool storage_ext_fetch(storage_thread *t, const char *key, size_t nkey, const st
     return storage_ext_fetch_done(t, key, nkey, v, r, buf, at);
 }
 
-bool ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t hv)
+static bool ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t hv)
 {
     stripe_lock(hv);
     item *it = assoc_find_locked(key, nkey, hv);
@@ -496,6 +487,18 @@ bool ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t h
     ext_read_buf_free();
     return ok;
 }
+
+/* What the item code and the IO layer call through ext_hooks.h. */
+static struct ext_hooks item_side = {
+    .item_gone = ext_item_gone,
+    .materialize = ext_materialize,
+    .note_pressure = ext_note_pressure,
+    .stub_orphaned = ext_stub_orphaned,
+    .records_orphaned_total = ext_records_orphaned_total,
+    .stub_class_max = ext_stub_class_max,
+    .fetch_done = storage_ext_fetch_done,
+    .moved = storage_ext_moved,
+};
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
@@ -528,7 +531,9 @@ int storage_ext_start(const struct ext_settings *x)
     /* the compactor first: the flusher wakes it (see storage_ext_stop) */
     storage_thread *cctx = storage_thread_register();
     if (!cctx) return 70;
-    if (ext_compact_start(cctx)) { fprintf(stderr, "cachetd: cannot start the extstore compactor\n"); return 70; }
+    item_side.store = g_ext;
+    ext_hooks_install(&item_side);
+    if (ext_compact_start(cctx, g_ext, &g_x, ext_relocate)) { fprintf(stderr, "cachetd: cannot start the extstore compactor\n"); return 70; }
     int rc = bgthread_start(&flusher);
     if (rc) { fprintf(stderr, "cachetd: cannot start the extstore flusher\n"); return 70; }
     return 0;
@@ -551,9 +556,9 @@ void storage_ext_stats_general(stat_writer w, void *ctx)
 {
     if (!g_ext) return;
     const struct ext_stats *s = ext_get_stats(g_ext);
-    w(ctx, "get_extstore", "%llu", LD(get_extstore));
-    w(ctx, "get_aborted_extstore", "%llu", LD(get_aborted));
-    w(ctx, "get_oom_extstore", "%llu", LD(get_oom));
+    w(ctx, "get_extstore", "%llu", LD(g_ext_io_counts.get));
+    w(ctx, "get_aborted_extstore", "%llu", LD(g_ext_io_counts.aborted));
+    w(ctx, "get_oom_extstore", "%llu", LD(g_ext_io_counts.oom));
     w(ctx, "recache_from_extstore", "%llu", LD(recache_n));
     w(ctx, "miss_from_extstore", "%llu", LD(miss_n));
     w(ctx, "badcrc_from_extstore", "%llu", LD(badcrc_n));
@@ -587,7 +592,7 @@ void storage_ext_stats_general(stat_writer w, void *ctx)
     w(ctx, "extstore_bytes_used", "%llu", LD(s->bytes_used));
     w(ctx, "extstore_bytes_fragmented", "%llu", LD(s->bytes_fragmented));
     w(ctx, "extstore_limit_maxbytes", "%llu", (unsigned long long)s->limit_bytes);
-    w(ctx, "extstore_io_queue", "%llu", (unsigned long long)atomic_load_explicit(&io_queue, memory_order_relaxed));
+    w(ctx, "extstore_io_queue", "%llu", (unsigned long long)atomic_load_explicit(&g_ext_io_counts.queue, memory_order_relaxed));
 }
 
 void storage_ext_stats_extstore(stat_writer w, void *ctx)
@@ -620,9 +625,9 @@ void storage_ext_stats_settings(stat_writer w, void *ctx)
 
 void storage_ext_stats_reset(void)
 {
-    atomic_store(&get_extstore, 0);
-    atomic_store(&get_aborted, 0);
-    atomic_store(&get_oom, 0);
+    atomic_store(&g_ext_io_counts.get, 0);
+    atomic_store(&g_ext_io_counts.aborted, 0);
+    atomic_store(&g_ext_io_counts.oom, 0);
     atomic_store(&recache_n, 0);
     atomic_store(&miss_n, 0);
     atomic_store(&badcrc_n, 0);

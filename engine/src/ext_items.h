@@ -1,6 +1,7 @@
 /*
  * ext_items.h - what ext_items.c (the item side of extstore) lends the
- * compactor (ext_compact.c), so that the stub swap exists once.
+ * compactor (ext_compact.c), so that the stub swap exists once, and the
+ * compactor's own entry points, which ext_items.c calls.
  *
  * Why a header of its own: the compactor relocates stubs exactly the way
  * the flusher and a recache replace items (swap only if the key still maps
@@ -12,13 +13,10 @@
 #define CACHET_EXT_ITEMS_H
 
 #include "storage_internal.h"
+#include "ext_hooks.h"
 #include "extstore.h"
 #include "settings.h"
 
-/* The store and the ext_* settings as started (NULL / zeros without
- * ext_path). Fixed after storage_ext_start. */
-struct extstore *ext_items_store(void);
-const struct ext_settings *ext_items_settings(void);
 
 enum ext_relocate_result {
     EXT_RELOC_MOVED,     /* the key's stub now points at the copy in bucket `to` */
@@ -38,10 +36,18 @@ enum ext_relocate_result {
 enum ext_relocate_result ext_relocate(storage_thread *t, const struct ext_record *r, enum ext_bucket to,
                                       rel_time_t written, bool drop_unread, bool *cold);
 
+typedef enum ext_relocate_result (*ext_relocate_fn)(storage_thread *t, const struct ext_record *r,
+                                                    enum ext_bucket to, rel_time_t written, bool drop_unread,
+                                                    bool *cold);
+
 /* The compactor (ext_compact.c): started and stopped with the flusher;
  * wake asks for a pass now (the flusher calls it when free pages run low);
- * the counters are memcached's extstore_compact_*. */
-int  ext_compact_start(storage_thread *t);
+ * the counters are memcached's extstore_compact_*. ext_items.c owns the
+ * compactor and hands it the store, the settings (both fixed from then on)
+ * and its relocate function, so the compactor never calls back into
+ * ext_items.c by name (the two would otherwise be a cycle). */
+int  ext_compact_start(storage_thread *t, struct extstore *e, const struct ext_settings *x,
+                       ext_relocate_fn relocate);
 void ext_compact_stop(void);
 void ext_compact_wake(void);
 struct ext_compact_counts { uint64_t lost, rescues, resc_cold, resc_old, skipped; };

@@ -27,6 +27,7 @@
  * and its chunks go back to the allocator with the head.
  */
 #include "storage_internal.h"
+#include "ext_hooks.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -117,7 +118,7 @@ static void account_unlinked_as(item *it, bool record_goes)
 {
     int c = slabs_clsid_of(it);
     size_t nt = item_ntotal(it);
-    if (record_goes && (item_layout(it) & ITEM_ON_DISK)) ext_item_gone(it);
+    if (record_goes && (item_layout(it) & ITEM_ON_DISK)) ext_hooks()->item_gone(it);
     atomic_fetch_and_explicit(&it->iflags, (uint8_t)~ITEM_LINKED, memory_order_release);
     atomic_fetch_sub_explicit(&g_class_stats[c].curr_items, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&g_class_stats[c].bytes_requested, nt, memory_order_relaxed);
@@ -223,7 +224,7 @@ static item *alloc_chunk(storage_thread *t, int clsid, bool prefer_page, enum st
          * value already on disk for a few dozen bytes; a page from another
          * class costs a few large values instead, and holds thousands */
         if (prefer_page && round == 0 && slabs_acquire_page(t, clsid)) continue;
-        ext_note_pressure();   /* extstore: move cold values out before the next store must evict */
+        ext_hooks()->note_pressure();   /* extstore: move cold values out before the next store must evict */
         if (bags_evict(t, clsid) > 0) continue;
         if (!slabs_acquire_page(t, clsid)) break;
     }
@@ -869,7 +870,7 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
             /* the value is on disk: bring it back to RAM first (a failed
              * read drops the item, as a miss), then combine as usual */
             stripe_unlock(hv);
-            if (!ext_materialize(t, key, nkey, hv)) { res = STORE_NO_MEMORY; goto out; }
+            if (!ext_hooks()->materialize(t, key, nkey, hv)) { res = STORE_NO_MEMORY; goto out; }
             continue;
         }
 
@@ -1092,7 +1093,7 @@ enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
         if (old && (item_layout(old) & ITEM_ON_DISK)) {
             stripe_unlock(hv);
             locked = false;
-            if (!ext_materialize(t, key, nkey, hv)) { res = ARITH_NO_MEMORY; goto out; }   /* see storage_store */
+            if (!ext_hooks()->materialize(t, key, nkey, hv)) { res = ARITH_NO_MEMORY; goto out; }   /* see storage_store */
             continue;
         }
         if (!old) {

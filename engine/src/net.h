@@ -1,6 +1,6 @@
 /*
  * net.h - the network layer's entry points for main.c: listening sockets,
- * worker threads, shutdown. See net.c.
+ * worker threads, shutdown. See net_listen.c and net_worker.c.
  *
  * Concurrency: called from the main thread, in this order: create workers,
  * listen, start workers, (signal) shutdown.

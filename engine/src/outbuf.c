@@ -95,6 +95,15 @@ bool outbuf_reserve_slow(struct outbuf *o, size_t n)
     return false;
 }
 
+void outbuf_error_line(struct outbuf *o, const char *msg)
+{
+    size_t n = strlen(msg);
+    if (!o->buf || o->cap - o->len < n + 2) return;
+    memcpy(o->buf + o->len, msg, n);
+    memcpy(o->buf + o->len + n, "\r\n", 2);
+    o->len += n + 2;
+}
+
 void outbuf_str(struct outbuf *o, const char *s)
 {
     size_t n = strlen(s);

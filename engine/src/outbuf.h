@@ -150,6 +150,28 @@ static inline void outbuf_add(struct outbuf *o, const char *s, size_t n)
     memcpy(o->buf + o->len, s, n);
     o->len += n;
 }
+/* A reply written in place: after outbuf_reserve() or outbuf_value_room()
+ * said yes, the caller writes its bytes from outbuf_tail() on (no more than
+ * it asked room for) and then commits them up to `end`. Nothing else
+ * outside this file moves `len`. */
+static inline char *outbuf_tail(const struct outbuf *o) { return o->buf + o->len; }
+static inline void outbuf_commit(struct outbuf *o, const char *end) { o->len = (size_t)(end - o->buf); }
+/* The reply under construction cannot be built: the read loop takes it back
+ * to its mark and answers one SERVER_ERROR line (see `failed`). */
+static inline void outbuf_fail(struct outbuf *o) { o->failed = true; }
+/* Every deferred slot of this connection is taken (OUT_DEFER_MAX). */
+static inline bool outbuf_defer_full(const struct outbuf *o) { return o->ndeferred >= OUT_DEFER_MAX; }
+/* A reply under construction failed (see `failed`). */
+static inline bool outbuf_failed(const struct outbuf *o) { return o->failed; }
+/* At the queue's bounds for one more reply: OUT_HIGH_WATER bytes queued, or
+ * no room for the segments of a referenced value. */
+static inline bool outbuf_full(const struct outbuf *o)
+{
+    return outbuf_pending(o) > OUT_HIGH_WATER || o->nsegs + 2 > OUT_MAX_SEGS;
+}
+/* After a rollback: msg + "\r\n" into the OUT_TAIL_ROOM the buffer always
+ * keeps for exactly this line (nothing if msg does not fit, or no buffer). */
+void outbuf_error_line(struct outbuf *o, const char *msg);
 void outbuf_str(struct outbuf *o, const char *s);     /* s + "\r\n" */
 void outbuf_vprintf(struct outbuf *o, const char *fmt, va_list ap);
 

@@ -1,6 +1,6 @@
 /*
  * proto.h - what the network layer calls in the protocol layer (the other
- * half of the boundary is conn.h). net.c parses a line with proto_parser.h
+ * half of the boundary is conn.h). net_conn.c parses a line with proto_parser.h
  * and hands the request here; the protocol answers into the connection's
  * output queue and may change the connection's input state (a data block
  * to read or swallow, closing).

@@ -72,11 +72,11 @@ static char *echo_common(char *p, const struct request *r, char f, enum key_echo
 static void meta_simple(struct conn *c, const struct request *r, const char *code)
 {
     if (!out_reserve(c, flags_room(r))) return;
-    char *base = c->out.buf + c->out.len, *p = base;
+    char *base = out_tail(c), *p = base;
     memcpy(p, code, 2); p += 2;
     for (int i = 0; i < r->meta.nflags; i++) p = echo_common(p, r, r->meta.flags[i].flag, KEY_AS_SENT);
     *p++ = '\r'; *p++ = '\n';
-    c->out.len += (size_t)(p - base);
+    out_commit(c, p);
 }
 
 /* False: a disk value found no reply slot and output is queued; nothing was
@@ -97,12 +97,12 @@ static bool process_mg(struct conn *c, struct request *r)
 
     size_t hdr_max = flags_room(r) + 32;
     size_t copy_cap;
-    /* the read loop made room for one reply before dispatching (net.c) */
+    /* the read loop made room for one reply before dispatching (net_conn.c) */
     if (!out_value_room(c, hdr_max, &copy_cap)) {
-        c->out.failed = true;
+        out_fail(c);
         return true;
     }
-    char *base = c->out.buf + c->out.len;
+    char *base = out_tail(c);
     char *copy_at = base + hdr_max;
     struct item_view v;
     bool hit = conn_storage_get(c, r->key, r->nkey, &opts, want_value ? copy_at : NULL,
@@ -140,7 +140,7 @@ static bool process_mg(struct conn *c, struct request *r)
     *p++ = '\r'; *p++ = '\n';
     if (!want_value) {
         if (v.ref) item_view_release(w->st, &v);
-        c->out.len += (size_t)(p - base);
+        out_commit(c, p);
         return true;
     }
     if (v.on_disk) {
@@ -206,7 +206,7 @@ void proto_meta_complete_set(struct conn *c, struct request *r, item *it, bool b
     }
     if (res == STORE_STORED && r->meta.quiet) return;
     if (!out_reserve(c, flags_room(r))) return;
-    char *base = c->out.buf + c->out.len, *p = base;
+    char *base = out_tail(c), *p = base;
     memcpy(p, code, 2); p += 2;
     for (int i = 0; i < r->meta.nflags; i++) {
         char f = r->meta.flags[i].flag;
@@ -215,7 +215,7 @@ void proto_meta_complete_set(struct conn *c, struct request *r, item *it, bool b
         else p = echo_common(p, r, f, KEY_AS_SENT);
     }
     *p++ = '\r'; *p++ = '\n';
-    c->out.len += (size_t)(p - base);
+    out_commit(c, p);
 }
 
 static void process_md(struct conn *c, struct request *r)
@@ -260,7 +260,7 @@ static void process_ma(struct conn *c, struct request *r)
     char num[24];
     size_t nnum = (size_t)(u64_to_str(num, value) - num);
     if (!out_reserve(c, flags_room(r) + 32 + nnum)) return;
-    char *base = c->out.buf + c->out.len, *p = base;
+    char *base = out_tail(c), *p = base;
     if (want_value) { memcpy(p, "VA ", 3); p += 3; p = u64_to_str(p, nnum); }
     else { memcpy(p, "HD", 2); p += 2; }
     for (int i = 0; i < r->meta.nflags; i++) {
@@ -271,7 +271,7 @@ static void process_ma(struct conn *c, struct request *r)
     }
     *p++ = '\r'; *p++ = '\n';
     if (want_value) { memcpy(p, num, nnum); p += nnum; *p++ = '\r'; *p++ = '\n'; }
-    c->out.len += (size_t)(p - base);
+    out_commit(c, p);
 }
 
 static void process_me(struct conn *c, struct request *r)

@@ -36,20 +36,19 @@ static inline char *i64_to_str(char *p, int64_t v)
     return u64_to_str(p, (uint64_t)v);
 }
 
-/* Finishes a value reply whose header runs from out.buf + out.len to p: a
+/* Finishes a value reply whose header runs from out_tail() to p: a
  * value copied by storage (it sits behind the header's reserved room) slides
  * up against the header, a referenced one is queued in place. The room
  * came from out_value_room(). */
 static inline void out_value(struct conn *c, char *p, const struct item_view *v)
 {
-    char *base = c->out.buf + c->out.len;
     if (!v->ref) {
         memmove(p, v->value, v->nbytes);
         p += v->nbytes;
         *p++ = '\r'; *p++ = '\n';
-        c->out.len += (size_t)(p - base);
+        out_commit(c, p);
     } else {
-        c->out.len += (size_t)(p - base);
+        out_commit(c, p);
         out_ref(c, v);
         out_add(c, "\r\n", 2);
     }

@@ -44,7 +44,7 @@ static bool emit_value(struct conn *c, const char *key, uint32_t nkey,
                        const struct get_opts *opts, bool with_cas, size_t copy_cap)
 {
     size_t hdr_max = VALUE_HDR_MAX(nkey);
-    char *base = c->out.buf + c->out.len;
+    char *base = out_tail(c);
     char *copy_at = base + hdr_max;
     struct item_view v;
     if (!conn_storage_get(c, key, nkey, opts, copy_at, copy_cap, &v)) return true;
@@ -90,10 +90,10 @@ static bool process_get(struct conn *c, struct request *r, const char *line)
 #endif
         /* every deferred slot taken: the next key may be on disk, and a
          * disk value must wait for a slot, never become a miss (ext_io.h) */
-        if (c->out.ndeferred >= OUT_DEFER_MAX) goto wait;
+        if (out_defer_full(c)) goto wait;
         if (!out_value_room(c, VALUE_HDR_MAX(nkey), &copy_cap)) {
             if (out_can_wait(c)) goto wait;
-            c->out.failed = true;   /* nothing to wait for: this reply cannot be built */
+            out_fail(c);   /* nothing to wait for: this reply cannot be built */
             return true;
         }
         if (!emit_value(c, key, nkey, &opts, with_cas, copy_cap)) goto wait;

@@ -86,7 +86,7 @@ void reply_complete(struct reply_handle *h, enum reply_status status,
 void reply_complete_here(struct reply_handle *h, enum reply_status status,
                          const struct item_view *v, const void *bytes, size_t nbytes);
 
-/* ---- worker side (outbuf.c, net.c) ---- */
+/* ---- worker side (outbuf.c, net_conn.c, net_worker.c) ---- */
 
 /* A worker's completion queue; efd is written when it becomes non-empty. */
 struct reply_queue {

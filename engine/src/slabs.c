@@ -203,7 +203,6 @@ int slabs_init(void)
     g_page_cls = calloc(g_pages_max, sizeof(*g_page_cls));
     if (!g_pages || !g_page_cls) return -1;
     atomic_store(&g_pages_next, 0);
-    slabs_mover_reset();
     return 0;
 }
 
@@ -331,43 +330,4 @@ void slabs_give_page(size_t pg, int dst)
     atomic_fetch_add(&dc->pages_moved_in, 1);
     atomic_store(&dc->last_move_in, now_time());
     pthread_mutex_unlock(&dc->lock);
-}
-
-void slabs_stats(stat_writer w, void *ctx)
-{
-    unsigned active = 0;
-    char name[64];
-    for (unsigned c = 1; c <= g_nclasses; c++) {
-        struct slabclass *sc = &g_classes[c];
-        unsigned np = atomic_load(&sc->pages);
-        if (np == 0) continue;
-        active++;
-        /* no class lock: stats (and the metrics thread) never wait on what
-         * the request path takes */
-        uint32_t end_free = atomic_load_explicit(&sc->end_free, memory_order_relaxed);
-        uint32_t used = atomic_load(&sc->used_chunks);
-        uint64_t total = (uint64_t)np * sc->perpage;
-        uint32_t free_chunks = (uint32_t)(total > used + end_free ? total - used - end_free : 0);
-#define S(n, f, v) do { snprintf(name, sizeof name, "%u:%s", c, n); w(ctx, name, f, v); } while (0)
-        S("chunk_size", "%u", sc->size);
-        S("chunks_per_page", "%u", sc->perpage);
-        S("total_pages", "%u", np);
-        S("total_chunks", "%llu", (unsigned long long)np * sc->perpage);
-        S("used_chunks", "%u", used);
-        S("free_chunks", "%u", free_chunks + end_free);
-        S("free_chunks_end", "%u", end_free);
-        S("mem_requested", "%llu", (unsigned long long)atomic_load(&g_class_stats[c].bytes_requested));
-        uint64_t cs[CLASS_STATS_N];
-        storage_class_thread_stats((int)c, cs);
-        static const char *cs_names[CLASS_STATS_N] = {"get_hits", "cmd_set", "delete_hits", "incr_hits",
-                                                      "decr_hits", "cas_hits", "cas_badval", "touch_hits"};
-        for (size_t k = 0; k < CLASS_STATS_N; k++) S(cs_names[k], "%llu", (unsigned long long)cs[k]);
-        S("pages_moved_in", "%llu", (unsigned long long)atomic_load(&sc->pages_moved_in));
-        S("pages_moved_out", "%llu", (unsigned long long)atomic_load(&sc->pages_moved_out));
-        S("bags", "%u", bags_count((int)c));
-#undef S
-    }
-    w(ctx, "active_slabs", "%u", active);
-    w(ctx, "total_malloced", "%zu", slabs_total_malloced());
-    slabs_mover_stats(w, ctx);
 }

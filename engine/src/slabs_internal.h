@@ -1,6 +1,7 @@
 /*
  * slabs_internal.h - what the allocator (slabs.c) shares with the page mover
- * (slabs_mover.c) and nothing else sees: the page table and the classes.
+ * (slabs_mover.c), and the stats code (storage_stats.c) reads: the page
+ * table and the classes.
  *
  * Locking: a class's free list, bump pointer and its pages' `used` and
  * `draining` fields change only under that class's lock. g_page_cls[pg]

@@ -1,7 +1,8 @@
 /*
  * storage_internal.h - what the storage files (items.c, assoc.c, slabs.c,
- * slabs_mover.c, bags.c, epoch.c) share with each other and with the unit
- * tests, and nothing the protocol layer should see.
+ * slabs_mover.c, bags.c, epoch.c, clock.c, storage.c, storage_stats.c and
+ * extstore's item side) share with each other and with the unit tests, and
+ * nothing the protocol layer or the IO threads should see.
  *
  * Why the item header looks like this (19 bytes, optional fields at the END
  * of the chunk): benchmark W3 wants at most 0.70x memcached's RSS per item
@@ -227,7 +228,7 @@ struct storage_thread {
 #define STAT_INC(t, f) atomic_store_explicit(&(t)->st.f, atomic_load_explicit(&(t)->st.f, memory_order_relaxed) + 1, memory_order_relaxed)
 #define CLS_INC(t, c, f) atomic_store_explicit(&(t)->cls[c].f, atomic_load_explicit(&(t)->cls[c].f, memory_order_relaxed) + 1, memory_order_relaxed)
 
-/* ---- global settings and clock (storage.c) ---- */
+/* ---- global settings, clock, flush_all words and CAS ids (clock.c) ---- */
 extern struct storage_config g_cfg;
 extern _Atomic uint32_t g_current_time;
 /* flush_all, in one word so a reader sees all of one flush at once: items
@@ -275,13 +276,12 @@ static inline rel_time_t stamp_time_in(struct time_view v)
     return v.now < floor ? floor : v.now;
 }
 static inline rel_time_t stamp_time(void) { return stamp_time_in(time_view_now()); }
+void clock_init(void);   /* storage_init, after g_cfg is set */
 int clock_start(void);   /* 0 or pthread_create's error */
 void clock_stop(void);
 /* Tests move time forward instead of sleeping. */
 void storage_test_advance_clock(uint32_t seconds);
 
-storage_thread *storage_thread_get(int index);
-int storage_thread_count(void);
 uint64_t storage_next_cas(storage_thread *t);
 
 extern _Atomic unsigned g_test_reader_stall;  /* stress test only, see items.c */
@@ -293,7 +293,9 @@ extern _Atomic unsigned g_test_poison_free;   /* stress test only, see slabs.c *
 void bags_test_reclaim_all(void);
 bool slabs_test_move_page_of(storage_thread *t, const item *it);
 
-/* ---- read sections / grace periods (epoch.c) ---- */
+/* ---- thread registry, read sections / grace periods (epoch.c) ---- */
+storage_thread *storage_thread_get(int index);
+int storage_thread_count(void);
 void epoch_enter(storage_thread *t);
 void epoch_exit(storage_thread *t);
 /* Waits until every read section that began before the call has ended. The
@@ -329,7 +331,6 @@ void assoc_wait_expansion(void);
 /* ---- slabs (slabs.c) ---- */
 #define MAX_SLAB_CLASSES 64
 _Static_assert(MAX_SLAB_CLASSES == 64, "storage_thread.cls is sized for 64 classes");
-void storage_class_thread_stats(int clsid, uint64_t out[CLASS_STATS_N]);
 int  slabs_init(void);
 void slabs_destroy(void);
 int  slabs_clsid(size_t ntotal);                 /* an item's class; 0 if too large */
@@ -341,7 +342,6 @@ item *slabs_alloc_chunk(int clsid);              /* NULL if no free chunk and no
 void slabs_free_chunk(item *it);
 int slabs_start_thread(void);   /* 0 or pthread_create's error */
 void slabs_stop_thread(void);
-void slabs_stats(stat_writer w, void *ctx);
 /* slabs_mover.c: gives class clsid a page from another class now (evicting
  * there), for a store that has nothing of its own to evict. No lock held,
  * not in a read section. True if the class got memory. */
@@ -390,6 +390,9 @@ unsigned bags_count(int clsid);
 rel_time_t bags_oldest_age(int clsid);           /* now - last access of the oldest item, 0 if none */
 rel_time_t bags_oldest_age_cached(int clsid);    /* the same as of the last cleaner pass, without a lock */
 
+/* ---- statistics (storage_stats.c) ---- */
+void storage_stats_init(void);   /* storage_init: forget the last stats reset */
+
 /* per-class item statistics kept by items.c/bags.c */
 struct class_stats {
     _Atomic uint64_t curr_items, bytes_requested;
@@ -431,33 +434,11 @@ static inline struct ext_stub item_ext_stub(item *it)
     memcpy(&s, item_data(it), sizeof s);
     return s;
 }
-/* Stripe lock held: the stub leaves the table, its record is garbage now. */
-void ext_item_gone(item *it);
-/* No lock held: replaces the key's stub by the value read back from disk
- * (or unlinks it if the read fails). False: no memory for the value; the
- * stub is kept and the caller answers "out of memory". */
-bool ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t hv);
-/* Memory pressure seen by an evictor: wake the flusher. */
-void ext_note_pressure(void);
-/* The cleaner's view of stubs whose page was evicted or dropped since they
- * were written (a GET would find them stale): ext_stub_orphaned tells one,
- * any item, under the class lock; ext_records_orphaned_total counts them as
- * they are made; ext_stub_class_max is the largest class a stub takes. */
-bool ext_stub_orphaned(item *it);
-uint64_t ext_records_orphaned_total(void);
-int ext_stub_class_max(void);
+/* What the item code calls on extstore's behalf goes through the hook
+ * table (ext_hooks.h), not into ext_items.c. */
 
-/* ---- extstore reads (ext_items.c), for the batched reader (ext_batch.c) ---- */
+/* ---- extstore (ext_items.c), for the concurrent checker ---- */
 #include "extstore.h"
 struct extstore *storage_ext_store(void);   /* NULL without ext_path */
-/* After a read of an on-disk view, at the locator `at` (the view's, or
- * where storage_ext_moved found the record): a miss is counted and the
- * key's stub unlinked if still the same; a hit may be recached
- * (ext_recache_rate) from val. Returns whether it was a hit. */
-bool storage_ext_fetch_done(storage_thread *t, const char *key, size_t nkey, const struct item_view *v,
-                            enum ext_read_result r, const char *val, const uint8_t at[12]);
-/* A read found its page re-versioned: whether the compactor moved this very
- * record (same length, CRC and CAS); if so `at` gets its new locator. */
-bool storage_ext_moved(const char *key, size_t nkey, const struct item_view *v, uint8_t at[12]);
 
 #endif

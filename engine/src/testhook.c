@@ -140,12 +140,12 @@ int testhook_get(struct conn *c, const char *key, uint32_t nkey, const struct ge
     const char *gate = key + strlen(DEFER_PREFIX);
     const char *colon = memchr(gate, ':', nkey - strlen(DEFER_PREFIX));
     if (!colon || colon == gate || colon - gate >= GATE_MAX) return 0;
-    if (c->out.ndeferred >= OUT_DEFER_MAX) return -1;
+    if (out_defer_full(c)) return -1;
     pthread_once(&started, start_source);
 
     struct waiting *x = calloc(1, sizeof(*x));
     char *copy = malloc(OUT_COPY_MAX);
-    if (!x || !copy) { free(x); free(copy); c->out.failed = true; return 1; }
+    if (!x || !copy) { free(x); free(copy); out_fail(c); return 1; }
     memcpy(x->gate, gate, (size_t)(colon - gate));
     struct item_view v;
     bool hit = storage_get(c->w->st, key, nkey, opts, copy, OUT_COPY_MAX, &v);
@@ -166,7 +166,7 @@ int testhook_get(struct conn *c, const char *key, uint32_t nkey, const struct ge
         free(copy);
         free(x);
         if (out_can_wait(c)) return -1;
-        c->out.failed = true;
+        out_fail(c);
         return 1;
     }
     x->h = h;

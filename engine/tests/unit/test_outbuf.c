@@ -54,7 +54,7 @@ static size_t drain_peer(char *got, size_t have, size_t cap)
 }
 
 /* Waits (bounded) for the completion queue's eventfd, then hands every
- * completed slot to the queue that owns it, as net.c does. Returns how many. */
+ * completed slot to the queue that owns it, as net_conn.c does. Returns how many. */
 static int wait_completions(struct outbuf *o, int timeout_ms)
 {
     struct pollfd p = { .fd = efd, .events = POLLIN };

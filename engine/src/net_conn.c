@@ -1,23 +1,7 @@
 /*
- * net.c - listening sockets, worker threads, and each connection's read,
- * parse and send loop.
- *
- * Accept path: every worker owns its own listening socket(s), all bound to
- * the same port with SO_REUSEPORT. The kernel spreads new connections over
- * the workers, each accept happens on the CPU that will serve the
- * connection, and no acceptor thread has to hand a descriptor over (no
- * cross-thread queue, no wake-up per connection). The cost is the kernel's
- * hash-based spread (uneven with a handful of connections); with the
- * workloads we serve (tens to thousands of long-lived client connections)
- * that is the better trade. Because SO_REUSEPORT would also let a second
- * cachetd silently share the port, we first bind a plain socket to prove the
- * port is free, so "address in use" is still an error. A unix socket (-s)
- * cannot be shared that way: its one listening socket is in every worker's
- * epoll set with EPOLLEXCLUSIVE, so a new connection wakes one worker.
- *
- * Workers are pinned one per CPU (settings.worker_cpus) so a connection's
- * buffers stay in one CPU's cache and the operator can verify the pinning
- * through `stats settings`.
+ * net_conn.c - each connection's state machine: read, parse, answer, send,
+ * wait and resume, close. The listeners (net_listen.c) hand it accepted
+ * sockets; the workers' loops (net_worker.c) call it on events.
  *
  * Syscalls per request: see conn.h. One read() per batch (a short read means
  * the socket is drained; level-triggered epoll tells us if more arrives),
@@ -39,28 +23,20 @@
  * drained when the worker's eventfd fires, and each completed slot's
  * connection is flushed and, if it was waiting, resumed.
  *
- * Concurrency: everything here runs on the connection's worker thread, except
- * server_shutdown (main thread: it sets the atomic shutdown flag, writes each
- * worker's eventfd and joins).
+ * Concurrency: everything here runs on the connection's worker thread;
+ * conn_use_uring runs on the main thread before any worker starts. The
+ * worker's connection list changes under the registry lock, which `stats
+ * conns` takes to read it from another thread.
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sched.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "ae.h"
@@ -68,7 +44,7 @@
 #include "conn.h"
 #include "ext_io.h"
 #include "latency.h"
-#include "net.h"
+#include "net_internal.h"
 #include "outbuf.h"
 #include "prefetch.h"
 #include "proto.h"
@@ -85,19 +61,15 @@
  * value, so a single-key reply never fails for lack of room once started. */
 #define OUT_REQUEST_ROOM (OUT_COPY_MIN + 3072)
 
-static int unix_listen_fd = -1;   /* -s: shared by every worker's loop */
-
 static void conn_readable(struct ae_loop *l, int fd, void *data, int mask);
 static void conn_writable(struct ae_loop *l, int fd, void *data, int mask);
 static void conn_mark_ready(struct ae_loop *l, int fd, void *data, int mask);
 /* conn_readable (epoll: read at once) or conn_mark_ready (io_uring: batch) */
 static ae_file_proc *read_proc = conn_readable;
 
-static int verbosity(void) { return __atomic_load_n(&settings.verbose, __ATOMIC_RELAXED); }
-
 /* -------------------------------------------------------------- connections */
 
-static void conn_close(struct conn *c)
+void conn_close(struct conn *c)
 {
     struct worker *w = c->w;
     ae_del(w->loop, c->fd, AE_READABLE | AE_WRITABLE);
@@ -151,9 +123,8 @@ static bool conn_can_take_request(struct conn *c)
     if (!out_can_wait(c)) return true;
     /* every deferred slot taken: a pipelined mg of a disk value would find
      * none, and a disk value waits for a slot rather than become a miss */
-    if (c->out.ndeferred >= OUT_DEFER_MAX) return false;
+    if (outbuf_defer_full(&c->out) || outbuf_full(&c->out)) return false;
     size_t pending = outbuf_pending(&c->out);
-    if (pending > OUT_HIGH_WATER || c->out.nsegs + 2 > OUT_MAX_SEGS) return false;
     /* the budget is nearly used up: whoever still has output to send waits
      * for it, so the memory goes to connections that have none */
     if (pending > 0 && bufmem_under_pressure()) return false;
@@ -167,13 +138,7 @@ static void conn_reply_failed(struct conn *c, const struct out_mark *m, const st
     STAT_INC(c->w, response_obj_oom);
     c->resume_off = 0;
     const char *msg = r ? proto_oom_reply(r) : "SERVER_ERROR out of memory writing response";
-    size_t n = strlen(msg);
-    /* the queue always keeps OUT_TAIL_ROOM free for exactly this line */
-    if (c->out.buf && c->out.cap - c->out.len >= n + 2) {
-        memcpy(c->out.buf + c->out.len, msg, n);
-        memcpy(c->out.buf + c->out.len + n, "\r\n", 2);
-        c->out.len += n + 2;
-    }
+    outbuf_error_line(&c->out, msg);
     if (verbosity() > 0) fprintf(stderr, "cachetd: %s: %s, closing\n", c->addr, msg);
     c->state = CONN_CLOSING;
 }
@@ -184,7 +149,7 @@ static void nread_advance(struct conn *c, size_t n)
     struct out_mark m;
     outbuf_mark(&c->out, &m);
     proto_nread_advance(c, n);
-    if (c->out.failed) conn_reply_failed(c, &m, NULL);
+    if (outbuf_failed(&c->out)) conn_reply_failed(c, &m, NULL);
 }
 
 static void rbuf_shrink(struct conn *c)
@@ -200,7 +165,7 @@ static void rbuf_shrink(struct conn *c)
 }
 
 /* Parses and answers every complete request in rbuf. */
-static void process_input(struct conn *c)
+void process_input(struct conn *c)
 {
     struct worker *w = c->w;
     int handled = 0;
@@ -287,7 +252,7 @@ static void process_input(struct conn *c)
             go_on = proto_dispatch(c, &r, line, (size_t)ll);
         }
         latency_note(c->w->id, r.cmd);
-        if (c->out.failed) {
+        if (outbuf_failed(&c->out)) {
             conn_reply_failed(c, &mark, st == PARSE_OK ? &r : NULL);
             break;
         }
@@ -333,7 +298,7 @@ static bool rbuf_wants_read(const struct conn *c)
 
 /* Flushes output, then decides what the connection waits for next. Returns
  * false if the connection was closed. */
-static bool conn_after_work(struct conn *c)
+bool conn_after_work(struct conn *c)
 {
     struct worker *w = c->w;
     uint64_t written;
@@ -455,7 +420,7 @@ static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
 
 /* The queue moved (sent, or a deferred slot completed): resume a connection
  * that waited for it. */
-static void conn_resume(struct conn *c)
+void conn_resume(struct conn *c)
 {
     if (c->rend > c->rstart && c->state != CONN_CLOSING) process_input(c);
     conn_after_work(c);
@@ -473,7 +438,7 @@ static void conn_writable(struct ae_loop *l, int fd, void *data, int mask)
 }
 
 /* Deferred replies completed by any thread (reply.h). */
-static void drain_completions(struct worker *w)
+void drain_completions(struct worker *w)
 {
     struct reply_handle *h = reply_queue_take(&w->replies);
     while (h) {
@@ -508,7 +473,7 @@ static void conn_mark_ready(struct ae_loop *l, int fd, void *data, int mask)
     w->batch[w->nbatch++] = c;
 }
 
-static void uring_turn(struct worker *w)
+void uring_turn(struct worker *w)
 {
     int n = w->nbatch;
     if (!n) return;
@@ -581,16 +546,6 @@ static void uring_turn(struct worker *w)
     w->nbatch = 0;
 }
 
-/* ------------------------------------------------------------------ accept */
-
-static void reject_conn(int fd)
-{
-    static const char msg[] = "ERROR Too many open connections\r\n";
-    ssize_t ignored = send(fd, msg, sizeof(msg) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-    (void)ignored;
-    close(fd);
-    __atomic_add_fetch(&rejected_conns_global, 1, __ATOMIC_RELAXED);
-}
 
 static void describe_peer(struct conn *c, const struct sockaddr_storage *ss)
 {
@@ -612,430 +567,45 @@ static void describe_peer(struct conn *c, const struct sockaddr_storage *ss)
     snprintf(c->addr, sizeof(c->addr), ss->ss_family == AF_INET6 ? "tcp:[%s]:%d" : "tcp:%s:%d", host, port);
 }
 
-static void accept_ready(struct ae_loop *l, int lfd, void *data, int mask)
+/* A connection worker w accepted (net_listen.c): its buffers, its place in
+ * the loop and in the registry. False: no memory or no room in the loop;
+ * the caller refuses it as one over -c. */
+bool conn_open(struct worker *w, int fd, const struct sockaddr_storage *ss)
 {
-    struct worker *w = data;
-    for (int i = 0; i < 64; i++) {
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof(ss);
-        int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR) continue;
-            if (errno == EMFILE || errno == ENFILE)
-                fprintf(stderr, "cachetd: accept: %s\n", strerror(errno));
-            return;
-        }
-        uint32_t now = __atomic_add_fetch(&curr_conns_global, 1, __ATOMIC_RELAXED);
-        if (now > (uint32_t)settings.maxconns || fd >= l->setsize) {
-            __atomic_sub_fetch(&curr_conns_global, 1, __ATOMIC_RELAXED);
-            reject_conn(fd);
-            continue;
-        }
-        bool tcp = ss.ss_family == AF_INET || ss.ss_family == AF_INET6;
-        if (tcp) {
-            int one = 1;
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        }
-        /* a failed allocation refuses this one connection, nothing more */
-        struct conn *c = calloc(1, sizeof(*c));
-        char *rb = malloc(RBUF_INITIAL);
-        if (!c || !rb) {
-            free(c); free(rb);
-            __atomic_sub_fetch(&curr_conns_global, 1, __ATOMIC_RELAXED);
-            reject_conn(fd);
-            continue;
-        }
-        c->fd = fd;
-        c->w = w;
-        c->rbuf = rb;
-        c->rsize = RBUF_INITIAL;
-        c->state = CONN_CMD;
-        c->tcp = tcp;
-        outbuf_init(&c->out, w->st, &w->replies, c);
-        describe_peer(c, &ss);
-        c->last_cmd_time = (uint32_t)storage_now();
-        c->batch_idx = -1;
-        if (ae_add(l, fd, AE_READABLE, read_proc, c) < 0) {
-            free(rb); free(c);
-            __atomic_sub_fetch(&curr_conns_global, 1, __ATOMIC_RELAXED);
-            reject_conn(fd);
-            continue;
-        }
-        registry_lock();
-        c->next = w->conns;
-        if (w->conns) w->conns->prev = c;
-        w->conns = c;
-        registry_unlock();
-        __atomic_add_fetch(&total_conns_global, 1, __ATOMIC_RELAXED);
-        if (verbosity() > 1) fprintf(stderr, "<%d new client connection from %s on worker %d\n", fd, c->addr, w->id);
+    struct ae_loop *l = w->loop;
+    bool tcp = ss->ss_family == AF_INET || ss->ss_family == AF_INET6;
+    if (tcp) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     }
+    struct conn *c = calloc(1, sizeof(*c));
+    char *rb = malloc(RBUF_INITIAL);
+    if (!c || !rb) {
+        free(c); free(rb);
+        return false;
+    }
+    c->fd = fd;
+    c->w = w;
+    c->rbuf = rb;
+    c->rsize = RBUF_INITIAL;
+    c->state = CONN_CMD;
+    c->tcp = tcp;
+    outbuf_init(&c->out, w->st, &w->replies, c);
+    describe_peer(c, ss);
+    c->last_cmd_time = (uint32_t)storage_now();
+    c->batch_idx = -1;
+    if (ae_add(l, fd, AE_READABLE, read_proc, c) < 0) {
+        free(rb); free(c);
+        return false;
+    }
+    registry_lock();
+    c->next = w->conns;
+    if (w->conns) w->conns->prev = c;
+    w->conns = c;
+    registry_unlock();
+    __atomic_add_fetch(&total_conns_global, 1, __ATOMIC_RELAXED);
+    if (verbosity() > 1) fprintf(stderr, "<%d new client connection from %s on worker %d\n", fd, c->addr, w->id);
+    return true;
 }
 
-/* ------------------------------------------------------------ idle timeout */
-
-/* memcached's idle_timeout: a TCP connection waiting for a command (nothing
- * queued, no request half done) whose last command is more than
- * idle_timeout seconds old is closed and counted (idle_kicks). A client
- * that has replies coming, or is sending a value, is not idle. */
-static void close_idle(struct worker *w)
-{
-    rel_time_t now = storage_now();
-    if (now == w->idle_checked) return;
-    w->idle_checked = now;
-    struct conn *c = w->conns;
-    while (c) {
-        struct conn *next = c->next;
-        uint32_t last = c->last_cmd_time;
-        if (c->tcp && c->state == CONN_CMD && outbuf_empty(&c->out) && !c->resume_off &&
-            now > last && now - last > (uint32_t)settings.idle_timeout) {
-            if (verbosity() > 1) fprintf(stderr, "Closing idle fd %d\n", c->fd);
-            STAT_INC(w, idle_kicks);
-            conn_close(c);
-        }
-        c = next;
-    }
-}
-
-/* ------------------------------------------------------------------ listen */
-
-static int make_listener(const struct addrinfo *ai, int port, bool reuseport)
-{
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (reuseport) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-    if (ai->ai_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-    struct sockaddr_storage ss;
-    memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
-    if (ss.ss_family == AF_INET) ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)port);
-    else ((struct sockaddr_in6 *)&ss)->sin6_port = htons((uint16_t)port);
-    if (bind(fd, (struct sockaddr *)&ss, ai->ai_addrlen) < 0) {
-        int e = errno;
-        close(fd);
-        errno = e;
-        return -1;
-    }
-    return fd;
-}
-
-static int bound_port(int fd)
-{
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) return -1;
-    return ss.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
-                                   : ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-}
-
-/* -s PATH, as memcached: a socket file left by an earlier run is replaced,
- * the file gets the permissions of -a (umask ~mask while binding), and no
- * TCP port is opened. Runs before any thread exists (umask is per process). */
-static int listen_unix(void)
-{
-    const char *path = settings.socketpath;
-    struct stat st;
-    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)) unlink(path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        fprintf(stderr, "cachetd: cannot create unix socket: %s\n", strerror(errno));
-        return -1;
-    }
-    struct sockaddr_un addr;
-    memset(&addr, 0, sizeof(addr));
-    addr.sun_family = AF_UNIX;
-    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
-    mode_t old = umask((mode_t)~(settings.access_mask & 0777));
-    int rc = bind(fd, (struct sockaddr *)&addr, sizeof(addr));
-    int e = errno;
-    umask(old);
-    if (rc < 0 || listen(fd, settings.backlog) < 0) {
-        if (rc == 0) e = errno;
-        fprintf(stderr, "cachetd: cannot listen on unix socket %s: %s\n", path, strerror(e));
-        close(fd);
-        return -1;
-    }
-    unix_listen_fd = fd;
-    return 0;
-}
-
-int server_listen_all(void)
-{
-    if (settings.socketpath[0]) return listen_unix();
-    char list[sizeof(settings.listen)];
-    snprintf(list, sizeof(list), "%s", settings.listen[0] ? settings.listen : "");
-    int port = settings.port;
-    int bound_any = 0;
-    char *save = NULL;
-    char *host = settings.listen[0] ? strtok_r(list, ",", &save) : NULL;
-    do {
-        char hostbuf[256];
-        const char *h = host;
-        if (h && h[0] == '[') {
-            snprintf(hostbuf, sizeof(hostbuf), "%s", h + 1);
-            char *rb = strchr(hostbuf, ']');
-            if (rb) *rb = '\0';
-            h = hostbuf;
-        }
-        struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                                  .ai_flags = AI_PASSIVE | (h ? 0 : AI_ADDRCONFIG) };
-        struct addrinfo *res;
-        int rc = getaddrinfo(h, "0", &hints, &res);
-        if (rc) {
-            fprintf(stderr, "cachetd: cannot resolve listen address '%s': %s\n", h ? h : "*", gai_strerror(rc));
-            return -1;
-        }
-        for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-            /* prove the port is ours before sharing it with SO_REUSEPORT */
-            int probe = make_listener(ai, port, false);
-            if (probe < 0) {
-                if (errno == EAFNOSUPPORT || errno == EADDRNOTAVAIL) continue;
-                fprintf(stderr, "cachetd: cannot bind %s port %d: %s\n", h ? h : "*", port, strerror(errno));
-                freeaddrinfo(res);
-                return -1;
-            }
-            if (port == 0) port = bound_port(probe);
-            close(probe);
-            for (int i = 0; i < num_workers; i++) {
-                struct worker *w = &workers[i];
-                if (w->nlisten >= (int)(sizeof(w->listen_fds) / sizeof(int))) break;
-                int fd = make_listener(ai, port, true);
-                if (fd < 0 || listen(fd, settings.backlog) < 0) {
-                    fprintf(stderr, "cachetd: cannot listen on %s port %d: %s\n", h ? h : "*", port, strerror(errno));
-                    freeaddrinfo(res);
-                    return -1;
-                }
-                w->listen_fds[w->nlisten++] = fd;
-            }
-            bound_any++;
-        }
-        freeaddrinfo(res);
-    } while (host && (host = strtok_r(NULL, ",", &save)));
-    if (!bound_any) {
-        fprintf(stderr, "cachetd: no address to listen on\n");
-        return -1;
-    }
-    settings.port = port;
-    return 0;
-}
-
-/* ----------------------------------------------------------------- workers */
-
-static void wake_ready(struct ae_loop *l, int fd, void *data, int mask)
-{
-    struct worker *w = data;
-    uint64_t v;
-    ssize_t ignored = read(fd, &v, sizeof(v));
-    (void)ignored;
-    drain_completions(w);
-    if (!server_shutting_down() || w->stopping) return;
-    w->stopping = true;
-    for (int i = 0; i < w->nlisten; i++) {
-        ae_del(l, w->listen_fds[i], AE_READABLE);
-        close(w->listen_fds[i]);
-    }
-    w->nlisten = 0;
-    if (unix_listen_fd >= 0) ae_del(l, unix_listen_fd, AE_READABLE);   /* closed by main */
-    /* finish replies already queued (deferred ones included), then close;
-     * new requests are not read */
-    struct conn *c = w->conns;
-    while (c) {
-        struct conn *next = c->next;
-        ae_del(l, c->fd, AE_READABLE);
-        if (c->state != CONN_NREAD && !c->resume_off) c->state = CONN_CLOSING;
-        /* resume, not just flush: a GET waiting for its queue to drain is
-         * otherwise never called back once this flush empties the queue
-         * (no EPOLLOUT is armed then), and the drain deadline cuts it */
-        conn_resume(c);
-        c = next;
-    }
-}
-
-/* The worker's own disk reads (ext_io.h): a ring that failed leaves the
- * loop (its reads were finished with pread; the IO threads take over). */
-static void ext_fd_sync(struct worker *w)
-{
-    if (w->ext_fd >= 0 && ext_io_worker_fd(w->ext) != w->ext_fd) {
-        ae_del(w->loop, w->ext_fd, AE_READABLE);
-        w->ext_fd = -1;
-    }
-}
-
-static void disk_ready(struct ae_loop *l, int fd, void *data, int mask)
-{
-    struct worker *w = data;
-    ext_io_worker_reap(w->ext);
-    drain_completions(w);
-    ext_fd_sync(w);
-}
-
-static int worker_before_sleep(struct ae_loop *l, void *data)
-{
-    struct worker *w = data;
-    if (w->ring) uring_turn(w);
-    /* connections that yielded continue where they stopped; those waiting
-     * for the client (EPOLLOUT) or for a deferred reply are resumed by that
-     * event instead (conn_writable, drain_completions) */
-    struct conn *c = w->pending;
-    w->pending = NULL;
-    while (c) {
-        struct conn *next = c->next_pending;
-        c->yielded = false;
-        if (!c->write_blocked && !(c->waits_output && outbuf_blocked_on_deferred(&c->out))) {
-            process_input(c);
-            conn_after_work(c);
-        }
-        c = next;
-    }
-    if (settings.idle_timeout) close_idle(w);
-    /* every disk read this turn started, in one io_uring_enter */
-    if (w->ext) {
-        ext_io_worker_submit(w->ext);
-        ext_fd_sync(w);
-    }
-    if (server_shutting_down() && !w->conns) ae_stop(l);
-    return w->pending ? 0 : 100;
-}
-
-static void *worker_main(void *arg)
-{
-    struct worker *w = arg;
-    if (w->cpu >= 0) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(w->cpu, &set);
-        int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-        if (rc) fprintf(stderr, "cachetd: worker %d: cannot pin to CPU %d: %s\n", w->id, w->cpu, strerror(rc));
-    }
-    char name[16];
-    snprintf(name, sizeof(name), "cachet-w%d", w->id);
-    pthread_setname_np(pthread_self(), name);
-    w->st = storage_thread_register();
-    for (int i = 0; i < w->nlisten; i++)
-        ae_add(w->loop, w->listen_fds[i], AE_READABLE, accept_ready, w);
-    if (unix_listen_fd >= 0)
-        ae_add(w->loop, unix_listen_fd, AE_READABLE | AE_EXCLUSIVE, accept_ready, w);
-    ae_add(w->loop, w->wake_fd, AE_READABLE, wake_ready, w);
-    w->ext_fd = -1;
-    w->ext = ext_io_worker_new(w->st);
-    if (w->ext) {
-        w->ext_fd = ext_io_worker_fd(w->ext);
-        /* a ring the loop cannot watch would never be reaped */
-        if (ae_add(w->loop, w->ext_fd, AE_READABLE, disk_ready, w) < 0) {
-            ext_io_worker_free(w->ext);
-            w->ext = NULL;
-            w->ext_fd = -1;
-        }
-    }
-    w->loop->before_sleep = worker_before_sleep;
-    w->loop->hook_data = w;
-    ae_run(w->loop, 100);
-    /* deadline passed or everything closed: close what is left */
-    while (w->conns) conn_close(w->conns);
-    if (w->ext) {
-        if (w->ext_fd >= 0) ae_del(w->loop, w->ext_fd, AE_READABLE);
-        struct ext_worker *xw = w->ext;
-        w->ext = NULL;
-        ext_io_worker_free(xw);   /* waits for its reads; their connections are gone */
-        drain_completions(w);
-    }
-    return NULL;
-}
-
-static int fd_setsize(void)
-{
-    struct rlimit rl;
-    rlim_t want = (rlim_t)settings.maxconns + 1024;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-        if (rl.rlim_cur < want) {
-            rl.rlim_cur = want < rl.rlim_max ? want : rl.rlim_max;
-            setrlimit(RLIMIT_NOFILE, &rl);
-            getrlimit(RLIMIT_NOFILE, &rl);
-        }
-        if ((rlim_t)settings.maxconns + 64 > rl.rlim_cur)
-            fprintf(stderr, "cachetd: warning: -c %d exceeds the open file limit (%llu)\n",
-                    settings.maxconns, (unsigned long long)rl.rlim_cur);
-        return (int)(rl.rlim_cur > 1u << 22 ? 1u << 22 : rl.rlim_cur);
-    }
-    return settings.maxconns + 1024;
-}
-
-int server_create_workers(void)
-{
-    num_workers = settings.num_threads;
-    workers = calloc((size_t)num_workers, sizeof(*workers));
-    if (!workers) return -1;
-    int setsize = fd_setsize();
-    for (int i = 0; i < num_workers; i++) {
-        struct worker *w = &workers[i];
-        w->id = i;
-        w->cpu = settings.pin_workers && settings.num_cpus_listed > 0
-                     ? settings.worker_cpus[i % settings.num_cpus_listed] : -1;
-        w->loop = ae_create(setsize, 1024);
-        w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (!w->loop || w->wake_fd < 0) return -1;
-        reply_queue_init(&w->replies, w->wake_fd);
-        if (settings.io_uring != IO_URING_OFF) {
-            w->ring = uring_create(1024);
-            w->batch = calloc(1024, sizeof(*w->batch));
-            if (!w->ring || !w->batch) {
-                if (settings.io_uring == IO_URING_REQUIRED) {
-                    fprintf(stderr, "cachetd: -o io_uring: the kernel refused io_uring (%s); "
-                            "run without it\n", strerror(errno));
-                    return -1;
-                }
-                if (settings.verbose)
-                    fprintf(stderr, "cachetd: io_uring unavailable (%s), using epoll read/send\n", strerror(errno));
-                /* all workers use one mode: undo what earlier workers set up */
-                for (int j = 0; j <= i; j++) {
-                    uring_free(workers[j].ring);
-                    workers[j].ring = NULL;
-                    free(workers[j].batch);
-                    workers[j].batch = NULL;
-                }
-                settings.io_uring = IO_URING_OFF;
-                read_proc = conn_readable;
-                continue;
-            }
-            read_proc = conn_mark_ready;
-        }
-    }
-    return 0;
-}
-
-int server_start_workers(void)
-{
-    for (int i = 0; i < num_workers; i++) {
-        int rc = pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]);
-        if (rc) {
-            fprintf(stderr, "cachetd: cannot start worker %d: %s\n", i, strerror(rc));
-            return -1;
-        }
-    }
-    return 0;
-}
-
-void server_shutdown(void)
-{
-    server_set_shutting_down();
-    for (int i = 0; i < num_workers; i++) {
-        uint64_t one = 1;
-        ssize_t ignored = write(workers[i].wake_fd, &one, sizeof(one));
-        (void)ignored;
-    }
-    /* give in-flight replies a few seconds, then stop the loops regardless */
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 3;
-    for (int i = 0; i < num_workers; i++) {
-        if (pthread_timedjoin_np(workers[i].thread, NULL, &deadline) != 0) {
-            ae_stop(workers[i].loop);
-            uint64_t one = 1;
-            ssize_t ignored = write(workers[i].wake_fd, &one, sizeof(one));
-            (void)ignored;
-            pthread_join(workers[i].thread, NULL);
-        }
-    }
-    if (unix_listen_fd >= 0) close(unix_listen_fd);
-}
-
+void conn_use_uring(bool on) { read_proc = on ? conn_mark_ready : conn_readable; }

@@ -1,0 +1,53 @@
+/*
+ * net_internal.h - what the three files of the network layer share:
+ * net_listen.c (listening sockets and accept), net_worker.c (the worker
+ * threads and their loops) and net_conn.c (each connection's read, parse
+ * and send loop). main.c sees only net.h; nothing outside the network
+ * layer includes this.
+ *
+ * Concurrency: every function here runs on the worker thread that owns the
+ * loop or the connection, except where it says otherwise.
+ */
+#ifndef CACHET_NET_INTERNAL_H
+#define CACHET_NET_INTERNAL_H
+
+#include <stdbool.h>
+#include <sys/socket.h>
+
+#include "conn.h"
+#include "server.h"
+
+static inline int verbosity(void) { return __atomic_load_n(&settings.verbose, __ATOMIC_RELAXED); }
+
+/* ---- net_conn.c: the connection state machine ---- */
+/* A connection worker w accepted: false when it cannot be served (no
+ * memory, no room in the loop); the caller refuses it. */
+bool conn_open(struct worker *w, int fd, const struct sockaddr_storage *ss);
+void conn_close(struct conn *c);
+/* Flush and, if it was waiting, continue the connection's requests. */
+void conn_resume(struct conn *c);
+/* Answers what the connection has read (a connection that yielded). */
+void process_input(struct conn *c);
+/* After a batch: send, and arm or disarm the loop's events; false if the
+ * connection was closed. */
+bool conn_after_work(struct conn *c);
+/* Deferred replies that completed: each slot's connection is flushed and
+ * resumed. */
+void drain_completions(struct worker *w);
+/* One loop turn in io_uring mode (before the loop sleeps). */
+void uring_turn(struct worker *w);
+/* Main thread, before the workers start: io_uring batching or plain epoll
+ * read/send for every connection accepted from then on. */
+void conn_use_uring(bool on);
+
+/* ---- net_listen.c: listening sockets ---- */
+/* The worker's thread, as it starts: its listening sockets (and the -s
+ * socket, shared) join its loop. */
+void net_listen_attach(struct worker *w);
+/* Shutdown seen by the worker: its sockets close, the shared -s socket
+ * leaves its loop. */
+void net_listen_detach(struct worker *w);
+/* Main thread, after every worker was joined: the -s socket closes. */
+void net_listen_close_shared(void);
+
+#endif
