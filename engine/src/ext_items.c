@@ -444,6 +444,9 @@ bool storage_ext_fetch_done(storage_thread *t, const char *key, size_t nkey, con
     return true;
 }
 
+#ifdef CACHET_TEST_HOOKS
+/* The unit tests and the concurrent checker read a value from disk in one
+ * synchronous call; the server goes through ext_batch.c instead. */
 bool storage_ext_fetch(storage_thread *t, const char *key, size_t nkey, const struct item_view *v, char *buf)
 {
     if (!g_ext || !v->on_disk) return false;
@@ -460,6 +463,7 @@ bool storage_ext_fetch(storage_thread *t, const char *key, size_t nkey, const st
     }
     return storage_ext_fetch_done(t, key, nkey, v, r, buf, at);
 }
+#endif
 
 bool ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t hv)
 {

@@ -113,16 +113,6 @@ static bool parse_store_exptime(const char *s, size_t n, int64_t *out)
     return true;
 }
 
-bool parse_i64(const char *s, size_t n, int64_t *out)
-{
-    bool neg = n > 0 && s[0] == '-';
-    uint64_t v;
-    if (!parse_u64(s + neg, n - neg, &v)) return false;
-    if (neg ? v > (uint64_t)INT64_MAX + 1 : v > (uint64_t)INT64_MAX) return false;
-    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
-    return true;
-}
-
 /* memcached 1.6.45 checks a key's length only: a control byte (even \0 or
  * \r) is part of the key, a space ends it. */
 static bool valid_key(const char *k, size_t n)

@@ -73,8 +73,6 @@ static storage_thread *bg_ctx;
 
 int items_init(void);
 void items_destroy(void);
-void slabs_set_mover_ctx(storage_thread *t);
-void bags_set_target_min(uint32_t n);
 
 storage_thread *storage_thread_get(int i) { return threads[i]; }
 int storage_thread_count(void) { return atomic_load_explicit(&nthreads, memory_order_acquire); }

@@ -142,12 +142,8 @@ size_t item_view_pieces(const struct item_view *v, size_t skip, struct iovec *io
 /* Batched GETs (a pipeline of many keys): the two cache misses of a lookup
  * (bucket word, then item header) can overlap across keys. Call
  * storage_prefetch_bucket() for every key, then storage_prefetch_item() with
- * each returned hash, then storage_get_hashed() per key. Optional
- * storage_read_batch_begin/end around the whole batch makes the inner calls
- * cheaper (one read section instead of one per call); inside a batch the
- * thread may also store. Prefetches are hints: no stores, no locks. */
-void     storage_read_batch_begin(storage_thread *t);
-void     storage_read_batch_end(storage_thread *t);
+ * each returned hash, then storage_get_hashed() per key. Prefetches are
+ * hints: no stores, no locks. */
 uint32_t storage_prefetch_bucket(storage_thread *t, const char *key, size_t nkey); /* returns the key's hash */
 void     storage_prefetch_item(storage_thread *t, uint32_t hv);
 bool     storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_t hv,
@@ -236,9 +232,12 @@ struct ext_settings;
 int  storage_ext_start(const struct ext_settings *x);
 void storage_ext_stop(void);
 bool storage_ext_enabled(void);
-/* Reads the value of an on-disk view (nbytes into buf) and checks it; false
- * is a miss, counted, and the key's stub is unlinked if still the same. */
+#ifdef CACHET_TEST_HOOKS
+/* Test builds: reads the value of an on-disk view (nbytes into buf) and
+ * checks it; false is a miss, counted, and the key's stub is unlinked if
+ * still the same. The server reads through ext_batch.c. */
 bool storage_ext_fetch(storage_thread *t, const char *key, size_t nkey, const struct item_view *v, char *buf);
+#endif
 void storage_ext_stats_general(stat_writer w, void *ctx);
 void storage_ext_stats_extstore(stat_writer w, void *ctx);
 void storage_ext_stats_settings(stat_writer w, void *ctx);
