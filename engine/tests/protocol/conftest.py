@@ -227,6 +227,35 @@ def expires_within(read, seconds=12.0):
     return True
 
 
+def stat(conn, name, sub=""):
+    """One counter of `stats [sub]` as an int (a ratio such as "0.80" truncated)."""
+    value = conn.stats(sub)[name]
+    return int(value) if value.lstrip("-").isdigit() else int(float(value))
+
+
+def settings_of(srv):
+    with srv.conn() as c:
+        return c.stats("settings")
+
+
+def value_of(prefix, i, size):
+    """The value fill() stores under prefix<i>: its key repeated, so a value read
+    back under another key, or cut short, never matches."""
+    unit = b"%s:%08d|" % (prefix.encode(), i)
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def fill(c, count, prefix="fill", size=4096, batch=100):
+    """Stores `count` values of `size` bytes (keys prefix0...), pipelined in batches, each reply read."""
+    for start in range(0, count, batch):
+        n = min(batch, count - start)
+        c.send(b"".join(b"set %s%d 0 0 %d\r\n" % (prefix.encode(), i, size) + value_of(prefix, i, size) + b"\r\n"
+                        for i in range(start, start + n)))
+        for _ in range(n):
+            line = c.line()
+            assert line == b"STORED", line
+
+
 def memcached_1645():
     """Path of memcached 1.6.45, the reference, built once from the snapshot in
     shared/peers (cached under ~/.cache/cachet/peers). A build that fails fails

@@ -24,9 +24,9 @@ import time
 
 import pytest
 
-from conftest import CACHETD, IS_MEMCACHED, Conn, next_free_port
+from conftest import CACHETD, IS_MEMCACHED, Conn, fill, next_free_port, stat, value_of
 
-FILLER_VALUE = 4096
+FILLER_VALUE = 4096   # fill()'s default size
 PAGE_MB = 4
 
 
@@ -38,26 +38,6 @@ def start_ext(start_server, tmp_path, size="512m", extra_opts=""):
     srv = start_server("-m", "64", "-o", opts)
     srv.ext_file = path
     return srv
-
-
-def fill(c, count, prefix="fill", size=FILLER_VALUE, batch=100):
-    """Stores `count` values of `size` bytes, pipelined in batches, each reply read."""
-    for start in range(0, count, batch):
-        n = min(batch, count - start)
-        c.send(b"".join(b"set %s%d 0 0 %d\r\n" % (prefix.encode(), i, size) + value_of(prefix, i, size) + b"\r\n"
-                        for i in range(start, start + n)))
-        for _ in range(n):
-            line = c.line()
-            assert line == b"STORED", line
-
-
-def value_of(prefix, i, size):
-    unit = b"%s:%08d|" % (prefix.encode(), i)
-    return (unit * (size // len(unit) + 1))[:size]
-
-
-def stat(c, name, sub=""):
-    return int(float(c.stats(sub)[name]))
 
 
 def push_to_disk(c, mb=160):

@@ -18,7 +18,8 @@ import time
 import pytest
 
 
-from test_extstore import (big, check_engine, ext_engine, get_one, run_cachetd, start_ext, stat,  # noqa: F401 (fixture)
+from conftest import stat
+from test_extstore import (big, check_engine, ext_engine, get_one, run_cachetd, start_ext,  # noqa: F401 (fixture)
                             targets_in_the_file)
 
 pytestmark = pytest.mark.cachetd_only(reason="cachetd's fault hook, stats and exit codes")

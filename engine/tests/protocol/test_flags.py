@@ -15,12 +15,7 @@ import time
 
 import pytest
 
-from conftest import CACHETD, IS_MEMCACHED, next_free_port, Conn, is_memcached_binary
-
-
-def settings_of(srv):
-    with srv.conn() as c:
-        return c.stats("settings")
+from conftest import CACHETD, IS_MEMCACHED, next_free_port, Conn, is_memcached_binary, settings_of
 
 
 def run_flags(*args, timeout=20):

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import memcached_1645
+from conftest import memcached_1645, stat
 
 
 
@@ -39,10 +39,6 @@ def count_refusals(conn, items, batch=500):
             if reply != b"STORED":
                 refused.append((k, reply))
     return refused
-
-
-def stat(conn, name, sub=""):
-    return int(conn.stats(sub)[name])
 
 
 def test_big_value_after_cache_filled_with_small_ones(start_server):
