@@ -513,6 +513,18 @@ enum parse_status parse_request(const char *line, size_t len, size_t wire_len, s
         r->has_number = true;
         return PARSE_OK;
     }
+#ifdef CACHET_TEST_HOOKS
+    /* memcached's debug builds have it too: tests move the clock instead of
+     * sleeping through TTLs and delayed flushes */
+    if (tok_is(&c, "debugtime")) {
+        r->cmd = CMD_DEBUGTIME;
+        uint32_t seconds;
+        if (nt < 2 || !parse_u32(t[1].p, t[1].n, &seconds)) return client_error(r, BAD_FORMAT);
+        r->number = seconds;
+        r->has_number = true;
+        return PARSE_OK;
+    }
+#endif
 unknown:
     /* memcached closes on a cross-protocol request ("GET / HTTP/1.1") */
     if (nt > 1 && last.n >= 5 && !memcmp(last.p, "HTTP/", 5)) return PARSE_CLOSE;

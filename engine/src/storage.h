@@ -84,6 +84,9 @@ rel_time_t storage_now(void);
  * time, negative already expired. Returns the rel_time_t expiry (0 = never). */
 rel_time_t storage_exptime(int64_t wire_exptime);
 int64_t    storage_ttl_remaining(rel_time_t exptime);  /* -1 = never expires */
+/* Tests move time forward instead of sleeping: the unit tests, and the
+ * `debugtime` command of test-hooks builds. */
+void       storage_test_advance_clock(uint32_t seconds);
 extern time_t storage_process_started;                 /* unix time of rel_time 0 */
 
 /* ---- reads ---- */

@@ -278,8 +278,6 @@ static inline rel_time_t stamp_time_in(struct time_view v)
 static inline rel_time_t stamp_time(void) { return stamp_time_in(time_view_now()); }
 int clock_start(void);   /* 0 or pthread_create's error */
 void clock_stop(void);
-/* Tests move time forward instead of sleeping. */
-void storage_test_advance_clock(uint32_t seconds);
 
 storage_thread *storage_thread_get(int index);
 int storage_thread_count(void);

@@ -212,19 +212,24 @@ class Conn:
 
 
 # ---- a server under test --------------------------------------------------------
-def expires_within(read, seconds=12.0):
-    """Polls read() until it returns None (a miss); False if it never does in `seconds`.
+def advance_clock(conn, seconds):
+    """Moves the server's clock `seconds` forward: `debugtime`, a command of
+    cachetd's test-hooks builds (memcached's debug builds have one too). TTLs,
+    delayed flushes and idle ages then pass without the test sleeping through
+    them; a test that uses it is marked test_hooks. Against a release build the
+    command is an ERROR, and the test fails rather than wait on the wall clock."""
+    reply = conn.cmd(f"debugtime {seconds}")
+    assert reply == b"OK", f"debugtime {seconds}: {reply!r} (a test-hooks build is needed: CACHETD_TEST_HOOKS=1)"
 
-    Expiry waits poll instead of sleeping a fixed time: the server's clock ticks
-    once a second and a sanitizer build can stall, so a fixed sleep either
-    wastes time or races the TTL. The bound still fails a server that never expires.
-    """
+
+def wait_until(predicate, seconds, what):
+    """Polls predicate() until it is true; fails naming `what` after `seconds`.
+    For work the server does on its own threads (a cleaner pass, a disk write):
+    the test waits for the state it needs, never a fixed time."""
     deadline = time.monotonic() + seconds
-    while read() is not None:
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.2)
-    return True
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
+        time.sleep(0.05)
 
 
 def stat(conn, name, sub=""):

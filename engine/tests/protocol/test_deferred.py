@@ -219,3 +219,5 @@ def test_release_binary_has_no_test_hook(start_server):
         assert c.line() == b"END"      # answered at once: an ordinary miss
         assert c.line() == b"MN"
         assert int(c.stats()["deferred_replies"]) == 0
+        # nor the test clock (conftest.advance_clock)
+        assert c.cmd("debugtime 1") == b"ERROR"
