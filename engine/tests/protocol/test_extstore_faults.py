@@ -20,7 +20,7 @@ import pytest
 
 from conftest import stat
 from test_extstore import (big, check_engine, ext_engine, get_one, run_cachetd, start_ext,  # noqa: F401 (fixture)
-                            targets_in_the_file)
+                            targets_in_the_file, wait_written)
 
 pytestmark = pytest.mark.cachetd_only(reason="cachetd's fault hook, stats and exit codes")
 hooks = pytest.mark.test_hooks
@@ -112,10 +112,7 @@ def test_a_page_the_compactor_cannot_read_is_dropped_and_its_live_records_counte
             for k in keys:
                 assert c.store("set", k, big(f"{k}.{rnd}")) == b"STORED"
             written += len(keys)
-            deadline = time.monotonic() + 30   # a bound for slow (TSan) builds, not a target
-            while stat(c, "extstore_objects_written") < written:
-                assert time.monotonic() < deadline, f"round {rnd}: values did not reach the disk"
-                time.sleep(0.2)
+            wait_written(c, written, 30)
         lost = stat(c, "extstore_compact_lost")
         assert lost > 0, "no record of a page dropped unread was counted lost"
         assert stat(c, "extstore_compact_rescues") == 0
