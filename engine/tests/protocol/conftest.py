@@ -232,6 +232,15 @@ def wait_until(predicate, seconds, what):
         time.sleep(0.05)
 
 
+def conn_state(server_conn, client):
+    """The server's state for `client`'s connection (`stats conns`, which
+    memcached has too), found by the client's port."""
+    port = client.sock.getsockname()[1]
+    st = server_conn.stats("conns")
+    fds = [k.split(":")[0] for k, v in st.items() if k.endswith(":addr") and v.endswith(f":{port}")]
+    return st[f"{fds[0]}:state"] if fds else None
+
+
 def stat(conn, name, sub=""):
     """One counter of `stats [sub]` as an int (a ratio such as "0.80" truncated)."""
     value = conn.stats(sub)[name]

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import advance_clock, memcached_1645, stat, wait_until
+from conftest import advance_clock, conn_state, memcached_1645, stat, wait_until
 
 
 
@@ -135,15 +135,6 @@ def test_flush_all_covers_items_with_a_client_chosen_cas(start_server):
         assert c.cmd(b"ms ek 1 E18446744073709551000\r\nz") == b"HD"
         assert c.cmd("flush_all") == b"OK"
         assert c.cmd("mg ek v") == b"EN"
-
-
-def conn_state(server_conn, client):
-    """The server's state for `client`'s connection (`stats conns`, which
-    memcached has too), found by the client's port."""
-    port = client.sock.getsockname()[1]
-    st = server_conn.stats("conns")
-    fds = [k.split(":")[0] for k, v in st.items() if k.endswith(":addr") and v.endswith(f":{port}")]
-    return st[f"{fds[0]}:state"] if fds else None
 
 
 def test_flush_all_keeps_a_value_that_arrives_after_it(start_server):
