@@ -44,8 +44,7 @@ def start_ext(start_server, tmp_path, size="512m", extra_opts=""):
 def push_to_disk(c, mb=160):
     """Writes `mb` MB of filler (more than -m 64 holds) so older large values go to disk."""
     fill(c, mb * 1024 * 1024 // FILLER_VALUE)
-    # the flusher's last records reach the file once it is idle
-    time.sleep(0.5)
+    wait_until(lambda: stat(c, "extstore_objects_written") > 0, 20, "the flusher writing values out")
 
 
 def age_items(c, seconds):
@@ -118,8 +117,7 @@ def test_values_beyond_memory_come_back_from_disk_or_miss_never_wrong(start_serv
     with srv.conn() as c:
         n = 40000   # 160 MB of 4 KB values through -m 64
         fill(c, n, prefix="churn")
-        time.sleep(0.5)
-        assert stat(c, "extstore_objects_written") > 0
+        wait_until(lambda: stat(c, "extstore_objects_written") > 0, 20, "the flusher writing values out")
         hits = wrong = 0
         for i in range(0, n, 13):
             key = f"churn{i}"
