@@ -708,11 +708,8 @@ def test_stubs_into_an_evicted_page_leave_ram(start_server, tmp_path):
     srv, keys = through_a_small_file(start_server, tmp_path, "so")
     n = len(keys)
     with srv.conn() as c:
-        deadline = time.monotonic() + 30   # a bound for slow (TSan) builds, not a target
-        while stat(c, "curr_items") != stat(c, "extstore_objects_used"):
-            assert time.monotonic() < deadline, (
-                f"{stat(c, 'curr_items')} items in RAM, {stat(c, 'extstore_objects_used')} records on disk")
-            time.sleep(0.2)
+        wait_until(lambda: stat(c, "curr_items") == stat(c, "extstore_objects_used"), 30,   # a bound for TSan
+                   "RAM keeping just the stubs of the records on disk")
         kept = stat(c, "curr_items")
         assert 0 < kept < n
         assert stat(c, "reclaimed") >= n - kept

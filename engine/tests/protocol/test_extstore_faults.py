@@ -13,12 +13,11 @@ counted (extstore_read_errors, extstore_write_errors, miss_from_extstore).
 import os
 import random
 import subprocess
-import time
 
 import pytest
 
 
-from conftest import stat
+from conftest import stat, wait_until
 from test_extstore import (big, check_engine, ext_engine, get_one, run_cachetd, start_ext,  # noqa: F401 (fixture)
                             targets_in_the_file, wait_written)
 
@@ -116,10 +115,8 @@ def test_a_page_the_compactor_cannot_read_is_dropped_and_its_live_records_counte
         lost = stat(c, "extstore_compact_lost")
         assert lost > 0, "no record of a page dropped unread was counted lost"
         assert stat(c, "extstore_compact_rescues") == 0
-        deadline = time.monotonic() + 30
-        while stat(c, "curr_items") != stat(c, "extstore_objects_used"):
-            assert time.monotonic() < deadline, "orphaned stubs stayed in RAM"
-            time.sleep(0.2)
+        wait_until(lambda: stat(c, "curr_items") == stat(c, "extstore_objects_used"), 30,
+                   "the orphaned stubs leaving RAM")
         st = c.stats()
         # every key gone was counted (a key lost early may have been set again since)
         gone = n - int(st["curr_items"])
