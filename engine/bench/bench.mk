@@ -48,7 +48,7 @@ bench-loadgen-test:
 # The TSan build of the checker is built by the stress target itself, with the
 # same flags as `make check` uses.
 bench-soak:
-	SOAK_SECONDS=$(SOAK_SECONDS) TSAN_CFLAGS="$(TSAN_CFLAGS)" bench/soak.sh
+	SOAK_SECONDS=$(SOAK_SECONDS) TSAN_CFLAGS="$(TSAN_CFLAGS) $(TEST_HOOKS)" bench/soak.sh
 
 # differential-long belongs to the protocol tests; this only gives it a place
 # among the benchmarks. Until it exists, say so instead of make's bare

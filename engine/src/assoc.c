@@ -232,6 +232,7 @@ static uint32_t wait_even(struct stripe *sp)
     return s;
 }
 
+#ifdef CACHET_TEST_HOOKS
 /* The concurrent checker's stall between reading an item and following its
  * link: the window in which a bucket move redirects that link. */
 static void walk_stall(storage_thread *t)
@@ -241,6 +242,7 @@ static void walk_stall(storage_thread *t)
         nanosleep(&ts, NULL);
     }
 }
+#endif
 
 item *assoc_find(storage_thread *t, const char *key, size_t nkey, uint32_t hv)
 {
@@ -263,7 +265,9 @@ item *assoc_find(storage_thread *t, const char *key, size_t nkey, uint32_t hv)
         for (unsigned steps = 0; h && steps < MAX_CHAIN_WALK; steps++) {
             item *it = handle_item(h);
             if (key_matches(it, key, nkey)) return it;
+#ifdef CACHET_TEST_HOOKS
             if (atomic_load_explicit(&g_test_reader_stall, memory_order_relaxed)) walk_stall(t);
+#endif
             h = atomic_load_explicit(&it->h_next, memory_order_acquire);
         }
         atomic_thread_fence(memory_order_acquire);

@@ -26,7 +26,6 @@
 
 /* 0 = no limit. Set once before the workers start. */
 void   bufmem_set_limit(size_t bytes);
-size_t bufmem_limit(void);
 
 /* Reserves n bytes; false (and nothing reserved) if that would pass the limit. */
 bool   bufmem_reserve(size_t n);

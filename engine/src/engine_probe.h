@@ -27,8 +27,14 @@ struct engine_probe_target {
 /* Resolves the target from -l's list and the bound port; false if none. */
 bool engine_probe_target_from(const char *listen, int port, struct engine_probe_target *t);
 
-/* Connects, sends "mn\r\n", expects "MN\r\n", all within timeout_ms.
- * Returns true if so; else why holds one line saying what went wrong. */
+/* Connects to host:port (a name or a numeric address; each address in
+ * turn), sends request and expects exactly `expect` back (under 128 bytes),
+ * all within timeout_ms. Returns true if so; else why holds one line saying
+ * what went wrong. cachet-probe's --set-get sends its own request here. */
+bool engine_probe_exchange(const char *host, const char *port, int timeout_ms, const char *request,
+                           const char *expect, char *why, size_t why_cap);
+
+/* engine_probe_exchange of "mn\r\n", expecting "MN\r\n". */
 bool engine_probe(const struct engine_probe_target *t, int timeout_ms, char *why, size_t why_cap);
 
 #endif

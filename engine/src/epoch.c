@@ -72,7 +72,7 @@ storage_thread *storage_thread_register(void)
 static _Atomic uint64_t global_epoch = 1;
 
 /* The calling thread's context, so a grace-period wait started inside a
- * read batch (storage_read_batch_begin) can step out of the batch's section
+ * read batch (one epoch_enter around many lookups) can step out of the batch's section
  * (see epoch_synchronize). */
 static __thread storage_thread *self;
 

@@ -440,6 +440,9 @@ static bool storage_ext_fetch_done(storage_thread *t, const char *key, size_t nk
     return true;
 }
 
+#ifdef CACHET_TEST_HOOKS
+/* The unit tests and the concurrent checker read a value from disk in one
+ * synchronous call; the server goes through ext_batch.c instead. */
 bool storage_ext_fetch(storage_thread *t, const char *key, size_t nkey, const struct item_view *v, char *buf)
 {
     if (!g_ext || !v->on_disk) return false;
@@ -456,6 +459,7 @@ bool storage_ext_fetch(storage_thread *t, const char *key, size_t nkey, const st
     }
     return storage_ext_fetch_done(t, key, nkey, v, r, buf, at);
 }
+#endif
 
 static bool ext_materialize(storage_thread *t, const char *key, size_t nkey, uint32_t hv)
 {

@@ -730,10 +730,11 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
     return false;
 }
 
+#ifdef CACHET_TEST_HOOKS
 /* The concurrent checker sets this so that now and then a reader stalls
  * between finding an item and copying it, the window in which a broken
- * reclamation scheme would hand the chunk to somebody else. One relaxed load
- * of a read-mostly word per GET otherwise. */
+ * reclamation scheme would hand the chunk to somebody else. Test builds
+ * only: a release GET should not pay even a relaxed load for it. */
 _Atomic unsigned g_test_reader_stall;
 
 static void test_reader_stall(storage_thread *t)
@@ -743,9 +744,7 @@ static void test_reader_stall(storage_thread *t)
         nanosleep(&ts, NULL);
     }
 }
-
-void storage_read_batch_begin(storage_thread *t) { epoch_enter(t); }
-void storage_read_batch_end(storage_thread *t) { epoch_exit(t); }
+#endif
 
 uint32_t storage_prefetch_bucket(storage_thread *t, const char *key, size_t nkey)
 {
@@ -786,6 +785,7 @@ bool storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_
         epoch_exit(t);
         return false;
     }
+#ifdef CACHET_TEST_HOOKS
     if (atomic_load_explicit(&g_test_reader_stall, memory_order_relaxed)) test_reader_stall(t);
     unsigned hold = atomic_load_explicit(&t->test_hold_us, memory_order_relaxed);
     if (hold) {
@@ -797,6 +797,7 @@ bool storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_
         nanosleep(&ts, NULL);
         atomic_store_explicit(&t->test_held, NULL, memory_order_release);
     }
+#endif
     uint8_t fl = item_fl(it);
     if (opts->win_tokens && (fl & (ITEM_STALE | ITEM_WIN_SENT))) {
         /* Handing out the win token must be exclusive: take the lock. */

@@ -113,16 +113,6 @@ static bool parse_store_exptime(const char *s, size_t n, int64_t *out)
     return true;
 }
 
-bool parse_i64(const char *s, size_t n, int64_t *out)
-{
-    bool neg = n > 0 && s[0] == '-';
-    uint64_t v;
-    if (!parse_u64(s + neg, n - neg, &v)) return false;
-    if (neg ? v > (uint64_t)INT64_MAX + 1 : v > (uint64_t)INT64_MAX) return false;
-    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
-    return true;
-}
-
 /* memcached 1.6.45 checks a key's length only: a control byte (even \0 or
  * \r) is part of the key, a space ends it. */
 static bool valid_key(const char *k, size_t n)
@@ -523,6 +513,18 @@ enum parse_status parse_request(const char *line, size_t len, size_t wire_len, s
         r->has_number = true;
         return PARSE_OK;
     }
+#ifdef CACHET_TEST_HOOKS
+    /* memcached's debug builds have it too: tests move the clock instead of
+     * sleeping through TTLs and delayed flushes */
+    if (tok_is(&c, "debugtime")) {
+        r->cmd = CMD_DEBUGTIME;
+        uint32_t seconds;
+        if (nt < 2 || !parse_u32(t[1].p, t[1].n, &seconds)) return client_error(r, BAD_FORMAT);
+        r->number = seconds;
+        r->has_number = true;
+        return PARSE_OK;
+    }
+#endif
 unknown:
     /* memcached closes on a cross-protocol request ("GET / HTTP/1.1") */
     if (nt > 1 && last.n >= 5 && !memcmp(last.p, "HTTP/", 5)) return PARSE_CLOSE;

@@ -34,6 +34,9 @@ enum req_cmd {
     CMD_FLUSH_ALL, CMD_VERSION, CMD_VERBOSITY, CMD_QUIT, CMD_STATS,
     CMD_MG, CMD_MS, CMD_MD, CMD_MA, CMD_MN, CMD_ME,
     CMD_SHUTDOWN,  /* args: the first argument; number: how many arguments */
+#ifdef CACHET_TEST_HOOKS
+    CMD_DEBUGTIME, /* number: seconds to move the clock forward */
+#endif
 };
 
 enum parse_status {
@@ -141,7 +144,6 @@ bool next_key(const char **cursor, const char *end, const char **key, uint32_t *
 /* Strict decimal parsers on (ptr,len), memcached's mcmc_tokto* rules. */
 bool parse_u64(const char *s, size_t n, uint64_t *out);
 bool parse_u32(const char *s, size_t n, uint32_t *out);
-bool parse_i64(const char *s, size_t n, int64_t *out);
 bool parse_i32(const char *s, size_t n, int32_t *out);
 
 /* base64 (RFC 4648, with padding), for meta keys with the b flag. */

@@ -375,6 +375,12 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
         }
         reply(c, r, "CLIENT_ERROR invalid shutdown mode");
         return true;
+#ifdef CACHET_TEST_HOOKS
+    case CMD_DEBUGTIME:
+        storage_test_advance_clock((uint32_t)r->number);
+        reply(c, r, "OK");
+        return true;
+#endif
     case CMD_MS:
         STAT_INC(w, cmd_meta);
         return start_store(c, r, line, len, r->meta.client_flags,

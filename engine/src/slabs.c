@@ -279,6 +279,7 @@ item *slabs_alloc_chunk(int clsid)
  * free-list link and flags) are overwritten at once, so a reader that can
  * still reach a freed or reused chunk reads garbage it cannot mistake for a
  * value (and ThreadSanitizer sees the write racing with its read). */
+#ifdef CACHET_TEST_HOOKS
 _Atomic unsigned g_test_poison_free;
 
 static void poison_chunk(item *it, uint32_t size)
@@ -290,6 +291,7 @@ static void poison_chunk(item *it, uint32_t size)
     memset((char *)it + offsetof(struct item, time), 0xA5, offsetof(struct item, iflags) - offsetof(struct item, time));
     memset((char *)it + offsetof(struct item, iflags) + 1, 0xA5, size - offsetof(struct item, iflags) - 1);
 }
+#endif
 
 void slabs_free_chunk(item *it)
 {
@@ -298,7 +300,9 @@ void slabs_free_chunk(item *it)
     struct slabclass *sc = &g_classes[clsid];
     pthread_mutex_lock(&sc->lock);
     /* under the lock: the mover reads a data chunk's owner under it */
+#ifdef CACHET_TEST_HOOKS
     if (atomic_load_explicit(&g_test_poison_free, memory_order_relaxed)) poison_chunk(it, sc->size);
+#endif
     g_pages[pg].used--;
     atomic_fetch_sub_explicit(&sc->used_chunks, 1, memory_order_relaxed);
     atomic_store_explicit(&it->iflags, ITEM_FREE, memory_order_relaxed);

@@ -24,8 +24,6 @@ static storage_thread *bg_ctx;
 
 int items_init(void);
 void items_destroy(void);
-void slabs_set_mover_ctx(storage_thread *t);
-void bags_set_target_min(uint32_t n);
 
 /* ---- lifecycle ---- */
 

@@ -84,6 +84,9 @@ rel_time_t storage_now(void);
  * time, negative already expired. Returns the rel_time_t expiry (0 = never). */
 rel_time_t storage_exptime(int64_t wire_exptime);
 int64_t    storage_ttl_remaining(rel_time_t exptime);  /* -1 = never expires */
+/* Tests move time forward instead of sleeping: the unit tests, and the
+ * `debugtime` command of test-hooks builds. */
+void       storage_test_advance_clock(uint32_t seconds);
 extern time_t storage_process_started;                 /* unix time of rel_time 0 */
 
 /* ---- reads ---- */
@@ -143,13 +146,8 @@ size_t item_view_pieces(const struct item_view *v, size_t skip, struct iovec *io
 /* Batched GETs (a pipeline of many keys): the two cache misses of a lookup
  * (bucket word, then item header) can overlap across keys. Call
  * storage_prefetch_bucket() for every key, then storage_prefetch_item() with
- * each returned hash, then storage_get_hashed() per key (prefetch.c does,
- * for a pipeline's GETs). storage_read_batch_begin/end around a batch makes
- * the inner calls cheaper (one read section instead of one per call; the
- * thread may also store inside it); only the unit tests (test_bags.c) call
- * them. Prefetches are hints: no stores, no locks. */
-void     storage_read_batch_begin(storage_thread *t);
-void     storage_read_batch_end(storage_thread *t);
+ * each returned hash, then storage_get_hashed() per key. Prefetches are
+ * hints: no stores, no locks. */
 uint32_t storage_prefetch_bucket(storage_thread *t, const char *key, size_t nkey); /* returns the key's hash */
 void     storage_prefetch_item(storage_thread *t, uint32_t hv);
 bool     storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_t hv,
@@ -238,11 +236,12 @@ struct ext_settings;
 int  storage_ext_start(const struct ext_settings *x);
 void storage_ext_stop(void);
 bool storage_ext_enabled(void);
-/* Reads the value of an on-disk view (nbytes into buf), synchronously, and
+#ifdef CACHET_TEST_HOOKS
+/* Test builds: reads the value of an on-disk view (nbytes into buf) and
  * checks it; false is a miss, counted, and the key's stub is unlinked if
- * still the same. Only the unit tests and the stress checker call it: the
- * server's reads go through ext_io.c and ext_batch.c. */
+ * still the same. The server reads through ext_batch.c. */
 bool storage_ext_fetch(storage_thread *t, const char *key, size_t nkey, const struct item_view *v, char *buf);
+#endif
 void storage_ext_stats_general(stat_writer w, void *ctx);
 void storage_ext_stats_extstore(stat_writer w, void *ctx);
 void storage_ext_stats_settings(stat_writer w, void *ctx);

@@ -212,12 +212,13 @@ struct storage_thread {
     _Atomic uint64_t epoch;          /* 0 = outside any read section; see epoch.c */
     int      index;
     int      section_depth;
+#ifdef CACHET_TEST_HOOKS
     unsigned stall_tick;             /* g_test_reader_stall */
     /* concurrent checker: the next lock-free GET holds the item it found for
      * this many microseconds, published in test_held meanwhile */
     _Atomic unsigned test_hold_us;
     _Atomic(item *) test_held;
-    uint64_t cas_next, cas_end;      /* block of CAS ids owned by this thread */
+#endif
     struct thread_stats st;
     struct class_thread_stats cls[64 + 1];
     char pad[64];
@@ -279,14 +280,15 @@ static inline rel_time_t stamp_time(void) { return stamp_time_in(time_view_now()
 void clock_init(void);   /* storage_init, after g_cfg is set */
 int clock_start(void);   /* 0 or pthread_create's error */
 void clock_stop(void);
-/* Tests move time forward instead of sleeping. */
-void storage_test_advance_clock(uint32_t seconds);
 
 uint64_t storage_next_cas(storage_thread *t);
 
-extern _Atomic unsigned g_test_reader_stall;  /* stress test only, see items.c */
+/* once per bucket moved while the table grows, off the request path */
 extern _Atomic unsigned g_test_migrate_stall; /* unit test only, see assoc.c */
+#ifdef CACHET_TEST_HOOKS
+extern _Atomic unsigned g_test_reader_stall;  /* stress test only, see items.c */
 extern _Atomic unsigned g_test_poison_free;   /* stress test only, see slabs.c */
+#endif
 /* Concurrent checker hooks: reclaim every dead item now (full cleaner sweep),
  * and move the page holding `it` to another class (returns false if it could
  * not). Neither may be called inside a read section. */

@@ -3,6 +3,12 @@
  * compiled in only when CACHET_TEST_HOOKS is defined (the ASan and TSan
  * builds of `make check`); the release binary has no trace of it.
  *
+ * The same switch also builds in, where they are used: the `debugtime <s>`
+ * command that moves the clock forward (proto_parser.c, proto_text.c), so
+ * protocol tests need not sleep through TTLs; the concurrent checker's reader
+ * stalls and freed-chunk poisoning (items.c, assoc.c, slabs.c); and
+ * storage_ext_fetch (ext_items.c). A release GET reads none of them.
+ *
  * Why: extstore (values read from disk) is what deferred replies are for,
  * and it does not exist yet. The protocol tests still have to drive the real
  * path end to end: a GET whose reply is completed later, by another thread,

@@ -212,19 +212,62 @@ class Conn:
 
 
 # ---- a server under test --------------------------------------------------------
-def expires_within(read, seconds=12.0):
-    """Polls read() until it returns None (a miss); False if it never does in `seconds`.
+def advance_clock(conn, seconds):
+    """Moves the server's clock `seconds` forward: `debugtime`, a command of
+    cachetd's test-hooks builds (memcached's debug builds have one too). TTLs,
+    delayed flushes and idle ages then pass without the test sleeping through
+    them; a test that uses it is marked test_hooks. Against a release build the
+    command is an ERROR, and the test fails rather than wait on the wall clock."""
+    reply = conn.cmd(f"debugtime {seconds}")
+    assert reply == b"OK", f"debugtime {seconds}: {reply!r} (a test-hooks build is needed: CACHETD_TEST_HOOKS=1)"
 
-    Expiry waits poll instead of sleeping a fixed time: the server's clock ticks
-    once a second and a sanitizer build can stall, so a fixed sleep either
-    wastes time or races the TTL. The bound still fails a server that never expires.
-    """
+
+def wait_until(predicate, seconds, what):
+    """Polls predicate() until it is true; fails naming `what` after `seconds`.
+    For work the server does on its own threads (a cleaner pass, a disk write):
+    the test waits for the state it needs, never a fixed time."""
     deadline = time.monotonic() + seconds
-    while read() is not None:
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.2)
-    return True
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
+        time.sleep(0.05)
+
+
+def conn_state(server_conn, client):
+    """The server's state for `client`'s connection (`stats conns`, which
+    memcached has too), found by the client's port."""
+    port = client.sock.getsockname()[1]
+    st = server_conn.stats("conns")
+    fds = [k.split(":")[0] for k, v in st.items() if k.endswith(":addr") and v.endswith(f":{port}")]
+    return st[f"{fds[0]}:state"] if fds else None
+
+
+def stat(conn, name, sub=""):
+    """One counter of `stats [sub]` as an int (a ratio such as "0.80" truncated)."""
+    value = conn.stats(sub)[name]
+    return int(value) if value.lstrip("-").isdigit() else int(float(value))
+
+
+def settings_of(srv):
+    with srv.conn() as c:
+        return c.stats("settings")
+
+
+def value_of(prefix, i, size):
+    """The value fill() stores under prefix<i>: its key repeated, so a value read
+    back under another key, or cut short, never matches."""
+    unit = b"%s:%08d|" % (prefix.encode(), i)
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def fill(c, count, prefix="fill", size=4096, batch=100):
+    """Stores `count` values of `size` bytes (keys prefix0...), pipelined in batches, each reply read."""
+    for start in range(0, count, batch):
+        n = min(batch, count - start)
+        c.send(b"".join(b"set %s%d 0 0 %d\r\n" % (prefix.encode(), i, size) + value_of(prefix, i, size) + b"\r\n"
+                        for i in range(start, start + n)))
+        for _ in range(n):
+            line = c.line()
+            assert line == b"STORED", line
 
 
 def memcached_1645():

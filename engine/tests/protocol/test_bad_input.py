@@ -8,9 +8,10 @@ these tests against it (`make conformance CACHETD=<memcached 1.6.45>`).
 import os
 import random
 import socket
-import time
 
 import pytest
+
+from conftest import conn_state, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -443,7 +444,8 @@ def test_half_sent_command_then_disconnect(srv, partial):
 def test_half_sent_value_is_invisible_until_complete(srv, key):
     with srv.conn() as writer, srv.conn() as reader:
         writer.send(f"set {key} 0 0 10\r\n01234".encode())
-        time.sleep(0.2)
+        # the server has read the request line and waits for the rest of the value
+        wait_until(lambda: conn_state(reader, writer) == "conn_nread", 10, "the server reading the value")
         assert reader.values(f"get {key}") == {}
         writer.send(b"56789\r\n")
         assert writer.line() == b"STORED"

@@ -14,7 +14,7 @@ import pytest
 from pymemcache.client.base import Client
 from pymemcache.exceptions import MemcacheClientError, MemcacheServerError
 
-from conftest import expires_within
+from conftest import advance_clock, wait_until
 
 
 U64_MAX = (1 << 64) - 1
@@ -172,16 +172,30 @@ def test_incr_invalid_delta(server, key):
 
 
 # ---- touch / delete ------------------------------------------------------------------
-def test_touch(mc, key):
-    assert mc.touch(key, 10) is False
-    # 3 s, not less: the server's clock ticks once a second, so a short TTL can
-    # lose a second, and a busy ASan run must still touch it before it expires.
-    mc.set(key, b"t", expire=3)
-    assert mc.touch(key, 100) is True
-    time.sleep(4.5)
-    assert mc.get(key) == b"t", "touch must replace the 3 s TTL"
-    assert mc.touch(key, -1) is True
-    assert mc.get(key) is None, "touch with a negative TTL expires the item"
+@pytest.fixture
+def clock_mc(start_server):
+    """A client of a server of its own, whose clock the test moves (test-hooks
+    builds): the module's shared server keeps its clock for the other tests."""
+    srv = start_server()
+    c = client_for(srv)
+    c.raw = srv.conn()
+    yield c
+    c.raw.close()
+    c.close()
+
+
+@pytest.mark.test_hooks
+def test_touch(clock_mc):
+    mc = clock_mc
+    assert mc.touch("t", 10) is False
+    mc.set("t", b"t", expire=3)
+    mc.set("untouched", b"u", expire=3)
+    assert mc.touch("t", 100) is True
+    advance_clock(mc.raw, 10)
+    assert mc.get("untouched") is None, "the clock moved past the 3 s TTL"
+    assert mc.get("t") == b"t", "touch must replace the 3 s TTL"
+    assert mc.touch("t", -1) is True
+    assert mc.get("t") is None, "touch with a negative TTL expires the item"
 
 
 def test_delete(mc, key):
@@ -240,19 +254,22 @@ def test_verbosity_and_quit(server):
 
 
 # ---- gat / gats (raw: pymemcache has neither) ---------------------------------------------
-def test_gat_and_gats(server, key):
-    with server.conn() as c:
+@pytest.mark.test_hooks
+def test_gat_and_gats(start_server):
+    key = "g"
+    with start_server().conn() as c:
         assert c.store("set", key + "-a", "A", flags=3, exptime=3) == b"STORED"
         assert c.store("set", key + "-b", "B", exptime=3) == b"STORED"
+        assert c.store("set", key + "-c", "C", exptime=3) == b"STORED"
         got = c.values(f"gat 100 {key}-a {key}-b {key}-missing")
         assert got == {key + "-a": (3, b"A", None), key + "-b": (0, b"B", None)}
         got = c.values(f"gats 100 {key}-a")
         assert got[key + "-a"][:2] == (3, b"A") and got[key + "-a"][2] > 0
         gets = c.values(f"gets {key}-a")
         assert gets[key + "-a"][2] == got[key + "-a"][2], "gats must report the same CAS as gets"
-        time.sleep(4.5)
-        got = c.values(f"get {key}-a {key}-b")
-        assert set(got) == {key + "-a", key + "-b"}, "gat must replace the 3 s TTL with 100 s"
+        advance_clock(c, 10)
+        got = c.values(f"get {key}-a {key}-b {key}-c")
+        assert set(got) == {key + "-a", key + "-b"}, "gat must replace the 3 s TTL with 100 s (and -c's ran out)"
         assert c.values(f"gat -1 {key}-a") == {key + "-a": (3, b"A", None)}
         assert c.values(f"get {key}-a") == {}, "gat with a negative TTL returns the value, then it is gone"
 
@@ -338,10 +355,8 @@ def test_bag_lru_stats(mc, key):
     items = stats_of(mc, "items")
     per_class = {k: v for k, v in items.items() if k.endswith(":bags")}
     assert per_class and max(per_class.values()) >= 1, f"stats items has no per-class bag count: {items}"
-    deadline = time.monotonic() + 15
-    while stats_of(mc)["lru_cleaner_passes"] <= first["lru_cleaner_passes"]:
-        assert time.monotonic() < deadline, "the bag cleaner made no pass in 15 s"
-        time.sleep(0.5)
+    wait_until(lambda: stats_of(mc)["lru_cleaner_passes"] > first["lru_cleaner_passes"], 15,
+               "a pass of the bag cleaner")
 
 
 def test_stats_conns(server):
@@ -388,23 +403,21 @@ def test_flush_all_now_and_noreply(start_server):
         mc.close()
 
 
-def test_flush_all_with_delay(start_server):
-    srv = start_server()
-    mc = client_for(srv)
-    try:
-        mc.set("old", b"1")
-        # 5 s: the read below must land before the flush fires even on a stalled
-        # ASan run, and the server's one-second clock can take a second off.
-        assert mc.flush_all(delay=5) is True
-        assert mc.get("old") == b"1", "a delayed flush leaves items readable until it fires"
-        assert expires_within(lambda: mc.get("old")), "the delayed flush never fired"
-        # As memcached: what is stored in the very second the flush fires is
-        # flushed too (whole-second clock), so store the new item a tick later.
-        time.sleep(1.5)
-        mc.set("new", b"2")
-        assert mc.get("new") == b"2"
-    finally:
-        mc.close()
+@pytest.mark.test_hooks
+def test_flush_all_with_delay(clock_mc):
+    mc = clock_mc
+    mc.set("old", b"1")
+    assert mc.flush_all(delay=5) is True
+    assert mc.get("old") == b"1", "a delayed flush leaves items readable until it fires"
+    advance_clock(mc.raw, 2)
+    assert mc.get("old") == b"1", "the flush fired 3 s early"
+    advance_clock(mc.raw, 3)
+    assert mc.get("old") is None, "the delayed flush never fired"
+    # As memcached: what is stored in the very second the flush fires is
+    # flushed too (whole-second clock), so store the new item a second later.
+    advance_clock(mc.raw, 1)
+    mc.set("new", b"2")
+    assert mc.get("new") == b"2"
 
 
 # ---- large values ----------------------------------------------------------------------------
@@ -444,14 +457,21 @@ def test_max_item_size_2m(start_server):
 
 
 # ---- expiry ------------------------------------------------------------------------------------
-def test_relative_ttl_expires(mc, key):
-    mc.set(key + "-1", b"a", expire=1)
-    mc.set(key + "-3", b"b", expire=3)
-    mc.set(key + "-0", b"c", expire=0)
-    assert mc.get(key + "-3") == b"b"
-    assert expires_within(lambda: mc.get(key + "-1")), "a 1 s TTL never expired"
-    assert expires_within(lambda: mc.get(key + "-3")), "a 3 s TTL never expired"
-    assert mc.get(key + "-0") == b"c"
+@pytest.mark.test_hooks
+def test_relative_ttl_expires(clock_mc):
+    mc = clock_mc
+    mc.set("ttl-1", b"a", expire=1)
+    mc.set("ttl-3", b"b", expire=3)
+    mc.set("ttl-0", b"c", expire=0)
+    # one second on: the 1 s TTL ran out, the 3 s one has 2 left (1 if the
+    # wall clock ticked meanwhile)
+    advance_clock(mc.raw, 1)
+    assert mc.get("ttl-1") is None, "a 1 s TTL never expired"
+    assert mc.get("ttl-3") == b"b", "a 3 s TTL expired after a second"
+    advance_clock(mc.raw, 2)
+    assert mc.get("ttl-3") is None, "a 3 s TTL never expired"
+    advance_clock(mc.raw, 100000)
+    assert mc.get("ttl-0") == b"c", "TTL 0 is never"
 
 
 def test_negative_ttl_is_already_expired(mc, key):
@@ -461,15 +481,18 @@ def test_negative_ttl_is_already_expired(mc, key):
     assert mc.get(key) == b"again"
 
 
-def test_absolute_unix_time(mc, key):
+@pytest.mark.test_hooks
+def test_absolute_unix_time(clock_mc):
+    mc = clock_mc
     now = int(time.time())
-    mc.set(key + "-past", b"p", expire=now - 100)  # > 30 days, so absolute, in the past
-    mc.set(key + "-soon", b"s", expire=now + 3)
-    mc.set(key + "-later", b"l", expire=now + 3600)
-    assert mc.get(key + "-past") is None
-    assert mc.get(key + "-soon") == b"s"
-    assert expires_within(lambda: mc.get(key + "-soon")), "an absolute expiry 3 s ahead never came"
-    assert mc.get(key + "-later") == b"l"
+    mc.set("past", b"p", expire=now - 100)  # > 30 days, so absolute, in the past
+    mc.set("soon", b"s", expire=now + 3)
+    mc.set("later", b"l", expire=now + 3600)
+    assert mc.get("past") is None
+    assert mc.get("soon") == b"s"
+    advance_clock(mc.raw, 5)
+    assert mc.get("soon") is None, "an absolute expiry 3 s ahead never came"
+    assert mc.get("later") == b"l"
 
 
 def test_ttl_of_30_days_is_relative_beyond_is_absolute(mc, key):

@@ -192,20 +192,28 @@ def test_sigterm_waits_for_pending_slots(start_server):
 def test_idle_timeout_spares_a_connection_waiting_for_a_slot(start_server):
     """A connection whose reply is pending is not idle: idle_timeout leaves it alone until
     the reply is out, then kicks it once it really is idle."""
-    srv = start_server("-o", "idle_timeout=1")
+    srv = start_server("-t", "1", "-o", "idle_timeout=1")   # one worker: one idle sweep sees all
     g = gate()
-    with srv.conn() as c, srv.conn() as watcher:
+
+    def idle_three_seconds(watcher):
+        """Moves the clock 3 s on; the mn behind debugtime keeps the watcher
+        itself busy in the worker's turn that sweeps idle connections."""
+        watcher.send(b"debugtime 3\r\nmn\r\n")
+        assert watcher.line() == b"OK" and watcher.line() == b"MN"
+
+    with srv.conn() as c, srv.conn() as bystander, srv.conn() as watcher:
         assert c.store("set", dkey(g, "i"), "kept") == b"STORED"
         c.send(f"get {dkey(g, 'i')}\r\n".encode())
-        start = int(watcher.stats()["uptime"])
-        while int(watcher.stats()["uptime"]) < start + 3:
-            assert watcher.cmd("mn") == b"MN"
-            time.sleep(0.2)
-        assert watcher.stats()["idle_kicks"] == "0"
+        assert bystander.cmd("mn") == b"MN"
+        idle_three_seconds(watcher)
+        # the sweep ran: it kicked the idle bystander, and spared c
+        assert bystander.closed_within(10), "the idle bystander was not kicked"
+        assert watcher.stats()["idle_kicks"] == "1"
         open_gate(srv, g)
         assert c.read_values() == {dkey(g, "i"): (0, b"kept", None)}
+        idle_three_seconds(watcher)
         assert c.closed_within(10), "idle after its reply, it should be kicked"
-        assert watcher.stats()["idle_kicks"] == "1"
+        assert watcher.stats()["idle_kicks"] == "2"
 
 
 @pytest.mark.release_build
@@ -219,3 +227,5 @@ def test_release_binary_has_no_test_hook(start_server):
         assert c.line() == b"END"      # answered at once: an ordinary miss
         assert c.line() == b"MN"
         assert int(c.stats()["deferred_replies"]) == 0
+        # nor the test clock (conftest.advance_clock)
+        assert c.cmd("debugtime 1") == b"ERROR"

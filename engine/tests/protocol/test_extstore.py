@@ -24,9 +24,10 @@ import time
 
 import pytest
 
-from conftest import CACHETD, IS_MEMCACHED, Conn, next_free_port
+from conftest import (CACHETD, HAS_TEST_HOOKS, IS_MEMCACHED, Conn, advance_clock, fill, next_free_port, stat,
+                      value_of, wait_until)
 
-FILLER_VALUE = 4096
+FILLER_VALUE = 4096   # fill()'s default size
 PAGE_MB = 4
 
 
@@ -40,40 +41,28 @@ def start_ext(start_server, tmp_path, size="512m", extra_opts=""):
     return srv
 
 
-def fill(c, count, prefix="fill", size=FILLER_VALUE, batch=100):
-    """Stores `count` values of `size` bytes, pipelined in batches, each reply read."""
-    for start in range(0, count, batch):
-        n = min(batch, count - start)
-        c.send(b"".join(b"set %s%d 0 0 %d\r\n" % (prefix.encode(), i, size) + value_of(prefix, i, size) + b"\r\n"
-                        for i in range(start, start + n)))
-        for _ in range(n):
-            line = c.line()
-            assert line == b"STORED", line
-
-
-def value_of(prefix, i, size):
-    unit = b"%s:%08d|" % (prefix.encode(), i)
-    return (unit * (size // len(unit) + 1))[:size]
-
-
-def stat(c, name, sub=""):
-    return int(float(c.stats(sub)[name]))
-
-
 def push_to_disk(c, mb=160):
     """Writes `mb` MB of filler (more than -m 64 holds) so older large values go to disk."""
     fill(c, mb * 1024 * 1024 // FILLER_VALUE)
-    # the flusher's last records reach the file once it is idle
-    time.sleep(0.5)
+    wait_until(lambda: stat(c, "extstore_objects_written") > 0, 20, "the flusher writing values out")
+
+
+def age_items(c, seconds):
+    """Every item is `seconds` older: the test clock of cachetd's test builds
+    (the ASan and TSan passes, which run these tests). memcached and a release
+    build have none; their items age on the wall clock while the caller polls."""
+    if HAS_TEST_HOOKS and not IS_MEMCACHED:
+        advance_clock(c, seconds)
 
 
 def wait_written(c, n, seconds=60.0):   # a bound for slow (TSan) builds, not a target
-    """Polls until at least n objects were written to disk (ext_item_age=1 moves idle items)."""
-    deadline = time.monotonic() + seconds
-    while stat(c, "extstore_objects_written") < n:
-        assert time.monotonic() < deadline, f"fewer than {n} objects reached extstore in {seconds}s"
-        time.sleep(0.2)
-    time.sleep(0.3)
+    """Waits until at least n objects were written to disk. Items idle
+    ext_item_age seconds move out: the clock is moved past that first, so a
+    one-second clock ticking late on a slow (TSan) build cannot hold them back."""
+    item_age = int(c.stats("settings").get("ext_item_age", "0"))
+    if 0 < item_age <= 3600:
+        age_items(c, item_age + 1)
+    wait_until(lambda: stat(c, "extstore_objects_written") >= n, seconds, f"{n} objects written to extstore")
 
 
 @pytest.fixture(params=["io_uring", pytest.param("pread", marks=[
@@ -128,8 +117,7 @@ def test_values_beyond_memory_come_back_from_disk_or_miss_never_wrong(start_serv
     with srv.conn() as c:
         n = 40000   # 160 MB of 4 KB values through -m 64
         fill(c, n, prefix="churn")
-        time.sleep(0.5)
-        assert stat(c, "extstore_objects_written") > 0
+        wait_until(lambda: stat(c, "extstore_objects_written") > 0, 20, "the flusher writing values out")
         hits = wrong = 0
         for i in range(0, n, 13):
             key = f"churn{i}"
@@ -720,11 +708,8 @@ def test_stubs_into_an_evicted_page_leave_ram(start_server, tmp_path):
     srv, keys = through_a_small_file(start_server, tmp_path, "so")
     n = len(keys)
     with srv.conn() as c:
-        deadline = time.monotonic() + 30   # a bound for slow (TSan) builds, not a target
-        while stat(c, "curr_items") != stat(c, "extstore_objects_used"):
-            assert time.monotonic() < deadline, (
-                f"{stat(c, 'curr_items')} items in RAM, {stat(c, 'extstore_objects_used')} records on disk")
-            time.sleep(0.2)
+        wait_until(lambda: stat(c, "curr_items") == stat(c, "extstore_objects_used"), 30,   # a bound for TSan
+                   "RAM keeping just the stubs of the records on disk")
         kept = stat(c, "curr_items")
         assert 0 < kept < n
         assert stat(c, "reclaimed") >= n - kept
@@ -805,6 +790,20 @@ def test_recache_rate_brings_a_disk_value_back_to_ram(start_server, tmp_path):
         assert int(c.stats()["get_extstore"]) == int(st["get_extstore"])
 
 
+def ram_is_two_seconds_old(c):
+    """The filler's class has held its oldest value for 2 s (of ext_item_age=4)
+    and the cleaner has noted it (`stats items` age), so a disk value read
+    again within 2 s is hotter than RAM and one idle longer is not."""
+    age_items(c, 2)
+
+    def noted():
+        items = c.stats("items")
+        return any(int(items[k]) >= 64 and int(items[k.replace(":number", ":age")]) >= 2
+                   for k in items if k.endswith(":number"))
+    wait_until(noted, 20, "the cleaner noting the age of the values in RAM")
+
+
+@pytest.mark.test_hooks
 @pytest.mark.cachetd_only(reason="memcached 1.6.45 lets 1 in ext_recache_rate (2000) of its twice-read values back; this rule is cachetd's")
 def test_a_value_read_again_sooner_than_ram_keeps_its_class_comes_back_to_ram(start_server, tmp_path):
     """A hot value is not left on disk for good: read from disk a second time
@@ -816,7 +815,7 @@ def test_a_value_read_again_sooner_than_ram_keeps_its_class_comes_back_to_ram(st
         store_targets(c, ["hot", "once"], flags=0)
         wait_written(c, 2)   # idle 4 s: on disk
         fill(c, 64)          # values of the same class, in RAM until idle 4 s
-        time.sleep(2.5)      # the oldest value in RAM is now over 2 s old
+        ram_is_two_seconds_old(c)
         before = c.stats()
         assert get_one(c, "once") == (0, big("once"), None)
         assert get_one(c, "hot") == (0, big("hot"), None)
@@ -833,6 +832,7 @@ def test_a_value_read_again_sooner_than_ram_keeps_its_class_comes_back_to_ram(st
     srv.check_healthy()
 
 
+@pytest.mark.test_hooks
 @pytest.mark.cachetd_only(reason="the hot rule it turns off is cachetd's")
 def test_recache_rate_zero_leaves_even_a_hot_value_on_disk(start_server, tmp_path):
     """ext_recache_rate=0 recaches nothing, as in memcached, hot or not."""
@@ -841,7 +841,7 @@ def test_recache_rate_zero_leaves_even_a_hot_value_on_disk(start_server, tmp_pat
         store_targets(c, ["hot"], flags=0)
         wait_written(c, 1)
         fill(c, 64)
-        time.sleep(2.5)
+        ram_is_two_seconds_old(c)
         before = stat(c, "get_extstore")
         for _ in range(4):
             assert get_one(c, "hot") == (0, big("hot"), None)
@@ -951,16 +951,15 @@ def test_compaction_rescues_live_values_and_reclaims_pages_instead_of_evicting(s
             keys = [(f"cp{i}", i) for i in range(n) if rnd == 0 or rng.random() < 0.5]
             store(c, keys, rnd)
             total += len(keys)
-            deadline = time.monotonic() + 20
-            while written(c) < total:
-                assert time.monotonic() < deadline, f"round {rnd}: {written(c)} of {total} values reached the disk"
-                time.sleep(0.2)
+            age_items(c, 2)
+            wait_until(lambda: written(c) >= total, 20, f"round {rnd}: {total} values reaching the disk")
             for i in rng.sample(range(n), 10):
                 k = f"cp{i}"
                 if expected.get(k) is not None:
                     assert c.cmd(f"delete {k}") == b"DELETED"
                     expected[k] = None
-        time.sleep(0.5)   # the compactor's last pass
+        wait_until(lambda: stat(c, "extstore_compact_rescues") > 0 and stat(c, "extstore_page_reclaims") > 0, 20,
+                   "the compactor rescuing records and reclaiming pages")
         st = c.stats()
         assert int(st["extstore_compact_rescues"]) > 0, st
         assert int(st["extstore_page_reclaims"]) > 0, st

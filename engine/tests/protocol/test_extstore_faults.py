@@ -13,13 +13,13 @@ counted (extstore_read_errors, extstore_write_errors, miss_from_extstore).
 import os
 import random
 import subprocess
-import time
 
 import pytest
 
 
-from test_extstore import (big, check_engine, ext_engine, get_one, run_cachetd, start_ext, stat,  # noqa: F401 (fixture)
-                            targets_in_the_file)
+from conftest import stat, wait_until
+from test_extstore import (big, check_engine, ext_engine, get_one, run_cachetd, start_ext,  # noqa: F401 (fixture)
+                            targets_in_the_file, wait_written)
 
 pytestmark = pytest.mark.cachetd_only(reason="cachetd's fault hook, stats and exit codes")
 hooks = pytest.mark.test_hooks
@@ -111,17 +111,12 @@ def test_a_page_the_compactor_cannot_read_is_dropped_and_its_live_records_counte
             for k in keys:
                 assert c.store("set", k, big(f"{k}.{rnd}")) == b"STORED"
             written += len(keys)
-            deadline = time.monotonic() + 30   # a bound for slow (TSan) builds, not a target
-            while stat(c, "extstore_objects_written") < written:
-                assert time.monotonic() < deadline, f"round {rnd}: values did not reach the disk"
-                time.sleep(0.2)
+            wait_written(c, written, 30)
         lost = stat(c, "extstore_compact_lost")
         assert lost > 0, "no record of a page dropped unread was counted lost"
         assert stat(c, "extstore_compact_rescues") == 0
-        deadline = time.monotonic() + 30
-        while stat(c, "curr_items") != stat(c, "extstore_objects_used"):
-            assert time.monotonic() < deadline, "orphaned stubs stayed in RAM"
-            time.sleep(0.2)
+        wait_until(lambda: stat(c, "curr_items") == stat(c, "extstore_objects_used"), 30,
+                   "the orphaned stubs leaving RAM")
         st = c.stats()
         # every key gone was counted (a key lost early may have been set again since)
         gone = n - int(st["curr_items"])

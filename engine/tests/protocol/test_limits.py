@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from conftest import CACHETD
+from conftest import CACHETD, settings_of
 
 ONE_MB = 1024 * 1024
 
@@ -414,7 +414,7 @@ def test_reply_over_the_buffer_budget_is_cut_off_and_counted(start_server):
     than the resting read buffer is refused the same way (read_buf_oom). The server
     itself never aborts and keeps serving everyone else."""
     srv = start_server("-o", "conn_buffer_limit=1", "-c", "400")
-    assert settings_of_port(srv)["conn_buffer_limit"] == "1"
+    assert settings_of(srv)["conn_buffer_limit"] == "1"
     idle = [srv.conn() for _ in range(250)]  # `stats conns` lists each: ~25 KB of reply
     try:
         for c in idle:
@@ -434,11 +434,6 @@ def test_reply_over_the_buffer_budget_is_cut_off_and_counted(start_server):
     finally:
         for c in idle:
             c.close()
-
-
-def settings_of_port(srv):
-    with srv.conn() as c:
-        return c.stats("settings")
 
 
 # ---- the whole process: cachetd --memory-budget under a memory cgroup -------------

@@ -10,7 +10,7 @@ import base64
 
 import pytest
 
-from conftest import expires_within
+from conftest import advance_clock
 
 
 class Reply:
@@ -137,9 +137,17 @@ def test_mg_ttl_reported_and_updated_with_T(c, key):
     r = meta(c, f"mg {key} T5 t")
     assert r.code == "HD" and 3 <= int(r.flags["t"]) <= 5
     assert 3 <= int(meta(c, f"mg {key} t").flags["t"]) <= 5
-    meta(c, f"mg {key} T1")
-    assert expires_within(lambda: None if meta(c, f"mg {key} v").code == "EN" else "hit"), \
-        "T on mg replaced the TTL with 1 s"
+
+
+@pytest.mark.test_hooks
+def test_mg_T_replaces_the_ttl(start_server):
+    with start_server().conn() as c:
+        ms(c, "k", "x", "T100")
+        ms(c, "other", "y", "T100")
+        assert meta(c, "mg k T1").code == "HD"
+        advance_clock(c, 2)
+        assert meta(c, "mg k v").code == "EN", "T on mg replaced the TTL with 1 s"
+        assert meta(c, "mg other v").code == "VA", "an item without T kept its 100 s"
 
 
 def test_mg_base64_key(c):

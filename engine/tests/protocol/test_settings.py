@@ -11,12 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import CACHETD, cpulist_to_set
-
-
-def settings_of(srv):
-    with srv.conn() as c:
-        return c.stats("settings")
+from conftest import CACHETD, cpulist_to_set, settings_of
 
 
 def thread_affinities(pid):

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import memcached_1645
+from conftest import advance_clock, conn_state, memcached_1645, stat, wait_until
 
 
 
@@ -39,10 +39,6 @@ def count_refusals(conn, items, batch=500):
             if reply != b"STORED":
                 refused.append((k, reply))
     return refused
-
-
-def stat(conn, name, sub=""):
-    return int(conn.stats(sub)[name])
 
 
 def test_big_value_after_cache_filled_with_small_ones(start_server):
@@ -148,7 +144,8 @@ def test_flush_all_keeps_a_value_that_arrives_after_it(start_server):
     s = start_server()
     with s.conn() as a, s.conn() as b:
         a.send(b"set slow 0 0 5\r\nab")
-        time.sleep(0.3)                          # A's request line is read, its value waits
+        # the flush must come after A's request line was read and while its value waits
+        wait_until(lambda: conn_state(b, a) == "conn_nread", 10, "the server reading A's value")
         assert b.cmd("flush_all") == b"OK"
         a.send(b"cde\r\n")
         assert a.line() == b"STORED"
@@ -191,7 +188,6 @@ def test_flush_all_is_not_undone_by_concurrent_hits(start_server):
         with s.conn() as c:
             while rounds < 2000 and time.monotonic() < deadline:
                 assert c.store("set", "hot", value) == b"STORED"
-                time.sleep(0.002)     # let the hammers find it
                 assert c.cmd("flush_all") == b"OK"
                 if c.values("get hot"):
                     kept += 1
@@ -202,9 +198,16 @@ def test_flush_all_is_not_undone_by_concurrent_hits(start_server):
             t.join(timeout=10)
     assert not errors, errors[:1]
     assert rounds >= 50, f"only {rounds} rounds ran"
+    with s.conn() as c:
+        hits = stat(c, "get_hits")
+    print(f"{rounds} rounds, {hits} hits of the hot key, {kept} kept")
+    # the key lives only between a set and its flush: hits show the hammers
+    # were in that window, racing the flushes
+    assert hits >= rounds // 2, f"the hammers hit the key {hits} times in {rounds} rounds: no race"
     assert kept == 0, f"{kept} of {rounds} flushes left the hot key readable"
 
 
+@pytest.mark.test_hooks
 def test_a_delayed_flush_frees_what_it_removed(start_server):
     """Once a delayed flush_all took effect, its items were unreadable but never
     reclaimed: curr_items stayed put and, with -M, every new set was refused
@@ -212,22 +215,23 @@ def test_a_delayed_flush_frees_what_it_removed(start_server):
     s = start_server("-M", "-m", "8")
     with s.conn() as c:
         store_many(c, "set", [(f"d{i}", b"v" * 1000) for i in range(20000)])
-        assert c.cmd("flush_all 1") == b"OK"
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and stat(c, "curr_items") > 0:
-            time.sleep(0.5)
-        assert stat(c, "curr_items") == 0, "the delayed flush's items were never reclaimed"
+        assert c.cmd("flush_all 100") == b"OK"
+        assert stat(c, "curr_items") > 0
+        advance_clock(c, 101)
+        wait_until(lambda: stat(c, "curr_items") == 0, 20, "the cleaner reclaiming the delayed flush's items")
         assert c.store("set", "after", b"a" * 1000) == b"STORED"
 
 
+@pytest.mark.test_hooks
 def test_a_second_delayed_flush_does_not_bring_back_the_first_ones_items(start_server):
     """set, `flush_all 1`, wait past it, `flush_all 100`: the key came back
     (the second delayed flush replaced the first, which was in force)."""
     s = start_server()
     with s.conn() as c:
         assert c.store("set", "rk", b"x") == b"STORED"
-        assert c.cmd("flush_all 1") == b"OK"
-        time.sleep(2.5)
+        assert c.cmd("flush_all 10") == b"OK"
+        assert c.values("get rk") == {"rk": (0, b"x", None)}, "the first delayed flush fired early"
+        advance_clock(c, 11)
         assert c.cmd("flush_all 100") == b"OK"
         assert c.cmd("get rk") == b"END"
 

@@ -47,6 +47,9 @@
  * under the readers; it must have moved some.
  */
 #include "ext_batch.h"
+#ifndef CACHET_TEST_HOOKS
+#error "the checker drives the storage test hooks: build it with -DCACHET_TEST_HOOKS (make check and bench-soak do)"
+#endif
 #include "settings.h"
 #include "storage_internal.h"
 

@@ -177,7 +177,7 @@ static void test_read_batch_with_evictions(void)
 {
     setup(2, 10, false);
     char k[32], buf[128];
-    storage_read_batch_begin(T);
+    epoch_enter(T);
     for (int i = 0; i < 30000; i++) {
         sprintf(k, "b%d", i);
         put100(k);
@@ -187,7 +187,7 @@ static void test_read_batch_with_evictions(void)
         CHECK(storage_get_hashed(T, k, strlen(k), hv, NULL, buf, sizeof buf, &v));
         CHECK(v.nbytes == 100);
     }
-    storage_read_batch_end(T);
+    epoch_exit(T);
     CHECK(gstat("evictions") > 10000);
     CHECK_EQ_U64(T->section_depth, 0);
     teardown();
@@ -201,7 +201,7 @@ static void *batch_writer(void *arg)
     int id = (int)(intptr_t)arg;
     storage_thread *t = storage_thread_register();
     char k[32], buf[128];
-    storage_read_batch_begin(t);
+    epoch_enter(t);
     for (int i = 0; i < 20000; i++) {
         sprintf(k, "w%d-%d", id, i);
         enum store_result err;
@@ -211,9 +211,9 @@ static void *batch_writer(void *arg)
         storage_store(t, it, MODE_SET, NULL, NULL);
         struct item_view v;
         storage_get(t, k, strlen(k), NULL, buf, sizeof buf, &v);
-        if ((i & 1023) == 0) { storage_read_batch_end(t); storage_read_batch_begin(t); }
+        if ((i & 1023) == 0) { epoch_exit(t); epoch_enter(t); }
     }
-    storage_read_batch_end(t);
+    epoch_exit(t);
     return NULL;
 }
 

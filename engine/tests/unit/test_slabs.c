@@ -384,6 +384,9 @@ static void test_chained_values(void)
     teardown();
 }
 
+/* storage_ext_fetch exists only in test-hooks builds: this test runs in the
+ * ASan pass of `make check`, which builds the unit tests with the hooks. */
+#ifdef CACHET_TEST_HOOKS
 /* A page of extstore stubs that moves: each stub goes to a free chunk of its
  * class and keeps its record, which stays counted live on disk. A rescue that
  * deleted the record (as replacing a stub with a new value does) would leave
@@ -444,6 +447,7 @@ static void test_moved_stubs_keep_their_disk_records(void)
     rmdir(dir);
     teardown();
 }
+#endif
 
 int main(void)
 {
@@ -458,6 +462,10 @@ int main(void)
     TEST(test_page_moves_by_age);
     TEST(test_stub_classes_are_not_taken_by_age);
     TEST(test_chained_values);
+#ifdef CACHET_TEST_HOOKS
     TEST(test_moved_stubs_keep_their_disk_records);   /* last: extstore stays set up */
+#else
+    printf("%-44s %s\n", "test_moved_stubs_keep_their_disk_records", "in the test-hooks build only");
+#endif
     return harness_finish();
 }
