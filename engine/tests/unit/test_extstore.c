@@ -436,7 +436,7 @@ enum { CN = 3000, CLEN = 1800 };
 static struct ext_locator c_loc[CN];
 static _Atomic unsigned c_published;
 static _Atomic int c_stop;
-static _Atomic unsigned c_hits, c_misses, c_wrong;
+static _Atomic unsigned c_hits, c_misses, c_wrong, c_reads;
 static struct extstore *c_store;
 
 static void *reader(void *arg)
@@ -445,10 +445,10 @@ static void *reader(void *arg)
     char key[32], want[CLEN], got[CLEN];
     /* waiting for the first record does not count as a read: a reader that
      * started first used to spend its whole budget spinning (0 hits, flaky) */
-    for (unsigned n = 0, spins = 0; n < 200000 && spins < 10000000 && !atomic_load(&c_stop);) {
+    for (unsigned spins = 0; spins < 10000000 && !atomic_load(&c_stop);) {
         unsigned pub = atomic_load_explicit(&c_published, memory_order_acquire);
         if (pub == 0) { spins++; sched_yield(); continue; }
-        n++;
+        atomic_fetch_add(&c_reads, 1);
         seed = seed * 1103515245u + 12345u;
         unsigned i = pub - 1 - (seed >> 8) % (pub < 200 ? pub : 200);   /* mostly recent ones */
         int nk = snprintf(key, sizeof(key), "r:%u", i);
@@ -476,7 +476,14 @@ static void test_concurrent_reads_during_eviction(void)
         make_value(val, CLEN, i, 4);
         CHECK(ext_write(c_store, EXT_BUCKET_DEFAULT, key, (uint32_t)nk, val, CLEN, &c_loc[i]) == 0);
         atomic_store_explicit(&c_published, i + 1, memory_order_release);
-        if (i % 64 == 0) ext_flush(c_store, EXT_BUCKET_DEFAULT);
+        if (i % 64 == 0) {
+            ext_flush(c_store, EXT_BUCKET_DEFAULT);
+            /* on a loaded machine the writer could finish before a reader
+             * ran at all (0 hits, 0 misses): at each flush it waits for the
+             * readers to make progress, so reads do overlap the evictions */
+            unsigned seen = atomic_load(&c_reads);
+            for (unsigned spins = 0; atomic_load(&c_reads) == seen && spins < 1000000; spins++) sched_yield();
+        }
     }
     atomic_store(&c_stop, 1);
     for (int t = 0; t < 2; t++) pthread_join(r[t], NULL);
