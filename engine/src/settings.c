@@ -99,6 +99,9 @@ void settings_usage(FILE *out)
         "                          conn_buffer_limit=SIZE or read_buf_mem_limit=MB (cap on\n"
         "                          connection buffer memory above 32 KiB per connection, all\n"
         "                          connections together; 0 = none; default sized from -m, -c),\n"
+        "                          sock_sndbuf=SIZE, sock_rcvbuf=SIZE (SO_SNDBUF/SO_RCVBUF of every\n"
+        "                          accepted socket, k/m suffix; the kernel doubles them; 0 = kernel\n"
+        "                          autotuning, the default, which --memory-budget cannot bound)\n"
         "                          idle_timeout=N (close TCP connections idle N seconds; 0 = never)\n"
         "                          slab_chunk_max=KB (largest slab chunk; longer values are chained;\n"
         "                          default half a slab page)\n"
@@ -473,6 +476,13 @@ static int parse_extended(struct settings *s, const char *arg, struct ext_state 
                 return EX_USAGE_CODE;
             }
             s->conn_buffer_limit_set = true;
+        } else if ((!strcmp(opt, "sock_sndbuf") || !strcmp(opt, "sock_rcvbuf")) && val) {
+            size_t *dst = opt[5] == 's' ? &s->sock_sndbuf : &s->sock_rcvbuf;
+            if (!parse_size(val, dst) || *dst > SOCK_BUF_MAX) {
+                fprintf(err, "cachetd: -o %s needs a size in bytes up to 1g (k/m/g suffix allowed; "
+                        "0 = kernel autotuning)\n", opt);
+                return EX_USAGE_CODE;
+            }
         } else if (!strcmp(opt, "read_buf_mem_limit") && val) {
             /* memcached's name and unit: megabytes, 0 = no limit */
             if (!parse_int(val, 0, 1L << 30, &v)) {

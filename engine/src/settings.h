@@ -23,6 +23,7 @@
 #define MAX_WORKERS        256
 #define MAX_SLAB_SIZES     63
 #define EX_USAGE_CODE      64
+#define SOCK_BUF_MAX       (1u << 30)   /* -o sock_sndbuf/sock_rcvbuf: setsockopt takes an int the kernel doubles */
 /* memcached's slab page, the unit -o slab_chunk_max must divide (slabs.c
  * uses smaller pages when -m is small, and clamps the largest chunk to one) */
 #define SLAB_PAGE_SIZE_MAX (1024 * 1024)
@@ -90,6 +91,9 @@ struct settings {
                                       all connections (bufmem.h); 0 = none. Default: see
                                       conn_buffer_limit_default() */
     bool     conn_buffer_limit_set;
+    size_t   sock_sndbuf;          /* -o sock_sndbuf=SIZE: SO_SNDBUF of every accepted socket
+                                      (the kernel doubles it); 0 = kernel autotuning */
+    size_t   sock_rcvbuf;          /* -o sock_rcvbuf=SIZE: SO_RCVBUF likewise; 0 = autotuning */
     char     socketpath[108];      /* -s: unix socket to listen on instead of TCP; "" = none */
     int      access_mask;          /* -a: the unix socket's permissions (octal), default 0700 */
     int      idle_timeout;         /* -o idle_timeout: close TCP connections idle this many

@@ -48,6 +48,19 @@ const (
 	// stops parsing connections with unsent output until they drain.
 	ConnBufferPerThreadBytes = 4 << 20
 	BaseBytes                = 16 << 20 // binary, libc, clock/cleaner/expander/mover threads, slab page rounding
+	// SockSndBufBytes and SockRcvBufBytes are each connection's kernel socket
+	// buffers (-o sock_sndbuf, sock_rcvbuf). Left to autotuning, one slow
+	// reader's send buffer grows to net.ipv4.tcp_wmem's maximum (4 MiB),
+	// which a cgroup v2 node charges to the pod. 64 KiB (128 KiB once the
+	// kernel doubles it) keeps a low-RTT network's pipelined small-value
+	// replies flowing; requests are small, so 16 KiB receives them.
+	SockSndBufBytes = 64 << 10
+	SockRcvBufBytes = 16 << 10
+	// PerSocketKernelBytes is one connection's socket memory as cachetd
+	// --memory-budget counts it (socket_buffers): the kernel's doubled send
+	// and receive buffers, 4 KiB of forward allocation past them, 4 KiB for
+	// the socket, file and epoll entry.
+	PerSocketKernelBytes = 2*SockSndBufBytes + 2*SockRcvBufBytes + 8<<10
 	// MetricsBytes is the metrics thread (-o metrics_port): its stack, 16
 	// connections' request buffers and one /metrics body at the engine's 4 MiB
 	// cap (about 20 KB in practice).
@@ -220,7 +233,8 @@ func Args(s *cachev1alpha1.CacheSpec, o Options) []string {
 	if e.HashPower != nil {
 		opts = append(opts, "hashpower="+strconv.Itoa(int(*e.HashPower)))
 	}
-	opts = append(opts, "conn_buffer_limit="+sizeArg(ConnBufferLimitBytes(s)))
+	opts = append(opts, "conn_buffer_limit="+sizeArg(ConnBufferLimitBytes(s)),
+		"sock_sndbuf="+sizeArg(SockSndBufBytes), "sock_rcvbuf="+sizeArg(SockRcvBufBytes))
 	if !s.IsDedicatedCPUs() {
 		opts = append(opts, "cpus=none")
 	}
@@ -395,7 +409,7 @@ func HashTableBytes(s *cachev1alpha1.CacheSpec) int64 {
 
 // MemoryBudget is one process's memory, part by part.
 type MemoryBudget struct {
-	ItemMemory, Connections, ConnBufferCap, Workers, HashTable, Metrics, Extstore, Base int64
+	ItemMemory, Connections, ConnBufferCap, SocketBuffers, Workers, HashTable, Metrics, Extstore, Base int64
 	// Limit is the sum rounded up to a whole MiB: the container's memory
 	// request and limit.
 	Limit int64
@@ -403,8 +417,9 @@ type MemoryBudget struct {
 
 // Budget is the pod's memory limit: the terms of cachetd --memory-budget for
 // Args(s, o) (item memory, resting connections, the capped buffer memory
-// above them, worker threads, the hash table, the metrics thread when there
-// is one, extstore's buffers and threads when it is on), with a margin of
+// above them, the kernel's socket buffers, worker threads, the hash table,
+// the metrics thread when there is one, extstore's buffers and threads when
+// it is on), with a margin of
 // 1 MiB more per thread and a fixed base of 16 MiB, rounded up to MiB.
 // contract_test.go fails when it falls below the engine's bound or rises
 // above it by more than that margin.
@@ -415,6 +430,7 @@ func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 		// every buffer grown above resting is a mapping of its own, rounded
 		// up to whole pages: the engine budgets the cap x 17/16
 		ConnBufferCap: ConnBufferLimitBytes(s) * 17 / 16,
+		SocketBuffers: int64(MaxConnections(s)) * PerSocketKernelBytes,
 		Workers:       int64(Threads(s)) * PerThreadBytes,
 		HashTable:     HashTableBytes(s),
 		Extstore:      ExtstoreBytes(s),
@@ -423,7 +439,7 @@ func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 	if o.MetricsPort > 0 {
 		b.Metrics = MetricsBytes
 	}
-	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.Workers + b.HashTable + b.Metrics + b.Extstore + b.Base
+	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.SocketBuffers + b.Workers + b.HashTable + b.Metrics + b.Extstore + b.Base
 	const mib = 1 << 20
 	b.Limit = (total + mib - 1) / mib * mib
 	return b

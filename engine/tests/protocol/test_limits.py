@@ -6,6 +6,7 @@ counters (rejected_connections, evictions, bytes) must start from zero.
 import fcntl
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -128,6 +129,7 @@ def poll_until(check, seconds):
         got = check()
         if got or time.monotonic() > end:
             return got
+        time.sleep(0.01)   # a pause between looks, not a wait for the answer
 
 
 def rss_bytes(pid):
@@ -441,6 +443,48 @@ def settings_of_port(srv):
         return c.stats("settings")
 
 
+def server_socket_memory(port):
+    """`ss -tm` for the server's side of established connections on `port`:
+    a list of dicts of skmem fields (tb = send buffer size, w = queued bytes)."""
+    out = subprocess.run(["ss", "-tmnH", "state", "established", "sport", f"= :{port}"],
+                         capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0, out.stderr
+    return [{k: int(v) for k, v in re.findall(r"([a-z_]+?)(\d+)", m)}
+            for m in re.findall(r"skmem:\((.*?)\)", out.stdout)]
+
+
+@pytest.mark.cachetd_only(reason="-o sock_sndbuf/sock_rcvbuf are cachetd's")
+def test_slow_readers_kernel_buffers_are_bounded_by_sock_sndbuf(start_server):
+    """10 clients ask for a 1 MB value 40 times and read nothing. Autotuned, each
+    server socket's send buffer grows to tcp_wmem's maximum (4 MiB: 40 MB of kernel
+    memory, charged to the pod on cgroup v2). With -o sock_sndbuf/sock_rcvbuf every
+    accepted socket keeps the fixed size the budget's socket_buffers term counts,
+    and the value still arrives whole through the small buffer."""
+    if subprocess.run(["which", "ss"], capture_output=True).returncode != 0:
+        pytest.skip("needs ss (iproute2) to read the server's socket memory")
+    snd, rcv, conns = 64 * 1024, 16 * 1024, 16
+    args = ["-c", str(conns), "-t", "2", "-o", f"sock_sndbuf={snd},sock_rcvbuf={rcv}"]
+    term = memory_budget(*args)["terms"]["socket_buffers"]
+    srv = start_server(*args)
+    big = value_of(1_000_000, "big")
+    with srv.conn(timeout=30) as c:
+        assert c.store("set", "big", big) == b"STORED"
+        assert c.values("get big")["big"][1] == big
+    hogs = [stalled_client(srv.port, b"get big\r\n", 40, deadline_s=1.0) for _ in range(10)]
+    try:
+        # every stalled reader's send queue has filled its buffer
+        full = poll_until(lambda: (lambda m: len(m) >= 10 and sum(s.get("w", 0) >= s["tb"] // 2 for s in m) >= 10
+                                   and m)(server_socket_memory(srv.port)), 10)
+        assert full, f"the slow readers' send queues never filled: {server_socket_memory(srv.port)}"
+        for s in full:
+            assert s["tb"] <= 2 * snd and s["rb"] <= 2 * rcv, f"socket buffers past sock_sndbuf/rcvbuf: {s}"
+        held = sum(s.get("t", 0) + s.get("w", 0) + s.get("r", 0) + s.get("f", 0) for s in full)
+        assert held <= term, f"kernel socket memory {held} above the socket_buffers term {term}"
+    finally:
+        for h in hogs:
+            h.close()
+
+
 # ---- the whole process: cachetd --memory-budget under a memory cgroup -------------
 
 CGROUP_MEMORY = "/sys/fs/cgroup/memory"
@@ -515,7 +559,7 @@ def test_hostile_clients_never_exceed_the_memory_budget_cgroup(start_server, tmp
     # -m large enough that item memory dominates: a bound that forgot it, or
     # counted half of it, is below what the server touches (checked once)
     m_mb, conns, threads = 64, 80, 2
-    args = ["-m", str(m_mb), "-c", str(conns), "-t", str(threads)]
+    args = ["-m", str(m_mb), "-c", str(conns), "-t", str(threads), "-o", "sock_sndbuf=64k,sock_rcvbuf=16k"]
     if extstore:
         # O_DIRECT writes: the file's data is not page cache charged to the cgroup
         args += ["-o", f"ext_path={tmp_path}/ext:48m,ext_page_size=4,ext_wbuf_size=4,ext_item_size=512"]

@@ -260,7 +260,7 @@ def test_memory_budget_names_its_terms_and_follows_the_arguments():
 
     base = budget("-m", "64", "-t", "2")
     assert subprocess.run([CACHETD, "--check-args", "-m", "64", "-t", "2"], capture_output=True).returncode == 0
-    assert base["bounded"] and base["terms"]["item_memory"] >= 64 << 20 and base["terms"]["metrics"] == 0
+    assert base["terms"]["item_memory"] >= 64 << 20 and base["terms"]["metrics"] == 0
     assert not any(name.startswith("ext_") for name in base["terms"])
     # each argument moves its own term
     assert budget("-m", "128", "-t", "2")["terms"]["item_memory"] == base["terms"]["item_memory"] + (64 << 20)
@@ -273,3 +273,15 @@ def test_memory_budget_names_its_terms_and_follows_the_arguments():
     assert one["terms"]["ext_io_threads"] > 0 and four["terms"]["ext_io_threads"] == 4 * one["terms"]["ext_io_threads"]
     # no cap on connection buffers, no bound
     assert budget("-m", "64", "-t", "2", "-o", "conn_buffer_limit=0")["bounded"] is False
+    # kernel socket buffers: unset, the kernel autotunes them and nothing bounds them
+    auto = budget("-m", "64", "-t", "2", "-c", "100")
+    assert auto["bounded"] is False and any("sock_sndbuf" in r for r in auto["unbounded"]), auto
+    fixed = budget("-m", "64", "-t", "2", "-c", "100", "-o", "sock_sndbuf=64k,sock_rcvbuf=16k")
+    assert fixed["bounded"] and fixed["unbounded"] == [], fixed
+    # -c x (the kernel's doubled buffers + forward allocation + socket objects)
+    assert fixed["terms"]["socket_buffers"] == 100 * (2 * 64 * 1024 + 2 * 16 * 1024 + 8 * 1024), fixed
+    assert budget("-m", "64", "-t", "2", "-c", "100", "-o", "sock_sndbuf=128k,sock_rcvbuf=16k")["terms"][
+        "socket_buffers"] == fixed["terms"]["socket_buffers"] + 100 * 2 * 64 * 1024
+    for bad in ("sock_sndbuf=lots", "sock_rcvbuf=2g"):
+        out = subprocess.run([CACHETD, "--check-args", "-o", bad], capture_output=True, text=True, timeout=20)
+        assert out.returncode == 64 and "sock_" in out.stderr, out
