@@ -20,6 +20,7 @@
 
 #include <string.h>
 
+#include "ae.h"
 #include "ext_io.h"
 #include "extstore.h"
 #include "outbuf.h"
@@ -49,8 +50,9 @@
  * command's line being read (<= 2 KiB) and allocator headers. */
 #define CONN_READ_RESTING       (16 * KIB)
 #define CONN_RESTING_BYTES      (CONN_READ_RESTING + OUT_RESTING + 4 * KIB)
-/* net.c / uring.c: a worker's touched stack, its io_uring rings (~100 KiB),
- * epoll arrays and per-thread storage state; the same for every other
+/* net_worker.c / uring.c: a worker's touched stack, its io_uring rings
+ * (~100 KiB), epoll arrays (but the fd table, counted apart) and per-thread
+ * storage state; the same for every other
  * thread counted here (flusher, compactor, IO threads). */
 #define THREAD_BYTES            (1 * MIB)
 /* the binary, libc, the main thread and storage's clock, cleaner, expander
@@ -179,7 +181,9 @@ void memory_budget_of(const struct settings *s, struct memory_budget *b)
      * rounded up to whole pages: 1/16 on top */
     add(b, "conn_buffers", s->conn_buffer_limit + s->conn_buffer_limit / 16);
     add(b, "socket_buffers", socket_buffer_bytes(s, b));
-    add(b, "workers", (uint64_t)s->num_threads * THREAD_BYTES);
+    /* ae.c: each worker's event table has a slot per possible fd */
+    add(b, "workers", (uint64_t)s->num_threads *
+        (THREAD_BYTES + (uint64_t)settings_fd_table_size(s) * AE_SLOT_BYTES));
     add(b, "fixed", FIXED_BYTES);
     add(b, "metrics", s->metrics_port ? METRICS_BYTES : 0);
     if (s->ext.npaths) add_extstore(s, b);

@@ -51,6 +51,11 @@ size_t settings_slab_chunk_max(const struct settings *s)
     return (chunk_max > page ? page : chunk_max) & ~(size_t)7;
 }
 
+int settings_fd_table_size(const struct settings *s)
+{
+    return s->maxconns + FD_TABLE_PER_WORKER * s->num_threads + FD_TABLE_MARGIN;
+}
+
 size_t conn_buffer_limit_default(size_t maxbytes, int maxconns)
 {
     const size_t floor = (size_t)4 << 20;

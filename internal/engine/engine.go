@@ -42,6 +42,12 @@ const (
 	// for the formula and what it does not cover.
 	PerConnectionBytes = 36 << 10 // a resting connection: 16 KiB read + 16 KiB output buffer, the connection, a line being read (engine/README.md "Memory")
 	PerThreadBytes     = 2 << 20  // a worker's stack, event loop and per-thread caches
+	// Each worker's event table has a 32-byte slot per fd the process can
+	// hold: maxConnections, 8 per worker and 1024 more (cachetd
+	// settings_fd_table_size, counted in --memory-budget's workers term).
+	FDTableSlotBytes   = 32
+	FDTablePerWorker   = 8
+	FDTableMarginSlots = 1024
 	// ConnBufferPerThreadBytes sizes cachetd's process-wide cap on
 	// connection buffer memory above the resting 32 KiB (-o conn_buffer_limit):
 	// grown read buffers, queued and unsent replies. Over the cap, cachetd
@@ -407,6 +413,13 @@ func HashTableBytes(s *cachev1alpha1.CacheSpec) int64 {
 	return table + table/2
 }
 
+// FDTableBytes is one worker's event table: a slot per fd the process can
+// hold (cachetd settings_fd_table_size).
+func FDTableBytes(s *cachev1alpha1.CacheSpec) int64 {
+	slots := int64(MaxConnections(s)) + FDTablePerWorker*int64(Threads(s)) + FDTableMarginSlots
+	return slots * FDTableSlotBytes
+}
+
 // MemoryBudget is one process's memory, part by part.
 type MemoryBudget struct {
 	ItemMemory, Connections, ConnBufferCap, SocketBuffers, Workers, HashTable, Metrics, Extstore, Base int64
@@ -431,7 +444,7 @@ func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 		// up to whole pages: the engine budgets the cap x 17/16
 		ConnBufferCap: ConnBufferLimitBytes(s) * 17 / 16,
 		SocketBuffers: int64(MaxConnections(s)) * PerSocketKernelBytes,
-		Workers:       int64(Threads(s)) * PerThreadBytes,
+		Workers:       int64(Threads(s)) * (PerThreadBytes + FDTableBytes(s)),
 		HashTable:     HashTableBytes(s),
 		Extstore:      ExtstoreBytes(s),
 		Base:          BaseBytes,

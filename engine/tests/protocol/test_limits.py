@@ -104,6 +104,31 @@ def test_more_connections_than_c_are_refused_cleanly(start_server, backend):
         time.sleep(0.1)
 
 
+@pytest.mark.cachetd_only(reason="memcached counts its listening sockets against -c")
+@pytest.mark.parametrize("threads", [1, 4])
+def test_every_one_of_c_connections_is_served(start_server, threads):
+    """Exactly -c connections are served at once and the next is refused: the
+    workers' event tables (sized from -c, not the open file limit) have a slot
+    for every descriptor the process holds, its own eventfds, epolls, io_uring
+    rings and listeners included."""
+    max_conns = 48
+    srv = start_server("-c", str(max_conns), "-t", str(threads))
+    with srv.conn() as c:
+        wait_for_stat(c, "curr_connections", 1)   # the harness's probe has closed: only c
+        accepted, rejected = open_and_probe(srv.port, max_conns - 1)
+        try:
+            assert len(accepted) == max_conns - 1 and not rejected, \
+                f"{len(accepted)} of {max_conns - 1} served with one open already: {[r for _, r in rejected]}"
+            assert int(c.stats()["curr_connections"]) == max_conns
+            more, refused = open_and_probe(srv.port, 1)
+            assert not more and len(refused) == 1, "connection -c + 1 was served"
+            for s, _ in refused:
+                s.close()
+        finally:
+            for s in accepted:
+                s.close()
+
+
 def fill(c, prefix, count, size, batch=200):
     """Pipelined sets; returns how many were STORED. Other replies must be a clear refusal."""
     stored = 0

@@ -264,7 +264,9 @@ def test_memory_budget_names_its_terms_and_follows_the_arguments():
     assert not any(name.startswith("ext_") for name in base["terms"])
     # each argument moves its own term
     assert budget("-m", "128", "-t", "2")["terms"]["item_memory"] == base["terms"]["item_memory"] + (64 << 20)
-    assert budget("-m", "64", "-t", "4")["terms"]["workers"] == 2 * base["terms"]["workers"]
+    # a worker: 1 MiB, and an event table of -c + 8 per worker + 1024 slots of 32 bytes
+    assert base["terms"]["workers"] == 2 * ((1 << 20) + (1024 + 2 * 8 + 1024) * 32)
+    assert budget("-m", "64", "-t", "4")["terms"]["workers"] == 4 * ((1 << 20) + (1024 + 4 * 8 + 1024) * 32)
     assert budget("-m", "64", "-t", "2", "-c", "2048")["terms"]["connections"] == 2 * base["terms"]["connections"]
     assert budget("-m", "64", "-t", "2", "-o", "metrics_port=9150")["terms"]["metrics"] > 0
     assert budget("-m", "64", "-t", "2", "-o", "hashpower=24")["terms"]["hash_table"] == 4 << 24
@@ -273,6 +275,9 @@ def test_memory_budget_names_its_terms_and_follows_the_arguments():
     assert one["terms"]["ext_io_threads"] > 0 and four["terms"]["ext_io_threads"] == 4 * one["terms"]["ext_io_threads"]
     # no cap on connection buffers, no bound
     assert budget("-m", "64", "-t", "2", "-o", "conn_buffer_limit=0")["bounded"] is False
+    # each worker's event table has a slot per fd -c allows (not per RLIMIT_NOFILE)
+    wide = budget("-m", "64", "-t", "2", "-c", "65536")["terms"]["workers"]
+    assert wide - base["terms"]["workers"] == 2 * (65536 - 1024) * 32, (wide, base)
     # kernel socket buffers: unset, the kernel autotunes them and nothing bounds them
     auto = budget("-m", "64", "-t", "2", "-c", "100")
     assert auto["bounded"] is False and any("sock_sndbuf" in r for r in auto["unbounded"]), auto
