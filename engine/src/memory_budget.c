@@ -172,6 +172,11 @@ void memory_budget_of(const struct settings *s, struct memory_budget *b)
     b->bounded = true;
     if (!s->conn_buffer_limit)
         unbounded(b, "connection buffers have no cap: -o conn_buffer_limit=0");
+    /* proc.c: mlockall(MCL_FUTURE) makes every page of every mapping
+     * resident, each thread's whole 8 MiB stack and glibc's per-thread
+     * reservations included, where the terms count only what is touched */
+    if (s->lock_memory)
+        unbounded(b, "-k locks every mapping resident (whole thread stacks), which these terms do not count");
     add(b, "item_memory", s->maxbytes + ITEM_REGION_ALIGN);
     add(b, "hash_table", hash_table_bytes(s));
     add(b, "storage_tables", settings_slab_chunk_max(s) / 4 + STORAGE_TABLES_BYTES);

@@ -275,6 +275,9 @@ def test_memory_budget_names_its_terms_and_follows_the_arguments():
     assert one["terms"]["ext_io_threads"] > 0 and four["terms"]["ext_io_threads"] == 4 * one["terms"]["ext_io_threads"]
     # no cap on connection buffers, no bound
     assert budget("-m", "64", "-t", "2", "-o", "conn_buffer_limit=0")["bounded"] is False
+    # -k: mlockall makes whole thread stacks resident, which the terms do not count
+    locked = budget("-m", "64", "-t", "2", "-k", "-o", "sock_sndbuf=64k,sock_rcvbuf=16k")
+    assert locked["bounded"] is False and any("-k" in r for r in locked["unbounded"]), locked
     # each worker's event table has a slot per fd -c allows (not per RLIMIT_NOFILE)
     wide = budget("-m", "64", "-t", "2", "-c", "65536")["terms"]["workers"]
     assert wide - base["terms"]["workers"] == 2 * (65536 - 1024) * 32, (wide, base)
