@@ -883,6 +883,15 @@ static int settings_validate(struct settings *s, const struct ext_state *ext, FI
                     min_chunk, settings_slab_chunk_max(s), page);
             return EX_USAGE_CODE;
         }
+        /* slabs.c rounds each up to 8 bytes: 41-42 would be two 48-byte classes */
+        for (int i = 1; i < s->slab_sizes_count; i++) {
+            uint32_t prev = (s->slab_sizes[i - 1] + 7) & ~7u, sz = (s->slab_sizes[i] + 7) & ~7u;
+            if (sz <= prev) {
+                fprintf(err, "cachetd: -o slab_sizes: %u and %u are the same %u-byte class once rounded up "
+                        "to 8 bytes: sizes must ascend\n", s->slab_sizes[i - 1], s->slab_sizes[i], sz);
+                return EX_USAGE_CODE;
+            }
+        }
     }
     if (s->slab_sizes_count && s->slab_sizes[s->slab_sizes_count - 1] > s->item_size_max) {
         fprintf(err, "cachetd: -o slab_sizes: the largest class exceeds -I\n");
@@ -935,6 +944,18 @@ static int settings_validate(struct settings *s, const struct ext_state *ext, FI
         }
         uint64_t pages = 0;
         for (unsigned i = 0; i < x->npaths; i++) pages += x->sizes[i] / x->page_size;
+        /* extstore.c's rule (ext_open): at least 2 pages, at most the
+         * locator's 16-bit page id */
+        if (pages < 2) {
+            fprintf(err, "cachetd: -o ext_path: fewer than 2 pages of %llu bytes (lower ext_page_size or "
+                         "raise the ext_path size)\n", (unsigned long long)x->page_size);
+            return EX_USAGE_CODE;
+        }
+        if (pages > EXT_MAX_PAGES) {
+            fprintf(err, "cachetd: -o ext_path: %llu pages is more than %u (raise ext_page_size or lower "
+                         "the ext_path size)\n", (unsigned long long)pages, EXT_MAX_PAGES);
+            return EX_USAGE_CODE;
+        }
         /* memcached 1.6.45 (measured; its -h says 1/4 for drop_under, but
          * `stats settings` shows otherwise): both 1% of the pages (at least
          * 1) when neither is given, ext_drop_under 0 (never by free pages)

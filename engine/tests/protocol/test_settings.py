@@ -232,6 +232,10 @@ REFUSED_AT_START = [
     ["-m", "2", "-I", "2m"],                       # -I above half of -m
     ["-t", "0"],
     ["-o", "ext_path=/x:64m,ext_page_size=6,ext_wbuf_size=4"],
+    ["-o", "slab_sizes=41-42"],                     # both round up to one 48-byte class (storage's rule)
+    ["-m", "256", "-o", "slab_chunk_max=16", "-I", "64m"],   # a chained head cannot list -I's chunks
+    ["-o", "ext_path=/x:4m,ext_page_size=4"],      # fewer than 2 extstore pages
+    ["-o", "ext_path=/x:1t,ext_page_size=4"],      # more pages than a locator can name
     ["-Z"],
 ]
 
