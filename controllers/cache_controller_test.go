@@ -145,7 +145,7 @@ func TestCreateBuildsEveryOwnedObject(t *testing.T) {
 	if err := k8sClient.Get(ctx, key(ConfigMapOfPod(&sts.Spec.Template.Spec)), cm); err != nil {
 		t.Fatal(err)
 	}
-	if cm.Data["args"] != "-p\n11211\n-t\n1\n-m\n64\n-c\n1024\n-I\n1m\n-f\n1.25\n-n\n48\n-o\nconn_buffer_limit=4m,metrics_port=9150\n" || cm.Immutable == nil || !*cm.Immutable {
+	if cm.Data["args"] != "-p\n11211\n-t\n1\n-m\n64\n-c\n1024\n-I\n1m\n-f\n1.25\n-n\n48\n-o\nconn_buffer_limit=4m,sock_sndbuf=64k,sock_rcvbuf=16k,metrics_port=9150\n" || cm.Immutable == nil || !*cm.Immutable {
 		t.Errorf("args file = %q immutable %v", cm.Data["args"], cm.Immutable)
 	}
 	if sts.Spec.Template.Annotations[ConfigHashAnnotation] != engine.ConfigHash(cm.Data["args"]) || cm.Name != "web-config-"+engine.ConfigHash(cm.Data["args"]) {

@@ -86,6 +86,7 @@ XT_IMG_DIR=${XT_IMG_DIR:-/var/tmp}
 # data set was not 8x RAM any more. At depth 1 (about 50 MB/s) it evicted none.
 XT_PREFILL_DEPTH=${XT_PREFILL_DEPTH:-1}
 XT_CONNS=1024   # the operator's default max connections: the pod budget counts them
+XT_SOCK_OPTS=sock_sndbuf=64k,sock_rcvbuf=16k   # the operator's socket buffers (internal/engine)
 KEYS=$(( XT_MB * XT_DATA_FACTOR * 1048576 / XT_VALUE_SIZE ))
 DATA_MB=$(( KEYS * XT_VALUE_SIZE / 1048576 ))
 XT_FIO_MB=${XT_FIO_MB:-$DATA_MB}
@@ -149,7 +150,7 @@ trap 'exit 130' INT TERM
 # definition the operator's pod limit follows), extstore included. The path
 # need not exist yet: only its size counts.
 pod_limit_bytes() {
-  "$CACHETD" --memory-budget -t 1 -m "$XT_MB" -c $XT_CONNS -U 0 \
+  "$CACHETD" --memory-budget -t 1 -m "$XT_MB" -c $XT_CONNS -U 0 -o "$XT_SOCK_OPTS" \
     -o "ext_path=$mnt/extstore-budget:${EXT_MB}m,ext_item_size=$XT_ITEM_SIZE,ext_wbuf_size=$XT_WBUF_MB,ext_threads=$XT_EXT_THREADS" |
     "$PY" -c 'import json, sys; b = json.load(sys.stdin); assert b["bounded"], b; print(b["total"])'
 }
@@ -204,6 +205,9 @@ start_server() {
     cachetd) bin=$CACHETD ;; mc1645) bin=$MEMCACHED_1645 ;; mc1618) bin=$MEMCACHED_1618 ;;
   esac
   case $name in mc*) [ "$(id -u)" = 0 ] && extra+=(-u root) ;; esac
+  # the operator's fixed socket buffers, which the pod budget counts
+  # (memcached has no such option: its sockets autotune, outside the budget)
+  case $name in cachetd) extra+=(-o "$XT_SOCK_OPTS") ;; esac
   cg=/sys/fs/cgroup/memory/cachet-$run_id-$name-$session
   mkdir "$cg"; cgroups+=("$cg"); SERVER_CG=$cg
   echo "$POD_LIMIT" >"$cg/memory.limit_in_bytes"

@@ -13,6 +13,8 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+_Static_assert(sizeof(struct ae_file_event) <= AE_SLOT_BYTES, "memory_budget.c counts AE_SLOT_BYTES per fd slot");
+
 struct ae_loop *ae_create(int setsize, int max_fired)
 {
     struct ae_loop *l = calloc(1, sizeof(*l));

@@ -24,6 +24,9 @@
 #define AE_EXCLUSIVE 4
 
 struct ae_loop;
+/* What ae_create allocates per fd slot (struct ae_file_event): the memory
+ * budget counts setsize of them per loop. */
+#define AE_SLOT_BYTES 32u
 typedef void ae_file_proc(struct ae_loop *loop, int fd, void *data, int mask);
 typedef int  ae_hook_proc(struct ae_loop *loop, void *data);  /* returns the next wait timeout in ms */
 

@@ -45,6 +45,8 @@ static size_t size_hist_n;
 
 static int check_item_size_max(void);
 
+int items_check_config(void) { return check_item_size_max(); }
+
 int items_init(void)
 {
     if (check_item_size_max() != 0) return -1;

@@ -73,6 +73,25 @@ static enum run_mode take_run_mode(int *argc, char **argv)
     return mode;
 }
 
+static struct storage_config storage_config_of(const struct settings *s)
+{
+    return (struct storage_config){
+        .mem_limit = s->maxbytes,
+        .item_size_max = s->item_size_max,
+        .growth_factor = s->growth_factor,
+        .chunk_size_min = s->chunk_size,
+        .slab_sizes = s->slab_sizes_count ? s->slab_sizes : NULL,
+        .slab_sizes_count = s->slab_sizes_count,
+        .slab_chunk_max = s->slab_chunk_max,
+        .hashpower_init = s->hashpower,
+        .use_cas = s->use_cas,
+        .evict_disabled = s->evict_disabled,
+        .young_window = s->young_window,
+        .stub_classes = s->ext.npaths > 0,
+        .verbose = s->verbose,
+    };
+}
+
 int main(int argc, char **argv)
 {
     malloc_for_bounded_memory();
@@ -80,6 +99,10 @@ int main(int argc, char **argv)
     int rc = settings_parse(&settings, argc, argv, stderr);
     if (rc == 1) return 0;
     if (rc) return rc;
+    struct storage_config sc = storage_config_of(&settings);
+    /* storage's own arithmetic (class ladder, chain capacity): a usage
+     * error in every mode, before anything starts */
+    if (storage_check_config(&sc) != 0) return EX_USAGE_CODE;
     if (mode == RUN_CHECK_ARGS) return 0;
     if (mode == RUN_MEMORY_BUDGET) {
         struct memory_budget budget;
@@ -99,21 +122,6 @@ int main(int argc, char **argv)
     server_started = time(NULL);
     bufmem_set_limit(settings.conn_buffer_limit);
 
-    struct storage_config sc = {
-        .mem_limit = settings.maxbytes,
-        .item_size_max = settings.item_size_max,
-        .growth_factor = settings.growth_factor,
-        .chunk_size_min = settings.chunk_size,
-        .slab_sizes = settings.slab_sizes_count ? settings.slab_sizes : NULL,
-        .slab_sizes_count = settings.slab_sizes_count,
-        .slab_chunk_max = settings.slab_chunk_max,
-        .hashpower_init = settings.hashpower,
-        .use_cas = settings.use_cas,
-        .evict_disabled = settings.evict_disabled,
-        .young_window = settings.young_window,
-        .stub_classes = settings.ext.npaths > 0,
-        .verbose = settings.verbose,
-    };
     if (storage_init(&sc) != 0) return 70;   /* EX_SOFTWARE: storage already said why */
     /* extstore: a path that cannot be opened or sized is a usage error (64) */
     if ((rc = storage_ext_start(&settings.ext)) != 0) return rc;

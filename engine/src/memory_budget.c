@@ -20,6 +20,7 @@
 
 #include <string.h>
 
+#include "ae.h"
 #include "ext_io.h"
 #include "extstore.h"
 #include "outbuf.h"
@@ -49,8 +50,9 @@
  * command's line being read (<= 2 KiB) and allocator headers. */
 #define CONN_READ_RESTING       (16 * KIB)
 #define CONN_RESTING_BYTES      (CONN_READ_RESTING + OUT_RESTING + 4 * KIB)
-/* net.c / uring.c: a worker's touched stack, its io_uring rings (~100 KiB),
- * epoll arrays and per-thread storage state; the same for every other
+/* net_worker.c / uring.c: a worker's touched stack, its io_uring rings
+ * (~100 KiB), epoll arrays (but the fd table, counted apart) and per-thread
+ * storage state; the same for every other
  * thread counted here (flusher, compactor, IO threads). */
 #define THREAD_BYTES            (1 * MIB)
 /* the binary, libc, the main thread and storage's clock, cleaner, expander
@@ -60,6 +62,17 @@
  * buffers, the 1 MiB stats arena and one /metrics body (capped at 4 MiB,
  * ~20 KB in practice) */
 #define METRICS_BYTES           (4 * MIB)
+/* net_conn.c: the kernel's side of a connection. SO_SNDBUF/SO_RCVBUF are
+ * doubled by the kernel (sk_sndbuf = 2 x value, for its sk_buff overhead)
+ * and never go below its minimums (SOCK_MIN_SNDBUF ~4.5 KiB, SOCK_MIN_RCVBUF
+ * ~2.3 KiB). Measured (`ss -tm`, 10 clients sending `get big` x 40 for a
+ * 1 MB value and reading nothing, -o sock_sndbuf=64k,sock_rcvbuf=16k): the
+ * send queue stops 128 bytes past sk_sndbuf, the receive queue holds ~1 KiB,
+ * and each socket keeps up to ~4 KiB of forward allocation. Each socket also
+ * holds its struct sock, file, dentry and epoll entry. */
+#define SOCK_MIN_BUF_BYTES      (8 * KIB)
+#define SOCK_OVERSHOOT_BYTES    (4 * KIB)
+#define SOCK_OBJECT_BYTES       (4 * KIB)
 /* extstore.c: a struct page (72 B) and a free-list slot per page */
 #define EXT_PAGE_TABLE_BYTES    (72u + 4u)
 /* ext_io.c: a queued job and its ring slot per worker-owned read */
@@ -69,6 +82,12 @@ static void add(struct memory_budget *b, const char *name, uint64_t bytes)
 {
     b->terms[b->nterms++] = (struct memory_term){ .name = name, .bytes = bytes };
     b->total += bytes;
+}
+
+static void unbounded(struct memory_budget *b, const char *why)
+{
+    b->bounded = false;
+    if (b->nreasons < (int)(sizeof b->reasons / sizeof b->reasons[0])) b->reasons[b->nreasons++] = why;
 }
 
 static uint64_t round8(uint64_t n) { return (n + 7) & ~(uint64_t)7; }
@@ -126,10 +145,38 @@ static void add_extstore(const struct settings *s, struct memory_budget *b)
         (s->item_size_max + read + EXT_WORKER_READS * (EXT_WORKER_READ_BYTES + EXT_WORKER_JOB_BYTES)));
 }
 
+static uint64_t kernel_buffer(size_t value)
+{
+    uint64_t doubled = 2 * (uint64_t)value;
+    return doubled > SOCK_MIN_BUF_BYTES ? doubled : SOCK_MIN_BUF_BYTES;
+}
+
+/* Unset, the kernel autotunes each socket's buffers up to net.ipv4.tcp_wmem
+ * and tcp_rmem's maxima (4 MiB and 6-32 MiB on common nodes) per slow
+ * reader. Those sysctls belong to the node the server will run on, not to
+ * the one asking, so the budget does not guess them: it says it is not a
+ * bound. */
+static uint64_t socket_buffer_bytes(const struct settings *s, struct memory_budget *b)
+{
+    uint64_t per = SOCK_OBJECT_BYTES;
+    if (s->sock_sndbuf && s->sock_rcvbuf)
+        per += kernel_buffer(s->sock_sndbuf) + SOCK_OVERSHOOT_BYTES + kernel_buffer(s->sock_rcvbuf);
+    else
+        unbounded(b, "socket buffers are autotuned by the kernel: set -o sock_sndbuf and sock_rcvbuf");
+    return (uint64_t)s->maxconns * per;
+}
+
 void memory_budget_of(const struct settings *s, struct memory_budget *b)
 {
     memset(b, 0, sizeof *b);
-    b->bounded = s->conn_buffer_limit > 0;
+    b->bounded = true;
+    if (!s->conn_buffer_limit)
+        unbounded(b, "connection buffers have no cap: -o conn_buffer_limit=0");
+    /* proc.c: mlockall(MCL_FUTURE) makes every page of every mapping
+     * resident, each thread's whole 8 MiB stack and glibc's per-thread
+     * reservations included, where the terms count only what is touched */
+    if (s->lock_memory)
+        unbounded(b, "-k locks every mapping resident (whole thread stacks), which these terms do not count");
     add(b, "item_memory", s->maxbytes + ITEM_REGION_ALIGN);
     add(b, "hash_table", hash_table_bytes(s));
     add(b, "storage_tables", settings_slab_chunk_max(s) / 4 + STORAGE_TABLES_BYTES);
@@ -138,7 +185,10 @@ void memory_budget_of(const struct settings *s, struct memory_budget *b)
      * grown buffer is a mapping of its own (main.c's mmap threshold),
      * rounded up to whole pages: 1/16 on top */
     add(b, "conn_buffers", s->conn_buffer_limit + s->conn_buffer_limit / 16);
-    add(b, "workers", (uint64_t)s->num_threads * THREAD_BYTES);
+    add(b, "socket_buffers", socket_buffer_bytes(s, b));
+    /* ae.c: each worker's event table has a slot per possible fd */
+    add(b, "workers", (uint64_t)s->num_threads *
+        (THREAD_BYTES + (uint64_t)settings_fd_table_size(s) * AE_SLOT_BYTES));
     add(b, "fixed", FIXED_BYTES);
     add(b, "metrics", s->metrics_port ? METRICS_BYTES : 0);
     if (s->ext.npaths) add_extstore(s, b);
@@ -149,5 +199,8 @@ void memory_budget_print_json(const struct memory_budget *b, FILE *out)
     fprintf(out, "{\"terms\": {");
     for (int i = 0; i < b->nterms; i++)
         fprintf(out, "%s\"%s\": %llu", i ? ", " : "", b->terms[i].name, (unsigned long long)b->terms[i].bytes);
-    fprintf(out, "}, \"total\": %llu, \"bounded\": %s}\n", (unsigned long long)b->total, b->bounded ? "true" : "false");
+    fprintf(out, "}, \"total\": %llu, \"bounded\": %s, \"unbounded\": [", (unsigned long long)b->total,
+            b->bounded ? "true" : "false");
+    for (int i = 0; i < b->nreasons; i++) fprintf(out, "%s\"%s\"", i ? ", " : "", b->reasons[i]);
+    fprintf(out, "]}\n");
 }

@@ -30,11 +30,14 @@ struct memory_budget {
     struct memory_term terms[MEMORY_TERMS_MAX];
     int      nterms;
     uint64_t total;      /* the sum of the terms */
-    bool     bounded;    /* false with -o conn_buffer_limit=0: connection buffers have no cap */
+    bool     bounded;    /* false when some memory has no cap: reasons say which */
+    const char *reasons[4];
+    int      nreasons;
 };
 
 void memory_budget_of(const struct settings *s, struct memory_budget *b);
-/* One JSON object: {"terms": {name: bytes, ...}, "total": bytes, "bounded": bool}. */
+/* One JSON object: {"terms": {name: bytes, ...}, "total": bytes, "bounded": bool,
+ * "unbounded": [reason, ...]}; the list is empty when bounded. */
 void memory_budget_print_json(const struct memory_budget *b, FILE *out);
 
 #endif

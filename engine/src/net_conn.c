@@ -578,6 +578,18 @@ bool conn_open(struct worker *w, int fd, const struct sockaddr_storage *ss)
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     }
+    /* -o sock_sndbuf/sock_rcvbuf: fixed kernel buffers instead of autotuning
+     * (up to tcp_wmem's 4 MiB per slow reader), so the pod's memory bound
+     * holds where the cgroup charges socket memory (memory_budget.c
+     * socket_buffers). Unix sockets take them too. */
+    if (settings.sock_sndbuf) {
+        int v = (int)settings.sock_sndbuf;
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
+    }
+    if (settings.sock_rcvbuf) {
+        int v = (int)settings.sock_rcvbuf;
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+    }
     struct conn *c = calloc(1, sizeof(*c));
     char *rb = malloc(RBUF_INITIAL);
     if (!c || !rb) {

@@ -179,10 +179,14 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* The event table's size (settings_fd_table_size: -c plus the process's own
+ * fds), not RLIMIT_NOFILE's: that limit is raised to cover it, and a table
+ * larger than the fds the process can open is never needed. */
 static int fd_setsize(void)
 {
+    int table = settings_fd_table_size(&settings);
     struct rlimit rl;
-    rlim_t want = (rlim_t)settings.maxconns + 1024;
+    rlim_t want = (rlim_t)table;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
         if (rl.rlim_cur < want) {
             rl.rlim_cur = want < rl.rlim_max ? want : rl.rlim_max;
@@ -192,9 +196,9 @@ static int fd_setsize(void)
         if ((rlim_t)settings.maxconns + 64 > rl.rlim_cur)
             fprintf(stderr, "cachetd: warning: -c %d exceeds the open file limit (%llu)\n",
                     settings.maxconns, (unsigned long long)rl.rlim_cur);
-        return (int)(rl.rlim_cur > 1u << 22 ? 1u << 22 : rl.rlim_cur);
+        if (rl.rlim_cur < want) return (int)rl.rlim_cur;   /* no fd can pass it */
     }
-    return settings.maxconns + 1024;
+    return table;
 }
 
 int server_create_workers(void)

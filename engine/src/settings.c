@@ -51,6 +51,11 @@ size_t settings_slab_chunk_max(const struct settings *s)
     return (chunk_max > page ? page : chunk_max) & ~(size_t)7;
 }
 
+int settings_fd_table_size(const struct settings *s)
+{
+    return s->maxconns + FD_TABLE_PER_WORKER * s->num_threads + FD_TABLE_MARGIN;
+}
+
 size_t conn_buffer_limit_default(size_t maxbytes, int maxconns)
 {
     const size_t floor = (size_t)4 << 20;
@@ -99,6 +104,9 @@ void settings_usage(FILE *out)
         "                          conn_buffer_limit=SIZE or read_buf_mem_limit=MB (cap on\n"
         "                          connection buffer memory above 32 KiB per connection, all\n"
         "                          connections together; 0 = none; default sized from -m, -c),\n"
+        "                          sock_sndbuf=SIZE, sock_rcvbuf=SIZE (SO_SNDBUF/SO_RCVBUF of every\n"
+        "                          accepted socket, k/m suffix; the kernel doubles them; 0 = kernel\n"
+        "                          autotuning, the default, which --memory-budget cannot bound)\n"
         "                          idle_timeout=N (close TCP connections idle N seconds; 0 = never)\n"
         "                          slab_chunk_max=KB (largest slab chunk; longer values are chained;\n"
         "                          default half a slab page)\n"
@@ -473,6 +481,13 @@ static int parse_extended(struct settings *s, const char *arg, struct ext_state 
                 return EX_USAGE_CODE;
             }
             s->conn_buffer_limit_set = true;
+        } else if ((!strcmp(opt, "sock_sndbuf") || !strcmp(opt, "sock_rcvbuf")) && val) {
+            size_t *dst = opt[5] == 's' ? &s->sock_sndbuf : &s->sock_rcvbuf;
+            if (!parse_size(val, dst) || *dst > SOCK_BUF_MAX) {
+                fprintf(err, "cachetd: -o %s needs a size in bytes up to 1g (k/m/g suffix allowed; "
+                        "0 = kernel autotuning)\n", opt);
+                return EX_USAGE_CODE;
+            }
         } else if (!strcmp(opt, "read_buf_mem_limit") && val) {
             /* memcached's name and unit: megabytes, 0 = no limit */
             if (!parse_int(val, 0, 1L << 30, &v)) {
@@ -868,6 +883,15 @@ static int settings_validate(struct settings *s, const struct ext_state *ext, FI
                     min_chunk, settings_slab_chunk_max(s), page);
             return EX_USAGE_CODE;
         }
+        /* slabs.c rounds each up to 8 bytes: 41-42 would be two 48-byte classes */
+        for (int i = 1; i < s->slab_sizes_count; i++) {
+            uint32_t prev = (s->slab_sizes[i - 1] + 7) & ~7u, sz = (s->slab_sizes[i] + 7) & ~7u;
+            if (sz <= prev) {
+                fprintf(err, "cachetd: -o slab_sizes: %u and %u are the same %u-byte class once rounded up "
+                        "to 8 bytes: sizes must ascend\n", s->slab_sizes[i - 1], s->slab_sizes[i], sz);
+                return EX_USAGE_CODE;
+            }
+        }
     }
     if (s->slab_sizes_count && s->slab_sizes[s->slab_sizes_count - 1] > s->item_size_max) {
         fprintf(err, "cachetd: -o slab_sizes: the largest class exceeds -I\n");
@@ -920,6 +944,18 @@ static int settings_validate(struct settings *s, const struct ext_state *ext, FI
         }
         uint64_t pages = 0;
         for (unsigned i = 0; i < x->npaths; i++) pages += x->sizes[i] / x->page_size;
+        /* extstore.c's rule (ext_open): at least 2 pages, at most the
+         * locator's 16-bit page id */
+        if (pages < 2) {
+            fprintf(err, "cachetd: -o ext_path: fewer than 2 pages of %llu bytes (lower ext_page_size or "
+                         "raise the ext_path size)\n", (unsigned long long)x->page_size);
+            return EX_USAGE_CODE;
+        }
+        if (pages > EXT_MAX_PAGES) {
+            fprintf(err, "cachetd: -o ext_path: %llu pages is more than %u (raise ext_page_size or lower "
+                         "the ext_path size)\n", (unsigned long long)pages, EXT_MAX_PAGES);
+            return EX_USAGE_CODE;
+        }
         /* memcached 1.6.45 (measured; its -h says 1/4 for drop_under, but
          * `stats settings` shows otherwise): both 1% of the pages (at least
          * 1) when neither is given, ext_drop_under 0 (never by free pages)

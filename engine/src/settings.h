@@ -23,6 +23,7 @@
 #define MAX_WORKERS        256
 #define MAX_SLAB_SIZES     63
 #define EX_USAGE_CODE      64
+#define SOCK_BUF_MAX       (1u << 30)   /* -o sock_sndbuf/sock_rcvbuf: setsockopt takes an int the kernel doubles */
 /* memcached's slab page, the unit -o slab_chunk_max must divide (slabs.c
  * uses smaller pages when -m is small, and clamps the largest chunk to one) */
 #define SLAB_PAGE_SIZE_MAX (1024 * 1024)
@@ -90,6 +91,9 @@ struct settings {
                                       all connections (bufmem.h); 0 = none. Default: see
                                       conn_buffer_limit_default() */
     bool     conn_buffer_limit_set;
+    size_t   sock_sndbuf;          /* -o sock_sndbuf=SIZE: SO_SNDBUF of every accepted socket
+                                      (the kernel doubles it); 0 = kernel autotuning */
+    size_t   sock_rcvbuf;          /* -o sock_rcvbuf=SIZE: SO_RCVBUF likewise; 0 = autotuning */
     char     socketpath[108];      /* -s: unix socket to listen on instead of TCP; "" = none */
     int      access_mask;          /* -a: the unix socket's permissions (octal), default 0700 */
     int      idle_timeout;         /* -o idle_timeout: close TCP connections idle this many
@@ -117,6 +121,18 @@ size_t conn_buffer_limit_default(size_t maxbytes, int maxconns);
  * storage's tables from them. */
 size_t settings_slab_page_size(size_t maxbytes);
 size_t settings_slab_chunk_max(const struct settings *s);
+
+/* Slots in each worker's event table (ae.h: indexed by fd number), so
+ * bounded by the fds the process can have open, not by RLIMIT_NOFILE
+ * (up to 1M under containerd, 32 MiB per worker): -c connections, 8 per
+ * worker (its epoll, eventfd, io_uring and extstore eventfds, listening
+ * sockets), and 1024 for the rest (stdio, the metrics thread's listeners,
+ * eventfd and 16 connections, extstore files and IO threads, a connection
+ * being refused). A connection whose fd is past the table is refused as
+ * one over -c (net_listen.c). The memory budget counts it per worker. */
+#define FD_TABLE_PER_WORKER 8
+#define FD_TABLE_MARGIN     1024
+int settings_fd_table_size(const struct settings *s);
 
 /* Fills s from defaults, then the args file (if --args-file is given), then
  * argv. Returns 0 to run, 1 when help was printed (exit 0), EX_USAGE_CODE on

@@ -84,7 +84,10 @@ static size_t chunk_max;
 
 size_t slabs_chunk_max(void) { return chunk_max; }
 
-int slabs_init(void)
+/* The page size, chunk_max and the class ladder for g_cfg: arithmetic only,
+ * no memory reserved. slabs_init runs it first; storage_check_config runs
+ * it alone so that --check-args refuses what a start would. */
+int slabs_plan(void)
 {
     size_t limit = g_cfg.mem_limit ? g_cfg.mem_limit : (size_t)64 << 20;
     /* 1 MB pages as memcached, but never fewer than 64 of them while they
@@ -168,9 +171,15 @@ int slabs_init(void)
         g_first_item_class = 1 + k;
     }
     g_class_size[0] = 0;
+    for (unsigned c = 1; c <= g_nclasses; c++) g_class_size[c] = g_classes[c].size;
+    return 0;
+}
+
+int slabs_init(void)
+{
+    if (slabs_plan() != 0) return -1;
     for (unsigned c = 1; c <= g_nclasses; c++) {
         struct slabclass *sc = &g_classes[c];
-        g_class_size[c] = sc->size;
         pthread_mutex_init(&sc->lock, NULL);
         sc->perpage = (uint32_t)(g_page_size / sc->size);
         sc->free_head = 0;

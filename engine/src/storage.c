@@ -23,11 +23,13 @@ static bool threads_started;
 static storage_thread *bg_ctx;
 
 int items_init(void);
+int items_check_config(void);
 void items_destroy(void);
 
 /* ---- lifecycle ---- */
 
-int storage_init(const struct storage_config *cfg)
+/* g_cfg from cfg with defaults, and the checks that need nothing allocated */
+static int take_config(const struct storage_config *cfg)
 {
     g_cfg = *cfg;
     if (!g_cfg.mem_limit) g_cfg.mem_limit = (size_t)64 << 20;
@@ -36,6 +38,7 @@ int storage_init(const struct storage_config *cfg)
     if (!g_cfg.chunk_size_min) g_cfg.chunk_size_min = 48;
     if (!g_cfg.hashpower_init) g_cfg.hashpower_init = 16;
     if (!g_cfg.young_window) g_cfg.young_window = 60;
+    g_use_cas = g_cfg.use_cas;   /* item sizes depend on it (clock_init sets it again) */
     if (g_cfg.item_size_max > g_cfg.mem_limit) {
         fprintf(stderr, "cachetd: item size max (-I %zu) cannot exceed the memory limit (-m %zu)\n",
                 g_cfg.item_size_max, g_cfg.mem_limit);
@@ -45,6 +48,18 @@ int storage_init(const struct storage_config *cfg)
         fprintf(stderr, "cachetd: hashpower must be between 8 and 30\n");
         return -1;
     }
+    return 0;
+}
+
+int storage_check_config(const struct storage_config *cfg)
+{
+    if (take_config(cfg) != 0 || slabs_plan() != 0) return -1;
+    return items_check_config();
+}
+
+int storage_init(const struct storage_config *cfg)
+{
+    if (take_config(cfg) != 0) return -1;
     clock_init();
     storage_stats_init();
     if (slabs_init() != 0) return -1;

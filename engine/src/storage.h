@@ -73,6 +73,11 @@ enum store_mode {
 };
 
 /* ---- lifecycle ---- */
+/* The rules storage_init applies to cfg that need nothing allocated (the
+ * class ladder, the longest chain a head can list): 0, or -1 with the
+ * message storage_init would print. main.c runs it in every mode, so
+ * --check-args refuses what a start would. */
+int  storage_check_config(const struct storage_config *cfg);
 int  storage_init(const struct storage_config *cfg);  /* 0 or -1 with errno-style message on stderr */
 int  storage_start_threads(void);                     /* clock, cleaner, hash expander, slab mover; 0 or -1 */
 void storage_stop_threads(void);

@@ -333,6 +333,7 @@ void assoc_wait_expansion(void);
 /* ---- slabs (slabs.c) ---- */
 #define MAX_SLAB_CLASSES 64
 _Static_assert(MAX_SLAB_CLASSES == 64, "storage_thread.cls is sized for 64 classes");
+int  slabs_plan(void);                           /* page size and class ladder only: 0 or -1 with a message */
 int  slabs_init(void);
 void slabs_destroy(void);
 int  slabs_clsid(size_t ntotal);                 /* an item's class; 0 if too large */

@@ -108,6 +108,13 @@ var admittedSpecs = []contractCase{
 	{name: "small items", spec: spec(memory("16Mi"), maxItem("1Ki"))},
 	{name: "large", spec: spec(memory("32767Mi"), maxItem("128Mi"), func(s *cachev1alpha1.CacheSpec) { s.CPU = ptr.To(int32(8)) })},
 	{name: "many connections", spec: spec(func(s *cachev1alpha1.CacheSpec) { s.Engine.MaxConnections = ptr.To(int32(65536)) })},
+	// each worker's event table grows with -c: 16 x 2 MiB of them
+	{name: "many connections, 16 threads", spec: spec(func(s *cachev1alpha1.CacheSpec) {
+		s.DedicatedCPUs = ptr.To(false)
+		s.CPU = ptr.To(int32(0))
+		s.Engine.Threads = ptr.To(int32(16))
+		s.Engine.MaxConnections = ptr.To(int32(65536))
+	})},
 	{name: "shared CPUs, 16 threads", spec: spec(func(s *cachev1alpha1.CacheSpec) {
 		s.DedicatedCPUs = ptr.To(false)
 		s.CPU = ptr.To(int32(0))

@@ -42,12 +42,31 @@ const (
 	// for the formula and what it does not cover.
 	PerConnectionBytes = 36 << 10 // a resting connection: 16 KiB read + 16 KiB output buffer, the connection, a line being read (engine/README.md "Memory")
 	PerThreadBytes     = 2 << 20  // a worker's stack, event loop and per-thread caches
+	// Each worker's event table has a 32-byte slot per fd the process can
+	// hold: maxConnections, 8 per worker and 1024 more (cachetd
+	// settings_fd_table_size, counted in --memory-budget's workers term).
+	FDTableSlotBytes   = 32
+	FDTablePerWorker   = 8
+	FDTableMarginSlots = 1024
 	// ConnBufferPerThreadBytes sizes cachetd's process-wide cap on
 	// connection buffer memory above the resting 32 KiB (-o conn_buffer_limit):
 	// grown read buffers, queued and unsent replies. Over the cap, cachetd
 	// stops parsing connections with unsent output until they drain.
 	ConnBufferPerThreadBytes = 4 << 20
 	BaseBytes                = 16 << 20 // binary, libc, clock/cleaner/expander/mover threads, slab page rounding
+	// SockSndBufBytes and SockRcvBufBytes are each connection's kernel socket
+	// buffers (-o sock_sndbuf, sock_rcvbuf). Left to autotuning, one slow
+	// reader's send buffer grows to net.ipv4.tcp_wmem's maximum (4 MiB),
+	// which a cgroup v2 node charges to the pod. 64 KiB (128 KiB once the
+	// kernel doubles it) keeps a low-RTT network's pipelined small-value
+	// replies flowing; requests are small, so 16 KiB receives them.
+	SockSndBufBytes = 64 << 10
+	SockRcvBufBytes = 16 << 10
+	// PerSocketKernelBytes is one connection's socket memory as cachetd
+	// --memory-budget counts it (socket_buffers): the kernel's doubled send
+	// and receive buffers, 4 KiB of forward allocation past them, 4 KiB for
+	// the socket, file and epoll entry.
+	PerSocketKernelBytes = 2*SockSndBufBytes + 2*SockRcvBufBytes + 8<<10
 	// MetricsBytes is the metrics thread (-o metrics_port): its stack, 16
 	// connections' request buffers and one /metrics body at the engine's 4 MiB
 	// cap (about 20 KB in practice).
@@ -220,7 +239,8 @@ func Args(s *cachev1alpha1.CacheSpec, o Options) []string {
 	if e.HashPower != nil {
 		opts = append(opts, "hashpower="+strconv.Itoa(int(*e.HashPower)))
 	}
-	opts = append(opts, "conn_buffer_limit="+sizeArg(ConnBufferLimitBytes(s)))
+	opts = append(opts, "conn_buffer_limit="+sizeArg(ConnBufferLimitBytes(s)),
+		"sock_sndbuf="+sizeArg(SockSndBufBytes), "sock_rcvbuf="+sizeArg(SockRcvBufBytes))
 	if !s.IsDedicatedCPUs() {
 		opts = append(opts, "cpus=none")
 	}
@@ -393,9 +413,16 @@ func HashTableBytes(s *cachev1alpha1.CacheSpec) int64 {
 	return table + table/2
 }
 
+// FDTableBytes is one worker's event table: a slot per fd the process can
+// hold (cachetd settings_fd_table_size).
+func FDTableBytes(s *cachev1alpha1.CacheSpec) int64 {
+	slots := int64(MaxConnections(s)) + FDTablePerWorker*int64(Threads(s)) + FDTableMarginSlots
+	return slots * FDTableSlotBytes
+}
+
 // MemoryBudget is one process's memory, part by part.
 type MemoryBudget struct {
-	ItemMemory, Connections, ConnBufferCap, Workers, HashTable, Metrics, Extstore, Base int64
+	ItemMemory, Connections, ConnBufferCap, SocketBuffers, Workers, HashTable, Metrics, Extstore, Base int64
 	// Limit is the sum rounded up to a whole MiB: the container's memory
 	// request and limit.
 	Limit int64
@@ -403,8 +430,9 @@ type MemoryBudget struct {
 
 // Budget is the pod's memory limit: the terms of cachetd --memory-budget for
 // Args(s, o) (item memory, resting connections, the capped buffer memory
-// above them, worker threads, the hash table, the metrics thread when there
-// is one, extstore's buffers and threads when it is on), with a margin of
+// above them, the kernel's socket buffers, worker threads, the hash table,
+// the metrics thread when there is one, extstore's buffers and threads when
+// it is on), with a margin of
 // 1 MiB more per thread and a fixed base of 16 MiB, rounded up to MiB.
 // contract_test.go fails when it falls below the engine's bound or rises
 // above it by more than that margin.
@@ -415,7 +443,8 @@ func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 		// every buffer grown above resting is a mapping of its own, rounded
 		// up to whole pages: the engine budgets the cap x 17/16
 		ConnBufferCap: ConnBufferLimitBytes(s) * 17 / 16,
-		Workers:       int64(Threads(s)) * PerThreadBytes,
+		SocketBuffers: int64(MaxConnections(s)) * PerSocketKernelBytes,
+		Workers:       int64(Threads(s)) * (PerThreadBytes + FDTableBytes(s)),
 		HashTable:     HashTableBytes(s),
 		Extstore:      ExtstoreBytes(s),
 		Base:          BaseBytes,
@@ -423,7 +452,7 @@ func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 	if o.MetricsPort > 0 {
 		b.Metrics = MetricsBytes
 	}
-	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.Workers + b.HashTable + b.Metrics + b.Extstore + b.Base
+	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.SocketBuffers + b.Workers + b.HashTable + b.Metrics + b.Extstore + b.Base
 	const mib = 1 << 20
 	b.Limit = (total + mib - 1) / mib * mib
 	return b

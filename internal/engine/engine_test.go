@@ -37,7 +37,7 @@ func spec(mutate ...func(*cachev1alpha1.CacheSpec)) *cachev1alpha1.CacheSpec {
 
 func TestArgsDefaults(t *testing.T) {
 	got := Args(spec(), Options{})
-	want := []string{"-p", "11211", "-t", "2", "-m", "64", "-c", "1024", "-I", "1m", "-f", "1.25", "-n", "48", "-o", "conn_buffer_limit=8m"}
+	want := []string{"-p", "11211", "-t", "2", "-m", "64", "-c", "1024", "-I", "1m", "-f", "1.25", "-n", "48", "-o", "conn_buffer_limit=8m,sock_sndbuf=64k,sock_rcvbuf=16k"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Args = %q, want %q", got, want)
 	}
@@ -55,7 +55,7 @@ func TestArgsExplicit(t *testing.T) {
 		}
 	})
 	got := Args(s, Options{MetricsPort: 9150})
-	want := []string{"-p", "11211", "-t", "4", "-m", "1024", "-c", "4096", "-I", "512k", "-o", "slab_sizes=64-128-1024,hashpower=20,conn_buffer_limit=16m,metrics_port=9150"}
+	want := []string{"-p", "11211", "-t", "4", "-m", "1024", "-c", "4096", "-I", "512k", "-o", "slab_sizes=64-128-1024,hashpower=20,conn_buffer_limit=16m,sock_sndbuf=64k,sock_rcvbuf=16k,metrics_port=9150"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Args = %q, want %q", got, want)
 	}
@@ -86,7 +86,7 @@ func TestThreadsFollowCPUAndNeverZero(t *testing.T) {
 func TestArgsFileRoundTripAndHash(t *testing.T) {
 	args := Args(spec(), Options{})
 	a := ArgsFile(args)
-	if !strings.HasPrefix(a, "-p\n11211\n-t\n2\n") || !strings.HasSuffix(a, "\nconn_buffer_limit=8m\n") {
+	if !strings.HasPrefix(a, "-p\n11211\n-t\n2\n") || !strings.HasSuffix(a, "\nconn_buffer_limit=8m,sock_sndbuf=64k,sock_rcvbuf=16k\n") {
 		t.Fatalf("args file is not one argument per line: %q", a)
 	}
 	if !slices.Equal(ParseArgsFile(a), args) {
@@ -105,10 +105,13 @@ func TestMemoryBudget(t *testing.T) {
 	// 64Mi item memory, smallest chunk 27+48 -> 80 bytes: 838860 items / 1.5
 	// -> 2^20 buckets of 4 bytes = 4Mi, plus half of it while expanding = 6Mi;
 	// 1024 connections x 36Ki = 36Mi; buffer cap 2 threads x 4Mi = 8Mi,
-	// x 17/16 = 8.5Mi; 2 threads x 2Mi = 4Mi; base 16Mi.
-	// Total 64+6+36+8.5+4+16 = 134.5 -> 135Mi.
+	// x 17/16 = 8.5Mi; kernel socket buffers 1024 x (2 x 64Ki + 2 x 16Ki +
+	// 8Ki) = 168Mi; 2 threads x (2Mi + an event table of 1024 + 2 x 8 +
+	// 1024 slots of 32 bytes) = 4Mi + 129Ki; base 16Mi.
+	// Total 64+6+36+8.5+168+4.13+16 = 302.6 -> 303Mi.
 	b := Budget(spec(), Options{})
-	if b.Limit != 135<<20 || b.HashTable != 6<<20 || b.Connections != 36<<20 || b.ConnBufferCap != 17<<19 || b.Workers != 4<<20 || b.Base != 16<<20 {
+	if b.Limit != 303<<20 || b.HashTable != 6<<20 || b.Connections != 36<<20 || b.ConnBufferCap != 17<<19 ||
+		b.SocketBuffers != 168<<20 || b.Workers != 2*(2<<20+2064*32) || b.Base != 16<<20 {
 		t.Fatalf("budget %+v", b)
 	}
 	if MemoryLimitBytes(spec(), Options{}) != b.Limit {
@@ -122,7 +125,7 @@ func TestMemoryBudget(t *testing.T) {
 		mem     string
 		cpu     int32
 		wantMiB int64
-	}{{"64Mi", 1, 129}, {"64Mi", 2, 135}, {"1Gi", 2, 1185}} {
+	}{{"64Mi", 1, 297}, {"64Mi", 2, 303}, {"1Gi", 2, 1353}} {
 		s := spec(func(s *cachev1alpha1.CacheSpec) { s.Memory = resource.MustParse(tc.mem); s.CPU = ptr.To(tc.cpu) })
 		if got := MemoryLimitBytes(s, Options{}) >> 20; got != tc.wantMiB {
 			t.Errorf("limit for %s/%d CPU = %dMi, want %dMi", tc.mem, tc.cpu, got, tc.wantMiB)
@@ -184,7 +187,7 @@ func TestExtstoreArgs(t *testing.T) {
 	got := Args(spec(func(s *cachev1alpha1.CacheSpec) {
 		s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("10Gi")}
 	}), Options{})
-	want := "conn_buffer_limit=8m,ext_path=/data/extstore/cache:9152M,ext_page_size=64,ext_wbuf_size=4,ext_threads=1,ext_io_depth=8,ext_item_size=512"
+	want := "conn_buffer_limit=8m,sock_sndbuf=64k,sock_rcvbuf=16k,ext_path=/data/extstore/cache:9152M,ext_page_size=64,ext_wbuf_size=4,ext_threads=1,ext_io_depth=8,ext_item_size=512"
 	if o := got[len(got)-1]; o != want {
 		t.Fatalf("-o %q, want %q", o, want)
 	}
@@ -192,7 +195,7 @@ func TestExtstoreArgs(t *testing.T) {
 		s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("1Ti"), PageSize: ptr.To(resource.MustParse("256Mi")),
 			IOThreads: ptr.To(int32(4)), ItemMinSize: ptr.To(int64(4096))}
 	}), Options{MetricsPort: 9150})
-	want = "conn_buffer_limit=8m,metrics_port=9150,ext_path=/data/extstore/cache:943654M,ext_page_size=256,ext_wbuf_size=4,ext_threads=4,ext_io_depth=8,ext_item_size=4096"
+	want = "conn_buffer_limit=8m,sock_sndbuf=64k,sock_rcvbuf=16k,metrics_port=9150,ext_path=/data/extstore/cache:943654M,ext_page_size=256,ext_wbuf_size=4,ext_threads=4,ext_io_depth=8,ext_item_size=4096"
 	if o := got[len(got)-1]; o != want {
 		t.Fatalf("-o %q, want %q", o, want)
 	}
@@ -219,9 +222,9 @@ func TestExtstoreMemoryBudget(t *testing.T) {
 	if want := int64(35<<20 + 84<<10 + 2*64*33<<10 + 143*76); b.Extstore != want {
 		t.Fatalf("extstore memory %d, want %d", b.Extstore, want)
 	}
-	// 134.5Mi + 39.1Mi + 94.6Ki -> 174Mi: the limit grows by the part, rounded up.
-	if b.Limit != 174<<20 {
-		t.Fatalf("limit %dMi, want 174Mi", b.Limit>>20)
+	// 302.5Mi + 39.1Mi + 94.6Ki -> 342Mi: the limit grows by the part, rounded up.
+	if b.Limit != 342<<20 {
+		t.Fatalf("limit %dMi, want 342Mi", b.Limit>>20)
 	}
 	// Four IO threads, two workers and 2Mi items (with extstore the API
 	// allows at most 4091Ki): 16Mi + 4Ki, the flusher's 2Mi, 4 x 8 read

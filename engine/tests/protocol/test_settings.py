@@ -227,6 +227,10 @@ REFUSED_AT_START = [
     ["-m", "2", "-I", "2m"],                       # -I above half of -m
     ["-t", "0"],
     ["-o", "ext_path=/x:64m,ext_page_size=6,ext_wbuf_size=4"],
+    ["-o", "slab_sizes=41-42"],                     # both round up to one 48-byte class (storage's rule)
+    ["-m", "256", "-o", "slab_chunk_max=16", "-I", "64m"],   # a chained head cannot list -I's chunks
+    ["-o", "ext_path=/x:4m,ext_page_size=4"],      # fewer than 2 extstore pages
+    ["-o", "ext_path=/x:1t,ext_page_size=4"],      # more pages than a locator can name
     ["-Z"],
 ]
 
@@ -255,11 +259,13 @@ def test_memory_budget_names_its_terms_and_follows_the_arguments():
 
     base = budget("-m", "64", "-t", "2")
     assert subprocess.run([CACHETD, "--check-args", "-m", "64", "-t", "2"], capture_output=True).returncode == 0
-    assert base["bounded"] and base["terms"]["item_memory"] >= 64 << 20 and base["terms"]["metrics"] == 0
+    assert base["terms"]["item_memory"] >= 64 << 20 and base["terms"]["metrics"] == 0
     assert not any(name.startswith("ext_") for name in base["terms"])
     # each argument moves its own term
     assert budget("-m", "128", "-t", "2")["terms"]["item_memory"] == base["terms"]["item_memory"] + (64 << 20)
-    assert budget("-m", "64", "-t", "4")["terms"]["workers"] == 2 * base["terms"]["workers"]
+    # a worker: 1 MiB, and an event table of -c + 8 per worker + 1024 slots of 32 bytes
+    assert base["terms"]["workers"] == 2 * ((1 << 20) + (1024 + 2 * 8 + 1024) * 32)
+    assert budget("-m", "64", "-t", "4")["terms"]["workers"] == 4 * ((1 << 20) + (1024 + 4 * 8 + 1024) * 32)
     assert budget("-m", "64", "-t", "2", "-c", "2048")["terms"]["connections"] == 2 * base["terms"]["connections"]
     assert budget("-m", "64", "-t", "2", "-o", "metrics_port=9150")["terms"]["metrics"] > 0
     assert budget("-m", "64", "-t", "2", "-o", "hashpower=24")["terms"]["hash_table"] == 4 << 24
@@ -268,3 +274,21 @@ def test_memory_budget_names_its_terms_and_follows_the_arguments():
     assert one["terms"]["ext_io_threads"] > 0 and four["terms"]["ext_io_threads"] == 4 * one["terms"]["ext_io_threads"]
     # no cap on connection buffers, no bound
     assert budget("-m", "64", "-t", "2", "-o", "conn_buffer_limit=0")["bounded"] is False
+    # -k: mlockall makes whole thread stacks resident, which the terms do not count
+    locked = budget("-m", "64", "-t", "2", "-k", "-o", "sock_sndbuf=64k,sock_rcvbuf=16k")
+    assert locked["bounded"] is False and any("-k" in r for r in locked["unbounded"]), locked
+    # each worker's event table has a slot per fd -c allows (not per RLIMIT_NOFILE)
+    wide = budget("-m", "64", "-t", "2", "-c", "65536")["terms"]["workers"]
+    assert wide - base["terms"]["workers"] == 2 * (65536 - 1024) * 32, (wide, base)
+    # kernel socket buffers: unset, the kernel autotunes them and nothing bounds them
+    auto = budget("-m", "64", "-t", "2", "-c", "100")
+    assert auto["bounded"] is False and any("sock_sndbuf" in r for r in auto["unbounded"]), auto
+    fixed = budget("-m", "64", "-t", "2", "-c", "100", "-o", "sock_sndbuf=64k,sock_rcvbuf=16k")
+    assert fixed["bounded"] and fixed["unbounded"] == [], fixed
+    # -c x (the kernel's doubled buffers + forward allocation + socket objects)
+    assert fixed["terms"]["socket_buffers"] == 100 * (2 * 64 * 1024 + 2 * 16 * 1024 + 8 * 1024), fixed
+    assert budget("-m", "64", "-t", "2", "-c", "100", "-o", "sock_sndbuf=128k,sock_rcvbuf=16k")["terms"][
+        "socket_buffers"] == fixed["terms"]["socket_buffers"] + 100 * 2 * 64 * 1024
+    for bad in ("sock_sndbuf=lots", "sock_rcvbuf=2g"):
+        out = subprocess.run([CACHETD, "--check-args", "-o", bad], capture_output=True, text=True, timeout=20)
+        assert out.returncode == 64 and "sock_" in out.stderr, out
