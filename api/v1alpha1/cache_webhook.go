@@ -18,16 +18,22 @@ package v1alpha1
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strconv"
 	"strings"
 
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -41,13 +47,131 @@ var cachelog = logf.Log.WithName("cache-webhook")
 // StatefulSet's "-<ordinal>" pods and "-<revision>" hashes.
 const MaxNameLength = 52
 
+// DefaultingPath is where the API server sends Caches to be defaulted (the
+// mutating webhook marker below).
+const DefaultingPath = "/mutate-cache-cachet-dev-v1alpha1-cache"
+
 // SetupCacheWebhookWithManager registers the defaulting and validating
 // webhooks. engineImage is written into spec.image when a Cache names none.
 func SetupCacheWebhookWithManager(mgr ctrl.Manager, engineImage string) error {
+	mgr.GetWebhookServer().Register(DefaultingPath, &admission.Webhook{
+		Handler: &CacheDefaulting{Defaulter: &CacheDefaulter{EngineImage: engineImage}},
+	})
 	return ctrl.NewWebhookManagedBy(mgr, &Cache{}).
-		WithDefaulter(&CacheDefaulter{EngineImage: engineImage}).
 		WithValidator(&CacheValidator{}).
 		Complete()
+}
+
+// CacheDefaulting is the mutating webhook. It patches only what Default
+// changed (spec.image), instead of controller-runtime's decode, default and
+// re-encode round trip, which rewrote what the user wrote: every quantity in
+// canonical form (64.5Mi became 66048Ki, 0.3Gi 322122547200m), a missing
+// spec.memory as 0 (so the user read "must be at least 8Mi" instead of
+// "Required value"). It is also the first to see a value of the wrong type,
+// so it names that field and echoes the value instead of a Go decode error.
+type CacheDefaulting struct {
+	Defaulter *CacheDefaulter
+}
+
+// Handle defaults one admission request.
+func (h *CacheDefaulting) Handle(ctx context.Context, req admission.Request) admission.Response {
+	var object map[string]any
+	if err := json.Unmarshal(req.Object.Raw, &object); err != nil {
+		return admission.Errored(400, err)
+	}
+	spec, hasSpec := object["spec"].(map[string]any)
+	var c Cache
+	if err := json.Unmarshal(req.Object.Raw, &c); err != nil {
+		errs := UndecodableFields(field.NewPath("spec"), reflect.TypeFor[CacheSpec](), spec)
+		if len(errs) == 0 {
+			// Not a field the spec walk knows: the schema names it.
+			return admission.Allowed("")
+		}
+		name, _ := object["metadata"].(map[string]any)["name"].(string)
+		status := apierrors.NewInvalid(schema.GroupKind{Group: GroupVersion.Group, Kind: "Cache"}, name, errs).ErrStatus
+		return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &status}}
+	}
+	if !hasSpec {
+		return admission.Allowed("") // the schema says spec is required
+	}
+	image := c.Spec.Image
+	if err := h.Defaulter.Default(ctx, &c); err != nil {
+		return admission.Errored(500, err)
+	}
+	if c.Spec.Image == image {
+		return admission.Allowed("")
+	}
+	return admission.Patched("", jsonpatch.NewOperation("add", "/spec/image", c.Spec.Image))
+}
+
+// UndecodableFields names every value under p that does not decode into its
+// Go type t, echoing the value as the user wrote it. The walk follows t, so
+// it knows every field of the API without a list of its own.
+func UndecodableFields(p *field.Path, t reflect.Type, v any) field.ErrorList {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if v == nil {
+		return nil
+	}
+	if !reflect.PointerTo(t).Implements(reflect.TypeFor[json.Unmarshaler]()) {
+		var errs field.ErrorList
+		switch obj, list := asObject(v), asList(v); {
+		case t.Kind() == reflect.Struct && obj != nil:
+			for i := range t.NumField() {
+				f := t.Field(i)
+				name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+				if name != "" && name != "-" {
+					errs = append(errs, UndecodableFields(p.Child(name), f.Type, obj[name])...)
+				}
+			}
+			return errs
+		case t.Kind() == reflect.Map && obj != nil:
+			for k, e := range obj {
+				errs = append(errs, UndecodableFields(p.Key(k), t.Elem(), e)...)
+			}
+			return errs
+		case t.Kind() == reflect.Slice && list != nil:
+			for i, e := range list {
+				errs = append(errs, UndecodableFields(p.Index(i), t.Elem(), e)...)
+			}
+			return errs
+		}
+	}
+	raw, err := json.Marshal(v)
+	if err == nil && json.Unmarshal(raw, reflect.New(t).Interface()) == nil {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(p, v, expectedForm(t))}
+}
+
+func asObject(v any) map[string]any { m, _ := v.(map[string]any); return m }
+func asList(v any) []any            { l, _ := v.([]any); return l }
+
+// expectedForm says, in a user's terms, what a value of Go type t looks like.
+func expectedForm(t reflect.Type) string {
+	switch t {
+	case reflect.TypeFor[resource.Quantity]():
+		return "must be a quantity such as 64Mi, 1Gi or 512"
+	case reflect.TypeFor[metav1.Duration]():
+		return "must be a duration such as 90s, 5m or 1h30m"
+	case reflect.TypeFor[intstr.IntOrString]():
+		return "must be a whole number or a percentage such as 1 or 25%"
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "must be a whole number such as 2, written without quotes or units"
+	case reflect.Bool:
+		return "must be true or false"
+	case reflect.String:
+		return "must be a string"
+	case reflect.Slice:
+		return "must be a list"
+	case reflect.Struct, reflect.Map:
+		return "must be an object"
+	}
+	return "must be a " + t.String()
 }
 
 // +kubebuilder:webhook:path=/mutate-cache-cachet-dev-v1alpha1-cache,mutating=true,failurePolicy=fail,sideEffects=None,groups=cache.cachet.dev,resources=caches,verbs=create;update,versions=v1alpha1,name=mcache-v1alpha1.kb.io,admissionReviewVersions=v1
