@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -36,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -281,7 +283,7 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 
 	obs := Observed{StatefulSet: live.statefulSet, Pods: live.pods, ConfigMaps: configs, Image: opts.Image, Options: opts,
 		APIs: map[string]bool{}, AuxFailures: auxFailures,
-		Claims: claims.claims, ClaimsLost: claims.lost, ExtstoreCheckErr: claims.checkErr}
+		Claims: claims.claims, ClaimsLost: claims.lost, ExtstoreCheckErr: claims.checkErr, ClaimsWithoutClass: claims.withoutClass}
 	for _, gv := range metricsAPIsNeeded(c) {
 		obs.APIs[gv] = r.serves(gv, "")
 		recheck = recheck || !obs.APIs[gv]
@@ -490,12 +492,7 @@ func (r *CacheReconciler) recordSpecEvents(c *cachev1alpha1.Cache, prev, next *a
 		return
 	}
 	if prev.Spec.Replicas != nil && *prev.Spec.Replicas != *next.Spec.Replicas {
-		by := ""
-		if c.Spec.Autoscaling != nil {
-			by = fmt.Sprintf(" (spec.replicas set through /scale; HorizontalPodAutoscaler %s scales this Cache)", HPAName(c))
-		}
-		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Scaling", "Apply",
-			"scaling from %d to %d pod(s)%s", *prev.Spec.Replicas, *next.Spec.Replicas, by)
+		r.recordScaleEvents(c, *prev.Spec.Replicas, *next.Spec.Replicas)
 	}
 	oldHash := prev.Spec.Template.Annotations[ConfigHashAnnotation]
 	newHash := next.Spec.Template.Annotations[ConfigHashAnnotation]
@@ -507,6 +504,63 @@ func (r *CacheReconciler) recordSpecEvents(c *cachev1alpha1.Cache, prev, next *a
 		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "ConfigChanged", "Apply",
 			"engine configuration %s -> %s, %s: %v", oldHash, newHash, how, EngineArgs(c, opts))
 	}
+}
+
+// recordScaleEvents says what a scale costs: a scale-in drops the keys of
+// the shards it removes (each pod is its own shard, with no copy elsewhere),
+// and a scale by hand of an autoscaled Cache lasts only until the
+// autoscaler's next evaluation.
+func (r *CacheReconciler) recordScaleEvents(c *cachev1alpha1.Cache, from, to int32) {
+	if to < from {
+		removed := make([]string, 0, from-to)
+		for i := to; i < from; i++ {
+			removed = append(removed, fmt.Sprintf("%s-%d", StatefulSetName(c), i))
+		}
+		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, ReasonScalingIn, "Apply",
+			"scaling in from %d to %d pod(s): the keys of shard(s) %s are dropped with their pods, and clients that re-hash them onto the remaining pods miss until they are set again",
+			from, to, strings.Join(removed, ", "))
+	} else {
+		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Scaling", "Apply", "scaling from %d to %d pod(s)", from, to)
+	}
+	if a := c.Spec.Autoscaling; a != nil {
+		if who := replicasWriter(c); who != "" && who != autoscalerManager {
+			r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonScaledOutsideAutoscaler, "Apply",
+				"%s set spec.replicas to %d, but HorizontalPodAutoscaler %s manages it (from %d to %d pods) and sets it back at its next evaluation: change spec.autoscaling.minReplicas or maxReplicas instead, or remove spec.autoscaling to scale by hand",
+				who, to, HPAName(c), ptr.Deref(a.MinReplicas, 1), a.MaxReplicas)
+		}
+	}
+}
+
+// autoscalerManager is the field manager of the HorizontalPodAutoscaler's
+// writes: it runs in kube-controller-manager.
+const autoscalerManager = "kube-controller-manager"
+
+// replicasWriter is the field manager that last wrote spec.replicas, from
+// the Cache's managed fields (kubectl scale, an apply, or the autoscaler).
+func replicasWriter(c *cachev1alpha1.Cache) string {
+	var who string
+	var when time.Time
+	for _, mf := range c.ManagedFields {
+		if mf.FieldsV1 == nil {
+			continue
+		}
+		var fields struct {
+			Spec map[string]any `json:"f:spec"`
+		}
+		if json.Unmarshal(mf.FieldsV1.Raw, &fields) != nil {
+			continue
+		}
+		if _, ok := fields.Spec["f:replicas"]; !ok {
+			continue
+		}
+		if t := mf.Time; who == "" || (t != nil && !t.Time.Before(when)) {
+			who = mf.Manager
+			if t != nil {
+				when = t.Time
+			}
+		}
+	}
+	return who
 }
 
 // recordConditionEvents emits an Event when the Cache becomes Ready or stops
@@ -546,9 +600,12 @@ func (r *CacheReconciler) recordConditionEvents(c *cachev1alpha1.Cache, prev, ne
 			continue
 		}
 		// Planned work (a roll, a scale) also makes a Cache not Ready; only
-		// problems are Warnings.
+		// problems are Warnings. Shared cores asked for (NotDedicated) are
+		// the spec's choice, not a problem: a Warning for every such Cache
+		// would be noise to whoever alerts on Warnings.
 		kind := corev1.EventTypeNormal
-		if (t == cachev1alpha1.ConditionDegraded && cur.Status == metav1.ConditionTrue) || t == cachev1alpha1.ConditionCoresExclusive ||
+		if (t == cachev1alpha1.ConditionDegraded && cur.Status == metav1.ConditionTrue) ||
+			(t == cachev1alpha1.ConditionCoresExclusive && cur.Reason != ReasonNotDedicated) ||
 			((t == cachev1alpha1.ConditionMonitoring || t == cachev1alpha1.ConditionAutoscaling) && cur.Status == metav1.ConditionFalse) {
 			kind = corev1.EventTypeWarning
 		}

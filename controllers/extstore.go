@@ -53,6 +53,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -77,6 +78,7 @@ const (
 	ReasonClaimsExpanding      = "ClaimsExpanding"
 	ReasonVolumeNodeLost       = "VolumeNodeLost"
 	ReasonNodeLossCheckFailed  = "NodeLossCheckFailed"
+	ReasonStorageClassNotFound = "StorageClassNotFound"
 
 	// NodeLostAnnotation on a terminating extstore claim says which lost
 	// node it was deleted for.
@@ -260,6 +262,8 @@ type extstoreResult struct {
 	checkErr string
 	// requeueAfter is when a NotReady node reaches the timeout.
 	requeueAfter time.Duration
+	// withoutClass names the Pending claims whose StorageClass is missing.
+	withoutClass []string
 }
 
 // reconcileClaims replaces outdated claims and those of lost nodes. It acts
@@ -273,6 +277,9 @@ func (r *CacheReconciler) reconcileClaims(ctx context.Context, c *cachev1alpha1.
 		return res, err
 	}
 	res.claims = claims
+	if res.withoutClass, err = r.claimsWithoutClass(ctx, claims); err != nil {
+		return res, err
+	}
 	if live.statefulSet == nil {
 		return res, nil
 	}
@@ -305,6 +312,43 @@ func (r *CacheReconciler) reconcileClaims(ctx context.Context, c *cachev1alpha1.
 		}
 	}
 	return res, nil
+}
+
+// claimsWithoutClass says, class by class, which Pending claims wait for a
+// StorageClass that does not exist (or for a default class the cluster lacks):
+// no volume ever comes for them, and the scheduler only tells their pods of
+// "unbound immediate PersistentVolumeClaims".
+func (r *CacheReconciler) claimsWithoutClass(ctx context.Context, claims []corev1.PersistentVolumeClaim) ([]string, error) {
+	byClass := map[string][]string{}
+	var classes []string
+	for i := range claims {
+		pvc := &claims[i]
+		if pvc.Status.Phase != corev1.ClaimPending || pvc.DeletionTimestamp != nil || ptr.Deref(pvc.Spec.StorageClassName, "-") == "" {
+			continue // an empty class binds to a volume by hand
+		}
+		class := ptr.Deref(pvc.Spec.StorageClassName, "")
+		if _, seen := byClass[class]; !seen {
+			classes = append(classes, class)
+		}
+		byClass[class] = append(byClass[class], pvc.Name)
+	}
+	var missing []string
+	for _, class := range classes {
+		if class == "" {
+			missing = append(missing, fmt.Sprintf("claim(s) %s name no StorageClass and the cluster has no default one: set spec.extstore.storageClassName, or make a class the default",
+				strings.Join(byClass[class], ", ")))
+			continue
+		}
+		err := r.readDirect().Get(ctx, types.NamespacedName{Name: class}, &storagev1.StorageClass{})
+		switch {
+		case apierrors.IsNotFound(err):
+			missing = append(missing, fmt.Sprintf("StorageClass %q does not exist, so claim(s) %s stay Pending and their pods cannot be scheduled: create the class (config/samples has one for local NVMe) or set spec.extstore.storageClassName to one that exists",
+				class, strings.Join(byClass[class], ", ")))
+		case err != nil && !apierrors.IsForbidden(err):
+			return nil, err
+		}
+	}
+	return missing, nil
 }
 
 // podMounts reports whether a pod mounts the claim.
@@ -630,6 +674,10 @@ func setExtstoreCondition(c *cachev1alpha1.Cache, obs Observed, set func(string,
 	if len(growing) > 0 {
 		set(cachev1alpha1.ConditionExtstore, metav1.ConditionFalse, ReasonClaimsExpanding,
 			fmt.Sprintf("claim(s) %s are being expanded in place; a pod whose engine starts before its filesystem grew fails (no space for the extstore file) and restarts until it has", strings.Join(growing, ", ")))
+		return
+	}
+	if len(obs.ClaimsWithoutClass) > 0 {
+		set(cachev1alpha1.ConditionExtstore, metav1.ConditionFalse, ReasonStorageClassNotFound, strings.Join(obs.ClaimsWithoutClass, "; "))
 		return
 	}
 	if obs.ExtstoreCheckErr != "" {

@@ -86,6 +86,16 @@ func createClaim(t *testing.T, c *cachev1alpha1.Cache, pod, class, size, volume 
 	return pvc
 }
 
+// createStorageClass creates a cluster-wide StorageClass (named after the
+// test's namespace: the samples test creates theirs).
+func createStorageClass(t *testing.T, name string) {
+	t.Helper()
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: "example.com/test"}
+	if err := k8sClient.Create(context.Background(), sc); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // claimDeleted: gone, or terminating (see the file comment).
 func claimDeleted(ns, name string) (bool, string) {
 	pvc := &corev1.PersistentVolumeClaim{}
@@ -287,16 +297,19 @@ func TestExtstoreResizeReplacesTheStatefulSetAndItsClaims(t *testing.T) {
 	needIntegration(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
-	c := createCache(t, ns, "rs", withExtstore("1Gi", "local-nvme"), func(c *cachev1alpha1.Cache) { c.Spec.Replicas = ptr.To(int32(4)) })
+	class := ns + "-nvme"
+	c := createCache(t, ns, "rs", withExtstore("1Gi", class), func(c *cachev1alpha1.Cache) { c.Spec.Replicas = ptr.To(int32(4)) })
 	old := statefulSetOf(t, ns, "rs")
 	revision := func(rev string) func(*corev1.Pod) {
 		return func(p *corev1.Pod) { p.Labels[appsv1.StatefulSetRevisionLabel] = rev }
 	}
 	// rs-0 runs (on a node, so its deletion waits for a kubelet that envtest
-	// lacks) and mounts its claim; rs-1's pod is gone.
-	createClaim(t, c, "rs-0", "local-nvme", "1Gi", "")
+	// lacks) and mounts its claim; rs-1's pod is gone. Their class exists:
+	// a Pending claim of a missing class is another condition.
+	createStorageClass(t, class)
+	createClaim(t, c, "rs-0", class, "1Gi", "")
 	rs0 := podOnVolume(t, ns, "rs", 0, ns+"-node", revision("rev-old"))
-	createClaim(t, c, "rs-1", "local-nvme", "1Gi", "")
+	createClaim(t, c, "rs-1", class, "1Gi", "")
 	eventually(t, "claims of the spec's size kept", func() (bool, string) {
 		cond := condOf(getCache(t, ns, "rs"), cachev1alpha1.ConditionExtstore)
 		return cond.Reason == ReasonClaimsMatch, cond.Reason + ": " + cond.Message
@@ -337,8 +350,8 @@ func TestExtstoreResizeReplacesTheStatefulSetAndItsClaims(t *testing.T) {
 	// A claim of the new size, as the StatefulSet makes for a replaced pod,
 	// is kept; a pod of the new revision that got an old claim (created
 	// before the operator saw its predecessor go) is replaced with it.
-	createClaim(t, c, "rs-2", "local-nvme", "2Gi", "")
-	createClaim(t, c, "rs-3", "local-nvme", "1Gi", "")
+	createClaim(t, c, "rs-2", class, "2Gi", "")
+	createClaim(t, c, "rs-3", class, "1Gi", "")
 	rs3 := podOnVolume(t, ns, "rs", 3, ns+"-node", revision("rev-new"))
 	eventually(t, "the current pod's old claim deleted", func() (bool, string) { return claimDeleted(ns, "extstore-rs-3") })
 	eventually(t, "the current pod on an old claim deleted", func() (bool, string) {

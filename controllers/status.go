@@ -42,6 +42,7 @@ import (
 // docs/operator.md.
 const (
 	ReasonAllPodsReady        = "AllPodsReady"
+	ReasonOlderRevisionPods   = "PodsRunOlderRevision"
 	ReasonPodsNotReady        = "PodsNotReady"
 	ReasonScaledToZero        = "ScaledToZero"
 	ReasonStatefulSetPending  = "StatefulSetPending"
@@ -75,6 +76,9 @@ const (
 	ReasonMetricsAPIMissing   = "MetricsAPIMissing"
 	ReasonAutoscalerPending   = "AutoscalerPending"
 	ReasonAuxApplyFailed      = "ApplyFailed"
+	// Event reasons only.
+	ReasonScalingIn               = "ScalingIn"
+	ReasonScaledOutsideAutoscaler = "ScaledOutsideAutoscaler"
 )
 
 // Observed is what the reconciler read from the cluster for one Cache.
@@ -107,6 +111,9 @@ type Observed struct {
 	ClaimsLost []string
 	// ExtstoreCheckErr says why volumes or nodes could not be read.
 	ExtstoreCheckErr string
+	// ClaimsWithoutClass says which Pending claims wait for a StorageClass
+	// that does not exist.
+	ClaimsWithoutClass []string
 }
 
 // podProblem is one reason a pod cannot serve, worded for a person.
@@ -331,6 +338,10 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 			problems = append(problems, *p)
 		}
 	}
+	if len(problems) > 0 && problems[0].reason == ReasonPodUnschedulable && len(obs.ClaimsWithoutClass) > 0 {
+		// The scheduler only says "unbound immediate PersistentVolumeClaims".
+		problems[0].message += " " + strings.Join(obs.ClaimsWithoutClass, "; ")
+	}
 	if len(problems) > 0 {
 		msg := problems[0].message
 		if len(problems) > 1 {
@@ -378,8 +389,13 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 	switch {
 	case desired == 0 && s.Replicas == 0:
 		set(cachev1alpha1.ConditionReady, metav1.ConditionTrue, ReasonScaledToZero, "spec.replicas is 0")
-	case s.ReadyReplicas >= desired && s.Replicas == desired && (rolled || onDelete):
+	case s.ReadyReplicas >= desired && s.Replicas == desired && rolled:
 		set(cachev1alpha1.ConditionReady, metav1.ConditionTrue, ReasonAllPodsReady, fmt.Sprintf("%d of %d pod(s) ready", s.ReadyReplicas, desired))
+	case s.ReadyReplicas >= desired && s.Replicas == desired && onDelete:
+		// Every pod serves, as a StatefulSet's would, but not the spec asked
+		// for: with OnDelete nothing moves until someone deletes the pods.
+		set(cachev1alpha1.ConditionReady, metav1.ConditionTrue, ReasonOlderRevisionPods,
+			fmt.Sprintf("%d of %d pod(s) ready, but only %d run the current spec: updateStrategy is OnDelete, so the others keep their older revision until you delete them", s.ReadyReplicas, desired, s.UpdatedReplicas))
 	default:
 		msg := fmt.Sprintf("%d of %d pod(s) ready", s.ReadyReplicas, desired)
 		if !rolled {

@@ -551,7 +551,9 @@ type CacheRevision struct {
 
 // Condition types of a Cache.
 const (
-	// ConditionReady is True when every desired pod runs the current spec and is Ready.
+	// ConditionReady is True when every desired pod is Ready: with reason
+	// AllPodsReady once they all run the current spec, PodsRunOlderRevision
+	// while OnDelete leaves some on an older one.
 	ConditionReady = "Ready"
 	// ConditionProgressing is True while pods are being created, rolled or removed.
 	ConditionProgressing = "Progressing"
@@ -578,15 +580,52 @@ const (
 	ConditionAutoscaling = "Autoscaling"
 	// ConditionExtstore is True when every pod's extstore claim matches
 	// spec.extstore, False while the StatefulSet is replaced for a new claim
-	// template, while claims of an old class or size remain, or when a
-	// claim was deleted because its node was lost; Unknown when the operator
+	// template, while claims of an old class or size remain, when a claim
+	// was deleted because its node was lost, or when claims wait for a
+	// StorageClass that does not exist; Unknown when the operator
 	// cannot read volumes or nodes. Absent without spec.extstore.
 	ConditionExtstore = "Extstore"
 )
 
 // CacheStatus is the observed state of a Cache.
 type CacheStatus struct {
-	// Conditions: Ready, Progressing and Degraded.
+	// Conditions, each with the reasons it takes (docs/operator.md says what
+	// to do about each):
+	//
+	// Ready: True AllPodsReady (every desired pod runs the current spec and
+	// is Ready), PodsRunOlderRevision (updateStrategy OnDelete: every pod is
+	// Ready but some run an older spec until deleted) or ScaledToZero; False
+	// PodsNotReady, StatefulSetPending, or the Degraded reason of a refused
+	// apply (NameConflict, InvalidSpec, ApplyFailed).
+	//
+	// Progressing: True Creating, Scaling, RollingUpdate,
+	// WaitingForPodsReady, StatefulSetPending or ReplacingStatefulSet; False
+	// Stable, or UpdateWaitsForPodDeletion (OnDelete: delete the pods that
+	// run an older spec to update them).
+	//
+	// Degraded (needs a person): True PodUnschedulable, ImagePullFailed,
+	// CrashLooping, OOMKilled, PodConfigError, PodFailed, NodeNotReady,
+	// NameConflict, InvalidSpec or ApplyFailed; False NoProblems.
+	//
+	// PodsRestarted: True with the engine's last termination reason (e.g.
+	// OOMKilled, Error) or EngineRestarted: a restart emptied that shard;
+	// False NoRestarts.
+	//
+	// CoresExclusive: True StaticCPUManager; False SharedCores (dedicated
+	// pods on a node without the static CPU manager) or NotDedicated
+	// (spec.dedicatedCPUs is false, as asked); Unknown NotChecked.
+	//
+	// Monitoring (with spec.monitoring): True PodMonitorInPlace; False
+	// PrometheusOperatorMissing, NoMetricsPort or ApplyFailed.
+	//
+	// Autoscaling (with spec.autoscaling): True AutoscalerActive; False
+	// MetricsAPIMissing, ApplyFailed, or the HorizontalPodAutoscaler's own
+	// reason (e.g. FailedGetPodsMetric); Unknown AutoscalerPending.
+	//
+	// Extstore (with spec.extstore): True ClaimsMatch; False
+	// ClaimTemplateChanged, ClaimsOutdated, ClaimsExpanding, VolumeNodeLost
+	// or StorageClassNotFound (claims wait for a class that does not exist);
+	// Unknown NodeLossCheckFailed.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
