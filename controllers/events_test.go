@@ -35,7 +35,7 @@ import (
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
 )
 
-// eventsOf lists the Events of a namespace with reason.
+// eventsOf lists the Events of a namespace with reason ("" for all).
 func eventsOf(t *testing.T, ns, reason string) []eventsv1.Event {
 	t.Helper()
 	evs := &eventsv1.EventList{}
@@ -44,11 +44,25 @@ func eventsOf(t *testing.T, ns, reason string) []eventsv1.Event {
 	}
 	var out []eventsv1.Event
 	for _, e := range evs.Items {
-		if e.Reason == reason {
+		if reason == "" || e.Reason == reason {
 			out = append(out, e)
 		}
 	}
 	return out
+}
+
+// hasEvent finds an Event in ns with reason, of type typ ("" for either),
+// whose note contains fragment; otherwise it describes the Events there are.
+func hasEvent(t *testing.T, ns, reason, typ, fragment string) (bool, string) {
+	t.Helper()
+	var seen []string
+	for _, e := range eventsOf(t, ns, "") {
+		if e.Reason == reason && (typ == "" || e.Type == typ) && strings.Contains(e.Note, fragment) {
+			return true, ""
+		}
+		seen = append(seen, e.Type+" "+e.Reason+": "+e.Note)
+	}
+	return false, strings.Join(seen, "\n")
 }
 
 // Shared cores are what the spec asked for: a Normal Event, never a

@@ -34,7 +34,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -107,22 +106,6 @@ func claimDeleted(ns, name string) (bool, string) {
 		return false, err.Error()
 	}
 	return pvc.DeletionTimestamp != nil, fmt.Sprintf("claim %s: %s, not deleted", name, pvc.Spec.Resources.Requests.Storage())
-}
-
-// eventFor finds an Event of the Cache with reason whose note contains text.
-func eventFor(ns, cache, reason, text string) (bool, string) {
-	evs := &eventsv1.EventList{}
-	if err := k8sClient.List(context.Background(), evs, client.InNamespace(ns)); err != nil {
-		return false, err.Error()
-	}
-	var seen []string
-	for _, e := range evs.Items {
-		if e.Regarding.Name == cache && e.Reason == reason && strings.Contains(e.Note, text) {
-			return true, ""
-		}
-		seen = append(seen, e.Reason)
-	}
-	return false, fmt.Sprintf("events %v", seen)
 }
 
 // replaceAsTheGarbageCollectorWould waits until the operator has deleted the
@@ -272,17 +255,7 @@ func TestAdmissionRejectsInvalidExtstore(t *testing.T) {
 		}, "spec.engine.threads plus spec.extstore.ioThreads must be at most 252"},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			c := &cachev1alpha1.Cache{
-				ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: ns},
-				Spec:       cachev1alpha1.CacheSpec{Memory: resource.MustParse("64Mi")},
-			}
-			tc.mutate(c)
-			err := k8sClient.Create(context.Background(), c)
-			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("want an Invalid error with %q, got %v", tc.want, err)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { mustRefuse(t, ns, tc.name, tc.mutate, tc.want) })
 	}
 	// The smallest claim that holds two default pages passes.
 	createCache(t, ns, "smallest", withExtstore("214Mi", "")) // 214 x 0.9 - 64 = 128.6; 213Mi is refused
@@ -328,7 +301,7 @@ func TestExtstoreResizeReplacesTheStatefulSetAndItsClaims(t *testing.T) {
 		t.Fatalf("new StatefulSet's claim template asks for %s", got)
 	}
 	eventually(t, "a ReplacingStatefulSet event naming the new size", func() (bool, string) {
-		return eventFor(ns, "rs", ReasonReplacingStatefulSet, "size=2Gi")
+		return hasEvent(t, ns, ReasonReplacingStatefulSet, "", "size=2Gi")
 	})
 	setSTSStatus(t, ns, "rs", appsv1.StatefulSetStatus{Replicas: 2, CurrentRevision: "rev-old", UpdateRevision: "rev-new"})
 	eventually(t, "the old-size claim without a pod deleted", func() (bool, string) { return claimDeleted(ns, "extstore-rs-1") })
@@ -408,7 +381,7 @@ func TestExtstoreGrowsClaimsInPlaceWhenTheirClassExpands(t *testing.T) {
 		}
 		return pvc.Spec.Resources.Requests.Storage().String() == "3Gi", pvc.Spec.Resources.Requests.Storage().String()
 	})
-	eventually(t, "an ExpandingClaim event", func() (bool, string) { return eventFor(ns, "ex", "ExpandingClaim", "extstore-ex-0") })
+	eventually(t, "an ExpandingClaim event", func() (bool, string) { return hasEvent(t, ns, "ExpandingClaim", "", "extstore-ex-0") })
 	// The request is patched, the volume has not grown: not done yet.
 	eventually(t, "Extstore False, ClaimsExpanding, while the capacity is 1Gi", func() (bool, string) {
 		cond := condOf(getCache(t, ns, "ex"), cachev1alpha1.ConditionExtstore)
@@ -569,10 +542,10 @@ func TestExtstoreClaimsOfLostNodesAreReplaced(t *testing.T) {
 		})
 	}
 	eventually(t, "VolumeNodeLost events for both", func() (bool, string) {
-		if ok, s := eventFor(ns, "nl", ReasonVolumeNodeLost, "node "+gone+" was deleted"); !ok {
+		if ok, s := hasEvent(t, ns, ReasonVolumeNodeLost, "", "node "+gone+" was deleted"); !ok {
 			return false, s
 		}
-		return eventFor(ns, "nl", ReasonVolumeNodeLost, "node "+down+" has been NotReady for more than 5m0s")
+		return hasEvent(t, ns, ReasonVolumeNodeLost, "", "node "+down+" has been NotReady for more than 5m0s")
 	})
 	eventually(t, "Extstore condition names the loss", func() (bool, string) {
 		cond := condOf(getCache(t, ns, "nl"), cachev1alpha1.ConditionExtstore)
@@ -698,10 +671,10 @@ func TestExtstoreNodeLossFindsNodesByTheirHostnameLabel(t *testing.T) {
 		return apierrors.IsNotFound(err) || (err == nil && cur.UID != p2.UID), fmt.Sprint(err)
 	})
 	eventually(t, "events name the Nodes", func() (bool, string) {
-		if ok, s := eventFor(ns, "hn", ReasonVolumeNodeLost, "node "+ns+"-b was deleted"); !ok {
+		if ok, s := hasEvent(t, ns, ReasonVolumeNodeLost, "", "node "+ns+"-b was deleted"); !ok {
 			return false, s
 		}
-		return eventFor(ns, "hn", ReasonVolumeNodeLost, "node "+ns+"-c.internal has been NotReady")
+		return hasEvent(t, ns, ReasonVolumeNodeLost, "", "node "+ns+"-c.internal has been NotReady")
 	})
 	// hn-0's reconciles ran along with hn-1's and hn-2's (one Cache, one
 	// reconcile over all its pods): its healthy node was looked up too.
