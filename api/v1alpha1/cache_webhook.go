@@ -20,6 +20,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"reflect"
 	"strconv"
@@ -77,12 +78,12 @@ type CacheDefaulting struct {
 func (h *CacheDefaulting) Handle(ctx context.Context, req admission.Request) admission.Response {
 	var object map[string]any
 	if err := json.Unmarshal(req.Object.Raw, &object); err != nil {
-		return admission.Errored(400, err)
+		return admission.Errored(http.StatusBadRequest, err)
 	}
 	spec, hasSpec := object["spec"].(map[string]any)
 	var c Cache
 	if err := json.Unmarshal(req.Object.Raw, &c); err != nil {
-		errs := UndecodableFields(field.NewPath("spec"), reflect.TypeFor[CacheSpec](), spec)
+		errs := undecodableFields(field.NewPath("spec"), reflect.TypeFor[CacheSpec](), spec)
 		if len(errs) == 0 {
 			// Not a field the spec walk knows: the schema names it.
 			return admission.Allowed("")
@@ -96,7 +97,7 @@ func (h *CacheDefaulting) Handle(ctx context.Context, req admission.Request) adm
 	}
 	image := c.Spec.Image
 	if err := h.Defaulter.Default(ctx, &c); err != nil {
-		return admission.Errored(500, err)
+		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	if c.Spec.Image == image {
 		return admission.Allowed("")
@@ -104,10 +105,10 @@ func (h *CacheDefaulting) Handle(ctx context.Context, req admission.Request) adm
 	return admission.Patched("", jsonpatch.NewOperation("add", "/spec/image", c.Spec.Image))
 }
 
-// UndecodableFields names every value under p that does not decode into its
+// undecodableFields names every value under p that does not decode into its
 // Go type t, echoing the value as the user wrote it. The walk follows t, so
 // it knows every field of the API without a list of its own.
-func UndecodableFields(p *field.Path, t reflect.Type, v any) field.ErrorList {
+func undecodableFields(p *field.Path, t reflect.Type, v any) field.ErrorList {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -122,18 +123,18 @@ func UndecodableFields(p *field.Path, t reflect.Type, v any) field.ErrorList {
 				f := t.Field(i)
 				name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 				if name != "" && name != "-" {
-					errs = append(errs, UndecodableFields(p.Child(name), f.Type, obj[name])...)
+					errs = append(errs, undecodableFields(p.Child(name), f.Type, obj[name])...)
 				}
 			}
 			return errs
 		case t.Kind() == reflect.Map && obj != nil:
 			for k, e := range obj {
-				errs = append(errs, UndecodableFields(p.Key(k), t.Elem(), e)...)
+				errs = append(errs, undecodableFields(p.Key(k), t.Elem(), e)...)
 			}
 			return errs
 		case t.Kind() == reflect.Slice && list != nil:
 			for i, e := range list {
-				errs = append(errs, UndecodableFields(p.Index(i), t.Elem(), e)...)
+				errs = append(errs, undecodableFields(p.Index(i), t.Elem(), e)...)
 			}
 			return errs
 		}
