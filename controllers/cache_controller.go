@@ -511,17 +511,19 @@ func (r *CacheReconciler) recordSpecEvents(c *cachev1alpha1.Cache, prev, next *a
 // and a scale by hand of an autoscaled Cache lasts only until the
 // autoscaler's next evaluation.
 func (r *CacheReconciler) recordScaleEvents(c *cachev1alpha1.Cache, from, to int32) {
+	msg := fmt.Sprintf("scaling from %d to %d pod(s)", from, to)
+	if c.Spec.Autoscaling != nil {
+		msg += fmt.Sprintf(" (HorizontalPodAutoscaler %s scales this Cache)", HPAName(c))
+	}
 	if to < from {
 		removed := make([]string, 0, from-to)
 		for i := to; i < from; i++ {
 			removed = append(removed, fmt.Sprintf("%s-%d", StatefulSetName(c), i))
 		}
-		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, ReasonScalingIn, "Apply",
-			"scaling in from %d to %d pod(s): the keys of shard(s) %s are dropped with their pods, and clients that re-hash them onto the remaining pods miss until they are set again",
-			from, to, strings.Join(removed, ", "))
-	} else {
-		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Scaling", "Apply", "scaling from %d to %d pod(s)", from, to)
+		msg += fmt.Sprintf(": the keys of shard(s) %s are dropped with their pods, and clients that re-hash them onto the remaining pods miss until they are set again",
+			strings.Join(removed, ", "))
 	}
+	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, ReasonScaling, "Apply", "%s", msg)
 	if a := c.Spec.Autoscaling; a != nil {
 		if who := replicasWriter(c); who != "" && who != autoscalerManager {
 			r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonScaledOutsideAutoscaler, "Apply",

@@ -108,8 +108,8 @@ func TestScaleEventsSayWhatAScaleCosts(t *testing.T) {
 	})
 	statefulSetOf(t, ns, "sc")
 	scaleAs(t, ns, "sc", autoscalerManager, 2)
-	eventually(t, "a ScalingIn Event naming the dropped shard", func() (bool, string) {
-		return hasEvent(t, ns, ReasonScalingIn, corev1.EventTypeNormal, "the keys of shard(s) sc-2 are dropped")
+	eventually(t, "a Scaling Event naming the shard whose keys are dropped", func() (bool, string) {
+		return hasEvent(t, ns, ReasonScaling, corev1.EventTypeNormal, "from 3 to 2 pod(s) (HorizontalPodAutoscaler sc scales this Cache): the keys of shard(s) sc-2 are dropped")
 	})
 	scaleAs(t, ns, "sc", "kubectl", 4)
 	eventually(t, "a Warning that the autoscaler undoes a manual scale", func() (bool, string) {

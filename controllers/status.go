@@ -77,7 +77,6 @@ const (
 	ReasonAutoscalerPending   = "AutoscalerPending"
 	ReasonAuxApplyFailed      = "ApplyFailed"
 	// Event reasons only.
-	ReasonScalingIn               = "ScalingIn"
 	ReasonScaledOutsideAutoscaler = "ScaledOutsideAutoscaler"
 )
 
