@@ -520,6 +520,52 @@ func NodeLost(node *corev1.Node, timeout time.Duration, now time.Time) (bool, ti
 	return false, 0 // a node that never reported: not known to be lost
 }
 
+// nodeLoss is what the nodes of one volume say.
+type nodeLoss struct {
+	// lostAll: every node is deleted or NotReady for longer than the timeout.
+	lostAll bool
+	// wait is when the first NotReady node reaches the timeout.
+	wait time.Duration
+	// why one node is lost, for the Event and the condition.
+	why string
+	// nodeNames are the Nodes that still exist.
+	nodeNames []string
+}
+
+// volumeNodeLoss finds the nodes a volume is pinned to. The volume names
+// them by their hostname label, which is not always the Node's name
+// (--hostname-override, some clouds): the Nodes are found by that label,
+// and a value no Node carries any more is a deleted node.
+func (r *CacheReconciler) volumeNodeLoss(ctx context.Context, pv *corev1.PersistentVolume, hostnames []string, timeout time.Duration, now time.Time, res *extstoreResult) nodeLoss {
+	loss := nodeLoss{lostAll: true}
+	for _, hostname := range hostnames {
+		list := &corev1.NodeList{}
+		if err := r.readDirect().List(ctx, list, client.MatchingLabels{corev1.LabelHostname: hostname}); err != nil {
+			res.checkErr = fmt.Sprintf("cannot list Nodes labelled %s=%s of volume %s: %v", corev1.LabelHostname, hostname, pv.Name, err)
+			loss.lostAll = false
+			continue
+		}
+		if len(list.Items) == 0 {
+			loss.why = fmt.Sprintf("node %s was deleted", hostname)
+			continue
+		}
+		for j := range list.Items {
+			node := &list.Items[j]
+			loss.nodeNames = append(loss.nodeNames, node.Name)
+			lost, left := NodeLost(node, timeout, now)
+			if !lost {
+				loss.lostAll = false
+				if left > 0 && (loss.wait == 0 || left < loss.wait) {
+					loss.wait = left
+				}
+				continue
+			}
+			loss.why = fmt.Sprintf("node %s has been NotReady for more than %s", node.Name, timeout)
+		}
+	}
+	return loss
+}
+
 // replaceClaimsOfLostNodes deletes the claim (and the pod) of every pod that
 // is not Ready because its volume's node is gone or NotReady for too long.
 func (r *CacheReconciler) replaceClaimsOfLostNodes(ctx context.Context, c *cachev1alpha1.Cache, pods []corev1.Pod, claims []corev1.PersistentVolumeClaim, res *extstoreResult) error {
@@ -550,37 +596,8 @@ func (r *CacheReconciler) replaceClaimsOfLostNodes(ctx context.Context, c *cache
 		if len(nodes) == 0 {
 			continue // not pinned to a node: it follows the pod
 		}
-		// The volume names its nodes by their hostname label, which is not
-		// always the Node's name (--hostname-override, some clouds): the
-		// Nodes are found by that label, and a value no Node carries any
-		// more is a deleted node.
-		lostAll, wait, why := true, time.Duration(0), ""
-		var nodeNames []string
-		for _, hostname := range nodes {
-			list := &corev1.NodeList{}
-			if err := r.readDirect().List(ctx, list, client.MatchingLabels{corev1.LabelHostname: hostname}); err != nil {
-				res.checkErr = fmt.Sprintf("cannot list Nodes labelled %s=%s of volume %s: %v", corev1.LabelHostname, hostname, pv.Name, err)
-				lostAll = false
-				continue
-			}
-			if len(list.Items) == 0 {
-				why = fmt.Sprintf("node %s was deleted", hostname)
-				continue
-			}
-			for j := range list.Items {
-				node := &list.Items[j]
-				nodeNames = append(nodeNames, node.Name)
-				lost, left := NodeLost(node, timeout, now)
-				if !lost {
-					lostAll = false
-					if left > 0 && (wait == 0 || left < wait) {
-						wait = left
-					}
-					continue
-				}
-				why = fmt.Sprintf("node %s has been NotReady for more than %s", node.Name, timeout)
-			}
-		}
+		loss := r.volumeNodeLoss(ctx, pv, nodes, timeout, now, res)
+		lostAll, wait, why, nodeNames := loss.lostAll, loss.wait, loss.why, loss.nodeNames
 		// A pod that mounts the volume can only have been bound to one of
 		// its nodes; when they all still exist and the pod's is not among
 		// them, something else holds the pod back. When none exists, the

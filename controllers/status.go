@@ -321,14 +321,30 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 			Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: c.Generation,
 		})
 	}
-	desired := c.Spec.DesiredReplicas()
 	setRestartCondition(c, st.Endpoints, obs.Options, set)
 	setCoresCondition(c, obs, set)
 	setMonitoringCondition(c, obs, set, &st.Conditions)
 	setAutoscalingCondition(c, obs, set, &st.Conditions)
 	setExtstoreCondition(c, obs, set, &st.Conditions)
+	problems := setDegradedCondition(c, obs, set)
 
-	// Problems come first: they explain every other condition.
+	sts := obs.StatefulSet
+	if sts == nil || sts.Status.ObservedGeneration < sts.Generation {
+		if sts != nil {
+			st.Replicas, st.ReadyReplicas = sts.Status.Replicas, sts.Status.ReadyReplicas
+		}
+		set(cachev1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonStatefulSetPending, "waiting for the StatefulSet controller to act on the latest spec")
+		set(cachev1alpha1.ConditionReady, metav1.ConditionFalse, ReasonStatefulSetPending, "waiting for the StatefulSet controller to act on the latest spec")
+		return st
+	}
+	st.Replicas, st.ReadyReplicas = sts.Status.Replicas, sts.Status.ReadyReplicas
+	setRolloutConditions(c, sts.Status, len(obs.Pods), problems, set)
+	return st
+}
+
+// setDegradedCondition reports the first pod problem (problems come first:
+// they explain every other condition) and returns them all.
+func setDegradedCondition(c *cachev1alpha1.Cache, obs Observed, set func(string, metav1.ConditionStatus, string, string)) []podProblem {
 	var problems []podProblem
 	pods := append([]corev1.Pod(nil), obs.Pods...)
 	sort.Slice(pods, func(i, j int) bool { return ordinal(c, pods[i].Name) < ordinal(c, pods[j].Name) })
@@ -350,18 +366,14 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 	} else {
 		set(cachev1alpha1.ConditionDegraded, metav1.ConditionFalse, ReasonNoProblems, "no pod reports a problem")
 	}
+	return problems
+}
 
-	sts := obs.StatefulSet
-	if sts == nil || sts.Status.ObservedGeneration < sts.Generation {
-		if sts != nil {
-			st.Replicas, st.ReadyReplicas = sts.Status.Replicas, sts.Status.ReadyReplicas
-		}
-		set(cachev1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonStatefulSetPending, "waiting for the StatefulSet controller to act on the latest spec")
-		set(cachev1alpha1.ConditionReady, metav1.ConditionFalse, ReasonStatefulSetPending, "waiting for the StatefulSet controller to act on the latest spec")
-		return st
-	}
-	s := sts.Status
-	st.Replicas, st.ReadyReplicas = s.Replicas, s.ReadyReplicas
+// setRolloutConditions says, from the StatefulSet controller's counters,
+// where the pods are on their way to the current spec (Progressing) and
+// whether they all serve it (Ready).
+func setRolloutConditions(c *cachev1alpha1.Cache, s appsv1.StatefulSetStatus, pods int, problems []podProblem, set func(string, metav1.ConditionStatus, string, string)) {
+	desired := c.Spec.DesiredReplicas()
 	onDelete := c.Spec.UpdateStrategy.Type == cachev1alpha1.OnDeleteStrategy
 	rolled := s.UpdateRevision == "" || (s.CurrentRevision == s.UpdateRevision && s.UpdatedReplicas >= desired)
 	if !rolled && s.UpdatedReplicas >= desired && s.Replicas == desired {
@@ -369,7 +381,7 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 	}
 
 	switch {
-	case s.Replicas == 0 && desired > 0 && s.ReadyReplicas == 0 && len(obs.Pods) == 0:
+	case s.Replicas == 0 && desired > 0 && s.ReadyReplicas == 0 && pods == 0:
 		set(cachev1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonCreating, fmt.Sprintf("creating %d pod(s)", desired))
 	case s.Replicas != desired:
 		set(cachev1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonScaling, fmt.Sprintf("scaling from %d to %d pod(s)", s.Replicas, desired))
@@ -405,7 +417,6 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 		}
 		set(cachev1alpha1.ConditionReady, metav1.ConditionFalse, ReasonPodsNotReady, msg)
 	}
-	return st
 }
 
 // setRestartCondition reports pods whose engine restarted: a restart is not

@@ -271,10 +271,16 @@ func validateCache(c *Cache) (admission.Warnings, error) {
 // ValidateCacheSpec returns every rule a Cache breaks, each naming its field,
 // plus warnings for legal but probably unintended settings.
 func ValidateCacheSpec(c *Cache) (field.ErrorList, admission.Warnings) {
-	var errs field.ErrorList
-	var warnings admission.Warnings
-	spec := field.NewPath("spec")
+	errs := validateName(c)
+	errs = append(errs, validateEngine(c)...)
+	errs = append(errs, validatePlacement(c)...)
+	serviceErrs, serviceWarnings := validateService(c)
+	errs = append(errs, serviceErrs...)
+	return errs, append(disruptionWarnings(c), serviceWarnings...)
+}
 
+func validateName(c *Cache) field.ErrorList {
+	var errs field.ErrorList
 	name := field.NewPath("metadata", "name")
 	if len(c.Name) > MaxNameLength {
 		errs = append(errs, field.TooLong(name, c.Name, MaxNameLength))
@@ -282,7 +288,14 @@ func ValidateCacheSpec(c *Cache) (field.ErrorList, admission.Warnings) {
 	for _, msg := range validation.IsDNS1035Label(c.Name) {
 		errs = append(errs, field.Invalid(name, c.Name, "must be usable as a Service name: "+msg))
 	}
+	return errs
+}
 
+// validateEngine checks memory, the item size and the slab classes against
+// each other, as cachetd does when it starts.
+func validateEngine(c *Cache) field.ErrorList {
+	var errs field.ErrorList
+	spec := field.NewPath("spec")
 	mem := c.Spec.Memory.Value()
 	const mib = 1 << 20
 	if mem%mib != 0 {
@@ -328,7 +341,14 @@ func ValidateCacheSpec(c *Cache) (field.ErrorList, admission.Warnings) {
 				fmt.Sprintf("must be at most spec.engine.maxItemSize (%d bytes): no item is larger", itemMax)))
 		}
 	}
+	return errs
+}
 
+// validatePlacement keeps the operator's own labels and annotations on the
+// pods, and the rest valid keys and values.
+func validatePlacement(c *Cache) field.ErrorList {
+	var errs field.ErrorList
+	spec := field.NewPath("spec")
 	placement := spec.Child("placement")
 	for _, l := range ReservedPodLabels {
 		if _, ok := c.Spec.Placement.PodLabels[l]; ok {
@@ -360,16 +380,28 @@ func ValidateCacheSpec(c *Cache) (field.ErrorList, admission.Warnings) {
 			errs = append(errs, field.Invalid(placement.Child("podLabels").Key(k), v, msg))
 		}
 	}
+	return errs
+}
 
-	dedicated := c.Spec.IsDedicatedCPUs()
-	if t := c.Spec.Engine.Threads; t != nil && dedicated && *t > c.Spec.CPUs() {
+// disruptionWarnings are legal settings that probably do not do what was
+// meant: workers sharing exclusive cores, a budget that blocks every drain.
+func disruptionWarnings(c *Cache) admission.Warnings {
+	var warnings admission.Warnings
+	if t := c.Spec.Engine.Threads; t != nil && c.Spec.IsDedicatedCPUs() && *t > c.Spec.CPUs() {
 		warnings = append(warnings, fmt.Sprintf("spec.engine.threads (%d) exceeds spec.cpu (%d): several workers will share each exclusive core", *t, c.Spec.CPUs()))
 	}
 	if m := c.Spec.PodDisruptionBudget.MaxUnavailable; m != nil && allowsNoDisruption(m.String()) {
 		warnings = append(warnings, fmt.Sprintf("spec.podDisruptionBudget.maxUnavailable is %s: node drains will block until the Cache is deleted or the budget changed", m.String()))
 	}
+	return warnings
+}
 
-	svc := spec.Child("service")
+// validateService checks the load balancer's source ranges, and warns about
+// a load balancer open to anyone (the protocol has no authentication).
+func validateService(c *Cache) (field.ErrorList, admission.Warnings) {
+	var errs field.ErrorList
+	var warnings admission.Warnings
+	svc := field.NewPath("spec", "service")
 	for i, r := range c.Spec.Service.LoadBalancerSourceRanges {
 		if _, err := netip.ParsePrefix(strings.TrimSpace(r)); err != nil {
 			errs = append(errs, field.Invalid(svc.Child("loadBalancerSourceRanges").Index(i), r, "must be a CIDR such as 10.0.0.0/8"))
