@@ -24,6 +24,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -147,5 +148,24 @@ func TestExtstoreNamesAMissingStorageClass(t *testing.T) {
 		}
 		cond := condOf(cur, cachev1alpha1.ConditionDegraded)
 		return cond.Reason == ReasonPodUnschedulable && strings.Contains(cond.Message, `StorageClass "`+class+`" does not exist`), cond.Reason + ": " + cond.Message
+	})
+}
+
+// With OnDelete, pods that serve an older spec are Ready, as a StatefulSet's
+// would be, but the reason says so and that deleting them updates them.
+func TestOnDeleteReadySaysPodsRunAnOlderRevision(t *testing.T) {
+	needIntegration(t)
+	ns := newNamespace(t)
+	createCache(t, ns, "od", func(c *cachev1alpha1.Cache) {
+		c.Spec.Replicas = ptr.To(int32(2))
+		c.Spec.UpdateStrategy.Type = cachev1alpha1.OnDeleteStrategy
+	})
+	statefulSetOf(t, ns, "od")
+	setSTSStatus(t, ns, "od", appsv1.StatefulSetStatus{Replicas: 2, ReadyReplicas: 2, CurrentReplicas: 2, CurrentRevision: "od-old", UpdateRevision: "od-new"})
+	eventually(t, "Ready True with the older revision named", func() (bool, string) {
+		cond := condOf(getCache(t, ns, "od"), cachev1alpha1.ConditionReady)
+		return cond.Status == metav1.ConditionTrue && cond.Reason == ReasonOlderRevisionPods &&
+				strings.Contains(cond.Message, "only 0 run the current spec") && strings.Contains(cond.Message, "until you delete them"),
+			string(cond.Status) + " " + cond.Reason + ": " + cond.Message
 	})
 }
