@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -36,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -183,77 +185,12 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 	}
 	opts := BuildOptions{Engine: r.Engine, Image: EngineImageFor(c, prevSTS, r.EngineImage)}
 
-	var sts *appsv1.StatefulSet
-	stsPending := prevSTS != nil && prevSTS.DeletionTimestamp != nil
-	recheck := false // something wanted depends on an API that may appear later
-	auxFailures := map[string]string{}
-	for _, kind := range ownedKinds {
-		wanted := kind.build(c, opts)
-		if kind.optionalAPI != "" && len(wanted) > 0 {
-			if !r.serves(kind.optionalAPI, kind.resource) || !r.ServedOptional[kind.resource] {
-				recheck = true
-			}
-			if !r.serves(kind.optionalAPI, kind.resource) {
-				continue // the Monitoring condition says what is missing
-			}
-		}
-		for _, obj := range wanted {
-			if s, ok := obj.(*appsv1.StatefulSet); ok {
-				sts = s
-				if stsPending {
-					// Being replaced (or deleted by someone): wait until it is
-					// gone, then create the new one; its deletion brings us back.
-					continue
-				}
-				if prevSTS != nil {
-					if differ, how := claimTemplatesDiffer(prevSTS, s); differ {
-						// Claim templates cannot change in place: seen before
-						// the API server refuses, so the Cache says what changed.
-						if err := r.replaceStatefulSet(ctx, c, prevSTS, how, true); err != nil {
-							return ctrl.Result{}, err
-						}
-						return ctrl.Result{RequeueAfter: requeueSoon}, nil
-					}
-				}
-			}
-			err := r.apply(ctx, c, obj)
-			if err == nil {
-				continue
-			}
-			kindName := obj.GetObjectKind().GroupVersionKind().Kind
-			if kind.auxiliary {
-				auxFailures[kind.resource] = fmt.Sprintf("the API server refused %s %s: %v", kindName, obj.GetName(), err)
-				recheck = true
-				continue
-			}
-			switch {
-			case errors.Is(err, errNotOurs):
-				return r.applyFailure(ctx, c, ReasonNameConflict, fmt.Sprintf("%v: delete or rename it, or rename the Cache", err))
-			case obj == client.Object(sts) && prevSTS != nil && isImmutableStatefulSetChange(err):
-				// An immutable StatefulSet field changed (e.g. after an
-				// operator upgrade). Replace the StatefulSet but orphan its
-				// pods: the new one adopts them and rolls them one by one.
-				if derr := r.replaceStatefulSet(ctx, c, prevSTS, "has immutable fields that changed ("+err.Error()+")", false); derr != nil {
-					return ctrl.Result{}, derr
-				}
-				return ctrl.Result{RequeueAfter: requeueSoon}, nil
-			case apierrors.IsConflict(err):
-				return ctrl.Result{RequeueAfter: requeueSoon}, nil
-			case apierrors.IsInvalid(err):
-				// The API server refused what the spec asks for (e.g. a
-				// malformed toleration the CRD schema cannot check).
-				return r.applyFailure(ctx, c, ReasonInvalidSpec,
-					fmt.Sprintf("the API server refused the %s built from this spec: %v; fix the spec and the operator retries", kindName, err))
-			default:
-				// Anything else the API server said no to: an admission
-				// webhook or policy, a quota, missing permissions. The pods
-				// may still serve, but they no longer follow the spec.
-				return r.applyFailure(ctx, c, ReasonApplyFailed,
-					fmt.Sprintf("the API server refused %s %s: %v; the operator retries with backoff", kindName, obj.GetName(), err))
-			}
-		}
+	a, done, err := r.applyOwned(ctx, c, prevSTS, opts)
+	if done != nil || err != nil {
+		return ptr.Deref(done, ctrl.Result{}), err
 	}
-	if stsPending {
+	sts, recheck, auxFailures := a.sts, a.recheck, a.auxFailures
+	if a.stsPending {
 		return ctrl.Result{}, nil
 	}
 	r.recordSpecEvents(c, prevSTS, sts, opts)
@@ -281,26 +218,12 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 
 	obs := Observed{StatefulSet: live.statefulSet, Pods: live.pods, ConfigMaps: configs, Image: opts.Image, Options: opts,
 		APIs: map[string]bool{}, AuxFailures: auxFailures,
-		Claims: claims.claims, ClaimsLost: claims.lost, ExtstoreCheckErr: claims.checkErr}
-	for _, gv := range metricsAPIsNeeded(c) {
-		obs.APIs[gv] = r.serves(gv, "")
-		recheck = recheck || !obs.APIs[gv]
+		Claims: claims.claims, ClaimsLost: claims.lost, ExtstoreCheckErr: claims.checkErr, ClaimsWithoutClass: claims.withoutClass}
+	missingAPI, err := r.observeAroundTheCache(ctx, c, &obs)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	if c.Spec.Monitoring.IsEnabled() {
-		for _, k := range ownedKinds {
-			if k.optionalAPI == MonitoringAPI && !r.serves(k.optionalAPI, k.resource) {
-				obs.MissingMonitoringKinds = append(obs.MissingMonitoringKinds, k.resource)
-			}
-		}
-	}
-	if c.Spec.Autoscaling != nil {
-		hpa := &autoscalingv2.HorizontalPodAutoscaler{}
-		if err := r.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: HPAName(c)}, hpa); err == nil {
-			obs.HPA = hpa
-		} else if !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, err
-		}
-	}
+	recheck = recheck || missingAPI
 	result := ctrl.Result{}
 	if recheck {
 		result.RequeueAfter = r.recheckAPIs()
@@ -310,16 +233,6 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 	}
 	if w := claims.requeueAfter; w > 0 && (result.RequeueAfter == 0 || w < result.RequeueAfter) {
 		result.RequeueAfter = w // a volume's NotReady node reaches the node-loss timeout; nodes are not watched
-	}
-	if r.CPUManager != nil && c.Spec.IsDedicatedCPUs() {
-		obs.NodePolicies = map[string]NodeCPUPolicy{}
-		for _, p := range live.pods {
-			if n := p.Spec.NodeName; n != "" {
-				if _, done := obs.NodePolicies[n]; !done {
-					obs.NodePolicies[n] = r.CPUManager.Policy(ctx, n)
-				}
-			}
-		}
 	}
 	status := ComputeStatus(c, obs, r.ClusterDomain)
 	RecordCacheMetrics(c, status)
@@ -339,6 +252,137 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 	r.recordConditionEvents(c, previous, status)
 	r.recordRestartEvents(c, previous, status)
 	return result, nil
+}
+
+// observeAroundTheCache adds to obs what the status reports beyond the
+// Cache's own objects: the metrics APIs its autoscaler reads, the
+// prometheus-operator kinds its monitoring needs, the autoscaler itself and
+// the CPU manager policy of its pods' nodes. missingAPI says an API it needs
+// is not served yet, so the operator looks again later.
+func (r *CacheReconciler) observeAroundTheCache(ctx context.Context, c *cachev1alpha1.Cache, obs *Observed) (missingAPI bool, err error) {
+	for _, gv := range metricsAPIsNeeded(c) {
+		obs.APIs[gv] = r.serves(gv, "")
+		missingAPI = missingAPI || !obs.APIs[gv]
+	}
+	if c.Spec.Monitoring.IsEnabled() {
+		for _, k := range ownedKinds {
+			if k.optionalAPI == MonitoringAPI && !r.serves(k.optionalAPI, k.resource) {
+				obs.MissingMonitoringKinds = append(obs.MissingMonitoringKinds, k.resource)
+			}
+		}
+	}
+	if c.Spec.Autoscaling != nil {
+		hpa := &autoscalingv2.HorizontalPodAutoscaler{}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: HPAName(c)}, hpa); err == nil {
+			obs.HPA = hpa
+		} else if !apierrors.IsNotFound(err) {
+			return missingAPI, err
+		}
+	}
+	if r.CPUManager != nil && c.Spec.IsDedicatedCPUs() {
+		obs.NodePolicies = map[string]NodeCPUPolicy{}
+		for _, p := range obs.Pods {
+			if n := p.Spec.NodeName; n != "" {
+				if _, done := obs.NodePolicies[n]; !done {
+					obs.NodePolicies[n] = r.CPUManager.Policy(ctx, n)
+				}
+			}
+		}
+	}
+	return missingAPI, nil
+}
+
+// applied is what writing the owned objects did and found.
+type applied struct {
+	// sts is the desired StatefulSet.
+	sts *appsv1.StatefulSet
+	// stsPending: the StatefulSet is being replaced; the new one comes once
+	// the old one is gone.
+	stsPending bool
+	// recheck: something wanted depends on an API that may appear later.
+	recheck bool
+	// auxFailures holds, by resource, why a monitoring or autoscaling
+	// object was refused: those never hold the Cache back.
+	auxFailures map[string]string
+}
+
+// stop ends the reconcile with an apply failure's result.
+func (a applied) stop(res ctrl.Result, err error) (applied, *ctrl.Result, error) {
+	return a, &res, err
+}
+
+// applyOwned writes every owned object the Cache wants. A non-nil result
+// (or an error) ends the reconcile with it: a refused object, a StatefulSet
+// being replaced, a conflict to retry.
+func (r *CacheReconciler) applyOwned(ctx context.Context, c *cachev1alpha1.Cache, prevSTS *appsv1.StatefulSet, opts BuildOptions) (applied, *ctrl.Result, error) {
+	a := applied{stsPending: prevSTS != nil && prevSTS.DeletionTimestamp != nil, auxFailures: map[string]string{}}
+	for _, kind := range ownedKinds {
+		wanted := kind.build(c, opts)
+		if kind.optionalAPI != "" && len(wanted) > 0 {
+			if !r.serves(kind.optionalAPI, kind.resource) || !r.ServedOptional[kind.resource] {
+				a.recheck = true
+			}
+			if !r.serves(kind.optionalAPI, kind.resource) {
+				continue // the Monitoring condition says what is missing
+			}
+		}
+		for _, obj := range wanted {
+			if s, ok := obj.(*appsv1.StatefulSet); ok {
+				a.sts = s
+				if a.stsPending {
+					// Being replaced (or deleted by someone): wait until it is
+					// gone, then create the new one; its deletion brings us back.
+					continue
+				}
+				if prevSTS != nil {
+					if differ, how := claimTemplatesDiffer(prevSTS, s); differ {
+						// Claim templates cannot change in place: seen before
+						// the API server refuses, so the Cache says what changed.
+						if err := r.replaceStatefulSet(ctx, c, prevSTS, how, true); err != nil {
+							return a, &ctrl.Result{}, err
+						}
+						return a, &ctrl.Result{RequeueAfter: requeueSoon}, nil
+					}
+				}
+			}
+			err := r.apply(ctx, c, obj)
+			if err == nil {
+				continue
+			}
+			kindName := obj.GetObjectKind().GroupVersionKind().Kind
+			if kind.auxiliary {
+				a.auxFailures[kind.resource] = fmt.Sprintf("the API server refused %s %s: %v", kindName, obj.GetName(), err)
+				a.recheck = true
+				continue
+			}
+			switch {
+			case errors.Is(err, errNotOurs):
+				return a.stop(r.applyFailure(ctx, c, ReasonNameConflict, fmt.Sprintf("%v: delete or rename it, or rename the Cache", err)))
+			case obj == client.Object(a.sts) && prevSTS != nil && isImmutableStatefulSetChange(err):
+				// An immutable StatefulSet field changed (e.g. after an
+				// operator upgrade). Replace the StatefulSet but orphan its
+				// pods: the new one adopts them and rolls them one by one.
+				if derr := r.replaceStatefulSet(ctx, c, prevSTS, "has immutable fields that changed ("+err.Error()+")", false); derr != nil {
+					return a, &ctrl.Result{}, derr
+				}
+				return a, &ctrl.Result{RequeueAfter: requeueSoon}, nil
+			case apierrors.IsConflict(err):
+				return a, &ctrl.Result{RequeueAfter: requeueSoon}, nil
+			case apierrors.IsInvalid(err):
+				// The API server refused what the spec asks for (e.g. a
+				// malformed toleration the CRD schema cannot check).
+				return a.stop(r.applyFailure(ctx, c, ReasonInvalidSpec,
+					fmt.Sprintf("the API server refused the %s built from this spec: %v; fix the spec and the operator retries", kindName, err)))
+			default:
+				// Anything else the API server said no to: an admission
+				// webhook or policy, a quota, missing permissions. The pods
+				// may still serve, but they no longer follow the spec.
+				return a.stop(r.applyFailure(ctx, c, ReasonApplyFailed,
+					fmt.Sprintf("the API server refused %s %s: %v; the operator retries with backoff", kindName, obj.GetName(), err)))
+			}
+		}
+	}
+	return a, nil, nil
 }
 
 func (r *CacheReconciler) recheckAPIs() time.Duration {
@@ -490,12 +534,7 @@ func (r *CacheReconciler) recordSpecEvents(c *cachev1alpha1.Cache, prev, next *a
 		return
 	}
 	if prev.Spec.Replicas != nil && *prev.Spec.Replicas != *next.Spec.Replicas {
-		by := ""
-		if c.Spec.Autoscaling != nil {
-			by = fmt.Sprintf(" (spec.replicas set through /scale; HorizontalPodAutoscaler %s scales this Cache)", HPAName(c))
-		}
-		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "Scaling", "Apply",
-			"scaling from %d to %d pod(s)%s", *prev.Spec.Replicas, *next.Spec.Replicas, by)
+		r.recordScaleEvents(c, *prev.Spec.Replicas, *next.Spec.Replicas)
 	}
 	oldHash := prev.Spec.Template.Annotations[ConfigHashAnnotation]
 	newHash := next.Spec.Template.Annotations[ConfigHashAnnotation]
@@ -507,6 +546,65 @@ func (r *CacheReconciler) recordSpecEvents(c *cachev1alpha1.Cache, prev, next *a
 		r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, "ConfigChanged", "Apply",
 			"engine configuration %s -> %s, %s: %v", oldHash, newHash, how, EngineArgs(c, opts))
 	}
+}
+
+// recordScaleEvents says what a scale costs: a scale-in drops the keys of
+// the shards it removes (each pod is its own shard, with no copy elsewhere),
+// and a scale by hand of an autoscaled Cache lasts only until the
+// autoscaler's next evaluation.
+func (r *CacheReconciler) recordScaleEvents(c *cachev1alpha1.Cache, from, to int32) {
+	msg := fmt.Sprintf("scaling from %d to %d pod(s)", from, to)
+	if c.Spec.Autoscaling != nil {
+		msg += fmt.Sprintf(" (HorizontalPodAutoscaler %s scales this Cache)", HPAName(c))
+	}
+	if to < from {
+		removed := make([]string, 0, from-to)
+		for i := to; i < from; i++ {
+			removed = append(removed, fmt.Sprintf("%s-%d", StatefulSetName(c), i))
+		}
+		msg += fmt.Sprintf(": the keys of shard(s) %s are dropped with their pods, and clients that re-hash them onto the remaining pods miss until they are set again",
+			strings.Join(removed, ", "))
+	}
+	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, ReasonScaling, "Apply", "%s", msg)
+	if a := c.Spec.Autoscaling; a != nil {
+		if who := replicasWriter(c); who != "" && who != autoscalerManager {
+			r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonScaledOutsideAutoscaler, "Apply",
+				"%s set spec.replicas to %d, but HorizontalPodAutoscaler %s manages it (from %d to %d pods) and sets it back at its next evaluation: change spec.autoscaling.minReplicas or maxReplicas instead, or remove spec.autoscaling to scale by hand",
+				who, to, HPAName(c), ptr.Deref(a.MinReplicas, 1), a.MaxReplicas)
+		}
+	}
+}
+
+// autoscalerManager is the field manager of the HorizontalPodAutoscaler's
+// writes: it runs in kube-controller-manager.
+const autoscalerManager = "kube-controller-manager"
+
+// replicasWriter is the field manager that last wrote spec.replicas, from
+// the Cache's managed fields (kubectl scale, an apply, or the autoscaler).
+func replicasWriter(c *cachev1alpha1.Cache) string {
+	var who string
+	var when time.Time
+	for _, mf := range c.ManagedFields {
+		if mf.FieldsV1 == nil {
+			continue
+		}
+		var fields struct {
+			Spec map[string]any `json:"f:spec"`
+		}
+		if json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields) != nil {
+			continue
+		}
+		if _, ok := fields.Spec["f:replicas"]; !ok {
+			continue
+		}
+		if t := mf.Time; who == "" || (t != nil && !t.Time.Before(when)) {
+			who = mf.Manager
+			if t != nil {
+				when = t.Time
+			}
+		}
+	}
+	return who
 }
 
 // recordConditionEvents emits an Event when the Cache becomes Ready or stops
@@ -546,9 +644,12 @@ func (r *CacheReconciler) recordConditionEvents(c *cachev1alpha1.Cache, prev, ne
 			continue
 		}
 		// Planned work (a roll, a scale) also makes a Cache not Ready; only
-		// problems are Warnings.
+		// problems are Warnings. Shared cores asked for (NotDedicated) are
+		// the spec's choice, not a problem: a Warning for every such Cache
+		// would be noise to whoever alerts on Warnings.
 		kind := corev1.EventTypeNormal
-		if (t == cachev1alpha1.ConditionDegraded && cur.Status == metav1.ConditionTrue) || t == cachev1alpha1.ConditionCoresExclusive ||
+		if (t == cachev1alpha1.ConditionDegraded && cur.Status == metav1.ConditionTrue) ||
+			(t == cachev1alpha1.ConditionCoresExclusive && cur.Reason != ReasonNotDedicated) ||
 			((t == cachev1alpha1.ConditionMonitoring || t == cachev1alpha1.ConditionAutoscaling) && cur.Status == metav1.ConditionFalse) {
 			kind = corev1.EventTypeWarning
 		}

@@ -78,6 +78,26 @@ func createCache(t *testing.T, ns, name string, mutate ...func(*cachev1alpha1.Ca
 	return c
 }
 
+// mustRefuse creates a Cache of 64Mi changed by mutate, and fails the test
+// unless the API server refuses it as Invalid with every fragment of want.
+func mustRefuse(t *testing.T, ns, name string, mutate func(*cachev1alpha1.Cache), want ...string) {
+	t.Helper()
+	c := &cachev1alpha1.Cache{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       cachev1alpha1.CacheSpec{Memory: resource.MustParse("64Mi")},
+	}
+	mutate(c)
+	err := k8sClient.Create(context.Background(), c)
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("want an Invalid error, got %v", err)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+}
+
 func getCache(t *testing.T, ns, name string) *cachev1alpha1.Cache {
 	t.Helper()
 	c := &cachev1alpha1.Cache{}
@@ -732,25 +752,7 @@ func TestAdmissionRejectsInvalidCaches(t *testing.T) {
 		{"replicas-negative", func(c *cachev1alpha1.Cache) { c.Spec.Replicas = ptr.To(int32(-1)) }, []string{"spec.replicas", "greater than or equal to 0"}},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			c := &cachev1alpha1.Cache{
-				ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: ns},
-				Spec:       cachev1alpha1.CacheSpec{Memory: resource.MustParse("64Mi")},
-			}
-			tc.mutate(c)
-			err := k8sClient.Create(context.Background(), c)
-			if err == nil {
-				t.Fatal("an invalid Cache was accepted")
-			}
-			if !apierrors.IsInvalid(err) {
-				t.Fatalf("want an Invalid error, got %v", err)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q lacks %q", err, w)
-				}
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { mustRefuse(t, ns, tc.name, tc.mutate, tc.want...) })
 	}
 
 	t.Run("bad-name", func(t *testing.T) {

@@ -53,6 +53,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -77,6 +78,7 @@ const (
 	ReasonClaimsExpanding      = "ClaimsExpanding"
 	ReasonVolumeNodeLost       = "VolumeNodeLost"
 	ReasonNodeLossCheckFailed  = "NodeLossCheckFailed"
+	ReasonStorageClassNotFound = "StorageClassNotFound"
 
 	// NodeLostAnnotation on a terminating extstore claim says which lost
 	// node it was deleted for.
@@ -260,6 +262,8 @@ type extstoreResult struct {
 	checkErr string
 	// requeueAfter is when a NotReady node reaches the timeout.
 	requeueAfter time.Duration
+	// withoutClass names the Pending claims whose StorageClass is missing.
+	withoutClass []string
 }
 
 // reconcileClaims replaces outdated claims and those of lost nodes. It acts
@@ -273,6 +277,9 @@ func (r *CacheReconciler) reconcileClaims(ctx context.Context, c *cachev1alpha1.
 		return res, err
 	}
 	res.claims = claims
+	if res.withoutClass, err = r.claimsWithoutClass(ctx, claims); err != nil {
+		return res, err
+	}
 	if live.statefulSet == nil {
 		return res, nil
 	}
@@ -305,6 +312,43 @@ func (r *CacheReconciler) reconcileClaims(ctx context.Context, c *cachev1alpha1.
 		}
 	}
 	return res, nil
+}
+
+// claimsWithoutClass says, class by class, which Pending claims wait for a
+// StorageClass that does not exist (or for a default class the cluster lacks):
+// no volume ever comes for them, and the scheduler only tells their pods of
+// "unbound immediate PersistentVolumeClaims".
+func (r *CacheReconciler) claimsWithoutClass(ctx context.Context, claims []corev1.PersistentVolumeClaim) ([]string, error) {
+	byClass := map[string][]string{}
+	var classes []string
+	for i := range claims {
+		pvc := &claims[i]
+		if pvc.Status.Phase != corev1.ClaimPending || pvc.DeletionTimestamp != nil || ptr.Deref(pvc.Spec.StorageClassName, "-") == "" {
+			continue // an empty class binds to a volume by hand
+		}
+		class := ptr.Deref(pvc.Spec.StorageClassName, "")
+		if _, seen := byClass[class]; !seen {
+			classes = append(classes, class)
+		}
+		byClass[class] = append(byClass[class], pvc.Name)
+	}
+	var missing []string
+	for _, class := range classes {
+		if class == "" {
+			missing = append(missing, fmt.Sprintf("claim(s) %s name no StorageClass and the cluster has no default one: set spec.extstore.storageClassName, or make a class the default",
+				strings.Join(byClass[class], ", ")))
+			continue
+		}
+		err := r.readDirect().Get(ctx, types.NamespacedName{Name: class}, &storagev1.StorageClass{})
+		switch {
+		case apierrors.IsNotFound(err):
+			missing = append(missing, fmt.Sprintf("StorageClass %q does not exist, so claim(s) %s stay Pending and their pods cannot be scheduled: create the class (config/samples has one for local NVMe) or set spec.extstore.storageClassName to one that exists",
+				class, strings.Join(byClass[class], ", ")))
+		case err != nil && !apierrors.IsForbidden(err):
+			return nil, err
+		}
+	}
+	return missing, nil
 }
 
 // podMounts reports whether a pod mounts the claim.
@@ -476,6 +520,52 @@ func NodeLost(node *corev1.Node, timeout time.Duration, now time.Time) (bool, ti
 	return false, 0 // a node that never reported: not known to be lost
 }
 
+// nodeLoss is what the nodes of one volume say.
+type nodeLoss struct {
+	// lostAll: every node is deleted or NotReady for longer than the timeout.
+	lostAll bool
+	// wait is when the first NotReady node reaches the timeout.
+	wait time.Duration
+	// why one node is lost, for the Event and the condition.
+	why string
+	// nodeNames are the Nodes that still exist.
+	nodeNames []string
+}
+
+// volumeNodeLoss finds the nodes a volume is pinned to. The volume names
+// them by their hostname label, which is not always the Node's name
+// (--hostname-override, some clouds): the Nodes are found by that label,
+// and a value no Node carries any more is a deleted node.
+func (r *CacheReconciler) volumeNodeLoss(ctx context.Context, pv *corev1.PersistentVolume, hostnames []string, timeout time.Duration, now time.Time, res *extstoreResult) nodeLoss {
+	loss := nodeLoss{lostAll: true}
+	for _, hostname := range hostnames {
+		list := &corev1.NodeList{}
+		if err := r.readDirect().List(ctx, list, client.MatchingLabels{corev1.LabelHostname: hostname}); err != nil {
+			res.checkErr = fmt.Sprintf("cannot list Nodes labelled %s=%s of volume %s: %v", corev1.LabelHostname, hostname, pv.Name, err)
+			loss.lostAll = false
+			continue
+		}
+		if len(list.Items) == 0 {
+			loss.why = fmt.Sprintf("node %s was deleted", hostname)
+			continue
+		}
+		for j := range list.Items {
+			node := &list.Items[j]
+			loss.nodeNames = append(loss.nodeNames, node.Name)
+			lost, left := NodeLost(node, timeout, now)
+			if !lost {
+				loss.lostAll = false
+				if left > 0 && (loss.wait == 0 || left < loss.wait) {
+					loss.wait = left
+				}
+				continue
+			}
+			loss.why = fmt.Sprintf("node %s has been NotReady for more than %s", node.Name, timeout)
+		}
+	}
+	return loss
+}
+
 // replaceClaimsOfLostNodes deletes the claim (and the pod) of every pod that
 // is not Ready because its volume's node is gone or NotReady for too long.
 func (r *CacheReconciler) replaceClaimsOfLostNodes(ctx context.Context, c *cachev1alpha1.Cache, pods []corev1.Pod, claims []corev1.PersistentVolumeClaim, res *extstoreResult) error {
@@ -506,37 +596,8 @@ func (r *CacheReconciler) replaceClaimsOfLostNodes(ctx context.Context, c *cache
 		if len(nodes) == 0 {
 			continue // not pinned to a node: it follows the pod
 		}
-		// The volume names its nodes by their hostname label, which is not
-		// always the Node's name (--hostname-override, some clouds): the
-		// Nodes are found by that label, and a value no Node carries any
-		// more is a deleted node.
-		lostAll, wait, why := true, time.Duration(0), ""
-		var nodeNames []string
-		for _, hostname := range nodes {
-			list := &corev1.NodeList{}
-			if err := r.readDirect().List(ctx, list, client.MatchingLabels{corev1.LabelHostname: hostname}); err != nil {
-				res.checkErr = fmt.Sprintf("cannot list Nodes labelled %s=%s of volume %s: %v", corev1.LabelHostname, hostname, pv.Name, err)
-				lostAll = false
-				continue
-			}
-			if len(list.Items) == 0 {
-				why = fmt.Sprintf("node %s was deleted", hostname)
-				continue
-			}
-			for j := range list.Items {
-				node := &list.Items[j]
-				nodeNames = append(nodeNames, node.Name)
-				lost, left := NodeLost(node, timeout, now)
-				if !lost {
-					lostAll = false
-					if left > 0 && (wait == 0 || left < wait) {
-						wait = left
-					}
-					continue
-				}
-				why = fmt.Sprintf("node %s has been NotReady for more than %s", node.Name, timeout)
-			}
-		}
+		loss := r.volumeNodeLoss(ctx, pv, nodes, timeout, now, res)
+		lostAll, wait, why, nodeNames := loss.lostAll, loss.wait, loss.why, loss.nodeNames
 		// A pod that mounts the volume can only have been bound to one of
 		// its nodes; when they all still exist and the pod's is not among
 		// them, something else holds the pod back. When none exists, the
@@ -630,6 +691,10 @@ func setExtstoreCondition(c *cachev1alpha1.Cache, obs Observed, set func(string,
 	if len(growing) > 0 {
 		set(cachev1alpha1.ConditionExtstore, metav1.ConditionFalse, ReasonClaimsExpanding,
 			fmt.Sprintf("claim(s) %s are being expanded in place; a pod whose engine starts before its filesystem grew fails (no space for the extstore file) and restarts until it has", strings.Join(growing, ", ")))
+		return
+	}
+	if len(obs.ClaimsWithoutClass) > 0 {
+		set(cachev1alpha1.ConditionExtstore, metav1.ConditionFalse, ReasonStorageClassNotFound, strings.Join(obs.ClaimsWithoutClass, "; "))
 		return
 	}
 	if obs.ExtstoreCheckErr != "" {

@@ -34,7 +34,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -86,6 +85,16 @@ func createClaim(t *testing.T, c *cachev1alpha1.Cache, pod, class, size, volume 
 	return pvc
 }
 
+// createStorageClass creates a cluster-wide StorageClass (named after the
+// test's namespace: the samples test creates theirs).
+func createStorageClass(t *testing.T, name string) {
+	t.Helper()
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: "example.com/test"}
+	if err := k8sClient.Create(context.Background(), sc); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // claimDeleted: gone, or terminating (see the file comment).
 func claimDeleted(ns, name string) (bool, string) {
 	pvc := &corev1.PersistentVolumeClaim{}
@@ -97,22 +106,6 @@ func claimDeleted(ns, name string) (bool, string) {
 		return false, err.Error()
 	}
 	return pvc.DeletionTimestamp != nil, fmt.Sprintf("claim %s: %s, not deleted", name, pvc.Spec.Resources.Requests.Storage())
-}
-
-// eventFor finds an Event of the Cache with reason whose note contains text.
-func eventFor(ns, cache, reason, text string) (bool, string) {
-	evs := &eventsv1.EventList{}
-	if err := k8sClient.List(context.Background(), evs, client.InNamespace(ns)); err != nil {
-		return false, err.Error()
-	}
-	var seen []string
-	for _, e := range evs.Items {
-		if e.Regarding.Name == cache && e.Reason == reason && strings.Contains(e.Note, text) {
-			return true, ""
-		}
-		seen = append(seen, e.Reason)
-	}
-	return false, fmt.Sprintf("events %v", seen)
 }
 
 // replaceAsTheGarbageCollectorWould waits until the operator has deleted the
@@ -262,17 +255,7 @@ func TestAdmissionRejectsInvalidExtstore(t *testing.T) {
 		}, "spec.engine.threads plus spec.extstore.ioThreads must be at most 252"},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			c := &cachev1alpha1.Cache{
-				ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: ns},
-				Spec:       cachev1alpha1.CacheSpec{Memory: resource.MustParse("64Mi")},
-			}
-			tc.mutate(c)
-			err := k8sClient.Create(context.Background(), c)
-			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("want an Invalid error with %q, got %v", tc.want, err)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { mustRefuse(t, ns, tc.name, tc.mutate, tc.want) })
 	}
 	// The smallest claim that holds two default pages passes.
 	createCache(t, ns, "smallest", withExtstore("214Mi", "")) // 214 x 0.9 - 64 = 128.6; 213Mi is refused
@@ -287,16 +270,19 @@ func TestExtstoreResizeReplacesTheStatefulSetAndItsClaims(t *testing.T) {
 	needIntegration(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
-	c := createCache(t, ns, "rs", withExtstore("1Gi", "local-nvme"), func(c *cachev1alpha1.Cache) { c.Spec.Replicas = ptr.To(int32(4)) })
+	class := ns + "-nvme"
+	c := createCache(t, ns, "rs", withExtstore("1Gi", class), func(c *cachev1alpha1.Cache) { c.Spec.Replicas = ptr.To(int32(4)) })
 	old := statefulSetOf(t, ns, "rs")
 	revision := func(rev string) func(*corev1.Pod) {
 		return func(p *corev1.Pod) { p.Labels[appsv1.StatefulSetRevisionLabel] = rev }
 	}
 	// rs-0 runs (on a node, so its deletion waits for a kubelet that envtest
-	// lacks) and mounts its claim; rs-1's pod is gone.
-	createClaim(t, c, "rs-0", "local-nvme", "1Gi", "")
+	// lacks) and mounts its claim; rs-1's pod is gone. Their class exists:
+	// a Pending claim of a missing class is another condition.
+	createStorageClass(t, class)
+	createClaim(t, c, "rs-0", class, "1Gi", "")
 	rs0 := podOnVolume(t, ns, "rs", 0, ns+"-node", revision("rev-old"))
-	createClaim(t, c, "rs-1", "local-nvme", "1Gi", "")
+	createClaim(t, c, "rs-1", class, "1Gi", "")
 	eventually(t, "claims of the spec's size kept", func() (bool, string) {
 		cond := condOf(getCache(t, ns, "rs"), cachev1alpha1.ConditionExtstore)
 		return cond.Reason == ReasonClaimsMatch, cond.Reason + ": " + cond.Message
@@ -315,7 +301,7 @@ func TestExtstoreResizeReplacesTheStatefulSetAndItsClaims(t *testing.T) {
 		t.Fatalf("new StatefulSet's claim template asks for %s", got)
 	}
 	eventually(t, "a ReplacingStatefulSet event naming the new size", func() (bool, string) {
-		return eventFor(ns, "rs", ReasonReplacingStatefulSet, "size=2Gi")
+		return hasEvent(t, ns, ReasonReplacingStatefulSet, "", "size=2Gi")
 	})
 	setSTSStatus(t, ns, "rs", appsv1.StatefulSetStatus{Replicas: 2, CurrentRevision: "rev-old", UpdateRevision: "rev-new"})
 	eventually(t, "the old-size claim without a pod deleted", func() (bool, string) { return claimDeleted(ns, "extstore-rs-1") })
@@ -337,8 +323,8 @@ func TestExtstoreResizeReplacesTheStatefulSetAndItsClaims(t *testing.T) {
 	// A claim of the new size, as the StatefulSet makes for a replaced pod,
 	// is kept; a pod of the new revision that got an old claim (created
 	// before the operator saw its predecessor go) is replaced with it.
-	createClaim(t, c, "rs-2", "local-nvme", "2Gi", "")
-	createClaim(t, c, "rs-3", "local-nvme", "1Gi", "")
+	createClaim(t, c, "rs-2", class, "2Gi", "")
+	createClaim(t, c, "rs-3", class, "1Gi", "")
 	rs3 := podOnVolume(t, ns, "rs", 3, ns+"-node", revision("rev-new"))
 	eventually(t, "the current pod's old claim deleted", func() (bool, string) { return claimDeleted(ns, "extstore-rs-3") })
 	eventually(t, "the current pod on an old claim deleted", func() (bool, string) {
@@ -395,7 +381,7 @@ func TestExtstoreGrowsClaimsInPlaceWhenTheirClassExpands(t *testing.T) {
 		}
 		return pvc.Spec.Resources.Requests.Storage().String() == "3Gi", pvc.Spec.Resources.Requests.Storage().String()
 	})
-	eventually(t, "an ExpandingClaim event", func() (bool, string) { return eventFor(ns, "ex", "ExpandingClaim", "extstore-ex-0") })
+	eventually(t, "an ExpandingClaim event", func() (bool, string) { return hasEvent(t, ns, "ExpandingClaim", "", "extstore-ex-0") })
 	// The request is patched, the volume has not grown: not done yet.
 	eventually(t, "Extstore False, ClaimsExpanding, while the capacity is 1Gi", func() (bool, string) {
 		cond := condOf(getCache(t, ns, "ex"), cachev1alpha1.ConditionExtstore)
@@ -556,10 +542,10 @@ func TestExtstoreClaimsOfLostNodesAreReplaced(t *testing.T) {
 		})
 	}
 	eventually(t, "VolumeNodeLost events for both", func() (bool, string) {
-		if ok, s := eventFor(ns, "nl", ReasonVolumeNodeLost, "node "+gone+" was deleted"); !ok {
+		if ok, s := hasEvent(t, ns, ReasonVolumeNodeLost, "", "node "+gone+" was deleted"); !ok {
 			return false, s
 		}
-		return eventFor(ns, "nl", ReasonVolumeNodeLost, "node "+down+" has been NotReady for more than 5m0s")
+		return hasEvent(t, ns, ReasonVolumeNodeLost, "", "node "+down+" has been NotReady for more than 5m0s")
 	})
 	eventually(t, "Extstore condition names the loss", func() (bool, string) {
 		cond := condOf(getCache(t, ns, "nl"), cachev1alpha1.ConditionExtstore)
@@ -685,10 +671,10 @@ func TestExtstoreNodeLossFindsNodesByTheirHostnameLabel(t *testing.T) {
 		return apierrors.IsNotFound(err) || (err == nil && cur.UID != p2.UID), fmt.Sprint(err)
 	})
 	eventually(t, "events name the Nodes", func() (bool, string) {
-		if ok, s := eventFor(ns, "hn", ReasonVolumeNodeLost, "node "+ns+"-b was deleted"); !ok {
+		if ok, s := hasEvent(t, ns, ReasonVolumeNodeLost, "", "node "+ns+"-b was deleted"); !ok {
 			return false, s
 		}
-		return eventFor(ns, "hn", ReasonVolumeNodeLost, "node "+ns+"-c.internal has been NotReady")
+		return hasEvent(t, ns, ReasonVolumeNodeLost, "", "node "+ns+"-c.internal has been NotReady")
 	})
 	// hn-0's reconciles ran along with hn-1's and hn-2's (one Cache, one
 	// reconcile over all its pods): its healthy node was looked up too.

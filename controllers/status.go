@@ -42,6 +42,7 @@ import (
 // docs/operator.md.
 const (
 	ReasonAllPodsReady        = "AllPodsReady"
+	ReasonOlderRevisionPods   = "PodsRunOlderRevision"
 	ReasonPodsNotReady        = "PodsNotReady"
 	ReasonScaledToZero        = "ScaledToZero"
 	ReasonStatefulSetPending  = "StatefulSetPending"
@@ -75,6 +76,8 @@ const (
 	ReasonMetricsAPIMissing   = "MetricsAPIMissing"
 	ReasonAutoscalerPending   = "AutoscalerPending"
 	ReasonAuxApplyFailed      = "ApplyFailed"
+	// Event reasons only.
+	ReasonScaledOutsideAutoscaler = "ScaledOutsideAutoscaler"
 )
 
 // Observed is what the reconciler read from the cluster for one Cache.
@@ -107,6 +110,9 @@ type Observed struct {
 	ClaimsLost []string
 	// ExtstoreCheckErr says why volumes or nodes could not be read.
 	ExtstoreCheckErr string
+	// ClaimsWithoutClass says which Pending claims wait for a StorageClass
+	// that does not exist.
+	ClaimsWithoutClass []string
 }
 
 // podProblem is one reason a pod cannot serve, worded for a person.
@@ -315,31 +321,12 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 			Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: c.Generation,
 		})
 	}
-	desired := c.Spec.DesiredReplicas()
 	setRestartCondition(c, st.Endpoints, obs.Options, set)
 	setCoresCondition(c, obs, set)
 	setMonitoringCondition(c, obs, set, &st.Conditions)
 	setAutoscalingCondition(c, obs, set, &st.Conditions)
 	setExtstoreCondition(c, obs, set, &st.Conditions)
-
-	// Problems come first: they explain every other condition.
-	var problems []podProblem
-	pods := append([]corev1.Pod(nil), obs.Pods...)
-	sort.Slice(pods, func(i, j int) bool { return ordinal(c, pods[i].Name) < ordinal(c, pods[j].Name) })
-	for i := range pods {
-		if p := diagnosePod(c, &pods[i], obs.Options); p != nil {
-			problems = append(problems, *p)
-		}
-	}
-	if len(problems) > 0 {
-		msg := problems[0].message
-		if len(problems) > 1 {
-			msg += fmt.Sprintf(" (and %d more pod(s) with problems)", len(problems)-1)
-		}
-		set(cachev1alpha1.ConditionDegraded, metav1.ConditionTrue, problems[0].reason, msg)
-	} else {
-		set(cachev1alpha1.ConditionDegraded, metav1.ConditionFalse, ReasonNoProblems, "no pod reports a problem")
-	}
+	problems := setDegradedCondition(c, obs, set)
 
 	sts := obs.StatefulSet
 	if sts == nil || sts.Status.ObservedGeneration < sts.Generation {
@@ -350,8 +337,43 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 		set(cachev1alpha1.ConditionReady, metav1.ConditionFalse, ReasonStatefulSetPending, "waiting for the StatefulSet controller to act on the latest spec")
 		return st
 	}
-	s := sts.Status
-	st.Replicas, st.ReadyReplicas = s.Replicas, s.ReadyReplicas
+	st.Replicas, st.ReadyReplicas = sts.Status.Replicas, sts.Status.ReadyReplicas
+	setRolloutConditions(c, sts.Status, len(obs.Pods), problems, set)
+	return st
+}
+
+// setDegradedCondition reports the first pod problem (problems come first:
+// they explain every other condition) and returns them all.
+func setDegradedCondition(c *cachev1alpha1.Cache, obs Observed, set func(string, metav1.ConditionStatus, string, string)) []podProblem {
+	var problems []podProblem
+	pods := append([]corev1.Pod(nil), obs.Pods...)
+	sort.Slice(pods, func(i, j int) bool { return ordinal(c, pods[i].Name) < ordinal(c, pods[j].Name) })
+	for i := range pods {
+		if p := diagnosePod(c, &pods[i], obs.Options); p != nil {
+			problems = append(problems, *p)
+		}
+	}
+	if len(problems) > 0 && problems[0].reason == ReasonPodUnschedulable && len(obs.ClaimsWithoutClass) > 0 {
+		// The scheduler only says "unbound immediate PersistentVolumeClaims".
+		problems[0].message += " " + strings.Join(obs.ClaimsWithoutClass, "; ")
+	}
+	if len(problems) > 0 {
+		msg := problems[0].message
+		if len(problems) > 1 {
+			msg += fmt.Sprintf(" (and %d more pod(s) with problems)", len(problems)-1)
+		}
+		set(cachev1alpha1.ConditionDegraded, metav1.ConditionTrue, problems[0].reason, msg)
+	} else {
+		set(cachev1alpha1.ConditionDegraded, metav1.ConditionFalse, ReasonNoProblems, "no pod reports a problem")
+	}
+	return problems
+}
+
+// setRolloutConditions says, from the StatefulSet controller's counters,
+// where the pods are on their way to the current spec (Progressing) and
+// whether they all serve it (Ready).
+func setRolloutConditions(c *cachev1alpha1.Cache, s appsv1.StatefulSetStatus, pods int, problems []podProblem, set func(string, metav1.ConditionStatus, string, string)) {
+	desired := c.Spec.DesiredReplicas()
 	onDelete := c.Spec.UpdateStrategy.Type == cachev1alpha1.OnDeleteStrategy
 	rolled := s.UpdateRevision == "" || (s.CurrentRevision == s.UpdateRevision && s.UpdatedReplicas >= desired)
 	if !rolled && s.UpdatedReplicas >= desired && s.Replicas == desired {
@@ -359,7 +381,7 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 	}
 
 	switch {
-	case s.Replicas == 0 && desired > 0 && s.ReadyReplicas == 0 && len(obs.Pods) == 0:
+	case s.Replicas == 0 && desired > 0 && s.ReadyReplicas == 0 && pods == 0:
 		set(cachev1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonCreating, fmt.Sprintf("creating %d pod(s)", desired))
 	case s.Replicas != desired:
 		set(cachev1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonScaling, fmt.Sprintf("scaling from %d to %d pod(s)", s.Replicas, desired))
@@ -378,8 +400,13 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 	switch {
 	case desired == 0 && s.Replicas == 0:
 		set(cachev1alpha1.ConditionReady, metav1.ConditionTrue, ReasonScaledToZero, "spec.replicas is 0")
-	case s.ReadyReplicas >= desired && s.Replicas == desired && (rolled || onDelete):
+	case s.ReadyReplicas >= desired && s.Replicas == desired && rolled:
 		set(cachev1alpha1.ConditionReady, metav1.ConditionTrue, ReasonAllPodsReady, fmt.Sprintf("%d of %d pod(s) ready", s.ReadyReplicas, desired))
+	case s.ReadyReplicas >= desired && s.Replicas == desired && onDelete:
+		// Every pod serves, as a StatefulSet's would, but not the spec asked
+		// for: with OnDelete nothing moves until someone deletes the pods.
+		set(cachev1alpha1.ConditionReady, metav1.ConditionTrue, ReasonOlderRevisionPods,
+			fmt.Sprintf("%d of %d pod(s) ready, but only %d run the current spec: updateStrategy is OnDelete, so the others keep their older revision until you delete them", s.ReadyReplicas, desired, s.UpdatedReplicas))
 	default:
 		msg := fmt.Sprintf("%d of %d pod(s) ready", s.ReadyReplicas, desired)
 		if !rolled {
@@ -390,7 +417,6 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 		}
 		set(cachev1alpha1.ConditionReady, metav1.ConditionFalse, ReasonPodsNotReady, msg)
 	}
-	return st
 }
 
 // setRestartCondition reports pods whose engine restarted: a restart is not

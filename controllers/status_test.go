@@ -127,8 +127,15 @@ func TestStatusRollingAndOnDelete(t *testing.T) {
 	if p := cond(t, st, "Progressing"); p.Status != metav1.ConditionFalse || p.Reason != ReasonUpdatePendingDelete || !strings.Contains(p.Message, "delete") {
 		t.Fatalf("OnDelete Progressing = %+v", p)
 	}
-	if r := cond(t, st, "Ready"); r.Status != metav1.ConditionTrue {
-		t.Fatalf("OnDelete pods that serve are Ready: %+v", r)
+	// Pods that serve are Ready, as a StatefulSet's would be, but the reason
+	// says they run an older spec until deleted, never AllPodsReady.
+	if r := cond(t, st, "Ready"); r.Status != metav1.ConditionTrue || r.Reason != ReasonOlderRevisionPods ||
+		!strings.Contains(r.Message, "only 1 run the current spec") || !strings.Contains(r.Message, "until you delete them") {
+		t.Fatalf("OnDelete pods that serve an older spec: %+v", r)
+	}
+	s.UpdatedReplicas, s.CurrentRevision = 3, "b"
+	if r := cond(t, ComputeStatus(od, Observed{StatefulSet: stsWith(2, 2, s)}, "cluster.local"), "Ready"); r.Reason != ReasonAllPodsReady {
+		t.Fatalf("OnDelete once every pod was deleted and updated: %+v", r)
 	}
 }
 

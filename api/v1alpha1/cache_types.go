@@ -68,9 +68,9 @@ type CacheSpec struct {
 	// The pod's memory limit adds connection buffers, worker threads, the
 	// hash table and a fixed base that the operator computes (see
 	// docs/operator.md).
-	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('8Mi')) >= 0",message="spec.memory must be at least 8Mi"
-	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('32767Mi')) <= 0",message="spec.memory must be at most 32767Mi: cachetd addresses items with 32-bit handles"
-	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('32767Mi')) > 0 || (quantity(string(self)).isInteger() && quantity(string(self)).asInteger() % 1048576 == 0)",message="spec.memory must be a whole number of MiB (e.g. 64Mi, 1Gi): cachetd's -m counts mebibytes"
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('8Mi')) >= 0",messageExpression="'spec.memory must be at least 8Mi, not ' + string(self)"
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('32767Mi')) <= 0",messageExpression="'spec.memory must be at most 32767Mi, not ' + string(self) + ': cachetd addresses items with 32-bit handles'"
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('32767Mi')) > 0 || double(int(quantity(string(self)).asApproximateFloat() / 1048576.0)) == quantity(string(self)).asApproximateFloat() / 1048576.0",messageExpression="'spec.memory must be a whole number of MiB (e.g. 64Mi, 1Gi), not ' + string(self) + ': cachetd -m counts mebibytes'"
 	Memory resource.Quantity `json:"memory"`
 
 	// CPU is the number of whole CPU cores of each pod. With dedicatedCPUs
@@ -155,7 +155,8 @@ type ExtstoreSpec struct {
 	// filesystem's (ext4 keeps 5% for root, which the engine's non-root user
 	// cannot use, plus inode tables and a journal of up to 64Mi below 16Gi;
 	// measured in docs/operator.md).
-	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('64Ti')) <= 0",message="spec.extstore.size must be at most 64Ti"
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('64Ti')) <= 0",messageExpression="'spec.extstore.size must be at most 64Ti, not ' + string(self)"
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || double(int(quantity(string(self)).asApproximateFloat())) == quantity(string(self)).asApproximateFloat()",messageExpression="'spec.extstore.size must be a whole number of bytes (e.g. 300Mi, 10Gi), not ' + string(self)"
 	// +required
 	Size resource.Quantity `json:"size"`
 
@@ -204,8 +205,8 @@ type ExtstoreSpec struct {
 	// its claim is deleted. A deleted Node counts at once.
 	// +kubebuilder:default="5m"
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(s|m|h))+$')",messageExpression="'spec.extstore.nodeLossTimeout must be a duration in whole hours, minutes and seconds such as 90s, 5m or 1h30m, not ' + self"
 	// +optional
 	NodeLossTimeout *metav1.Duration `json:"nodeLossTimeout,omitempty"`
 }
@@ -232,8 +233,8 @@ type MonitoringSpec struct {
 
 	// Interval between scrapes of each pod, a Prometheus duration.
 	// +kubebuilder:default="30s"
-	// +kubebuilder:validation:Pattern=`^([0-9]+(ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(ms|s|m|h))+$')",messageExpression="'spec.monitoring.interval must be a Prometheus duration such as 30s, 1m or 1m30s, not ' + self"
 	// +optional
 	Interval string `json:"interval,omitempty"`
 
@@ -371,8 +372,8 @@ type EngineSpec struct {
 
 	// GrowthFactor is the ratio between successive slab chunk sizes (-f), a
 	// decimal number greater than 1.0, e.g. "1.25".
-	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
 	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9]+([.][0-9]+)?$')",messageExpression="'spec.engine.growthFactor must be a decimal number greater than 1.0 such as \"1.25\", not ' + self"
 	// +optional
 	GrowthFactor *string `json:"growthFactor,omitempty"`
 
@@ -491,8 +492,9 @@ type UpdateStrategy struct {
 // PodDisruptionBudgetSpec bounds voluntary disruptions.
 type PodDisruptionBudgetSpec struct {
 	// MaxUnavailable pods during voluntary disruptions, a number or a
-	// percentage.
+	// percentage from 0% to 100%.
 	// +kubebuilder:default=1
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^(100|[1-9]?[0-9])%$')",messageExpression="'spec.podDisruptionBudget.maxUnavailable must be a number of pods (0 or more) or a percentage from 0% to 100%, not ' + string(self)"
 	// +optional
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 }
@@ -549,7 +551,9 @@ type CacheRevision struct {
 
 // Condition types of a Cache.
 const (
-	// ConditionReady is True when every desired pod runs the current spec and is Ready.
+	// ConditionReady is True when every desired pod is Ready: with reason
+	// AllPodsReady once they all run the current spec, PodsRunOlderRevision
+	// while OnDelete leaves some on an older one.
 	ConditionReady = "Ready"
 	// ConditionProgressing is True while pods are being created, rolled or removed.
 	ConditionProgressing = "Progressing"
@@ -576,15 +580,52 @@ const (
 	ConditionAutoscaling = "Autoscaling"
 	// ConditionExtstore is True when every pod's extstore claim matches
 	// spec.extstore, False while the StatefulSet is replaced for a new claim
-	// template, while claims of an old class or size remain, or when a
-	// claim was deleted because its node was lost; Unknown when the operator
+	// template, while claims of an old class or size remain, when a claim
+	// was deleted because its node was lost, or when claims wait for a
+	// StorageClass that does not exist; Unknown when the operator
 	// cannot read volumes or nodes. Absent without spec.extstore.
 	ConditionExtstore = "Extstore"
 )
 
 // CacheStatus is the observed state of a Cache.
 type CacheStatus struct {
-	// Conditions: Ready, Progressing and Degraded.
+	// Conditions, each with the reasons it takes (docs/operator.md says what
+	// to do about each):
+	//
+	// Ready: True AllPodsReady (every desired pod runs the current spec and
+	// is Ready), PodsRunOlderRevision (updateStrategy OnDelete: every pod is
+	// Ready but some run an older spec until deleted) or ScaledToZero; False
+	// PodsNotReady, StatefulSetPending, or the Degraded reason of a refused
+	// apply (NameConflict, InvalidSpec, ApplyFailed).
+	//
+	// Progressing: True Creating, Scaling, RollingUpdate,
+	// WaitingForPodsReady, StatefulSetPending or ReplacingStatefulSet; False
+	// Stable, or UpdateWaitsForPodDeletion (OnDelete: delete the pods that
+	// run an older spec to update them).
+	//
+	// Degraded (needs a person): True PodUnschedulable, ImagePullFailed,
+	// CrashLooping, OOMKilled, PodConfigError, PodFailed, NodeNotReady,
+	// NameConflict, InvalidSpec or ApplyFailed; False NoProblems.
+	//
+	// PodsRestarted: True with the engine's last termination reason (e.g.
+	// OOMKilled, Error) or EngineRestarted: a restart emptied that shard;
+	// False NoRestarts.
+	//
+	// CoresExclusive: True StaticCPUManager; False SharedCores (dedicated
+	// pods on a node without the static CPU manager) or NotDedicated
+	// (spec.dedicatedCPUs is false, as asked); Unknown NotChecked.
+	//
+	// Monitoring (with spec.monitoring): True PodMonitorInPlace; False
+	// PrometheusOperatorMissing, NoMetricsPort or ApplyFailed.
+	//
+	// Autoscaling (with spec.autoscaling): True AutoscalerActive; False
+	// MetricsAPIMissing, ApplyFailed, or the HorizontalPodAutoscaler's own
+	// reason (e.g. FailedGetPodsMetric); Unknown AutoscalerPending.
+	//
+	// Extstore (with spec.extstore): True ClaimsMatch; False
+	// ClaimTemplateChanged, ClaimsOutdated, ClaimsExpanding, VolumeNodeLost
+	// or StorageClassNotFound (claims wait for a class that does not exist);
+	// Unknown NodeLossCheckFailed.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -18,16 +18,23 @@ package v1alpha1
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/netip"
+	"reflect"
 	"strconv"
 	"strings"
 
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -41,13 +48,131 @@ var cachelog = logf.Log.WithName("cache-webhook")
 // StatefulSet's "-<ordinal>" pods and "-<revision>" hashes.
 const MaxNameLength = 52
 
+// DefaultingPath is where the API server sends Caches to be defaulted (the
+// mutating webhook marker below).
+const DefaultingPath = "/mutate-cache-cachet-dev-v1alpha1-cache"
+
 // SetupCacheWebhookWithManager registers the defaulting and validating
 // webhooks. engineImage is written into spec.image when a Cache names none.
 func SetupCacheWebhookWithManager(mgr ctrl.Manager, engineImage string) error {
+	mgr.GetWebhookServer().Register(DefaultingPath, &admission.Webhook{
+		Handler: &CacheDefaulting{Defaulter: &CacheDefaulter{EngineImage: engineImage}},
+	})
 	return ctrl.NewWebhookManagedBy(mgr, &Cache{}).
-		WithDefaulter(&CacheDefaulter{EngineImage: engineImage}).
 		WithValidator(&CacheValidator{}).
 		Complete()
+}
+
+// CacheDefaulting is the mutating webhook. It patches only what Default
+// changed (spec.image), instead of controller-runtime's decode, default and
+// re-encode round trip, which rewrote what the user wrote: every quantity in
+// canonical form (64.5Mi became 66048Ki, 0.3Gi 322122547200m), a missing
+// spec.memory as 0 (so the user read "must be at least 8Mi" instead of
+// "Required value"). It is also the first to see a value of the wrong type,
+// so it names that field and echoes the value instead of a Go decode error.
+type CacheDefaulting struct {
+	Defaulter *CacheDefaulter
+}
+
+// Handle defaults one admission request.
+func (h *CacheDefaulting) Handle(ctx context.Context, req admission.Request) admission.Response {
+	var object map[string]any
+	if err := json.Unmarshal(req.Object.Raw, &object); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	spec, hasSpec := object["spec"].(map[string]any)
+	var c Cache
+	if err := json.Unmarshal(req.Object.Raw, &c); err != nil {
+		errs := undecodableFields(field.NewPath("spec"), reflect.TypeFor[CacheSpec](), spec)
+		if len(errs) == 0 {
+			// Not a field the spec walk knows: the schema names it.
+			return admission.Allowed("")
+		}
+		name, _ := object["metadata"].(map[string]any)["name"].(string)
+		status := apierrors.NewInvalid(schema.GroupKind{Group: GroupVersion.Group, Kind: "Cache"}, name, errs).ErrStatus
+		return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &status}}
+	}
+	if !hasSpec {
+		return admission.Allowed("") // the schema says spec is required
+	}
+	image := c.Spec.Image
+	if err := h.Defaulter.Default(ctx, &c); err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if c.Spec.Image == image {
+		return admission.Allowed("")
+	}
+	return admission.Patched("", jsonpatch.NewOperation("add", "/spec/image", c.Spec.Image))
+}
+
+// undecodableFields names every value under p that does not decode into its
+// Go type t, echoing the value as the user wrote it. The walk follows t, so
+// it knows every field of the API without a list of its own.
+func undecodableFields(p *field.Path, t reflect.Type, v any) field.ErrorList {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if v == nil {
+		return nil
+	}
+	if !reflect.PointerTo(t).Implements(reflect.TypeFor[json.Unmarshaler]()) {
+		var errs field.ErrorList
+		switch obj, list := asObject(v), asList(v); {
+		case t.Kind() == reflect.Struct && obj != nil:
+			for i := range t.NumField() {
+				f := t.Field(i)
+				name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+				if name != "" && name != "-" {
+					errs = append(errs, undecodableFields(p.Child(name), f.Type, obj[name])...)
+				}
+			}
+			return errs
+		case t.Kind() == reflect.Map && obj != nil:
+			for k, e := range obj {
+				errs = append(errs, undecodableFields(p.Key(k), t.Elem(), e)...)
+			}
+			return errs
+		case t.Kind() == reflect.Slice && list != nil:
+			for i, e := range list {
+				errs = append(errs, undecodableFields(p.Index(i), t.Elem(), e)...)
+			}
+			return errs
+		}
+	}
+	raw, err := json.Marshal(v)
+	if err == nil && json.Unmarshal(raw, reflect.New(t).Interface()) == nil {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(p, v, expectedForm(t))}
+}
+
+func asObject(v any) map[string]any { m, _ := v.(map[string]any); return m }
+func asList(v any) []any            { l, _ := v.([]any); return l }
+
+// expectedForm says, in a user's terms, what a value of Go type t looks like.
+func expectedForm(t reflect.Type) string {
+	switch t {
+	case reflect.TypeFor[resource.Quantity]():
+		return "must be a quantity such as 64Mi, 1Gi or 512"
+	case reflect.TypeFor[metav1.Duration]():
+		return "must be a duration such as 90s, 5m or 1h30m"
+	case reflect.TypeFor[intstr.IntOrString]():
+		return "must be a whole number or a percentage such as 1 or 25%"
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "must be a whole number such as 2, written without quotes or units"
+	case reflect.Bool:
+		return "must be true or false"
+	case reflect.String:
+		return "must be a string"
+	case reflect.Slice:
+		return "must be a list"
+	case reflect.Struct, reflect.Map:
+		return "must be an object"
+	}
+	return "must be a " + t.String()
 }
 
 // +kubebuilder:webhook:path=/mutate-cache-cachet-dev-v1alpha1-cache,mutating=true,failurePolicy=fail,sideEffects=None,groups=cache.cachet.dev,resources=caches,verbs=create;update,versions=v1alpha1,name=mcache-v1alpha1.kb.io,admissionReviewVersions=v1
@@ -146,10 +271,16 @@ func validateCache(c *Cache) (admission.Warnings, error) {
 // ValidateCacheSpec returns every rule a Cache breaks, each naming its field,
 // plus warnings for legal but probably unintended settings.
 func ValidateCacheSpec(c *Cache) (field.ErrorList, admission.Warnings) {
-	var errs field.ErrorList
-	var warnings admission.Warnings
-	spec := field.NewPath("spec")
+	errs := validateName(c)
+	errs = append(errs, validateEngine(c)...)
+	errs = append(errs, validatePlacement(c)...)
+	serviceErrs, serviceWarnings := validateService(c)
+	errs = append(errs, serviceErrs...)
+	return errs, append(disruptionWarnings(c), serviceWarnings...)
+}
 
+func validateName(c *Cache) field.ErrorList {
+	var errs field.ErrorList
 	name := field.NewPath("metadata", "name")
 	if len(c.Name) > MaxNameLength {
 		errs = append(errs, field.TooLong(name, c.Name, MaxNameLength))
@@ -157,7 +288,14 @@ func ValidateCacheSpec(c *Cache) (field.ErrorList, admission.Warnings) {
 	for _, msg := range validation.IsDNS1035Label(c.Name) {
 		errs = append(errs, field.Invalid(name, c.Name, "must be usable as a Service name: "+msg))
 	}
+	return errs
+}
 
+// validateEngine checks memory, the item size and the slab classes against
+// each other, as cachetd does when it starts.
+func validateEngine(c *Cache) field.ErrorList {
+	var errs field.ErrorList
+	spec := field.NewPath("spec")
 	mem := c.Spec.Memory.Value()
 	const mib = 1 << 20
 	if mem%mib != 0 {
@@ -207,7 +345,14 @@ func ValidateCacheSpec(c *Cache) (field.ErrorList, admission.Warnings) {
 				fmt.Sprintf("must be at most %d bytes at this spec.memory, half of the engine's slab page: larger values are chained from chunks of that size", chunkMax)))
 		}
 	}
+	return errs
+}
 
+// validatePlacement keeps the operator's own labels and annotations on the
+// pods, and the rest valid keys and values.
+func validatePlacement(c *Cache) field.ErrorList {
+	var errs field.ErrorList
+	spec := field.NewPath("spec")
 	placement := spec.Child("placement")
 	for _, l := range ReservedPodLabels {
 		if _, ok := c.Spec.Placement.PodLabels[l]; ok {
@@ -239,16 +384,28 @@ func ValidateCacheSpec(c *Cache) (field.ErrorList, admission.Warnings) {
 			errs = append(errs, field.Invalid(placement.Child("podLabels").Key(k), v, msg))
 		}
 	}
+	return errs
+}
 
-	dedicated := c.Spec.IsDedicatedCPUs()
-	if t := c.Spec.Engine.Threads; t != nil && dedicated && *t > c.Spec.CPUs() {
+// disruptionWarnings are legal settings that probably do not do what was
+// meant: workers sharing exclusive cores, a budget that blocks every drain.
+func disruptionWarnings(c *Cache) admission.Warnings {
+	var warnings admission.Warnings
+	if t := c.Spec.Engine.Threads; t != nil && c.Spec.IsDedicatedCPUs() && *t > c.Spec.CPUs() {
 		warnings = append(warnings, fmt.Sprintf("spec.engine.threads (%d) exceeds spec.cpu (%d): several workers will share each exclusive core", *t, c.Spec.CPUs()))
 	}
 	if m := c.Spec.PodDisruptionBudget.MaxUnavailable; m != nil && allowsNoDisruption(m.String()) {
 		warnings = append(warnings, fmt.Sprintf("spec.podDisruptionBudget.maxUnavailable is %s: node drains will block until the Cache is deleted or the budget changed", m.String()))
 	}
+	return warnings
+}
 
-	svc := spec.Child("service")
+// validateService checks the load balancer's source ranges, and warns about
+// a load balancer open to anyone (the protocol has no authentication).
+func validateService(c *Cache) (field.ErrorList, admission.Warnings) {
+	var errs field.ErrorList
+	var warnings admission.Warnings
+	svc := field.NewPath("spec", "service")
 	for i, r := range c.Spec.Service.LoadBalancerSourceRanges {
 		if _, err := netip.ParsePrefix(strings.TrimSpace(r)); err != nil {
 			errs = append(errs, field.Invalid(svc.Child("loadBalancerSourceRanges").Index(i), r, "must be a CIDR such as 10.0.0.0/8"))

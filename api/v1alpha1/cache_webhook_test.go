@@ -18,12 +18,17 @@ package v1alpha1
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"reflect"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 )
 
@@ -175,5 +180,30 @@ func TestValidatorReturnsInvalidError(t *testing.T) {
 	}
 	if _, err := v.ValidateDelete(context.Background(), cache()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A value of the wrong type deep in the spec is named by its path and echoed
+// as written; the walk follows the Go types, so no field is left out.
+func TestUndecodableFieldsNameTheirPathAndValue(t *testing.T) {
+	var spec map[string]any
+	raw := `{"memory": "64Mi", "cpu": "500m", "replicas": 2,
+		"placement": {"tolerations": [{"key": "a"}, {"tolerationSeconds": "soon"}], "podLabels": {"team": 7}},
+		"extstore": {"size": "1Gi", "nodeLossTimeout": "5 minutes"}}`
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range undecodableFields(field.NewPath("spec"), reflect.TypeFor[CacheSpec](), spec) {
+		got[e.Field] = fmt.Sprint(e.BadValue) + ": " + e.Detail
+	}
+	want := map[string]string{
+		"spec.cpu": "500m: must be a whole number such as 2, written without quotes or units",
+		"spec.placement.tolerations[1].tolerationSeconds": "soon: must be a whole number such as 2, written without quotes or units",
+		"spec.placement.podLabels[team]":                  "7: must be a string",
+		"spec.extstore.nodeLossTimeout":                   "5 minutes: must be a duration such as 90s, 5m or 1h30m",
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("got %v\nwant %v", got, want)
 	}
 }
