@@ -69,6 +69,8 @@ struct conn {
      * slot (ext_io.h) sets 1: its line is kept and dispatched again. */
     uint32_t         resume_off;
     bool             write_blocked; /* waiting for EPOLLOUT */
+    bool             peer_eof;      /* the client shut its side (shutdown(SHUT_WR), nc -N):
+                                     * what it sent is answered, then the connection closes */
     bool             yielded;       /* on the worker's pending list */
     bool             waits_output;  /* yielded for output room, not for fairness (-R) */
     bool             started;       /* the first byte has been looked at */

@@ -316,6 +316,13 @@ bool conn_after_work(struct conn *c)
         c->write_blocked = false;
         ae_del(l, c->fd, AE_WRITABLE);
     }
+    /* The client half-closed: once every request it sent is answered and
+     * sent (nothing queued or deferred, no pipelined request waiting its
+     * turn), close. A request cut short by the EOF can never complete. */
+    if (c->peer_eof && rc == OUT_FLUSH_DONE && outbuf_empty(&c->out) && !c->yielded) {
+        conn_close(c);
+        return false;
+    }
     bool stopping = server_shutting_down();
     if (rc == OUT_FLUSH_DONE &&
         (c->state == CONN_CLOSING || (stopping && c->state == CONN_CMD && !c->resume_off))) {
@@ -325,7 +332,7 @@ bool conn_after_work(struct conn *c)
     /* a client that does not read its replies must not make us buffer
      * without bound: stop reading it until it catches up. Shutting down,
      * only a value already being received is read to its end. */
-    bool want_read = c->state != CONN_CLOSING && rbuf_wants_read(c) &&
+    bool want_read = c->state != CONN_CLOSING && !c->peer_eof && rbuf_wants_read(c) &&
                      !(c->write_blocked && outbuf_pending(&c->out) > OUT_HIGH_WATER) &&
                      (!stopping || c->state == CONN_NREAD || c->state == CONN_SWALLOW);
     bool reading = (ae_mask(l, c->fd) & AE_READABLE) != 0;
@@ -409,7 +416,12 @@ static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
                 continue;
             }
         }
-        if (n == 0) { conn_close(c); return; }
+        if (n == 0) {
+            /* a half-close is not an abort: memcached answers every request
+             * it read before it closes, and so do we (conn_after_work) */
+            c->peer_eof = true;
+            break;
+        }
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;
         conn_close(c);
@@ -514,7 +526,9 @@ void uring_turn(struct worker *w)
             c->rend += (size_t)res;
             STAT_ADD(w, bytes_read, (uint64_t)res);
             process_input(c);
-        } else if (res == 0 || (res != -EAGAIN && res != -EINTR)) {
+        } else if (res == 0) {
+            c->peer_eof = true;   /* answered, then closed: conn_after_work */
+        } else if (res != -EAGAIN && res != -EINTR) {
             conn_close(c);   /* clears w->batch[ud] */
         }
     }

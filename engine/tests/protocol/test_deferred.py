@@ -15,6 +15,7 @@ is not there at all.
 """
 import signal
 import socket
+import struct
 import time
 import uuid
 
@@ -137,7 +138,9 @@ def test_pending_slots_per_connection_are_bounded(start_server):
 def test_client_closing_with_slots_pending_frees_them_later(start_server):
     """The connection goes away while its slots wait: the server frees the connection at
     once and each slot when its completion arrives (ASan checks no one touches freed
-    memory); the buffer budget returns to what it was."""
+    memory); the buffer budget returns to what it was. The client resets the connection
+    (SO_LINGER 0): a plain close is a FIN, which the server treats as a half-close and
+    answers first (test_stream's half-close tests), as memcached does."""
     srv = start_server()
     g = gate()
     with srv.conn() as c:
@@ -147,6 +150,7 @@ def test_client_closing_with_slots_pending_frees_them_later(start_server):
     doomed.send(f"get {dkey(g, 'big')} {dkey(g, 'x')}\r\nget {dkey(g, 'big')}\r\n".encode())
     with srv.conn() as c:
         wait_stat(c, "deferred_replies_active", lambda v: v == 3)
+        doomed.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         doomed.close()
         wait_stat(c, "curr_connections", lambda v: v == 1)
         assert int(c.stats()["deferred_replies_active"]) == 3
@@ -168,6 +172,22 @@ def test_quit_waits_for_pending_slots(start_server):
         assert nothing_arrives(c)
         open_gate(srv, g)
         assert c.read_values() == {dkey(g, "q"): (0, b"before-quit", None)}
+        assert c.closed_within(10)
+
+
+@hooks
+def test_half_close_waits_for_pending_slots(start_server):
+    """A client that shuts its side behind a deferred GET (shutdown(SHUT_WR), as
+    `nc -N` does) still gets the reply when the slot completes, then the close."""
+    srv = start_server()
+    g = gate()
+    with srv.conn() as c:
+        assert c.store("set", dkey(g, "h"), "before-eof") == b"STORED"
+        c.send(f"get {dkey(g, 'h')}\r\n".encode())
+        c.sock.shutdown(socket.SHUT_WR)
+        assert nothing_arrives(c)
+        open_gate(srv, g)
+        assert c.read_values() == {dkey(g, "h"): (0, b"before-eof", None)}
         assert c.closed_within(10)
 
 

@@ -187,3 +187,55 @@ def test_noreply_flood_then_one_reply(server, key):
             got = c.values("get " + " ".join(keys[start:start + 500]))
             assert len(got) == 500 and all(got[k][:2] == (start + j, k.encode())
                                            for j, k in enumerate(keys[start:start + 500]))
+
+
+def _half_closed_exchange(port, request, timeout=30):
+    """Send `request`, shut our side (shutdown(SHUT_WR), as `nc -N` and many
+    scripts do), and read until the server closes. Returns every byte read."""
+    import socket
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(request)
+        s.shutdown(socket.SHUT_WR)
+        got = bytearray()
+        while True:
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                return bytes(got)
+            got += chunk
+    finally:
+        s.close()
+
+
+HALF_CLOSE_VALUE = bytes(random.Random(7).choice(b"abcdefghij") for _ in range(100_000))
+
+
+def _expect_every_get_then_version(got, key, n):
+    reply = f"VALUE {key} 0 {len(HALF_CLOSE_VALUE)}\r\n".encode() + HALF_CLOSE_VALUE + b"\r\nEND\r\n"
+    assert got.startswith(reply * n), (
+        f"{len(got)} bytes before the close, {n * len(reply)} owed for {n} gets: replies lost after the half-close")
+    assert got[n * len(reply):].startswith(b"VERSION "), f"no VERSION after the gets: {got[n * len(reply):][:80]!r}"
+
+
+def test_half_closed_client_gets_every_reply(server, key):
+    """A client that half-closes after its last request still gets every reply:
+    memcached answers what it read before it closes. 50 gets of a 100 KB value are
+    5 MB, more than the kernel's send buffer, so most of it is still queued in the
+    server when the EOF arrives."""
+    with server.conn() as c:
+        assert c.store("set", key, HALF_CLOSE_VALUE) == b"STORED"
+    n = 50
+    got = _half_closed_exchange(server.port, f"get {key}\r\n".encode() * n + b"version\r\n")
+    _expect_every_get_then_version(got, key, n)
+
+
+@pytest.mark.cachetd_only(reason="-o sock_sndbuf is cachetd's")
+def test_half_closed_client_gets_every_reply_through_a_small_send_buffer(start_server):
+    """The same with the fixed socket buffers the operator sets, made small: even
+    one reply larger than the send buffer is still queued at the EOF."""
+    srv = start_server("-o", "sock_sndbuf=4k,sock_rcvbuf=4k")
+    with srv.conn() as c:
+        assert c.store("set", "hc", HALF_CLOSE_VALUE) == b"STORED"
+    for n in (1, 3):
+        got = _half_closed_exchange(srv.port, b"get hc\r\n" * n + b"version\r\n")
+        _expect_every_get_then_version(got, "hc", n)
