@@ -28,7 +28,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -46,8 +45,9 @@ func cachetd(t *testing.T) string {
 	t.Helper()
 	path := os.Getenv("CACHETD")
 	if path == "" {
-		_, here, _, _ := runtime.Caller(0)
-		path = filepath.Join(filepath.Dir(here), "..", "..", "engine", "build", "cachetd")
+		// go test runs in the package's directory; runtime.Caller would give
+		// a module path, not a file, under make's -trimpath.
+		path = filepath.Join("..", "..", "engine", "build", "cachetd")
 	}
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("no engine binary at %s (run `make -C engine all`, or set CACHETD): %v", path, err)
