@@ -981,7 +981,7 @@ enum store_result storage_delete(storage_thread *t, const char *key, size_t nkey
         if (!it) {
             res = STORE_NOT_FOUND;
             STAT_INC(t, delete_misses);
-        } else if (opts->cas_in && cas_mismatch(it, opts->cas_in)) {
+        } else if ((opts->check_cas || opts->cas_in) && cas_mismatch(it, opts->cas_in)) {
             res = STORE_EXISTS;
         } else if (opts->invalidate) {
             /* md I: keep serving it, flagged stale; the next mg wins the recache. */

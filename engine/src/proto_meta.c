@@ -221,7 +221,8 @@ void proto_meta_complete_set(struct conn *c, struct request *r, item *it, bool b
 static void process_md(struct conn *c, struct request *r)
 {
     struct delete_opts d = {0};
-    if (has(r, 'C')) d.cas_in = r->meta.cas_C;
+    /* memcached compares md's C whatever its value: C0 is EX, not "no compare" */
+    if (has(r, 'C')) { d.cas_in = r->meta.cas_C; d.check_cas = true; }
     if (has(r, 'E')) d.cas_set = r->meta.cas_E;
     if (has(r, 'I')) d.invalidate = true;
     if (has(r, 'T')) { d.update_ttl = true; d.new_exptime = storage_exptime(r->meta.ttl_T); }

@@ -191,7 +191,8 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
                                 const struct store_opts *opts, uint64_t *cas_out);
 
 struct delete_opts {
-    uint64_t cas_in;           /* md C */
+    uint64_t cas_in;           /* md C: compared when check_cas (C0 too, as memcached) */
+    bool     check_cas;        /* md C was given: cas_in 0 compares like any other */
     uint64_t cas_set;          /* md E: the CAS the item gets if it is modified (I, x); 0 = generate */
     bool     remove_value;     /* md x: replace the value with an empty one, keep the item */
     bool     invalidate;       /* md I: mark stale instead of removing */

@@ -309,6 +309,14 @@ def test_md_compare_cas(c, key):
     assert meta(c, f"md {key} C{cas}").code == "HD"
 
 
+def test_md_C0_compares_like_any_cas(c, key):
+    # memcached 1.6.45 compares md's C whatever its value: no item has CAS 0,
+    # so C0 is EX and the item stays (not "no compare", which would delete)
+    ms(c, key, "x")
+    assert meta(c, f"md {key} C0").code == "EX"
+    assert meta(c, f"mg {key} v").value == b"x"
+
+
 def test_md_invalidate(c, key):
     ms(c, key, "old", "T100")
     assert meta(c, f"md {key} I T30").code == "HD"
