@@ -974,6 +974,7 @@ enum store_result storage_delete(storage_thread *t, const char *key, size_t nkey
     uint32_t hv = hash_key(key, nkey);
     item *fresh = NULL;
     struct copy_plan want = {0};
+    item *empty = NULL;      /* md x: the empty item that takes the old one's place */
     enum store_result res = STORE_NOT_FOUND;
     for (int attempt = 0; attempt < RMW_RETRIES; attempt++) {
         stripe_lock(hv);
@@ -983,6 +984,30 @@ enum store_result storage_delete(storage_thread *t, const char *key, size_t nkey
             STAT_INC(t, delete_misses);
         } else if ((opts->check_cas || opts->cas_in) && cas_mismatch(it, opts->cas_in)) {
             res = STORE_EXISTS;
+        } else if (opts->remove_value) {
+            /* md x, as memcached 1.6.45: a new empty item replaces the old
+             * one; it has md's F flags and T expiry (none without T), keeps
+             * the old CAS unless E names one, and with I is then marked stale
+             * with a new CAS. Allocated only for an item that is there. */
+            if (!empty) {
+                stripe_unlock(hv);
+                empty = alloc_item(t, key, nkey, opts->client_flags,
+                                   opts->update_ttl ? opts->new_exptime : 0, 0, 0, NULL);
+                if (!empty) return STORE_NO_MEMORY;
+                continue;   /* retake the lock; the item may have changed meanwhile */
+            }
+            set_cas(t, empty, opts->cas_set ? opts->cas_set : item_get_cas(it));
+            if (opts->invalidate) {
+                atomic_fetch_or_explicit(&empty->iflags, ITEM_STALE, memory_order_relaxed);
+                set_cas(t, empty, opts->cas_set);
+            } else {
+                CLS_INC(t, slabs_clsid_of(it), delete_hits);
+                STAT_INC(t, delete_hits);
+            }
+            replace_locked(t, it, empty, hv, true);
+            stripe_unlock(hv);
+            enter_bag(t, empty);
+            return STORE_STORED;
         } else if (opts->invalidate) {
             /* md I: keep serving it, flagged stale; the next mg wins the recache. */
             bool reshaped = false;
@@ -1013,6 +1038,7 @@ enum store_result storage_delete(storage_thread *t, const char *key, size_t nkey
         break;
     }
     if (fresh) item_discard(t, fresh);
+    if (empty) item_discard(t, empty);
     return res;
 }
 

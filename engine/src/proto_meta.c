@@ -225,6 +225,7 @@ static void process_md(struct conn *c, struct request *r)
     if (has(r, 'C')) { d.cas_in = r->meta.cas_C; d.check_cas = true; }
     if (has(r, 'E')) d.cas_set = r->meta.cas_E;
     if (has(r, 'I')) d.invalidate = true;
+    if (has(r, 'x')) { d.remove_value = true; d.client_flags = r->meta.client_flags; }
     if (has(r, 'T')) { d.update_ttl = true; d.new_exptime = storage_exptime(r->meta.ttl_T); }
     enum store_result res = storage_delete(c->w->st, r->key, r->nkey, &d);
     const char *code = res == STORE_STORED ? "HD" : res == STORE_EXISTS ? "EX" : "NF";

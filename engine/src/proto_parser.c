@@ -251,9 +251,6 @@ static enum parse_status parse_meta_flags(const struct tok *t, int nt, struct re
         uint64_t bit = meta_bit(f);
         if ((unsigned char)f >= 127 || (m->seen & bit)) return client_error(r, "CLIENT_ERROR duplicate flag");
         if (!bit || !strchr(META_KNOWN_FLAGS, f)) return client_error(r, "CLIENT_ERROR invalid flag");
-        /* md x (empty the value, keep the item) has no storage operation
-         * yet: refused rather than taken for a plain delete */
-        if (f == 'x' && r->cmd == CMD_MD) return client_error(r, "CLIENT_ERROR invalid flag");
         const char *tok = t[i].p + 1;
         uint32_t n = t[i].n - 1;
         m->seen |= bit;

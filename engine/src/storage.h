@@ -194,7 +194,9 @@ struct delete_opts {
     uint64_t cas_in;           /* md C: compared when check_cas (C0 too, as memcached) */
     bool     check_cas;        /* md C was given: cas_in 0 compares like any other */
     uint64_t cas_set;          /* md E: the CAS the item gets if it is modified (I, x); 0 = generate */
-    bool     remove_value;     /* md x: replace the value with an empty one, keep the item */
+    bool     remove_value;     /* md x: replace the item with an empty one (flags F, TTL T or none,
+                                  CAS E or the old one's), as memcached 1.6.45 */
+    uint32_t client_flags;     /* md F: the empty item's client flags */
     bool     invalidate;       /* md I: mark stale instead of removing */
     bool     update_ttl;       /* md T with I */
     rel_time_t new_exptime;

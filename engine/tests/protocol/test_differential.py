@@ -102,7 +102,6 @@ KNOWN_FIXED_ELSEWHERE = {}
 # commit that added each). Left out the same way, so `make check` stays green
 # while they are open; each entry says what 1.6.45 does.
 FOUND_NOT_YET_FIXED = {
-    "md_x": "md x: drop the value, keep the item (new in 1.6.x)",
     "meta_flag_error_texts": "meta errors: md passes on the flag parser's text (cachetd says invalid or "
                              "duplicate flag), F/D/J errors have their own texts, `options flags are too "
                              "long` is checked before the flags, ma says invalid or duplicate flag for "

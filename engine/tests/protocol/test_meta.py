@@ -331,6 +331,32 @@ def test_md_invalidate(c, key):
     assert r3.value == b"fresh" and not ({"X", "W", "Z"} & set(r3.flags))
 
 
+def test_md_x_empties_the_value_and_keeps_the_item(c, key):
+    # memcached 1.6.45: an empty item takes the old one's place, with md's F
+    # flags and T expiry (none without T) and the old CAS unless E names one
+    assert meta(c, f"md {key} x").code == "NF"
+    c.store("set", key, "abc", flags=3)
+    cas = int(meta(c, f"mg {key} c").flags["c"])
+    assert meta(c, f"md {key} x").code == "HD"
+    r = meta(c, f"mg {key} v f t s c")
+    assert (r.code, r.value) == ("VA", b"")
+    assert (r.flags["f"], r.flags["t"], r.flags["s"], int(r.flags["c"])) == ("0", "-1", "0", cas)
+    c.store("set", key, "abc", flags=3)
+    assert meta(c, f"md {key} x F5 T100 E777").code == "HD"
+    r = meta(c, f"mg {key} v f t c")
+    assert (r.value, r.flags["f"], r.flags["c"]) == (b"", "5", "777")
+    assert 98 <= int(r.flags["t"]) <= 100
+    # with I the empty item is stale: the next mg wins the recache
+    c.store("set", key, "abc")
+    assert meta(c, f"md {key} x I").code == "HD"
+    r = meta(c, f"mg {key} v")
+    assert r.value == b"" and "X" in r.flags and "W" in r.flags
+    # C compares first; q hides HD
+    assert meta(c, f"md {key} x C1").code == "EX"
+    c.send(f"md {key} x q\r\nmn\r\n".encode())
+    assert c.line() == b"MN"
+
+
 # ---- ma --------------------------------------------------------------------------------
 def test_ma_miss_and_autovivify(c, key):
     assert meta(c, f"ma {key}").code == "NF"
