@@ -919,11 +919,13 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
                 stripe_unlock(hv);
                 if (combined) item_discard(t, combined);
                 combined = NULL;
-                enum store_result err = STORE_NO_MEMORY;
                 if (total <= UINT32_MAX)
-                    combined = alloc_item(t, key, nkey, cf, 0, total, extra, &err);
-                /* memcached answers an oversized append with out-of-memory */
-                if (!combined) { res = STORE_NO_MEMORY; goto out; }
+                    combined = alloc_item(t, key, nkey, cf, 0, total, extra, NULL);
+                /* memcached 1.6.45 answers an append or prepend whose result
+                 * it cannot allocate (past -I, or no memory) with NOT_STORED
+                 * and keeps the old value; only a store's own item failing is
+                 * a SERVER_ERROR */
+                if (!combined) { res = combine ? STORE_NOT_STORED : STORE_NO_MEMORY; goto out; }
                 continue;   /* retake the lock; `old` may have changed meanwhile */
             }
             if (combine) {
