@@ -599,6 +599,8 @@ static void fill_view(storage_thread *t, item *it, int clsid, char *copy_buf, si
     out->fetched_before = (atomic_load_explicit(&it->bag, memory_order_relaxed) & ITEM_FETCHED_BIT) != 0;
     out->stale = (fl & ITEM_STALE) != 0;
     out->key_binary = (fl & ITEM_KEY_BINARY) != 0;
+    out->created = false;
+    out->exptime_before = out->exptime;
     out->slab_class = (uint8_t)clsid;
     out->item_size = (uint32_t)item_ntotal(it);
     out->ref = NULL;
@@ -694,14 +696,20 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
             STAT_INC(t, get_misses);
             break;
         }
-        if (opts->touch) {
+        /* memcached applies T and N in request order: an item N creates
+         * keeps N's expiry when N comes after T */
+        bool touch = opts->touch && !(created && opts->vivify_last);
+        rel_time_t before = created ? 0 : item_exptime(it);
+        if (touch) {
             enum reshape r = reshape_for_exptime(t, key, hv, &it, opts->new_exptime, &fresh, &want, &reshaped);
             if (r == RESHAPE_NOMEM) { STAT_INC(t, get_misses); return false; }
             if (r == RESHAPE_RETRY) continue;
         }
-        if (opts->touch) set_exptime(it, opts->new_exptime);
+        if (touch) set_exptime(it, opts->new_exptime);
         int clsid = slabs_clsid_of(it);
         fill_view(t, it, clsid, copy_buf, copy_cap, out);
+        out->created = created;
+        out->exptime_before = before;
         out->win = false;
         out->win_sent_before = false;
         if (created) {
@@ -710,7 +718,7 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
             uint8_t fl = item_fl(it);
             bool wants = (fl & ITEM_STALE) && opts->win_tokens;
             if (opts->recache) {
-                rel_time_t exp = item_exptime(it);
+                rel_time_t exp = opts->recache_before_touch ? before : item_exptime(it);
                 if (exp != 0 && exp - now < opts->recache_below) wants = true;
             }
             if (fl & ITEM_WIN_SENT) {
@@ -1152,7 +1160,8 @@ enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
         bool same_item = old && (uint32_t)dlen <= item_nstored(old);
         uint32_t len = same_item ? item_nstored(old) : (uint32_t)dlen;
         rel_time_t exp = old ? item_exptime(old) : opts->vivify_exptime;
-        if (opts->update_ttl) exp = opts->new_exptime;
+        /* request order, as memcached: a counter N creates keeps N's expiry when N comes after T */
+        if (opts->update_ttl && (old || !opts->vivify_last)) exp = opts->new_exptime;
         uint8_t keybin = old ? (item_layout(old) & ITEM_KEY_BINARY) : 0;
         if (!fresh || item_nstored(fresh) != len || item_cflags(fresh) != cf || !exptime_fits(fresh, exp) ||
             (item_layout(fresh) & ITEM_KEY_BINARY) != keybin) {
@@ -1180,6 +1189,8 @@ enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
         if (value_out) *value_out = value;
         if (cas_out) *cas_out = item_get_cas(fresh);
         if (exptime_out) *exptime_out = exp;
+        if (opts->created_out) *opts->created_out = !old;
+        if (opts->exptime_before_out) *opts->exptime_before_out = old ? item_exptime(old) : 0;
         if (old) {
             int oc = slabs_clsid_of(old);
             if (incr) { STAT_INC(t, incr_hits); CLS_INC(t, oc, incr_hits); }

@@ -113,6 +113,9 @@ struct item_view {
     bool        win;           /* meta W: this client should recache */
     bool        win_sent_before; /* meta Z */
     bool        key_binary;    /* stored with a base64 key (meta b): echo it in base64 */
+    bool        created;       /* mg N made this item now */
+    rel_time_t  exptime_before;/* the expiry before this request's T or N (0 for a created item):
+                                  meta t before T/N reports it, as memcached's request order does */
     uint8_t     slab_class;    /* meta me: cls= */
     uint32_t    item_size;     /* meta me: size=, the whole item as memcached counts it */
     bool        on_disk;       /* extstore: value == NULL, nbytes is the value's length and
@@ -132,6 +135,9 @@ struct get_opts {
     bool     no_lru_bump;      /* mg u */
     bool     win_tokens;       /* mg: hand out W/Z on stale items (text get/gets leave it false) */
     uint64_t vivify_cas;       /* mg N with E: CAS of the item vivify creates (0 = generate) */
+    bool     vivify_last;      /* mg N after T: an item N creates keeps N's expiry (memcached
+                                  applies the flags in request order) */
+    bool     recache_before_touch; /* mg R before T: R compares the TTL from before T */
 };
 
 /* Lock-free unless opts asks for a change (touch/vivify/recache take the
@@ -216,6 +222,9 @@ struct arith_opts {
     uint64_t initial;          /* ma J */
     bool     update_ttl;       /* ma T */
     rel_time_t new_exptime;
+    bool     vivify_last;      /* ma N after T: a counter N creates keeps N's expiry */
+    bool    *created_out;      /* if set: whether N created the counter */
+    rel_time_t *exptime_before_out; /* if set: the expiry before T/N (0 for a created counter) */
 };
 /* memcached semantics: 64-bit unsigned, incr wraps at 2^64, decr stops at 0.
  * The value is replaced as a whole (readers never see a half-written number). */

@@ -357,6 +357,42 @@ def test_md_x_empties_the_value_and_keeps_the_item(c, key):
     assert c.line() == b"MN"
 
 
+def test_mg_ma_apply_T_and_N_in_request_order(c, key):
+    # memcached 1.6.45 applies T and N in request order: a t before them
+    # reports the TTL from before the request (-1 for an item N just made)
+    def ttl(line):
+        return int(meta(c, line).flags["t"])
+    c.store("set", key, "1")
+    assert ttl(f"mg {key} t T100") == -1
+    assert 98 <= ttl(f"mg {key} t") <= 100
+    assert 98 <= ttl(f"mg {key} t T200") <= 100
+    assert 298 <= ttl(f"mg {key} T300 t") <= 300
+    assert ttl(f"mg {key}-n t N100") == -1, "t before N: the item N just made has no TTL yet"
+    assert 98 <= ttl(f"mg {key}-n t") <= 100
+    assert ttl(f"ma {key}-a t N100") == -1
+    assert 98 <= ttl(f"ma {key}-a t") <= 100
+    assert ttl(f"ma {key}-a t T50 MD") != -1, "an existing counter's t says its TTL before T"
+    assert 48 <= ttl(f"ma {key}-a t MD") <= 50
+    # the last of T and N decides an item N makes
+    assert 48 <= ttl(f"mg {key}-b N100 T50 t") <= 50
+    assert 98 <= ttl(f"mg {key}-c T50 N100 t") <= 100
+    assert 48 <= ttl(f"ma {key}-d N100 T50 t") <= 50
+    assert 98 <= ttl(f"ma {key}-e T50 N100 t") <= 100
+    # T-1 then N0: the new item keeps N0's "no expiry"
+    r = meta(c, f"mg {key}-f T-1 N0 v t")
+    assert (r.code, r.value, r.flags["t"]) == ("VA", b"", "-1") and "W" in r.flags
+    r = meta(c, f"mg {key}-f v t")
+    assert (r.code, r.flags["t"]) == ("VA", "-1") and "Z" in r.flags
+    # an existing item: N does nothing, T expires it
+    assert meta(c, f"mg {key}-f T-1 N0").code == "HD"
+    assert meta(c, f"mg {key}-f v").code == "EN"
+    # R compares the TTL it finds at its place: before T, the old one
+    c.store("set", f"{key}-r", "1", exptime=1000)
+    c.store("set", f"{key}-s", "1", exptime=1000)
+    assert "W" not in meta(c, f"mg {key}-r R30 T10").flags
+    assert "W" in meta(c, f"mg {key}-s T10 R30").flags
+
+
 # ---- ma --------------------------------------------------------------------------------
 def test_ma_miss_and_autovivify(c, key):
     assert meta(c, f"ma {key}").code == "NF"
