@@ -340,11 +340,23 @@ static bool alloc_chain(storage_thread *t, item *head, const struct shape *sh, e
     return true;
 }
 
+/* memcached 1.6.45's -I bounds the whole item as it counts one, not the
+ * value alone: its 48-byte header, the key and a NUL, the value's "\r\n",
+ * the CAS (not with -C) and 4 bytes of client flags when they are not 0. At
+ * -I 1m the largest value under key "k" is 1,048,516 bytes, at any -I. */
+#define MEMCACHED_ITEM_HEADER 48
+static bool fits_item_size_max(size_t nkey, uint32_t client_flags, uint64_t nbytes)
+{
+    uint64_t whole = MEMCACHED_ITEM_HEADER + nkey + 1 + nbytes + 2 + (g_use_cas ? 8 : 0) +
+                     (client_flags ? 4 : 0);
+    return whole <= g_cfg.item_size_max;
+}
+
 item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t client_flags,
                  rel_time_t exptime, uint64_t nbytes, uint8_t extra_layout, enum store_result *err)
 {
     if (nkey == 0 || nkey > KEY_MAX_LENGTH) { if (err) *err = STORE_NOT_STORED; return NULL; }
-    if (nbytes > g_cfg.item_size_max) { if (err) *err = STORE_TOO_LARGE; return NULL; }
+    if (!fits_item_size_max(nkey, client_flags, nbytes)) { if (err) *err = STORE_TOO_LARGE; return NULL; }
     uint8_t layout = extra_layout & (ITEM_HAS_EXPTIME | ITEM_KEY_BINARY | ITEM_ON_DISK);
     if (client_flags) layout |= ITEM_HAS_FLAGS;
     if (exptime) layout |= ITEM_HAS_EXPTIME;
