@@ -194,6 +194,9 @@ static bool start_store(struct conn *c, struct request *r, const char *line, siz
     STAT_INC(w, cmd_set);
     item *it = item_alloc(w->st, r->key, r->nkey, client_flags, storage_exptime(exptime), r->vlen, &err);
     if (!it) {
+        /* memcached counts a store whose item it cannot allocate, by why */
+        if (err == STORE_TOO_LARGE) STAT_INC(w, store_too_large);
+        else if (err == STORE_NO_MEMORY) STAT_INC(w, store_no_memory);
         if (r->cmd == CMD_MS) {
             out_str(c, err == STORE_TOO_LARGE ? "SERVER_ERROR object too large for cache"
                                               : "SERVER_ERROR out of memory storing object");
