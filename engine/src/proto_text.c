@@ -378,6 +378,13 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
         }
         reply(c, r, "CLIENT_ERROR invalid shutdown mode");
         return true;
+    case CMD_SLABS_AUTOMOVE:
+        /* 0 stops the page mover's background balancing; 1 and 2 run it
+         * (cachetd has one balancing policy). A store still takes a page from
+         * another class when its own has nothing to evict (slabs_mover.c). */
+        if (r->number >= 0) storage_set_slab_automove((int)r->number);
+        reply(c, r, "OK");
+        return true;
 #ifdef CACHET_TEST_HOOKS
     case CMD_DEBUGTIME:
         storage_test_advance_clock((uint32_t)r->number);

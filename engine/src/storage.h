@@ -232,6 +232,12 @@ enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
                                 bool incr, uint64_t delta, const struct arith_opts *opts,
                                 uint64_t *value_out, uint64_t *cas_out, rel_time_t *exptime_out);
 
+/* `slabs automove <0|1|2>`: 0 stops the page mover's background balancing
+ * by age; 1 and 2 run it (the default is 1, as memcached's). Shown as
+ * slab_automove in `stats settings`. A store whose class has nothing to
+ * evict still takes a page from another class at any level. */
+void storage_set_slab_automove(int level);
+
 /* flush_all: items stored before now+delay become invalid at now+delay. */
 void storage_flush(rel_time_t when);
 
