@@ -91,6 +91,7 @@ struct server_stats {
     uint64_t cmd_get, cmd_set, cmd_flush, cmd_touch, cmd_meta;
     uint64_t bytes_read, bytes_written, conn_yields;
     uint64_t response_obj_oom, read_buf_oom, idle_kicks;
+    uint64_t store_too_large, store_no_memory;  /* a store's item could not be allocated */
 };
 
 #define STAT_ADD(w, field, n) \

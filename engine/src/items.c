@@ -340,11 +340,23 @@ static bool alloc_chain(storage_thread *t, item *head, const struct shape *sh, e
     return true;
 }
 
+/* memcached 1.6.45's -I bounds the whole item as it counts one, not the
+ * value alone: its 48-byte header, the key and a NUL, the value's "\r\n",
+ * the CAS (not with -C) and 4 bytes of client flags when they are not 0. At
+ * -I 1m the largest value under key "k" is 1,048,516 bytes, at any -I. */
+#define MEMCACHED_ITEM_HEADER 48
+static bool fits_item_size_max(size_t nkey, uint32_t client_flags, uint64_t nbytes)
+{
+    uint64_t whole = MEMCACHED_ITEM_HEADER + nkey + 1 + nbytes + 2 + (g_use_cas ? 8 : 0) +
+                     (client_flags ? 4 : 0);
+    return whole <= g_cfg.item_size_max;
+}
+
 item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t client_flags,
                  rel_time_t exptime, uint64_t nbytes, uint8_t extra_layout, enum store_result *err)
 {
     if (nkey == 0 || nkey > KEY_MAX_LENGTH) { if (err) *err = STORE_NOT_STORED; return NULL; }
-    if (nbytes > g_cfg.item_size_max) { if (err) *err = STORE_TOO_LARGE; return NULL; }
+    if (!fits_item_size_max(nkey, client_flags, nbytes)) { if (err) *err = STORE_TOO_LARGE; return NULL; }
     uint8_t layout = extra_layout & (ITEM_HAS_EXPTIME | ITEM_KEY_BINARY | ITEM_ON_DISK);
     if (client_flags) layout |= ITEM_HAS_FLAGS;
     if (exptime) layout |= ITEM_HAS_EXPTIME;
@@ -599,6 +611,8 @@ static void fill_view(storage_thread *t, item *it, int clsid, char *copy_buf, si
     out->fetched_before = (atomic_load_explicit(&it->bag, memory_order_relaxed) & ITEM_FETCHED_BIT) != 0;
     out->stale = (fl & ITEM_STALE) != 0;
     out->key_binary = (fl & ITEM_KEY_BINARY) != 0;
+    out->created = false;
+    out->exptime_before = out->exptime;
     out->slab_class = (uint8_t)clsid;
     out->item_size = (uint32_t)item_ntotal(it);
     out->ref = NULL;
@@ -694,14 +708,20 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
             STAT_INC(t, get_misses);
             break;
         }
-        if (opts->touch) {
+        /* memcached applies T and N in request order: an item N creates
+         * keeps N's expiry when N comes after T */
+        bool touch = opts->touch && !(created && opts->vivify_last);
+        rel_time_t before = created ? 0 : item_exptime(it);
+        if (touch) {
             enum reshape r = reshape_for_exptime(t, key, hv, &it, opts->new_exptime, &fresh, &want, &reshaped);
             if (r == RESHAPE_NOMEM) { STAT_INC(t, get_misses); return false; }
             if (r == RESHAPE_RETRY) continue;
         }
-        if (opts->touch) set_exptime(it, opts->new_exptime);
+        if (touch) set_exptime(it, opts->new_exptime);
         int clsid = slabs_clsid_of(it);
         fill_view(t, it, clsid, copy_buf, copy_cap, out);
+        out->created = created;
+        out->exptime_before = before;
         out->win = false;
         out->win_sent_before = false;
         if (created) {
@@ -710,7 +730,7 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
             uint8_t fl = item_fl(it);
             bool wants = (fl & ITEM_STALE) && opts->win_tokens;
             if (opts->recache) {
-                rel_time_t exp = item_exptime(it);
+                rel_time_t exp = opts->recache_before_touch ? before : item_exptime(it);
                 if (exp != 0 && exp - now < opts->recache_below) wants = true;
             }
             if (fl & ITEM_WIN_SENT) {
@@ -919,11 +939,13 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
                 stripe_unlock(hv);
                 if (combined) item_discard(t, combined);
                 combined = NULL;
-                enum store_result err = STORE_NO_MEMORY;
                 if (total <= UINT32_MAX)
-                    combined = alloc_item(t, key, nkey, cf, 0, total, extra, &err);
-                /* memcached answers an oversized append with out-of-memory */
-                if (!combined) { res = STORE_NO_MEMORY; goto out; }
+                    combined = alloc_item(t, key, nkey, cf, 0, total, extra, NULL);
+                /* memcached 1.6.45 answers an append or prepend whose result
+                 * it cannot allocate (past -I, or no memory) with NOT_STORED
+                 * and keeps the old value; only a store's own item failing is
+                 * a SERVER_ERROR */
+                if (!combined) { res = combine ? STORE_NOT_STORED : STORE_NO_MEMORY; goto out; }
                 continue;   /* retake the lock; `old` may have changed meanwhile */
             }
             if (combine) {
@@ -974,6 +996,7 @@ enum store_result storage_delete(storage_thread *t, const char *key, size_t nkey
     uint32_t hv = hash_key(key, nkey);
     item *fresh = NULL;
     struct copy_plan want = {0};
+    item *empty = NULL;      /* md x: the empty item that takes the old one's place */
     enum store_result res = STORE_NOT_FOUND;
     for (int attempt = 0; attempt < RMW_RETRIES; attempt++) {
         stripe_lock(hv);
@@ -981,8 +1004,32 @@ enum store_result storage_delete(storage_thread *t, const char *key, size_t nkey
         if (!it) {
             res = STORE_NOT_FOUND;
             STAT_INC(t, delete_misses);
-        } else if (opts->cas_in && cas_mismatch(it, opts->cas_in)) {
+        } else if ((opts->check_cas || opts->cas_in) && cas_mismatch(it, opts->cas_in)) {
             res = STORE_EXISTS;
+        } else if (opts->remove_value) {
+            /* md x, as memcached 1.6.45: a new empty item replaces the old
+             * one; it has md's F flags and T expiry (none without T), keeps
+             * the old CAS unless E names one, and with I is then marked stale
+             * with a new CAS. Allocated only for an item that is there. */
+            if (!empty) {
+                stripe_unlock(hv);
+                empty = alloc_item(t, key, nkey, opts->client_flags,
+                                   opts->update_ttl ? opts->new_exptime : 0, 0, 0, NULL);
+                if (!empty) return STORE_NO_MEMORY;
+                continue;   /* retake the lock; the item may have changed meanwhile */
+            }
+            set_cas(t, empty, opts->cas_set ? opts->cas_set : item_get_cas(it));
+            if (opts->invalidate) {
+                atomic_fetch_or_explicit(&empty->iflags, ITEM_STALE, memory_order_relaxed);
+                set_cas(t, empty, opts->cas_set);
+            } else {
+                CLS_INC(t, slabs_clsid_of(it), delete_hits);
+                STAT_INC(t, delete_hits);
+            }
+            replace_locked(t, it, empty, hv, true);
+            stripe_unlock(hv);
+            enter_bag(t, empty);
+            return STORE_STORED;
         } else if (opts->invalidate) {
             /* md I: keep serving it, flagged stale; the next mg wins the recache. */
             bool reshaped = false;
@@ -1013,6 +1060,7 @@ enum store_result storage_delete(storage_thread *t, const char *key, size_t nkey
         break;
     }
     if (fresh) item_discard(t, fresh);
+    if (empty) item_discard(t, empty);
     return res;
 }
 
@@ -1124,7 +1172,8 @@ enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
         bool same_item = old && (uint32_t)dlen <= item_nstored(old);
         uint32_t len = same_item ? item_nstored(old) : (uint32_t)dlen;
         rel_time_t exp = old ? item_exptime(old) : opts->vivify_exptime;
-        if (opts->update_ttl) exp = opts->new_exptime;
+        /* request order, as memcached: a counter N creates keeps N's expiry when N comes after T */
+        if (opts->update_ttl && (old || !opts->vivify_last)) exp = opts->new_exptime;
         uint8_t keybin = old ? (item_layout(old) & ITEM_KEY_BINARY) : 0;
         if (!fresh || item_nstored(fresh) != len || item_cflags(fresh) != cf || !exptime_fits(fresh, exp) ||
             (item_layout(fresh) & ITEM_KEY_BINARY) != keybin) {
@@ -1152,6 +1201,8 @@ enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
         if (value_out) *value_out = value;
         if (cas_out) *cas_out = item_get_cas(fresh);
         if (exptime_out) *exptime_out = exp;
+        if (opts->created_out) *opts->created_out = !old;
+        if (opts->exptime_before_out) *opts->exptime_before_out = old ? item_exptime(old) : 0;
         if (old) {
             int oc = slabs_clsid_of(old);
             if (incr) { STAT_INC(t, incr_hits); CLS_INC(t, oc, incr_hits); }

@@ -68,6 +68,35 @@ static char *echo_common(char *p, const struct request *r, char f, enum key_echo
     return p;
 }
 
+/* Where flag f first is in the request, or -1. */
+static int flag_index(const struct request *r, char f)
+{
+    for (int i = 0; i < r->meta.nflags; i++)
+        if (r->meta.flags[i].flag == f) return i;
+    return -1;
+}
+
+/* N after T: an item N creates keeps N's expiry (memcached applies the
+ * flags in request order). */
+static bool vivify_after_touch(const struct request *r)
+{
+    return has(r, 'T') && has(r, 'N') && flag_index(r, 'N') > flag_index(r, 'T');
+}
+
+/* The expiry that t at flag position `upto` reports: memcached applies T and
+ * N in request order, so a t before them says the TTL from before the
+ * request (-1 for an item N just made). */
+static rel_time_t exptime_at(const struct request *r, int upto, rel_time_t before, bool created)
+{
+    rel_time_t e = before;
+    for (int i = 0; i < upto; i++) {
+        char f = r->meta.flags[i].flag;
+        if (f == 'T') e = storage_exptime(r->meta.ttl_T);
+        else if (f == 'N' && created) e = storage_exptime(r->meta.ttl_N);
+    }
+    return e;
+}
+
 /* A short reply: code, then the common echoed flags, then "\r\n". */
 static void meta_simple(struct conn *c, const struct request *r, const char *code)
 {
@@ -87,6 +116,8 @@ static bool process_mg(struct conn *c, struct request *r)
     struct get_opts opts = {0};
     if (has(r, 'T')) { opts.touch = true; opts.new_exptime = storage_exptime(r->meta.ttl_T); }
     if (has(r, 'N')) { opts.vivify = true; opts.vivify_exptime = storage_exptime(r->meta.ttl_N); }
+    opts.vivify_last = vivify_after_touch(r);
+    opts.recache_before_touch = has(r, 'R') && has(r, 'T') && flag_index(r, 'R') < flag_index(r, 'T');
     if (has(r, 'E')) opts.vivify_cas = r->meta.cas_E;
     if (has(r, 'R')) { opts.recache = true; opts.recache_below = (rel_time_t)(r->meta.ttl_R < 0 ? 0 : r->meta.ttl_R); }
     if (has(r, 'u')) opts.no_lru_bump = true;
@@ -129,7 +160,10 @@ static bool process_mg(struct conn *c, struct request *r)
         case 'h': *p++ = ' '; *p++ = 'h'; *p++ = v.fetched_before ? '1' : '0'; break;
         case 'l': *p++ = ' '; *p++ = 'l'; p = u64_to_str(p, now >= v.last_access ? now - v.last_access : 0); break;
         case 's': *p++ = ' '; *p++ = 's'; p = u64_to_str(p, v.nbytes); break;
-        case 't': *p++ = ' '; *p++ = 't'; p = i64_to_str(p, storage_ttl_remaining(v.exptime)); break;
+        case 't':
+            *p++ = ' '; *p++ = 't';
+            p = i64_to_str(p, storage_ttl_remaining(exptime_at(r, i, v.exptime_before, v.created)));
+            break;
         default: p = echo_common(p, r, f, v.key_binary ? KEY_BASE64 : KEY_TEXT); break;
         }
     }
@@ -221,9 +255,11 @@ void proto_meta_complete_set(struct conn *c, struct request *r, item *it, bool b
 static void process_md(struct conn *c, struct request *r)
 {
     struct delete_opts d = {0};
-    if (has(r, 'C')) d.cas_in = r->meta.cas_C;
+    /* memcached compares md's C whatever its value: C0 is EX, not "no compare" */
+    if (has(r, 'C')) { d.cas_in = r->meta.cas_C; d.check_cas = true; }
     if (has(r, 'E')) d.cas_set = r->meta.cas_E;
     if (has(r, 'I')) d.invalidate = true;
+    if (has(r, 'x')) { d.remove_value = true; d.client_flags = r->meta.client_flags; }
     if (has(r, 'T')) { d.update_ttl = true; d.new_exptime = storage_exptime(r->meta.ttl_T); }
     enum store_result res = storage_delete(c->w->st, r->key, r->nkey, &d);
     const char *code = res == STORE_STORED ? "HD" : res == STORE_EXISTS ? "EX" : "NF";
@@ -239,6 +275,11 @@ static void process_ma(struct conn *c, struct request *r)
     if (has(r, 'E')) ao.cas_set = r->meta.cas_E;
     ao.initial = r->meta.initial;
     if (has(r, 'T')) { ao.update_ttl = true; ao.new_exptime = storage_exptime(r->meta.ttl_T); }
+    ao.vivify_last = vivify_after_touch(r);
+    bool created = false;
+    rel_time_t exp_before = 0;
+    ao.created_out = &created;
+    ao.exptime_before_out = &exp_before;
     bool incr = r->meta.mode != 'D';
     uint64_t value = 0, cas = 0;
     rel_time_t exp = 0;
@@ -266,7 +307,10 @@ static void process_ma(struct conn *c, struct request *r)
     for (int i = 0; i < r->meta.nflags; i++) {
         char f = r->meta.flags[i].flag;
         if (f == 'c') { *p++ = ' '; *p++ = 'c'; p = u64_to_str(p, cas); }
-        else if (f == 't') { *p++ = ' '; *p++ = 't'; p = i64_to_str(p, storage_ttl_remaining(exp)); }
+        else if (f == 't') {
+            *p++ = ' '; *p++ = 't';
+            p = i64_to_str(p, storage_ttl_remaining(exptime_at(r, i, exp_before, created)));
+        }
         else p = echo_common(p, r, f, KEY_AS_SENT);
     }
     *p++ = '\r'; *p++ = '\n';

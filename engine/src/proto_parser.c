@@ -16,6 +16,9 @@
  */
 #include "proto_parser.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define BAD_FORMAT "CLIENT_ERROR bad command line format"
@@ -251,9 +254,6 @@ static enum parse_status parse_meta_flags(const struct tok *t, int nt, struct re
         uint64_t bit = meta_bit(f);
         if ((unsigned char)f >= 127 || (m->seen & bit)) return client_error(r, "CLIENT_ERROR duplicate flag");
         if (!bit || !strchr(META_KNOWN_FLAGS, f)) return client_error(r, "CLIENT_ERROR invalid flag");
-        /* md x (empty the value, keep the item) has no storage operation
-         * yet: refused rather than taken for a plain delete */
-        if (f == 'x' && r->cmd == CMD_MD) return client_error(r, "CLIENT_ERROR invalid flag");
         const char *tok = t[i].p + 1;
         uint32_t n = t[i].n - 1;
         m->seen |= bit;
@@ -345,6 +345,53 @@ static enum parse_status parse_meta(struct tok *t, int nt, struct request *r)
 static bool tok_noreply(const struct tok *t)
 {
     return tok_is(t, "noreply");
+}
+
+/* memcached matches admin subcommands by prefix: "slabs auto 1" is automove */
+static bool tok_prefix_of(const struct tok *t, const char *word)
+{
+    return t->n > 0 && t->n <= strlen(word) && !memcmp(t->p, word, t->n);
+}
+
+/* memcached's safe_strtod on a token of at most 31 bytes */
+static bool tok_double(const struct tok *t, double *out)
+{
+    char buf[32];
+    if (t->n == 0 || t->n >= sizeof buf) return false;
+    memcpy(buf, t->p, t->n);
+    buf[t->n] = '\0';
+    char *end;
+    errno = 0;
+    double d = strtod(buf, &end);
+    if (errno == ERANGE || end == buf || (*end && !isspace((unsigned char)*end))) return false;
+    *out = d;
+    return true;
+}
+
+/* `slabs automove ...`, as memcached 1.6.45 answers it: a level 0-2 (other
+ * numbers ERROR, anything else CLIENT_ERROR bad command line format), or
+ * ratio/freeratio (a number, else ERROR) and window (3-1800). */
+static enum parse_status parse_slabs(const struct tok *t, int nt, struct request *r)
+{
+    /* memcached's `slabs reassign` (4 tokens) is not supported: ERROR */
+    if (nt < 3 || (nt == 4 && tok_prefix_of(&t[1], "reassign")) || !tok_prefix_of(&t[1], "automove"))
+        return PARSE_ERROR;
+    r->cmd = CMD_SLABS_AUTOMOVE;
+    r->number = -1;
+    const struct tok *sub = &t[2];
+    double ratio;
+    uint32_t level;
+    if (tok_prefix_of(sub, "ratio") || tok_prefix_of(sub, "freeratio")) {
+        if (nt < 4 || !tok_double(&t[3], &ratio)) return PARSE_ERROR;
+    } else if (tok_prefix_of(sub, "window")) {
+        if (nt < 4 || !parse_u32(t[3].p, t[3].n, &level)) return client_error(r, BAD_FORMAT);
+        if (level < 3 || level > 1800) return client_error(r, "CLIENT_ERROR automove window too low or too high");
+    } else {
+        if (!parse_u32(sub->p, sub->n, &level)) return client_error(r, BAD_FORMAT);
+        if (level > 2) return PARSE_ERROR;
+        r->number = level;
+    }
+    return PARSE_OK;
 }
 
 /* get/gets/gat/gats: any number of keys, so only the head is tokenized. */
@@ -505,6 +552,7 @@ enum parse_status parse_request(const char *line, size_t len, size_t wire_len, s
         }
         return PARSE_OK;
     }
+    if (tok_is(&c, "slabs")) return parse_slabs(t, nt, r);
     if (tok_is(&c, "verbosity")) {
         r->cmd = CMD_VERBOSITY;
         uint32_t level;

@@ -34,6 +34,8 @@ enum req_cmd {
     CMD_FLUSH_ALL, CMD_VERSION, CMD_VERBOSITY, CMD_QUIT, CMD_STATS,
     CMD_MG, CMD_MS, CMD_MD, CMD_MA, CMD_MN, CMD_ME,
     CMD_SHUTDOWN,  /* args: the first argument; number: how many arguments */
+    CMD_SLABS_AUTOMOVE, /* `slabs automove`: number is the level 0-2, or -1 for a tuning value
+                           (ratio, freeratio, window) accepted without effect */
 #ifdef CACHET_TEST_HOOKS
     CMD_DEBUGTIME, /* number: seconds to move the clock forward */
 #endif

@@ -194,6 +194,9 @@ static bool start_store(struct conn *c, struct request *r, const char *line, siz
     STAT_INC(w, cmd_set);
     item *it = item_alloc(w->st, r->key, r->nkey, client_flags, storage_exptime(exptime), r->vlen, &err);
     if (!it) {
+        /* memcached counts a store whose item it cannot allocate, by why */
+        if (err == STORE_TOO_LARGE) STAT_INC(w, store_too_large);
+        else if (err == STORE_NO_MEMORY) STAT_INC(w, store_no_memory);
         if (r->cmd == CMD_MS) {
             out_str(c, err == STORE_TOO_LARGE ? "SERVER_ERROR object too large for cache"
                                               : "SERVER_ERROR out of memory storing object");
@@ -374,6 +377,13 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
             return false;
         }
         reply(c, r, "CLIENT_ERROR invalid shutdown mode");
+        return true;
+    case CMD_SLABS_AUTOMOVE:
+        /* 0 stops the page mover's background balancing; 1 and 2 run it
+         * (cachetd has one balancing policy). A store still takes a page from
+         * another class when its own has nothing to evict (slabs_mover.c). */
+        if (r->number >= 0) storage_set_slab_automove((int)r->number);
+        reply(c, r, "OK");
         return true;
 #ifdef CACHET_TEST_HOOKS
     case CMD_DEBUGTIME:

@@ -75,6 +75,8 @@ void server_stats_general(stat_writer w, void *ctx)
     w(ctx, "cmd_flush", "%llu", (unsigned long long)SUM(cmd_flush));
     w(ctx, "cmd_touch", "%llu", (unsigned long long)SUM(cmd_touch));
     w(ctx, "cmd_meta", "%llu", (unsigned long long)SUM(cmd_meta));
+    w(ctx, "store_too_large", "%llu", (unsigned long long)SUM(store_too_large));
+    w(ctx, "store_no_memory", "%llu", (unsigned long long)SUM(store_no_memory));
     w(ctx, "bytes_read", "%llu", (unsigned long long)SUM(bytes_read));
     w(ctx, "bytes_written", "%llu", (unsigned long long)SUM(bytes_written));
     w(ctx, "accepting_conns", "%d", server_shutting_down() ? 0 : 1);

@@ -377,9 +377,16 @@ bool slabs_rebalance_once(void)
     return moved;
 }
 
+/* `slabs automove`: 0 stops the background pass (memcached's default is 1) */
+static _Atomic int g_slab_automove = 1;
+
+void storage_set_slab_automove(int level) { atomic_store(&g_slab_automove, level); }
+int  slabs_automove_level(void) { return atomic_load(&g_slab_automove); }
+
 static bool mover_pass(void *arg)
 {
     (void)arg;
+    if (atomic_load_explicit(&g_slab_automove, memory_order_relaxed) == 0) return false;
     return slabs_rebalance_once();
 }
 

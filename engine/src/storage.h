@@ -113,6 +113,9 @@ struct item_view {
     bool        win;           /* meta W: this client should recache */
     bool        win_sent_before; /* meta Z */
     bool        key_binary;    /* stored with a base64 key (meta b): echo it in base64 */
+    bool        created;       /* mg N made this item now */
+    rel_time_t  exptime_before;/* the expiry before this request's T or N (0 for a created item):
+                                  meta t before T/N reports it, as memcached's request order does */
     uint8_t     slab_class;    /* meta me: cls= */
     uint32_t    item_size;     /* meta me: size=, the whole item as memcached counts it */
     bool        on_disk;       /* extstore: value == NULL, nbytes is the value's length and
@@ -132,6 +135,9 @@ struct get_opts {
     bool     no_lru_bump;      /* mg u */
     bool     win_tokens;       /* mg: hand out W/Z on stale items (text get/gets leave it false) */
     uint64_t vivify_cas;       /* mg N with E: CAS of the item vivify creates (0 = generate) */
+    bool     vivify_last;      /* mg N after T: an item N creates keeps N's expiry (memcached
+                                  applies the flags in request order) */
+    bool     recache_before_touch; /* mg R before T: R compares the TTL from before T */
 };
 
 /* Lock-free unless opts asks for a change (touch/vivify/recache take the
@@ -191,9 +197,12 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
                                 const struct store_opts *opts, uint64_t *cas_out);
 
 struct delete_opts {
-    uint64_t cas_in;           /* md C */
+    uint64_t cas_in;           /* md C: compared when check_cas (C0 too, as memcached) */
+    bool     check_cas;        /* md C was given: cas_in 0 compares like any other */
     uint64_t cas_set;          /* md E: the CAS the item gets if it is modified (I, x); 0 = generate */
-    bool     remove_value;     /* md x: replace the value with an empty one, keep the item */
+    bool     remove_value;     /* md x: replace the item with an empty one (flags F, TTL T or none,
+                                  CAS E or the old one's), as memcached 1.6.45 */
+    uint32_t client_flags;     /* md F: the empty item's client flags */
     bool     invalidate;       /* md I: mark stale instead of removing */
     bool     update_ttl;       /* md T with I */
     rel_time_t new_exptime;
@@ -213,12 +222,21 @@ struct arith_opts {
     uint64_t initial;          /* ma J */
     bool     update_ttl;       /* ma T */
     rel_time_t new_exptime;
+    bool     vivify_last;      /* ma N after T: a counter N creates keeps N's expiry */
+    bool    *created_out;      /* if set: whether N created the counter */
+    rel_time_t *exptime_before_out; /* if set: the expiry before T/N (0 for a created counter) */
 };
 /* memcached semantics: 64-bit unsigned, incr wraps at 2^64, decr stops at 0.
  * The value is replaced as a whole (readers never see a half-written number). */
 enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
                                 bool incr, uint64_t delta, const struct arith_opts *opts,
                                 uint64_t *value_out, uint64_t *cas_out, rel_time_t *exptime_out);
+
+/* `slabs automove <0|1|2>`: 0 stops the page mover's background balancing
+ * by age; 1 and 2 run it (the default is 1, as memcached's). Shown as
+ * slab_automove in `stats settings`. A store whose class has nothing to
+ * evict still takes a page from another class at any level. */
+void storage_set_slab_automove(int level);
 
 /* flush_all: items stored before now+delay become invalid at now+delay. */
 void storage_flush(rel_time_t when);

@@ -362,6 +362,7 @@ unsigned slabs_class_pages(int clsid);
 /* One background balancing pass: returns true if a page changed class
  * (tests call it directly). */
 bool slabs_rebalance_once(void);
+int  slabs_automove_level(void);   /* `slabs automove`: 0 stops the background pass */
 extern _Atomic uint64_t g_slab_moves, g_slab_rescues;   /* slabs_mover.c */
 
 /* ---- bag LRU and cleaner (bags.c) ---- */

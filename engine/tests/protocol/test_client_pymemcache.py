@@ -456,6 +456,29 @@ def test_max_item_size_2m(start_server):
         mc.close()
 
 
+@pytest.mark.parametrize("args", [("-I", "1m"), ("-I", "2m"), ("-I", "1m", "-C")])
+def test_item_size_limit_counts_the_items_overhead(start_server, args):
+    # memcached 1.6.45: -I bounds the whole item (48-byte header, key + NUL,
+    # "\r\n", the CAS unless -C, 4 bytes of client flags when not 0), so a
+    # value of exactly -I is refused; at -I 1m the largest for key k is 1,048,516
+    limit = (2 if "2m" in args else 1) * ONE_MB
+    srv = start_server(*args)
+    cas = 0 if "-C" in args else 8
+    with srv.conn() as c:
+        for key, flags in (("k", 0), ("k" * 10, 0), ("k" * 250, 0), ("k", 5)):
+            largest = limit - 48 - len(key) - 1 - 2 - cas - (4 if flags else 0)
+            assert c.store("set", key, b"v" * largest, flags=flags) == b"STORED", (key, flags, largest)
+            assert c.store("set", key, b"v" * (largest + 1), flags=flags) == \
+                b"SERVER_ERROR object too large for cache", (key, flags, largest + 1)
+            assert c.values(f"get {key}") in ({key: (flags, b"v" * largest, None)}, {}), \
+                "never a partial value"
+        assert c.store("set", "k", b"v" * limit) == b"SERVER_ERROR object too large for cache"
+        # an append whose result passes the limit by one byte is refused
+        assert c.store("set", "k", b"v" * (limit - 52 - cas - 1)) == b"STORED"
+        assert c.store("append", "k", b"ab") == b"NOT_STORED"
+        assert c.store("append", "k", b"a") == b"STORED"
+
+
 # ---- expiry ------------------------------------------------------------------------------------
 @pytest.mark.test_hooks
 def test_relative_ttl_expires(clock_mc):
@@ -570,14 +593,22 @@ def test_empty_and_binary_values(mc, key):
         assert c.values(f"get {key}-raw") == {key + "-raw": (0, b"", None)}
 
 
-def test_append_past_max_item_size_keeps_old_value(server, key):
+def test_append_past_max_item_size_keeps_old_value(server, mc, key):
     v = b"a" * 600000
     with server.conn() as c:
         assert c.store("set", key, v) == b"STORED"
-        reply = c.store("append", key, b"b" * 600000)
-        # memcached 1.6.18 says NOT_STORED; the "out of memory storing object" is also clear
-        assert reply in (b"NOT_STORED", b"SERVER_ERROR out of memory storing object"), reply
+        # memcached 1.6.45 says NOT_STORED (a SERVER_ERROR reads as a server
+        # fault to clients: pymemcache raises MemcacheServerError)
+        assert c.store("append", key, b"b" * 600000) == b"NOT_STORED"
         assert c.values(f"get {key}") == {key: (0, v, None)}, "a refused append must keep the old value"
-        reply = c.store("prepend", key, b"p" * 600000)
-        assert reply in (b"NOT_STORED", b"SERVER_ERROR out of memory storing object"), reply
+        assert c.store("prepend", key, b"p" * 600000) == b"NOT_STORED"
         assert c.values(f"get {key}") == {key: (0, v, None)}
+        # ms in append/prepend mode answers NS
+        for mode in ("MA", "MP"):
+            c.send(b"ms %s 600000 %s\r\n" % (key.encode(), mode.encode()) + b"m" * 600000 + b"\r\n")
+            assert c.line() == b"NS", mode
+        assert c.values(f"get {key}") == {key: (0, v, None)}
+        assert c.store("append", key, b"ok") == b"STORED", "an append that fits still works"
+        assert mc.get(key) == v + b"ok"
+    # pymemcache sees a refused append as False, not as a server error
+    assert mc.append(key, b"b" * 600000, noreply=False) is False

@@ -309,6 +309,14 @@ def test_md_compare_cas(c, key):
     assert meta(c, f"md {key} C{cas}").code == "HD"
 
 
+def test_md_C0_compares_like_any_cas(c, key):
+    # memcached 1.6.45 compares md's C whatever its value: no item has CAS 0,
+    # so C0 is EX and the item stays (not "no compare", which would delete)
+    ms(c, key, "x")
+    assert meta(c, f"md {key} C0").code == "EX"
+    assert meta(c, f"mg {key} v").value == b"x"
+
+
 def test_md_invalidate(c, key):
     ms(c, key, "old", "T100")
     assert meta(c, f"md {key} I T30").code == "HD"
@@ -321,6 +329,68 @@ def test_md_invalidate(c, key):
     assert ms(c, key, "fresh", "T100").code == "HD"
     r3 = meta(c, f"mg {key} v")
     assert r3.value == b"fresh" and not ({"X", "W", "Z"} & set(r3.flags))
+
+
+def test_md_x_empties_the_value_and_keeps_the_item(c, key):
+    # memcached 1.6.45: an empty item takes the old one's place, with md's F
+    # flags and T expiry (none without T) and the old CAS unless E names one
+    assert meta(c, f"md {key} x").code == "NF"
+    c.store("set", key, "abc", flags=3)
+    cas = int(meta(c, f"mg {key} c").flags["c"])
+    assert meta(c, f"md {key} x").code == "HD"
+    r = meta(c, f"mg {key} v f t s c")
+    assert (r.code, r.value) == ("VA", b"")
+    assert (r.flags["f"], r.flags["t"], r.flags["s"], int(r.flags["c"])) == ("0", "-1", "0", cas)
+    c.store("set", key, "abc", flags=3)
+    assert meta(c, f"md {key} x F5 T100 E777").code == "HD"
+    r = meta(c, f"mg {key} v f t c")
+    assert (r.value, r.flags["f"], r.flags["c"]) == (b"", "5", "777")
+    assert 98 <= int(r.flags["t"]) <= 100
+    # with I the empty item is stale: the next mg wins the recache
+    c.store("set", key, "abc")
+    assert meta(c, f"md {key} x I").code == "HD"
+    r = meta(c, f"mg {key} v")
+    assert r.value == b"" and "X" in r.flags and "W" in r.flags
+    # C compares first; q hides HD
+    assert meta(c, f"md {key} x C1").code == "EX"
+    c.send(f"md {key} x q\r\nmn\r\n".encode())
+    assert c.line() == b"MN"
+
+
+def test_mg_ma_apply_T_and_N_in_request_order(c, key):
+    # memcached 1.6.45 applies T and N in request order: a t before them
+    # reports the TTL from before the request (-1 for an item N just made)
+    def ttl(line):
+        return int(meta(c, line).flags["t"])
+    c.store("set", key, "1")
+    assert ttl(f"mg {key} t T100") == -1
+    assert 98 <= ttl(f"mg {key} t") <= 100
+    assert 98 <= ttl(f"mg {key} t T200") <= 100
+    assert 298 <= ttl(f"mg {key} T300 t") <= 300
+    assert ttl(f"mg {key}-n t N100") == -1, "t before N: the item N just made has no TTL yet"
+    assert 98 <= ttl(f"mg {key}-n t") <= 100
+    assert ttl(f"ma {key}-a t N100") == -1
+    assert 98 <= ttl(f"ma {key}-a t") <= 100
+    assert ttl(f"ma {key}-a t T50 MD") != -1, "an existing counter's t says its TTL before T"
+    assert 48 <= ttl(f"ma {key}-a t MD") <= 50
+    # the last of T and N decides an item N makes
+    assert 48 <= ttl(f"mg {key}-b N100 T50 t") <= 50
+    assert 98 <= ttl(f"mg {key}-c T50 N100 t") <= 100
+    assert 48 <= ttl(f"ma {key}-d N100 T50 t") <= 50
+    assert 98 <= ttl(f"ma {key}-e T50 N100 t") <= 100
+    # T-1 then N0: the new item keeps N0's "no expiry"
+    r = meta(c, f"mg {key}-f T-1 N0 v t")
+    assert (r.code, r.value, r.flags["t"]) == ("VA", b"", "-1") and "W" in r.flags
+    r = meta(c, f"mg {key}-f v t")
+    assert (r.code, r.flags["t"]) == ("VA", "-1") and "Z" in r.flags
+    # an existing item: N does nothing, T expires it
+    assert meta(c, f"mg {key}-f T-1 N0").code == "HD"
+    assert meta(c, f"mg {key}-f v").code == "EN"
+    # R compares the TTL it finds at its place: before T, the old one
+    c.store("set", f"{key}-r", "1", exptime=1000)
+    c.store("set", f"{key}-s", "1", exptime=1000)
+    assert "W" not in meta(c, f"mg {key}-r R30 T10").flags
+    assert "W" in meta(c, f"mg {key}-s T10 R30").flags
 
 
 # ---- ma --------------------------------------------------------------------------------

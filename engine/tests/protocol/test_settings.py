@@ -292,3 +292,33 @@ def test_memory_budget_names_its_terms_and_follows_the_arguments():
     for bad in ("sock_sndbuf=lots", "sock_rcvbuf=2g"):
         out = subprocess.run([CACHETD, "--check-args", "-o", bad], capture_output=True, text=True, timeout=20)
         assert out.returncode == 64 and "sock_" in out.stderr, out
+
+
+def test_slabs_automove_answers_as_memcached_and_shows_in_settings(start_server):
+    """`slabs automove 0|1|2` is accepted and shown as slab_automove in `stats
+    settings` (0 stops cachetd's background page balancing); anything else gets
+    memcached 1.6.45's reply, not ERROR for every form."""
+    srv = start_server()
+    with srv.conn() as c:
+        assert c.stats("settings")["slab_automove"] == "1", "memcached's default"
+        for line, want in [("slabs automove invalid", b"CLIENT_ERROR bad command line format"),
+                           ("slabs automove -1", b"CLIENT_ERROR bad command line format"),
+                           ("slabs automove 3", b"ERROR"),
+                           ("slabs automove", b"ERROR"),
+                           ("slabs", b"ERROR"),
+                           ("slabs automove ratio x", b"ERROR"),
+                           ("slabs automove ratio 0.5", b"OK"),
+                           ("slabs automove freeratio 0.1", b"OK"),
+                           ("slabs automove window 2", b"CLIENT_ERROR automove window too low or too high"),
+                           ("slabs automove window x", b"CLIENT_ERROR bad command line format"),
+                           ("slabs automove window 30", b"OK")]:
+            assert c.cmd(line) == want, line
+        assert c.stats("settings")["slab_automove"] == "1", "a refused or tuning request changes no level"
+        for level in ("0", "2", "1", "0"):
+            assert c.cmd(f"slabs automove {level}") == b"OK"
+            assert c.stats("settings")["slab_automove"] == level
+        # memcached's prefix match, and noreply
+        assert c.cmd("slabs auto 2") == b"OK"
+        c.send(b"slabs automove 1 noreply\r\nmn\r\n")
+        assert c.line() == b"MN"
+        assert c.stats("settings")["slab_automove"] == "1"

@@ -236,6 +236,24 @@ def test_a_second_delayed_flush_does_not_bring_back_the_first_ones_items(start_s
         assert c.cmd("get rk") == b"END"
 
 
+def test_store_no_memory_and_store_too_large_count_refused_stores(start_server):
+    """memcached 1.6.45's `stats` counts a store whose item cannot be
+    allocated: store_no_memory (-M with memory full), store_too_large (past
+    -I); an append past -I is NOT_STORED and neither."""
+    s = start_server("-M", "-m", "8")
+    with s.conn() as c:
+        assert (stat(c, "store_no_memory"), stat(c, "store_too_large")) == (0, 0)
+        refused = count_refusals(c, [(f"n{i}", b"n" * 1000) for i in range(12000)])
+        assert refused and all(r == b"SERVER_ERROR out of memory storing object" for _, r in refused)
+        assert stat(c, "store_no_memory") == len(refused)
+        c.send(b"ms nm 1000\r\n" + b"m" * 1000 + b"\r\n")
+        assert c.line() == b"SERVER_ERROR out of memory storing object"
+        assert stat(c, "store_no_memory") == len(refused) + 1
+        assert c.store("set", "big", b"b" * (2 << 20)) == b"SERVER_ERROR object too large for cache"
+        assert stat(c, "store_too_large") == 1
+        assert stat(c, "store_no_memory") == len(refused) + 1
+
+
 def test_no_evict_flag_refuses_instead_of_evicting(start_server):
     """-M: memcached returns errors on memory exhaustion instead of evicting."""
     s = start_server("-M", "-m", "8")
