@@ -161,6 +161,12 @@ type Options struct {
 	// MetricsPort, when not 0, has cachetd serve GET /healthz and GET
 	// /metrics over plain HTTP on that port (-o metrics_port).
 	MetricsPort int32
+	// SocketBuffers says the engine image understands -o sock_sndbuf and
+	// sock_rcvbuf, which an older cachetd refuses (exit 64): true only for
+	// the operator's own engine image. Without it Args passes only what
+	// every cachetd of this API version understands, and Budget has no
+	// socket_buffers term: the kernel's socket memory is then not bounded.
+	SocketBuffers bool
 }
 
 // Threads is the number of worker threads: spec.engine.threads, or one per CPU.
@@ -239,8 +245,10 @@ func Args(s *cachev1alpha1.CacheSpec, o Options) []string {
 	if e.HashPower != nil {
 		opts = append(opts, "hashpower="+strconv.Itoa(int(*e.HashPower)))
 	}
-	opts = append(opts, "conn_buffer_limit="+sizeArg(ConnBufferLimitBytes(s)),
-		"sock_sndbuf="+sizeArg(SockSndBufBytes), "sock_rcvbuf="+sizeArg(SockRcvBufBytes))
+	opts = append(opts, "conn_buffer_limit="+sizeArg(ConnBufferLimitBytes(s)))
+	if o.SocketBuffers {
+		opts = append(opts, "sock_sndbuf="+sizeArg(SockSndBufBytes), "sock_rcvbuf="+sizeArg(SockRcvBufBytes))
+	}
 	if !s.IsDedicatedCPUs() {
 		opts = append(opts, "cpus=none")
 	}
@@ -430,7 +438,8 @@ type MemoryBudget struct {
 
 // Budget is the pod's memory limit: the terms of cachetd --memory-budget for
 // Args(s, o) (item memory, resting connections, the capped buffer memory
-// above them, the kernel's socket buffers, worker threads, the hash table,
+// above them, the kernel's socket buffers when o.SocketBuffers fixes them,
+// worker threads, the hash table,
 // the metrics thread when there is one, extstore's buffers and threads when
 // it is on), with a margin of
 // 1 MiB more per thread and a fixed base of 16 MiB, rounded up to MiB.
@@ -443,11 +452,13 @@ func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 		// every buffer grown above resting is a mapping of its own, rounded
 		// up to whole pages: the engine budgets the cap x 17/16
 		ConnBufferCap: ConnBufferLimitBytes(s) * 17 / 16,
-		SocketBuffers: int64(MaxConnections(s)) * PerSocketKernelBytes,
 		Workers:       int64(Threads(s)) * (PerThreadBytes + FDTableBytes(s)),
 		HashTable:     HashTableBytes(s),
 		Extstore:      ExtstoreBytes(s),
 		Base:          BaseBytes,
+	}
+	if o.SocketBuffers {
+		b.SocketBuffers = int64(MaxConnections(s)) * PerSocketKernelBytes
 	}
 	if o.MetricsPort > 0 {
 		b.Metrics = MetricsBytes
