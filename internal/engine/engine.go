@@ -43,11 +43,14 @@ const (
 	PerConnectionBytes = 36 << 10 // a resting connection: 16 KiB read + 16 KiB output buffer, the connection, a line being read (engine/README.md "Memory")
 	PerThreadBytes     = 2 << 20  // a worker's stack, event loop and per-thread caches
 	// Each worker's event table has a 32-byte slot per fd the process can
-	// hold: maxConnections, 8 per worker and 1024 more (cachetd
-	// settings_fd_table_size, counted in --memory-budget's workers term).
-	FDTableSlotBytes   = 32
-	FDTablePerWorker   = 8
-	FDTableMarginSlots = 1024
+	// hold: maxConnections, 8 per worker, the most listening sockets a
+	// worker can hold (16: every worker listens on every address) per
+	// worker, and 1024 more (cachetd settings_fd_table_size, counted in
+	// --memory-budget's workers term).
+	FDTableSlotBytes          = 32
+	FDTablePerWorker          = 8
+	FDTableListenersPerWorker = 16
+	FDTableMarginSlots        = 1024
 	// ConnBufferPerThreadBytes sizes cachetd's process-wide cap on
 	// connection buffer memory above the resting 32 KiB (-o conn_buffer_limit):
 	// grown read buffers, queued and unsent replies. Over the cap, cachetd
@@ -424,7 +427,7 @@ func HashTableBytes(s *cachev1alpha1.CacheSpec) int64 {
 // FDTableBytes is one worker's event table: a slot per fd the process can
 // hold (cachetd settings_fd_table_size).
 func FDTableBytes(s *cachev1alpha1.CacheSpec) int64 {
-	slots := int64(MaxConnections(s)) + FDTablePerWorker*int64(Threads(s)) + FDTableMarginSlots
+	slots := int64(MaxConnections(s)) + (FDTablePerWorker+FDTableListenersPerWorker)*int64(Threads(s)) + FDTableMarginSlots
 	return slots * FDTableSlotBytes
 }
 

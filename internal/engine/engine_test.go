@@ -124,12 +124,12 @@ func TestMemoryBudget(t *testing.T) {
 	// -> 2^20 buckets of 4 bytes = 4Mi, plus half of it while expanding = 6Mi;
 	// 1024 connections x 36Ki = 36Mi; buffer cap 2 threads x 4Mi = 8Mi,
 	// x 17/16 = 8.5Mi; kernel socket buffers 1024 x (2 x 64Ki + 2 x 16Ki +
-	// 8Ki) = 168Mi; 2 threads x (2Mi + an event table of 1024 + 2 x 8 +
-	// 1024 slots of 32 bytes) = 4Mi + 129Ki; base 16Mi.
+	// 8Ki) = 168Mi; 2 threads x (2Mi + an event table of 1024 + 2 x (8 + 16) +
+	// 1024 slots of 32 bytes) = 4Mi + 131Ki; base 16Mi.
 	// Total 64+6+36+8.5+168+4.13+16 = 302.6 -> 303Mi.
 	b := Budget(spec(), current)
 	if b.Limit != 303<<20 || b.HashTable != 6<<20 || b.Connections != 36<<20 || b.ConnBufferCap != 17<<19 ||
-		b.SocketBuffers != 168<<20 || b.Workers != 2*(2<<20+2064*32) || b.Base != 16<<20 {
+		b.SocketBuffers != 168<<20 || b.Workers != 2*(2<<20+2096*32) || b.Base != 16<<20 {
 		t.Fatalf("budget %+v", b)
 	}
 	if MemoryLimitBytes(spec(), current) != b.Limit {
