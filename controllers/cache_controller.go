@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -175,6 +176,42 @@ func EngineImageFor(c *cachev1alpha1.Cache, existing *appsv1.StatefulSet, operat
 	return operatorDefault
 }
 
+// EngineOptionsFor are the engine options for a pod template of image.
+// Arguments that need a newer cachetd than every one of this API version
+// (today -o sock_sndbuf and sock_rcvbuf, which an older cachetd refuses
+// with exit 64) are given to the operator's own engine image
+// (--engine-image), which it ships with them, and to an image whose
+// existing pod template already runs them (running: the arguments of the
+// existing StatefulSet when it runs the same image), so that an operator
+// upgrade takes nothing away from a Cache it leaves on its image. A Cache
+// pinned to any other image keeps arguments it understands, and a limit
+// without their term.
+func EngineOptionsFor(base engine.Options, image, operatorImage string, running []string) engine.Options {
+	base.SocketBuffers = image == operatorImage ||
+		slices.ContainsFunc(running, func(a string) bool { return strings.Contains(a, "sock_sndbuf=") })
+	return base
+}
+
+// runningArgs are the arguments the existing StatefulSet's pod template runs
+// when it runs image; nil when there is none or it runs another image.
+func (r *CacheReconciler) runningArgs(ctx context.Context, existing *appsv1.StatefulSet, image string) ([]string, error) {
+	if existing == nil || EngineImageFor(&cachev1alpha1.Cache{}, existing, "") != image {
+		return nil, nil
+	}
+	name := ConfigMapOfPod(&existing.Spec.Template.Spec)
+	if name == "" {
+		return nil, nil
+	}
+	cm := &corev1.ConfigMap{}
+	if err := r.getAround(ctx, types.NamespacedName{Namespace: existing.Namespace, Name: name}, cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return engine.ParseArgsFile(cm.Data[ArgsFileKey]), nil
+}
+
 func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.Cache) (ctrl.Result, error) {
 	prevSTS := &appsv1.StatefulSet{}
 	if err := r.getAround(ctx, types.NamespacedName{Namespace: c.Namespace, Name: StatefulSetName(c)}, prevSTS); err != nil {
@@ -183,7 +220,12 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 		}
 		prevSTS = nil
 	}
-	opts := BuildOptions{Engine: r.Engine, Image: EngineImageFor(c, prevSTS, r.EngineImage)}
+	image := EngineImageFor(c, prevSTS, r.EngineImage)
+	running, err := r.runningArgs(ctx, prevSTS, image)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	opts := BuildOptions{Engine: EngineOptionsFor(r.Engine, image, r.EngineImage, running), Image: image}
 
 	a, done, err := r.applyOwned(ctx, c, prevSTS, opts)
 	if done != nil || err != nil {

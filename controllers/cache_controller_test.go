@@ -149,7 +149,7 @@ func TestCreateBuildsEveryOwnedObject(t *testing.T) {
 		err := k8sClient.Get(ctx, key("web"), sts)
 		return err == nil, fmt.Sprint(err)
 	})
-	want := StatefulSet(c, BuildOptions{Image: testEngineImage, Engine: suiteEngine})
+	want := StatefulSet(c, BuildOptions{Image: testEngineImage, Engine: suiteCurrent})
 	ctr := sts.Spec.Template.Spec.Containers[0]
 	if *sts.Spec.Replicas != 2 || sts.Spec.ServiceName != "web-headless" || ctr.Image != testEngineImage ||
 		!slices.Equal(ctr.Command, want.Spec.Template.Spec.Containers[0].Command) ||
@@ -203,7 +203,7 @@ func TestCreateBuildsEveryOwnedObject(t *testing.T) {
 		return len(c.Status.Conditions) == 5 && len(c.Status.Endpoints) == 2, fmt.Sprintf("%+v", c.Status)
 	})
 	if c.Status.Endpoints[1].Host != "web-1.web-headless."+ns+".svc.cluster.test" || c.Status.Selector == "" ||
-		!slices.Equal(c.Status.EngineArgs, EngineArgs(c, BuildOptions{Engine: suiteEngine})) || c.Status.Image != testEngineImage {
+		!slices.Equal(c.Status.EngineArgs, EngineArgs(c, BuildOptions{Engine: suiteCurrent})) || c.Status.Image != testEngineImage {
 		t.Errorf("status: %+v", c.Status)
 	}
 	eventually(t, "a Created event", func() (bool, string) {
@@ -321,7 +321,7 @@ func TestSpecChangeGetsANewRevisionAndOldPodsKeepTheirs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantArgs := engine.ArgsFile(EngineArgs(c, BuildOptions{Engine: suiteEngine}))
+	wantArgs := engine.ArgsFile(EngineArgs(c, BuildOptions{Engine: suiteCurrent}))
 	eventually(t, "StatefulSet follows the new spec", func() (bool, string) {
 		if err := k8sClient.Get(ctx, key, sts); err != nil {
 			return false, err.Error()
@@ -329,7 +329,7 @@ func TestSpecChangeGetsANewRevisionAndOldPodsKeepTheirs(t *testing.T) {
 		h := sts.Spec.Template.Annotations[ConfigHashAnnotation]
 		return h == engine.ConfigHash(wantArgs) && h != oldHash, h
 	})
-	if lim := sts.Spec.Template.Spec.Containers[0].Resources.Limits.Memory(); lim.Cmp(oldLimit) <= 0 || lim.Value() != engine.MemoryLimitBytes(&c.Spec, suiteEngine) {
+	if lim := sts.Spec.Template.Spec.Containers[0].Resources.Limits.Memory(); lim.Cmp(oldLimit) <= 0 || lim.Value() != engine.MemoryLimitBytes(&c.Spec, suiteCurrent) {
 		t.Errorf("memory limit %s did not follow (was %s)", lim, &oldLimit)
 	}
 	newCM := ConfigMapOfPod(&sts.Spec.Template.Spec)
@@ -670,7 +670,7 @@ func TestImmutableStatefulSetChangeIsReplaced(t *testing.T) {
 	// deleting it with propagationPolicy Orphan so that its pods live on.
 	// envtest runs no garbage collector, so this test removes the orphan
 	// finalizer itself, as the collector would once the pods are released.
-	old := StatefulSet(c, BuildOptions{Image: testEngineImage, Engine: suiteEngine})
+	old := StatefulSet(c, BuildOptions{Image: testEngineImage, Engine: suiteCurrent})
 	old.Spec.ServiceName = "imm-legacy"
 	old.Spec.Replicas = ptr.To(int32(2))
 	old.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(c, cachev1alpha1.GroupVersion.WithKind("Cache"))}

@@ -45,6 +45,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+	"cachet.dev/cachet/internal/engine"
 )
 
 // Defect 5: when an apply failed for a reason other than an invalid spec (a
@@ -157,6 +158,46 @@ func TestOperatorUpgradeKeepsTheEngineImage(t *testing.T) {
 	}
 	if got := getCache(t, ns, "pinned").Status.Image; got != testEngineImage {
 		t.Errorf("status.image %q, want the pinned %q", got, testEngineImage)
+	}
+}
+
+// After an operator upgrade every existing Cache keeps its engine image, and
+// an older cachetd refuses -o sock_sndbuf and sock_rcvbuf (exit 64): the
+// first rolled pod of every Cache crash-looped. Only a Cache that runs the
+// operator's own engine image gets them (and their term in the limit); one
+// pinned to another image gets the arguments every cachetd understands.
+func TestOnlyTheOperatorsEngineImageGetsSocketBufferOptions(t *testing.T) {
+	needIntegration(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	createCache(t, ns, "older", func(c *cachev1alpha1.Cache) { c.Spec.Image = "localhost/cachetd:older" })
+	createCache(t, ns, "current")
+	for _, tc := range []struct {
+		name    string
+		sock    bool
+		options engine.Options
+	}{{"older", false, suiteEngine}, {"current", true, suiteCurrent}} {
+		sts := &appsv1.StatefulSet{}
+		eventually(t, tc.name+"'s StatefulSet created", func() (bool, string) {
+			err := k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: tc.name}, sts)
+			return err == nil, fmt.Sprint(err)
+		})
+		args, err := argsOf(t, ns, ConfigMapOfPod(&sts.Spec.Template.Spec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(args, "sock_sndbuf=64k") && strings.Contains(args, "sock_rcvbuf=16k"); got != tc.sock || (!tc.sock && strings.Contains(args, "sock_")) {
+			t.Errorf("%s (image %s): args %q, want socket buffer options %v", tc.name, sts.Spec.Template.Spec.Containers[0].Image, args, tc.sock)
+		}
+		c := getCache(t, ns, tc.name)
+		lim := sts.Spec.Template.Spec.Containers[0].Resources.Limits.Memory().Value()
+		if want := engine.MemoryLimitBytes(&c.Spec, tc.options); lim != want {
+			t.Errorf("%s: memory limit %d, want %d", tc.name, lim, want)
+		}
+	}
+	older, current := engine.Budget(&getCache(t, ns, "older").Spec, suiteEngine), engine.Budget(&getCache(t, ns, "current").Spec, suiteCurrent)
+	if older.SocketBuffers != 0 || current.SocketBuffers == 0 || older.Limit >= current.Limit {
+		t.Errorf("the pinned image's budget %+v should have no socket_buffers term and a smaller limit than %+v", older, current)
 	}
 }
 

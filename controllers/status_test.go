@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+	"cachet.dev/cachet/internal/engine"
 )
 
 func stsWith(gen, observed int64, s appsv1.StatefulSetStatus) *appsv1.StatefulSet {
@@ -166,7 +167,7 @@ func TestStatusCrashAndImageAndOOM(t *testing.T) {
 		}
 	}
 	obs := func(p corev1.Pod) Observed {
-		return Observed{StatefulSet: stsWith(1, 1, appsv1.StatefulSetStatus{Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 3}), Pods: []corev1.Pod{p}}
+		return Observed{StatefulSet: stsWith(1, 1, appsv1.StatefulSetStatus{Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 3}), Pods: []corev1.Pod{p}, Options: ownImage}
 	}
 	cases := map[string]struct {
 		pod    corev1.Pod
@@ -226,6 +227,7 @@ func TestStatusReportsRestartsAfterThePodCameBack(t *testing.T) {
 	st := ComputeStatus(c, Observed{
 		StatefulSet: stsWith(1, 1, appsv1.StatefulSetStatus{Replicas: 3, ReadyReplicas: 3, UpdatedReplicas: 3}),
 		Pods:        []corev1.Pod{pod("web-0", true), back, pod("web-2", true)},
+		Options:     ownImage,
 	}, "cluster.local")
 	r := cond(t, st, cachev1alpha1.ConditionPodsRestarted)
 	if r.Status != metav1.ConditionTrue || r.Reason != "OOMKilled" {
@@ -327,3 +329,7 @@ func TestStatusRevisionsComeFromThePods(t *testing.T) {
 		t.Fatalf("revisions %+v", st.Revisions)
 	}
 }
+
+// ownImage builds for a Cache that runs the operator's own engine image: its
+// limit includes the socket buffers (303Mi for the default spec).
+var ownImage = BuildOptions{Engine: engine.Options{SocketBuffers: true}}

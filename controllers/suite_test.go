@@ -61,6 +61,11 @@ const testEngineImage = "localhost/cachetd:envtest"
 // does by default, with a metrics port.
 var suiteEngine = engine.Options{MetricsPort: engine.DefaultMetricsPort}
 
+// suiteCurrent shapes the engine of a Cache that runs the suite operator's
+// own image (every Cache the defaulting webhook fills in): with the options
+// only that engine understands.
+var suiteCurrent = EngineOptionsFor(suiteEngine, testEngineImage, testEngineImage, nil)
+
 var (
 	testEnv   *envtest.Environment
 	cfg       *rest.Config

@@ -76,13 +76,24 @@ static uint32_t compute_now(void)
     return (uint32_t)s;
 }
 
+/* The clock only moves forward: a tick that computed its time before a
+ * test advanced the clock must not write the older time back (a test that
+ * advances then reads at once would see an unexpired item for up to a
+ * tick). Both writers raise it to the larger value; stores only on change,
+ * as every GET reads this cache line. */
+void clock_publish(uint32_t now)
+{
+    uint32_t cur = atomic_load_explicit(&g_current_time, memory_order_relaxed);
+    while (cur < now &&
+           !atomic_compare_exchange_weak_explicit(&g_current_time, &cur, now,
+                                                  memory_order_relaxed, memory_order_relaxed))
+        ;
+}
+
 static bool clock_pass(void *arg)
 {
     (void)arg;
-    uint32_t now = compute_now();
-    /* store only on change: every GET reads this cache line */
-    if (atomic_load_explicit(&g_current_time, memory_order_relaxed) != now)
-        atomic_store_explicit(&g_current_time, now, memory_order_relaxed);
+    clock_publish(compute_now());
     return false;
 }
 
@@ -92,7 +103,7 @@ void clock_stop(void) { bgthread_stop(&clock_thread); }
 void storage_test_advance_clock(uint32_t seconds)
 {
     atomic_fetch_add(&clock_offset, (int32_t)seconds);
-    atomic_store(&g_current_time, compute_now());
+    clock_publish(compute_now());
 }
 
 rel_time_t storage_now(void) { return now_time(); }

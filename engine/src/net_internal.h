@@ -43,7 +43,7 @@ void conn_use_uring(bool on);
 /* ---- net_listen.c: listening sockets ---- */
 /* The worker's thread, as it starts: its listening sockets (and the -s
  * socket, shared) join its loop. */
-void net_listen_attach(struct worker *w);
+int net_listen_attach(struct worker *w);   /* -1: message printed */
 /* Shutdown seen by the worker: its sockets close, the shared -s socket
  * leaves its loop. */
 void net_listen_detach(struct worker *w);

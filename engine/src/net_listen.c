@@ -190,7 +190,12 @@ int server_listen_all(void)
             close(probe);
             for (int i = 0; i < num_workers; i++) {
                 struct worker *w = &workers[i];
-                if (w->nlisten >= (int)(sizeof(w->listen_fds) / sizeof(int))) break;
+                if (w->nlisten >= LISTEN_FDS_PER_WORKER) {
+                    fprintf(stderr, "cachetd: too many listen addresses: at most %d (-l %s)\n",
+                            LISTEN_FDS_PER_WORKER, settings.listen);
+                    freeaddrinfo(res);
+                    return -1;
+                }
                 int fd = make_listener(ai, port, true);
                 if (fd < 0 || listen(fd, settings.backlog) < 0) {
                     fprintf(stderr, "cachetd: cannot listen on %s port %d: %s\n", h ? h : "*", port, strerror(errno));
@@ -212,12 +217,25 @@ int server_listen_all(void)
 }
 
 
-void net_listen_attach(struct worker *w)
+_Static_assert(sizeof(((struct worker *)0)->listen_fds) / sizeof(int) == LISTEN_FDS_PER_WORKER,
+               "the event table is sized for LISTEN_FDS_PER_WORKER listeners per worker");
+
+/* A listener the loop does not watch is never accepted from: fatal. */
+int net_listen_attach(struct worker *w)
 {
     for (int i = 0; i < w->nlisten; i++)
-        ae_add(w->loop, w->listen_fds[i], AE_READABLE, accept_ready, w);
-    if (unix_listen_fd >= 0)
-        ae_add(w->loop, unix_listen_fd, AE_READABLE | AE_EXCLUSIVE, accept_ready, w);
+        if (ae_add(w->loop, w->listen_fds[i], AE_READABLE, accept_ready, w) < 0) {
+            fprintf(stderr, "cachetd: worker %d cannot watch listening socket fd %d (event table of %d): %s\n",
+                    w->id, w->listen_fds[i], w->loop->setsize, strerror(errno));
+            return -1;
+        }
+    if (unix_listen_fd >= 0 &&
+        ae_add(w->loop, unix_listen_fd, AE_READABLE | AE_EXCLUSIVE, accept_ready, w) < 0) {
+        fprintf(stderr, "cachetd: worker %d cannot watch the unix socket fd %d (event table of %d): %s\n",
+                w->id, unix_listen_fd, w->loop->setsize, strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 void net_listen_detach(struct worker *w)

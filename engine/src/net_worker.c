@@ -151,8 +151,6 @@ static void *worker_main(void *arg)
     snprintf(name, sizeof(name), "cachet-w%d", w->id);
     pthread_setname_np(pthread_self(), name);
     w->st = storage_thread_register();
-    net_listen_attach(w);
-    ae_add(w->loop, w->wake_fd, AE_READABLE, wake_ready, w);
     w->ext_fd = -1;
     w->ext = ext_io_worker_new(w->st);
     if (w->ext) {
@@ -246,6 +244,17 @@ int server_create_workers(void)
 
 int server_start_workers(void)
 {
+    /* before any thread runs: a listener or wake fd outside a worker's
+     * event table would silently never be served, so it stops the start */
+    for (int i = 0; i < num_workers; i++) {
+        struct worker *w = &workers[i];
+        if (net_listen_attach(w) != 0) return -1;
+        if (ae_add(w->loop, w->wake_fd, AE_READABLE, wake_ready, w) < 0) {
+            fprintf(stderr, "cachetd: worker %d cannot watch its wake fd %d (event table of %d): %s\n",
+                    i, w->wake_fd, w->loop->setsize, strerror(errno));
+            return -1;
+        }
+    }
     for (int i = 0; i < num_workers; i++) {
         int rc = pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]);
         if (rc) {

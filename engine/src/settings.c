@@ -53,7 +53,7 @@ size_t settings_slab_chunk_max(const struct settings *s)
 
 int settings_fd_table_size(const struct settings *s)
 {
-    return s->maxconns + FD_TABLE_PER_WORKER * s->num_threads + FD_TABLE_MARGIN;
+    return s->maxconns + (FD_TABLE_PER_WORKER + LISTEN_FDS_PER_WORKER) * s->num_threads + FD_TABLE_MARGIN;
 }
 
 size_t conn_buffer_limit_default(size_t maxbytes, int maxconns)

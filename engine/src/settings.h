@@ -125,13 +125,18 @@ size_t settings_slab_chunk_max(const struct settings *s);
 /* Slots in each worker's event table (ae.h: indexed by fd number), so
  * bounded by the fds the process can have open, not by RLIMIT_NOFILE
  * (up to 1M under containerd, 32 MiB per worker): -c connections, 8 per
- * worker (its epoll, eventfd, io_uring and extstore eventfds, listening
- * sockets), and 1024 for the rest (stdio, the metrics thread's listeners,
+ * worker (its epoll, eventfd, io_uring and extstore eventfds), the most
+ * listening sockets every worker can hold (LISTEN_FDS_PER_WORKER each), and
+ * 1024 for the rest (stdio, the metrics thread's listeners,
  * eventfd and 16 connections, extstore files and IO threads, a connection
  * being refused). A connection whose fd is past the table is refused as
  * one over -c (net_listen.c). The memory budget counts it per worker. */
 #define FD_TABLE_PER_WORKER 8
 #define FD_TABLE_MARGIN     1024
+/* and each worker's listeners: one per -l address (SO_REUSEPORT), all open
+ * before any client, at most this many per worker (struct worker's
+ * listen_fds; more addresses are a startup error) */
+#define LISTEN_FDS_PER_WORKER 16
 int settings_fd_table_size(const struct settings *s);
 
 /* Fills s from defaults, then the args file (if --args-file is given), then

@@ -278,6 +278,7 @@ static inline rel_time_t stamp_time_in(struct time_view v)
 }
 static inline rel_time_t stamp_time(void) { return stamp_time_in(time_view_now()); }
 void clock_init(void);   /* storage_init, after g_cfg is set */
+void clock_publish(uint32_t now);   /* raises the clock to now, never lowers it */
 int clock_start(void);   /* 0 or pthread_create's error */
 void clock_stop(void);
 

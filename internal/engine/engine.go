@@ -43,11 +43,14 @@ const (
 	PerConnectionBytes = 36 << 10 // a resting connection: 16 KiB read + 16 KiB output buffer, the connection, a line being read (engine/README.md "Memory")
 	PerThreadBytes     = 2 << 20  // a worker's stack, event loop and per-thread caches
 	// Each worker's event table has a 32-byte slot per fd the process can
-	// hold: maxConnections, 8 per worker and 1024 more (cachetd
-	// settings_fd_table_size, counted in --memory-budget's workers term).
-	FDTableSlotBytes   = 32
-	FDTablePerWorker   = 8
-	FDTableMarginSlots = 1024
+	// hold: maxConnections, 8 per worker, the most listening sockets a
+	// worker can hold (16: every worker listens on every address) per
+	// worker, and 1024 more (cachetd settings_fd_table_size, counted in
+	// --memory-budget's workers term).
+	FDTableSlotBytes          = 32
+	FDTablePerWorker          = 8
+	FDTableListenersPerWorker = 16
+	FDTableMarginSlots        = 1024
 	// ConnBufferPerThreadBytes sizes cachetd's process-wide cap on
 	// connection buffer memory above the resting 32 KiB (-o conn_buffer_limit):
 	// grown read buffers, queued and unsent replies. Over the cap, cachetd
@@ -161,6 +164,12 @@ type Options struct {
 	// MetricsPort, when not 0, has cachetd serve GET /healthz and GET
 	// /metrics over plain HTTP on that port (-o metrics_port).
 	MetricsPort int32
+	// SocketBuffers says the engine image understands -o sock_sndbuf and
+	// sock_rcvbuf, which an older cachetd refuses (exit 64): true only for
+	// the operator's own engine image. Without it Args passes only what
+	// every cachetd of this API version understands, and Budget has no
+	// socket_buffers term: the kernel's socket memory is then not bounded.
+	SocketBuffers bool
 }
 
 // Threads is the number of worker threads: spec.engine.threads, or one per CPU.
@@ -239,8 +248,10 @@ func Args(s *cachev1alpha1.CacheSpec, o Options) []string {
 	if e.HashPower != nil {
 		opts = append(opts, "hashpower="+strconv.Itoa(int(*e.HashPower)))
 	}
-	opts = append(opts, "conn_buffer_limit="+sizeArg(ConnBufferLimitBytes(s)),
-		"sock_sndbuf="+sizeArg(SockSndBufBytes), "sock_rcvbuf="+sizeArg(SockRcvBufBytes))
+	opts = append(opts, "conn_buffer_limit="+sizeArg(ConnBufferLimitBytes(s)))
+	if o.SocketBuffers {
+		opts = append(opts, "sock_sndbuf="+sizeArg(SockSndBufBytes), "sock_rcvbuf="+sizeArg(SockRcvBufBytes))
+	}
 	if !s.IsDedicatedCPUs() {
 		opts = append(opts, "cpus=none")
 	}
@@ -416,7 +427,7 @@ func HashTableBytes(s *cachev1alpha1.CacheSpec) int64 {
 // FDTableBytes is one worker's event table: a slot per fd the process can
 // hold (cachetd settings_fd_table_size).
 func FDTableBytes(s *cachev1alpha1.CacheSpec) int64 {
-	slots := int64(MaxConnections(s)) + FDTablePerWorker*int64(Threads(s)) + FDTableMarginSlots
+	slots := int64(MaxConnections(s)) + (FDTablePerWorker+FDTableListenersPerWorker)*int64(Threads(s)) + FDTableMarginSlots
 	return slots * FDTableSlotBytes
 }
 
@@ -430,7 +441,8 @@ type MemoryBudget struct {
 
 // Budget is the pod's memory limit: the terms of cachetd --memory-budget for
 // Args(s, o) (item memory, resting connections, the capped buffer memory
-// above them, the kernel's socket buffers, worker threads, the hash table,
+// above them, the kernel's socket buffers when o.SocketBuffers fixes them,
+// worker threads, the hash table,
 // the metrics thread when there is one, extstore's buffers and threads when
 // it is on), with a margin of
 // 1 MiB more per thread and a fixed base of 16 MiB, rounded up to MiB.
@@ -443,11 +455,13 @@ func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 		// every buffer grown above resting is a mapping of its own, rounded
 		// up to whole pages: the engine budgets the cap x 17/16
 		ConnBufferCap: ConnBufferLimitBytes(s) * 17 / 16,
-		SocketBuffers: int64(MaxConnections(s)) * PerSocketKernelBytes,
 		Workers:       int64(Threads(s)) * (PerThreadBytes + FDTableBytes(s)),
 		HashTable:     HashTableBytes(s),
 		Extstore:      ExtstoreBytes(s),
 		Base:          BaseBytes,
+	}
+	if o.SocketBuffers {
+		b.SocketBuffers = int64(MaxConnections(s)) * PerSocketKernelBytes
 	}
 	if o.MetricsPort > 0 {
 		b.Metrics = MetricsBytes

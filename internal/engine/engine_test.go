@@ -35,8 +35,11 @@ func spec(mutate ...func(*cachev1alpha1.CacheSpec)) *cachev1alpha1.CacheSpec {
 	return s
 }
 
+// current is how the operator shapes a Cache that runs its own engine image.
+var current = Options{SocketBuffers: true}
+
 func TestArgsDefaults(t *testing.T) {
-	got := Args(spec(), Options{})
+	got := Args(spec(), current)
 	want := []string{"-p", "11211", "-t", "2", "-m", "64", "-c", "1024", "-I", "1m", "-f", "1.25", "-n", "48", "-o", "conn_buffer_limit=8m,sock_sndbuf=64k,sock_rcvbuf=16k"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Args = %q, want %q", got, want)
@@ -54,10 +57,25 @@ func TestArgsExplicit(t *testing.T) {
 			ChunkSizes:     []int32{64, 128, 1024},
 		}
 	})
-	got := Args(s, Options{MetricsPort: 9150})
+	got := Args(s, Options{MetricsPort: 9150, SocketBuffers: true})
 	want := []string{"-p", "11211", "-t", "4", "-m", "1024", "-c", "4096", "-I", "512k", "-o", "slab_sizes=64-128-1024,hashpower=20,conn_buffer_limit=16m,sock_sndbuf=64k,sock_rcvbuf=16k,metrics_port=9150"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Args = %q, want %q", got, want)
+	}
+}
+
+// An engine image other than the operator's own (a Cache pinned to an older
+// cachetd) is given no option an older cachetd refuses: no sock_sndbuf or
+// sock_rcvbuf, and so no socket_buffers term in its limit.
+func TestArgsForAnotherEngineImageHaveNoSocketBuffers(t *testing.T) {
+	got := Args(spec(), Options{})
+	want := []string{"-p", "11211", "-t", "2", "-m", "64", "-c", "1024", "-I", "1m", "-f", "1.25", "-n", "48", "-o", "conn_buffer_limit=8m"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Args = %q, want %q", got, want)
+	}
+	older, newer := Budget(spec(), Options{}), Budget(spec(), current)
+	if older.SocketBuffers != 0 || newer.Limit-older.Limit != 168<<20 {
+		t.Fatalf("budget without socket buffers %+v, with %+v: want no socket_buffers term, 168Mi less", older, newer)
 	}
 }
 
@@ -84,7 +102,7 @@ func TestThreadsFollowCPUAndNeverZero(t *testing.T) {
 }
 
 func TestArgsFileRoundTripAndHash(t *testing.T) {
-	args := Args(spec(), Options{})
+	args := Args(spec(), current)
 	a := ArgsFile(args)
 	if !strings.HasPrefix(a, "-p\n11211\n-t\n2\n") || !strings.HasSuffix(a, "\nconn_buffer_limit=8m,sock_sndbuf=64k,sock_rcvbuf=16k\n") {
 		t.Fatalf("args file is not one argument per line: %q", a)
@@ -92,11 +110,11 @@ func TestArgsFileRoundTripAndHash(t *testing.T) {
 	if !slices.Equal(ParseArgsFile(a), args) {
 		t.Fatalf("ParseArgsFile(ArgsFile(a)) = %q", ParseArgsFile(a))
 	}
-	b := ArgsFile(Args(spec(func(s *cachev1alpha1.CacheSpec) { s.Memory = resource.MustParse("128Mi") }), Options{}))
+	b := ArgsFile(Args(spec(func(s *cachev1alpha1.CacheSpec) { s.Memory = resource.MustParse("128Mi") }), current))
 	if ConfigHash(a) == ConfigHash(b) {
 		t.Fatal("config hash did not change with the memory")
 	}
-	if ConfigHash(a) != ConfigHash(ArgsFile(Args(spec(), Options{}))) {
+	if ConfigHash(a) != ConfigHash(ArgsFile(Args(spec(), current))) {
 		t.Fatal("config hash is not stable for equal specs")
 	}
 }
@@ -106,15 +124,15 @@ func TestMemoryBudget(t *testing.T) {
 	// -> 2^20 buckets of 4 bytes = 4Mi, plus half of it while expanding = 6Mi;
 	// 1024 connections x 36Ki = 36Mi; buffer cap 2 threads x 4Mi = 8Mi,
 	// x 17/16 = 8.5Mi; kernel socket buffers 1024 x (2 x 64Ki + 2 x 16Ki +
-	// 8Ki) = 168Mi; 2 threads x (2Mi + an event table of 1024 + 2 x 8 +
-	// 1024 slots of 32 bytes) = 4Mi + 129Ki; base 16Mi.
+	// 8Ki) = 168Mi; 2 threads x (2Mi + an event table of 1024 + 2 x (8 + 16) +
+	// 1024 slots of 32 bytes) = 4Mi + 131Ki; base 16Mi.
 	// Total 64+6+36+8.5+168+4.13+16 = 302.6 -> 303Mi.
-	b := Budget(spec(), Options{})
+	b := Budget(spec(), current)
 	if b.Limit != 303<<20 || b.HashTable != 6<<20 || b.Connections != 36<<20 || b.ConnBufferCap != 17<<19 ||
-		b.SocketBuffers != 168<<20 || b.Workers != 2*(2<<20+2064*32) || b.Base != 16<<20 {
+		b.SocketBuffers != 168<<20 || b.Workers != 2*(2<<20+2096*32) || b.Base != 16<<20 {
 		t.Fatalf("budget %+v", b)
 	}
-	if MemoryLimitBytes(spec(), Options{}) != b.Limit {
+	if MemoryLimitBytes(spec(), current) != b.Limit {
 		t.Fatal("MemoryLimitBytes is not Budget().Limit")
 	}
 	if got := SmallestItemBytes(spec()); got != 80 {
@@ -127,11 +145,11 @@ func TestMemoryBudget(t *testing.T) {
 		wantMiB int64
 	}{{"64Mi", 1, 297}, {"64Mi", 2, 303}, {"1Gi", 2, 1353}} {
 		s := spec(func(s *cachev1alpha1.CacheSpec) { s.Memory = resource.MustParse(tc.mem); s.CPU = ptr.To(tc.cpu) })
-		if got := MemoryLimitBytes(s, Options{}) >> 20; got != tc.wantMiB {
+		if got := MemoryLimitBytes(s, current) >> 20; got != tc.wantMiB {
 			t.Errorf("limit for %s/%d CPU = %dMi, want %dMi", tc.mem, tc.cpu, got, tc.wantMiB)
 		}
 		// The metrics thread adds its 4 MiB.
-		if got := MemoryLimitBytes(s, Options{MetricsPort: DefaultMetricsPort}) >> 20; got != tc.wantMiB+4 {
+		if got := MemoryLimitBytes(s, Options{MetricsPort: DefaultMetricsPort, SocketBuffers: true}) >> 20; got != tc.wantMiB+4 {
 			t.Errorf("limit for %s/%d CPU = %dMi, want %dMi", tc.mem, tc.cpu, got, tc.wantMiB)
 		}
 	}
@@ -186,7 +204,7 @@ func TestExtstoreArgs(t *testing.T) {
 	// down to a MiB: 10240 x 0.90 - 64 = 9152M.
 	got := Args(spec(func(s *cachev1alpha1.CacheSpec) {
 		s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("10Gi")}
-	}), Options{})
+	}), current)
 	want := "conn_buffer_limit=8m,sock_sndbuf=64k,sock_rcvbuf=16k,ext_path=/data/extstore/cache:9152M,ext_page_size=64,ext_wbuf_size=4,ext_threads=1,ext_io_depth=8,ext_item_size=512"
 	if o := got[len(got)-1]; o != want {
 		t.Fatalf("-o %q, want %q", o, want)
@@ -194,7 +212,7 @@ func TestExtstoreArgs(t *testing.T) {
 	got = Args(spec(func(s *cachev1alpha1.CacheSpec) {
 		s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("1Ti"), PageSize: ptr.To(resource.MustParse("256Mi")),
 			IOThreads: ptr.To(int32(4)), ItemMinSize: ptr.To(int64(4096))}
-	}), Options{MetricsPort: 9150})
+	}), Options{MetricsPort: 9150, SocketBuffers: true})
 	want = "conn_buffer_limit=8m,sock_sndbuf=64k,sock_rcvbuf=16k,metrics_port=9150,ext_path=/data/extstore/cache:943654M,ext_page_size=256,ext_wbuf_size=4,ext_threads=4,ext_io_depth=8,ext_item_size=4096"
 	if o := got[len(got)-1]; o != want {
 		t.Fatalf("-o %q, want %q", o, want)
@@ -215,7 +233,7 @@ func TestExtstoreMemoryBudget(t *testing.T) {
 	s := spec(func(s *cachev1alpha1.CacheSpec) {
 		s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("10Gi")}
 	})
-	b := Budget(s, Options{})
+	b := Budget(s, current)
 	// 4 x 4Mi of write buffers + 4Ki, the flusher's 1Mi, 8 read buffers of
 	// 1Mi+8Ki for the IO thread, 2 workers x (1Mi + 1Mi+8Ki + 64 x 33Ki of
 	// their own reads), 143 pages x 76 B, 3 stacks of 2Mi.

@@ -483,7 +483,7 @@ def test_slow_readers_kernel_buffers_are_bounded_by_sock_sndbuf(start_server):
     accepted socket keeps the fixed size the budget's socket_buffers term counts,
     and the value still arrives whole through the small buffer."""
     if subprocess.run(["which", "ss"], capture_output=True).returncode != 0:
-        pytest.skip("needs ss (iproute2) to read the server's socket memory")
+        skip_unless_required("needs ss (iproute2) to read the server's socket memory")
     snd, rcv, conns = 64 * 1024, 16 * 1024, 16
     args = ["-c", str(conns), "-t", "2", "-o", f"sock_sndbuf={snd},sock_rcvbuf={rcv}"]
     term = memory_budget(*args)["terms"]["socket_buffers"]
@@ -650,6 +650,33 @@ def v2_parent():
     return parent
 
 
+REQUIRE_CGROUP_ENV = "CACHET_REQUIRE_CGROUP"
+
+
+def skip_unless_required(why):
+    """Skip a memory-bound check that cannot run here, unless CACHET_REQUIRE_CGROUP=1
+    (make check's release pass sets it): there a skip would report the memory bound
+    as checked when it was not, so it fails instead."""
+    if os.environ.get(REQUIRE_CGROUP_ENV) == "1":
+        pytest.fail(f"{why} ({REQUIRE_CGROUP_ENV}=1: this pass must check the memory bound)")
+    pytest.skip(why)
+
+
+def test_required_memory_bound_checks_fail_instead_of_skipping(monkeypatch):
+    monkeypatch.setenv(REQUIRE_CGROUP_ENV, "1")
+    # a skip escaping here would itself report this test skipped: catch it
+    try:
+        skip_unless_required("no memory cgroup can be made here")
+        got = None
+    except BaseException as e:  # pytest's outcomes are BaseExceptions
+        got = e
+    assert isinstance(got, pytest.fail.Exception) and "must check the memory bound" in str(got), \
+        f"with {REQUIRE_CGROUP_ENV}=1 a missing cgroup must fail the test, got {got!r}"
+    monkeypatch.delenv(REQUIRE_CGROUP_ENV)
+    with pytest.raises(pytest.skip.Exception):
+        skip_unless_required("no memory cgroup can be made here")
+
+
 def memory_cgroup_unavailable():
     """None when MemoryCgroup can be made here, else why not."""
     version = cgroup_version()
@@ -675,7 +702,7 @@ def test_hostile_clients_never_exceed_the_memory_budget_cgroup(start_server, tmp
     the limit but above -m (the memory really filled), and the server answers."""
     why = memory_cgroup_unavailable()
     if why:
-        pytest.skip(f"no memory cgroup can be made here: {why}")
+        skip_unless_required(f"no memory cgroup can be made here: {why}")
     # -m large enough that item memory dominates: a bound that forgot it, or
     # counted half of it, is below what the server touches (checked once)
     m_mb, conns, threads = 64, 80, 2
@@ -690,7 +717,7 @@ def test_hostile_clients_never_exceed_the_memory_budget_cgroup(start_server, tmp
         srv = start_server(*args, binary=cg.launcher(tmp_path))
         sanitizer = under_sanitizer(srv.proc.pid)
         if sanitizer:
-            pytest.skip(f"{sanitizer}'s shadow memory is not the engine's allocations: a cgroup sized "
+            skip_unless_required(f"{sanitizer}'s shadow memory is not the engine's allocations: a cgroup sized "
                         "for the release binary says nothing about it (make check's release pass runs this)")
         assert open(f"/proc/{srv.proc.pid}/cgroup").read().count(os.path.basename(cg.path)) == 1
         with srv.conn(timeout=30) as c:

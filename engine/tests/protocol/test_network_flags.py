@@ -265,3 +265,22 @@ def test_bad_network_options_are_usage_errors(opt):
     r = subprocess.run([CACHETD, "-o", opt], capture_output=True, timeout=20)
     assert r.returncode == 64, (opt, r.returncode, r.stderr)
     assert r.stderr.count(b"\n") == 1, r.stderr
+
+
+# Every worker listens on every -l address (SO_REUSEPORT), and each worker's
+# event table is indexed by fd. The table was sized -c + 8 per worker + 1024,
+# but workers x addresses listeners are open before any client: with 100
+# workers and 16 addresses the last addresses' listeners were past the table,
+# never polled, and their connections never accepted. Every address must
+# answer, on every connection: a listener the kernel picks that no worker
+# polls leaves the connection unanswered (the read times out).
+@pytest.mark.cachetd_only(reason="sizes cachetd's own event table")
+def test_every_listen_address_answers_with_many_workers(start_server):
+    addresses = [f"127.0.0.{i}" for i in range(1, 17)]
+    srv = start_server("-t", "100", "-c", "10", "-o", "cpus=none", "-l", ",".join(addresses))
+    for addr in addresses:
+        for _ in range(40):   # spread over the address's 100 listeners
+            with socket.create_connection((addr, srv.port), timeout=5) as s:
+                s.sendall(b"version\r\n")
+                assert s.recv(64).startswith(b"VERSION "), f"{addr}: no answer"
+    srv.check_healthy()

@@ -122,6 +122,18 @@ static void test_ttl_rules(void)
     CHECK(put_full("ttl", "y", 0, 0, MODE_ADD, NULL, NULL) == STORE_STORED);
 }
 
+/* A clock tick computes its time, then stores it. A test that advanced the
+ * clock in between had the tick write the older time back. */
+static void test_a_late_tick_does_not_undo_an_advance(void)
+{
+    rel_time_t before = storage_now();
+    CHECK(put_full("late-tick", "v", 0, storage_exptime(5), MODE_SET, NULL, NULL) == STORE_STORED);
+    storage_test_advance_clock(10);
+    clock_publish(before);   /* the tick that read the clock before the advance */
+    CHECK(storage_now() >= before + 10);
+    CHECK(get_str("late-tick", NULL) == NULL);
+}
+
 static void test_touch_and_gat(void)
 {
     CHECK(put_full("tch", "v", 0, storage_exptime(5), MODE_SET, NULL, NULL) == STORE_STORED);
@@ -410,6 +422,7 @@ int main(void)
     TEST(test_set_get_delete);
     TEST(test_add_replace);
     TEST(test_cas);
+    TEST(test_a_late_tick_does_not_undo_an_advance);
     TEST(test_append_prepend_keep_flags);
     TEST(test_arith);
     TEST(test_ttl_rules);
