@@ -67,6 +67,21 @@ static void conn_mark_ready(struct ae_loop *l, int fd, void *data, int mask);
 /* conn_readable (epoll: read at once) or conn_mark_ready (io_uring: batch) */
 static ae_file_proc *read_proc = conn_readable;
 
+/* -o sock_sndbuf/sock_rcvbuf: fixed kernel buffers instead of autotuning
+ * (up to tcp_wmem's 4 MiB per slow reader), so the pod's memory bound holds
+ * where the cgroup charges socket memory (memory_budget.c socket_buffers). */
+void net_fix_socket_buffers(int fd)
+{
+    if (settings.sock_sndbuf) {
+        int v = (int)settings.sock_sndbuf;
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
+    }
+    if (settings.sock_rcvbuf) {
+        int v = (int)settings.sock_rcvbuf;
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+    }
+}
+
 /* -------------------------------------------------------------- connections */
 
 void conn_close(struct conn *c)
@@ -296,6 +311,14 @@ static bool rbuf_wants_read(const struct conn *c)
     return c->state != CONN_CMD || !memchr(c->rbuf, '\n', c->rend);
 }
 
+/* Nothing left that could still become a request: no bytes, or a line the
+ * EOF cut short. */
+static bool input_exhausted(const struct conn *c)
+{
+    size_t avail = c->rend - c->rstart;
+    return avail == 0 || (c->state == CONN_CMD && !memchr(c->rbuf + c->rstart, '\n', avail));
+}
+
 /* Flushes output, then decides what the connection waits for next. Returns
  * false if the connection was closed. */
 bool conn_after_work(struct conn *c)
@@ -320,8 +343,13 @@ bool conn_after_work(struct conn *c)
      * sent (nothing queued or deferred, no pipelined request waiting its
      * turn), close. A request cut short by the EOF can never complete. */
     if (c->peer_eof && rc == OUT_FLUSH_DONE && outbuf_empty(&c->out) && !c->yielded) {
-        conn_close(c);
-        return false;
+        if (input_exhausted(c)) {
+            conn_close(c);
+            return false;
+        }
+        /* requests read before the EOF wait for their turn (the worker
+         * cleared yielded while this waited to write): answer them first */
+        conn_set_yielded(c, false);
     }
     bool stopping = server_shutting_down();
     if (rc == OUT_FLUSH_DONE &&
@@ -592,18 +620,7 @@ bool conn_open(struct worker *w, int fd, const struct sockaddr_storage *ss)
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     }
-    /* -o sock_sndbuf/sock_rcvbuf: fixed kernel buffers instead of autotuning
-     * (up to tcp_wmem's 4 MiB per slow reader), so the pod's memory bound
-     * holds where the cgroup charges socket memory (memory_budget.c
-     * socket_buffers). Unix sockets take them too. */
-    if (settings.sock_sndbuf) {
-        int v = (int)settings.sock_sndbuf;
-        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
-    }
-    if (settings.sock_rcvbuf) {
-        int v = (int)settings.sock_rcvbuf;
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
-    }
+    net_fix_socket_buffers(fd);   /* unix sockets take them too */
     struct conn *c = calloc(1, sizeof(*c));
     char *rb = malloc(RBUF_INITIAL);
     if (!c || !rb) {

@@ -43,6 +43,8 @@ void conn_use_uring(bool on);
 /* ---- net_listen.c: listening sockets ---- */
 /* The worker's thread, as it starts: its listening sockets (and the -s
  * socket, shared) join its loop. */
+/* SO_SNDBUF/SO_RCVBUF from -o sock_sndbuf/sock_rcvbuf, if set (net_conn.c) */
+void net_fix_socket_buffers(int fd);
 int net_listen_attach(struct worker *w);   /* -1: message printed */
 /* Shutdown seen by the worker: its sockets close, the shared -s socket
  * leaves its loop. */

@@ -90,14 +90,7 @@ static int make_listener(const struct addrinfo *ai, int port, bool reuseport)
     if (ai->ai_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
     /* accepted sockets are born with the listener's buffer sizes; conn_open
      * sets them again on each (and on unix sockets) */
-    if (settings.sock_sndbuf) {
-        int v = (int)settings.sock_sndbuf;
-        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
-    }
-    if (settings.sock_rcvbuf) {
-        int v = (int)settings.sock_rcvbuf;
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
-    }
+    net_fix_socket_buffers(fd);
     struct sockaddr_storage ss;
     memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
     if (ss.ss_family == AF_INET) ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)port);

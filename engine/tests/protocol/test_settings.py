@@ -263,9 +263,10 @@ def test_memory_budget_names_its_terms_and_follows_the_arguments():
     assert not any(name.startswith("ext_") for name in base["terms"])
     # each argument moves its own term
     assert budget("-m", "128", "-t", "2")["terms"]["item_memory"] == base["terms"]["item_memory"] + (64 << 20)
-    # a worker: 1 MiB, and an event table of -c + 8 per worker + 1024 slots of 32 bytes
-    assert base["terms"]["workers"] == 2 * ((1 << 20) + (1024 + 2 * 8 + 1024) * 32)
-    assert budget("-m", "64", "-t", "4")["terms"]["workers"] == 4 * ((1 << 20) + (1024 + 4 * 8 + 1024) * 32)
+    # a worker: 1 MiB, and an event table of -c + (8 own fds + 16 listeners) per
+    # worker + 1024 slots of 32 bytes
+    assert base["terms"]["workers"] == 2 * ((1 << 20) + (1024 + 2 * (8 + 16) + 1024) * 32)
+    assert budget("-m", "64", "-t", "4")["terms"]["workers"] == 4 * ((1 << 20) + (1024 + 4 * (8 + 16) + 1024) * 32)
     assert budget("-m", "64", "-t", "2", "-c", "2048")["terms"]["connections"] == 2 * base["terms"]["connections"]
     assert budget("-m", "64", "-t", "2", "-o", "metrics_port=9150")["terms"]["metrics"] > 0
     assert budget("-m", "64", "-t", "2", "-o", "hashpower=24")["terms"]["hash_table"] == 4 << 24
