@@ -114,6 +114,7 @@ struct worker {
     storage_thread  *st;
     int              listen_fds[16];
     int              nlisten;
+    uint64_t         accept_paused_ms; /* EMFILE: listeners unwatched since then (monotonic ms); 0 = watched */
     int              wake_fd;      /* eventfd: shutdown, and deferred replies completed */
     struct reply_queue replies;    /* deferred replies completed by any thread */
     struct conn     *conns;        /* all connections of this worker */

@@ -45,6 +45,11 @@ void conn_use_uring(bool on);
  * socket, shared) join its loop. */
 /* SO_SNDBUF/SO_RCVBUF from -o sock_sndbuf/sock_rcvbuf, if set (net_conn.c) */
 void net_fix_socket_buffers(int fd);
+/* After accept ran out of fds, a worker stops accepting this long (ms). */
+#define ACCEPT_PAUSE_MS 100
+/* Watches the listeners again once the pause is over: -1 when accepting,
+ * else the ms still to wait (worker_before_sleep sleeps no longer). */
+int net_listen_resume_due(struct worker *w);
 int net_listen_attach(struct worker *w);   /* -1: message printed */
 /* Shutdown seen by the worker: its sockets close, the shared -s socket
  * leaves its loop. */

@@ -32,6 +32,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ae.h"
@@ -52,6 +53,51 @@ static void reject_conn(int fd)
     __atomic_add_fetch(&rejected_conns_global, 1, __ATOMIC_RELAXED);
 }
 
+static uint64_t monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void accept_ready(struct ae_loop *l, int lfd, void *data, int mask);
+
+static void watch_listeners(struct worker *w, bool on)
+{
+    for (int i = 0; i < w->nlisten; i++) {
+        if (on) ae_add(w->loop, w->listen_fds[i], AE_READABLE, accept_ready, w);
+        else ae_del(w->loop, w->listen_fds[i], AE_READABLE);
+    }
+    if (unix_listen_fd >= 0) {
+        if (on) ae_add(w->loop, unix_listen_fd, AE_READABLE | AE_EXCLUSIVE, accept_ready, w);
+        else ae_del(w->loop, unix_listen_fd, AE_READABLE);
+    }
+}
+
+/* Out of file descriptors (EMFILE, ENFILE): the connection stays queued and
+ * the listener readable, so accepting again at once would spin the worker
+ * and flood the log. Like memcached, stop accepting for a while: this
+ * worker's listeners are unwatched until net_listen_resume_due() (one loop
+ * turn at most ACCEPT_PAUSE_MS later); the queued clients wait meanwhile. */
+static void accept_pause(struct worker *w, int err)
+{
+    if (w->accept_paused_ms) return;
+    watch_listeners(w, false);
+    w->accept_paused_ms = monotonic_ms();
+    fprintf(stderr, "cachetd: accept: %s; worker %d stops accepting for %d ms\n",
+            strerror(err), w->id, ACCEPT_PAUSE_MS);
+}
+
+int net_listen_resume_due(struct worker *w)
+{
+    if (!w->accept_paused_ms) return -1;
+    uint64_t waited = monotonic_ms() - w->accept_paused_ms;
+    if (waited < ACCEPT_PAUSE_MS) return (int)(ACCEPT_PAUSE_MS - waited);
+    w->accept_paused_ms = 0;
+    watch_listeners(w, true);
+    return -1;
+}
+
 static void accept_ready(struct ae_loop *l, int lfd, void *data, int mask)
 {
     struct worker *w = data;
@@ -61,8 +107,7 @@ static void accept_ready(struct ae_loop *l, int lfd, void *data, int mask)
         int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR) continue;
-            if (errno == EMFILE || errno == ENFILE)
-                fprintf(stderr, "cachetd: accept: %s\n", strerror(errno));
+            if (errno == EMFILE || errno == ENFILE) accept_pause(w, errno);
             return;
         }
         uint32_t now = __atomic_add_fetch(&curr_conns_global, 1, __ATOMIC_RELAXED);

@@ -134,7 +134,9 @@ static int worker_before_sleep(struct ae_loop *l, void *data)
         ext_fd_sync(w);
     }
     if (server_shutting_down() && !w->conns) ae_stop(l);
-    return w->pending ? 0 : 100;
+    int paused = net_listen_resume_due(w);
+    if (w->pending) return 0;
+    return paused >= 0 && paused < 100 ? paused : 100;
 }
 
 static void *worker_main(void *arg)
@@ -191,9 +193,16 @@ static int fd_setsize(void)
             setrlimit(RLIMIT_NOFILE, &rl);
             getrlimit(RLIMIT_NOFILE, &rl);
         }
-        if ((rlim_t)settings.maxconns + 64 > rl.rlim_cur)
-            fprintf(stderr, "cachetd: warning: -c %d exceeds the open file limit (%llu)\n",
-                    settings.maxconns, (unsigned long long)rl.rlim_cur);
+        /* as memcached: a -c the process cannot hold is refused at start
+         * (71), not found out later as accept() failing with EMFILE */
+        rlim_t need = (rlim_t)settings.maxconns + (rlim_t)FD_TABLE_PER_WORKER * (rlim_t)settings.num_threads + 64;
+        if (rl.rlim_cur < need) {
+            fprintf(stderr, "cachetd: failed to set rlimit for open files (-c %d and %d workers need %llu, "
+                    "the limit is %llu). Try starting as root or requesting smaller maxconns value.\n",
+                    settings.maxconns, settings.num_threads, (unsigned long long)need,
+                    (unsigned long long)rl.rlim_cur);
+            return -1;
+        }
         if (rl.rlim_cur < want) return (int)rl.rlim_cur;   /* no fd can pass it */
     }
     return table;
@@ -205,6 +214,7 @@ int server_create_workers(void)
     workers = calloc((size_t)num_workers, sizeof(*workers));
     if (!workers) return -1;
     int setsize = fd_setsize();
+    if (setsize < 0) return -1;
     for (int i = 0; i < num_workers; i++) {
         struct worker *w = &workers[i];
         w->id = i;

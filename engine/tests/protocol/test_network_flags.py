@@ -284,3 +284,21 @@ def test_every_listen_address_answers_with_many_workers(start_server):
                 s.sendall(b"version\r\n")
                 assert s.recv(64).startswith(b"VERSION "), f"{addr}: no answer"
     srv.check_healthy()
+
+
+def test_c_beyond_the_open_file_limit_refuses_to_start():
+    """A -c the process cannot hold open is refused at start with 71, as memcached
+    1.6.45 does ("failed to set rlimit for open files"), rather than started with a
+    warning and found out when accept() fails with EMFILE: that spun the worker on the
+    still-readable listener and wrote 1.5 million log lines in 4 s."""
+    import resource
+
+    def low_nofile():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (60, 60))
+
+    argv = [CACHETD, "-c", "100", "-t", "2", "-p", str(next_free_port()), "-l", "127.0.0.1"]
+    if IS_MEMCACHED:
+        argv += ["-U", "0"] + (["-u", "root"] if os.geteuid() == 0 else [])
+    r = subprocess.run(argv, capture_output=True, timeout=20, preexec_fn=low_nofile, stdin=subprocess.DEVNULL)
+    assert r.returncode == 71, (r.returncode, r.stderr[-500:])
+    assert b"rlimit for open files" in r.stderr, r.stderr[-500:]
