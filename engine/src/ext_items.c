@@ -64,6 +64,8 @@ static storage_thread *flusher_ctx;
 static _Atomic bool pressure;
 
 static _Atomic uint64_t recache_n, miss_n, badcrc_n, hits_n;
+/* flusher passes completed (never reset: tests wait on it, as on lru_cleaner_passes) */
+static _Atomic uint64_t flusher_passes_n;
 
 static bool flusher_pass(void *arg);
 static struct bgthread flusher = { .name = "cachet-extflush", .pass = flusher_pass, .period_ms = FLUSH_PERIOD_MS };
@@ -228,6 +230,7 @@ static bool flusher_pass(void *arg)
     /* pages written may have used up the free ones: the compactor checks */
     if (flushed && atomic_load_explicit(&ext_get_stats(g_ext)->pages_free, memory_order_relaxed) < g_x.compact_under)
         ext_compact_wake();
+    atomic_fetch_add_explicit(&flusher_passes_n, 1, memory_order_relaxed);
     /* another round at once while memory stays short */
     return flushed > 0 && pressed;
 }
@@ -571,6 +574,9 @@ void storage_ext_stats_general(stat_writer w, void *ctx)
      * records (their locators go stale: misses, never wrong values). */
     w(ctx, "extstore_read_errors", "%llu", LD(s->miss_ioerr));
     w(ctx, "extstore_write_errors", "%llu", LD(s->writes_failed));
+    /* cachet's own: passes of the flusher (one per period, more under
+     * pressure), so a client can tell that it ran, not only what it wrote */
+    w(ctx, "extstore_flusher_passes", "%llu", LD(flusher_passes_n));
     uint64_t free_pages = LD(s->pages_free);
     double pressure_ratio = s->pages_total ? 1.0 - (double)free_pages / (double)s->pages_total : 0;
     w(ctx, "extstore_memory_pressure", "%.2f", pressure_ratio);

@@ -175,24 +175,56 @@ def test_stubs_take_the_8_byte_stub_classes_and_items_keep_the_n_class(start_ser
     srv.check_healthy()
 
 
-@pytest.mark.cachetd_only(reason="memcached's flusher policy differs (it recaches on the second hit)")
+def flusher_passes(c):
+    return stat(c, "extstore_flusher_passes")
+
+
+def wait_flusher_passes(c, n, what, seconds=60.0):   # a bound for slow (TSan) builds, not a target
+    """Waits until the flusher has completed n more passes than now. The
+    first of them may have started before this call; n >= 2 means at least
+    one whole pass ran after it."""
+    start = flusher_passes(c)
+    wait_until(lambda: flusher_passes(c) >= start + n, seconds, f"{n} flusher passes {what}")
+
+
+def wait_flusher_settled(c, seconds=60.0):   # a bound for slow (TSan) builds, not a target
+    """Waits until the flusher completed 3 passes in a row (2 whole ones)
+    that wrote nothing to disk: what memory pressure made it move out is out."""
+    deadline = time.monotonic() + seconds
+    while True:
+        written = stat(c, "extstore_objects_written")
+        wait_flusher_passes(c, 3, "while waiting for the flusher to settle", max(deadline - time.monotonic(), 0.1))
+        if stat(c, "extstore_objects_written") == written:
+            return
+        assert time.monotonic() < deadline, f"the flusher still writing values out after {seconds} s"
+
+
+@pytest.mark.cachetd_only(reason="memcached's flusher policy differs (it recaches on the second hit), "
+                                 "and it has no count of flusher passes (extstore_flusher_passes) to wait on")
 def test_after_the_cache_filled_once_a_hot_set_stays_in_ram(start_server, tmp_path):
     """Memory pressure must clear once the flusher has made room: after a
     fill that pushed values to disk, large values set afterwards and read
-    over and over are not moved out (each disk read would grow get_extstore)."""
+    over and over are not moved out (each disk read would grow get_extstore).
+    The test waits for the flusher's passes (extstore_flusher_passes), after
+    the store and between the rounds of reads, so the flusher has had its
+    chances to move the hot set out; a flusher that never ran fails the wait."""
     srv = start_ext(start_server, tmp_path)
     with srv.conn() as c:
         push_to_disk(c)
         assert stat(c, "extstore_objects_written") > 0
         hot = [f"hot{i}" for i in range(20)]
         store_targets(c, hot)
-        time.sleep(1.5)   # 15 flusher periods
-        before = stat(c, "get_extstore")
-        for _ in range(5):
+        before = stat(c, "get_extstore")   # only a disk read of a hot value can grow it from here
+        # each round: the flusher gets passes to move the hot set out, then
+        # every hot value is read (one moved out would be a disk read)
+        # first until the flusher wrote out all that pressure made it move
+        # (a flusher that never let pressure go would move the hot set too)
+        wait_flusher_settled(c)
+        for passes in (10, 3, 3, 3, 3, 3):
+            wait_flusher_passes(c, passes, "before a round of reads")
             for k in hot:
                 got = get_one(c, k)
                 assert got is not None and got[1] == big(k), k
-            time.sleep(0.3)
         assert stat(c, "get_extstore") == before, "the hot set was read from disk"
     srv.check_healthy()
 

@@ -582,7 +582,7 @@ def test_extstore_series_with_ext_path_and_none_without(metrics_server, tmp_path
     without it (as memcached prints no extstore stats then)."""
     plain = metrics_server()
     series, _ = scrape(plain)
-    assert not any(name.startswith("memcached_extstore_") for name, _ in series)
+    assert not any(name.startswith(("memcached_extstore_", "cachet_extstore_")) for name, _ in series)
     srv = metrics_server("-m", "64", "-o", f"ext_path={tmp_path}/extstore:64m,ext_page_size=4,ext_wbuf_size=2,"
                          "ext_item_size=512,ext_item_age=1")
     with srv.conn() as c:
@@ -600,3 +600,6 @@ def test_extstore_series_with_ext_path_and_none_without(metrics_server, tmp_path
     assert val(series, "memcached_extstore_pages_free") == int(after["extstore_pages_free"])
     lo, hi = sorted((int(before["extstore_bytes_written"]), int(after["extstore_bytes_written"])))
     assert lo <= val(series, "memcached_extstore_bytes_written_total") <= hi
+    # cachetd's own: the flusher's passes (it runs every 100 ms meanwhile)
+    lo, hi = int(before["extstore_flusher_passes"]), int(after["extstore_flusher_passes"])
+    assert 1 <= lo <= val(series, "cachet_extstore_flusher_passes_total") <= hi
