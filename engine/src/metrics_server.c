@@ -13,8 +13,10 @@
  *   write (response queued, not all sent)        WRITE_TIMEOUT_MS, then closed
  * so a client that trickles bytes (slowloris) or stops reading holds a slot
  * for a few seconds at most. When all HTTP_CONNS_MAX slots are taken, a new
- * connection takes the slot of the longest-idle one; if none is idle it gets
- * a 503 and is closed.
+ * connection takes the slot of the one that has waited longest for a
+ * request (idle or with a partial head; see free_slot), so clients that hold
+ * slots with one byte each cannot keep /healthz from answering; only when
+ * every slot is writing a response does a newcomer get a 503.
  *
  * The /healthz round trip (engine_probe.c) blocks this loop for at most
  * PROBE_TIMEOUT_MS, and only when the engine does not answer; its result is
@@ -38,7 +40,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,7 +65,7 @@ struct hconn {
     enum hconn_phase phase;
     int64_t  deadline_ms;
     int64_t  idle_since_ms;
-    uint64_t idle_seq;           /* order of becoming idle: the lowest gives way first */
+    uint64_t idle_seq;           /* order of starting to wait for a request: the lowest gives way first */
     int      requests;
     bool     close_after;        /* close once the response is sent */
     char     in[HTTP_HEAD_MAX];
@@ -296,24 +297,24 @@ static void expire(struct hconn *c, int64_t now)
 
 /* ------------------------------------------------------------------ accept */
 
-/* Idle: between requests, and no byte of the next one has arrived, not
- * even one this thread has not read yet. */
-static bool is_idle(const struct hconn *c)
-{
-    int pending = 0;
-    return c->phase == IDLE && c->in_len == 0 && ioctl(c->fd, FIONREAD, &pending) == 0 && pending == 0;
-}
-
+/* A full table gives way to the connection that has waited longest for a
+ * request: idle, or holding an incomplete head. Clients that connect and
+ * send one byte over and over then only push each other out, and a newcomer
+ * that sends its whole request at once (a probe, a scrape) is answered
+ * before sixteen later arrivals could take its slot. Ordering idle
+ * connections before partial heads would hand the attackers the newcomer,
+ * which is idle until its request arrives. A response being written is
+ * never cut off; only a table full of those refuses with 503. */
 static struct hconn *free_slot(void)
 {
-    struct hconn *idlest = NULL;
+    struct hconn *oldest = NULL;
     for (int i = 0; i < HTTP_CONNS_MAX; i++) {
         struct hconn *c = &srv.conns[i];
         if (c->fd < 0) return c;
-        if ((!idlest || c->idle_seq < idlest->idle_seq) && is_idle(c)) idlest = c;
+        if (c->phase != WRITE && (!oldest || c->idle_seq < oldest->idle_seq)) oldest = c;
     }
-    if (idlest) hconn_close(idlest);
-    return idlest;
+    if (oldest) hconn_close(oldest);
+    return oldest;
 }
 
 static void http_accept(int lfd)
