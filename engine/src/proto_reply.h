@@ -57,5 +57,10 @@ static inline void out_value(struct conn *c, char *p, const struct item_view *v)
 /* proto_meta.c */
 bool proto_meta_dispatch(struct conn *c, struct request *r);
 void proto_meta_complete_set(struct conn *c, struct request *r, item *it, bool bad_chunk);
+/* memcached's words in a `watch mutations` line (logger.h): the status, the
+ * command, and the seconds left of an expiry as sent (0: none) */
+const char *proto_store_status_word(enum store_result res);
+const char *proto_store_mode_word(enum store_mode mode);
+uint32_t    proto_store_ttl(int64_t wire_exptime);
 
 #endif
