@@ -67,7 +67,7 @@ static bool      sender_stop;
 static pthread_t sender;
 static int       wake_fd = -1;
 static _Atomic uint64_t next_gid;
-static uint64_t  stat_sent, stat_skipped;   /* under log_lock */
+static uint64_t  stat_written, stat_sent, stat_skipped;   /* under log_lock */
 
 /* ------------------------------------------------------------- arguments */
 
@@ -132,6 +132,7 @@ static void publish(unsigned what, const char *line, size_t n)
 {
     bool wake = false;
     pthread_mutex_lock(&log_lock);
+    stat_written++;
     for (int i = 0; i < LOG_WATCHERS_MAX; i++) {
         struct watcher *w = &watchers[i];
         if (w->fd < 0 || !(w->what & what)) continue;
@@ -361,6 +362,7 @@ void log_stats(struct log_stats *out)
     pthread_mutex_lock(&log_lock);
     out->watchers = 0;
     for (int i = 0; i < LOG_WATCHERS_MAX; i++) out->watchers += watchers[i].fd >= 0;
+    out->written = stat_written;
     out->sent = stat_sent;
     out->skipped = stat_skipped;
     pthread_mutex_unlock(&log_lock);

@@ -65,8 +65,8 @@ void log_eviction(const char *key, size_t nkey, bool fetched, long long ttl, uns
 /* sysevents: "type=... k=v ..." without ts/gid */
 void log_sysevent(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* stats: log_watchers, log_watcher_sent, log_watcher_skipped */
-struct log_stats { uint64_t watchers, sent, skipped; };
+/* stats: log_watchers, log_worker_written, log_watcher_sent, log_watcher_skipped */
+struct log_stats { uint64_t watchers, written, sent, skipped; };
 void log_stats(struct log_stats *out);
 
 /* Stops the watchers' thread and closes them (process exit). */

@@ -130,36 +130,6 @@ static enum store_mode mode_of(enum req_cmd cmd)
     }
 }
 
-const char *proto_store_status_word(enum store_result res)
-{
-    switch (res) {
-    case STORE_STORED: return "stored";
-    case STORE_NOT_STORED: return "not_stored";
-    case STORE_EXISTS: return "exists";
-    case STORE_NOT_FOUND: return "not_found";
-    case STORE_TOO_LARGE: return "too_large";
-    default: return "no_memory";
-    }
-}
-
-const char *proto_store_mode_word(enum store_mode mode)
-{
-    switch (mode) {
-    case MODE_ADD: return "add";
-    case MODE_REPLACE: return "replace";
-    case MODE_APPEND: return "append";
-    case MODE_PREPEND: return "prepend";
-    case MODE_CAS: return "cas";
-    default: return "set";
-    }
-}
-
-uint32_t proto_store_ttl(int64_t wire_exptime)
-{
-    rel_time_t exp = storage_exptime(wire_exptime), now = storage_now();
-    return exp ? (uint32_t)(exp - now) : 0;
-}
-
 static const char *store_reply(enum store_result res)
 {
     switch (res) {
@@ -189,8 +159,8 @@ static void finish_store(struct conn *c, struct request *r, item *it, const char
     unsigned clsid = log_wants(LOG_MUTATIONS) ? item_slab_class(it) : 0;   /* before the store frees it */
     enum store_result res = storage_store(w->st, it, mode_of(r->cmd), &so, &cas_out);
     if (log_wants(LOG_MUTATIONS))
-        log_item_store(r->key, r->nkey, proto_store_status_word(res), proto_store_mode_word(mode_of(r->cmd)), proto_store_ttl(r->exptime),
-                       clsid, c->fd, (uint32_t)r->vlen);
+        log_item_store(r->key, r->nkey, proto_store_status_word(res), proto_store_mode_word(mode_of(r->cmd)),
+                       proto_store_ttl(r->exptime), clsid, c->fd, (uint32_t)r->vlen);
     reply(c, r, store_reply(res));
 }
 
@@ -238,8 +208,8 @@ static bool start_store(struct conn *c, struct request *r, const char *line, siz
         if (err == STORE_TOO_LARGE) STAT_INC(w, store_too_large);
         else if (err == STORE_NO_MEMORY) STAT_INC(w, store_no_memory);
         if (r->cmd != CMD_MS && log_wants(LOG_MUTATIONS))
-            log_item_store(r->key, r->nkey, proto_store_status_word(err), proto_store_mode_word(mode_of(r->cmd)), proto_store_ttl(exptime),
-                           0, c->fd, 0);
+            log_item_store(r->key, r->nkey, proto_store_status_word(err), proto_store_mode_word(mode_of(r->cmd)),
+                           proto_store_ttl(exptime), 0, c->fd, 0);
         if (r->cmd == CMD_MS) {
             out_str(c, err == STORE_TOO_LARGE ? "SERVER_ERROR object too large for cache"
                                               : "SERVER_ERROR out of memory storing object");
