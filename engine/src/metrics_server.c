@@ -313,7 +313,11 @@ static struct hconn *free_slot(void)
         if (c->fd < 0) return c;
         if (c->phase != WRITE && (!oldest || c->idle_seq < oldest->idle_seq)) oldest = c;
     }
-    if (oldest) hconn_close(oldest);
+    if (oldest) {
+        close_lingering(oldest->fd);   /* bytes of its head not read yet must not turn into an RST */
+        oldest->fd = -1;
+        hconn_close(oldest);
+    }
     return oldest;
 }
 
