@@ -295,3 +295,30 @@ def test_too_many_watchers(start_server):
     finally:
         for w in ws:
             w.close()
+
+
+@pytest.mark.cachetd_only("memcached's sysevents slab_move comes from its background automover, which "
+                          "waits for a window of samples; cachetd moves a page within the store that needs it")
+def test_sysevents_slab_move_line(start_server):
+    srv = start_server("-m", "8")
+    with srv.conn() as c:
+        value = b"b" * 3000
+        for start in range(0, 2600, 100):     # the whole memory in one class: no free page left
+            c.send(b"".join(b"set big-%d 0 0 %d noreply\r\n%s\r\n" % (i, len(value), value)
+                            for i in range(start, start + 100)))
+        assert c.cmd("mn") == b"MN"
+        w = Watcher(srv, "sysevents")
+        try:
+            assert w.reply == b"OK"
+            moved = stat(c, "slabs_moved", "slabs")
+            for start in range(0, 3000, 100):  # a class with no page of its own takes one
+                c.send(b"".join(b"set small-%d 0 0 60 noreply\r\n%s\r\n" % (i, b"s" * 60)
+                                for i in range(start, start + 100)))
+            assert c.cmd("mn") == b"MN"
+            assert stat(c, "slabs_moved", "slabs") > moved, "no page moved: the test did not exercise a move"
+            line = body(w.line())
+        finally:
+            w.close()
+    f = fields(line)
+    assert list(f) == [b"type", b"src", b"dst", b"state"] and f[b"type"] == b"slab_move"
+    assert f[b"state"] == b"ok" and f[b"src"] != f[b"dst"] and int(f[b"dst"]) > 0
