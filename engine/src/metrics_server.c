@@ -14,9 +14,10 @@
  * so a client that trickles bytes (slowloris) or stops reading holds a slot
  * for a few seconds at most. When all HTTP_CONNS_MAX slots are taken, a new
  * connection takes the slot of the one that has waited longest for a
- * request (idle or with a partial head; see free_slot), so clients that hold
- * slots with one byte each cannot keep /healthz from answering; only when
- * every slot is writing a response does a newcomer get a 503.
+ * request (idle or with a partial head; see free_slot), or if every slot is
+ * writing a response, of the one writing longest: clients that hold slots
+ * with one byte each, or with responses they never read, cannot keep
+ * /healthz from answering.
  *
  * The /healthz round trip (engine_probe.c) blocks this loop for at most
  * PROBE_TIMEOUT_MS, and only when the engine does not answer; its result is
@@ -303,22 +304,27 @@ static void expire(struct hconn *c, int64_t now)
  * that sends its whole request at once (a probe, a scrape) is answered
  * before sixteen later arrivals could take its slot. Ordering idle
  * connections before partial heads would hand the attackers the newcomer,
- * which is idle until its request arrives. A response being written is
- * never cut off; only a table full of those refuses with 503. */
+ * which is idle until its request arrives. Only when every slot is writing
+ * a response (clients that pipeline requests and never read) does the one
+ * writing longest give way, so no client can hold the port for the write
+ * deadline either. */
 static struct hconn *free_slot(void)
 {
-    struct hconn *oldest = NULL;
+    struct hconn *waiting = NULL, *writing = NULL;
     for (int i = 0; i < HTTP_CONNS_MAX; i++) {
         struct hconn *c = &srv.conns[i];
         if (c->fd < 0) return c;
-        if (c->phase != WRITE && (!oldest || c->idle_seq < oldest->idle_seq)) oldest = c;
+        if (c->phase != WRITE) {
+            if (!waiting || c->idle_seq < waiting->idle_seq) waiting = c;
+        } else if (!writing || c->deadline_ms < writing->deadline_ms) {
+            writing = c;
+        }
     }
-    if (oldest) {
-        close_lingering(oldest->fd);   /* bytes of its head not read yet must not turn into an RST */
-        oldest->fd = -1;
-        hconn_close(oldest);
-    }
-    return oldest;
+    struct hconn *victim = waiting ? waiting : writing;
+    close_lingering(victim->fd);   /* bytes of its head not read yet must not turn into an RST */
+    victim->fd = -1;
+    hconn_close(victim);
+    return victim;
 }
 
 static void http_accept(int lfd)
@@ -333,14 +339,6 @@ static void http_accept(int lfd)
             return;
         }
         struct hconn *c = free_slot();
-        if (!c) {
-            static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
-                                       "Content-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n";
-            ssize_t ignored = send(fd, busy, sizeof busy - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-            (void)ignored;
-            close_lingering(fd);
-            continue;
-        }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         *c = (struct hconn){ .fd = fd, .phase = IDLE, .idle_since_ms = now_ms(), .idle_seq = ++srv.idle_seq };

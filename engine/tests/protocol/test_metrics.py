@@ -12,7 +12,8 @@ What it proves:
   and its listening socket stay alive: the failure /healthz exists to catch);
 - 404, 405, 400, 431, 505, HEAD framing, keep-alive and its bound, pipelining,
   slowloris (408), connection floods, 16 reconnecting one-byte clients (the
-  oldest partial head gives way, /healthz keeps answering 200); meanwhile memcached clients are served;
+  oldest partial head gives way, /healthz keeps answering 200), 16 clients
+  that never read their pipelined responses (the longest writing gives way); meanwhile memcached clients are served;
 - no thread and no socket without -o metrics_port; the port binds the -l
   addresses only; cachet_worker_cpu_info matches the kernel's thread affinity;
   the young-eviction signals and -o young_window reach the metrics.
@@ -21,6 +22,7 @@ All waits are polls with bounds; nothing asserts a duration.
 import ctypes
 import http.client
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -509,6 +511,35 @@ def test_one_byte_reconnecting_clients_cannot_take_healthz_down(metrics_server):
         stop.set()
         for t in threads:
             t.join(timeout=10)
+
+
+def test_clients_that_never_read_their_responses_cannot_take_healthz_down(metrics_server):
+    """16 clients pipeline /metrics requests and read nothing, so every slot
+    is writing a response that cannot leave (or is about to); a probe is
+    still answered 200, within the readiness probe's 2 s timeout."""
+    srv = metrics_server()
+    stuck = []
+    try:
+        for _ in range(16):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # the responses cannot all fit
+            s.settimeout(HTTP_TIMEOUT_S)
+            s.connect(("127.0.0.1", srv.mport))
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n" * 200)
+            stuck.append(s)
+        # each has been sent part of a response: all 16 slots are writing
+        assert poll_until(lambda: all(select.select([s], [], [], 0)[0] for s in stuck)), \
+            "the server did not start answering every client"
+        c = http.client.HTTPConnection("127.0.0.1", srv.mport, timeout=2.0)   # the readiness probe's timeout
+        try:
+            c.request("GET", "/healthz")
+            r = c.getresponse()
+            assert (r.status, r.read()) == (200, b"OK\n")
+        finally:
+            c.close()
+    finally:
+        for s in stuck:
+            s.close()
 
 
 def test_idle_connections_give_way_to_a_newcomer(metrics_server):
