@@ -113,7 +113,7 @@ func main() {
 	flag.StringVar(&engineImage, "engine-image", "localhost/cachetd:0.1.0", "Engine image written into Caches that name none.")
 	flag.StringVar(&clusterDomain, "cluster-domain", "cluster.local", "Cluster DNS domain, used in the pods' names in status.endpoints and in self-signed certificates.")
 	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces whose Caches the operator manages; empty: all namespaces. With a list, Roles in those namespaces are all the operator needs.")
-	flag.IntVar(&engineMetricsPort, "engine-metrics-port", engine.DefaultMetricsPort, "Port on which cachetd serves GET /healthz and /metrics (-o metrics_port); the kubelet probes /healthz there. 0: engines older than metrics_port, probed by cachet-probe inside the pod.")
+	flag.IntVar(&engineMetricsPort, "engine-metrics-port", engine.DefaultMetricsPort, "Port on which cachetd serves GET /healthz and /metrics (-o metrics_port); the readiness probe is /healthz there, liveness is cachet-probe on the data port. 0: engines older than metrics_port, both probes cachet-probe.")
 	flag.BoolVar(&checkCPUManager, "check-cpu-manager", false, "Read each node's kubelet /configz (nodes/proxy permission) to report whether dedicated-CPU pods really get exclusive cores (condition CoresExclusive).")
 	flag.StringVar(&metricsCertDir, "metrics-cert-dir", "", "Directory with tls.crt and tls.key for the metrics endpoint (e.g. the webhook certificate's); empty: a self-signed certificate.")
 	opts := zap.Options{Development: false}

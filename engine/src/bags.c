@@ -32,6 +32,7 @@
 #include "storage_internal.h"
 #include "ext_hooks.h"
 #include "bgthread.h"
+#include "logger.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -595,6 +596,10 @@ int bags_evict(storage_thread *t, int clsid)
             atomic_store_explicit(&g_last_eviction_age, age, memory_order_relaxed);
             if ((tag & ITEM_FETCHED_BIT) && age < g_cfg.young_window)
                 atomic_fetch_add_explicit(&cs->evicted_young, 1, memory_order_relaxed);
+            if (log_wants(LOG_EVICTIONS))
+                log_eviction(item_key(it), item_nkey(it), (tag & ITEM_FETCHED_BIT) != 0,
+                             exp ? (long long)exp - (long long)now : -1, age, (unsigned)clsid,
+                             (uint32_t)item_nbytes(it));
             limbo_push(&lb, it);
             freed++;
         }

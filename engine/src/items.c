@@ -388,6 +388,11 @@ item *item_alloc(storage_thread *t, const char *key, size_t nkey, uint32_t clien
     return alloc_item(t, key, nkey, client_flags, exptime, nbytes, 0, err);
 }
 
+unsigned item_slab_class(const item *it)
+{
+    return (unsigned)slabs_clsid_of(it);
+}
+
 void item_set_key_binary(item *it)
 {
     atomic_fetch_or_explicit(&it->iflags, ITEM_KEY_BINARY, memory_order_relaxed);

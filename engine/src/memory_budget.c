@@ -23,6 +23,7 @@
 #include "ae.h"
 #include "ext_io.h"
 #include "extstore.h"
+#include "logger.h"
 #include "outbuf.h"
 #include "storage.h"
 
@@ -156,14 +157,28 @@ static uint64_t kernel_buffer(size_t value)
  * reader. Those sysctls belong to the node the server will run on, not to
  * the one asking, so the budget does not guess them: it says it is not a
  * bound. */
-static uint64_t socket_buffer_bytes(const struct settings *s, struct memory_budget *b)
+static uint64_t socket_bytes_each(const struct settings *s)
 {
     uint64_t per = SOCK_OBJECT_BYTES;
     if (s->sock_sndbuf && s->sock_rcvbuf)
         per += kernel_buffer(s->sock_sndbuf) + SOCK_OVERSHOOT_BYTES + kernel_buffer(s->sock_rcvbuf);
-    else
+    return per;
+}
+
+static uint64_t socket_buffer_bytes(const struct settings *s, struct memory_budget *b)
+{
+    if (!s->sock_sndbuf || !s->sock_rcvbuf)
         unbounded(b, "socket buffers are autotuned by the kernel: set -o sock_sndbuf and sock_rcvbuf");
-    return (uint64_t)s->maxconns * per;
+    return (uint64_t)s->maxconns * socket_bytes_each(s);
+}
+
+/* logger.c: LOG_WATCHERS_MAX watchers, each its fixed ring and the socket it
+ * keeps after leaving its worker (no longer one of the -c connections), and
+ * the thread that sends to them. -W: none. */
+static uint64_t watcher_bytes(const struct settings *s)
+{
+    if (!s->watch_enabled) return 0;
+    return (uint64_t)LOG_WATCHERS_MAX * (LOG_RING_BYTES + socket_bytes_each(s)) + THREAD_BYTES;
 }
 
 void memory_budget_of(const struct settings *s, struct memory_budget *b)
@@ -191,6 +206,7 @@ void memory_budget_of(const struct settings *s, struct memory_budget *b)
         (THREAD_BYTES + (uint64_t)settings_fd_table_size(s) * AE_SLOT_BYTES));
     add(b, "fixed", FIXED_BYTES);
     add(b, "metrics", s->metrics_port ? METRICS_BYTES : 0);
+    add(b, "watchers", watcher_bytes(s));
     if (s->ext.npaths) add_extstore(s, b);
 }
 

@@ -531,6 +531,12 @@ enum parse_status parse_request(const char *line, size_t len, size_t wire_len, s
         if (nt > 1) { r->args = t[1].p; r->nargs = t[1].n; }
         return PARSE_OK;
     }
+    if (tok_is(&c, "watch")) {
+        r->cmd = CMD_WATCH;
+        r->args = c.p + c.n;
+        r->nargs = (uint32_t)(line + len - r->args);
+        return PARSE_OK;
+    }
     if (tok_is(&c, "stats")) {
         /* only the first argument counts, as in memcached */
         r->cmd = CMD_STATS;

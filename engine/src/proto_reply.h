@@ -57,5 +57,36 @@ static inline void out_value(struct conn *c, char *p, const struct item_view *v)
 /* proto_meta.c */
 bool proto_meta_dispatch(struct conn *c, struct request *r);
 void proto_meta_complete_set(struct conn *c, struct request *r, item *it, bool bad_chunk);
+/* memcached's words in a `watch mutations` line (logger.h): the status, the
+ * command, and the seconds left of an expiry as sent (0: none) */
+static inline const char *proto_store_status_word(enum store_result res)
+{
+    switch (res) {
+    case STORE_STORED: return "stored";
+    case STORE_NOT_STORED: return "not_stored";
+    case STORE_EXISTS: return "exists";
+    case STORE_NOT_FOUND: return "not_found";
+    case STORE_TOO_LARGE: return "too_large";
+    default: return "no_memory";
+    }
+}
+
+static inline const char *proto_store_mode_word(enum store_mode mode)
+{
+    switch (mode) {
+    case MODE_ADD: return "add";
+    case MODE_REPLACE: return "replace";
+    case MODE_APPEND: return "append";
+    case MODE_PREPEND: return "prepend";
+    case MODE_CAS: return "cas";
+    default: return "set";
+    }
+}
+
+static inline uint32_t proto_store_ttl(int64_t wire_exptime)
+{
+    rel_time_t exp = storage_exptime(wire_exptime), now = storage_now();
+    return exp ? (uint32_t)(exp - now) : 0;
+}
 
 #endif

@@ -19,9 +19,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "conn.h"
 #include "ext_io.h"
+#include "logger.h"
 #include "proto.h"
 #include "proto_parser.h"
 #include "proto_reply.h"
@@ -47,7 +49,11 @@ static bool emit_value(struct conn *c, const char *key, uint32_t nkey,
     char *base = out_tail(c);
     char *copy_at = base + hdr_max;
     struct item_view v;
-    if (!conn_storage_get(c, key, nkey, opts, copy_at, copy_cap, &v)) return true;
+    if (!conn_storage_get(c, key, nkey, opts, copy_at, copy_cap, &v)) {
+        if (log_wants(LOG_FETCHERS)) log_item_get(key, nkey, LOG_GET_NOT_FOUND, 0, c->fd, 0);
+        return true;
+    }
+    if (log_wants(LOG_FETCHERS)) log_item_get(key, nkey, LOG_GET_FOUND, v.slab_class, c->fd, v.nbytes);
     char *p = base;
     memcpy(p, "VALUE ", 6); p += 6;
     memcpy(p, key, nkey); p += nkey;
@@ -150,7 +156,11 @@ static void finish_store(struct conn *c, struct request *r, item *it, const char
     if (r->cmd == CMD_MS) { proto_meta_complete_set(c, r, it, false); return; }
     struct store_opts so = { .cas_in = r->cas };
     uint64_t cas_out = 0;
+    unsigned clsid = log_wants(LOG_MUTATIONS) ? item_slab_class(it) : 0;   /* before the store frees it */
     enum store_result res = storage_store(w->st, it, mode_of(r->cmd), &so, &cas_out);
+    if (log_wants(LOG_MUTATIONS))
+        log_item_store(r->key, r->nkey, proto_store_status_word(res), proto_store_mode_word(mode_of(r->cmd)),
+                       proto_store_ttl(r->exptime), clsid, c->fd, (uint32_t)r->vlen);
     reply(c, r, store_reply(res));
 }
 
@@ -197,6 +207,9 @@ static bool start_store(struct conn *c, struct request *r, const char *line, siz
         /* memcached counts a store whose item it cannot allocate, by why */
         if (err == STORE_TOO_LARGE) STAT_INC(w, store_too_large);
         else if (err == STORE_NO_MEMORY) STAT_INC(w, store_no_memory);
+        if (r->cmd != CMD_MS && log_wants(LOG_MUTATIONS))
+            log_item_store(r->key, r->nkey, proto_store_status_word(err), proto_store_mode_word(mode_of(r->cmd)),
+                           proto_store_ttl(exptime), 0, c->fd, 0);
         if (r->cmd == CMD_MS) {
             out_str(c, err == STORE_TOO_LARGE ? "SERVER_ERROR object too large for cache"
                                               : "SERVER_ERROR out of memory storing object");
@@ -304,6 +317,39 @@ static void process_stats(struct conn *c, struct request *r)
     }
 }
 
+/* The connection becomes a watcher: its socket (a dup) goes to logger.c,
+ * which sends "OK" and then the log lines; the connection itself closes
+ * without a reply, and what the client sends after is ignored, as in
+ * memcached. */
+static bool process_watch(struct conn *c, struct request *r)
+{
+    unsigned what;
+    if (!settings.watch_enabled) {   /* -W */
+        out_str(c, "CLIENT_ERROR watch commands not allowed");
+        return true;
+    }
+    if (out_can_wait(c)) {
+        out_str(c, "ERROR cannot pipeline other commands before watch");
+        return true;
+    }
+    if (log_parse_what(r->args, r->nargs, &what) < 0) {
+        out_str(c, "ERROR");
+        return true;
+    }
+    int fd = dup(c->fd);
+    enum log_add_result res = fd < 0 ? LOG_ADD_FAILED : log_add_watcher(fd, what);
+    if (res == LOG_ADD_TOO_MANY) {
+        out_str(c, "WATCHER_TOO_MANY log watcher limit reached");
+        return true;
+    }
+    if (res != LOG_ADD_OK) {
+        out_str(c, "WATCHER_FAILED failed to add log watcher");
+        return true;
+    }
+    c->state = CONN_CLOSING;
+    return false;
+}
+
 bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t len)
 {
     struct worker *w = c->w;
@@ -335,7 +381,14 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
         return true;
     case CMD_DELETE: {
         struct delete_opts d = {0};
-        reply(c, r, storage_delete(w->st, r->key, r->nkey, &d) == STORE_STORED ? "DELETED" : "NOT_FOUND");
+        bool deleted = storage_delete(w->st, r->key, r->nkey, &d) == STORE_STORED;
+        if (log_wants(LOG_FETCHERS | LOG_DELETIONS)) {
+            /* memcached fetches the item, then deletes it */
+            if (log_wants(LOG_FETCHERS)) log_item_get(r->key, r->nkey, deleted ? LOG_GET_FOUND : LOG_GET_NOT_FOUND,
+                                                      0, c->fd, 0);
+            if (deleted && log_wants(LOG_DELETIONS)) log_item_deleted(r->key, r->nkey, "delete", 0, 0);
+        }
+        reply(c, r, deleted ? "DELETED" : "NOT_FOUND");
         return true;
     }
     case CMD_FLUSH_ALL:
@@ -364,6 +417,8 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
     case CMD_STATS:
         process_stats(c, r);
         return true;
+    case CMD_WATCH:
+        return process_watch(c, r);
     case CMD_SHUTDOWN:
         /* memcached 1.6.45's replies; both modes stop the server the way
          * SIGTERM does (finish queued replies, close, exit 0) */

@@ -83,6 +83,7 @@ void settings_usage(FILE *out)
         "  -n, --slab-min-size=NUM minimum space for key+value+flags (default 48)\n"
         "  -C, --disable-cas       do not keep CAS values\n"
         "  -F, --disable-flush-all flush_all answers CLIENT_ERROR instead of flushing\n"
+        "  -W, --disable-watch     watch (live log stream) answers CLIENT_ERROR\n"
         "  -A, --enable-shutdown   enable the ASCII \"shutdown\" command (stops the server as SIGTERM)\n"
         "  -B, --protocol=ascii    the only protocol spoken (binary and auto are refused)\n"
         "  -u, --user=USER         run as USER when started as root\n"
@@ -123,7 +124,7 @@ void settings_usage(FILE *out)
         "                          with the reason\n"
         "      --memory-budget     check them likewise, then print as JSON the most memory a\n"
         "                          server started with them can use, term by term\n"
-        "memcached 1.6.45's -L -X -W and its LRU, crawler, slab mover, hash and logger -o options\n"
+        "memcached 1.6.45's -L -X and its LRU, crawler, slab mover, hash and logger -o options\n"
         "are accepted and have no effect (cachetd has no such machinery; see engine/README.md).\n");
 }
 
@@ -260,7 +261,7 @@ struct noop_opt {
 #define CRAWL_WHY "expired items are reclaimed by the bag LRU's cleaner thread, which always runs"
 #define MOVE_WHY  "pages move between classes as part of the allocator (slabs_mover.c): a class with " \
                   "nothing to evict takes a page from another within the store"
-#define LOG_WHY   "there is no `watch` command, so there are no log buffers"
+#define LOG_WHY   "each watcher has a fixed 32 KiB ring (logger.c) and workers write into it directly"
 static const struct noop_opt noop_opts[] = {
     {"maxconns_fast", NOOP_FLAG, 0, 0, NULL, "a client beyond -c is always answered and closed at once, as maxconns_fast does"},
     {"no_hashexpand", NOOP_FLAG, 0, 0, NULL, "the hash table grows online without stopping requests (assoc.c)"},
@@ -635,6 +636,7 @@ static void settings_defaults(struct settings *s)
     s->io_uring = IO_URING_AUTO;
     s->access_mask = 0700;
     s->flush_enabled = true;
+    s->watch_enabled = true;
 }
 
 /* argv[0], the args file's arguments, then the command line minus
@@ -804,7 +806,7 @@ static int parse_options(struct settings *s, int n, char **merged, struct ext_st
         /* accepted without effect: what they ask for is already so */
         case 'L': break;   /* the item region always asks for transparent huge pages (slabs.c) */
         case 'X': break;   /* stats cachedump, stats detail and lru_crawler metadump do not exist */
-        case 'W': break;   /* there is no watch command */
+        case 'W': s->watch_enabled = false; break;
         /* refused: what they ask for is not there, and starting without it would mislead */
         case 'S': fprintf(err, "cachetd: -S: SASL authentication is not supported (it needs the binary protocol)\n"); return EX_USAGE_CODE;
         case 'Z': fprintf(err, "cachetd: -Z: TLS is not supported\n"); return EX_USAGE_CODE;

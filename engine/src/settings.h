@@ -100,6 +100,7 @@ struct settings {
                                       seconds (memcached's idle_kicks); 0 = never */
     size_t   slab_chunk_max;       /* -o slab_chunk_max=KB (memcached's unit); bytes, 0 = default */
     bool     flush_enabled;        /* !-F: flush_all answers "CLIENT_ERROR flush_all not allowed" */
+    bool     watch_enabled;        /* !-W: watch answers "CLIENT_ERROR watch commands not allowed" */
     bool     shutdown_command;     /* -A: the `shutdown` command stops the server (as SIGTERM) */
     bool     daemonize;            /* -d */
     bool     maxcore;              /* -r: raise the core file limit */

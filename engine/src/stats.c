@@ -11,6 +11,21 @@
 #include "ext_io.h"
 #include "server.h"
 #include "latency.h"
+#include "logger.h"
+
+/* memcached's logger counters (logger.c). Lines go straight from the event
+ * to the watchers' rings, so no worker buffer ever drops one: dropped is 0,
+ * written counts every event a watcher wanted. */
+static void log_stats_general(stat_writer w, void *ctx)
+{
+    struct log_stats s;
+    log_stats(&s);
+    w(ctx, "log_worker_dropped", "0");
+    w(ctx, "log_worker_written", "%llu", (unsigned long long)s.written);
+    w(ctx, "log_watcher_skipped", "%llu", (unsigned long long)s.skipped);
+    w(ctx, "log_watcher_sent", "%llu", (unsigned long long)s.sent);
+    w(ctx, "log_watchers", "%llu", (unsigned long long)s.watchers);
+}
 
 struct provider {
     enum stats_group group;
@@ -21,6 +36,7 @@ struct provider {
 static const struct provider providers[] = {
     { STATS_GENERAL,  server_stats_general },
     { STATS_GENERAL,  storage_stats_general },
+    { STATS_GENERAL,  log_stats_general },
     { STATS_GENERAL,  storage_ext_stats_general },   /* only with extstore, as memcached */
     { STATS_SETTINGS, server_stats_settings },
     { STATS_SETTINGS, storage_stats_settings },

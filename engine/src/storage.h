@@ -179,6 +179,8 @@ item *item_alloc(storage_thread *t, const char *key, size_t nkey,
 char *item_value_span(item *it, size_t off, size_t *len);
 /* The whole value when it is in one piece: values up to slab_chunk_max. */
 char *item_value(item *it);
+/* The slab class of the item's head (watch mutations: clsid=). */
+unsigned item_slab_class(const item *it);
 /* Remember that the key was given in base64 (meta b); before storage_store. */
 void  item_set_key_binary(item *it);
 void  item_discard(storage_thread *t, item *it);

@@ -71,6 +71,9 @@ LAYERS = [
     ("storage_api", "the storage API's types (storage.h) and the extstore hook "
                     "table the item code and the IO layer call through",
      ["storage_h", "ext_hooks"], []),
+    ("log", "the `watch` log stream: watchers' fixed rings and the thread that "
+            "sends them; anything above reports events into it",
+     ["logger"], []),
     ("base", "no engine state: page store, background threads, buffer budget, "
              "event loop, io_uring, request parser",
      ["extstore", "bgthread", "bufmem", "ae", "uring", "proto_parser"], []),

@@ -73,7 +73,15 @@ const (
 	// MetricsBytes is the metrics thread (-o metrics_port): its stack, 16
 	// connections' request buffers and one /metrics body at the engine's 4 MiB
 	// cap (about 20 KB in practice).
-	MetricsBytes     = 4 << 20
+	MetricsBytes = 4 << 20
+	// WatchersBytes is memcached's `watch` (cachetd's logger.c, never off:
+	// the operator does not pass -W): at most 8 watchers, each a fixed
+	// 32 KiB ring of lines not yet sent and the socket it keeps after leaving
+	// its worker (4 KiB, plus its kernel buffers when SocketBuffers fixes
+	// them), and the 1 MiB thread that sends to them.
+	WatchersMax      = 8
+	WatcherRingBytes = 32 << 10
+	WatcherThread    = 1 << 20
 	HashBucketBytes  = 4   // a bucket is a 32-bit item handle
 	ItemFixedBytes   = 27  // item header 19 + CAS 8 (the smallest chunk is this plus -n, 8-byte aligned)
 	HashLoadFactor   = 1.5 // the table doubles when items exceed 1.5 x buckets
@@ -433,7 +441,7 @@ func FDTableBytes(s *cachev1alpha1.CacheSpec) int64 {
 
 // MemoryBudget is one process's memory, part by part.
 type MemoryBudget struct {
-	ItemMemory, Connections, ConnBufferCap, SocketBuffers, Workers, HashTable, Metrics, Extstore, Base int64
+	ItemMemory, Connections, ConnBufferCap, SocketBuffers, Workers, HashTable, Metrics, Watchers, Extstore, Base int64
 	// Limit is the sum rounded up to a whole MiB: the container's memory
 	// request and limit.
 	Limit int64
@@ -443,7 +451,8 @@ type MemoryBudget struct {
 // Args(s, o) (item memory, resting connections, the capped buffer memory
 // above them, the kernel's socket buffers when o.SocketBuffers fixes them,
 // worker threads, the hash table,
-// the metrics thread when there is one, extstore's buffers and threads when
+// the metrics thread when there is one, the `watch` watchers' rings, sockets
+// and thread, extstore's buffers and threads when
 // it is on), with a margin of
 // 1 MiB more per thread and a fixed base of 16 MiB, rounded up to MiB.
 // contract_test.go fails when it falls below the engine's bound or rises
@@ -466,7 +475,12 @@ func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 	if o.MetricsPort > 0 {
 		b.Metrics = MetricsBytes
 	}
-	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.SocketBuffers + b.Workers + b.HashTable + b.Metrics + b.Extstore + b.Base
+	watcherSocket := int64(4 << 10)
+	if o.SocketBuffers {
+		watcherSocket = PerSocketKernelBytes
+	}
+	b.Watchers = WatchersMax*(WatcherRingBytes+watcherSocket) + WatcherThread
+	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.SocketBuffers + b.Workers + b.HashTable + b.Metrics + b.Watchers + b.Extstore + b.Base
 	const mib = 1 << 20
 	b.Limit = (total + mib - 1) / mib * mib
 	return b
