@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import IS_MEMCACHED, stat, wait_until
-from test_limits import rss_bytes, under_sanitizer
+from test_limits import peak_rss_while, rss_bytes, under_sanitizer
 
 ONE_MB = 1024 * 1024
 BACKENDS = pytest.mark.parametrize("backend", [
@@ -22,10 +22,12 @@ BACKENDS = pytest.mark.parametrize("backend", [
     ids=["default", "epoll"])
 
 
-def populate(c, keys):
-    """Sets each key to its own name, pipelined, then waits for the last reply."""
+def populate(c, keys, size=0):
+    """Sets each key to its own name (padded with dots to `size` bytes),
+    pipelined, then waits for the last reply."""
     for start in range(0, len(keys), 2000):
-        c.send(b"".join(b"set %s 0 0 %d noreply\r\n%s\r\n" % (k, len(k), k) for k in keys[start:start + 2000]))
+        c.send(b"".join(b"set %s 0 0 %d noreply\r\n%s\r\n" % (k, len(v), v)
+                        for k, v in ((k, k.ljust(size, b".")) for k in keys[start:start + 2000])))
     assert c.cmd("mn") == b"MN"
 
 
@@ -145,6 +147,46 @@ def test_get_line_of_300000_keys_gets_every_value_in_bounded_memory(start_server
         with srv.conn() as c:
             s = c.stats()
             assert s["response_obj_oom"] == "0" and s["read_buf_oom"] == "0", s
+
+
+@pytest.mark.cachetd_only(reason="memcached 1.6.45 reads the whole line into memory before it answers "
+                                 "(its RSS grew by 363 MB for 300,000 keys here)")
+@BACKENDS
+def test_long_get_line_to_a_client_that_does_not_read_is_held_back(start_server, backend):
+    """300,000 keys of 100-byte values (a 38 MB reply) to a client that reads
+    nothing at first: once its replies fill the output queue the server stops
+    reading the line (back-pressure), its RSS grows by less than 64 MB, and when
+    the client reads it gets every value in order. The connection stays open."""
+    srv = start_server("-m", "128", *backend)
+    keys = [b"b%06d" % i for i in range(300000)]
+    with srv.conn(timeout=120) as c:
+        populate(c, keys, size=100)
+        read_before = stat(c, "bytes_read")
+    pid = srv.proc.pid
+    before = rss_bytes(pid)
+    payload = b"get " + b" ".join(keys) + b"\r\n"
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=120)
+    sender = threading.Thread(target=s.sendall, args=(payload,), daemon=True)
+    sender.start()
+    try:
+        with srv.conn() as c:
+            wait_until(lambda: stat(c, "bytes_written") >= 64 * 1024, 60, "the first replies written")
+            peak = peak_rss_while(pid, 1.0)
+            line_read = stat(c, "bytes_read") - read_before
+        assert line_read < len(payload) // 2, \
+            f"the server read {line_read} of the line's {len(payload)} bytes while its client read nothing"
+        if not under_sanitizer(pid):
+            assert peak - before < 64 * ONE_MB, f"RSS grew by {(peak - before) / ONE_MB:.1f} MB"
+        reply = bytearray()
+        while not reply.endswith(b"END\r\n"):
+            chunk = s.recv(1 << 20)
+            assert chunk, "connection closed before END"
+            reply += chunk
+        sender.join(60)
+        (got,) = parse_values(bytes(reply))
+        assert [k for k, _ in got] == keys and all(v == k.ljust(100, b".") for k, v in got)
+    finally:
+        s.close()
 
 
 @BACKENDS
