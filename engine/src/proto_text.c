@@ -86,7 +86,7 @@ enum keys_result {
     KEYS_DONE,     /* every key of the range answered */
     KEYS_WAIT,     /* the output queue must drain before the key at *p */
     KEYS_BAD,      /* the key at *p is longer than KEY_MAX */
-    KEYS_FAILED,   /* a reply could not be built (c->out.failed) */
+    KEYS_FAILED,   /* a reply could not be built (outbuf_failed) */
 };
 
 /* Answers the keys of [*p, end) in order; *p ends at the first key not
