@@ -52,6 +52,12 @@ def answer(port, keys, pid, seconds=120):
 
 
 def run(binary, port, counts):
+    # a server already on the port would be measured instead (wrong pid)
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            raise SystemExit(f"port {port} is in use: pick another --port-base")
     proc = slow_readers.start(binary, port, ["-m", "128"])
     out = []
     try:
