@@ -356,7 +356,11 @@ static void stat_line(void *ctx, const char *name, const char *fmt, ...)
 {
     struct stats_writer *sw = ctx;
     struct conn *c = sw->c;
-    if (sw->stopped || sw->line < sw->skip) { sw->line += !sw->stopped; return; }
+    if (sw->stopped) return;
+    if (sw->line < sw->skip) {   /* queued by an earlier piece */
+        sw->line++;
+        return;
+    }
     if (out_can_wait(c) && !outbuf_try_room(&c->out, STAT_LINE_ROOM)) {
         sw->stopped = true;
         return;
