@@ -66,12 +66,7 @@ def run(binary, port, counts):
             for start in range(0, len(keys), 2000):
                 s.sendall(b"".join(b"set %s 0 0 7 noreply\r\n%s\r\n" % (k, k) for k in keys[start:start + 2000]))
             s.sendall(b"mn\r\n")
-            got = b""
-            while not got.endswith(b"MN\r\n"):
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                got += chunk
+            assert s.makefile("rb").readline() == b"MN\r\n", "the stores were not all taken"
         for n in counts:
             before = slow_readers.settled_rss_kb(proc.pid) * 1024
             values, peak, took = answer(port, keys[:n], proc.pid)
