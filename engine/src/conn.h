@@ -14,8 +14,8 @@
  *
  *  - rbuf: bytes read but not yet consumed. Requests are parsed in place.
  *    A value too large for rbuf is read straight into its item memory. It
- *    rests at RBUF_INITIAL and grows (from the buffer budget) only to hold
- *    one long line.
+ *    never grows: a get line longer than it is answered as it arrives
+ *    (get_stream), and any other line may not pass 2048 bytes.
  *  - out: the output queue, see outbuf.h for its segments and bounds.
  *
  * Concurrency: a connection belongs to its worker thread. Other threads
@@ -68,6 +68,18 @@ struct conn {
      * in rbuf and the GET resumes there. An mg that waited for a deferred
      * slot (ext_io.h) sets 1: its line is kept and dispatched again. */
     uint32_t         resume_off;
+    /* A get/gets/gat/gats line longer than rbuf, answered key by key as its
+     * bytes arrive (proto_get_stream): only its unanswered keys stay in
+     * rbuf. skipping: a bad key (or head) was answered with an error, the
+     * rest of the line is dropped, as memcached drops a line it refuses. */
+    struct {
+        bool    active, skipping, answered_any;
+        uint8_t cmd;             /* enum req_cmd */
+        int32_t exptime;         /* gat, gats */
+    } get_stream;
+    /* A long stats reply waiting for its output to drain (resume_off = 1):
+     * the lines already queued, skipped when it is written again. */
+    uint32_t         stats_done;
     bool             write_blocked; /* waiting for EPOLLOUT */
     bool             peer_eof;      /* the client shut its side (shutdown(SHUT_WR), nc -N):
                                      * what it sent is answered, then the connection closes */
@@ -78,7 +90,6 @@ struct conn {
     int              batch_idx;     /* io_uring mode: slot in the worker's batch, -1 if none */
     struct conn     *next_pending;
     struct conn     *prev, *next;   /* worker's connection list */
-    size_t           rbuf_reserved; /* rbuf bytes above RBUF_INITIAL, from the budget */
     /* for stats conns (read by other threads under the registry lock) */
     char             addr[128];     /* "tcp:host:port" or "unix:path" */
     int              stat_state;    /* relaxed atomic: enum conn_state */

@@ -46,7 +46,8 @@
 /* slabs.c / bags.c: the page table and bags, and the `stats sizes`
  * histogram (8 bytes per 32 bytes of item size up to slab_chunk_max). */
 #define STORAGE_TABLES_BYTES    (4 * MIB)
-/* net.c: a resting connection is its 16 KiB read buffer (RBUF_INITIAL),
+/* net_conn.c: a resting connection is its 16 KiB read buffer (RBUF_INITIAL,
+ * which never grows: a longer get line is answered as it arrives),
  * its OUT_RESTING output buffer, the struct conn (~550 B), a storage
  * command's line being read (<= 2 KiB) and allocator headers. */
 #define CONN_READ_RESTING       (16 * KIB)

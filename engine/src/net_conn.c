@@ -12,12 +12,14 @@
  * (outbuf.h). If not and it has output queued, it stops there and resumes
  * when the queue drains: the client reading (EPOLLOUT), the next loop turn,
  * or a deferred reply completing. A GET stopped between keys keeps its line
- * in rbuf and picks up at c->resume_off. A reply that cannot get memory
- * with nothing queued to wait for is taken back and answered with one
- * SERVER_ERROR line, and the connection is closed (response_obj_oom), as
- * memcached does when its response objects run out; a read buffer that
- * cannot grow for a long line does the same (read_buf_oom). Nothing in the
- * request path aborts on a failed allocation.
+ * in rbuf and picks up at c->resume_off. A get line longer than rbuf is
+ * answered key by key as it arrives (c->get_stream): rbuf never grows, and
+ * while such a line waits for its output to drain, nothing more is read
+ * from the client (back-pressure), however long the line. A reply that
+ * cannot get memory with nothing queued to wait for is taken back and
+ * answered with one SERVER_ERROR line, and the connection is closed
+ * (response_obj_oom), as memcached does when its response objects run out.
+ * Nothing in the request path aborts on a failed allocation.
  *
  * Deferred replies (reply.h) complete on any thread: the completion queue is
  * drained when the worker's eventfd fires, and each completed slot's
@@ -54,7 +56,6 @@
 #include "uring.h"
 
 #define RBUF_INITIAL    (16 * 1024)
-#define RBUF_MAX        (LINE_MAX_RETRIEVAL + 4096)
 #define DIRECT_READ_MIN 4096          /* values this large are read straight into the item */
 /* Free output room a connection with queued output needs before it takes
  * another request: more than the largest reply header plus a copied small
@@ -111,7 +112,6 @@ void conn_close(struct conn *c)
      * freed when their completion arrives (reply.h) */
     outbuf_free(&c->out);
     free(c->rbuf);
-    bufmem_release(c->rbuf_reserved);
     free(c->pending_line);
     if (verbosity() > 1) fprintf(stderr, "<%d connection closed.\n", c->fd);
     free(c);
@@ -167,18 +167,6 @@ static void nread_advance(struct conn *c, size_t n)
     if (outbuf_failed(&c->out)) conn_reply_failed(c, &m, NULL);
 }
 
-static void rbuf_shrink(struct conn *c)
-{
-    if (c->rsize <= RBUF_INITIAL || c->rstart != c->rend) return;
-    char *nb = realloc(c->rbuf, RBUF_INITIAL);
-    if (!nb) return;
-    c->rbuf = nb;
-    c->rsize = RBUF_INITIAL;
-    c->rstart = c->rend = 0;
-    bufmem_release(c->rbuf_reserved);
-    c->rbuf_reserved = 0;
-}
-
 /* Parses and answers every complete request in rbuf. */
 void process_input(struct conn *c)
 {
@@ -231,17 +219,47 @@ void process_input(struct conn *c)
             conn_set_yielded(c, false);
             break;
         }
+        if (c->get_stream.active) {
+            struct out_mark mark;
+            outbuf_mark(&c->out, &mark);
+            bool go_on = proto_get_stream(c);
+            if (outbuf_failed(&c->out)) {
+                struct request gr = { .cmd = CMD_GET };
+                conn_reply_failed(c, &mark, &gr);
+                break;
+            }
+            if (!go_on) {
+                conn_set_yielded(c, false);
+                break;
+            }
+            if (c->get_stream.active) break;   /* the rest of the line is still to come */
+            handled++;
+            continue;
+        }
         size_t consumed;
         const char *line = c->rbuf + c->rstart;
         long ll = find_line(line, avail, &consumed);
         if (ll < 0) {
-            size_t limit = line_limit_for(line, avail);
-            if (avail > limit) {
-                /* memcached closes silently; a get line past cachetd's own
-                 * bound is told why */
-                if (limit > LINE_MAX_PLAIN) out_str(c, "CLIENT_ERROR line too long");
-                c->state = CONN_CLOSING;
+            if (line_streams(line, avail)) {
+                /* a get line that fills rbuf without its end: answer its
+                 * keys as they come instead of holding the line (a shorter
+                 * one is parsed whole, exactly as memcached does) */
+                if (avail < c->rsize) break;
+                struct request head;
+                size_t keys_off = 0;
+                enum parse_status st = parse_retrieval_head(line, avail, &head, &keys_off);
+                c->get_stream.active = true;
+                c->get_stream.skipping = st != PARSE_OK;
+                c->get_stream.answered_any = false;
+                c->get_stream.cmd = (uint8_t)head.cmd;
+                c->get_stream.exptime = (int32_t)head.exptime;
+                if (st != PARSE_OK) out_str(c, head.error);
+                else c->rstart += keys_off;
+                __atomic_store_n(&c->last_cmd_time, (uint32_t)storage_now(), __ATOMIC_RELAXED);
+                continue;
             }
+            /* memcached closes silently */
+            if (avail > LINE_MAX_PLAIN) c->state = CONN_CLOSING;
             break;
         }
         c->rstart += consumed;
@@ -288,10 +306,7 @@ void process_input(struct conn *c)
     if (w->ext) ext_io_worker_submit(w->ext);
     /* the hashes point into rbuf, which the next read may move */
     prefetch_forget(w);
-    if (c->rstart == c->rend) {
-        c->rstart = c->rend = 0;
-        rbuf_shrink(c);
-    }
+    if (c->rstart == c->rend) c->rstart = c->rend = 0;
     if (c->rend - c->rstart == 0 || c->state == CONN_CLOSING) {
         /* nothing left to parse: no need to be called back for this */
         if (c->yielded) {
@@ -303,12 +318,14 @@ void process_input(struct conn *c)
     }
 }
 
-/* Reading more is pointless while rbuf is full of complete requests that
- * wait their turn (they are parsed first; the kernel keeps the rest). */
+/* A full rbuf holds complete requests waiting their turn, or a get line
+ * waiting for its output to drain: either way reading more is pointless
+ * (the kernel keeps the rest, and the client is held back). rbuf never
+ * grows: a line with no end that fills it is answered as it streams in or
+ * refused. */
 static bool rbuf_wants_read(const struct conn *c)
 {
-    if (c->rend < c->rsize || c->rstart > 0) return true;
-    return c->state != CONN_CMD || !memchr(c->rbuf, '\n', c->rend);
+    return c->rend < c->rsize || c->rstart > 0;
 }
 
 /* Nothing left that could still become a request: no bytes, or a line the
@@ -369,49 +386,16 @@ bool conn_after_work(struct conn *c)
     return true;
 }
 
-enum rbuf_room { ROOM_OK, ROOM_FULL, ROOM_TOO_LONG, ROOM_NO_MEMORY };
-
-static enum rbuf_room rbuf_make_room(struct conn *c)
+/* Room at rend for the next read: false when rbuf is full (see
+ * rbuf_wants_read). */
+static bool rbuf_make_room(struct conn *c)
 {
     if (c->rstart > 0 && c->rend == c->rsize) {
         memmove(c->rbuf, c->rbuf + c->rstart, c->rend - c->rstart);
         c->rend -= c->rstart;
         c->rstart = 0;
     }
-    if (c->rend < c->rsize) return ROOM_OK;
-    if (!rbuf_wants_read(c)) return ROOM_FULL;
-    /* one line longer than the buffer: grow, within RBUF_MAX and the budget */
-    if (c->rsize >= RBUF_MAX) return ROOM_TOO_LONG;
-    size_t ns = c->rsize * 2 > RBUF_MAX ? RBUF_MAX : c->rsize * 2;
-    if (!bufmem_reserve(ns - c->rsize)) return ROOM_NO_MEMORY;
-    char *nb = realloc(c->rbuf, ns);
-    if (!nb) {
-        bufmem_release(ns - c->rsize);
-        return ROOM_NO_MEMORY;
-    }
-    c->rbuf_reserved += ns - c->rsize;
-    c->rbuf = nb;
-    c->rsize = ns;
-    return ROOM_OK;
-}
-
-/* false: nothing can be read now (the reason is handled) */
-static bool conn_read_room(struct conn *c)
-{
-    switch (rbuf_make_room(c)) {
-    case ROOM_OK: return true;
-    case ROOM_FULL: return false;
-    case ROOM_TOO_LONG:
-        /* only reachable if the parser left a full buffer unparsed */
-        out_str(c, "CLIENT_ERROR line too long");
-        c->state = CONN_CLOSING;
-        return false;
-    default:
-        STAT_INC(c->w, read_buf_oom);
-        out_str(c, "SERVER_ERROR out of memory reading request");
-        c->state = CONN_CLOSING;
-        return false;
-    }
+    return c->rend < c->rsize;
 }
 
 static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
@@ -433,7 +417,7 @@ static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
                 continue;
             }
         } else {
-            if (!conn_read_room(c)) break;
+            if (!rbuf_make_room(c)) break;
             want = c->rsize - c->rend;
             n = read(fd, c->rbuf + c->rend, want);
             if (n > 0) {
@@ -523,7 +507,7 @@ void uring_turn(struct worker *w)
         struct conn *c = w->batch[i];
         if (!c) continue;
         bool direct = c->state == CONN_NREAD && c->rstart == c->rend && c->nread_left >= DIRECT_READ_MIN;
-        if (direct || c->state == CONN_CLOSING || rbuf_make_room(c) != ROOM_OK) {
+        if (direct || c->state == CONN_CLOSING || !rbuf_make_room(c)) {
             /* large values go straight into item memory; odd cases use the plain path */
             w->batch[i] = NULL;
             c->batch_idx = -1;

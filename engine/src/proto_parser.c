@@ -33,16 +33,18 @@ long find_line(const char *buf, size_t len, size_t *consumed)
     return (long)l;
 }
 
-size_t line_limit_for(const char *buf, size_t len)
+bool line_streams(const char *buf, size_t len)
 {
-    /* memcached lets only a get or gets line (after up to 100 spaces) grow
-     * past 2048 bytes before its end arrives */
+    /* memcached lets a get or gets line (after up to 100 spaces) grow past
+     * 2048 bytes before its end arrives; gat and gats carry keys the same
+     * way, so cachetd streams them too */
     size_t i = 0;
     while (i < len && i <= 100 && buf[i] == ' ') i++;
-    if (i <= 100 && ((len - i >= 4 && !memcmp(buf + i, "get ", 4)) ||
-                     (len - i >= 5 && !memcmp(buf + i, "gets ", 5))))
-        return LINE_MAX_RETRIEVAL;
-    return LINE_MAX_PLAIN;
+    if (i > 100) return false;
+    const char *p = buf + i;
+    size_t n = len - i;
+    return (n >= 4 && (!memcmp(p, "get ", 4) || !memcmp(p, "gat ", 4))) ||
+           (n >= 5 && (!memcmp(p, "gets ", 5) || !memcmp(p, "gats ", 5)));
 }
 
 bool parse_u64(const char *s, size_t n, uint64_t *out)
@@ -422,6 +424,29 @@ static enum parse_status parse_retrieval(const char *line, size_t len, const str
         if (count++ == 0) { r->key = k; r->nkey = nk; }
     }
     if (count == 0) return client_error(r, BAD_FORMAT);
+    return PARSE_OK;
+}
+
+enum parse_status parse_retrieval_head(const char *buf, size_t len, struct request *r, size_t *keys_off)
+{
+    r->noreply = false;
+    r->exptime = 0;
+    if (!line_streams(buf, len)) return PARSE_ERROR;
+    const char *p = buf, *end = buf + len;
+    const char *verb = NULL;
+    uint32_t nverb = 0;
+    if (!next_key(&p, end, &verb, &nverb)) return PARSE_ERROR;   /* line_streams saw a verb */
+    bool touch = verb[1] == 'a';
+    r->cmd = touch ? (nverb == 4 ? CMD_GATS : CMD_GAT) : (nverb == 4 ? CMD_GETS : CMD_GET);
+    if (touch) {
+        const char *tk; uint32_t tn;
+        /* the exptime token must have ended (a space after it) */
+        if (!next_key(&p, end, &tk, &tn) || p == end) return client_error(r, BAD_FORMAT);
+        int32_t exptime;
+        if (!parse_i32(tk, tn, &exptime)) return client_error(r, "CLIENT_ERROR invalid exptime argument");
+        r->exptime = exptime;
+    }
+    *keys_off = (size_t)(p - buf);
     return PARSE_OK;
 }
 

@@ -53,7 +53,8 @@ const (
 	FDTableMarginSlots        = 1024
 	// ConnBufferPerThreadBytes sizes cachetd's process-wide cap on
 	// connection buffer memory above the resting 32 KiB (-o conn_buffer_limit):
-	// grown read buffers, queued and unsent replies. Over the cap, cachetd
+	// queued and unsent replies (read buffers never grow: a long get line is
+	// answered as it arrives). Over the cap, cachetd
 	// stops parsing connections with unsent output until they drain.
 	ConnBufferPerThreadBytes = 4 << 20
 	BaseBytes                = 16 << 20 // binary, libc, clock/cleaner/expander/mover threads, slab page rounding

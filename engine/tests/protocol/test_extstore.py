@@ -464,6 +464,30 @@ def test_many_disk_values_in_one_get_and_pipelined_mg_all_come_back_in_order(sta
     srv.check_healthy()
 
 
+def test_disk_values_in_a_get_line_longer_than_the_read_buffer_all_come_back_in_order(
+        start_server, tmp_path, ext_engine):
+    """A 70 KB get line (answered as it arrives, issue 20) of 200 disk values
+    between misses: every disk value comes back, in request order, and the
+    request pipelined behind the line is answered after it."""
+    srv = start_ext(start_server, tmp_path, size="64m", extra_opts="ext_item_age=1")
+    keys = [f"lg{i}" for i in range(200)]
+    with srv.conn() as c:
+        store_targets(c, keys, flags=0)
+        wait_written(c, len(keys))
+        line_keys = []
+        for i, k in enumerate(keys):
+            line_keys += [k] + [f"nokey-{i}-{j}" for j in range(30)]
+        line = ("get " + " ".join(line_keys) + "\r\n").encode()
+        assert len(line) > 64 * 1024
+        c.send(line + b"mn\r\n")
+        got = get_reply_in_order(c)
+        assert [k for k, _ in got] == keys
+        assert all(data == big(k) for k, data in got)
+        assert c.line() == b"MN"
+        check_engine(c, ext_engine)
+    srv.check_healthy()
+
+
 def test_concurrent_disk_gets_with_io_depth_come_back_right_and_in_request_order(start_server, tmp_path, ext_engine):
     """With ext_io_depth > 1 an IO thread has many reads in flight at once
     (one io_uring_enter for the batch): several connections asking for disk
