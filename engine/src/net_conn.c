@@ -51,6 +51,7 @@
 #include "proto_parser.h"
 #include "reply.h"
 #include "server.h"
+#include "trace.h"
 #include "uring.h"
 
 #define RBUF_INITIAL    (16 * 1024)
@@ -126,6 +127,7 @@ static void conn_set_yielded(struct conn *c, bool fairness)
     if (fairness) STAT_INC(c->w, conn_yields);
     if (c->yielded) return;
     c->yielded = true;
+    TRACE_STAMP(c->trace_yielded, TRACE_NOW());
     c->next_pending = c->w->pending;
     c->w->pending = c;
 }
@@ -250,7 +252,10 @@ void process_input(struct conn *c)
         struct out_mark mark;
         outbuf_mark(&c->out, &mark);
         struct request r;
+        uint64_t t_parse = TRACE_NOW();
         enum parse_status st = parse_request(line, (size_t)ll, consumed, &r);
+        uint64_t t_parsed = TRACE_NOW();
+        TRACE_REC(w->id, TRACE_PARSE, t_parsed - t_parse);
         bool go_on = true;
         if (st == PARSE_CLOSE) {
             c->state = CONN_CLOSING;
@@ -265,6 +270,7 @@ void process_input(struct conn *c)
             }
         } else {
             go_on = proto_dispatch(c, &r, line, (size_t)ll);
+            TRACE_REC(w->id, TRACE_DISPATCH, TRACE_NOW() - t_parsed);
         }
         latency_note(c->w->id, r.cmd);
         if (outbuf_failed(&c->out)) {
@@ -282,6 +288,7 @@ void process_input(struct conn *c)
         }
     }
     latency_batch_end(c->w->id);   /* every reply of the batch is queued */
+    if (handled) TRACE_STAMP(c->trace_queued, TRACE_NOW());
     /* this batch's disk reads go to the disk now, not when the turn ends:
      * the rest of a busy turn is a long wait for a read that could already
      * be on its way */
@@ -319,6 +326,20 @@ static bool input_exhausted(const struct conn *c)
     return avail == 0 || (c->state == CONN_CMD && !memchr(c->rbuf + c->rstart, '\n', avail));
 }
 
+#ifdef CACHET_TRACE
+/* The batch's replies have left (or wait for the client): its stages end. */
+static void trace_sent(struct conn *c, bool all_sent)
+{
+    if (!c->trace_queued || !all_sent) return;
+    uint64_t now = TRACE_NOW();
+    TRACE_REC(c->w->id, TRACE_QUEUED_SENT, now - c->trace_queued);
+    TRACE_SINCE(c->w->id, TRACE_WAKE_SENT, c->trace_woke, now);
+    c->trace_queued = 0;
+}
+#else
+#define trace_sent(c, all_sent) ((void)0)
+#endif
+
 /* Flushes output, then decides what the connection waits for next. Returns
  * false if the connection was closed. */
 bool conn_after_work(struct conn *c)
@@ -328,6 +349,7 @@ bool conn_after_work(struct conn *c)
     enum out_flush_result rc = outbuf_flush(&c->out, c->fd, &written);
     if (written) STAT_ADD(w, bytes_written, written);
     if (rc == OUT_FLUSH_ERROR) { conn_close(c); return false; }
+    trace_sent(c, rc == OUT_FLUSH_DONE);
     __atomic_store_n(&c->stat_state, (int)c->state, __ATOMIC_RELAXED);
     struct ae_loop *l = w->loop;
     if (rc == OUT_FLUSH_BLOCKED) {
@@ -417,6 +439,12 @@ static bool conn_read_room(struct conn *c)
 static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
 {
     struct conn *c = data;
+#ifdef CACHET_TRACE
+    if (c->batch_idx < 0 && l->woke_ns) {   /* io_uring's fallbacks stamped it already */
+        c->trace_woke = l->woke_ns;
+        TRACE_REC(c->w->id, TRACE_READY_WAIT, TRACE_NOW() - c->trace_woke);
+    }
+#endif
     for (int round = 0; round < 8 && c->state != CONN_CLOSING; round++) {
         ssize_t n;
         size_t want;
@@ -435,7 +463,9 @@ static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
         } else {
             if (!conn_read_room(c)) break;
             want = c->rsize - c->rend;
+            uint64_t t_read = TRACE_NOW();
             n = read(fd, c->rbuf + c->rend, want);
+            TRACE_REC(c->w->id, TRACE_READ, TRACE_NOW() - t_read);
             if (n > 0) {
                 c->rend += (size_t)n;
                 STAT_ADD(c->w, bytes_read, (uint64_t)n);
@@ -511,6 +541,7 @@ static void conn_mark_ready(struct ae_loop *l, int fd, void *data, int mask)
     }
     c->batch_idx = w->nbatch;
     w->batch[w->nbatch++] = c;
+    TRACE_STAMP(c->trace_woke, l->woke_ns);
 }
 
 void uring_turn(struct worker *w)
@@ -533,7 +564,18 @@ void uring_turn(struct worker *w)
         uring_prep_recv(w->ring, c->fd, c->rbuf + c->rend, c->rsize - c->rend, (uint64_t)i);
         queued++;
     }
-    if (queued && uring_submit_and_wait(w->ring) < 0) {
+#ifdef CACHET_TRACE
+    uint64_t t_read = TRACE_NOW();
+    for (int i = 0; i < n; i++)
+        if (w->batch[i]) TRACE_SINCE(w->id, TRACE_READY_WAIT, w->batch[i]->trace_woke, t_read);
+#endif
+    int read_rc = queued ? uring_submit_and_wait(w->ring) : 0;
+#ifdef CACHET_TRACE
+    uint64_t t_reads_done = TRACE_NOW();
+    for (int i = 0; i < n; i++)
+        if (w->batch[i]) TRACE_REC(w->id, TRACE_READ, t_reads_done - t_read);
+#endif
+    if (read_rc < 0) {
         /* the ring failed: finish this turn with plain syscalls */
         for (int i = 0; i < n; i++) {
             struct conn *c = w->batch[i];

@@ -37,6 +37,7 @@
 #include "outbuf.h"
 #include "reply.h"
 #include "server.h"
+#include "trace.h"
 #include "uring.h"
 
 /* ------------------------------------------------------------ idle timeout */
@@ -121,6 +122,7 @@ static int worker_before_sleep(struct ae_loop *l, void *data)
     while (c) {
         struct conn *next = c->next_pending;
         c->yielded = false;
+        TRACE_SINCE(w->id, TRACE_YIELD_WAIT, c->trace_yielded, TRACE_NOW());
         if (!c->write_blocked && !(c->waits_output && outbuf_blocked_on_deferred(&c->out))) {
             process_input(c);
             conn_after_work(c);
@@ -134,6 +136,13 @@ static int worker_before_sleep(struct ae_loop *l, void *data)
         ext_fd_sync(w);
     }
     if (server_shutting_down() && !w->conns) ae_stop(l);
+#ifdef CACHET_TRACE
+    if (l->last_fired > 0) {
+        TRACE_SINCE(w->id, TRACE_TURN, l->woke_ns, TRACE_NOW());
+        TRACE_REC(w->id, TRACE_TURN_READY, (uint64_t)l->last_fired);
+        l->last_fired = 0;
+    }
+#endif
     int paused = net_listen_resume_due(w);
     if (w->pending) return 0;
     return paused >= 0 && paused < 100 ? paused : 100;
