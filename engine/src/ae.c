@@ -82,6 +82,7 @@ int ae_process(struct ae_loop *l, int timeout_ms)
 {
     struct epoll_event *ev = l->fired;
     int n = epoll_wait(l->epfd, ev, l->max_fired, timeout_ms);
+    l->fired_now = n;
 #ifdef CACHET_TRACE
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

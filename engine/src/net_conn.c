@@ -525,23 +525,38 @@ void drain_completions(struct worker *w)
 }
 
 /* ---------------------------------------------------------------- io_uring
- * One loop turn in io_uring mode: epoll marked connections readable; here
- * one io_uring_enter reads all of them, every complete request is answered
- * into the output queues, and one more io_uring_enter sends all replies.
- * See uring.h for why every operation completes inside its submit. */
+ * io_uring mode: epoll marks connections readable; once URING_CHUNK of them
+ * are marked (or the turn's events are done), one io_uring_enter reads them
+ * all, every complete request is answered into the output queues, and one
+ * more io_uring_enter sends all replies. A turn with few ready connections
+ * takes the plain path (conn_readable). See uring.h for why every
+ * operation completes inside its submit. */
+
+/* A turn with fewer ready connections than this serves each at once with
+ * read() and send(), as memcached does: a batch of one or two saves no
+ * syscall, and io_uring's own cost per operation is higher (W2 at 256
+ * connections, where most turns find one to three ready: docs/benchmarks.md). */
+#define URING_MIN_BATCH 4
+/* A batch is read, answered and sent as soon as it has this many
+ * connections, while the turn's later events wait: a burst of 100 ready
+ * connections no longer holds every reply until the last of them has been
+ * read and answered (the p99 of W2), and 16 to a submit keeps nearly all
+ * of the syscalls batching saves. */
+#define URING_CHUNK 16
 
 static void conn_mark_ready(struct ae_loop *l, int fd, void *data, int mask)
 {
     struct conn *c = data;
     struct worker *w = c->w;
     if (c->batch_idx >= 0) return;
-    if (w->nbatch >= (int)uring_capacity(w->ring)) {
-        conn_readable(l, fd, data, mask);   /* batch full: the plain path */
+    if (l->fired_now < URING_MIN_BATCH) {
+        conn_readable(l, fd, data, mask);
         return;
     }
     c->batch_idx = w->nbatch;
     w->batch[w->nbatch++] = c;
     TRACE_STAMP(c->trace_woke, l->woke_ns);
+    if (w->nbatch >= URING_CHUNK) uring_turn(w);
 }
 
 void uring_turn(struct worker *w)

@@ -7,8 +7,9 @@
  * `stats settings`.
  *
  * A loop turn: events (accepts, reads, sends, the eventfd that deferred
- * replies and shutdown write, the worker's own disk-read ring), then before
- * sleeping the io_uring batch, the connections that yielded, the idle
+ * replies and shutdown write, the worker's own disk-read ring; io_uring
+ * batches of URING_CHUNK connections as they fill), then before sleeping
+ * the rest of the io_uring batch, the connections that yielded, the idle
  * sweep and the disk reads started this turn. On shutdown a worker closes
  * its listeners, finishes the replies already queued and stops once its
  * connections are gone, or at the deadline.
