@@ -69,7 +69,7 @@ static bool emit_value(struct conn *c, const char *key, uint32_t nkey,
  * the next key: c->resume_off then says where to pick up (see conn.h). */
 static bool process_get(struct conn *c, struct request *r, const char *line)
 {
-    struct get_opts opts = {0};
+    struct get_opts opts = { .value_only = true };
     bool touch = r->cmd == CMD_GAT || r->cmd == CMD_GATS;
     bool with_cas = r->cmd == CMD_GETS || r->cmd == CMD_GATS;
     if (touch) {
