@@ -24,7 +24,7 @@
 #   comparison fair while background work disturbs it less. Every step also
 #   records how long each side waited for a CPU, so disturbance is visible.
 #
-# Env: BENCH_QUICK=1 (about 3 minutes), CACHETD=path,
+# Env: BENCH_QUICK=1 (about 5 minutes), CACHETD=path,
 #      MEMCACHED_1645=path (default: built once by shared/peers/build-memcached.sh),
 #      MEMCACHED_1618=path (default /usr/bin/memcached),
 #      BENCH_PORT_BASE (default 23100; uses BASE+1..BASE+5), BENCH_RESULTS
