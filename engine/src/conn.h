@@ -94,6 +94,12 @@ struct conn {
     char             addr[128];     /* "tcp:host:port" or "unix:path" */
     int              stat_state;    /* relaxed atomic: enum conn_state */
     uint32_t         last_cmd_time; /* relaxed atomic: rel_time_t */
+#ifdef CACHET_TRACE
+    /* trace.h, this connection's stamps (ns; 0: none) */
+    uint64_t         trace_woke;    /* the epoll_wait that found it ready */
+    uint64_t         trace_queued;  /* its batch's replies queued */
+    uint64_t         trace_yielded; /* it yielded */
+#endif
 };
 
 /* Per-worker protocol counters: written only by the owning thread with

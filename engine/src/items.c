@@ -604,13 +604,10 @@ static enum reshape reshape_for_exptime(storage_thread *t, const char *key, uint
 
 /* ---- reads ---- */
 
-static void fill_view(storage_thread *t, item *it, int clsid, char *copy_buf, size_t copy_cap, struct item_view *out)
+/* What only meta commands and extstore's reads use: a text GET, the
+ * commonest request, leaves it out (get_opts.value_only). */
+static void fill_view_meta(item *it, int clsid, uint8_t fl, struct item_view *out)
 {
-    uint8_t fl = item_fl(it);
-    uint64_t nbytes = item_nbytes(it);
-    out->nbytes = (uint32_t)nbytes;
-    out->client_flags = item_cflags(it);
-    out->cas = item_get_cas(it);
     out->exptime = item_exptime(it);
     out->last_access = atomic_load_explicit(&it->time, memory_order_relaxed);
     out->fetched_before = (atomic_load_explicit(&it->bag, memory_order_relaxed) & ITEM_FETCHED_BIT) != 0;
@@ -620,6 +617,17 @@ static void fill_view(storage_thread *t, item *it, int clsid, char *copy_buf, si
     out->exptime_before = out->exptime;
     out->slab_class = (uint8_t)clsid;
     out->item_size = (uint32_t)item_ntotal(it);
+}
+
+static void fill_view(storage_thread *t, item *it, int clsid, bool value_only, char *copy_buf, size_t copy_cap,
+                      struct item_view *out)
+{
+    uint8_t fl = item_fl(it);
+    uint64_t nbytes = item_nbytes(it);
+    out->nbytes = (uint32_t)nbytes;
+    out->client_flags = item_cflags(it);
+    out->cas = item_get_cas(it);
+    if (!value_only || (fl & ITEM_ON_DISK)) fill_view_meta(it, clsid, fl, out);
     out->ref = NULL;
     out->on_disk = false;
     if (fl & ITEM_ON_DISK) {
@@ -724,7 +732,7 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
         }
         if (touch) set_exptime(it, opts->new_exptime);
         int clsid = slabs_clsid_of(it);
-        fill_view(t, it, clsid, copy_buf, copy_cap, out);
+        fill_view(t, it, clsid, false, copy_buf, copy_cap, out);
         out->created = created;
         out->exptime_before = before;
         out->win = false;
@@ -832,7 +840,7 @@ bool storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_
         return get_locked(t, key, nkey, hv, opts, copy_buf, copy_cap, out);
     }
     int clsid = slabs_clsid_of(it);
-    fill_view(t, it, clsid, copy_buf, copy_cap, out);
+    fill_view(t, it, clsid, opts->value_only, copy_buf, copy_cap, out);
     if (!opts->no_lru_bump) bags_stamp(it, clsid, stamp_time_in(tv));
     epoch_exit(t);
     STAT_INC(t, get_hits);

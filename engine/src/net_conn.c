@@ -53,6 +53,7 @@
 #include "proto_parser.h"
 #include "reply.h"
 #include "server.h"
+#include "trace.h"
 #include "uring.h"
 
 #define RBUF_INITIAL    (16 * 1024)
@@ -126,6 +127,7 @@ static void conn_set_yielded(struct conn *c, bool fairness)
     if (fairness) STAT_INC(c->w, conn_yields);
     if (c->yielded) return;
     c->yielded = true;
+    TRACE_STAMP(c->trace_yielded, TRACE_NOW());
     c->next_pending = c->w->pending;
     c->w->pending = c;
 }
@@ -268,7 +270,10 @@ void process_input(struct conn *c)
         struct out_mark mark;
         outbuf_mark(&c->out, &mark);
         struct request r;
+        uint64_t t_parse = TRACE_NOW();
         enum parse_status st = parse_request(line, (size_t)ll, consumed, &r);
+        uint64_t t_parsed = TRACE_NOW();
+        TRACE_REC(w->id, TRACE_PARSE, t_parsed - t_parse);
         bool go_on = true;
         if (st == PARSE_CLOSE) {
             c->state = CONN_CLOSING;
@@ -283,6 +288,7 @@ void process_input(struct conn *c)
             }
         } else {
             go_on = proto_dispatch(c, &r, line, (size_t)ll);
+            TRACE_REC(w->id, TRACE_DISPATCH, TRACE_NOW() - t_parsed);
         }
         latency_note(c->w->id, r.cmd);
         if (outbuf_failed(&c->out)) {
@@ -300,6 +306,7 @@ void process_input(struct conn *c)
         }
     }
     latency_batch_end(c->w->id);   /* every reply of the batch is queued */
+    if (handled) TRACE_STAMP(c->trace_queued, TRACE_NOW());
     /* this batch's disk reads go to the disk now, not when the turn ends:
      * the rest of a busy turn is a long wait for a read that could already
      * be on its way */
@@ -336,6 +343,20 @@ static bool input_exhausted(const struct conn *c)
     return avail == 0 || (c->state == CONN_CMD && !memchr(c->rbuf + c->rstart, '\n', avail));
 }
 
+#ifdef CACHET_TRACE
+/* The batch's replies have left (or wait for the client): its stages end. */
+static void trace_sent(struct conn *c, bool all_sent)
+{
+    if (!c->trace_queued || !all_sent) return;
+    uint64_t now = TRACE_NOW();
+    TRACE_REC(c->w->id, TRACE_QUEUED_SENT, now - c->trace_queued);
+    TRACE_SINCE(c->w->id, TRACE_WAKE_SENT, c->trace_woke, now);
+    c->trace_queued = 0;
+}
+#else
+#define trace_sent(c, all_sent) ((void)0)
+#endif
+
 /* Flushes output, then decides what the connection waits for next. Returns
  * false if the connection was closed. */
 bool conn_after_work(struct conn *c)
@@ -345,6 +366,7 @@ bool conn_after_work(struct conn *c)
     enum out_flush_result rc = outbuf_flush(&c->out, c->fd, &written);
     if (written) STAT_ADD(w, bytes_written, written);
     if (rc == OUT_FLUSH_ERROR) { conn_close(c); return false; }
+    trace_sent(c, rc == OUT_FLUSH_DONE);
     __atomic_store_n(&c->stat_state, (int)c->state, __ATOMIC_RELAXED);
     struct ae_loop *l = w->loop;
     if (rc == OUT_FLUSH_BLOCKED) {
@@ -401,6 +423,12 @@ static bool rbuf_make_room(struct conn *c)
 static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
 {
     struct conn *c = data;
+#ifdef CACHET_TRACE
+    if (c->batch_idx < 0 && l->woke_ns) {   /* io_uring's fallbacks stamped it already */
+        c->trace_woke = l->woke_ns;
+        TRACE_REC(c->w->id, TRACE_READY_WAIT, TRACE_NOW() - c->trace_woke);
+    }
+#endif
     for (int round = 0; round < 8 && c->state != CONN_CLOSING; round++) {
         ssize_t n;
         size_t want;
@@ -419,7 +447,9 @@ static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
         } else {
             if (!rbuf_make_room(c)) break;
             want = c->rsize - c->rend;
+            uint64_t t_read = TRACE_NOW();
             n = read(fd, c->rbuf + c->rend, want);
+            TRACE_REC(c->w->id, TRACE_READ, TRACE_NOW() - t_read);
             if (n > 0) {
                 c->rend += (size_t)n;
                 STAT_ADD(c->w, bytes_read, (uint64_t)n);
@@ -479,22 +509,38 @@ void drain_completions(struct worker *w)
 }
 
 /* ---------------------------------------------------------------- io_uring
- * One loop turn in io_uring mode: epoll marked connections readable; here
- * one io_uring_enter reads all of them, every complete request is answered
- * into the output queues, and one more io_uring_enter sends all replies.
- * See uring.h for why every operation completes inside its submit. */
+ * io_uring mode: epoll marks connections readable; once URING_CHUNK of them
+ * are marked (or the turn's events are done), one io_uring_enter reads them
+ * all, every complete request is answered into the output queues, and one
+ * more io_uring_enter sends all replies. A turn with few ready connections
+ * takes the plain path (conn_readable). See uring.h for why every
+ * operation completes inside its submit. */
+
+/* A turn with fewer ready connections than this serves each at once with
+ * read() and send(), as memcached does: a batch of one or two saves no
+ * syscall, and io_uring's own cost per operation is higher (W2 at 256
+ * connections, where most turns find one to three ready: docs/benchmarks.md). */
+#define URING_MIN_BATCH 4
+/* A batch is read, answered and sent as soon as it has this many
+ * connections, while the turn's later events wait: a burst of 100 ready
+ * connections no longer holds every reply until the last of them has been
+ * read and answered (the p99 of W2), and 16 to a submit keeps nearly all
+ * of the syscalls batching saves. */
+#define URING_CHUNK 16
 
 static void conn_mark_ready(struct ae_loop *l, int fd, void *data, int mask)
 {
     struct conn *c = data;
     struct worker *w = c->w;
     if (c->batch_idx >= 0) return;
-    if (w->nbatch >= (int)uring_capacity(w->ring)) {
-        conn_readable(l, fd, data, mask);   /* batch full: the plain path */
+    if (l->fired_now < URING_MIN_BATCH) {
+        conn_readable(l, fd, data, mask);
         return;
     }
     c->batch_idx = w->nbatch;
     w->batch[w->nbatch++] = c;
+    TRACE_STAMP(c->trace_woke, l->woke_ns);
+    if (w->nbatch >= URING_CHUNK) uring_turn(w);
 }
 
 void uring_turn(struct worker *w)
@@ -517,7 +563,18 @@ void uring_turn(struct worker *w)
         uring_prep_recv(w->ring, c->fd, c->rbuf + c->rend, c->rsize - c->rend, (uint64_t)i);
         queued++;
     }
-    if (queued && uring_submit_and_wait(w->ring) < 0) {
+#ifdef CACHET_TRACE
+    uint64_t t_read = TRACE_NOW();
+    for (int i = 0; i < n; i++)
+        if (w->batch[i]) TRACE_SINCE(w->id, TRACE_READY_WAIT, w->batch[i]->trace_woke, t_read);
+#endif
+    int read_rc = queued ? uring_submit_and_wait(w->ring) : 0;
+#ifdef CACHET_TRACE
+    uint64_t t_reads_done = TRACE_NOW();
+    for (int i = 0; i < n; i++)
+        if (w->batch[i]) TRACE_REC(w->id, TRACE_READ, t_reads_done - t_read);
+#endif
+    if (read_rc < 0) {
         /* the ring failed: finish this turn with plain syscalls */
         for (int i = 0; i < n; i++) {
             struct conn *c = w->batch[i];

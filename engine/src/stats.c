@@ -12,6 +12,7 @@
 #include "server.h"
 #include "latency.h"
 #include "logger.h"
+#include "trace.h"
 
 /* memcached's logger counters (logger.c). Lines go straight from the event
  * to the watchers' rings, so no worker buffer ever drops one: dropped is 0,
@@ -48,12 +49,18 @@ static const struct provider providers[] = {
     { STATS_CONNS,    server_stats_conns },
     { STATS_EXTSTORE, storage_ext_stats_extstore },
     { STATS_LATENCY,  latency_stats },
+#ifdef CACHET_TRACE
+    { STATS_TRACE,    trace_stats },
+#endif
 };
 
 static const char *const group_names[STATS_GROUP_COUNT] = {
     [STATS_GENERAL] = "", [STATS_SETTINGS] = "settings", [STATS_ITEMS] = "items",
     [STATS_SLABS] = "slabs", [STATS_SIZES] = "sizes", [STATS_CONNS] = "conns", [STATS_EXTSTORE] = "extstore",
     [STATS_LATENCY] = NULL,   /* not a `stats` argument */
+#ifdef CACHET_TRACE
+    [STATS_TRACE] = "trace",
+#endif
 };
 
 bool stats_group_by_name(const char *arg, size_t len, enum stats_group *out)
@@ -78,4 +85,7 @@ void stats_reset(void)
     server_stats_reset();
     storage_stats_reset();
     storage_ext_stats_reset();
+#ifdef CACHET_TRACE
+    trace_reset();
+#endif
 }

@@ -31,6 +31,8 @@ enum stats_group {
     STATS_EXTSTORE,   /* `stats extstore`: <page>:<name> (empty without extstore) */
     STATS_LATENCY,    /* no `stats` argument: the Prometheus endpoint's command
                          latency histograms (latency.h) */
+    STATS_TRACE,      /* `stats trace`, a `make TRACE=1` build only: where a
+                         request's time goes (trace.h) */
     STATS_GROUP_COUNT,
 };
 

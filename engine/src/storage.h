@@ -138,6 +138,9 @@ struct get_opts {
     bool     vivify_last;      /* mg N after T: an item N creates keeps N's expiry (memcached
                                   applies the flags in request order) */
     bool     recache_before_touch; /* mg R before T: R compares the TTL from before T */
+    bool     value_only;       /* text get/gets: the view needs only the value, its length,
+                                  flags and CAS; the meta fields stay 0 (a value on disk
+                                  still gets them all: its read uses them) */
 };
 
 /* Lock-free unless opts asks for a change (touch/vivify/recache take the

@@ -48,8 +48,8 @@ LAYERS = [
     ("proto", "protocol layer: ASCII and meta commands, answered into the output queue",
      ["proto", "proto_text", "proto_meta", "proto_reply", "testhook"], []),
     ("services", "what the network and protocol layers share: stats, latency "
-                 "histograms, batched lookups",
-     ["stats", "latency", "prefetch"], []),
+                 "histograms, batched lookups, the request-path trace",
+     ["stats", "latency", "prefetch", "trace"], []),
     ("io", "extstore's IO layer: IO threads, batched disk reads; it takes a "
            "storage context from the thread registry (epoch.c), and its "
            "completions go back through the hook table (ext_hooks.h)",
