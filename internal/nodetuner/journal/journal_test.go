@@ -12,63 +12,12 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"cachet.dev/cachet/internal/nodetuner/fixture"
 	"cachet.dev/cachet/internal/nodetuner/host"
 	"cachet.dev/cachet/internal/nodetuner/plan"
 )
 
 var errKilled = errors.New("killed")
-
-// copyTree copies a fixture (files, dirs and the sysfs symlinks) so that
-// a test can write into it.
-func copyTree(t *testing.T, src string) string {
-	t.Helper()
-	dst := t.TempDir()
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, path)
-		to := filepath.Join(dst, rel)
-		switch {
-		case d.Type()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(path)
-			if err != nil {
-				return err
-			}
-			return os.Symlink(target, to)
-		case d.IsDir():
-			return os.MkdirAll(to, 0o755)
-		default:
-			raw, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(to, raw, 0o644)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dst
-}
-
-// snapshot is every regular file's bytes under root.
-func snapshot(t *testing.T, root string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Type()&fs.ModeSymlink != 0 {
-			return err
-		}
-		raw, err := os.ReadFile(path)
-		out[path] = string(raw)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // diff compares byte for byte; a planned value is compared as the kernel
 // reads it back (a trailing newline does not matter there).
@@ -84,10 +33,10 @@ func diff(t *testing.T, what string, got, want map[string]string) {
 	}
 }
 
-// fixture is the 16-vCPU virtio VM with its two pods, planned with auto.
-func fixture(t *testing.T) (string, []plan.Write) {
+// virtioVM is the 16-vCPU virtio VM with its two pods, planned with auto.
+func virtioVM(t *testing.T) (string, []plan.Write) {
 	t.Helper()
-	root := copyTree(t, "../plan/testdata/virtio-vm16")
+	root := fixture.Copy(t, "virtio-vm16")
 	node, err := host.Read(filepath.Join(root, "proc"), filepath.Join(root, "sys"))
 	if err != nil {
 		t.Fatal(err)
@@ -120,8 +69,8 @@ func wanted(root string, before map[string]string, writes []plan.Write) map[stri
 }
 
 func TestApplyThenRevertRestoresEveryByte(t *testing.T) {
-	root, writes := fixture(t)
-	before := snapshot(t, root)
+	root, writes := virtioVM(t)
+	before := fixture.Snapshot(t, root)
 	state := t.TempDir()
 	j, err := Open(state, root)
 	if err != nil {
@@ -137,7 +86,7 @@ func TestApplyThenRevertRestoresEveryByte(t *testing.T) {
 	if res.Effective["proc/irq/25/smp_affinity_list"] == "" {
 		t.Errorf("effective affinity not read back: %v", res.Effective)
 	}
-	diff(t, "applied", snapshot(t, root), wanted(root, before, writes))
+	diff(t, "applied", fixture.Snapshot(t, root), wanted(root, before, writes))
 	if got := j.Entries()["proc/irq/25/smp_affinity_list"]; got.Owner != "prod/sessions-0" || got.Original != "0\n" {
 		t.Errorf("journal entry %+v", got)
 	}
@@ -149,7 +98,7 @@ func TestApplyThenRevertRestoresEveryByte(t *testing.T) {
 	if err != nil || len(res.Errors) > 0 {
 		t.Fatalf("revert: %v %v", err, res.Errors)
 	}
-	diff(t, "reverted", snapshot(t, root), before)
+	diff(t, "reverted", fixture.Snapshot(t, root), before)
 	if n := len(j.Entries()); n != 0 {
 		t.Errorf("%d entries left after revert", n)
 	}
@@ -158,8 +107,8 @@ func TestApplyThenRevertRestoresEveryByte(t *testing.T) {
 // One pod leaves: only what it owned (and what the node's queues now
 // want differently) changes; the other pod's values stay.
 func TestPodLeavingRevertsOnlyItsFiles(t *testing.T) {
-	root, writes := fixture(t)
-	before := snapshot(t, root)
+	root, writes := virtioVM(t)
+	before := fixture.Snapshot(t, root)
 	j, err := Open(t.TempDir(), root)
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +129,7 @@ func TestPodLeavingRevertsOnlyItsFiles(t *testing.T) {
 	if len(res.Restored) != 2 || !strings.Contains(res.Restored[0], "veth5e6f7a8b") {
 		t.Errorf("restored %v, want the two veth files of prod/tiny-0", res.Restored)
 	}
-	diff(t, "applied after tiny-0 left", snapshot(t, root), wanted(root, before, remaining))
+	diff(t, "applied after tiny-0 left", fixture.Snapshot(t, root), wanted(root, before, remaining))
 }
 
 // Each point where a kill can stop Apply; after a restart (a new Open on
@@ -190,8 +139,8 @@ func TestCrashPointsConverge(t *testing.T) {
 	for _, point := range []string{"before-rename", "after-journal", "after-write", "after-restore"} {
 		for _, nth := range []int{1, 7} {
 			t.Run(point, func(t *testing.T) {
-				root, writes := fixture(t)
-				before := snapshot(t, root)
+				root, writes := virtioVM(t)
+				before := fixture.Snapshot(t, root)
 				state := t.TempDir()
 				j, err := Open(state, root)
 				if err != nil {
@@ -229,11 +178,11 @@ func TestCrashPointsConverge(t *testing.T) {
 				if res, err := j2.Apply(target); err != nil || len(res.Errors) > 0 {
 					t.Fatalf("restart apply: %v %v", err, res.Errors)
 				}
-				diff(t, "applied after restart", snapshot(t, root), wanted(root, before, target))
+				diff(t, "applied after restart", fixture.Snapshot(t, root), wanted(root, before, target))
 				if res, err := j2.Apply(nil); err != nil || len(res.Errors) > 0 {
 					t.Fatalf("revert: %v %v", err, res.Errors)
 				}
-				diff(t, "reverted", snapshot(t, root), before)
+				diff(t, "reverted", fixture.Snapshot(t, root), before)
 			})
 		}
 	}
@@ -255,7 +204,7 @@ func TestTornJournalIsRefused(t *testing.T) {
 // A managed interrupt refuses its affinity with EIO: it is reported, not
 // retried on the next Apply, and the rest of the plan is written.
 func TestManagedIRQIsSkippedAndReported(t *testing.T) {
-	root, writes := fixture(t)
+	root, writes := virtioVM(t)
 	j, err := Open(t.TempDir(), root)
 	if err != nil {
 		t.Fatal(err)
