@@ -50,7 +50,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if assume != "" {
 		cfg.AssumeStrategy = plan.Strategy(assume)
 	}
-	log := func(format string, a ...any) { fmt.Fprintf(stderr, time.Now().UTC().Format(time.RFC3339)+" "+format+"\n", a...) }
+	log := func(format string, a ...any) {
+		fmt.Fprintf(stderr, time.Now().UTC().Format(time.RFC3339)+" "+format+"\n", a...)
+	}
 
 	var c client.Client
 	if cfg.AssumeStrategy == "" {
