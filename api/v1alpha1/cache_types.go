@@ -674,6 +674,16 @@ type CacheStatus struct {
 	// ClaimTemplateChanged, ClaimsOutdated, ClaimsExpanding, VolumeNodeLost
 	// or StorageClassNotFound (claims wait for a class that does not exist);
 	// Unknown NodeLossCheckFailed.
+	//
+	// NodeTuned (unless spec.nodeTuning.irqStrategy is none): True Tuned
+	// (the node tuner placed every pod's NIC interrupts and steering);
+	// False NoTuner (no node tuner reported for a pod: the chart's
+	// nodeTuner.enabled or its nodeSelector), SharedCores (no exclusive
+	// CPU to tune for), IrqbalanceConflict, ManagedIRQ (the kernel refused
+	// an interrupt's affinity), NoQueue (other pods took every NIC queue),
+	// NoSharedPool, NoNICQueueIRQs or ApplyFailed, each with the pod;
+	// Unknown TunerPending (a pod not yet scheduled, or not yet seen by
+	// the tuner at this generation).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
