@@ -60,7 +60,7 @@ type Link struct {
 	Name     string
 	RXQueues int  // queues/rx-K directories
 	TXQueues int  // queues/tx-K directories
-	XPS      bool // queues/tx-K/xps_cpus exists (the kernel hides it on single-queue devices)
+	XPS      bool // multi-queue with queues/tx-K/xps_cpus (on a single-queue device the file is listed but reading it fails ENOENT)
 	// Only for NICs (links with a device):
 	Driver   string
 	NUMANode int // -1 when the platform does not say
@@ -306,6 +306,7 @@ func readQueues(linkDir string, l *Link) error {
 			}
 		}
 	}
+	l.XPS = l.XPS && l.TXQueues > 1
 	return nil
 }
 

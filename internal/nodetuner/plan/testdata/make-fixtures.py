@@ -7,7 +7,8 @@ directory: python3 make-fixtures.py. The trees hold only the files the
 reader (internal/nodetuner/host) opens. "this-machine" was copied from the
 2-vCPU build VM (its /proc/interrupts verbatim, its sysfs layout: eth0 ->
 virtio2 -> PCI 0000:00:03.0 with msi_irqs 37-39, numa_node -1, one queue
-pair, no xps_cpus on a single-queue device).
+pair; its tx-0/xps_cpus is listed but reading it fails with ENOENT on a
+single-queue device, so the tree leaves it out).
 """
 import json, os, shutil
 
