@@ -49,7 +49,7 @@ const (
 	// node (never by the operator or users): JSON {"status","reason",
 	// "message","strategy","generation"}, what the tuner did for that pod.
 	// The operator folds it into the Cache's NodeTuned condition.
-	NodeTunedAnnotation = "cache.cachet.dev/node-tuned"
+	NodeTunedAnnotation     = "cache.cachet.dev/node-tuned"
 	ExtstoreClaimAnnotation = "cache.cachet.dev/extstore-claim"
 )
 

@@ -266,13 +266,25 @@ func (m *maker) slots(pod Pod, s Strategy) []int {
 }
 
 type queueOwner struct {
-	pod  int // index into pods, -1 for the node
-	cpu  int // where the vector goes (pods only)
-	xps  cpuset.CPUSet
-	slot int
+	pod int // index into pods, -1 for the node
+	cpu int // where the vector goes (pods only)
+	xps cpuset.CPUSet
 }
 
 func (m *maker) nic(nic host.Link, pods []Pod, results []PodResult, anyTuned, anyRFS bool) {
+	owners := m.podQueues(nic, pods, results)
+	if !anyTuned {
+		return
+	}
+	m.nodeQueues(nic, owners)
+	m.irqWrites(nic, owners, pods, results)
+	m.rpsWrites(nic, owners, pods, anyRFS)
+	m.xpsWrites(nic, owners, pods)
+}
+
+// podQueues gives each placing pod, in order, the next free queues, one
+// per slot, and maps every CPU of the pod to one of its queues for XPS.
+func (m *maker) podQueues(nic host.Link, pods []Pod, results []PodResult) map[int]*queueOwner {
 	queues := nicQueues(nic)
 	owners := map[int]*queueOwner{}
 	next := 0
@@ -281,80 +293,82 @@ func (m *maker) nic(nic host.Link, pods []Pod, results []PodResult, anyTuned, an
 		if r.Reason != ReasonTuned || (r.Strategy != Siblings && r.Strategy != Spread) {
 			continue
 		}
-		slots := m.slots(pod, r.Strategy)
-		took := 0
-		for _, cpu := range slots {
+		var owned []int
+		for _, cpu := range m.slots(pod, r.Strategy) {
 			if next >= len(queues) {
 				break
 			}
-			owners[queues[next]] = &queueOwner{pod: i, cpu: cpu, slot: took}
-			r.Queues = append(r.Queues, fmt.Sprintf("%s:%d", nic.Name, queues[next]))
+			q := queues[next]
+			owners[q] = &queueOwner{pod: i, cpu: cpu}
+			owned = append(owned, q)
+			r.Queues = append(r.Queues, fmt.Sprintf("%s:%d", nic.Name, q))
 			r.IRQCPUs = r.IRQCPUs.Union(cpuset.New(cpu))
 			next++
-			took++
 		}
-		if took == 0 {
+		if len(owned) == 0 {
 			r.Reason = ReasonNoQueue
 			r.Why += fmt.Sprintf("; every queue of %s is taken by pods before it", nic.Name)
 			continue
 		}
-		// XPS: every CPU of the pod sends on one of its queues.
-		owned := []int{}
-		for q, o := range owners {
-			if o.pod == i {
-				owned = append(owned, q)
-			}
-		}
-		sort.Ints(owned)
 		for k, cpu := range pod.Exclusive.List() {
 			o := owners[owned[k%len(owned)]]
 			o.xps = o.xps.Union(cpuset.New(cpu))
 		}
 	}
-	if !anyTuned {
-		return
-	}
+	return owners
+}
+
+// nodeQueues are the queues no pod took: their vectors round-robin over
+// the NIC-local shared CPUs, XPS from the shared CPUs round-robin too.
+func (m *maker) nodeQueues(nic host.Link, owners map[int]*queueOwner) {
 	shared := m.plan.SharedPool
-	local := shared
-	if nic.NUMANode >= 0 {
-		local = cpuset.New()
-		for _, id := range shared.List() {
-			if c, _ := m.in.Node.CPU(id); c.NUMA == nic.NUMANode {
-				local = local.Union(cpuset.New(id))
-			}
-		}
-		if local.IsEmpty() {
-			local = shared
-			m.plan.Notes = append(m.plan.Notes, fmt.Sprintf("%s is on NUMA node %d, which has no shared CPU: its shared queues go to remote CPUs", nic.Name, nic.NUMANode))
-		}
-	}
+	local := m.numaLocal(nic, shared)
 	if shared.IsEmpty() {
 		m.plan.Notes = append(m.plan.Notes, fmt.Sprintf("no shared CPU: the queues of %s that no pod owns keep their interrupts where they are", nic.Name))
 	}
-	// The node's queues: vectors round-robin over the local shared CPUs,
-	// XPS from the shared CPUs round-robin too.
-	var nodeQueues []int
-	for _, q := range queues {
+	var free []int
+	for _, q := range nicQueues(nic) {
 		if owners[q] == nil {
-			nodeQueues = append(nodeQueues, q)
+			free = append(free, q)
 		}
 	}
-	localList, sharedList := local.List(), shared.List()
-	for k, q := range nodeQueues {
+	localList := local.List()
+	for k, q := range free {
 		o := &queueOwner{pod: -1, cpu: -1}
 		if len(localList) > 0 {
 			o.cpu = localList[k%len(localList)]
 		}
 		owners[q] = o
 	}
-	if len(nodeQueues) > 0 {
-		for k, cpu := range sharedList {
-			o := owners[nodeQueues[k%len(nodeQueues)]]
-			o.xps = o.xps.Union(cpuset.New(cpu))
+	if len(free) == 0 {
+		return
+	}
+	for k, cpu := range shared.List() {
+		o := owners[free[k%len(free)]]
+		o.xps = o.xps.Union(cpuset.New(cpu))
+	}
+}
+
+// numaLocal is the part of set on the NIC's NUMA node, or all of set when
+// that part is empty or the platform does not say.
+func (m *maker) numaLocal(nic host.Link, set cpuset.CPUSet) cpuset.CPUSet {
+	if nic.NUMANode < 0 {
+		return set
+	}
+	local := cpuset.New()
+	for _, id := range set.List() {
+		if c, _ := m.in.Node.CPU(id); c.NUMA == nic.NUMANode {
+			local = local.Union(cpuset.New(id))
 		}
 	}
+	if local.IsEmpty() && !set.IsEmpty() {
+		m.plan.Notes = append(m.plan.Notes, fmt.Sprintf("%s is on NUMA node %d, which has no shared CPU: its shared queues go to remote CPUs", nic.Name, nic.NUMANode))
+		return set
+	}
+	return local
+}
 
-	// Interrupts, in vector order.
+func (m *maker) irqWrites(nic host.Link, owners map[int]*queueOwner, pods []Pod, results []PodResult) {
 	for _, irq := range nic.IRQs {
 		o := owners[irq.Queue]
 		if o == nil || o.cpu < 0 {
@@ -369,7 +383,10 @@ func (m *maker) nic(nic host.Link, pods []Pod, results []PodResult, anyTuned, an
 		}
 		m.write(w)
 	}
-	// RPS/RFS on RX queues.
+}
+
+func (m *maker) rpsWrites(nic host.Link, owners map[int]*queueOwner, pods []Pod, anyRFS bool) {
+	shared := m.plan.SharedPool
 	for q := 0; q < nic.RXQueues; q++ {
 		o := owners[q]
 		base := fmt.Sprintf("sys/class/net/%s/queues/rx-%d/", nic.Name, q)
@@ -388,7 +405,9 @@ func (m *maker) nic(nic host.Link, pods []Pod, results []PodResult, anyTuned, an
 			m.write(Write{Path: base + "rps_flow_cnt", Value: flows, Why: why})
 		}
 	}
-	// XPS on TX queues.
+}
+
+func (m *maker) xpsWrites(nic host.Link, owners map[int]*queueOwner, pods []Pod) {
 	if !nic.XPS {
 		return
 	}

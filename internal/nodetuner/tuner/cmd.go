@@ -67,31 +67,31 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		cfg.AssumeStrategy = plan.Strategy(assume)
 	}
 	log := func(format string, a ...any) {
-		fmt.Fprintf(stderr, time.Now().UTC().Format(time.RFC3339)+" "+format+"\n", a...)
+		_, _ = fmt.Fprintf(stderr, time.Now().UTC().Format(time.RFC3339)+" "+format+"\n", a...)
 	}
 
 	var c client.Client
 	if cfg.AssumeStrategy == "" {
 		if cfg.NodeName == "" {
-			fmt.Fprintln(stderr, "node-tuner: --node-name (or $NODE_NAME) is required")
+			_, _ = fmt.Fprintln(stderr, "node-tuner: --node-name (or $NODE_NAME) is required")
 			return 2
 		}
 		scheme := runtime.NewScheme()
 		if err := clientgoscheme.AddToScheme(scheme); err != nil {
-			fmt.Fprintln(stderr, err)
+			_, _ = fmt.Fprintln(stderr, err)
 			return 1
 		}
 		if err := cachev1alpha1.AddToScheme(scheme); err != nil {
-			fmt.Fprintln(stderr, err)
+			_, _ = fmt.Fprintln(stderr, err)
 			return 1
 		}
 		restConfig, err := ctrl.GetConfig()
 		if err != nil {
-			fmt.Fprintln(stderr, "node-tuner:", err)
+			_, _ = fmt.Fprintln(stderr, "node-tuner:", err)
 			return 1
 		}
 		if c, err = client.New(restConfig, client.Options{Scheme: scheme}); err != nil {
-			fmt.Fprintln(stderr, "node-tuner:", err)
+			_, _ = fmt.Fprintln(stderr, "node-tuner:", err)
 			return 1
 		}
 	}
@@ -101,16 +101,16 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	metrics := NewMetrics(cfg.HostRoot+"/proc", cfg.HostRoot+"/sys")
 	t, err := New(cfg, c, metrics)
 	if err != nil {
-		fmt.Fprintln(stderr, "node-tuner:", err)
+		_, _ = fmt.Fprintln(stderr, "node-tuner:", err)
 		return 1
 	}
 	if cfg.DryRun {
 		p, _, err := t.Pass(ctx)
 		if err != nil {
-			fmt.Fprintln(stderr, "node-tuner:", err)
+			_, _ = fmt.Fprintln(stderr, "node-tuner:", err)
 			return 1
 		}
-		fmt.Fprint(stdout, p.String())
+		_, _ = fmt.Fprint(stdout, p.String())
 		return 0
 	}
 	if metricsAddr != "0" {

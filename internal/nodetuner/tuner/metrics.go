@@ -143,7 +143,7 @@ func perCPUCounts(path string) map[int][]uint64 {
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	ncpu := 0
@@ -175,7 +175,7 @@ func (m *Metrics) collectSoftirqs(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
@@ -197,7 +197,7 @@ func (m *Metrics) collectSoftnet(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
 	for line := 0; sc.Scan(); line++ {
 		fields := strings.Fields(sc.Text())

@@ -50,7 +50,7 @@ func ReadPodResources(ctx context.Context, dir string) (PodCPUs, cpuset.CPUSet, 
 	if err != nil {
 		return nil, cpuset.New(), err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	cl := podresourcesv1.NewPodResourcesListerClient(conn)
 	list, err := cl.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
 	if err != nil {

@@ -57,7 +57,7 @@ func routeDevice(path string, ip net.IP) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
 	want := binary.LittleEndian.Uint32(ip4)
 	for sc.Scan() {
@@ -79,7 +79,7 @@ func neighbour(path string, ip net.IP) (net.HardwareAddr, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
