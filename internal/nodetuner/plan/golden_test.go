@@ -192,3 +192,32 @@ func mustParse(s string) cpuset.CPUSet {
 	}
 	return set
 }
+
+// A pod that comes after every queue is taken gets its own reason, not a
+// share of another pod's queues.
+func TestLatePodGetsNoQueue(t *testing.T) {
+	in := loadInputs(t, "virtio-vm16", plan.Spread)
+	in.Pods = []plan.Pod{
+		{Key: "a/first-0", Exclusive: mustParse("2-5"), Strategy: plan.Spread, RPS: true},
+		{Key: "a/second-0", Exclusive: mustParse("10-13"), Strategy: plan.Spread, RPS: true},
+		{Key: "a/third-0", Exclusive: mustParse("6"), Strategy: plan.Spread, RPS: true},
+	}
+	p := plan.Make(in)
+	owners := map[string]string{}
+	for _, w := range p.Writes {
+		if strings.HasPrefix(w.Path, "proc/irq/") {
+			if prev, ok := owners[w.Path]; ok && prev != w.Owner {
+				t.Errorf("%s written for %s and %s", w.Path, prev, w.Owner)
+			}
+			owners[w.Path] = w.Owner
+		}
+	}
+	for i, want := range []string{plan.ReasonTuned, plan.ReasonTuned, plan.ReasonNoQueue} {
+		if p.Pods[i].Reason != want {
+			t.Errorf("%s: %s (%s), want %s", p.Pods[i].Key, p.Pods[i].Reason, p.Pods[i].Why, want)
+		}
+	}
+	if len(p.Pods[0].Queues) != 4 || len(p.Pods[1].Queues) != 4 || len(p.Pods[2].Queues) != 0 {
+		t.Errorf("queues %v %v %v", p.Pods[0].Queues, p.Pods[1].Queues, p.Pods[2].Queues)
+	}
+}

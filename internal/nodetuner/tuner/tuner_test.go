@@ -147,3 +147,69 @@ func TestPassWithoutKubeletChangesNothing(t *testing.T) {
 		t.Error("files appeared")
 	}
 }
+
+// irqbalance running without a socket the tuner can reach: the pods are
+// tuned but reported IrqbalanceConflict, since it would undo the plan.
+func TestIrqbalanceWithoutSocketIsAConflict(t *testing.T) {
+	root := fixture.Copy(t, "this-machine")
+	if err := os.MkdirAll(filepath.Join(root, "proc/777"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "proc/777/comm"), []byte("irqbalance\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k, dir := startKubelet(t, []int64{0, 1})
+	k.set(pod("default", "cache-sample-0", 1))
+	tu, err := New(Config{HostRoot: root, PodResourcesDir: dir, StateDir: t.TempDir(), IrqbalanceRun: t.TempDir(), AssumeStrategy: plan.Auto}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, st, err := tu.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != 1 || st[0].Status != "False" || st[0].Reason != ReasonIrqbalanceConflict || !strings.Contains(st[0].Message, "pid 777") {
+		t.Errorf("statuses %+v", st)
+	}
+}
+
+// Changing the strategy re-plans: what the old plan wrote and the new one
+// does not want goes back to its original bytes; none touches nothing.
+func TestStrategyChangeReplansAndNoneRestores(t *testing.T) {
+	root := fixture.Copy(t, "virtio-vm16")
+	before := fixture.Snapshot(t, root)
+	k, dir := startKubelet(t, []int64{1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15})
+	k.set(pod("prod", "sessions-0", 2, 3, 10, 11))
+	state := t.TempDir()
+	pass := func(s plan.Strategy) PodStatus {
+		t.Helper()
+		tu, err := New(Config{HostRoot: root, PodResourcesDir: dir, StateDir: state, IrqbalanceRun: t.TempDir(), AssumeStrategy: s}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, st, err := tu.Pass(context.Background())
+		if err != nil || len(st) != 1 {
+			t.Fatalf("pass %s: %v %+v", s, err, st)
+		}
+		return st[0]
+	}
+	read := func(path string) string {
+		raw, _ := os.ReadFile(filepath.Join(root, path))
+		return strings.TrimSpace(string(raw))
+	}
+	if st := pass(plan.Siblings); st.Status != "True" || read("proc/irq/25/smp_affinity_list") != "10" {
+		t.Fatalf("siblings: %+v, irq 25 on %s", st, read("proc/irq/25/smp_affinity_list"))
+	}
+	if st := pass(plan.Spread); st.Status != "True" || read("proc/irq/25/smp_affinity_list") != "2" {
+		t.Fatalf("spread: %+v, irq 25 on %s", st, read("proc/irq/25/smp_affinity_list"))
+	}
+	if st := pass(plan.None); st.Reason != plan.ReasonNotRequested {
+		t.Fatalf("none: %+v", st)
+	}
+	after := fixture.Snapshot(t, root)
+	for path, v := range before {
+		if after[path] != v {
+			t.Errorf("%s = %q after irqStrategy none, want %q", path, after[path], v)
+		}
+	}
+}
