@@ -140,6 +140,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 				for _, p := range st {
 					log("pod %s: %s %s (%s): %s", p.Pod, p.Status, p.Reason, p.Strategy, p.Message)
 				}
+				if len(st) == 0 {
+					log("no cache pod with exclusive CPUs on this node: every journaled value is back")
+				}
 				last = s
 			}
 		}
