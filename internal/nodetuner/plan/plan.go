@@ -116,8 +116,8 @@ type PodResult struct {
 	Why      string
 	Reason   string // ReasonTuned or why not
 	Queues   []string
-	Workers  cpuset.CPUSet
-	IRQCPUs  cpuset.CPUSet
+	Workers  cpuset.CPUSet // the pod's exclusive CPUs
+	IRQCPUs  cpuset.CPUSet // where its queues' vectors go (siblings: the second threads)
 }
 
 // Plan is the outcome: what to write, and what it means for each pod.
@@ -237,6 +237,9 @@ func (m *maker) choose(pod Pod, nics []host.Link) PodResult {
 		}
 	} else {
 		r.Why = "irqStrategy " + string(r.Strategy)
+	}
+	if r.Strategy == Siblings && len(m.fullCores(pod.Exclusive)) == 0 {
+		r.Why += "; but the pod owns no whole core, so each queue goes to one of its CPUs as with spread"
 	}
 	if r.Strategy == Housekeeping && m.plan.SharedPool.IsEmpty() {
 		r.Reason = ReasonNoSharedPool
@@ -524,7 +527,7 @@ func (p Plan) String() string {
 	for _, r := range p.Pods {
 		fmt.Fprintf(&b, "pod %s: %s %s\n  why: %s\n", r.Key, r.Strategy, r.Reason, r.Why)
 		if len(r.Queues) > 0 {
-			fmt.Fprintf(&b, "  queues: %s  workers: %s  irq cpus: %s\n", strings.Join(r.Queues, " "), r.Workers, r.IRQCPUs)
+			fmt.Fprintf(&b, "  queues: %s  pod cpus: %s  irq cpus: %s\n", strings.Join(r.Queues, " "), r.Workers, r.IRQCPUs)
 		}
 	}
 	for _, n := range p.Notes {

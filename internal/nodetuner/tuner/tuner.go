@@ -234,7 +234,7 @@ func statuses(p plan.Plan, res *journal.Result, conflict error, caches map[strin
 		s := PodStatus{Pod: r.Key, Status: "True", Reason: r.Reason, Strategy: string(r.Strategy), Generation: caches[r.Key].generation}
 		s.Message = r.Why
 		if len(r.Queues) > 0 {
-			s.Message += fmt.Sprintf("; queues %s, interrupts on CPUs %s, workers on %s", strings.Join(r.Queues, " "), r.IRQCPUs, r.Workers)
+			s.Message += fmt.Sprintf("; queues %s, their interrupts on CPUs %s of the pod's %s", strings.Join(r.Queues, " "), r.IRQCPUs, r.Workers)
 		}
 		switch {
 		case r.Reason == plan.ReasonNotRequested:
