@@ -16,7 +16,8 @@ limitations under the License.
 
 // Command manager runs the Cachet operator: the Cache controller, its
 // admission webhooks and, when asked, the rotation of their serving
-// certificate.
+// certificate. "manager node-tuner" runs the node tuner instead (one per
+// node, from the chart's DaemonSet; internal/nodetuner).
 package main
 
 import (
@@ -56,6 +57,7 @@ import (
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
 	"cachet.dev/cachet/controllers"
 	"cachet.dev/cachet/internal/engine"
+	"cachet.dev/cachet/internal/nodetuner/tuner"
 )
 
 var (
@@ -81,6 +83,9 @@ const (
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch;update;patch
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "node-tuner" {
+		os.Exit(tuner.Main(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	var (
 		metricsAddr, probeAddr                  string
 		secureMetrics, enableHTTP2, leaderElect bool

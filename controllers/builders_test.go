@@ -267,6 +267,8 @@ func TestPodTemplateFieldsAreWhatTheBuilderReads(t *testing.T) {
 		"extstore": func(c *cachev1alpha1.Cache) {
 			c.Spec.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("1Gi")}
 		},
+		// The node tuner reads it from the Cache: a change never restarts a pod.
+		"nodeTuning": func(c *cachev1alpha1.Cache) { c.Spec.NodeTuning.IRQStrategy = "spread" },
 	}
 	specFields := reflect.TypeOf(cachev1alpha1.CacheSpec{})
 	if specFields.NumField() != len(changes) {
