@@ -74,8 +74,9 @@ static inline __attribute__((always_inline)) bool emit_value(struct conn *c, con
 /* What a get, gets, gat or gats asks of storage for each of its keys. */
 static inline struct get_opts get_opts_for(enum req_cmd cmd, int64_t exptime)
 {
-    /* a text GET's reply needs only the value, its length, flags and CAS */
-    struct get_opts opts = { .value_only = true };
+    /* a text GET's reply needs only the value, its length, flags and CAS;
+     * a fetchers watcher also wants the class (logger.c) */
+    struct get_opts opts = { .value_only = !log_wants(LOG_FETCHERS) };
     if (cmd == CMD_GAT || cmd == CMD_GATS) {
         opts.touch = true;
         opts.new_exptime = storage_exptime(exptime);
