@@ -458,6 +458,10 @@ static const struct family families[] = {
     ONE("cachet_lru_items_moved_total", COUNTER, STATS_GENERAL, "lru_items_moved", "Items the cleaner moved to a newer bag because they were read."),
     ONE("cachet_lru_items_merged_total", COUNTER, STATS_GENERAL, "lru_items_merged", "Items moved by bag merges."),
     ONE("cachet_lru_items_expired_total", COUNTER, STATS_GENERAL, "lru_items_expired", "Expired items the cleaner reclaimed."),
+    { "cachet_connections_placed_total", COUNTER, STATS_GENERAL, false,
+      "New TCP connections by how -o conn_placement chose their worker: on the receiving CPU, on a sibling of it, through the NAPI map, or left with the accepting worker (only with conn_placement).", NULL, {
+        { "conn_placed_cpu", "by=\"cpu\"", { NULL } }, { "conn_placed_sibling", "by=\"sibling\"", { NULL } },
+        { "conn_placed_napi", "by=\"napi\"", { NULL } }, { "conn_placed_fallback", "by=\"fallback\"", { NULL } } } },
     ONE("cachet_extstore_flusher_passes_total", COUNTER, STATS_GENERAL, "extstore_flusher_passes", "Passes of the extstore flusher thread (only with -o ext_path)."),
     ONE("cachet_slab_global_page_pool_pages", GAUGE, STATS_GENERAL, "slab_global_page_pool", "Slab pages not yet given to any class."),
     ONE("cachet_slab_pages_moved_total", COUNTER, STATS_GENERAL, "slabs_moved", "Slab pages moved between classes."),

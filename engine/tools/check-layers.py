@@ -42,7 +42,7 @@ LAYERS = [
      ["main", "memory_budget"], []),
     ("net", "network layer: listening sockets and accept, worker threads and "
             "their loops, the connection state machine",
-     ["net", "net_listen", "net_worker", "net_conn", "net_internal"], []),
+     ["net", "net_listen", "net_place", "net_worker", "net_conn", "net_internal"], []),
     ("metrics", "the metrics port: its own thread, HTTP, the probe of the engine port",
      ["metrics_server", "metrics", "http", "engine_probe"], []),
     ("proto", "protocol layer: ASCII and meta commands, answered into the output queue",
