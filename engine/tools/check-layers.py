@@ -65,15 +65,15 @@ LAYERS = [
                 "sections, lifecycle and stats",
      ["storage", "storage_internal", "storage_stats", "items", "bags", "slabs",
       "slabs_internal", "slabs_mover", "assoc", "ext_items", "ext_compact",
-      "clock", "epoch"], []),
+      "clock", "epoch", "mrc"], []),
     ("config", "the command line: settings parser, process setup",
      ["settings", "proc"], []),
     ("storage_api", "the storage API's types (storage.h) and the extstore hook "
                     "table the item code and the IO layer call through",
      ["storage_h", "ext_hooks"], []),
     ("base", "no engine state: page store, background threads, buffer budget, "
-             "event loop, io_uring, request parser",
-     ["extstore", "bgthread", "bufmem", "ae", "uring", "proto_parser"], []),
+             "event loop, io_uring, request parser, miss-ratio curve estimator",
+     ["extstore", "bgthread", "bufmem", "ae", "uring", "proto_parser", "shards"], []),
 ]
 
 # Named groups a layer may forbid. Item code: every storage file but the
