@@ -123,23 +123,18 @@ static double mean_abs_error(const struct trace *t, unsigned sample_keys, double
     return err / (sizeof fractions / sizeof fractions[0]);
 }
 
-static void test_zipf_against_exact_lru(void)
+static void check_trace(const char *what, uint32_t nkeys, size_t n, double alpha, double scan_share)
 {
-    struct trace t = make_trace(200000, 2000000, 0.9, 0);
+    struct trace t = make_trace(nkeys, n, alpha, scan_share);
     double worst, mae = mean_abs_error(&t, 8192, &worst);
-    printf("  Zipf 0.9: mean absolute error %.4f, worst %.4f\n", mae, worst);
+    printf("  %s: mean absolute error %.4f, worst %.4f\n", what, mae, worst);
     CHECK(mae < 0.02);
-    free(t.keys); free(t.size);
+    free(t.keys);
+    free(t.size);
 }
 
-static void test_scan_mixed_against_exact_lru(void)
-{
-    struct trace t = make_trace(100000, 1500000, 0.8, 0.2);
-    double worst, mae = mean_abs_error(&t, 8192, &worst);
-    printf("  Zipf 0.8 + 20%% scan: mean absolute error %.4f, worst %.4f\n", mae, worst);
-    CHECK(mae < 0.02);
-    free(t.keys); free(t.size);
-}
+static void test_zipf_against_exact_lru(void) { check_trace("Zipf 0.9", 200000, 2000000, 0.9, 0); }
+static void test_scan_mixed_against_exact_lru(void) { check_trace("Zipf 0.8 + 20% scan", 100000, 1500000, 0.8, 0.2); }
 
 /* Fewer keys than the sample: rate 1, every reference counted, the curve
  * is the exact one (up to the histogram's 1/16 bucket width). */
