@@ -12,15 +12,16 @@
  * The GET path pays a counter bump and one compare of the key's hash
  * against the sampling threshold (mrc_get, storage_internal.h); a miss also
  * writes one word of the miss tags. Only a sampled key (a fraction that
- * falls as the key count grows: 8192 keys are kept) costs more: a second
+ * is at most 1/32 and falls as the key count grows: 8192 keys are kept) costs more: a second
  * hash of the key and an event in the thread's ring.
  *
  * The estimator runs off the GET path: a background thread drains every
  * thread's ring each MRC_PERIOD_MS; a thread whose ring is full drains it
  * itself (so no reference is dropped, which would bias the distances); the
  * `stats mrc` reader drains them all before it reads the curve. The
- * threshold never starts above 1/8 (MRC_MAX_THRESHOLD), so a small key set
- * does not send every GET through the ring.
+ * threshold never starts above 1/32 (MRC_MAX_THRESHOLD): with 1/8, a small
+ * key set (all keys sampled) cost 94 instructions per GET, estimator
+ * included (callgrind, docs/benchmarks.md); with 1/32, 52.
  *
  * What the curve models: an LRU cache that stores every missed key, by the
  * bytes of its items (header, key and value: memcached's `bytes`), without
@@ -45,8 +46,8 @@
 #include "shards.h"
 #include "storage_internal.h"
 
-#define MRC_PERIOD_MS 5
-#define MRC_MAX_THRESHOLD (SHARDS_FULL_RATE / 8)
+#define MRC_PERIOD_MS 100
+#define MRC_MAX_THRESHOLD (SHARDS_FULL_RATE / 32)
 #define MISS_TAGS 4096
 #define HASH2_SEED 0x5bd1e995u
 

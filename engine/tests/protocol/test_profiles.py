@@ -113,7 +113,7 @@ def test_stats_mrc_matches_the_observed_miss_ratio(start_server):
         out, curve = mrc_of(c)
         assert int(out["references"]) == count
         assert int(out["sample_keys"]) > 100
-        assert 0 < float(out["sample_rate"]) <= 0.125
+        assert 0 < float(out["sample_rate"]) <= 1 / 32
         assert int(out["limit_maxbytes"]) == 64 << 20
         sizes = list(curve)
         assert len(sizes) >= 8 and min(sizes) < 64 << 20 < max(sizes)
