@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from conftest import CACHETD, HAS_TEST_HOOKS, next_free_port, stat
+from conftest import CACHETD, next_free_port, stat
 
 pytestmark = pytest.mark.cachetd_only
 
@@ -88,7 +88,7 @@ def test_no_worker_on_receiving_cpu_falls_back_to_the_acceptor(start_server):
 
 
 @needs_two_cpus
-@pytest.mark.skipif(not HAS_TEST_HOOKS, reason="needs a test-hook build (CACHET_TEST_SYSFS_CPU)")
+@pytest.mark.test_hooks   # CACHET_TEST_SYSFS_CPU: a fake topology
 def test_sibling_worker_takes_the_connection(start_server, tmp_path, monkeypatch):
     a, b = ALLOWED[:2]
     for cpu in (a, b):   # a fake topology: a and b are hyperthreads of one core
