@@ -123,6 +123,17 @@ struct prefetched {
 };
 #define PREFETCH_MAX 64
 
+/* -o conn_placement: connections another worker accepted for this one
+ * (net_listen.c). The accepting worker pushes under the lock and writes
+ * wake_fd; this worker pops them in its loop. Full: the acceptor keeps the
+ * connection itself. */
+#define HANDOFF_SLOTS 64
+struct conn_handoff {
+    pthread_mutex_t  lock;
+    int              fds[HANDOFF_SLOTS];
+    int              head, count;
+};
+
 struct worker {
     int              id;
     int              cpu;          /* -1 when not pinned */
@@ -132,7 +143,8 @@ struct worker {
     int              listen_fds[16];
     int              nlisten;
     uint64_t         accept_paused_ms; /* EMFILE: listeners unwatched since then (monotonic ms); 0 = watched */
-    int              wake_fd;      /* eventfd: shutdown, and deferred replies completed */
+    int              wake_fd;      /* eventfd: shutdown, deferred replies completed, connections handed over */
+    struct conn_handoff handoff;
     struct reply_queue replies;    /* deferred replies completed by any thread */
     struct conn     *conns;        /* all connections of this worker */
     struct conn     *pending;      /* connections with unparsed input left */

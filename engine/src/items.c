@@ -44,6 +44,7 @@ static _Atomic uint64_t *size_hist;
 static size_t size_hist_n;
 
 static int check_item_size_max(void);
+void items_destroy(void);
 
 int items_check_config(void) { return check_item_size_max(); }
 
@@ -52,30 +53,63 @@ int items_init(void)
     if (check_item_size_max() != 0) return -1;
     size_hist_n = slabs_chunk_max() / 32 + 2;
     size_hist = calloc(size_hist_n, sizeof(*size_hist));
-    return size_hist ? 0 : -1;
+    if (!size_hist || mrc_init(size_hist_n) != 0) {
+        items_destroy();
+        return -1;
+    }
+    return 0;
 }
 
 void items_destroy(void)
 {
+    mrc_destroy();
     free(size_hist);
     size_hist = NULL;
 }
 
 void sizes_account(size_t ntotal, int delta)
 {
-    size_t b = (ntotal + 31) / 32;
-    if (b >= size_hist_n) b = size_hist_n - 1;
-    atomic_fetch_add_explicit(&size_hist[b], (uint64_t)(int64_t)delta, memory_order_relaxed);
+    atomic_fetch_add_explicit(&size_hist[size_bucket(ntotal, size_hist_n)], (uint64_t)(int64_t)delta,
+                              memory_order_relaxed);
+}
+
+/* bucket b of the stored (missed: of the missed) histogram */
+static uint64_t sizes_in(bool missed, size_t b)
+{
+    uint64_t n = missed ? mrc_missed_in(b) : atomic_load_explicit(&size_hist[b], memory_order_relaxed);
+    return (int64_t)n > 0 ? n : 0;
 }
 
 void storage_stats_sizes(stat_writer w, void *ctx)
 {
-    char name[32];
-    for (size_t b = 0; b < size_hist_n; b++) {
-        uint64_t n = atomic_load_explicit(&size_hist[b], memory_order_relaxed);
-        if (n == 0 || (int64_t)n < 0) continue;
-        snprintf(name, sizeof name, "%zu", b * 32);
-        w(ctx, name, "%llu", (unsigned long long)n);
+    char name[48];
+    for (int missed = 0; missed < 2; missed++) {
+        for (size_t b = 0; b < size_hist_n; b++) {
+            uint64_t n = sizes_in(missed, b);
+            if (n == 0) continue;
+            snprintf(name, sizeof name, "%s%zu", missed ? "missed:" : "", b * 32);
+            w(ctx, name, "%llu", (unsigned long long)n);
+        }
+    }
+}
+
+/* /metrics wants a bounded number of series: 32-byte buckets up to 512
+ * bytes, then 8 per power of two, cumulative. */
+void storage_stats_sizes_coarse(stat_writer w, void *ctx)
+{
+    char name[48];
+    size_t last = size_hist_n - 1;   /* holds everything larger: only in le_inf */
+    for (int missed = 0; missed < 2; missed++) {
+        uint64_t cum = 0;
+        size_t b = 0;
+        for (size_t le = 32; b < last; le += le < 512 ? 32 : ((size_t)1 << (63 - __builtin_clzll(le))) / 8) {
+            for (; b < last && b * 32 <= le; b++) cum += sizes_in(missed, b);
+            snprintf(name, sizeof name, "%s:le_%zu", missed ? "missed" : "stored", le);
+            w(ctx, name, "%llu", (unsigned long long)cum);
+        }
+        cum += sizes_in(missed, last);
+        snprintf(name, sizeof name, "%s:le_inf", missed ? "missed" : "stored");
+        w(ctx, name, "%llu", (unsigned long long)cum);
     }
 }
 
@@ -797,6 +831,16 @@ void storage_prefetch_item(storage_thread *t, uint32_t hv)
     epoch_exit(t);
 }
 
+/* get_locked, seen by the miss-ratio curve: the item's size is that of
+ * its view (the item may be gone once the lock is dropped). */
+static bool get_locked_noted(storage_thread *t, const char *key, size_t nkey, uint32_t hv,
+                             const struct get_opts *opts, char *copy_buf, size_t copy_cap, struct item_view *out)
+{
+    bool hit = get_locked(t, key, nkey, hv, opts, copy_buf, copy_cap, out);
+    mrc_get(t, hv, key, nkey, hit ? (uint32_t)item_ntotal_for(0, nkey, out->nbytes) : 0);
+    return hit;
+}
+
 bool storage_get(storage_thread *t, const char *key, size_t nkey, const struct get_opts *opts,
                  char *copy_buf, size_t copy_cap, struct item_view *out)
 {
@@ -810,7 +854,7 @@ bool storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_
     if (!opts) opts = &none;
     memset(out, 0, sizeof *out);
     if (opts->touch || opts->vivify || opts->recache)
-        return get_locked(t, key, nkey, hv, opts, copy_buf, copy_cap, out);
+        return get_locked_noted(t, key, nkey, hv, opts, copy_buf, copy_cap, out);
 
     epoch_enter(t);
     item *it = assoc_find(t, key, nkey, hv);
@@ -818,6 +862,7 @@ bool storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_
     if (!it || !item_is_live_in(it, tv)) {
         count_miss(t, it, tv.now);
         epoch_exit(t);
+        mrc_get(t, hv, key, nkey, 0);
         return false;
     }
 #ifdef CACHET_TEST_HOOKS
@@ -837,11 +882,12 @@ bool storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_
     if (opts->win_tokens && (fl & (ITEM_STALE | ITEM_WIN_SENT))) {
         /* Handing out the win token must be exclusive: take the lock. */
         epoch_exit(t);
-        return get_locked(t, key, nkey, hv, opts, copy_buf, copy_cap, out);
+        return get_locked_noted(t, key, nkey, hv, opts, copy_buf, copy_cap, out);
     }
     int clsid = slabs_clsid_of(it);
     fill_view(t, it, clsid, opts->value_only, copy_buf, copy_cap, out);
     if (!opts->no_lru_bump) bags_stamp(it, clsid, stamp_time_in(tv));
+    mrc_get(t, hv, key, nkey, (uint32_t)item_ntotal(it));
     epoch_exit(t);
     STAT_INC(t, get_hits);
     CLS_INC(t, clsid, get_hits);
@@ -984,7 +1030,9 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
         if (cas_out) *cas_out = item_get_cas(store_it);
         if (opts->nbytes_out) *opts->nbytes_out = item_nbytes(store_it);
         int sclsid = slabs_clsid_of(store_it);
+        uint32_t stored_bytes = (uint32_t)item_ntotal(store_it);
         stripe_unlock(hv);
+        mrc_store(t, hv, key, nkey, stored_bytes);
         enter_bag(t, store_it);
         if (store_it != it) item_discard(t, it);
         else if (combined) item_discard(t, combined);   /* built on an earlier attempt, not needed */

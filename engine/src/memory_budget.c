@@ -18,6 +18,7 @@
  */
 #include "memory_budget.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "ae.h"
@@ -43,8 +44,9 @@
 #define HASH_BUCKET_BYTES       4u
 #define HASH_POWER_DEFAULT      16
 #define HASH_POWER_MAX          30
-/* slabs.c / bags.c: the page table and bags, and the `stats sizes`
- * histogram (8 bytes per 32 bytes of item size up to slab_chunk_max). */
+/* slabs.c / bags.c: the page table and bags, and the two `stats sizes`
+ * histograms, stored (items.c) and missed (mrc.c): 8 bytes per 32 bytes
+ * of item size up to slab_chunk_max, each. */
 #define STORAGE_TABLES_BYTES    (4 * MIB)
 /* net_conn.c: a resting connection is its 16 KiB read buffer (RBUF_INITIAL,
  * which never grows: a longer get line is answered as it arrives),
@@ -54,7 +56,7 @@
 #define CONN_RESTING_BYTES      (CONN_READ_RESTING + OUT_RESTING + 4 * KIB)
 /* net_worker.c / uring.c: a worker's touched stack, its io_uring rings
  * (~100 KiB), epoll arrays (but the fd table, counted apart) and per-thread
- * storage state; the same for every other
+ * storage state (with mrc.c's ring of sampled GETs, 16 KiB); the same for every other
  * thread counted here (flusher, compactor, IO threads). */
 #define THREAD_BYTES            (1 * MIB)
 /* the binary, libc, the main thread and storage's clock, cleaner, expander
@@ -82,6 +84,8 @@
 
 static void add(struct memory_budget *b, const char *name, uint64_t bytes)
 {
+    /* a new term past the table would overwrite the count itself */
+    if (b->nterms >= MEMORY_TERMS_MAX) abort();
     b->terms[b->nterms++] = (struct memory_term){ .name = name, .bytes = bytes };
     b->total += bytes;
 }
@@ -195,7 +199,10 @@ void memory_budget_of(const struct settings *s, struct memory_budget *b)
         unbounded(b, "-k locks every mapping resident (whole thread stacks), which these terms do not count");
     add(b, "item_memory", s->maxbytes + ITEM_REGION_ALIGN);
     add(b, "hash_table", hash_table_bytes(s));
-    add(b, "storage_tables", settings_slab_chunk_max(s) / 4 + STORAGE_TABLES_BYTES);
+    add(b, "storage_tables", 2 * (settings_slab_chunk_max(s) / 4) + STORAGE_TABLES_BYTES);
+    /* mrc.c: the SHARDS estimator and the miss tags, fixed; its per-thread
+     * rings are in each thread's storage context (THREAD_BYTES) */
+    add(b, "miss_ratio_curve", mrc_memory_bytes());
     add(b, "connections", (uint64_t)s->maxconns * CONN_RESTING_BYTES);
     /* bufmem.h: reserved before it is allocated, so never exceeded; each
      * grown buffer is a mapping of its own (main.c's mmap threshold),

@@ -75,6 +75,7 @@ static void wake_ready(struct ae_loop *l, int fd, void *data, int mask)
     ssize_t ignored = read(fd, &v, sizeof(v));
     (void)ignored;
     drain_completions(w);
+    net_listen_take_handoffs(w);
     if (!server_shutting_down() || w->stopping) return;
     w->stopping = true;
     net_listen_detach(w);

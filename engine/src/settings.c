@@ -100,6 +100,11 @@ void settings_usage(FILE *out)
         "  -h, --help              this help\n"
         "  -o, --extended=OPTS     comma separated: slab_sizes=A-B-C, hashpower=N,\n"
         "                          cpus=LIST (e.g. 0-3,6; 'none' = no pinning),\n"
+        "                          conn_placement=off|cpu|napi (a new TCP connection goes to the worker\n"
+        "                          pinned to the CPU that received it, else to one on a sibling of that\n"
+        "                          CPU; napi: first through napi_map's queue -> CPU map; default off),\n"
+        "                          napi_map=PATH (the node tuner's NAPI id -> CPU file, re-read when it\n"
+        "                          changes; see engine/README.md),\n"
         "                          io_uring (require io_uring batching; default: use it if the\n"
         "                          kernel allows), no_io_uring (plain epoll read/send),\n"
         "                          conn_buffer_limit=SIZE or read_buf_mem_limit=MB (cap on\n"
@@ -472,6 +477,20 @@ static int parse_extended(struct settings *s, const char *arg, struct ext_state 
             in_cpus = true;
             cpus_here = true;
             st->cpus_given = true;
+        } else if (!strcmp(opt, "conn_placement") && val) {
+            if (!strcmp(val, "off")) s->conn_placement = PLACE_OFF;
+            else if (!strcmp(val, "cpu")) s->conn_placement = PLACE_CPU;
+            else if (!strcmp(val, "napi")) s->conn_placement = PLACE_NAPI;
+            else {
+                fprintf(err, "cachetd: -o conn_placement must be off, cpu or napi, got '%s'\n", val);
+                return EX_USAGE_CODE;
+            }
+        } else if (!strcmp(opt, "napi_map") && val) {
+            if (!*val || strlen(val) >= sizeof(s->napi_map)) {
+                fprintf(err, "cachetd: -o napi_map needs a file path (at most %zu bytes)\n", sizeof(s->napi_map) - 1);
+                return EX_USAGE_CODE;
+            }
+            snprintf(s->napi_map, sizeof(s->napi_map), "%s", val);
         } else if (!strcmp(opt, "io_uring") && !val) {
             s->io_uring = IO_URING_REQUIRED;
         } else if (!strcmp(opt, "no_io_uring") && !val) {
@@ -812,7 +831,8 @@ static int parse_options(struct settings *s, int n, char **merged, struct ext_st
         case 'Z': fprintf(err, "cachetd: -Z: TLS is not supported\n"); return EX_USAGE_CODE;
         case 'Y': fprintf(err, "cachetd: -Y: ASCII authentication is not supported\n"); return EX_USAGE_CODE;
         case 'e': fprintf(err, "cachetd: -e: a memory file (restartable cache) is not supported\n"); return EX_USAGE_CODE;
-        case 'N': fprintf(err, "cachetd: -N: NAPI ID thread selection is not supported (connections are spread by SO_REUSEPORT)\n"); return EX_USAGE_CODE;
+        case 'N': fprintf(err, "cachetd: -N: memcached's first-come NAPI ID to thread mapping is not supported; "
+                          "use -o conn_placement=napi,napi_map=PATH (or conn_placement=cpu)\n"); return EX_USAGE_CODE;
         case 'D': fprintf(err, "cachetd: -D: per-prefix statistics (stats detail) are not supported\n"); return EX_USAGE_CODE;
         case 'i': fprintf(err, "cachetd: -i: no license text is bundled with cachetd\n"); return EX_USAGE_CODE;
         case 's':
@@ -998,6 +1018,15 @@ static int resolve_workers(struct settings *s, const struct ext_state *ext, bool
     if (!threads_given)
         s->num_threads = s->pin_workers ? s->num_cpus_listed : nallowed;
     if (s->num_threads < 1) s->num_threads = 1;
+    /* placement picks a worker by the CPU it is pinned to */
+    if (s->conn_placement != PLACE_OFF && !s->pin_workers) {
+        fprintf(err, "cachetd: -o conn_placement needs pinned workers (not with -o cpus=none)\n");
+        return EX_USAGE_CODE;
+    }
+    if (s->napi_map[0] && s->conn_placement != PLACE_NAPI) {
+        fprintf(err, "cachetd: -o napi_map is read only with -o conn_placement=napi\n");
+        return EX_USAGE_CODE;
+    }
     /* every worker, background thread and extstore thread registers a
      * storage context, and there are STORAGE_MAX_THREADS of them */
     unsigned need = (unsigned)s->num_threads + STORAGE_BG_THREADS + (s->ext.npaths ? 2 + s->ext.threads : 0);   /* flusher, compactor */

@@ -62,6 +62,9 @@ struct ext_settings {
     uint32_t max_sleep;            /* ext_max_sleep, microseconds (1000000) */
 };
 
+/* -o conn_placement: which worker serves a new TCP connection (net_place.c) */
+enum { PLACE_OFF, PLACE_CPU, PLACE_NAPI };
+
 struct settings {
     int      port;                 /* -p */
     char     listen[256];          /* -l, comma separated list; "" = all (0.0.0.0) */
@@ -80,6 +83,8 @@ struct settings {
     int      worker_cpus[MAX_WORKERS]; /* CPU each worker is pinned to */
     int      num_cpus_listed;      /* entries given by -o cpus (or the allowed set) */
     bool     pin_workers;          /* false only with -o cpus=none */
+    int      conn_placement;       /* -o conn_placement: PLACE_OFF / PLACE_CPU / PLACE_NAPI (net_place.c) */
+    char     napi_map[256];        /* -o napi_map=PATH: the node tuner's NAPI id -> CPU file; "" = none */
     int      backlog;              /* -b */
     int      reqs_per_event;       /* -R: requests per read batch before yielding */
     int      io_uring;             /* IO_URING_OFF / _AUTO (default) / _REQUIRED; see uring.h */

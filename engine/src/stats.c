@@ -48,6 +48,8 @@ static const struct provider providers[] = {
     { STATS_SIZES,    storage_stats_sizes },
     { STATS_CONNS,    server_stats_conns },
     { STATS_EXTSTORE, storage_ext_stats_extstore },
+    { STATS_MRC,      storage_stats_mrc },
+    { STATS_SIZES_COARSE, storage_stats_sizes_coarse },
     { STATS_LATENCY,  latency_stats },
 #ifdef CACHET_TRACE
     { STATS_TRACE,    trace_stats },
@@ -56,7 +58,8 @@ static const struct provider providers[] = {
 
 static const char *const group_names[STATS_GROUP_COUNT] = {
     [STATS_GENERAL] = "", [STATS_SETTINGS] = "settings", [STATS_ITEMS] = "items",
-    [STATS_SLABS] = "slabs", [STATS_SIZES] = "sizes", [STATS_CONNS] = "conns", [STATS_EXTSTORE] = "extstore",
+    [STATS_SLABS] = "slabs", [STATS_SIZES] = "sizes", [STATS_CONNS] = "conns", [STATS_EXTSTORE] = "extstore", [STATS_MRC] = "mrc",
+    [STATS_SIZES_COARSE] = NULL,   /* not a `stats` argument */
     [STATS_LATENCY] = NULL,   /* not a `stats` argument */
 #ifdef CACHET_TRACE
     [STATS_TRACE] = "trace",

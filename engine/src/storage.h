@@ -255,6 +255,16 @@ void storage_stats_settings(stat_writer w, void *ctx); /* maxbytes, growth_facto
 void storage_stats_items(stat_writer w, void *ctx);    /* items:<class>:<name> */
 void storage_stats_slabs(stat_writer w, void *ctx);    /* <class>:<name>, active_slabs, total_malloced */
 void storage_stats_sizes(stat_writer w, void *ctx);    /* <size> <count>, always on */
+/* `stats mrc`: the live miss-ratio curve (mrc.c): sample state, then
+ * <bytes>:miss_ratio at fractions and multiples of -m */
+void storage_stats_mrc(stat_writer w, void *ctx);
+/* For /metrics: both size histograms in coarse cumulative buckets,
+ * stored:le_<bytes> and missed:le_<bytes> (and le_inf) */
+void storage_stats_sizes_coarse(stat_writer w, void *ctx);
+/* Keys the miss-ratio curve samples at most, and the memory it holds
+ * (the memory formula's miss_ratio_curve term). */
+#define MRC_SAMPLE_KEYS 8192
+size_t mrc_memory_bytes(void);
 void storage_stats_reset(void);
 
 /* ---- extstore (ext_items.c, ext_io.c) ---- */

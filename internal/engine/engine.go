@@ -83,11 +83,17 @@ const (
 	WatchersMax      = 8
 	WatcherRingBytes = 32 << 10
 	WatcherThread    = 1 << 20
-	HashBucketBytes  = 4   // a bucket is a 32-bit item handle
-	ItemFixedBytes   = 27  // item header 19 + CAS 8 (the smallest chunk is this plus -n, 8-byte aligned)
-	HashLoadFactor   = 1.5 // the table doubles when items exceed 1.5 x buckets
-	DefaultHashPower = 16
-	MaxHashPower     = 30 // cachetd's ceiling
+	// MissRatioCurveBytes is the engine's live miss-ratio curve (`stats
+	// mrc`, engine/src/mrc.c): the SHARDS estimator of 8192 sampled keys
+	// and the miss tags, allocated at start whatever the spec
+	// (cachetd --memory-budget's miss_ratio_curve term, pinned by
+	// contract_test.go).
+	MissRatioCurveBytes = 778000
+	HashBucketBytes     = 4   // a bucket is a 32-bit item handle
+	ItemFixedBytes      = 27  // item header 19 + CAS 8 (the smallest chunk is this plus -n, 8-byte aligned)
+	HashLoadFactor      = 1.5 // the table doubles when items exceed 1.5 x buckets
+	DefaultHashPower    = 16
+	MaxHashPower        = 30 // cachetd's ceiling
 
 	// Engine defaults, written out explicitly so that status.engineArgs is complete.
 	DefaultMaxConnections = 1024
@@ -442,7 +448,7 @@ func FDTableBytes(s *cachev1alpha1.CacheSpec) int64 {
 
 // MemoryBudget is one process's memory, part by part.
 type MemoryBudget struct {
-	ItemMemory, Connections, ConnBufferCap, SocketBuffers, Workers, HashTable, Metrics, Watchers, Extstore, Base int64
+	ItemMemory, Connections, ConnBufferCap, SocketBuffers, Workers, HashTable, Metrics, Watchers, Extstore, MissRatioCurve, Base int64
 	// Limit is the sum rounded up to a whole MiB: the container's memory
 	// request and limit.
 	Limit int64
@@ -454,7 +460,7 @@ type MemoryBudget struct {
 // worker threads, the hash table,
 // the metrics thread when there is one, the `watch` watchers' rings, sockets
 // and thread, extstore's buffers and threads when
-// it is on), with a margin of
+// it is on, the miss-ratio curve), with a margin of
 // 1 MiB more per thread and a fixed base of 16 MiB, rounded up to MiB.
 // contract_test.go fails when it falls below the engine's bound or rises
 // above it by more than that margin.
@@ -464,11 +470,12 @@ func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 		Connections: int64(MaxConnections(s)) * PerConnectionBytes,
 		// every buffer grown above resting is a mapping of its own, rounded
 		// up to whole pages: the engine budgets the cap x 17/16
-		ConnBufferCap: ConnBufferLimitBytes(s) * 17 / 16,
-		Workers:       int64(Threads(s)) * (PerThreadBytes + FDTableBytes(s)),
-		HashTable:     HashTableBytes(s),
-		Extstore:      ExtstoreBytes(s),
-		Base:          BaseBytes,
+		ConnBufferCap:  ConnBufferLimitBytes(s) * 17 / 16,
+		Workers:        int64(Threads(s)) * (PerThreadBytes + FDTableBytes(s)),
+		HashTable:      HashTableBytes(s),
+		Extstore:       ExtstoreBytes(s),
+		MissRatioCurve: MissRatioCurveBytes,
+		Base:           BaseBytes,
 	}
 	if o.SocketBuffers {
 		b.SocketBuffers = int64(MaxConnections(s)) * PerSocketKernelBytes
@@ -481,7 +488,7 @@ func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 		watcherSocket = PerSocketKernelBytes
 	}
 	b.Watchers = WatchersMax*(WatcherRingBytes+watcherSocket) + WatcherThread
-	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.SocketBuffers + b.Workers + b.HashTable + b.Metrics + b.Watchers + b.Extstore + b.Base
+	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.SocketBuffers + b.Workers + b.HashTable + b.Metrics + b.Watchers + b.Extstore + b.MissRatioCurve + b.Base
 	const mib = 1 << 20
 	b.Limit = (total + mib - 1) / mib * mib
 	return b
