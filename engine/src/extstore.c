@@ -713,6 +713,22 @@ int ext_compact_pick(struct extstore *e, double under, uint32_t *version)
     return best;
 }
 
+int ext_compact_oldest(struct extstore *e, uint32_t *version)
+{
+    int best = -1;
+    uint64_t best_seq = UINT64_MAX;
+    pthread_mutex_lock(&e->lock);
+    for (uint32_t i = 0; i < e->npages; i++) {
+        const struct page *p = &e->pages[i];
+        if (p->is_free || p->bucket >= 0 || p->used <= EXT_PAGE_HEADER || p->seq >= best_seq) continue;
+        best_seq = p->seq;
+        best = (int)i;
+        *version = atomic_load_explicit(&p->version, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return best;
+}
+
 /* A record never crosses a write buffer: ext_write flushes the buffer before
  * a record that would not fit, and each buffer is written at its own 4 KiB
  * aligned page offset, at most wbuf_size bytes. So a record at offset off

@@ -218,6 +218,8 @@ struct ext_record {
     uint32_t nval;
 };
 int ext_compact_pick(struct extstore *e, double under, uint32_t *version);
+/* The closed page opened first, or -1; its version in *version. */
+int ext_compact_oldest(struct extstore *e, uint32_t *version);
 int ext_page_walk(struct extstore *e, uint32_t page, uint32_t version,
                   int (*fn)(void *arg, const struct ext_record *r), void *arg);
 bool ext_page_drop(struct extstore *e, uint32_t page, uint32_t version, bool compacted, uint64_t *orphaned);

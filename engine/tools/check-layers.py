@@ -73,7 +73,7 @@ LAYERS = [
      ["storage_h", "ext_hooks"], []),
     ("base", "no engine state: page store, background threads, buffer budget, "
              "event loop, io_uring, request parser",
-     ["extstore", "bgthread", "bufmem", "ae", "uring", "proto_parser"], []),
+     ["extstore", "ext_knob", "bgthread", "bufmem", "ae", "uring", "proto_parser"], []),
 ]
 
 # Named groups a layer may forbid. Item code: every storage file but the
