@@ -633,7 +633,8 @@ def test_bad_ext_path_exits_64_with_a_message(tmp_path, path, why):
     assert why in proc.stderr and "ext_path" in proc.stderr, proc.stderr
 
 
-@pytest.mark.cachetd_only(reason="memcached exits 1 (or crashes on ext_page_size=0)")
+@pytest.mark.cachetd_only(reason="memcached exits 1 (or crashes on ext_page_size=0); it starts with ext_threads=0, "
+                                  "and a GET of a disk value then never gets a reply")
 @pytest.mark.parametrize("opt", ["ext_page_size=0", "ext_wbuf_size=x", "ext_threads=0", "ext_item_size=-1",
                                  "ext_max_frag=2", "ext_recache_rate=abc", "ext_page_size=4,ext_wbuf_size=8"])
 def test_bad_ext_values_exit_64(tmp_path, opt):
@@ -1205,3 +1206,46 @@ def test_extstore_compact_under_raised_at_run_time_starts_compaction_that_rescue
         for k, v in expected.items():
             assert get_one(c, k) == (0, v, None), k
     srv.check_healthy()
+
+
+# ---- small files: pages sized to fit -------------------------------------------
+
+def test_a_64m_file_without_ext_page_size_runs_and_keeps_values(start_server, tmp_path):
+    """memcached 1.6.45 runs -o ext_path=FILE:64m (one page of 64 MB);
+    cachetd used to refuse it (fewer than 2 pages). Without ext_page_size,
+    cachetd fits 8 pages of 8 MB into it (engine/README.md, Extstore), and
+    values go to disk and come back."""
+    path = tmp_path / "extstore"
+    srv = start_server("-m", "64", "-o", f"ext_path={path}:64m,ext_item_size=512,ext_item_age=1")
+    with srv.conn() as c:
+        if not IS_MEMCACHED:
+            pages = c.stats("extstore")
+            assert sorted(k for k in pages if k.endswith(":version")) == [f"{p}:version" for p in range(8)]
+        keys = [f"small{i}" for i in range(20)]
+        store_targets(c, keys)
+        wait_written(c, len(keys))
+        before = stat(c, "get_extstore")
+        for k in keys:
+            assert get_one(c, k) == (5, big(k), None)
+        assert stat(c, "get_extstore") > before
+    srv.check_healthy()
+
+
+@pytest.mark.cachetd_only(reason="memcached refuses a file smaller than one 64 MB page ('zero size')")
+@pytest.mark.parametrize("size,pages", [("16m", 4), ("8m", 2)])
+def test_smaller_files_get_pages_that_still_hold_the_largest_item(start_server, tmp_path, size, pages):
+    """Halving stops at 4 MB pages with -I 1m: the write buffer (half a
+    page) must hold a record of the largest item."""
+    path = tmp_path / "extstore"
+    srv = start_server("-m", "64", "-o", f"ext_path={path}:{size}")
+    with srv.conn() as c:
+        assert len([k for k in c.stats("extstore") if k.endswith(":version")]) == pages
+        assert c.stats("settings")["ext_wbuf_size"] == str(2 << 20)
+        assert c.store("set", "large", b"v" * (1024 * 1024 - 512)) == b"STORED"
+    srv.check_healthy()
+
+
+@pytest.mark.cachetd_only(reason="memcached exits 1 ('zero size')")
+def test_a_file_too_small_for_two_pages_of_the_largest_item_exits_64(tmp_path):
+    r = refused_start("-o", f"ext_path={tmp_path / 'f'}:4m")
+    assert r.returncode == 64 and "fewer than 2 pages" in r.stderr, r.stderr
