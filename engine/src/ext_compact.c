@@ -126,7 +126,7 @@ static bool compact_pass(void *arg)
      * misses anyway, and keeping it would make every pass pick it again.
      * Without memory for the walk's buffer the page stays, whole, for a
      * later pass. */
-    if (rc != -ESTALE && rc != -ENOMEM) dropped = ext_page_drop(e, (uint32_t)page, version, true, &lost);
+    if (rc != -ESTALE && rc != -ENOMEM) dropped = ext_page_drop(e, (uint32_t)page, version, &lost);
     count(&n_rescues, w.rescues);
     count(&n_skipped, w.skipped);
     count(&n_lost, lost);

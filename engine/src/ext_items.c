@@ -626,7 +626,7 @@ void storage_ext_stats_general(stat_writer w, void *ctx)
     w(ctx, "extstore_compact_skipped", "%llu", (unsigned long long)cc.skipped);
     w(ctx, "extstore_page_allocs", "%llu", LD(s->page_allocs));
     w(ctx, "extstore_page_evictions", "%llu", LD(s->pages_evicted));
-    w(ctx, "extstore_page_reclaims", "%llu", LD(s->pages_compacted));
+    w(ctx, "extstore_page_reclaims", "%llu", LD(s->pages_reclaimed));
     w(ctx, "extstore_pages_free", "%llu", (unsigned long long)free_pages);
     w(ctx, "extstore_pages_used", "%llu", (unsigned long long)(s->pages_total - free_pages));
     w(ctx, "extstore_objects_evicted", "%llu", LD(s->objects_evicted));

@@ -1249,3 +1249,50 @@ def test_smaller_files_get_pages_that_still_hold_the_largest_item(start_server, 
 def test_a_file_too_small_for_two_pages_of_the_largest_item_exits_64(tmp_path):
     r = refused_start("-o", f"ext_path={tmp_path / 'f'}:4m")
     assert r.returncode == 64 and "fewer than 2 pages" in r.stderr, r.stderr
+
+
+# ---- counters as memcached's -----------------------------------------------------
+
+def test_a_page_whose_records_were_all_deleted_is_reclaimed_without_compaction(start_server, tmp_path):
+    """memcached 1.6.45 frees a closed page once its last record is deleted
+    and counts it in extstore_page_reclaims; compaction plays no part (no
+    rescues). cachetd kept such pages used until compaction or eviction."""
+    path = tmp_path / "extstore"
+    srv = start_server("-m", "64", "-o", f"ext_path={path}:16m,ext_page_size=2,ext_wbuf_size=2,"
+                                         "ext_item_size=512,ext_item_age=1")
+    with srv.conn() as c:
+        keys = [f"gone{i}" for i in range(700)]   # 2.9 MB: the first 2 MB page fills and closes
+        store_targets(c, keys, flags=0)
+        wait_written(c, len(keys))
+        assert stat(c, "extstore_page_reclaims") == 0
+        used = stat(c, "extstore_pages_used")
+        for k in keys:
+            assert c.cmd(f"delete {k}") == b"DELETED"
+        wait_until(lambda: stat(c, "extstore_page_reclaims") >= 1, 20, "the emptied page reclaimed")
+        st = c.stats()
+        assert int(st["extstore_objects_used"]) == 0, st
+        assert int(st["extstore_pages_used"]) < used, st
+        assert int(st["extstore_compact_rescues"]) == 0 and int(st["extstore_page_evictions"]) == 0, st
+    srv.check_healthy()
+
+
+def test_bytes_read_counts_whole_objects_read_from_disk(start_server, tmp_path):
+    """memcached 1.6.45's extstore_bytes_read grows by the whole object read
+    back (item header, key and value), extstore_objects_read by one, per
+    disk hit; cachetd counted the value's bytes alone."""
+    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1")
+    with srv.conn() as c:
+        keys = [f"br{i}" for i in range(10)]
+        targets_in_the_file(c, keys)
+        objects, nbytes = stat(c, "extstore_objects_read"), stat(c, "extstore_bytes_read")
+        before = stat(c, "get_extstore")
+        for k in keys:
+            assert get_one(c, k) == (0, big(k), None)
+        reads = stat(c, "get_extstore") - before
+        assert reads == len(keys)
+        assert stat(c, "extstore_objects_read") - objects == reads
+        grown = stat(c, "extstore_bytes_read") - nbytes
+        per_object = grown / reads
+        # more than key and value, less than a 4 KB block of overhead
+        assert len(keys[0]) + BIG < per_object < BIG + 4096, per_object
+    srv.check_healthy()
