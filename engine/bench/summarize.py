@@ -569,11 +569,12 @@ def main_extstore(d, machine):
         if figures[s].get("not_run"):
             print(f"NOT RUN: {NAMES[s]}: {figures[s]['not_run']}")
     print()
-    print("Ratios are cachetd / memcached, or cachetd / fio where the target says fio.")
+    print("Ratios are cachetd / memcached, or cachetd / fio where the figure says fio; a target without x judges "
+          "cachetd's figure itself.")
     print(f"{'figure':<68} {'cachetd':>11} {'mc 1.6.45':>11} {'mc 1.6.18':>11} {'vs 1.6.45':>9} {'vs 1.6.18':>9}  target         result")
     for row in rows:
         vs45 = fmt_ratio(row["ratio"]) if row["against"] == "mc1645" else "-"
-        vsfio = "" if row["against"] == "mc1645" else f" (cachetd / fio {fmt_ratio(row['ratio'])})"
+        vsfio = "" if row["against"] in ("mc1645", "abs") else f" (cachetd / fio {fmt_ratio(row['ratio'])})"
         print(f"{row['target']:<68} {xt_fmt(row['cachetd'], row['key'], figures, 'cachetd'):>11} "
               f"{xt_fmt(row['mc1645'], row['key'], figures, 'mc1645'):>11} {xt_fmt(row['mc1618'], row['key'], figures, 'mc1618'):>11} "
               f"{vs45:>9} {fmt_ratio(row['ratio_1618']):>9}  {row['goal']:<14} {row['verdict']}{vsfio}"
