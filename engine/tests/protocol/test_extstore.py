@@ -1149,6 +1149,14 @@ def fragmented_disk(c, n=600, size=FILLER_VALUE):
     return expected
 
 
+def start_without_compaction(start_server, tmp_path):
+    """8 pages of 2 MB, compaction off until a test turns it on, values
+    idle 3 s written out (see fragmented_disk)."""
+    return start_server("-m", "64", "-o",
+                        f"ext_path={tmp_path / 'extstore'}:16m,ext_page_size=2,ext_wbuf_size=2,ext_item_size=512,"
+                        "ext_item_age=3,ext_compact_under=0,ext_max_sleep=10000")
+
+
 def test_extstore_drop_unread_set_at_run_time_compaction_drops_unread_values(start_server, tmp_path):
     """Compaction off (compact_under 0) while the disk fragments. Then, as
     memcached 1.6.45's compactor decides: no page fragmented enough
@@ -1157,10 +1165,7 @@ def test_extstore_drop_unread_set_at_run_time_compaction_drops_unread_values(sta
     live records (extstore_compact_skipped) instead of rewriting them; those
     keys read as misses, and nothing comes back wrong. With drop_unread 0 the
     same thresholds free nothing."""
-    path = tmp_path / "extstore"
-    srv = start_server("-m", "64", "-o",
-                       f"ext_path={path}:16m,ext_page_size=2,ext_wbuf_size=2,ext_item_size=512,"
-                       "ext_item_age=3,ext_compact_under=0,ext_max_sleep=10000")
+    srv = start_without_compaction(start_server, tmp_path)
     with srv.conn() as c:
         expected = fragmented_disk(c)
         assert stat(c, "extstore_compact_rescues") == 0 and stat(c, "extstore_compact_skipped") == 0
@@ -1189,10 +1194,7 @@ def test_extstore_compact_under_raised_at_run_time_starts_compaction_that_rescue
     """The same fragmented disk with drop_unread off: raising compact_under
     makes the compactor rewrite the live records (rescues) and free pages;
     every key reads back its last value."""
-    path = tmp_path / "extstore"
-    srv = start_server("-m", "64", "-o",
-                       f"ext_path={path}:16m,ext_page_size=2,ext_wbuf_size=2,ext_item_size=512,"
-                       "ext_item_age=3,ext_compact_under=0,ext_max_sleep=10000")
+    srv = start_without_compaction(start_server, tmp_path)
     with srv.conn() as c:
         expected = fragmented_disk(c)
         assert stat(c, "extstore_compact_rescues") == 0
