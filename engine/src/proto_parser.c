@@ -15,6 +15,7 @@
  * any) follows without a space, each flag at most once.
  */
 #include "proto_parser.h"
+#include "ext_knob.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -396,6 +397,38 @@ static enum parse_status parse_slabs(const struct tok *t, int nt, struct request
     return PARSE_OK;
 }
 
+/* `extstore SETTING VALUE`, as memcached 1.6.45 answers it (proto_text.c
+ * process_extstore_command): the setting by prefix, in memcached's order
+ * ("extstore i 5" is item_size); a value that is no 32-bit unsigned number
+ * (max_frag: no number), a missing value or an unknown setting: ERROR. */
+static enum parse_status parse_extstore(const struct tok *t, int nt, struct request *r)
+{
+    static const struct { const char *name; enum ext_knob knob; } names[] = {
+        {"item_size", EXT_KNOB_ITEM_SIZE}, {"item_age", EXT_KNOB_ITEM_AGE}, {"low_ttl", EXT_KNOB_LOW_TTL},
+        {"recache_rate", EXT_KNOB_RECACHE_RATE}, {"compact_under", EXT_KNOB_COMPACT_UNDER},
+        {"drop_under", EXT_KNOB_DROP_UNDER}, {"max_sleep", EXT_KNOB_MAX_SLEEP}, {"max_frag", EXT_KNOB_MAX_FRAG},
+        {"drop_unread", EXT_KNOB_DROP_UNREAD},
+    };
+    if (nt < 3) return PARSE_ERROR;
+    r->cmd = CMD_EXTSTORE;
+    uint32_t u;
+    if (nt > 3 && tok_prefix_of(&t[1], "free_memchunks")) {
+        /* deprecated in memcached and ignored; a class id past its 64 classes is refused */
+        if (!parse_u32(t[2].p, t[2].n, &u) || u >= 64 || !parse_u32(t[3].p, t[3].n, &u)) return PARSE_ERROR;
+        r->number = EXT_KNOB_FREE_MEMCHUNKS;
+        return PARSE_OK;
+    }
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (!tok_prefix_of(&t[1], names[i].name)) continue;
+        r->number = names[i].knob;
+        if (names[i].knob == EXT_KNOB_MAX_FRAG) return tok_double(&t[2], &r->fraction) ? PARSE_OK : PARSE_ERROR;
+        if (!parse_u32(t[2].p, t[2].n, &u)) return PARSE_ERROR;
+        r->delta = u;
+        return PARSE_OK;
+    }
+    return PARSE_ERROR;
+}
+
 /* get/gets/gat/gats: any number of keys, so only the head is tokenized. */
 static enum parse_status parse_retrieval(const char *line, size_t len, const struct tok *c, struct request *r)
 {
@@ -584,6 +617,7 @@ enum parse_status parse_request(const char *line, size_t len, size_t wire_len, s
         return PARSE_OK;
     }
     if (tok_is(&c, "slabs")) return parse_slabs(t, nt, r);
+    if (tok_is(&c, "extstore")) return parse_extstore(t, nt, r);
     if (tok_is(&c, "verbosity")) {
         r->cmd = CMD_VERBOSITY;
         uint32_t level;

@@ -38,6 +38,8 @@ enum req_cmd {
     CMD_SLABS_AUTOMOVE, /* `slabs automove`: number is the level 0-2, or -1 for a tuning value
                            (ratio, freeratio, window) accepted without effect */
     CMD_WATCH,     /* args: everything after "watch" (the words, unparsed) */
+    CMD_EXTSTORE,  /* `extstore SETTING VALUE`: number is an enum ext_knob, delta the value
+                      (fraction: max_frag's) */
 #ifdef CACHET_TEST_HOOKS
     CMD_DEBUGTIME, /* number: seconds to move the clock forward */
 #endif
@@ -87,7 +89,8 @@ struct request {
     uint32_t     vlen;         /* storage commands: data bytes that follow the line */
     uint64_t     cas;
     uint64_t     delta;
-    int64_t      number;       /* flush_all delay, verbosity level */
+    int64_t      number;       /* flush_all delay, verbosity level, extstore setting */
+    double       fraction;     /* extstore max_frag */
     bool         has_number;
     bool         noreply;
     bool         swallow;      /* PARSE_CLIENT_ERROR after a storage line's length: skip vlen+2 data bytes */

@@ -560,6 +560,10 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
         if (r->number >= 0) storage_set_slab_automove((int)r->number);
         reply(c, r, "OK");
         return true;
+    case CMD_EXTSTORE:
+        storage_ext_tune((enum ext_knob)r->number, (uint32_t)r->delta, r->fraction);
+        reply(c, r, "OK");
+        return true;
 #ifdef CACHET_TEST_HOOKS
     case CMD_DEBUGTIME:
         storage_test_advance_clock((uint32_t)r->number);

@@ -386,9 +386,11 @@ static int parse_ext_option(struct ext_settings *x, const char *opt, const char 
     if (!strcmp(opt, "ext_page_size")) {          /* MB; a locator's offset reaches 2 GiB */
         if (!parse_int(val, 1, 2048, &v)) goto bad;
         x->page_size = (uint64_t)v << 20;
+        x->page_size_set = true;
     } else if (!strcmp(opt, "ext_wbuf_size")) {   /* MB */
         if (!parse_int(val, 1, 2047, &v)) goto bad;
         x->wbuf_size = (uint64_t)v << 20;
+        x->wbuf_size_set = true;
     } else if (!strcmp(opt, "ext_threads")) {
         if (!parse_int(val, 1, 64, &v)) goto bad;
         x->threads = (unsigned)v;
@@ -879,6 +881,39 @@ static int parse_options(struct settings *s, int n, char **merged, struct ext_st
 
 /* The rules between flags, once all are read (memcached checks these after
  * its whole command line), and the defaults that depend on other flags. */
+static uint64_t ext_pages_of(const struct ext_settings *x, uint64_t page_size)
+{
+    uint64_t pages = 0;
+    for (unsigned i = 0; i < x->npaths; i++) pages += x->sizes[i] / page_size;
+    return pages;
+}
+
+/* memcached runs -o ext_path=FILE:64m with one 64 MB page; cachetd needs
+ * free pages to write into while others are compacted or evicted, so a
+ * file that holds fewer than EXT_FIT_PAGES pages of the default 64 MB,
+ * with ext_page_size not given, gets pages halved until it holds that many
+ * (64m: 8 pages of 8 MB), but never so small that half a page (the write
+ * buffer then, if ext_wbuf_size was not given either) cannot hold a record
+ * of the largest item (-I 1m: 4 MB pages at least). A given ext_wbuf_size
+ * is kept, and the page stays at least twice it. */
+static void fit_ext_pages(struct ext_settings *x, size_t item_size_max)
+{
+    if (x->page_size_set) return;
+    uint64_t record = ext_record_size(KEY_MAX_LENGTH, (uint32_t)item_size_max);
+    while (ext_pages_of(x, x->page_size) < EXT_FIT_PAGES) {
+        uint64_t half = x->page_size / 2;
+        uint64_t wbuf = x->wbuf_size;
+        if (x->wbuf_size_set) {
+            if (half < 2 * wbuf || half % wbuf) return;
+        } else {
+            if (wbuf > half / 2) wbuf = half / 2;
+            if (wbuf < record || wbuf % EXT_ALIGN) return;
+        }
+        x->page_size = half;
+        x->wbuf_size = wbuf;
+    }
+}
+
 static int settings_validate(struct settings *s, const struct ext_state *ext, FILE *err)
 {
     if (!s->conn_buffer_limit_set)
@@ -948,6 +983,7 @@ static int settings_validate(struct settings *s, const struct ext_state *ext, FI
     }
     if (s->ext.npaths) {
         struct ext_settings *x = &s->ext;
+        fit_ext_pages(x, s->item_size_max);
         if (x->page_size % x->wbuf_size) {   /* memcached's rule and words */
             fprintf(err, "cachetd: -o ext_page_size=%llu,ext_wbuf_size=%llu: page_size must be divisible by wbuf_size\n",
                     (unsigned long long)(x->page_size >> 20), (unsigned long long)(x->wbuf_size >> 20));
@@ -964,8 +1000,7 @@ static int settings_validate(struct settings *s, const struct ext_state *ext, FI
                     (unsigned long long)ext_record_size(KEY_MAX_LENGTH, (uint32_t)s->item_size_max), KEY_MAX_LENGTH);
             return EX_USAGE_CODE;
         }
-        uint64_t pages = 0;
-        for (unsigned i = 0; i < x->npaths; i++) pages += x->sizes[i] / x->page_size;
+        uint64_t pages = ext_pages_of(x, x->page_size);
         /* extstore.c's rule (ext_open): at least 2 pages, at most the
          * locator's 16-bit page id */
         if (pages < 2) {

@@ -57,6 +57,7 @@ struct ext_settings {
     uint32_t compact_under;        /* ext_compact_under: free pages (default: 1% of the pages) */
     uint32_t drop_under;           /* ext_drop_under: free pages (default: compact_under; 0 if only that is given) */
     bool     compact_under_set, drop_under_set;
+    bool     page_size_set, wbuf_size_set;  /* given: never fitted to a small file */
     bool     drop_unread;          /* ext_drop_unread */
     double   max_frag;             /* ext_max_frag (0.80) */
     uint32_t max_sleep;            /* ext_max_sleep, microseconds (1000000) */
@@ -64,6 +65,9 @@ struct ext_settings {
 
 /* -o conn_placement: which worker serves a new TCP connection (net_place.c) */
 enum { PLACE_OFF, PLACE_CPU, PLACE_NAPI };
+/* Without ext_page_size, a file too small for EXT_FIT_PAGES pages of the
+ * default size gets smaller pages (see fit_ext_pages in settings.c). */
+#define EXT_FIT_PAGES 8
 
 struct settings {
     int      port;                 /* -p */

@@ -29,6 +29,8 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include "ext_knob.h"
+
 #define KEY_MAX_LENGTH 250
 /* Threads that may register a storage context: workers, the cleaner, the
  * page mover, and with extstore its flusher and IO threads (settings.c
@@ -272,6 +274,10 @@ struct ext_settings;
 /* Opens the files and starts the flusher and IO threads; 0, or 64 (bad
  * path or size: message on stderr) or 70 (a thread could not start). */
 int  storage_ext_start(const struct ext_settings *x);
+/* `extstore SETTING VALUE` (memcached 1.6.45): the flusher, the compactor
+ * and the workers use the new value from their next decision on; `stats
+ * settings` shows it. value for the integer settings, fraction for max_frag. */
+void storage_ext_tune(enum ext_knob knob, uint32_t value, double fraction);
 void storage_ext_stop(void);
 bool storage_ext_enabled(void);
 #ifdef CACHET_TEST_HOOKS

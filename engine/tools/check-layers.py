@@ -76,7 +76,7 @@ LAYERS = [
      ["logger"], []),
     ("base", "no engine state: page store, background threads, buffer budget, "
              "event loop, io_uring, request parser, miss-ratio curve estimator",
-     ["extstore", "bgthread", "bufmem", "ae", "uring", "proto_parser", "shards"], []),
+     ["extstore", "ext_knob", "bgthread", "bufmem", "ae", "uring", "proto_parser", "shards"], []),
 ]
 
 # Named groups a layer may forbid. Item code: every storage file but the
