@@ -54,8 +54,8 @@ func TestWorkloadProfileRecommendsThenApplies(t *testing.T) {
 		if r == nil {
 			return false, "none"
 		}
-		// 100 + 20 + 35 item bytes -> 160; 5000 + 55 -> 5056; 1e6 items -> 2^20 buckets
-		ok := slices.Equal(r.ChunkSizes, []int32{160, 5056}) && r.HashPower != nil && *r.HashPower == 20 &&
+		// 100 + 20 + 31 item bytes -> 152; 5000 + 55 -> 5056; 1e6 items -> 2^20 buckets
+		ok := slices.Equal(r.ChunkSizes, []int32{152, 5056}) && r.HashPower != nil && *r.HashPower == 20 &&
 			r.Memory != nil && r.PredictedWastePercent == "0.0" && r.CurrentWastePercent != "0.0" && !r.Applied
 		return ok, fmt.Sprintf("%+v", *r)
 	})
@@ -73,7 +73,7 @@ func TestWorkloadProfileRecommendsThenApplies(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantArgs := engine.ArgsFile(EngineArgs(c, BuildOptions{Engine: suiteCurrent}))
-	if !strings.Contains(wantArgs, "slab_sizes=160-5056,hashpower=20,") {
+	if !strings.Contains(wantArgs, "slab_sizes=152-5056,hashpower=20,") {
 		t.Fatalf("apply: Auto arguments lack the derived classes and hash power: %q", wantArgs)
 	}
 	eventually(t, "pods roll to the derived arguments", func() (bool, string) {

@@ -481,6 +481,12 @@ type WorkloadProfile struct {
 	// +optional
 	KeyBytes *int32 `json:"keyBytes,omitempty"`
 
+	// ClientFlags says whether the items carry nonzero client flags, which
+	// take 4 bytes of an item (a zero flags field takes none). Defaults to
+	// true: most client libraries store a serialization type there.
+	// +optional
+	ClientFlags *bool `json:"clientFlags,omitempty"`
+
 	// ExpectedItems is how many items one pod holds at its fullest: the hash
 	// table is sized so that it never grows under load, and the
 	// recommended memory holds them all.

@@ -725,6 +725,11 @@ func (in *WorkloadProfile) DeepCopyInto(out *WorkloadProfile) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.ClientFlags != nil {
+		in, out := &in.ClientFlags, &out.ClientFlags
+		*out = new(bool)
+		**out = **in
+	}
 	if in.ExpectedItems != nil {
 		in, out := &in.ExpectedItems, &out.ExpectedItems
 		*out = new(int64)

@@ -143,6 +143,11 @@ var admittedSpecs = []contractCase{
 	{name: "profile sessions", spec: spec(profile("sessions", 100_000))},
 	{name: "profile bimodal, small memory", spec: spec(memory("8Mi"), profile("bimodal", 1000))},
 	{name: "profile html-fragments, extstore", spec: spec(memory("256Mi"), profile("html-fragments", 50_000), withExtstore("10Gi"))},
+	// seed 003's items are smaller than the engine's smallest class
+	{name: "profile of tiny items, no flags", spec: spec(memory("8Mi"), func(s *cachev1alpha1.CacheSpec) {
+		s.WorkloadProfile = &cachev1alpha1.WorkloadProfile{Apply: cachev1alpha1.ProfileApplyAuto, KeyBytes: ptr.To(int32(1)), ClientFlags: ptr.To(false),
+			ValueSizes: []cachev1alpha1.ValueSizeBucket{{Bytes: 1, Weight: 5}, {Bytes: 9, Weight: 5}, {Bytes: 17, Weight: 5}, {Bytes: 29, Weight: 5}}}
+	})},
 	{name: "profile of 64 buckets, some chained", spec: spec(memory("64Mi"), func(s *cachev1alpha1.CacheSpec) {
 		p := &cachev1alpha1.WorkloadProfile{Apply: cachev1alpha1.ProfileApplyAuto, ExpectedItems: ptr.To(int64(300_000_000))}
 		for i := int32(1); i <= 64; i++ {

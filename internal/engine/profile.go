@@ -45,12 +45,17 @@ const (
 	// headroom; a 64-bucket histogram is the only input that needs more.
 	MaxProfileClasses = 48
 	// Tail fields an item may carry besides the CAS (ItemFixedBytes
-	// already has it): flags and a reference count (engine/src/
-	// storage_internal.h item_tail_size), counted as present so that every
-	// item of a bucket fits its class, and the expiry when items have a TTL.
+	// already has it; engine/src/storage_internal.h item_tail_size): client
+	// flags when nonzero, the expiry with a TTL, and a reference count on
+	// values over ItemRefMinBytes.
 	ItemFlagsBytes  = 4
-	ItemRefBytes    = 4
 	ItemExpiryBytes = 4
+	ItemRefBytes    = 4
+	ItemRefMinBytes = 1024
+	// MinClassBytes is the smallest slab class cachetd accepts: an item's
+	// fixed part and 16 bytes (engine/src/settings.c, slabs.c min_chunk);
+	// smaller items share it.
+	MinClassBytes = (ItemFixedBytes + 16 + 7) &^ 7
 	// DefaultProfileKeyBytes is the key length of a profile that names
 	// neither a preset with one nor keyBytes.
 	DefaultProfileKeyBytes = 32
@@ -111,21 +116,30 @@ func profileShape(p *cachev1alpha1.WorkloadProfile) (sizes []cachev1alpha1.Value
 }
 
 // ItemBytes is the chunk space an item of this key and value size takes,
-// 8-byte aligned: header, CAS, flags, reference count, expiry with a TTL.
-func ItemBytes(keyBytes, valueBytes int64, ttl bool) int64 {
-	n := ItemFixedBytes + ItemFlagsBytes + ItemRefBytes + keyBytes + valueBytes
+// 8-byte aligned (cachetd's item_ntotal_for): header, CAS, key, value, and
+// the flags, expiry and reference count when it has them.
+func ItemBytes(keyBytes, valueBytes int64, flags, ttl bool) int64 {
+	n := ItemFixedBytes + keyBytes + valueBytes
+	if flags {
+		n += ItemFlagsBytes
+	}
 	if ttl {
 		n += ItemExpiryBytes
+	}
+	if valueBytes > ItemRefMinBytes {
+		n += ItemRefBytes
 	}
 	return (n + 7) &^ 7
 }
 
-// ProfileSizes are a profile's item sizes, ascending, equal sizes merged.
+// ProfileSizes are a profile's item sizes (at least MinClassBytes: that is
+// the chunk the smallest items take), ascending, equal sizes merged.
 func ProfileSizes(p *cachev1alpha1.WorkloadProfile) []SizeShare {
 	buckets, key, ttl := profileShape(p)
+	flags := p.ClientFlags == nil || *p.ClientFlags
 	byBytes := map[int64]float64{}
 	for _, b := range buckets {
-		byBytes[ItemBytes(int64(key), int64(b.Bytes), ttl > 0)] += float64(b.Weight)
+		byBytes[max(ItemBytes(int64(key), int64(b.Bytes), flags, ttl > 0), MinClassBytes)] += float64(b.Weight)
 	}
 	out := make([]SizeShare, 0, len(byBytes))
 	for n, w := range byBytes {
@@ -333,7 +347,7 @@ func Derive(s *cachev1alpha1.CacheSpec) *Derivation {
 		_, key, _ := profileShape(p)
 		stub := (ItemFixedBytes + int64(key) + 16 + ItemExpiryBytes + 7) &^ 7
 		// value size whose item is extstoreRAMShare stubs
-		v := extstoreRAMShare*stub - ItemBytes(int64(key), 0, true)
+		v := extstoreRAMShare*stub - ItemBytes(int64(key), 0, true, true)
 		d.ExtstoreItemMinSize = min(max(v, DefaultExtstoreItemMinSize), MaxItemSizeBytes(s)-1)
 	}
 	if p.TargetHitRatio != nil {

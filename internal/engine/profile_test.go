@@ -102,12 +102,20 @@ func TestOptimalClasses(t *testing.T) {
 }
 
 func TestItemBytes(t *testing.T) {
-	// header 19, CAS 8, flags 4, refcount 4, key 10, value 5 = 50 -> 56; expiry +4 = 54 -> 56
-	if got := ItemBytes(10, 5, false); got != 56 {
-		t.Errorf("ItemBytes(10, 5) = %d, want 56", got)
-	}
-	if got := ItemBytes(10, 10, true); got != 64 {
-		t.Errorf("ItemBytes(10, 10, ttl) = %d, want 64 (59 aligned)", got)
+	for _, tc := range []struct {
+		key, value int64
+		flags, ttl bool
+		want       int64
+	}{
+		{10, 5, false, false, 48},      // header 19 + CAS 8 + 15 = 42
+		{10, 5, true, false, 48},       // + flags 4 = 46
+		{10, 10, true, true, 56},       // 27 + 20 + flags 4 + expiry 4 = 55
+		{10, 1024, false, false, 1064}, // no reference count up to 1024: 1061
+		{10, 1025, false, false, 1072}, // one past: + 4 = 1066
+	} {
+		if got := ItemBytes(tc.key, tc.value, tc.flags, tc.ttl); got != tc.want {
+			t.Errorf("ItemBytes(%d, %d, flags %v, ttl %v) = %d, want %d", tc.key, tc.value, tc.flags, tc.ttl, got, tc.want)
+		}
 	}
 }
 
@@ -145,8 +153,9 @@ func TestDerive(t *testing.T) {
 		}
 	})
 	d := Derive(s)
-	// 100 + 20 + 35 = 155 -> 160; 5000 + 55 -> 5056; 2 MiB is over -I (1 MiB): no class
-	if want := []int64{160, 5056}; !reflect.DeepEqual(d.ChunkSizes, want) {
+	// 27 + 20 + 100 + flags 4 = 151 -> 152; 5000 + 51 + refcount 4 = 5055 -> 5056;
+	// 2 MiB is over -I (1 MiB): no class
+	if want := []int64{152, 5056}; !reflect.DeepEqual(d.ChunkSizes, want) {
 		t.Errorf("classes %v, want %v", d.ChunkSizes, want)
 	}
 	if d.PredictedWaste != 0 || d.CurrentWaste <= 0.03 {
@@ -155,8 +164,8 @@ func TestDerive(t *testing.T) {
 	if *d.HashPower != 20 {
 		t.Errorf("hash power %d for 1e6 items, want 20 (1.5 x 2^20 = 1572864)", *d.HashPower)
 	}
-	// 3/4 x 160 + 1/4 x 5056 = 1384 bytes an item, plus a page for each of 3 classes
-	if want := int64(math.Ceil((1e6*1384+3<<20)/(1<<20))) << 20; d.MemoryBytes != want {
+	// 3/4 x 152 + 1/4 x 5056 = 1378 bytes an item, plus a page for each of 3 classes
+	if want := int64(math.Ceil((1e6*1378+3<<20)/(1<<20))) << 20; d.MemoryBytes != want {
 		t.Errorf("memory %d, want %d", d.MemoryBytes, want)
 	}
 	if d.ExtstoreItemMinSize != 0 || d.Notes != "" {
