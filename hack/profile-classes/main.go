@@ -31,6 +31,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
 	"cachet.dev/cachet/internal/engine"
@@ -41,7 +42,7 @@ func main() {
 	mem := flag.String("memory", "64Mi", "spec.memory")
 	flags := flag.Bool("flags", true, "items carry nonzero client flags")
 	flag.Parse()
-	p := &cachev1alpha1.WorkloadProfile{KeyBytes: ptr(int32(*key)), ClientFlags: flags}
+	p := &cachev1alpha1.WorkloadProfile{KeyBytes: ptr.To(int32(*key)), ClientFlags: flags}
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -65,5 +66,3 @@ func main() {
 	fmt.Println(strings.Join(classes, "-"))
 	fmt.Printf("predicted waste %.1f%%, default ladder %.1f%%\n", 100*d.PredictedWaste, 100*d.CurrentWaste)
 }
-
-func ptr[T any](v T) *T { return &v }
