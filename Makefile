@@ -201,6 +201,11 @@ fuzz-engine: ## Fuzz the request parser (FUZZ_SECONDS=300 by default).
 bench-engine: ## Benchmark cachetd against memcached 1.6.45 and 1.6.18 side by side (W1-W4 and the W2 variants, seed 003; BENCH_QUICK=1: ~5 min).
 	$(MAKE) -C engine bench
 
+.PHONY: bench-profiles
+bench-profiles: ## Slab classes derived from a workload profile (seed 003's sizes) vs memcached 1.6.45's best -f, side by side (~1 min; BENCH_PORT_BASE).
+	$(MAKE) -s -C engine all
+	hack/bench-profiles.sh
+
 .PHONY: bench-extstore
 bench-extstore: ## Extstore (values on local disk) side by side: cachetd, memcached 1.6.45 and 1.6.18 vs fio (root; BENCH_QUICK=1: ~3 min). Exits 1 if a server refuses the ext_* flags.
 	$(MAKE) -C engine bench-extstore

@@ -41,6 +41,15 @@ func rawCache(ns, name string, spec map[string]any) *unstructured.Unstructured {
 	return u
 }
 
+// buckets is a value-size histogram of n ascending buckets.
+func buckets(n int) []any {
+	out := make([]any, n)
+	for i := range out {
+		out[i] = map[string]any{"bytes": 64 * (i + 1), "weight": 1}
+	}
+	return out
+}
+
 func TestAdmissionNamesTheFieldAndRuleInTheUsersUnits(t *testing.T) {
 	needIntegration(t)
 	ns := newNamespace(t)
@@ -71,6 +80,26 @@ func TestAdmissionNamesTheFieldAndRuleInTheUsersUnits(t *testing.T) {
 			[]string{"spec.monitoring.interval", "not 30 seconds", "Prometheus duration"}},
 		{"growth-factor-in-words", map[string]any{"memory": "64Mi", "engine": map[string]any{"growthFactor": "fast"}},
 			[]string{"spec.engine.growthFactor", "not fast", "decimal number"}},
+		{"profile-preset-and-sizes", map[string]any{"memory": "64Mi", "workloadProfile": map[string]any{"preset": "sessions", "valueSizes": []any{map[string]any{"bytes": 100, "weight": 1}}}},
+			[]string{"spec.workloadProfile", "exactly one of preset"}},
+		{"profile-neither", map[string]any{"memory": "64Mi", "workloadProfile": map[string]any{"expectedItems": 1000}},
+			[]string{"spec.workloadProfile", "exactly one of preset"}},
+		{"profile-unknown-preset", map[string]any{"memory": "64Mi", "workloadProfile": map[string]any{"preset": "tiny"}},
+			[]string{"spec.workloadProfile.preset", `"tiny"`, "small-objects"}},
+		{"profile-weight-zero", map[string]any{"memory": "64Mi", "workloadProfile": map[string]any{"valueSizes": []any{map[string]any{"bytes": 100, "weight": 0}}}},
+			[]string{"spec.workloadProfile.valueSizes[0].weight", "greater than or equal to 1"}},
+		{"profile-descending", map[string]any{"memory": "64Mi", "workloadProfile": map[string]any{"valueSizes": []any{map[string]any{"bytes": 900, "weight": 1}, map[string]any{"bytes": 100, "weight": 1}}}},
+			[]string{"spec.workloadProfile.valueSizes", "ascending order of bytes"}},
+		{"profile-too-many-buckets", map[string]any{"memory": "64Mi", "workloadProfile": map[string]any{"valueSizes": buckets(65)}},
+			[]string{"spec.workloadProfile.valueSizes", "must have at most 64 items"}},
+		{"profile-value-over-item-size", map[string]any{"memory": "64Mi", "engine": map[string]any{"maxItemSize": "1Ki"}, "workloadProfile": map[string]any{"valueSizes": []any{map[string]any{"bytes": 2048, "weight": 1}}}},
+			[]string{"spec.workloadProfile.valueSizes[0].bytes", "at most spec.engine.maxItemSize (1024 bytes)"}},
+		{"profile-auto-with-chunk-sizes", map[string]any{"memory": "64Mi", "engine": map[string]any{"chunkSizes": []any{48, 96}}, "workloadProfile": map[string]any{"preset": "sessions", "apply": "Auto"}},
+			[]string{"spec.workloadProfile.apply", "leave spec.engine.chunkSizes, growthFactor, minChunk and hashPower unset"}},
+		{"profile-observed", map[string]any{"memory": "64Mi", "workloadProfile": map[string]any{"preset": "sessions", "source": "Observed"}},
+			[]string{"spec.workloadProfile.source", `"Observed"`, "Declared"}},
+		{"profile-hit-ratio-over-1", map[string]any{"memory": "64Mi", "workloadProfile": map[string]any{"preset": "sessions", "targetHitRatio": "1.5"}},
+			[]string{"spec.workloadProfile.targetHitRatio", "not 1.5", "decimal from 0 to 1"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -267,6 +267,10 @@ func TestPodTemplateFieldsAreWhatTheBuilderReads(t *testing.T) {
 		"extstore": func(c *cachev1alpha1.Cache) {
 			c.Spec.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("1Gi")}
 		},
+		// apply: Auto derives the engine's classes and hash power
+		"workloadProfile": func(c *cachev1alpha1.Cache) {
+			c.Spec.WorkloadProfile = &cachev1alpha1.WorkloadProfile{Preset: "sessions", Apply: cachev1alpha1.ProfileApplyAuto}
+		},
 		// The node tuner reads it from the Cache: a change never restarts a pod.
 		"nodeTuning": func(c *cachev1alpha1.Cache) { c.Spec.NodeTuning.IRQStrategy = "spread" },
 	}
@@ -286,6 +290,20 @@ func TestPodTemplateFieldsAreWhatTheBuilderReads(t *testing.T) {
 		if name != "image" && warned != restarts { // the image check is separate: an empty image is defaulted
 			t.Errorf("spec.%s: restart warning = %v, restarts = %v", name, warned, restarts)
 		}
+	}
+}
+
+// A workload profile with apply: Manual only fills status.recommendation:
+// it changes no pod template, and the webhook warns of no restart for it.
+func TestManualWorkloadProfileRestartsNoPod(t *testing.T) {
+	base := newCache()
+	c := base.DeepCopy()
+	c.Spec.WorkloadProfile = &cachev1alpha1.WorkloadProfile{Preset: "bimodal", ExpectedItems: ptr.To(int64(1 << 24)), Apply: cachev1alpha1.ProfileApplyManual}
+	o := BuildOptions{Image: EngineImageFor(c, nil, "x")}
+	a, _ := json.Marshal(StatefulSet(base, o).Spec.Template)
+	b, _ := json.Marshal(StatefulSet(c, o).Spec.Template)
+	if string(a) != string(b) || cachev1alpha1.RestartWarning(base, c) != "" {
+		t.Errorf("apply: Manual changes the pod template (%v) or warns of a restart (%q)", string(a) != string(b), cachev1alpha1.RestartWarning(base, c))
 	}
 }
 

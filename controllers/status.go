@@ -315,6 +315,7 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 		Endpoints:          Endpoints(c, obs.Pods, clusterDomain),
 		Revisions:          Revisions(c, obs.Pods, obs.ConfigMaps, hash),
 		Image:              obs.Image,
+		Recommendation:     engine.Recommend(&c.Spec),
 	}
 	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{

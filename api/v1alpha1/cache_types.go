@@ -47,6 +47,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.extstore) || !has(self.extstore.itemMinSize) || (has(self.engine) && has(self.engine.maxItemSize) && isQuantity(string(self.engine.maxItemSize)) ? self.extstore.itemMinSize < quantity(string(self.engine.maxItemSize)).asInteger() : self.extstore.itemMinSize < 1048576)",message="spec.extstore.itemMinSize must be less than spec.engine.maxItemSize (default 1Mi): only items of at least itemMinSize go to disk, and none is larger than maxItemSize",fieldPath=".extstore.itemMinSize"
 // +kubebuilder:validation:XValidation:rule="!has(self.extstore) || !has(self.engine) || !has(self.engine.maxItemSize) || !isQuantity(string(self.engine.maxItemSize)) || quantity(string(self.engine.maxItemSize)).compareTo(quantity('4091Ki')) <= 0",message="spec.engine.maxItemSize must be at most 4091Ki with spec.extstore: an item goes to disk whole in one 4Mi write buffer (less the page header with 4Mi pages), with its key and a record header",fieldPath=".engine.maxItemSize"
 // +kubebuilder:validation:XValidation:rule="!has(self.extstore) || !has(self.engine) || !has(self.engine.threads) || self.engine.threads + (has(self.extstore.ioThreads) ? self.extstore.ioThreads : 1) <= 252",message="spec.engine.threads plus spec.extstore.ioThreads must be at most 252: cachetd has 256 storage thread contexts, and its two background threads and the extstore flusher and compactor take one each",fieldPath=".engine.threads"
+// +kubebuilder:validation:XValidation:rule="!has(self.workloadProfile) || !has(self.workloadProfile.apply) || self.workloadProfile.apply != 'Auto' || !has(self.engine) || (!has(self.engine.chunkSizes) && !has(self.engine.growthFactor) && !has(self.engine.minChunk) && !has(self.engine.hashPower))",message="spec.workloadProfile with apply: Auto sets the slab classes and hash power itself: leave spec.engine.chunkSizes, growthFactor, minChunk and hashPower unset, or use apply: Manual",fieldPath=".workloadProfile.apply"
 type CacheSpec struct {
 	// Replicas is the number of cache pods. Each pod is an independent shard:
 	// clients hash keys across status.endpoints.
@@ -94,6 +95,15 @@ type CacheSpec struct {
 	// status.engineArgs shows as they are in effect.
 	// +optional
 	Engine EngineSpec `json:"engine,omitempty"`
+
+	// WorkloadProfile describes what the cache will hold (value sizes, key
+	// size, item count, TTL) so that the operator derives slab classes,
+	// the hash table size and the item memory from it, and reports them in
+	// status.recommendation. With apply: Auto the derived classes and hash
+	// power reach the engine (and roll the pods); with Manual (the default)
+	// they are only recommended. docs/profiles.md says how to use it.
+	// +optional
+	WorkloadProfile *WorkloadProfile `json:"workloadProfile,omitempty"`
 
 	// Service configures the client Service.
 	// +optional
@@ -439,6 +449,140 @@ type EngineSpec struct {
 	ChunkSizes []int32 `json:"chunkSizes,omitempty"`
 }
 
+// WorkloadProfile is a declared shape of the items a Cache holds.
+// +kubebuilder:validation:XValidation:rule="has(self.preset) != has(self.valueSizes)",message="spec.workloadProfile needs exactly one of preset (a named shape) or valueSizes (your own histogram)"
+type WorkloadProfile struct {
+	// Preset is a named value-size shape (docs/profiles.md lists each):
+	// small-objects (counters, flags, small JSON: 16-128 B), sessions
+	// (serialized sessions: 256 B-4 KiB, most near 1 KiB), bimodal (small
+	// ids or counters next to rendered blobs: 64-128 B and 8-16 KiB) or
+	// html-fragments (rendered page parts: 2-64 KiB). It replaces
+	// valueSizes.
+	// +kubebuilder:validation:Enum=small-objects;sessions;bimodal;html-fragments
+	// +optional
+	Preset string `json:"preset,omitempty"`
+
+	// ValueSizes is the value-size histogram: each bucket holds the values
+	// larger than the previous bucket's bytes and at most its own, with a
+	// weight proportional to its share of the items. A memcached
+	// `stats sizes` histogram maps to it bucket for bucket. Ascending, at
+	// most 64 buckets.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.map(b, b.bytes).isSorted()",message="spec.workloadProfile.valueSizes must be in ascending order of bytes"
+	// +listType=map
+	// +listMapKey=bytes
+	// +optional
+	ValueSizes []ValueSizeBucket `json:"valueSizes,omitempty"`
+
+	// KeyBytes is the typical key length. Defaults to the preset's, or 32.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=250
+	// +optional
+	KeyBytes *int32 `json:"keyBytes,omitempty"`
+
+	// ClientFlags says whether the items carry nonzero client flags, which
+	// take 4 bytes of an item (a zero flags field takes none). Defaults to
+	// true: most client libraries store a serialization type there.
+	// +optional
+	ClientFlags *bool `json:"clientFlags,omitempty"`
+
+	// ExpectedItems is how many items one pod holds at its fullest: the hash
+	// table is sized so that it never grows under load, and the
+	// recommended memory holds them all.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000
+	// +optional
+	ExpectedItems *int64 `json:"expectedItems,omitempty"`
+
+	// TTLSeconds is the items' typical time to live; items with one carry
+	// a 4-byte expiry, which the derivation counts.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2592000
+	// +optional
+	TTLSeconds *int32 `json:"ttlSeconds,omitempty"`
+
+	// TargetHitRatio is the hit ratio the memory should reach, a decimal
+	// from 0 to 1 such as "0.95". It needs a miss-ratio curve, which only
+	// an Observed profile will have: a Declared profile keeps it in the
+	// recommendation's notes and sizes memory for all expectedItems.
+	// +kubebuilder:validation:MaxLength=8
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(0([.][0-9]+)?|1([.]0+)?)$')",messageExpression="'spec.workloadProfile.targetHitRatio must be a decimal from 0 to 1 such as \"0.95\", not ' + self"
+	// +optional
+	TargetHitRatio *string `json:"targetHitRatio,omitempty"`
+
+	// Source says where the sizes come from. Declared: this spec. (Observed,
+	// read from the pods' own histograms, is not supported yet.)
+	// +kubebuilder:validation:Enum=Declared
+	// +kubebuilder:default=Declared
+	// +optional
+	Source string `json:"source,omitempty"`
+
+	// Apply says what the operator does with the derivation. Manual only
+	// recommends it (status.recommendation); Auto also runs the engine with
+	// the derived slab classes and hash power (and the extstore item-size
+	// threshold with spec.extstore), rolling the pods like any engine
+	// change; spec.engine.chunkSizes, growthFactor, minChunk and hashPower
+	// must then be unset.
+	// +kubebuilder:validation:Enum=Manual;Auto
+	// +kubebuilder:default=Manual
+	// +optional
+	Apply string `json:"apply,omitempty"`
+}
+
+// ValueSizeBucket is one bucket of a value-size histogram.
+type ValueSizeBucket struct {
+	// Bytes is the bucket's largest value size, at most spec.engine.maxItemSize.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=134217728
+	Bytes int32 `json:"bytes"`
+	// Weight is the bucket's share of the items, relative to the others.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000
+	Weight int32 `json:"weight"`
+}
+
+// Profile sources and apply modes.
+const (
+	ProfileSourceDeclared = "Declared"
+	ProfileApplyManual    = "Manual"
+	ProfileApplyAuto      = "Auto"
+)
+
+// Recommendation is what the operator derives from spec.workloadProfile.
+type Recommendation struct {
+	// ChunkSizes are the derived slab chunk sizes in bytes (-o slab_sizes).
+	// +listType=atomic
+	// +optional
+	ChunkSizes []int32 `json:"chunkSizes,omitempty"`
+	// HashPower is the hash table's size as a power of two that holds
+	// expectedItems without growing.
+	// +optional
+	HashPower *int32 `json:"hashPower,omitempty"`
+	// Memory is the item memory (spec.memory) that holds expectedItems in
+	// the derived classes.
+	// +optional
+	Memory *resource.Quantity `json:"memory,omitempty"`
+	// ExtstoreItemMinSize is the derived extstore threshold (with
+	// spec.extstore).
+	// +optional
+	ExtstoreItemMinSize *int64 `json:"extstoreItemMinSize,omitempty"`
+	// PredictedWastePercent is the share of chunk bytes the items leave
+	// unused in the derived classes, e.g. "3.1".
+	// +optional
+	PredictedWastePercent string `json:"predictedWastePercent,omitempty"`
+	// CurrentWastePercent is the same share in the classes the pods run
+	// now (spec.engine's), for comparison.
+	// +optional
+	CurrentWastePercent string `json:"currentWastePercent,omitempty"`
+	// Applied is true when the engine runs the derived values (apply: Auto).
+	// +optional
+	Applied bool `json:"applied,omitempty"`
+	// Notes say what the recommendation could not take into account.
+	// +optional
+	Notes string `json:"notes,omitempty"`
+}
+
 // ServiceSpec configures the client Service in front of all pods.
 type ServiceSpec struct {
 	// Type of the client Service.
@@ -729,6 +873,10 @@ type CacheStatus struct {
 	// +optional
 	Revisions []CacheRevision `json:"revisions,omitempty"`
 
+	// Recommendation is the derivation from spec.workloadProfile.
+	// +optional
+	Recommendation *Recommendation `json:"recommendation,omitempty"`
+
 	// Image is the engine image of the pod template: spec.image, or, when
 	// that is empty, the image the operator pinned when it created the pods
 	// (an operator upgrade never changes it).
@@ -748,6 +896,7 @@ type CacheStatus struct {
 // +kubebuilder:printcolumn:name="Memory",type=string,JSONPath=`.spec.memory`
 // +kubebuilder:printcolumn:name="CPUs",type=integer,JSONPath=`.spec.cpu`
 // +kubebuilder:printcolumn:name="Dedicated",type=boolean,JSONPath=`.spec.dedicatedCPUs`,priority=1
+// +kubebuilder:printcolumn:name="Waste%",type=string,JSONPath=`.status.recommendation.predictedWastePercent`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Cache struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -799,7 +948,7 @@ func (s *CacheSpec) DesiredReplicas() int32 {
 // PodTemplateFields are the spec fields that reach the pod template: changing
 // one replaces every pod (one at a time with RollingUpdate), and each
 // replaced pod starts with an empty cache.
-var PodTemplateFields = []string{"image", "memory", "cpu", "dedicatedCPUs", "engine", "placement", "extstore"}
+var PodTemplateFields = []string{"image", "memory", "cpu", "dedicatedCPUs", "engine", "workloadProfile", "placement", "extstore"}
 
 // PodTemplateSpec is the part of a spec that reaches the pod template, with
 // everything else zeroed: two specs restart pods when this differs.
@@ -815,5 +964,15 @@ func (s *CacheSpec) PodTemplateSpec() CacheSpec {
 	return CacheSpec{
 		Image: s.Image, Memory: s.Memory, CPU: s.CPU, DedicatedCPUs: s.DedicatedCPUs,
 		Engine: s.Engine, Placement: s.Placement, Extstore: ext,
+		WorkloadProfile: autoProfile(s.WorkloadProfile),
 	}
+}
+
+// autoProfile is the profile when it reaches the engine (apply: Auto), else
+// nil: a Manual profile only fills status.recommendation.
+func autoProfile(p *WorkloadProfile) *WorkloadProfile {
+	if p == nil || p.Apply != ProfileApplyAuto {
+		return nil
+	}
+	return p
 }

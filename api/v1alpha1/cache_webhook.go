@@ -340,9 +340,17 @@ func validateEngine(c *Cache) field.ErrorList {
 			errs = append(errs, field.Invalid(p, size,
 				fmt.Sprintf("must be at most spec.engine.maxItemSize (%d bytes): no item is larger", itemMax)))
 		}
-		if chunkMax := slabChunkMax(mem); int64(size) > chunkMax {
+		if chunkMax := SlabChunkMax(mem); int64(size) > chunkMax {
 			errs = append(errs, field.Invalid(p, size,
 				fmt.Sprintf("must be at most %d bytes at this spec.memory, half of the engine's slab page: larger values are chained from chunks of that size", chunkMax)))
+		}
+	}
+	if p := c.Spec.WorkloadProfile; p != nil {
+		for i, b := range p.ValueSizes {
+			if int64(b.Bytes) > itemMax {
+				errs = append(errs, field.Invalid(spec.Child("workloadProfile", "valueSizes").Index(i).Child("bytes"), b.Bytes,
+					fmt.Sprintf("must be at most spec.engine.maxItemSize (%d bytes): the engine refuses larger values", itemMax)))
+			}
 		}
 	}
 	return errs
@@ -422,12 +430,12 @@ func validateService(c *Cache) (field.ErrorList, admission.Warnings) {
 
 // allowsNoDisruption reports a maxUnavailable of zero, as a number or a
 // percentage ("0", "0%", "00%").
-// slabChunkMax is the engine's largest slab chunk for an item memory of mem
+// SlabChunkMax is the engine's largest slab chunk for an item memory of mem
 // bytes (engine/src/settings.c settings_slab_chunk_max: 1 MiB pages, halved
 // down to 64 KiB until the memory holds 64, and half a page). The engine
 // refuses larger chunkSizes; internal/engine/contract_test.go keeps the two
 // in agreement.
-func slabChunkMax(mem int64) int64 {
+func SlabChunkMax(mem int64) int64 {
 	page := int64(1 << 20)
 	for page > 64<<10 && mem/page < 64 {
 		page >>= 1

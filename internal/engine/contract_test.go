@@ -137,6 +137,31 @@ var admittedSpecs = []contractCase{
 	{name: "extstore, largest item", spec: spec(memory("256Mi"), maxItem("4091Ki"), withExtstore("1Gi", func(e *cachev1alpha1.ExtstoreSpec) {
 		e.PageSize = ptr.To(resource.MustParse("4Mi"))
 	}))},
+	// apply: Auto workload profiles: the derived classes, hash power and
+	// extstore threshold reach the arguments and the budget
+	{name: "profile small-objects", spec: spec(profile("small-objects", 2_000_000))},
+	{name: "profile sessions", spec: spec(profile("sessions", 100_000))},
+	{name: "profile bimodal, small memory", spec: spec(memory("8Mi"), profile("bimodal", 1000))},
+	{name: "profile html-fragments, extstore", spec: spec(memory("256Mi"), profile("html-fragments", 50_000), withExtstore("10Gi"))},
+	// seed 003's items are smaller than the engine's smallest class
+	{name: "profile of tiny items, no flags", spec: spec(memory("8Mi"), func(s *cachev1alpha1.CacheSpec) {
+		s.WorkloadProfile = &cachev1alpha1.WorkloadProfile{Apply: cachev1alpha1.ProfileApplyAuto, KeyBytes: ptr.To(int32(1)), ClientFlags: ptr.To(false),
+			ValueSizes: []cachev1alpha1.ValueSizeBucket{{Bytes: 1, Weight: 5}, {Bytes: 9, Weight: 5}, {Bytes: 17, Weight: 5}, {Bytes: 29, Weight: 5}}}
+	})},
+	{name: "profile of 64 buckets, some chained", spec: spec(memory("64Mi"), func(s *cachev1alpha1.CacheSpec) {
+		p := &cachev1alpha1.WorkloadProfile{Apply: cachev1alpha1.ProfileApplyAuto, ExpectedItems: ptr.To(int64(300_000_000))}
+		for i := int32(1); i <= 64; i++ {
+			p.ValueSizes = append(p.ValueSizes, cachev1alpha1.ValueSizeBucket{Bytes: i * i * 200, Weight: 65 - i})
+		}
+		s.WorkloadProfile = p
+	})},
+}
+
+// profile is an apply: Auto preset profile with expected items.
+func profile(preset string, items int64) func(*cachev1alpha1.CacheSpec) {
+	return func(s *cachev1alpha1.CacheSpec) {
+		s.WorkloadProfile = &cachev1alpha1.WorkloadProfile{Preset: preset, ExpectedItems: &items, Apply: cachev1alpha1.ProfileApplyAuto}
+	}
 }
 
 var refusedSpecs = []contractCase{
@@ -152,6 +177,9 @@ var refusedSpecs = []contractCase{
 		operatorOnly: "growthFactor at most 4: the engine takes up to 100, the API keeps classes useful"},
 	{name: "chunk size not 8-aligned", spec: spec(func(s *cachev1alpha1.CacheSpec) { s.Engine.ChunkSizes = []int32{100} }),
 		operatorOnly: "chunkSizes multiples of 8: the engine rounds up, the API says so instead"},
+	{name: "profile value over the item size", spec: spec(maxItem("1Ki"), func(s *cachev1alpha1.CacheSpec) {
+		s.WorkloadProfile = &cachev1alpha1.WorkloadProfile{ValueSizes: []cachev1alpha1.ValueSizeBucket{{Bytes: 2048, Weight: 1}}, Apply: cachev1alpha1.ProfileApplyAuto}
+	}), operatorOnly: "workloadProfile value sizes at most maxItemSize: the derived classes stay within -I, the engine never sees the value sizes"},
 	{name: "fractional MiB", spec: spec(memory("64.5Mi")),
 		operatorOnly: "memory in whole MiB: Args writes -m in MiB, so the engine never sees the fraction"},
 }

@@ -230,11 +230,13 @@ func sizeArg(b int64) string {
 	return strconv.FormatInt(b, 10)
 }
 
-// Args are cachetd's arguments for a spec, one element per argument, in a
+// Args are cachetd's arguments for a spec (with an apply: Auto workload
+// profile's derivation in place, see Effective), one element per argument, in a
 // fixed order so that equal specs hash equally. Without dedicated CPUs the
 // workers are not pinned (-o cpus=none): pinning worker i to the i-th allowed
 // CPU would stack every shared Cache of a node on its lowest shared CPUs.
 func Args(s *cachev1alpha1.CacheSpec, o Options) []string {
+	s = Effective(s)
 	e := s.Engine
 	args := []string{
 		"-p", strconv.Itoa(Port),
@@ -465,6 +467,7 @@ type MemoryBudget struct {
 // contract_test.go fails when it falls below the engine's bound or rises
 // above it by more than that margin.
 func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
+	s = Effective(s)
 	b := MemoryBudget{
 		ItemMemory:  s.Memory.Value(),
 		Connections: int64(MaxConnections(s)) * PerConnectionBytes,

@@ -1,0 +1,68 @@
+/*
+Copyright 2026 The Cachet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// profile-classes prints the slab classes the operator derives for a
+// value-size histogram, so that a benchmark (hack/bench-profiles.sh) runs the
+// engine with exactly what a Cache with that workloadProfile would get: it
+// goes through engine.Derive, not a copy of it. Input on stdin: one
+// "VALUE_BYTES WEIGHT" a line. Output: the -o slab_sizes value, then the
+// predicted and current waste on a second line.
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+	"cachet.dev/cachet/internal/engine"
+)
+
+func main() {
+	key := flag.Int("key", 32, "key bytes")
+	mem := flag.String("memory", "64Mi", "spec.memory")
+	flags := flag.Bool("flags", true, "items carry nonzero client flags")
+	flag.Parse()
+	p := &cachev1alpha1.WorkloadProfile{KeyBytes: ptr.To(int32(*key)), ClientFlags: flags}
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 2 {
+			continue
+		}
+		b, err1 := strconv.Atoi(f[0])
+		w, err2 := strconv.Atoi(f[1])
+		if err1 != nil || err2 != nil {
+			fmt.Fprintf(os.Stderr, "profile-classes: not \"BYTES WEIGHT\": %q\n", sc.Text())
+			os.Exit(2)
+		}
+		p.ValueSizes = append(p.ValueSizes, cachev1alpha1.ValueSizeBucket{Bytes: int32(b), Weight: int32(w)})
+	}
+	s := &cachev1alpha1.CacheSpec{Memory: resource.MustParse(*mem), WorkloadProfile: p}
+	d := engine.Derive(s)
+	classes := make([]string, len(d.ChunkSizes))
+	for i, c := range d.ChunkSizes {
+		classes[i] = strconv.FormatInt(c, 10)
+	}
+	fmt.Println(strings.Join(classes, "-"))
+	fmt.Printf("predicted waste %.1f%%, default ladder %.1f%%\n", 100*d.PredictedWaste, 100*d.CurrentWaste)
+}
