@@ -942,6 +942,56 @@ def test_sets_and_deletes_racing_the_flusher_never_resurrect_old_values(start_se
     srv.check_healthy()
 
 
+# ---- values over slab_chunk_max: written to disk, never lost uncounted ------------
+
+def wait_settled_or_not(c, n, seconds=60.0):   # a bound for slow (TSan) builds, not a target
+    """Waits until each of n values stored was either written to disk or
+    evicted; returns anyway after `seconds`, so the reads below report what
+    was lost instead of a timeout."""
+    try:
+        wait_until(lambda: stat(c, "extstore_objects_written") + stat(c, "evictions") >= n, seconds,
+                   f"{n} values written to disk or evicted")
+    except AssertionError:
+        pass
+
+
+@pytest.mark.parametrize("size,n", [(900_000, 150), (512 * 1024 + 100, 200), (600_000, 120),
+                                    (512 * 1024, 200)],
+                         ids=["900000", "chunk_max+100", "600000", "chunk_max"])
+def test_values_over_slab_chunk_max_reach_disk_and_a_miss_is_an_eviction(start_server, tmp_path, size, n):
+    """-m 64, a 1 GiB file, ext_item_age=0: values larger than slab_chunk_max
+    (512 KiB here) are chained, and more of them are stored, each
+    acknowledged, than RAM holds. Each must read back, or be a miss that
+    `evictions` counts. cachetd lost them two ways: a value just over
+    slab_chunk_max keeps only its last bytes in a head of a small class, which
+    the flusher skipped, so it never reached the disk; and a store needing a
+    data chunk (in no LRU) took another class's only page, the stub class's,
+    evicting every stub of a value already on disk, with `evictions` 0
+    (items:N:slab_reassign_evictions instead). memcached 1.6.45: 150 of 150,
+    and 186 to 200 of 200 with the rest counted as evictions."""
+    srv = start_ext(start_server, tmp_path, size="1g", extra_opts="ext_item_age=0")
+    with srv.conn() as c:
+        for i in range(n):
+            assert c.store("set", f"chained{i}", value_of("chained", i, size)) == b"STORED", i
+        wait_settled_or_not(c, n)
+        age_items(c, 2)
+        missing, wrong = [], []
+        for i in range(n):
+            got = get_one(c, f"chained{i}")
+            if got is None:
+                missing.append(i)
+            elif got[1] != value_of("chained", i, size):
+                wrong.append(i)
+        st = c.stats()
+        assert not wrong, wrong[:10]
+        # more than -m 64 holds came back: from the disk
+        assert int(st["extstore_objects_written"]) > 0 and int(st["get_extstore"]) > 0, st
+        assert len(missing) <= int(st["evictions"]), (
+            f"{len(missing)} of {n} values missing, {st['evictions']} evictions, "
+            f"{st['extstore_objects_written']} written: {missing[:10]}")
+    srv.check_healthy()
+
+
 # ---- compaction: pages of garbage reclaimed, live values moved, not evicted -------
 
 def test_compaction_rescues_live_values_and_reclaims_pages_instead_of_evicting(start_server, tmp_path):
