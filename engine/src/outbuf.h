@@ -89,6 +89,7 @@ struct outbuf {
     size_t          sent;        /* bytes sent since the queue was last empty */
     uint32_t        ndeferred;   /* deferred slots not yet sent */
     uint32_t        nwaiting;    /* of those, slots whose completion has not arrived */
+    size_t          deferred_bytes; /* budget those slots hold (a connection's share, ext_io.c) */
     size_t          reserved;    /* bytes held from the buffer budget */
     bool            failed;      /* an allocation failed while building a reply */
     storage_thread *st;

@@ -522,6 +522,58 @@ def test_concurrent_disk_gets_with_io_depth_come_back_right_and_in_request_order
     srv.check_healthy()
 
 
+MB_VALUE = 1_000_000
+
+
+def test_disk_gets_of_many_clients_beside_slow_readers_are_all_served(start_server, tmp_path):
+    """-m 64 (a connection buffer budget of 8 MiB): two clients pipeline 20
+    GETs of 1 MB disk values each and do not read; then 16 clients each get
+    a 1 MB disk value at once, reading their replies. Every one is served,
+    and the slow clients get all of theirs once they read. cachetd reserved
+    each disk value whole from the budget before reading it: the 16 got
+    `SERVER_ERROR out of memory writing get response` (3 of 16), and the
+    slow clients held the budget against everyone else. memcached 1.6.45
+    serves them all."""
+    srv = start_ext(start_server, tmp_path, size="256m", extra_opts="ext_item_age=0,ext_recache_rate=0")
+    keys = [f"mb{i}" for i in range(40)]
+    with srv.conn() as c:
+        for i, k in enumerate(keys):
+            assert c.store("set", k, value_of("mb", i, MB_VALUE)) == b"STORED"
+        wait_written(c, len(keys))
+        age_items(c, 2)
+        reads_before = stat(c, "get_extstore")
+        slow = []
+        for s in range(2):
+            sc = srv.conn()
+            sc.send(b"".join(b"get %s\r\n" % keys[(s * 20 + j) % len(keys)].encode() for j in range(20)))
+            slow.append(sc)
+        # the slow clients' first disk reads have started (and they hold what they may)
+        wait_until(lambda: stat(c, "get_extstore") >= reads_before + 2, 30, "the slow clients' disk reads")
+    results = [None] * 16
+
+    def client(n):
+        i = (n * 7) % len(keys)
+        try:
+            with srv.conn() as cc:
+                results[n] = cc.values(f"get {keys[i]}").get(keys[i], (None, b""))[1] == value_of("mb", i, MB_VALUE)
+        except Exception as e:   # reported below
+            results[n] = repr(e)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a client hung"
+    assert results == [True] * 16, results
+    for s, sc in enumerate(slow):
+        with sc:
+            for j in range(20):
+                i = (s * 20 + j) % len(keys)
+                assert sc.read_values() == {keys[i]: (0, value_of("mb", i, MB_VALUE), None)}, (s, j)
+    srv.check_healthy()
+
+
 @pytest.mark.cachetd_only(reason="when memcached counts an abort depends on its IO object's life")
 def test_a_disk_read_for_a_closed_connection_counts_get_aborted(start_server, tmp_path):
     """A client that asks for many disk values and hangs up leaves reads
