@@ -162,6 +162,7 @@ static inline void out_commit(struct conn *c, const char *end) { outbuf_commit(&
 /* This reply cannot be built: SERVER_ERROR instead (see outbuf_fail()). */
 static inline void out_fail(struct conn *c) { outbuf_fail(&c->out); }
 static inline bool out_defer_full(const struct conn *c) { return outbuf_defer_full(&c->out); }
+static inline size_t out_deferred_bytes(const struct conn *c) { return outbuf_deferred_bytes(&c->out); }
 /* A reply slot filled later, by any thread: see reply.h. */
 static inline struct reply_handle *reply_defer(struct conn *c, const struct reply_spec *spec)
 {

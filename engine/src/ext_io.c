@@ -251,7 +251,7 @@ void ext_io_worker_free(struct ext_worker *xw)
 static bool over_share(const struct conn *c, size_t need)
 {
     size_t limit = bufmem_limit();
-    size_t held = c->out.deferred_bytes;
+    size_t held = out_deferred_bytes(c);
     return limit && held && held + need > limit / CONN_SHARE_DIV;
 }
 

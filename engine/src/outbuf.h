@@ -114,6 +114,8 @@ static inline size_t outbuf_pending(const struct outbuf *o)
 {
     return o->seg_bytes + (o->len - o->run_start) - o->sent;
 }
+/* Budget held by deferred slots not yet sent. */
+static inline size_t outbuf_deferred_bytes(const struct outbuf *o) { return o->deferred_bytes; }
 static inline bool outbuf_empty(const struct outbuf *o)
 {
     return outbuf_pending(o) == 0 && o->ndeferred == 0;

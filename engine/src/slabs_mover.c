@@ -18,14 +18,15 @@
  *
  * Extstore's stub classes (below slabs_first_item_class) are never a source
  * by age, and on the request path only after every other class with more
- * than one page (a class's last page still goes last): a stub is
+ * than one page, and after every other one-page class: a stub is
  * the only trace of a value already on disk, and stubs are old because
  * nobody reads them, not because they are worth less. A 1 MB page holds
  * some 18,000 of them, and taking it for 256 values of 4 KB lost them all
  * (measured: 38,204 stubs in 33 moves under uniform disk reads whose values
  * came back to RAM). memcached's extstore automover likewise never balances
  * its small classes by age. A stub class with a page's worth of free chunks
- * still gives it up first (nothing live is lost).
+ * outside the page it gives up still gives it first (its stubs move to
+ * those chunks: nothing live is lost).
  *
  * Moving a page: it stops taking part in its class (its free chunks leave
  * the free list, it is no longer carved), its live items move to free chunks
