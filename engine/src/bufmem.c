@@ -14,6 +14,7 @@ void bufmem_set_limit(size_t bytes)
     limit_bytes = bytes;
     bufmem_pressure_bytes = bytes / 4 * 3;
 }
+size_t bufmem_limit(void) { return limit_bytes; }
 size_t bufmem_used(void) { return atomic_load_explicit(&bufmem_used_bytes, memory_order_relaxed); }
 
 bool bufmem_reserve(size_t n)

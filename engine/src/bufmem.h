@@ -31,6 +31,8 @@ void   bufmem_set_limit(size_t bytes);
 bool   bufmem_reserve(size_t n);
 void   bufmem_release(size_t n);
 size_t bufmem_used(void);
+/* The limit (0 = none). */
+size_t bufmem_limit(void);
 /* True when more than three quarters of the budget is in use: connections
  * then give back grown buffers as soon as they are sent, and those with
  * output to send wait. Inline: it is asked before every pipelined request. */

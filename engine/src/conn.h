@@ -85,6 +85,9 @@ struct conn {
                                      * what it sent is answered, then the connection closes */
     bool             yielded;       /* on the worker's pending list */
     bool             waits_output;  /* yielded for output room, not for fairness (-R) */
+    bool             waits_budget;  /* of those, a disk read with nothing queued waits for
+                                     * the buffer budget others hold (ext_io.c) */
+    uint32_t         budget_wait_since; /* rel_time_t it began, 0: not waiting */
     bool             started;       /* the first byte has been looked at */
     bool             tcp;           /* TCP (not a unix socket): idle_timeout applies */
     int              batch_idx;     /* io_uring mode: slot in the worker's batch, -1 if none */
@@ -188,6 +191,7 @@ static inline void out_commit(struct conn *c, const char *end) { outbuf_commit(&
 /* This reply cannot be built: SERVER_ERROR instead (see outbuf_fail()). */
 static inline void out_fail(struct conn *c) { outbuf_fail(&c->out); }
 static inline bool out_defer_full(const struct conn *c) { return outbuf_defer_full(&c->out); }
+static inline size_t out_deferred_bytes(const struct conn *c) { return outbuf_deferred_bytes(&c->out); }
 /* A reply slot filled later, by any thread: see reply.h. */
 static inline struct reply_handle *reply_defer(struct conn *c, const struct reply_spec *spec)
 {

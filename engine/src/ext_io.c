@@ -234,13 +234,57 @@ void ext_io_worker_free(struct ext_worker *xw)
     free(xw);
 }
 
+/* A disk read holds its whole value from the connection buffer budget
+ * until the reply is sent, so a connection's share of it is bounded: one
+ * that already holds 1/CONN_SHARE_DIV of the budget in disk replies (always
+ * at least one) waits for its client to read them before it starts another.
+ * Two clients that pipelined 20 GETs of 1 MB disk values each and did not
+ * read held the whole budget (8 MiB at -m 64), and every other client's disk
+ * GET failed; now each holds one or two values, and waits alone. */
+#define CONN_SHARE_DIV 16
+/* How long a disk read with nothing queued waits for budget others hold
+ * before it fails as before (SERVER_ERROR): while they read their replies it
+ * is freed within moments; clients that never read are held to their share
+ * (above), so only very many of them at once can use up this wait. */
+#define BUDGET_WAIT_MAX_S 5
+
+static bool over_share(const struct conn *c, size_t need)
+{
+    size_t limit = bufmem_limit();
+    size_t held = out_deferred_bytes(c);
+    return limit && held && held + need > limit / CONN_SHARE_DIV;
+}
+
+/* With nothing queued, a disk read whose reply does not fit the budget now
+ * waits for it (the worker retries the request, see worker_before_sleep),
+ * when it fits the budget at all and for a bounded time. */
+static bool wait_for_budget(struct conn *c, size_t need)
+{
+    size_t limit = bufmem_limit();
+    rel_time_t now = storage_now();
+    if (!limit || need > limit / 2) return false;
+    if (!c->budget_wait_since) c->budget_wait_since = now ? now : 1;
+    else if (now - c->budget_wait_since >= BUDGET_WAIT_MAX_S) return false;
+    c->waits_budget = true;
+    return true;
+}
+
+static void budget_wait_over(struct conn *c)
+{
+    c->waits_budget = false;
+    c->budget_wait_since = 0;
+}
+
 /* "No slot now" is never a miss: with output queued (and somewhere for the
  * read to go) the request waits for it to drain and asks again (false);
- * with nothing to wait for the reply fails (SERVER_ERROR), as a RAM value
- * without room does. */
-static bool no_slot(struct conn *c, bool can_wait)
+ * with nothing queued it waits for the budget (wait_for_budget); when that
+ * cannot help the reply fails (SERVER_ERROR), as a RAM value without room
+ * does. */
+static bool no_slot(struct conn *c, bool can_wait, size_t need)
 {
-    if (can_wait && out_can_wait(c)) return false;
+    if (can_wait && out_can_wait(c)) { c->waits_budget = false; return false; }
+    if (can_wait && wait_for_budget(c, need)) return false;
+    budget_wait_over(c);
     storage_ext_count_oom();
     out_fail(c);
     return true;
@@ -261,11 +305,14 @@ bool ext_io_value(struct conn *c, const char *hd, size_t nhead, const char *miss
 {
     struct reply_spec spec = { .head = hd, .nhead = nhead, .tail = "\r\n", .ntail = 2,
                                .miss = miss, .nmiss = nmiss, .max_bytes = v->nbytes, .ext = true };
+    size_t need = nhead + 2 + nmiss + v->nbytes + sizeof(struct job);
+    if (over_share(c, need)) return no_slot(c, true, need);
     /* on the worker's own ring when it has a free slot that fits */
     struct ext_worker *xw = c->w->ext;
     if (xw && ext_reader_can_start(xw->reader, nkey, v->nbytes)) {
         struct reply_handle *h = reply_defer(c, &spec);
-        if (!h) return no_slot(c, true);
+        if (!h) return no_slot(c, true, need);
+        budget_wait_over(c);
         storage_ext_count_get();
         struct job *j = &xw->jobs[ext_reader_next_slot(xw->reader)];
         job_fill(j, h, key, nkey, v);
@@ -281,8 +328,9 @@ bool ext_io_value(struct conn *c, const char *hd, size_t nhead, const char *miss
     if (!h) {
         free(j);
         if (reserved) bufmem_release(sizeof(struct job));
-        return no_slot(c, nthreads != 0);
+        return no_slot(c, nthreads != 0, need);
     }
+    budget_wait_over(c);
     storage_ext_count_get();
     job_fill(j, h, key, nkey, v);
     storage_ext_count_queue(1);

@@ -185,6 +185,17 @@ static bool flush_one(storage_thread *t, const struct ext_candidate *c)
     return true;
 }
 
+/* Whether class c can hold an item with ext_item_size bytes of value: its
+ * chunks are that large, it is the largest class (it chains longer values),
+ * or it held the head of a chained value (a value just over slab_chunk_max
+ * keeps only its last bytes in a head of a small class: skipping those
+ * classes left such values in RAM until they were evicted, never written). */
+static bool class_may_hold_large(unsigned c)
+{
+    return g_class_size[c] >= ITEM_HDR + KNOB(item_size) || c == slabs_class_count() ||
+           atomic_load_explicit(&g_class_held_chained[c], memory_order_relaxed);
+}
+
 /* Memory is short for large values: the classes that hold them have less
  * than a page's worth of free chunks left and no page was never handed out.
  * Slab pages never return to the free pool, so "pages used" stays at the
@@ -199,7 +210,7 @@ static bool memory_low(void)
     unsigned n = slabs_class_count();
     /* the stub classes hold no value to move out */
     for (unsigned c = slabs_first_item_class(); c <= n; c++) {
-        if (g_class_size[c] < ITEM_HDR + KNOB(item_size) && c != n) continue;
+        if (!class_may_hold_large(c)) continue;
         uint64_t pages = slabs_class_pages((int)c);
         if (!pages) continue;
         /* a class of a few pages keeps an eighth of them free, not a page */
@@ -220,10 +231,7 @@ static bool flusher_pass(void *arg)
     if (pressed || aged) {
         unsigned n = slabs_class_count();
         for (unsigned c = slabs_first_item_class(); c <= n; c++) {
-            /* a class whose chunks cannot hold ext_item_size bytes of value
-             * (or a stub class) holds no candidate (the largest class chains
-             * longer values) */
-            if (g_class_size[c] < ITEM_HDR + item_size && c != n) continue;
+            if (!class_may_hold_large(c)) continue;
             unsigned k = bags_ext_candidates((int)c, cands, FLUSH_BATCH, item_size,
                                              aged ? item_age : 0, pressed);
             for (unsigned i = 0; i < k; i++) flushed += flush_one(flusher_ctx, &cands[i]);

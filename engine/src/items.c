@@ -246,7 +246,32 @@ static item *find_live_locked(const char *key, size_t nkey, uint32_t hv, struct 
 
 /* ---- allocation ---- */
 
-static item *alloc_chunk(storage_thread *t, int clsid, bool prefer_page, enum store_result *err)
+/* A data chunk of a chained value is in no LRU, so its class may have
+ * nothing of its own to evict while chained values fill it: evicting the
+ * oldest items of the classes that hold chained heads frees data chunks, and
+ * counts as evictions. Without it the chunk came from another class's page,
+ * a stub class's or a head class's only one, and every item on it was lost
+ * uncounted (slab_reassign_evictions, `evictions` 0). Oldest class first. */
+static bool evict_chained_values(storage_thread *t, int data_clsid)
+{
+    unsigned n = slabs_class_count();
+    bool tried[MAX_SLAB_CLASSES + 1] = {0};
+    for (;;) {
+        int best = 0;
+        rel_time_t best_age = 0;
+        for (unsigned c = 1; c <= n; c++) {
+            if ((int)c == data_clsid || tried[c] || !atomic_load_explicit(&g_class_held_chained[c], memory_order_relaxed))
+                continue;
+            rel_time_t age = bags_oldest_age((int)c);
+            if (!best || age > best_age) { best = (int)c; best_age = age; }
+        }
+        if (!best) return false;
+        tried[best] = true;
+        if (bags_evict(t, best) > 0) return true;
+    }
+}
+
+static item *alloc_chunk(storage_thread *t, int clsid, bool prefer_page, bool data_chunk, enum store_result *err)
 {
     /* memcached's order: a free chunk, a new page, the class's own dead or
      * expired items, its oldest live items (unless -M); and, when the class
@@ -262,6 +287,7 @@ static item *alloc_chunk(storage_thread *t, int clsid, bool prefer_page, enum st
         if (prefer_page && round == 0 && slabs_acquire_page(t, clsid)) continue;
         ext_hooks()->note_pressure();   /* extstore: move cold values out before the next store must evict */
         if (bags_evict(t, clsid) > 0) continue;
+        if (data_chunk && !g_cfg.evict_disabled && evict_chained_values(t, clsid)) continue;
         if (!slabs_acquire_page(t, clsid)) break;
     }
     item *it = slabs_alloc_chunk(clsid);   /* a concurrent free may have landed */
@@ -356,7 +382,7 @@ static bool alloc_chain(storage_thread *t, item *head, const struct shape *sh, e
         bool last = i + 1 == sh->nchunks;
         size_t len = last ? sh->last_chunk : cap;
         int cls = last ? slabs_clsid(ITEM_HDR + len) : top;
-        item *c = cls ? alloc_chunk(t, cls, false, err) : NULL;
+        item *c = cls ? alloc_chunk(t, cls, false, true, err) : NULL;
         if (!c) {
             for (uint32_t j = 0; j < i; j++) slabs_free_chunk(handle_item(item_chain_handle(head, j)));
             return false;
@@ -396,7 +422,7 @@ item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t clien
     if (exptime) layout |= ITEM_HAS_EXPTIME;
     struct shape sh;
     if (!plan_shape(nkey, nbytes, layout, &sh)) { if (err) *err = STORE_TOO_LARGE; return NULL; }
-    item *it = alloc_chunk(t, sh.clsid, (sh.layout & ITEM_ON_DISK) != 0, err);
+    item *it = alloc_chunk(t, sh.clsid, (sh.layout & ITEM_ON_DISK) != 0, false, err);
     if (!it) return NULL;
     atomic_store_explicit(&it->h_next, 0, memory_order_relaxed);
     atomic_store_explicit(&it->lru_next, 0, memory_order_relaxed);
@@ -413,6 +439,8 @@ item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t clien
         slabs_free_chunk(it);
         return NULL;
     }
+    if ((sh.layout & ITEM_CHAINED) && !atomic_load_explicit(&g_class_held_chained[sh.clsid], memory_order_relaxed))
+        atomic_store_explicit(&g_class_held_chained[sh.clsid], true, memory_order_relaxed);
     return it;
 }
 

@@ -146,7 +146,11 @@ static int worker_before_sleep(struct ae_loop *l, void *data)
     }
 #endif
     int paused = net_listen_resume_due(w);
-    if (w->pending) return 0;
+    /* a disk read waiting for budget other connections hold is retried
+     * every millisecond, not in a busy loop */
+    bool only_budget = w->pending != NULL;
+    for (struct conn *p = w->pending; p && only_budget; p = p->next_pending) only_budget = p->waits_budget;
+    if (w->pending) return only_budget ? 1 : 0;
     return paused >= 0 && paused < 100 ? paused : 100;
 }
 

@@ -173,6 +173,7 @@ struct reply_handle *outbuf_defer(struct outbuf *o, const struct reply_spec *spe
     close_run(o);
     o->segs[o->nsegs++] = (struct out_seg){ .kind = SEG_DEFER, .len = 0, .h = h };
     o->ndeferred++;
+    o->deferred_bytes += reply_handle_size(h);
     o->nwaiting++;
     return h;
 }
@@ -207,6 +208,7 @@ static void seg_drop(struct outbuf *o, struct out_seg *s)
     } else if (s->kind == SEG_DEFER) {
         if (seg_waiting(s)) o->nwaiting--;
         o->ndeferred--;
+        o->deferred_bytes -= reply_handle_size(s->h);
         reply_handle_drop(s->h);
     }
 }

@@ -89,6 +89,7 @@ struct outbuf {
     size_t          sent;        /* bytes sent since the queue was last empty */
     uint32_t        ndeferred;   /* deferred slots not yet sent */
     uint32_t        nwaiting;    /* of those, slots whose completion has not arrived */
+    size_t          deferred_bytes; /* budget those slots hold (a connection's share, ext_io.c) */
     size_t          reserved;    /* bytes held from the buffer budget */
     bool            failed;      /* an allocation failed while building a reply */
     storage_thread *st;
@@ -113,6 +114,8 @@ static inline size_t outbuf_pending(const struct outbuf *o)
 {
     return o->seg_bytes + (o->len - o->run_start) - o->sent;
 }
+/* Budget held by deferred slots not yet sent. */
+static inline size_t outbuf_deferred_bytes(const struct outbuf *o) { return o->deferred_bytes; }
 static inline bool outbuf_empty(const struct outbuf *o)
 {
     return outbuf_pending(o) == 0 && o->ndeferred == 0;

@@ -168,6 +168,8 @@ size_t reply_handle_len(const struct reply_handle *h)
     return h->status == REPLY_HIT ? h->nhead + h->nvalue + h->ntail : h->nmiss;
 }
 
+size_t reply_handle_size(const struct reply_handle *h) { return h->size; }
+
 void reply_handle_free(struct reply_handle *h)
 {
     if (h->view.ref) item_view_release(h->st, &h->view);

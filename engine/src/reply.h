@@ -109,6 +109,8 @@ void *reply_handle_arrived(struct reply_handle *h);
 /* The slot's bytes once ready: up to 3 pieces, returns how many. */
 int   reply_handle_iov(const struct reply_handle *h, struct iovec iov[3]);
 size_t reply_handle_len(const struct reply_handle *h);
+/* Bytes it holds from the connection buffer budget. */
+size_t reply_handle_size(const struct reply_handle *h);
 /* The slot is no longer wanted (sent, connection closed, reply rolled back):
  * frees a ready handle now, or orphans a waiting one (freed when drained). */
 void  reply_handle_drop(struct reply_handle *h);

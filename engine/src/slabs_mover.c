@@ -18,14 +18,15 @@
  *
  * Extstore's stub classes (below slabs_first_item_class) are never a source
  * by age, and on the request path only after every other class with more
- * than one page (a class's last page still goes last): a stub is
+ * than one page, and after every other one-page class: a stub is
  * the only trace of a value already on disk, and stubs are old because
  * nobody reads them, not because they are worth less. A 1 MB page holds
  * some 18,000 of them, and taking it for 256 values of 4 KB lost them all
  * (measured: 38,204 stubs in 33 moves under uniform disk reads whose values
  * came back to RAM). memcached's extstore automover likewise never balances
  * its small classes by age. A stub class with a page's worth of free chunks
- * still gives it up first (nothing live is lost).
+ * outside the page it gives up still gives it first (its stubs move to
+ * those chunks: nothing live is lost).
  *
  * Moving a page: it stops taking part in its class (its free chunks leave
  * the free list, it is no longer carved), its live items move to free chunks
@@ -104,8 +105,8 @@ static void stop_draining(struct slabclass *sc, size_t pg)
 }
 
 /* The page of class src with the fewest allocated chunks (cheapest to empty),
- * or g_pages_max if none. */
-static size_t cheapest_page(int src)
+ * not one of the nskip pages in skip, or g_pages_max if none. */
+static size_t cheapest_page_but(int src, const size_t *skip, unsigned nskip)
 {
     struct slabclass *sc = &g_classes[src];
     size_t victim = g_pages_max;
@@ -114,11 +115,16 @@ static size_t cheapest_page(int src)
     pthread_mutex_lock(&sc->lock);
     for (size_t pg = 0; pg < lim && least > 0; pg++) {
         if (atomic_load_explicit(&g_page_cls[pg], memory_order_relaxed) != src || g_pages[pg].draining) continue;
+        bool skipped = false;
+        for (unsigned k = 0; k < nskip && !skipped; k++) skipped = skip[k] == pg;
+        if (skipped) continue;
         if (g_pages[pg].used < least) { least = g_pages[pg].used; victim = pg; }
     }
     pthread_mutex_unlock(&sc->lock);
     return victim;
 }
+
+static size_t cheapest_page(int src) { return cheapest_page_but(src, NULL, 0); }
 
 /* Evicts what lives in page pg of class src: its items, and the chained
  * values whose data chunks sit in it (their heads may be in any class). A
@@ -159,6 +165,23 @@ static void purge_page(int src, size_t pg, const char *lo, const char *hi)
     }
 }
 
+/* Free chunks a rescue leaves to the stores of the class (see rescue_page). */
+static uint32_t rescue_reserve(const struct slabclass *sc) { return sc->perpage / 4 + 8; }
+
+/* Whether every live item of page pg fits in the free chunks of its class
+ * outside that page, above the rescue's reserve: only then does moving the
+ * page lose nothing. A class's free bytes alone do not say it: a stub class
+ * whose only page holds 62 stubs has a page's worth free, all in that page,
+ * and moving it evicted every stub (the values on disk became misses with
+ * `evictions` 0). Class lock held. */
+static bool page_rescuable_locked(const struct slabclass *sc, size_t pg)
+{
+    uint64_t free_chunks = slabs_free_bytes_locked(sc) / sc->size;
+    uint64_t free_in_page = sc->perpage - g_pages[pg].used;
+    uint64_t free_elsewhere = free_chunks > free_in_page ? free_chunks - free_in_page : 0;
+    return free_elsewhere >= (uint64_t)g_pages[pg].used + rescue_reserve(sc);
+}
+
 /* Moves the linked items of page pg (draining) to free chunks elsewhere in
  * class src, while the class has any. A linked chunk's key was written
  * before it was linked and stays until the chunk is freed, which waits for
@@ -173,7 +196,7 @@ static void rescue_page(storage_thread *t, int src, size_t pg)
      * made one answer "out of memory" in a cold make check. So the rescue
      * leaves a reserve of free chunks to them, and what it cannot place
      * above the reserve is evicted, as before. */
-    uint32_t reserve = sc->perpage / 4 + 8;
+    uint32_t reserve = rescue_reserve(sc);
     for (uint32_t i = 0; i < sc->perpage; i++) {
         pthread_mutex_lock(&sc->lock);
         bool room = sc->free_count > reserve || (sc->bump_page >= 0 && sc->bump_next < sc->perpage) ||
@@ -263,7 +286,8 @@ static bool is_stub_class(int c) { return (unsigned)c < slabs_first_item_class()
 bool slabs_acquire_page(storage_thread *t, int dst)
 {
     /* Where to take a page from, cheapest first:
-     *  1. a class holding at least a page's worth of free chunks (nothing
+     *  1. a class holding at least a page's worth of free chunks whose
+     *     cheapest page's live items fit in its other free chunks (nothing
      *     live is lost);
      *  2. the class whose oldest item is the oldest, among classes with
      *     more than one page (the LRU across classes, and no class is left
@@ -291,13 +315,20 @@ bool slabs_acquire_page(storage_thread *t, int dst)
         pthread_mutex_lock(&sc->lock);
         uint64_t fr = slabs_free_bytes_locked(sc);
         pthread_mutex_unlock(&sc->lock);
-        if (fr >= g_page_size && fr > most_free) { most_free = fr; by_free = (int)c; }
+        if (fr < g_page_size || fr <= most_free) continue;
+        size_t pg = cheapest_page((int)c);
+        if (pg >= g_pages_max) continue;
+        pthread_mutex_lock(&sc->lock);
+        bool rescuable = page_rescuable_locked(sc, pg);
+        pthread_mutex_unlock(&sc->lock);
+        if (rescuable) { most_free = fr; by_free = (int)c; }
     }
     if (by_free) order[n++] = by_free;
     if (evict) {
         /* classes with more than one page, oldest items first, the stub
-         * classes last; then the classes with one page */
-        for (int pass = 0; pass < 3; pass++) {
+         * classes last; then the classes with one page, the stub classes
+         * last again */
+        for (int pass = 0; pass < 4; pass++) {
             int picked[MAX_SLAB_CLASSES + 1] = {0};
             for (;;) {
                 int best = 0;
@@ -305,7 +336,7 @@ bool slabs_acquire_page(storage_thread *t, int dst)
                 for (unsigned c = 1; c <= g_nclasses; c++) {
                     unsigned np = atomic_load(&g_classes[c].pages);
                     if ((int)c == dst || (int)c == by_free || picked[c] || np == 0) continue;
-                    if (pass < 2 ? np < 2 || is_stub_class((int)c) != (pass == 1) : np != 1) continue;
+                    if ((pass < 2 ? np < 2 : np != 1) || is_stub_class((int)c) != (pass % 2 == 1)) continue;
                     rel_time_t age = bags_oldest_age((int)c);
                     if (!best || age > best_age) { best = (int)c; best_age = age; }
                 }
@@ -315,10 +346,22 @@ bool slabs_acquire_page(storage_thread *t, int dst)
             }
         }
     }
+    /* A page that does not empty (a store in progress holds a chunk of it,
+     * not yet linked, so nothing can evict it) is not the class's only one:
+     * its next cheapest pages are tried before the next class. Going on to
+     * the next class at once gave away a stub class's only page, and with it
+     * every stub of a value on disk, while the class of chained heads before
+     * it had 31 more pages. */
+    enum { TRIES_PER_CLASS = 4 };
     bool moved = false;
     for (int i = 0; i < n && !moved; i++) {
-        size_t pg = cheapest_page(order[i]);
-        if (pg < g_pages_max) moved = move_page(t, order[i], dst, pg, evict);
+        size_t tried[TRIES_PER_CLASS];
+        for (unsigned k = 0; k < TRIES_PER_CLASS && !moved; k++) {
+            size_t pg = cheapest_page_but(order[i], tried, k);
+            if (pg >= g_pages_max) break;
+            tried[k] = pg;
+            moved = move_page(t, order[i], dst, pg, evict);
+        }
     }
     if (!evict && !moved) {
         /* -M: any class's empty page */

@@ -85,6 +85,11 @@ enum {
 extern bool g_use_cas;
 /* Chunk size of each class, indexed by class id; set by slabs_init. */
 extern uint32_t g_class_size[];
+/* Classes that ever held the head of a chained value (set once, never
+ * cleared): a head can sit in any class, however small, because it keeps
+ * only the value's last piece; extstore's flusher looks for large values in
+ * these classes too. */
+extern _Atomic bool g_class_held_chained[];
 extern char *g_region;
 extern unsigned g_page_shift;
 extern _Atomic uint8_t *g_page_cls;

@@ -546,6 +546,58 @@ def test_concurrent_disk_gets_with_io_depth_come_back_right_and_in_request_order
     srv.check_healthy()
 
 
+MB_VALUE = 1_000_000
+
+
+def test_disk_gets_of_many_clients_beside_slow_readers_are_all_served(start_server, tmp_path):
+    """-m 64 (a connection buffer budget of 8 MiB): two clients pipeline 20
+    GETs of 1 MB disk values each and do not read; then 16 clients each get
+    a 1 MB disk value at once, reading their replies. Every one is served,
+    and the slow clients get all of theirs once they read. cachetd reserved
+    each disk value whole from the budget before reading it: the 16 got
+    `SERVER_ERROR out of memory writing get response` (3 of 16), and the
+    slow clients held the budget against everyone else. memcached 1.6.45
+    serves them all."""
+    srv = start_ext(start_server, tmp_path, size="256m", extra_opts="ext_item_age=0,ext_recache_rate=0")
+    keys = [f"mb{i}" for i in range(40)]
+    with srv.conn() as c:
+        for i, k in enumerate(keys):
+            assert c.store("set", k, value_of("mb", i, MB_VALUE)) == b"STORED"
+        wait_written(c, len(keys))
+        age_items(c, 2)
+        reads_before = stat(c, "get_extstore")
+        slow = []
+        for s in range(2):
+            sc = srv.conn()
+            sc.send(b"".join(b"get %s\r\n" % keys[(s * 20 + j) % len(keys)].encode() for j in range(20)))
+            slow.append(sc)
+        # the slow clients' first disk reads have started (and they hold what they may)
+        wait_until(lambda: stat(c, "get_extstore") >= reads_before + 2, 30, "the slow clients' disk reads")
+    results = [None] * 16
+
+    def client(n):
+        i = (n * 7) % len(keys)
+        try:
+            with srv.conn() as cc:
+                results[n] = cc.values(f"get {keys[i]}").get(keys[i], (None, b""))[1] == value_of("mb", i, MB_VALUE)
+        except Exception as e:   # reported below
+            results[n] = repr(e)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a client hung"
+    assert results == [True] * 16, results
+    for s, sc in enumerate(slow):
+        with sc:
+            for j in range(20):
+                i = (s * 20 + j) % len(keys)
+                assert sc.read_values() == {keys[i]: (0, value_of("mb", i, MB_VALUE), None)}, (s, j)
+    srv.check_healthy()
+
+
 @pytest.mark.cachetd_only(reason="when memcached counts an abort depends on its IO object's life")
 def test_a_disk_read_for_a_closed_connection_counts_get_aborted(start_server, tmp_path):
     """A client that asks for many disk values and hangs up leaves reads
@@ -964,6 +1016,75 @@ def test_sets_and_deletes_racing_the_flusher_never_resurrect_old_values(start_se
         assert int(c.stats()["extstore_objects_written"]) > 0
         # some of those reads went to disk: the race was with real swaps
         assert stat(c, "get_extstore") > 0
+    srv.check_healthy()
+
+
+# ---- values over slab_chunk_max: written to disk, never lost uncounted ------------
+
+def page_move_evictions(c):
+    """Items evicted to move slab pages: cachetd's per-class
+    slab_reassign_evictions, memcached's slab_reassign_evictions_nomem."""
+    items = c.stats("items")
+    return (sum(int(v) for k, v in items.items() if k.endswith(":slab_reassign_evictions")) +
+            int(c.stats().get("slab_reassign_evictions_nomem", 0)))
+
+
+def wait_settled_or_not(c, n, seconds=60.0):   # a bound for slow (TSan) builds, not a target
+    """Waits until each of n values stored was either written to disk or
+    evicted; returns anyway after `seconds`, so the reads below report what
+    was lost instead of a timeout."""
+    try:
+        wait_until(lambda: stat(c, "extstore_objects_written") + stat(c, "evictions") + page_move_evictions(c) >= n,
+                   seconds, f"{n} values written to disk or evicted")
+    except AssertionError:
+        pass
+
+
+@pytest.mark.parametrize("size,n", [(900_000, 150), (512 * 1024 + 100, 200), (600_000, 120),
+                                    (512 * 1024, 200)],
+                         ids=["900000", "chunk_max+100", "600000", "chunk_max"])
+def test_values_over_slab_chunk_max_reach_disk_and_a_miss_is_an_eviction(start_server, tmp_path, size, n):
+    """-m 64, a 1 GiB file, ext_item_age=0: values larger than slab_chunk_max
+    (512 KiB here) are chained, and more of them are stored, each
+    acknowledged, than RAM holds. Each must read back, or be a miss that
+    `evictions` (or a page move's evictions, before it reached the disk)
+    counts, and a value written to disk loses its stub only to an eviction. cachetd lost them two ways: a value just over
+    slab_chunk_max keeps only its last bytes in a head of a small class, which
+    the flusher skipped, so it never reached the disk; and a store needing a
+    data chunk (in no LRU) took another class's only page, the stub class's,
+    evicting every stub of a value already on disk, with `evictions` 0
+    (items:N:slab_reassign_evictions instead). memcached 1.6.45: 150 of 150,
+    and 186 to 200 of 200 with the rest counted as evictions."""
+    srv = start_ext(start_server, tmp_path, size="1g", extra_opts="ext_item_age=0")
+    with srv.conn() as c:
+        for i in range(n):
+            assert c.store("set", f"chained{i}", value_of("chained", i, size)) == b"STORED", i
+        wait_settled_or_not(c, n)
+        age_items(c, 2)
+        missing, wrong = [], []
+        for i in range(n):
+            got = get_one(c, f"chained{i}")
+            if got is None:
+                missing.append(i)
+            elif got[1] != value_of("chained", i, size):
+                wrong.append(i)
+        st = c.stats()
+        moved_out = page_move_evictions(c)
+        assert not wrong, wrong[:10]
+        # more than -m 64 holds came back: from the disk
+        assert int(st["extstore_objects_written"]) > 0 and int(st["get_extstore"]) > 0, st
+        # nothing was deleted or overwritten and the file never filled: a
+        # record written lost its key's stub in RAM only to a counted eviction
+        # (a page move evicting stubs is not one: their values were safe)
+        unreferenced = int(st["extstore_objects_written"]) - int(st["extstore_objects_used"])
+        assert unreferenced <= int(st["evictions"]), (
+            f"{st['extstore_objects_written']} written, {st['extstore_objects_used']} still referenced, "
+            f"{st['evictions']} evictions, {moved_out} evicted by page moves")
+        # a value that never reached the disk is a counted eviction (by a
+        # store, or by a page move before the flusher got to it)
+        assert len(missing) <= int(st["evictions"]) + moved_out, (
+            f"{len(missing)} of {n} values missing, {st['evictions']} evictions, {moved_out} by page moves, "
+            f"{st['extstore_objects_written']} written: {missing[:10]}")
     srv.check_healthy()
 
 
