@@ -122,6 +122,10 @@ test-e2e-monitoring: ## The e2e suite with stage 15 (make check runs this): prom
 k8s-background: ## Start building envtest's and the local cluster's Kubernetes binaries in the background (cached by version; their users wait for them).
 	@hack/build-k8s.sh --background
 
+.PHONY: security-stack-background
+security-stack-background: ## Start building the NetworkPolicy enforcer and fetching cert-manager's CRDs in the background (cached by version; hack/security-stack.sh).
+	@hack/security-stack.sh --background kube-network-policies cert-manager-crds
+
 .PHONY: prometheus-stack-background
 prometheus-stack-background: ## Start building the Prometheus stack's binaries in the background (cached by version; stage 15 and make up wait for them).
 	@hack/prometheus-stack.sh --background operator prometheus-config-reloader adapter prometheus
