@@ -758,7 +758,9 @@ func TestAdmissionRejectsInvalidCaches(t *testing.T) {
 		{"tls-client-ca-without-require", func(c *cachev1alpha1.Cache) {
 			c.Spec.TLS = &cachev1alpha1.TLSSpec{SecretName: "mine", ClientCA: &cachev1alpha1.SecretKeyRef{Name: "clients"}}
 		}, []string{"spec.tls.clientCA", "only with clientAuth Require"}},
-		{"tls-bad-client-auth", func(c *cachev1alpha1.Cache) { c.Spec.TLS = &cachev1alpha1.TLSSpec{SecretName: "mine", ClientAuth: "Optional"} }, []string{"spec.tls.clientAuth", "Unsupported value"}},
+		{"tls-bad-client-auth", func(c *cachev1alpha1.Cache) {
+			c.Spec.TLS = &cachev1alpha1.TLSSpec{SecretName: "mine", ClientAuth: "Optional"}
+		}, []string{"spec.tls.clientAuth", "Unsupported value"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { mustRefuse(t, ns, tc.name, tc.mutate, tc.want...) })
