@@ -28,6 +28,7 @@ import (
 	"sort"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
 )
@@ -127,4 +128,18 @@ func Certificate(c *cachev1alpha1.Cache, o BuildOptions) *unstructured.Unstructu
 		},
 	}}
 	return cert
+}
+
+// certManagerObject and certManagerList are empty objects of a cert-manager
+// kind, for the owned-kinds table's watches, informers and listing.
+func certManagerObject(kind string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(schema.FromAPIVersionAndKind(CertManagerAPI, kind))
+	return u
+}
+
+func certManagerList(kind string) *unstructured.UnstructuredList {
+	u := &unstructured.UnstructuredList{}
+	u.SetGroupVersionKind(schema.FromAPIVersionAndKind(CertManagerAPI, kind))
+	return u
 }

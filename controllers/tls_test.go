@@ -18,12 +18,14 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -106,4 +108,33 @@ func TestCertificateMatchesCertManagersSchema(t *testing.T) {
 	if !reflect.DeepEqual(sent.Object["spec"], built.Object["spec"]) {
 		t.Fatalf("the API server would store another spec (a field it does not know was pruned):\nbuilt  %v\nstored %v", built.Object["spec"], sent.Object["spec"])
 	}
+}
+
+// spec.tls.issuerRef on a real API server: the Cache gets its Certificate
+// once cert-manager's CRDs exist, controlled by the Cache, and loses it when
+// spec.tls goes.
+func TestCertificateFollowsTheSpec(t *testing.T) {
+	needIntegration(t)
+	installCertManagerCRDs(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := createCache(t, ns, "secure", withIssuer)
+	key := client.ObjectKey{Namespace: ns, Name: CertificateName(c)}
+	cert := certManagerObject("Certificate")
+	eventually(t, "the Certificate of spec.tls.issuerRef", func() (bool, string) {
+		if err := k8sClient.Get(ctx, key, cert); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	if !controlledBy(cert, c) {
+		t.Error("the Certificate is not controlled by the Cache")
+	}
+	if _, err := updateCache(ns, "secure", func(c *cachev1alpha1.Cache) { c.Spec.TLS = nil }); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Certificate pruned without spec.tls", func() (bool, string) {
+		err := k8sClient.Get(ctx, key, certManagerObject("Certificate"))
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
 }
