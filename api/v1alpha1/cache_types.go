@@ -250,8 +250,8 @@ type AuthSpec struct {
 	// renders it into the engine's authfile (user:password lines) in the
 	// Secret CACHE-authfile, which the pods mount as a volume: an edit of
 	// the Secret reaches the engine, which reloads the file, without a pod
-	// restart. A user name with ':' or a value with a line break is
-	// refused (condition AuthReady).
+	// restart. A user name with ':' or a value with a line break cannot be
+	// an authfile line and is not rendered.
 	SecretRef LocalSecretReference `json:"secretRef"`
 }
 
@@ -745,16 +745,6 @@ const (
 	// SharedCores, NoQueue), Unknown while a pod is not yet scheduled or
 	// not yet seen by the tuner. Absent with irqStrategy none.
 	ConditionNodeTuned = "NodeTuned"
-	// ConditionTLSReady is True when the serving certificate (and the client
-	// CA for clientAuth Require) is in its Secret and mounted, False naming
-	// what is missing: NoCertManager (no Certificate CRD), IssuerNotReady,
-	// CertificateNotReady, SecretMissing, SecretKeyMissing. Absent without
-	// spec.tls.
-	ConditionTLSReady = "TLSReady"
-	// ConditionAuthReady is True when spec.auth.secretRef is rendered into
-	// the authfile Secret, False with SecretMissing or InvalidUser. Absent
-	// without spec.auth.
-	ConditionAuthReady = "AuthReady"
 )
 
 // CacheStatus is the observed state of a Cache.
