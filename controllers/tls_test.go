@@ -19,8 +19,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
@@ -28,7 +26,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
 )
@@ -77,18 +74,7 @@ func TestCertificateOnlyForAnIssuer(t *testing.T) {
 // installCertManagerCRDs installs cert-manager's CRDs from its own module
 // (CERT_MANAGER_CRDS, set by 'make test'), as installing cert-manager would.
 func installCertManagerCRDs(t *testing.T) {
-	t.Helper()
-	dir := os.Getenv("CERT_MANAGER_CRDS")
-	if dir == "" {
-		t.Fatal("CERT_MANAGER_CRDS is not set; run 'make test'")
-	}
-	_, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
-		Paths:              []string{filepath.Join(dir, "cert-manager.io_certificates.yaml"), filepath.Join(dir, "cert-manager.io_issuers.yaml")},
-		ErrorIfPathMissing: true,
-	})
-	if err != nil {
-		t.Fatalf("installing cert-manager's CRDs: %v", err)
-	}
+	installCRDsFrom(t, "CERT_MANAGER_CRDS", "cert-manager.io_certificates.yaml", "cert-manager.io_issuers.yaml")
 }
 
 // The Certificate as cert-manager's own CRD judges it: the API server

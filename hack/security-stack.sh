@@ -24,6 +24,7 @@
 # Prints each result's path on the last lines ("<name> <path>").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/hack/cached-build.sh"
 cache_root="${CACHET_CACHE:-$HOME/.cache/cachet}/security-stack"
 out="$root/bin/security-stack"
 if [ "${1:-}" = --background ]; then
@@ -58,11 +59,7 @@ for b in "${want[@]}"; do
   esac
   cache="$cache_root/$version"
   mkdir -p "$cache"
-  exec {lock}>"$cache/.$b.lock"
-  if ! flock -n "$lock"; then
-    echo "==> waiting for another build of $b"
-    flock "$lock"
-  fi
+  cached_lock "$cache" "$b"
   if [ ! -e "$cache/$b" ]; then
     echo "==> building $b $version (cached in $cache)"
     start=$SECONDS
@@ -82,13 +79,7 @@ for b in "${want[@]}"; do
   else
     echo "==> $b $version cached"
   fi
-  exec {lock}>&-
-  if [ -d "$cache/$b" ]; then
-    rm -rf "$out/$b" && cp -r "$cache/$b" "$out/$b"
-  elif ! cmp -s "$cache/$b" "$out/$b" 2>/dev/null; then
-    # Copy then rename: a running binary cannot be overwritten ("Text file busy").
-    cp "$cache/$b" "$out/.$b.tmp.$$" && mv "$out/.$b.tmp.$$" "$out/$b"
-  fi
+  cached_publish "$cache" "$out" "$b"
   paths+=("$b $out/$b")
 done
 printf '%s\n' "kube-network-policies=$knp_version cert-manager=$cm_version" >"$out/VERSIONS"
