@@ -25,3 +25,17 @@ cached_publish() {
     cp "$1/$3" "$2/.$3.tmp.$$" && mv "$2/.$3.tmp.$$" "$2/$3"
   fi
 }
+
+# cached_background_if_asked OUT WHAT SCRIPT ARGS...: with --background first
+# in ARGS, reruns SCRIPT with the rest detached (log OUT/background.log) and
+# exits; otherwise returns.
+cached_background_if_asked() {
+  local out=$1 what=$2 script=$3
+  shift 3
+  [ "${1:-}" = --background ] || return 0
+  shift
+  mkdir -p "$out"
+  "$script" "$@" >"$out/background.log" 2>&1 </dev/null &
+  echo "==> building $what in the background (pid $!, log $out/background.log)"
+  exit 0
+}

@@ -33,13 +33,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/hack/cached-build.sh"
 cache_root="${CACHET_CACHE:-$HOME/.cache/cachet}/prometheus-stack"
 out="$root/bin/prometheus-stack"
-if [ "${1:-}" = --background ]; then
-  shift
-  mkdir -p "$out"
-  "$0" "$@" >"$out/background.log" 2>&1 </dev/null &
-  echo "==> building the Prometheus stack in the background (pid $!, log $out/background.log)"
-  exit 0
-fi
+cached_background_if_asked "$out" "the Prometheus stack" "$0" "$@"
 all=(adapter adapter-metrics-check operator prometheus-config-reloader prometheus)
 want=("$@"); [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 

@@ -27,13 +27,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/hack/cached-build.sh"
 cache_root="${CACHET_CACHE:-$HOME/.cache/cachet}/security-stack"
 out="$root/bin/security-stack"
-if [ "${1:-}" = --background ]; then
-  shift
-  mkdir -p "$out"
-  "$0" "$@" >"$out/background.log" 2>&1 </dev/null &
-  echo "==> building the security stack in the background (pid $!, log $out/background.log)"
-  exit 0
-fi
+cached_background_if_asked "$out" "the security stack" "$0" "$@"
 buildable=(kube-network-policies cert-manager-crds)
 want=("$@"); [ ${#want[@]} -gt 0 ] || want=("${buildable[@]}")
 
