@@ -86,6 +86,11 @@ ENVTEST_START_TIMEOUT ?= 2m
 # hack/helm-lint.sh and hack/prometheus-stack.sh use too.
 PROMETHEUS_OPERATOR_VERSION ?= $(shell awk '$$1=="require" && $$2=="github.com/prometheus-operator/prometheus-operator" {print $$3}' hack/tools/prometheus-operator/go.mod)
 PROMETHEUS_OPERATOR_CRDS = $$(cd /tmp && GOFLAGS= go mod download -json github.com/prometheus-operator/prometheus-operator@$(PROMETHEUS_OPERATOR_VERSION) | awk -F'"' '/"Dir"/{print $$4}')/example/prometheus-operator-crd
+# cert-manager's CRDs (deploy/crds/ of its main module, at the version
+# hack/tools/cert-manager pins), which envtest installs to check the
+# Certificate the operator builds.
+CERT_MANAGER_VERSION ?= $(shell awk '$$1=="require" && $$2=="github.com/cert-manager/cert-manager" {print $$3}' hack/tools/cert-manager/go.mod)
+CERT_MANAGER_CRDS = $$(cd /tmp && GOFLAGS= go mod download -json github.com/cert-manager/cert-manager@$(CERT_MANAGER_VERSION) | awk -F'"' '/"Dir"/{print $$4}')/deploy/crds
 .PHONY: test
 test: test-current test-floor ## Run unit and envtest tests against a real kube-apiserver and etcd: the current release and the floor.
 
@@ -95,14 +100,14 @@ test-current: manifests generate fmt vet envtest kustomize ## Unit tests and env
 	@# scraping a real cachetd.
 	$(MAKE) -s -C engine all
 	@echo "==> envtest on kube-apiserver $$(cat $(LOCALBIN)/k8s/VERSION) (current)"
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" KUSTOMIZE="$(KUSTOMIZE)" PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" \
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" KUSTOMIZE="$(KUSTOMIZE)" PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" CERT_MANAGER_CRDS="$(CERT_MANAGER_CRDS)" \
 	KUBEBUILDER_CONTROLPLANE_START_TIMEOUT=$(ENVTEST_START_TIMEOUT) KUBEBUILDER_CONTROLPLANE_STOP_TIMEOUT=$(ENVTEST_START_TIMEOUT) \
 	go test $$(go list ./... | grep -v /test/e2e) -coverprofile cover.out
 
 .PHONY: test-floor
 test-floor: manifests generate envtest-floor kustomize ## envtest on the chart's floor kube-apiserver (hack/tools/k8s-floor).
 	@echo "==> envtest on kube-apiserver $$(cat $(LOCALBIN)/k8s-floor/VERSION) (the chart's floor)"
-	KUBEBUILDER_ASSETS="$(ENVTEST_FLOOR_ASSETS)" KUSTOMIZE="$(KUSTOMIZE)" PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" \
+	KUBEBUILDER_ASSETS="$(ENVTEST_FLOOR_ASSETS)" KUSTOMIZE="$(KUSTOMIZE)" PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" CERT_MANAGER_CRDS="$(CERT_MANAGER_CRDS)" \
 	KUBEBUILDER_CONTROLPLANE_START_TIMEOUT=$(ENVTEST_START_TIMEOUT) KUBEBUILDER_CONTROLPLANE_STOP_TIMEOUT=$(ENVTEST_START_TIMEOUT) \
 	go test -count=1 . ./controllers/...
 
@@ -121,6 +126,10 @@ test-e2e-monitoring: ## The e2e suite with stage 15 (make check runs this): prom
 .PHONY: k8s-background
 k8s-background: ## Start building envtest's and the local cluster's Kubernetes binaries in the background (cached by version; their users wait for them).
 	@hack/build-k8s.sh --background
+
+.PHONY: security-stack-background
+security-stack-background: ## Start building the NetworkPolicy enforcer and fetching cert-manager's CRDs in the background (cached by version; hack/security-stack.sh).
+	@hack/security-stack.sh --background kube-network-policies cert-manager-crds
 
 .PHONY: prometheus-stack-background
 prometheus-stack-background: ## Start building the Prometheus stack's binaries in the background (cached by version; stage 15 and make up wait for them).

@@ -82,6 +82,8 @@ type BuildOptions struct {
 	Engine engine.Options
 	// Image is the engine image of the pod template.
 	Image string
+	// ClusterDomain completes the DNS names a certificate is issued for.
+	ClusterDomain string
 }
 
 // Names of the owned objects. They are derived from the Cache's name alone

@@ -225,7 +225,7 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	opts := BuildOptions{Engine: EngineOptionsFor(r.Engine, image, r.EngineImage, running), Image: image}
+	opts := BuildOptions{Engine: EngineOptionsFor(r.Engine, image, r.EngineImage, running), Image: image, ClusterDomain: r.ClusterDomain}
 
 	a, done, err := r.applyOwned(ctx, c, prevSTS, opts)
 	if done != nil || err != nil {

@@ -751,6 +751,16 @@ func TestAdmissionRejectsInvalidCaches(t *testing.T) {
 		{"bad-update-strategy", func(c *cachev1alpha1.Cache) { c.Spec.UpdateStrategy.Type = "Everything" }, []string{"spec.updateStrategy.type", "Unsupported value"}},
 		{"bad-service-type", func(c *cachev1alpha1.Cache) { c.Spec.Service.Type = "ExternalName" }, []string{"spec.service.type", "Unsupported value"}},
 		{"replicas-negative", func(c *cachev1alpha1.Cache) { c.Spec.Replicas = ptr.To(int32(-1)) }, []string{"spec.replicas", "greater than or equal to 0"}},
+		{"tls-two-sources", func(c *cachev1alpha1.Cache) {
+			c.Spec.TLS = &cachev1alpha1.TLSSpec{IssuerRef: &cachev1alpha1.IssuerReference{Name: "ca"}, SecretName: "mine"}
+		}, []string{"spec.tls", "exactly one of issuerRef", "secretName"}},
+		{"tls-no-source", func(c *cachev1alpha1.Cache) { c.Spec.TLS = &cachev1alpha1.TLSSpec{} }, []string{"spec.tls", "exactly one of issuerRef"}},
+		{"tls-client-ca-without-require", func(c *cachev1alpha1.Cache) {
+			c.Spec.TLS = &cachev1alpha1.TLSSpec{SecretName: "mine", ClientCA: &cachev1alpha1.SecretKeyRef{Name: "clients"}}
+		}, []string{"spec.tls.clientCA", "only with clientAuth Require"}},
+		{"tls-bad-client-auth", func(c *cachev1alpha1.Cache) {
+			c.Spec.TLS = &cachev1alpha1.TLSSpec{SecretName: "mine", ClientAuth: "Optional"}
+		}, []string{"spec.tls.clientAuth", "Unsupported value"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { mustRefuse(t, ns, tc.name, tc.mutate, tc.want...) })

@@ -270,7 +270,7 @@ func TestRBACMarkersMatchOwnedKinds(t *testing.T) {
 // The watch-namespaces mode: every informer, Caches included, is limited to
 // the listed namespaces, which is what lets the chart grant Roles only.
 func TestWatchNamespacesLimitEveryInformer(t *testing.T) {
-	opts := CacheOptions(map[string]bool{"podmonitors": true, "prometheusrules": true}, "team-a", "team-b")
+	opts := CacheOptions(map[string]bool{"podmonitors": true, "prometheusrules": true, "certificates": true}, "team-a", "team-b")
 	if len(opts.DefaultNamespaces) != 2 {
 		t.Fatalf("default namespaces %v", opts.DefaultNamespaces)
 	}
@@ -288,8 +288,8 @@ func TestWatchNamespacesLimitEveryInformer(t *testing.T) {
 	}
 	// Kinds the cluster does not serve get no informer: one would stop the
 	// manager from starting.
-	if n := len(CacheOptions(nil).ByObject); n != len(ownedKinds)-2+2 {
-		t.Errorf("%d informer filters without prometheus-operator's kinds, want %d", n, len(ownedKinds))
+	if n := len(CacheOptions(nil).ByObject); n != len(ownedKinds)-3+2 {
+		t.Errorf("%d informer filters without prometheus-operator's and cert-manager's kinds, want %d", n, len(ownedKinds)-3+2)
 	}
 }
 

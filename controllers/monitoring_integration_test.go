@@ -45,20 +45,24 @@ import (
 // by 'make test'), as installing prometheus-operator in a running cluster
 // would.
 func installPrometheusOperatorCRDs(t *testing.T) {
+	installCRDsFrom(t, "PROMETHEUS_OPERATOR_CRDS", "monitoring.coreos.com_podmonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml")
+}
+
+// installCRDsFrom installs CRD files of another project from the directory
+// an environment variable of 'make test' names (its module in the module
+// cache).
+func installCRDsFrom(t *testing.T, dirVar string, files ...string) {
 	t.Helper()
-	dir := os.Getenv("PROMETHEUS_OPERATOR_CRDS")
+	dir := os.Getenv(dirVar)
 	if dir == "" {
-		t.Fatal("PROMETHEUS_OPERATOR_CRDS is not set; run 'make test'")
+		t.Fatal(dirVar + " is not set; run 'make test'")
 	}
-	_, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
-		Paths: []string{
-			filepath.Join(dir, "monitoring.coreos.com_podmonitors.yaml"),
-			filepath.Join(dir, "monitoring.coreos.com_prometheusrules.yaml"),
-		},
-		ErrorIfPathMissing: true,
-	})
-	if err != nil {
-		t.Fatalf("installing prometheus-operator's CRDs: %v", err)
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = filepath.Join(dir, f)
+	}
+	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: paths, ErrorIfPathMissing: true}); err != nil {
+		t.Fatalf("installing %s from %s: %v", files, dir, err)
 	}
 }
 

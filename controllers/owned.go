@@ -47,6 +47,7 @@ import (
 // +kubebuilder:rbac:groups=monitoring.coreos.com,resources=prometheusrules,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;list;watch;create;patch;delete
 
 // ownedKind is one kind of object the operator makes for a Cache.
 type ownedKind struct {
@@ -118,6 +119,9 @@ var ownedKinds = []ownedKind{
 		})},
 	{group: "networking.k8s.io", resource: "networkpolicies", object: &networkingv1.NetworkPolicy{}, list: &networkingv1.NetworkPolicyList{},
 		build: one(NetworkPolicy), prune: true},
+	// Before the StatefulSet: its pods mount the Secret cert-manager writes.
+	{group: "cert-manager.io", resource: "certificates", object: certManagerObject("Certificate"), list: certManagerList("CertificateList"),
+		build: one(Certificate), prune: true, optionalAPI: CertManagerAPI},
 	{group: "apps", resource: "statefulsets", object: &appsv1.StatefulSet{}, list: &appsv1.StatefulSetList{},
 		build: one(StatefulSet), deletes: true},
 	{group: "monitoring.coreos.com", resource: "podmonitors", object: &monitoringv1.PodMonitor{}, list: &monitoringv1.PodMonitorList{},

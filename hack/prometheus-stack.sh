@@ -30,15 +30,10 @@
 # Prints each binary's path on the last lines ("<name> <path>").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/hack/cached-build.sh"
 cache_root="${CACHET_CACHE:-$HOME/.cache/cachet}/prometheus-stack"
 out="$root/bin/prometheus-stack"
-if [ "${1:-}" = --background ]; then
-  shift
-  mkdir -p "$out"
-  "$0" "$@" >"$out/background.log" 2>&1 </dev/null &
-  echo "==> building the Prometheus stack in the background (pid $!, log $out/background.log)"
-  exit 0
-fi
+cached_background_if_asked "$out" "the Prometheus stack" "$0" "$@"
 all=(adapter adapter-metrics-check operator prometheus-config-reloader prometheus)
 want=("$@"); [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 
@@ -71,13 +66,7 @@ for b in "${want[@]}"; do
   esac
   cache="$cache_root/$version"
   mkdir -p "$cache"
-  # make check and make up may want the same binary at once: one builds, the
-  # others wait for it and then find it cached.
-  exec {lock}>"$cache/.$b.lock"
-  if ! flock -n "$lock"; then
-    echo "==> waiting for another build of $b"
-    flock "$lock"
-  fi
+  cached_lock "$cache" "$b"
   if [ ! -x "$cache/$b" ]; then
     echo "==> building $b $version (cold builds take minutes; cached in $cache)"
     start=$SECONDS
@@ -97,11 +86,7 @@ for b in "${want[@]}"; do
   else
     echo "==> $b $version cached"
   fi
-  exec {lock}>&-
-  # Copy then rename: a running binary cannot be overwritten ("Text file busy").
-  if ! cmp -s "$cache/$b" "$out/$b" 2>/dev/null; then
-    cp "$cache/$b" "$out/.$b.tmp.$$" && mv "$out/.$b.tmp.$$" "$out/$b"
-  fi
+  cached_publish "$cache" "$out" "$b"
   paths+=("$b $out/$b")
 done
 printf '%s\n' "adapter=$adapter_version operator=$operator_version prometheus=$prometheus_version" >"$out/VERSIONS"

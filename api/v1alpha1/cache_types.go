@@ -162,6 +162,115 @@ type CacheSpec struct {
 	// without restarting a pod (docs/node-tuning.md).
 	// +optional
 	NodeTuning NodeTuningSpec `json:"nodeTuning,omitempty"`
+
+	// TLS, when set, serves the memcached protocol over TLS only (cachetd -Z
+	// with memcached's -o ssl_* options); the plaintext port is off. The
+	// certificate comes from cert-manager (issuerRef) or from a Secret the
+	// user keeps (secretName); its rotation reaches the engine without a pod
+	// restart (docs/security.md).
+	// +optional
+	TLS *TLSSpec `json:"tls,omitempty"`
+
+	// Auth, when set, makes every connection authenticate first, as with
+	// memcached's -Y authfile: the first command is a set whose value is
+	// "user password".
+	// +optional
+	Auth *AuthSpec `json:"auth,omitempty"`
+}
+
+// TLSSpec is where a Cache's serving certificate comes from and whether
+// clients must present one.
+// +kubebuilder:validation:XValidation:rule="has(self.issuerRef) != has(self.secretName)",message="spec.tls needs exactly one of issuerRef (cert-manager issues the certificate) and secretName (a kubernetes.io/tls Secret you keep)"
+// +kubebuilder:validation:XValidation:rule="!has(self.clientCA) || (has(self.clientAuth) && self.clientAuth == 'Require')",message="spec.tls.clientCA is used only with clientAuth Require: without it clients present no certificate",fieldPath=".clientCA"
+type TLSSpec struct {
+	// IssuerRef names the cert-manager Issuer or ClusterIssuer that signs
+	// the certificate. The operator owns one cert-manager Certificate per
+	// Cache, Secret CACHE-tls, whose SANs are every pod's DNS name and the
+	// Cache's Services. Needs cert-manager's CRDs in the cluster.
+	// +optional
+	IssuerRef *IssuerReference `json:"issuerRef,omitempty"`
+
+	// SecretName is a kubernetes.io/tls Secret in the Cache's namespace
+	// (tls.crt, tls.key, and ca.crt for clientAuth Require) that the user
+	// issues and rotates.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +optional
+	SecretName string `json:"secretName,omitempty"`
+
+	// ClientAuth None accepts any client that completes the handshake;
+	// Require refuses clients without a certificate signed by the client
+	// CA (cachetd -o ssl_verify_mode=2).
+	// +kubebuilder:validation:Enum=None;Require
+	// +kubebuilder:default=None
+	// +optional
+	ClientAuth string `json:"clientAuth,omitempty"`
+
+	// ClientCA is the CA bundle that signs client certificates, for
+	// clientAuth Require. Without it the serving Secret's ca.crt is used
+	// (cert-manager writes it for CA issuers).
+	// +optional
+	ClientCA *SecretKeyRef `json:"clientCA,omitempty"`
+
+	// MinVersion is the oldest TLS version accepted (cachetd -o
+	// ssl_min_version).
+	// +kubebuilder:validation:Enum=TLSv1.2;TLSv1.3
+	// +kubebuilder:default=TLSv1.2
+	// +optional
+	MinVersion string `json:"minVersion,omitempty"`
+}
+
+// IssuerReference names a cert-manager issuer, as cert-manager's own
+// issuerRef does.
+type IssuerReference struct {
+	// Name of the Issuer (in the Cache's namespace) or ClusterIssuer.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Kind is Issuer or ClusterIssuer.
+	// +kubebuilder:validation:Enum=Issuer;ClusterIssuer
+	// +kubebuilder:default=Issuer
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// Group of the issuer kind; cert-manager.io for cert-manager's own,
+	// another group for an external issuer.
+	// +kubebuilder:default=cert-manager.io
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Group string `json:"group,omitempty"`
+}
+
+// SecretKeyRef is one key of a Secret in the Cache's namespace.
+type SecretKeyRef struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Key in the Secret.
+	// +kubebuilder:default=ca.crt
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// AuthSpec is where a Cache's users and passwords come from.
+type AuthSpec struct {
+	// SecretRef names a Secret in the Cache's namespace whose every key is
+	// a user name and whose value is that user's password. The operator
+	// renders it into the engine's authfile (user:password lines) in the
+	// Secret CACHE-authfile, which the pods mount as a volume: an edit of
+	// the Secret reaches the engine, which reloads the file, without a pod
+	// restart. A user name with ':' or a value with a line break cannot be
+	// an authfile line and is not rendered.
+	SecretRef LocalSecretReference `json:"secretRef"`
+}
+
+// LocalSecretReference names a Secret in the Cache's namespace.
+type LocalSecretReference struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
 }
 
 // NodeTuningSpec is what the node tuner does for a Cache's pods.
@@ -696,6 +805,9 @@ type CacheEndpoint struct {
 	Port int32 `json:"port"`
 	// Ready is true when the pod passes its readiness probe.
 	Ready bool `json:"ready"`
+	// TLS is true when Port serves TLS only (spec.tls).
+	// +optional
+	TLS bool `json:"tls,omitempty"`
 	// Node the pod runs on.
 	// +optional
 	Node string `json:"node,omitempty"`

@@ -148,6 +148,18 @@ func TestWarnings(t *testing.T) {
 	}
 }
 
+// Issue 24, until the pods serve them: spec.tls and spec.auth are accepted
+// with a warning that traffic is still plaintext and unauthenticated.
+func TestNotYetServedWarnings(t *testing.T) {
+	_, w := ValidateCacheSpec(cache(func(c *Cache) {
+		c.Spec.TLS = &TLSSpec{SecretName: "mine"}
+		c.Spec.Auth = &AuthSpec{SecretRef: LocalSecretReference{Name: "users"}}
+	}))
+	if len(w) != 2 || !strings.Contains(w[0], "spec.tls") || !strings.Contains(w[0], "plaintext") || !strings.Contains(w[1], "spec.auth") {
+		t.Errorf("warnings: %v", w)
+	}
+}
+
 // Defect 11: nothing said that a spec change restarts (and empties) every pod.
 func TestRestartWarning(t *testing.T) {
 	old := cache(func(c *Cache) { c.Spec.Image = "img:1" })

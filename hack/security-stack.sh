@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Builds the data-plane security stack's cluster parts from the Go module
+# proxy at the versions pinned in hack/tools/{kube-network-policies,cert-manager}/go.mod
+# and caches each by version under ${CACHET_CACHE:-~/.cache/cachet}/security-stack/<version>/
+# (outlives the clone; the enforcer's cold build takes minutes on two cores),
+# then copies them into bin/security-stack/. Same shape as
+# hack/prometheus-stack.sh: the module proxy is the only source here.
+#
+#   kube-network-policies  the NetworkPolicy enforcer (sigs.k8s.io/kube-network-policies);
+#                          the local cluster's bridge CNI enforces nothing itself
+#   cert-manager-crds      cert-manager's CRD YAMLs (deploy/crds/ of the main
+#                          module), for envtest and the cluster
+#   controller webhook cainjector
+#                          cert-manager's binaries: NOT buildable from this
+#                          proxy (their cmd/* modules answer 404); asking for
+#                          one fails with the reason, see docs/security.md
+#
+#   hack/security-stack.sh                     # everything buildable
+#   hack/security-stack.sh kube-network-policies ...
+#   hack/security-stack.sh --background [components]
+#       starts the builds and returns at once (log: bin/security-stack/background.log);
+#       a later caller runs this script again, waits on the per-binary lock
+#       and finds the result cached.
+# Prints each result's path on the last lines ("<name> <path>").
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/hack/cached-build.sh"
+cache_root="${CACHET_CACHE:-$HOME/.cache/cachet}/security-stack"
+out="$root/bin/security-stack"
+cached_background_if_asked "$out" "the security stack" "$0" "$@"
+buildable=(kube-network-policies cert-manager-crds)
+want=("$@"); [ ${#want[@]} -gt 0 ] || want=("${buildable[@]}")
+
+pinned() { awk -v m="$2" '($1=="require" && $2==m) || ($1==m) {print ($1=="require") ? $3 : $2; exit}' "$root/hack/tools/$1/go.mod"; }
+knp_version=$(pinned kube-network-policies sigs.k8s.io/kube-network-policies)
+cm_version=$(pinned cert-manager github.com/cert-manager/cert-manager)
+[ -n "$knp_version" ] && [ -n "$cm_version" ] || { echo "security-stack: no pinned version in hack/tools/*/go.mod" >&2; exit 1; }
+
+mkdir -p "$out"
+paths=()
+for b in "${want[@]}"; do
+  case $b in
+    kube-network-policies) tools=kube-network-policies version=$knp_version ;;
+    cert-manager-crds) tools=cert-manager version=$cm_version ;;
+    controller|webhook|cainjector)
+      # Checked against the proxy on 2026-11-28: .../cmd/$b/@v/list and
+      # .../$b-binary/@v/list are 404, and the main module's zip has no
+      # cmd/ (go: "module github.com/cert-manager/cert-manager@$cm_version
+      # found, but does not contain package .../cmd/$b").
+      echo "security-stack: cert-manager $b $cm_version cannot be built here: its command module is not on the Go module proxy (see docs/security.md, 'cert-manager on the local cluster')" >&2
+      exit 1 ;;
+    *) echo "security-stack: unknown component $b (known: ${buildable[*]} controller webhook cainjector)" >&2; exit 2 ;;
+  esac
+  cache="$cache_root/$version"
+  mkdir -p "$cache"
+  cached_lock "$cache" "$b"
+  if [ ! -e "$cache/$b" ]; then
+    echo "==> building $b $version (cached in $cache)"
+    start=$SECONDS
+    case $b in
+      kube-network-policies)
+        # nice: the cores are shared with whatever else make check runs.
+        (cd "$root/hack/tools/$tools" && CGO_ENABLED=0 nice go build -trimpath -ldflags "-s -w" -o "$cache/$b.tmp.$$" sigs.k8s.io/kube-network-policies/cmd)
+        mv "$cache/$b.tmp.$$" "$cache/$b" ;;
+      cert-manager-crds)
+        moddir=$(cd "$root/hack/tools/$tools" && go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)
+        rm -rf "$cache/$b.tmp.$$" && mkdir -p "$cache/$b.tmp.$$"
+        cp "$moddir"/deploy/crds/*.yaml "$cache/$b.tmp.$$/"
+        chmod -R u+w "$cache/$b.tmp.$$"
+        mv "$cache/$b.tmp.$$" "$cache/$b" ;;
+    esac
+    echo "    $b ready in $((SECONDS - start))s"
+  else
+    echo "==> $b $version cached"
+  fi
+  cached_publish "$cache" "$out" "$b"
+  paths+=("$b $out/$b")
+done
+printf '%s\n' "kube-network-policies=$knp_version cert-manager=$cm_version" >"$out/VERSIONS"
+printf '%s\n' "${paths[@]}"
