@@ -75,8 +75,9 @@ LAYERS = [
             "sends them; anything above reports events into it",
      ["logger"], []),
     ("base", "no engine state: page store, background threads, buffer budget, "
-             "event loop, io_uring, request parser",
-     ["extstore", "bgthread", "bufmem", "ae", "uring", "proto_parser"], []),
+             "event loop, io_uring, request parser, "
+             "syscalls without cancellation points",
+     ["extstore", "bgthread", "bufmem", "ae", "uring", "proto_parser", "nocancel"], []),
 ]
 
 # Named groups a layer may forbid. Item code: every storage file but the
