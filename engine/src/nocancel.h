@@ -37,9 +37,12 @@ static inline ssize_t sendmsg_nocancel(int fd, const struct msghdr *mh, int flag
     return (ssize_t)syscall(SYS_sendmsg, fd, mh, flags);
 }
 
+/* epoll_pwait with no signal mask is epoll_wait, and unlike SYS_epoll_wait
+ * it exists on every architecture (arm64 has no epoll_wait syscall); the
+ * last argument is the kernel's sigset size, ignored without a mask. */
 static inline int epoll_wait_nocancel(int epfd, struct epoll_event *ev, int max, int timeout_ms)
 {
-    return (int)syscall(SYS_epoll_wait, epfd, ev, max, timeout_ms);
+    return (int)syscall(SYS_epoll_pwait, epfd, ev, max, timeout_ms, NULL, (size_t)8);
 }
 
 #endif
