@@ -14,7 +14,9 @@ and get_keys (lookups and reply) are taken the same way.
     bench/callgrind-get.py build/cachetd [GETS]
 
 CALLGRIND_PORT (default 21987) moves the server's port, so that runs in
-parallel (a before/after pair, or several worktrees) do not collide.
+parallel (a before/after pair, or several worktrees) do not collide;
+CALLGRIND_BATCH (default 100) is the GETs per batch, 1 for an unpipelined
+client (each GET then pays a whole loop turn: epoll_wait, read, send).
 """
 import os
 import re
@@ -26,7 +28,7 @@ import tempfile
 import time
 
 KEYS = 1000
-BATCH = 100
+BATCH = int(os.environ.get("CALLGRIND_BATCH", "100"))  # 1: one GET per turn, unpipelined
 PARTS = ("storage_get_hashed", "parse_request", "get_keys")
 PORT = int(os.environ.get("CALLGRIND_PORT", "21987"))  # loopback, inside the test port range
 
