@@ -12,6 +12,7 @@
 #
 # usage: ab-hotpath.sh BINARY_A BINARY_B [ROUNDS (default 5)] [SECONDS (default 4)]
 # env:   AB_PORT_BASE (default 24600), AB_EXTRA (more flags for both servers),
+#        AB_DEPTH (requests in flight per connection, default 16; 1 = unpipelined),
 #        CARGO_TARGET_DIR (where cachet-loadgen is built)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -45,7 +46,7 @@ run() {   # run NAME ROUND -> prints "req/s server_cpu_us_per_req"
   local s=$1 port pid
   port=$((PORT_BASE + $([ "$s" = A ] && echo 1 || echo 2)))
   eval "pid=\$pid_$s"
-  taskset -c 0 "$LOADGEN" --server 127.0.0.1:$port --keys $KEYS --conns 32 --depth 16 \
+  taskset -c 0 "$LOADGEN" --server 127.0.0.1:$port --keys $KEYS --conns 32 --depth "${AB_DEPTH:-16}" \
     --duration "$SECS" --warmup 0.5 --quiet --json "$tmp/run-$s-$2.json" --server-pid "$pid"
   python3 - "$tmp/run-$s-$2.json" <<'EOF'
 import json, sys

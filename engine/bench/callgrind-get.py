@@ -8,9 +8,15 @@ run stores KEYS keys, then sends GETS (once, then twice as many) pipelined
 single-key GETs, 100 per batch, all hits, and stops the server with SIGTERM.
 The difference of the two runs' totals over GETS is what one more GET costs the
 whole process (parsing, storage, reply; startup and the stores cancel out);
-the inclusive cost of storage_get_hashed over the GETs is the storage part.
+the inclusive costs of storage_get_hashed (storage), parse_request (the line)
+and get_keys (lookups and reply) are taken the same way.
 
     bench/callgrind-get.py build/cachetd [GETS]
+
+CALLGRIND_PORT (default 21987) moves the server's port, so that runs in
+parallel (a before/after pair, or several worktrees) do not collide;
+CALLGRIND_BATCH (default 100) is the GETs per batch, 1 for an unpipelined
+client (each GET then pays a whole loop turn: epoll_wait, read, send).
 """
 import os
 import re
@@ -22,8 +28,9 @@ import tempfile
 import time
 
 KEYS = 1000
-BATCH = 100
-PORT = 21987  # loopback, inside the test port range
+BATCH = int(os.environ.get("CALLGRIND_BATCH", "100"))  # 1: one GET per turn, unpipelined
+PARTS = ("storage_get_hashed", "parse_request", "get_keys")
+PORT = int(os.environ.get("CALLGRIND_PORT", "21987"))  # loopback, inside the test port range
 
 
 def wait_ready(proc):
@@ -66,9 +73,12 @@ def run(binary, gets, out):
     text = subprocess.run(["callgrind_annotate", "--inclusive=yes", out], capture_output=True,
                           text=True, check=True).stdout
     total = int(re.search(r"^([\d,]+).*PROGRAM TOTALS", text, re.M).group(1).replace(",", ""))
-    m = re.search(r"^\s*([\d,]+)\s.*\bstorage_get_hashed\b", text, re.M)
-    storage = int(m.group(1).replace(",", "")) if m else 0
-    return total, storage
+    return total, {fn: inclusive(text, fn) for fn in PARTS}
+
+
+def inclusive(text, fn):
+    m = re.search(r"^\s*([\d,]+)\s.*\b%s\b" % fn, text, re.M)
+    return int(m.group(1).replace(",", "")) if m else 0
 
 
 def main():
@@ -78,7 +88,7 @@ def main():
         t1, s1 = run(binary, gets, os.path.join(d, "one.out"))
         t2, s2 = run(binary, 2 * gets, os.path.join(d, "two.out"))
     print(f"{binary}: {(t2 - t1) / gets:.1f} instructions per GET (whole process), "
-          f"{s2 / (2 * gets):.1f} in storage_get_hashed")
+          + ", ".join(f"{(s2[fn] - s1[fn]) / gets:.1f} in {fn}" for fn in PARTS))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
  * to remember that data is left in the kernel.
  */
 #include "ae.h"
+#include "nocancel.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -81,7 +82,7 @@ int ae_mask(struct ae_loop *l, int fd)
 int ae_process(struct ae_loop *l, int timeout_ms)
 {
     struct epoll_event *ev = l->fired;
-    int n = epoll_wait(l->epfd, ev, l->max_fired, timeout_ms);
+    int n = epoll_wait_nocancel(l->epfd, ev, l->max_fired, timeout_ms);
     l->fired_now = n;
 #ifdef CACHET_TRACE
     struct timespec ts;

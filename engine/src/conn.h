@@ -87,7 +87,7 @@ struct conn {
     bool             waits_output;  /* yielded for output room, not for fairness (-R) */
     bool             waits_budget;  /* of those, a disk read with nothing queued waits for
                                      * the buffer budget others hold (ext_io.c) */
-    uint32_t         budget_wait_since; /* rel_time_t it began, 0: not waiting */
+    uint32_t         budget_wait_since; /* monotonic second it began (ext_io.c), 0: not waiting */
     bool             started;       /* the first byte has been looked at */
     bool             tcp;           /* TCP (not a unix socket): idle_timeout applies */
     int              batch_idx;     /* io_uring mode: slot in the worker's batch, -1 if none */

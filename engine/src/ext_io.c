@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bgthread.h"
 #include "ext_batch.h"
@@ -258,12 +259,21 @@ static bool over_share(const struct conn *c, size_t need)
 /* With nothing queued, a disk read whose reply does not fit the budget now
  * waits for it (the worker retries the request, see worker_before_sleep),
  * when it fits the budget at all and for a bounded time. */
+/* Whole seconds of the monotonic clock, never 0 (0 means "not waiting").
+ * Its own clock read, not storage's: the IO layer never calls item code. */
+static uint32_t wait_clock_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint32_t)ts.tv_sec + 1;
+}
+
 static bool wait_for_budget(struct conn *c, size_t need)
 {
     size_t limit = bufmem_limit();
-    rel_time_t now = storage_now();
+    uint32_t now = wait_clock_s();
     if (!limit || need > limit / 2) return false;
-    if (!c->budget_wait_since) c->budget_wait_since = now ? now : 1;
+    if (!c->budget_wait_since) c->budget_wait_since = now;
     else if (now - c->budget_wait_since >= BUDGET_WAIT_MAX_S) return false;
     c->waits_budget = true;
     return true;

@@ -47,6 +47,7 @@
 #include "ext_io.h"
 #include "latency.h"
 #include "net_internal.h"
+#include "nocancel.h"
 #include "outbuf.h"
 #include "prefetch.h"
 #include "proto.h"
@@ -436,7 +437,7 @@ static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
             /* a large value: read it straight into item memory, piece by
              * piece (the terminator goes to the connection's two bytes) */
             char *dst = proto_nread_dst(c, &want);
-            n = read(fd, dst, want);
+            n = read_nocancel(fd, dst, want);
             if (n > 0) {
                 STAT_ADD(c->w, bytes_read, (uint64_t)n);
                 nread_advance(c, (size_t)n);
@@ -448,7 +449,7 @@ static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
             if (!rbuf_make_room(c)) break;
             want = c->rsize - c->rend;
             uint64_t t_read = TRACE_NOW();
-            n = read(fd, c->rbuf + c->rend, want);
+            n = read_nocancel(fd, c->rbuf + c->rend, want);
             TRACE_REC(c->w->id, TRACE_READ, TRACE_NOW() - t_read);
             if (n > 0) {
                 c->rend += (size_t)n;

@@ -9,6 +9,7 @@
  * only what it has not read yet.
  */
 #include "outbuf.h"
+#include "nocancel.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -356,14 +357,14 @@ enum out_flush_result outbuf_flush(struct outbuf *o, int fd, uint64_t *written)
                 reset(o);
                 return OUT_FLUSH_DONE;
             }
-            n = send(fd, outbuf_contig_ptr(o), len, MSG_NOSIGNAL | MSG_DONTWAIT);
+            n = send_nocancel(fd, outbuf_contig_ptr(o), len, MSG_NOSIGNAL | MSG_DONTWAIT);
         } else {
             struct iovec iov[MAX_IOV];
             bool waiting;
             int niov = build_iov(o, iov, &waiting);
             if (niov == 0) return OUT_FLUSH_WAITING;
             struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)niov };
-            n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+            n = sendmsg_nocancel(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         }
         if (n < 0) {
             if (errno == EINTR) continue;

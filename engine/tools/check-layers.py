@@ -75,8 +75,9 @@ LAYERS = [
             "sends them; anything above reports events into it",
      ["logger"], []),
     ("base", "no engine state: page store, background threads, buffer budget, "
-             "event loop, io_uring, request parser, miss-ratio curve estimator",
-     ["extstore", "ext_knob", "bgthread", "bufmem", "ae", "uring", "proto_parser", "shards"], []),
+             "event loop, io_uring, request parser, miss-ratio curve estimator, "
+             "syscalls without cancellation points",
+     ["extstore", "ext_knob", "bgthread", "bufmem", "ae", "uring", "proto_parser", "shards", "nocancel"], []),
 ]
 
 # Named groups a layer may forbid. Item code: every storage file but the
