@@ -86,6 +86,7 @@ struct conn {
     bool             yielded;       /* on the worker's pending list */
     bool             waits_output;  /* yielded for output room, not for fairness (-R) */
     bool             started;       /* the first byte has been looked at */
+    bool             authenticated; /* -Y: passed auth.c's gate (always true without -Y) */
     bool             tcp;           /* TCP (not a unix socket): idle_timeout applies */
     int              batch_idx;     /* io_uring mode: slot in the worker's batch, -1 if none */
     struct conn     *next_pending;
@@ -109,6 +110,7 @@ struct server_stats {
     uint64_t bytes_read, bytes_written, conn_yields;
     uint64_t response_obj_oom, read_buf_oom, idle_kicks;
     uint64_t store_too_large, store_no_memory;  /* a store's item could not be allocated */
+    uint64_t auth_cmds, auth_errors;            /* -Y: authentication attempts, and failures (auth.c) */
 };
 
 #define STAT_ADD(w, field, n) \

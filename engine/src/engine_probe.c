@@ -39,6 +39,7 @@ bool engine_probe_target_from(const char *listen, int port, struct engine_probe_
     int rc = getnameinfo(res->ai_addr, res->ai_addrlen, t->host, sizeof t->host, NULL, 0, NI_NUMERICHOST);
     freeaddrinfo(res);
     t->port = port;
+    t->authfile = false;   /* the metrics server says otherwise with -Y */
     return rc == 0;
 }
 
@@ -156,5 +157,8 @@ bool engine_probe(const struct engine_probe_target *t, int timeout_ms, char *why
 {
     char port[16];
     snprintf(port, sizeof port, "%d", t->port);
+    if (t->authfile)   /* at least 6 bytes: a shorter line closes an unauthenticated connection */
+        return engine_probe_exchange(t->host, port, timeout_ms, "version\r\n", "CLIENT_ERROR unauthenticated\r\n",
+                                     why, why_cap);
     return engine_probe_exchange(t->host, port, timeout_ms, "mn\r\n", "MN\r\n", why, why_cap);
 }

@@ -22,6 +22,9 @@
 struct engine_probe_target {
     char host[256];   /* numeric address to connect to */
     int  port;
+    /* -Y: the engine answers every command with CLIENT_ERROR unauthenticated
+     * until a client authenticates; that answer is the worker's round trip */
+    bool authfile;
 };
 
 /* Resolves the target from -l's list and the bound port; false if none. */

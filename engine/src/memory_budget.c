@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "ae.h"
+#include "auth.h"
 #include "ext_io.h"
 #include "extstore.h"
 #include "logger.h"
@@ -208,6 +209,9 @@ void memory_budget_of(const struct settings *s, struct memory_budget *b)
     add(b, "fixed", FIXED_BYTES);
     add(b, "metrics", s->metrics_port ? METRICS_BYTES : 0);
     add(b, "watchers", watcher_bytes(s));
+    /* auth.c: the authfile, at most AUTH_FILE_MAX, held twice while a
+     * reload reads the new copy before freeing the old */
+    add(b, "auth", s->auth_file[0] ? 2 * ((uint64_t)AUTH_FILE_MAX + 1) : 0);
     if (s->ext.npaths) add_extstore(s, b);
 }
 

@@ -450,6 +450,7 @@ int metrics_server_start(const struct metrics_server_config *cfg)
     if (srv.running || cfg->port <= 0) return 0;
     for (int i = 0; i < HTTP_CONNS_MAX; i++) srv.conns[i] = (struct hconn){ .fd = -1 };
     srv.have_target = engine_probe_target_from(cfg->listen, cfg->engine_port, &srv.target);
+    srv.target.authfile = cfg->authfile;
     srv.probed_at_ms = 0;
     if (bind_listeners(cfg->listen, cfg->port) != 0) { close_listeners(); return -1; }
     srv.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

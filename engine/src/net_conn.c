@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "ae.h"
+#include "auth.h"
 #include "bufmem.h"
 #include "conn.h"
 #include "ext_io.h"
@@ -220,6 +221,20 @@ void process_input(struct conn *c)
         if (!conn_can_take_request(c)) {
             conn_set_yielded(c, false);
             break;
+        }
+        if (!c->authenticated) {
+            /* -Y: nothing reaches the parser before auth.c lets it in */
+            struct out_mark mark;
+            outbuf_mark(&c->out, &mark);
+            enum auth_step as = auth_step(c);
+            if (as != AUTH_ANSWERED) break;
+            handled++;
+            __atomic_store_n(&c->last_cmd_time, (uint32_t)storage_now(), __ATOMIC_RELAXED);
+            if (outbuf_failed(&c->out)) {
+                conn_reply_failed(c, &mark, NULL);
+                break;
+            }
+            continue;
         }
         if (c->get_stream.active) {
             struct out_mark mark;
@@ -678,6 +693,7 @@ bool conn_open(struct worker *w, int fd, const struct sockaddr_storage *ss)
     describe_peer(c, ss);
     c->last_cmd_time = (uint32_t)storage_now();
     c->batch_idx = -1;
+    c->authenticated = !auth_enabled();
     if (ae_add(l, fd, AE_READABLE, read_proc, c) < 0) {
         free(rb); free(c);
         return false;

@@ -84,6 +84,7 @@ void settings_usage(FILE *out)
         "  -C, --disable-cas       do not keep CAS values\n"
         "  -F, --disable-flush-all flush_all answers CLIENT_ERROR instead of flushing\n"
         "  -W, --disable-watch     watch (live log stream) answers CLIENT_ERROR\n"
+        "  -Y, --auth-file=FILE    require memcached's ASCII authentication, users from FILE (user:password lines)\n"
         "  -A, --enable-shutdown   enable the ASCII \"shutdown\" command (stops the server as SIGTERM)\n"
         "  -B, --protocol=ascii    the only protocol spoken (binary and auto are refused)\n"
         "  -u, --user=USER         run as USER when started as root\n"
@@ -810,7 +811,14 @@ static int parse_options(struct settings *s, int n, char **merged, struct ext_st
         /* refused: what they ask for is not there, and starting without it would mislead */
         case 'S': fprintf(err, "cachetd: -S: SASL authentication is not supported (it needs the binary protocol)\n"); return EX_USAGE_CODE;
         case 'Z': fprintf(err, "cachetd: -Z: TLS is not supported\n"); return EX_USAGE_CODE;
-        case 'Y': fprintf(err, "cachetd: -Y: ASCII authentication is not supported\n"); return EX_USAGE_CODE;
+        case 'Y':
+            /* read at start (main.c), not here: --check-args opens no file */
+            if (!*optarg || strlen(optarg) >= sizeof(s->auth_file)) {
+                fprintf(err, "cachetd: -Y needs an authfile path of at most %zu bytes\n", sizeof(s->auth_file) - 1);
+                return EX_USAGE_CODE;
+            }
+            strcpy(s->auth_file, optarg);
+            break;
         case 'e': fprintf(err, "cachetd: -e: a memory file (restartable cache) is not supported\n"); return EX_USAGE_CODE;
         case 'N': fprintf(err, "cachetd: -N: NAPI ID thread selection is not supported (connections are spread by SO_REUSEPORT)\n"); return EX_USAGE_CODE;
         case 'D': fprintf(err, "cachetd: -D: per-prefix statistics (stats detail) are not supported\n"); return EX_USAGE_CODE;

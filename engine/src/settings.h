@@ -106,6 +106,7 @@ struct settings {
     bool     maxcore;              /* -r: raise the core file limit */
     bool     lock_memory;          /* -k: mlockall */
     char     username[64];         /* -u: run as this user when started as root; "" = stay */
+    char     auth_file[256];       /* -Y: memcached's ASCII authentication file; "" = none */
     char     pidfile[256];         /* -P: write the pid here; "" = none */
     struct ext_settings ext;       /* -o ext_* */
 };

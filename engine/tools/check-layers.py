@@ -45,8 +45,9 @@ LAYERS = [
      ["net", "net_listen", "net_worker", "net_conn", "net_internal"], []),
     ("metrics", "the metrics port: its own thread, HTTP, the probe of the engine port",
      ["metrics_server", "metrics", "http", "engine_probe"], []),
-    ("proto", "protocol layer: ASCII and meta commands, answered into the output queue",
-     ["proto", "proto_text", "proto_meta", "proto_reply", "testhook"], []),
+    ("proto", "protocol layer: ASCII and meta commands, answered into the output queue; "
+              "the authentication gate in front of them (-Y)",
+     ["proto", "proto_text", "proto_meta", "proto_reply", "testhook", "auth"], []),
     ("services", "what the network and protocol layers share: stats, latency "
                  "histograms, batched lookups, the request-path trace",
      ["stats", "latency", "prefetch", "trace"], []),

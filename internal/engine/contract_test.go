@@ -162,8 +162,10 @@ func cacheOf(s *cachev1alpha1.CacheSpec) *cachev1alpha1.Cache {
 
 // variants are the operator-wide options a spec's arguments are checked
 // under: with and without the metrics thread, for the operator's own engine
-// image (socket buffers fixed) and for another one (none).
-var variants = []Options{{}, {MetricsPort: DefaultMetricsPort}, {SocketBuffers: true}, {MetricsPort: DefaultMetricsPort, SocketBuffers: true}}
+// image (socket buffers fixed) and for another one (none), and with -Y (the
+// authfile is not opened by --check-args or --memory-budget).
+var variants = []Options{{}, {MetricsPort: DefaultMetricsPort}, {SocketBuffers: true}, {MetricsPort: DefaultMetricsPort, SocketBuffers: true},
+	{SocketBuffers: true, AuthFile: "/etc/cachet/auth/authfile"}}
 
 func TestAdmittedSpecsStartTheEngine(t *testing.T) {
 	bin := cachetd(t)

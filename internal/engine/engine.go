@@ -83,6 +83,9 @@ const (
 	WatchersMax      = 8
 	WatcherRingBytes = 32 << 10
 	WatcherThread    = 1 << 20
+	// AuthFileMaxBytes is the largest authfile cachetd accepts (-Y, auth.c
+	// AUTH_FILE_MAX); it holds two copies while a reload reads the new one.
+	AuthFileMaxBytes = 64 << 10
 	HashBucketBytes  = 4   // a bucket is a 32-bit item handle
 	ItemFixedBytes   = 27  // item header 19 + CAS 8 (the smallest chunk is this plus -n, 8-byte aligned)
 	HashLoadFactor   = 1.5 // the table doubles when items exceed 1.5 x buckets
@@ -179,6 +182,9 @@ type Options struct {
 	// every cachetd of this API version understands, and Budget has no
 	// socket_buffers term: the kernel's socket memory is then not bounded.
 	SocketBuffers bool
+	// AuthFile, when set, is the path of the authfile cachetd reads with -Y
+	// (memcached's ASCII authentication, user:password lines).
+	AuthFile string
 }
 
 // Threads is the number of worker threads: spec.engine.threads, or one per CPU.
@@ -269,6 +275,9 @@ func Args(s *cachev1alpha1.CacheSpec, o Options) []string {
 	}
 	if s.Extstore != nil {
 		opts = append(opts, extstoreOptions(s.Extstore)...)
+	}
+	if o.AuthFile != "" {
+		args = append(args, "-Y", o.AuthFile)
 	}
 	return append(args, "-o", strings.Join(opts, ","))
 }
@@ -442,7 +451,7 @@ func FDTableBytes(s *cachev1alpha1.CacheSpec) int64 {
 
 // MemoryBudget is one process's memory, part by part.
 type MemoryBudget struct {
-	ItemMemory, Connections, ConnBufferCap, SocketBuffers, Workers, HashTable, Metrics, Watchers, Extstore, Base int64
+	ItemMemory, Connections, ConnBufferCap, SocketBuffers, Workers, HashTable, Metrics, Watchers, Auth, Extstore, Base int64
 	// Limit is the sum rounded up to a whole MiB: the container's memory
 	// request and limit.
 	Limit int64
@@ -453,7 +462,7 @@ type MemoryBudget struct {
 // above them, the kernel's socket buffers when o.SocketBuffers fixes them,
 // worker threads, the hash table,
 // the metrics thread when there is one, the `watch` watchers' rings, sockets
-// and thread, extstore's buffers and threads when
+// and thread, the authfile's two copies with -Y, extstore's buffers and threads when
 // it is on), with a margin of
 // 1 MiB more per thread and a fixed base of 16 MiB, rounded up to MiB.
 // contract_test.go fails when it falls below the engine's bound or rises
@@ -481,7 +490,10 @@ func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 		watcherSocket = PerSocketKernelBytes
 	}
 	b.Watchers = WatchersMax*(WatcherRingBytes+watcherSocket) + WatcherThread
-	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.SocketBuffers + b.Workers + b.HashTable + b.Metrics + b.Watchers + b.Extstore + b.Base
+	if o.AuthFile != "" {
+		b.Auth = 2 * (AuthFileMaxBytes + 1)
+	}
+	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.SocketBuffers + b.Workers + b.HashTable + b.Metrics + b.Watchers + b.Auth + b.Extstore + b.Base
 	const mib = 1 << 20
 	b.Limit = (total + mib - 1) / mib * mib
 	return b
