@@ -87,6 +87,9 @@ struct conn {
     bool             waits_output;  /* yielded for output room, not for fairness (-R) */
     bool             started;       /* the first byte has been looked at */
     bool             authenticated; /* -Y: passed auth.c's gate (always true without -Y) */
+    bool             tls_unread;    /* -Z: on the pending list for records OpenSSL decrypted
+                                     * but rbuf had no room for (epoll cannot announce them) */
+    struct ssl_st   *ssl;           /* -Z: the connection's TLS session (tls.c); NULL: plaintext */
     bool             tcp;           /* TCP (not a unix socket): idle_timeout applies */
     int              batch_idx;     /* io_uring mode: slot in the worker's batch, -1 if none */
     struct conn     *next_pending;

@@ -1,6 +1,7 @@
 /*
  * main.c - cachetd's entry point: parse the command line, start storage and
- * the workers, then wait for SIGTERM/SIGINT (SIGHUP: reload the -Y authfile).
+ * the workers, then wait for SIGTERM/SIGINT (SIGHUP: reload the -Y authfile
+ * and the -Z certificates, as memcached).
  *
  * Why signals are handled with sigwait in the main thread: every thread
  * inherits a mask that blocks SIGTERM and SIGINT, so no worker is ever
@@ -23,6 +24,7 @@
 
 #include "auth.h"
 #include "conn.h"
+#include "tls.h"
 #include "ext_io.h"
 #include "latency.h"
 #include "logger.h"
@@ -132,6 +134,13 @@ int main(int argc, char **argv)
             return EX_USAGE_CODE;
         }
     }
+    if (settings.tls.enabled) {
+        char err[512];
+        if (tls_start(err, sizeof(err)) != 0) {
+            fprintf(stderr, "cachetd: -Z: %s\n", err);
+            return EX_USAGE_CODE;
+        }
+    }
     if (storage_init(&sc) != 0) return 70;   /* EX_SOFTWARE: storage already said why */
     /* extstore: a path that cannot be opened or sized is a usage error (64) */
     if ((rc = storage_ext_start(&settings.ext)) != 0) return rc;
@@ -181,8 +190,11 @@ int main(int argc, char **argv)
     for (;;) {
         if (sigwait(&stop_signals, &sig) != 0) continue;
         if (sig != SIGHUP) break;
-        if (settings.verbose) fprintf(stderr, "cachetd: SIGHUP, reloading the authfile\n");
+        if (settings.verbose) fprintf(stderr, "cachetd: SIGHUP, reloading the authfile and certificates\n");
         auth_reload();
+        char err[512];
+        if (tls_enabled() && tls_refresh(err, sizeof err) != 0)
+            fprintf(stderr, "cachetd: certificates not reloaded: %s\n", err);
     }
     if (settings.verbose) fprintf(stderr, "cachetd: signal %d, shutting down\n", sig);
     server_shutdown();

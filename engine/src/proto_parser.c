@@ -547,6 +547,7 @@ enum parse_status parse_request(const char *line, size_t len, size_t wire_len, s
     /* memcached ignores anything after these two */
     if (tok_is(&c, "version")) { r->cmd = CMD_VERSION; return PARSE_OK; }
     if (tok_is(&c, "quit")) { r->cmd = CMD_QUIT; return PARSE_OK; }
+    if (tok_is(&c, "refresh_certs")) { r->cmd = CMD_REFRESH_CERTS; return PARSE_OK; }
     if (tok_is(&c, "shutdown")) {
         /* memcached: the mode is judged by the handler (-A decides first);
          * a trailing noreply silences the reply but still counts as an argument */

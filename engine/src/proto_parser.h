@@ -38,6 +38,7 @@ enum req_cmd {
     CMD_SLABS_AUTOMOVE, /* `slabs automove`: number is the level 0-2, or -1 for a tuning value
                            (ratio, freeratio, window) accepted without effect */
     CMD_WATCH,     /* args: everything after "watch" (the words, unparsed) */
+    CMD_REFRESH_CERTS, /* -Z: reload the TLS certificate, key and CA (tls.c) */
 #ifdef CACHET_TEST_HOOKS
     CMD_DEBUGTIME, /* number: seconds to move the clock forward */
 #endif

@@ -49,8 +49,9 @@ LAYERS = [
               "the authentication gate in front of them (-Y)",
      ["proto", "proto_text", "proto_meta", "proto_reply", "testhook", "auth"], []),
     ("services", "what the network and protocol layers share: stats, latency "
-                 "histograms, batched lookups, the request-path trace",
-     ["stats", "latency", "prefetch", "trace"], []),
+                 "histograms, batched lookups, the request-path trace, the TLS "
+                 "context and records (-Z)",
+     ["stats", "latency", "prefetch", "trace", "tls"], []),
     ("io", "extstore's IO layer: IO threads, batched disk reads; it takes a "
            "storage context from the thread registry (epoch.c), and its "
            "completions go back through the hook table (ext_hooks.h)",
