@@ -153,12 +153,22 @@ out:
     return ok;
 }
 
+void engine_probe_words(const struct engine_probe_target *t, const char **request, const char **expect)
+{
+    if (t->authfile) {   /* at least 6 bytes: a shorter line closes an unauthenticated connection */
+        *request = "version\r\n";
+        *expect = "CLIENT_ERROR unauthenticated\r\n";
+    } else {
+        *request = "mn\r\n";
+        *expect = "MN\r\n";
+    }
+}
+
 bool engine_probe(const struct engine_probe_target *t, int timeout_ms, char *why, size_t why_cap)
 {
     char port[16];
     snprintf(port, sizeof port, "%d", t->port);
-    if (t->authfile)   /* at least 6 bytes: a shorter line closes an unauthenticated connection */
-        return engine_probe_exchange(t->host, port, timeout_ms, "version\r\n", "CLIENT_ERROR unauthenticated\r\n",
-                                     why, why_cap);
-    return engine_probe_exchange(t->host, port, timeout_ms, "mn\r\n", "MN\r\n", why, why_cap);
+    const char *request, *expect;
+    engine_probe_words(t, &request, &expect);
+    return engine_probe_exchange(t->host, port, timeout_ms, request, expect, why, why_cap);
 }

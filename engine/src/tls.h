@@ -29,6 +29,10 @@ void tls_close(SSL *ssl);
  * errno (close the connection). */
 ssize_t tls_read(SSL *ssl, void *buf, size_t len);
 ssize_t tls_write(void *ssl, const void *buf, size_t len);
+/* The /healthz round trip over TLS (metrics_server.c): sends request to
+ * host:port and expects exactly `expect`; false with why. */
+bool tls_probe(const char *host, int port, int timeout_ms, const char *request, const char *expect,
+               char *why, size_t why_cap);
 /* Decrypted bytes OpenSSL holds that epoll cannot announce. */
 bool tls_pending(SSL *ssl);
 

@@ -305,3 +305,24 @@ def test_tls_is_a_term_of_the_memory_formula():
     on = budget("-c", "100", "-Z", "-o", "ssl_chain_cert=/x,ssl_key=/y")
     assert on["tls"] == 100 * 48 * 1024 + 4 * 1024 * 1024
     assert budget("-c", "100")["tls"] == 0
+
+
+@pytest.mark.cachetd_only(reason="the metrics port is cachetd's")
+@pytest.mark.parametrize("mtls", [False, True])
+def test_healthz_probes_the_engine_over_tls(tls_server, pki, mtls):
+    import http.client
+    cert, key = pki.issue("server")
+    ccert, ckey = pki.issue("client", server=False)
+    mport = next_free_port()
+    extra = ["-o", f"metrics_port={mport}"]
+    if mtls:
+        extra += ["-o", f"ssl_ca_cert={pki.ca},ssl_verify_mode=2"]
+    srv = tls_server(pki.ca, cert, key, *extra, client=(ccert, ckey) if mtls else None)
+    c = http.client.HTTPConnection("127.0.0.1", mport, timeout=IO_TIMEOUT_S)
+    try:
+        c.request("GET", "/healthz")
+        r = c.getresponse()
+        body = r.read()
+        assert r.status == 200, body
+    finally:
+        c.close()
