@@ -332,7 +332,7 @@ class Server:
             if self.proc.poll() is not None:
                 return False
             try:
-                with Conn(self.port, timeout=2) as c:
+                with self.conn(timeout=2) as c:
                     reply = c.cmd("version")
                     # -Y: answered, but not before the client authenticates
                     if reply.startswith(b"VERSION ") or reply == b"CLIENT_ERROR unauthenticated":

@@ -9,11 +9,10 @@ import os
 import socket
 import ssl
 import subprocess
-import time
 
 import pytest
 
-from conftest import CACHETD, IS_MEMCACHED, Conn, IO_TIMEOUT_S, START_DEADLINE_S, Server, next_free_port, wait_until
+from conftest import CACHETD, IS_MEMCACHED, Conn, IO_TIMEOUT_S, Server, next_free_port, wait_until
 
 
 def memcached_tls():
@@ -61,9 +60,9 @@ def client_context(ca, cert=None, key=None, version=None):
 class TLSConn(Conn):
     """conftest's Conn over a TLS socket."""
 
-    def __init__(self, port, ctx):
+    def __init__(self, port, ctx, timeout=IO_TIMEOUT_S):
         self.port = port
-        raw = socket.create_connection(("127.0.0.1", port), timeout=IO_TIMEOUT_S)
+        raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.sock = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
         self.buf = b""
 
@@ -83,18 +82,9 @@ class TLSServer(Server):
         self.ca = ca
         self.client = client or (None, None)   # mTLS: the certificate the readiness check shows
 
-    def _wait_ready(self):
-        deadline = time.monotonic() + START_DEADLINE_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            try:
-                with TLSConn(self.port, client_context(self.ca, *self.client)) as c:
-                    if c.cmd("version").startswith(b"VERSION "):
-                        return True
-            except (OSError, ConnectionError, ssl.SSLError):
-                time.sleep(0.05)
-        return False
+    def conn(self, timeout=IO_TIMEOUT_S):
+        """conftest's readiness check and check_healthy go through TLS too."""
+        return TLSConn(self.port, client_context(self.ca, *self.client), timeout)
 
     def tls(self, ctx=None):
         return TLSConn(self.port, ctx or client_context(self.ca))
