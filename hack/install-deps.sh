@@ -6,6 +6,8 @@ set -euo pipefail
 packages=(
   # engine: sanitizers, libFuzzer, the peers it is tested and benchmarked against
   build-essential clang llvm libclang-rt-14-dev memcached libmemcached-tools python3-venv
+  # engine: TLS (-Z) links OpenSSL, statically in the engine image
+  libssl-dev
   # envtest and the local cluster
   etcd-server containerd runc containernetworking-plugins conntrack iptables iproute2 buildah openssl curl
   # a static busybox for the local cluster's toolbox test image (no registry to pull one)

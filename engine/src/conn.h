@@ -89,6 +89,10 @@ struct conn {
                                      * the buffer budget others hold (ext_io.c) */
     uint32_t         budget_wait_since; /* monotonic second it began (ext_io.c), 0: not waiting */
     bool             started;       /* the first byte has been looked at */
+    bool             authenticated; /* -Y: passed auth.c's gate (always true without -Y) */
+    bool             tls_unread;    /* -Z: on the pending list for records OpenSSL decrypted
+                                     * but rbuf had no room for (epoll cannot announce them) */
+    struct ssl_st   *ssl;           /* -Z: the connection's TLS session (tls.c); NULL: plaintext */
     bool             tcp;           /* TCP (not a unix socket): idle_timeout applies */
     int              batch_idx;     /* io_uring mode: slot in the worker's batch, -1 if none */
     struct conn     *next_pending;
@@ -112,6 +116,7 @@ struct server_stats {
     uint64_t bytes_read, bytes_written, conn_yields;
     uint64_t response_obj_oom, read_buf_oom, idle_kicks;
     uint64_t store_too_large, store_no_memory;  /* a store's item could not be allocated */
+    uint64_t auth_cmds, auth_errors;            /* -Y: authentication attempts, and failures (auth.c) */
 };
 
 #define STAT_ADD(w, field, n) \

@@ -39,6 +39,7 @@ bool engine_probe_target_from(const char *listen, int port, struct engine_probe_
     int rc = getnameinfo(res->ai_addr, res->ai_addrlen, t->host, sizeof t->host, NULL, 0, NI_NUMERICHOST);
     freeaddrinfo(res);
     t->port = port;
+    t->authfile = false;   /* the metrics server says otherwise with -Y */
     return rc == 0;
 }
 
@@ -152,9 +153,22 @@ out:
     return ok;
 }
 
+void engine_probe_words(const struct engine_probe_target *t, const char **request, const char **expect)
+{
+    if (t->authfile) {   /* at least 6 bytes: a shorter line closes an unauthenticated connection */
+        *request = "version\r\n";
+        *expect = "CLIENT_ERROR unauthenticated\r\n";
+    } else {
+        *request = "mn\r\n";
+        *expect = "MN\r\n";
+    }
+}
+
 bool engine_probe(const struct engine_probe_target *t, int timeout_ms, char *why, size_t why_cap)
 {
     char port[16];
     snprintf(port, sizeof port, "%d", t->port);
-    return engine_probe_exchange(t->host, port, timeout_ms, "mn\r\n", "MN\r\n", why, why_cap);
+    const char *request, *expect;
+    engine_probe_words(t, &request, &expect);
+    return engine_probe_exchange(t->host, port, timeout_ms, request, expect, why, why_cap);
 }

@@ -22,6 +22,9 @@
 struct engine_probe_target {
     char host[256];   /* numeric address to connect to */
     int  port;
+    /* -Y: the engine answers every command with CLIENT_ERROR unauthenticated
+     * until a client authenticates; that answer is the worker's round trip */
+    bool authfile;
 };
 
 /* Resolves the target from -l's list and the bound port; false if none. */
@@ -35,6 +38,8 @@ bool engine_probe_exchange(const char *host, const char *port, int timeout_ms, c
                            const char *expect, char *why, size_t why_cap);
 
 /* engine_probe_exchange of "mn\r\n", expecting "MN\r\n". */
+/* The round trip's request and the reply that proves a worker answered. */
+void engine_probe_words(const struct engine_probe_target *t, const char **request, const char **expect);
 bool engine_probe(const struct engine_probe_target *t, int timeout_ms, char *why, size_t why_cap);
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * main.c - cachetd's entry point: parse the command line, start storage and
- * the workers, then wait for SIGTERM/SIGINT.
+ * the workers, then wait for SIGTERM/SIGINT (SIGHUP: reload the -Y authfile
+ * and the -Z certificates, as memcached).
  *
  * Why signals are handled with sigwait in the main thread: every thread
  * inherits a mask that blocks SIGTERM and SIGINT, so no worker is ever
@@ -21,7 +22,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "auth.h"
 #include "conn.h"
+#include "tls.h"
 #include "ext_io.h"
 #include "latency.h"
 #include "logger.h"
@@ -118,11 +121,26 @@ int main(int argc, char **argv)
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGTERM);
     sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGHUP);   /* -Y: reload the authfile, as memcached */
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
     server_started = time(NULL);
     bufmem_set_limit(settings.conn_buffer_limit);
 
+    if (settings.auth_file[0]) {
+        char err[160];
+        if (auth_start(settings.auth_file, err, sizeof(err)) != 0) {
+            fprintf(stderr, "cachetd: -Y %s: %s\n", settings.auth_file, err);
+            return EX_USAGE_CODE;
+        }
+    }
+    if (settings.tls.enabled) {
+        char err[512];
+        if (tls_start(err, sizeof(err)) != 0) {
+            fprintf(stderr, "cachetd: -Z: %s\n", err);
+            return EX_USAGE_CODE;
+        }
+    }
     if (storage_init(&sc) != 0) return 70;   /* EX_SOFTWARE: storage already said why */
     /* extstore: a path that cannot be opened or sized is a usage error (64) */
     if ((rc = storage_ext_start(&settings.ext)) != 0) return rc;
@@ -148,7 +166,8 @@ int main(int argc, char **argv)
             return 70;
         }
         struct metrics_server_config mc = { .port = settings.metrics_port, .listen = settings.listen,
-                                             .engine_port = settings.port, .verbose = settings.verbose };
+                                             .engine_port = settings.port, .verbose = settings.verbose,
+                                             .authfile = settings.auth_file[0] != '\0' };
         if (metrics_server_start(&mc) != 0) return 71;
     }
     if (server_start_workers() != 0) return 71;
@@ -168,7 +187,15 @@ int main(int argc, char **argv)
     }
 
     int sig = 0;
-    while (sigwait(&stop_signals, &sig) != 0) { }
+    for (;;) {
+        if (sigwait(&stop_signals, &sig) != 0) continue;
+        if (sig != SIGHUP) break;
+        if (settings.verbose) fprintf(stderr, "cachetd: SIGHUP, reloading the authfile and certificates\n");
+        auth_reload();
+        char err[512];
+        if (tls_enabled() && tls_refresh(err, sizeof err) != 0)
+            fprintf(stderr, "cachetd: certificates not reloaded: %s\n", err);
+    }
     if (settings.verbose) fprintf(stderr, "cachetd: signal %d, shutting down\n", sig);
     server_shutdown();
     ext_io_stop();

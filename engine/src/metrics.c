@@ -404,6 +404,8 @@ static const struct family families[] = {
     ONE("memcached_max_connections", GAUGE, STATS_SETTINGS, "maxconns", "Maximum number of clients allowed."),
     ONE("memcached_connections_total", COUNTER, STATS_GENERAL, "total_connections", "Total number of connections opened since the server started running."),
     ONE("memcached_connections_rejected_total", COUNTER, STATS_GENERAL, "rejected_connections", "Total number of connections rejected due to hitting the -c limit."),
+    ONE("memcached_auth_commands_total", COUNTER, STATS_GENERAL, "auth_cmds", "Authentication attempts (-Y), successful or not."),
+    ONE("memcached_auth_errors_total", COUNTER, STATS_GENERAL, "auth_errors", "Failed authentication attempts (-Y): a wrong user or password."),
     ONE("memcached_connections_yielded_total", COUNTER, STATS_GENERAL, "conn_yields", "Total number of connections yielded running due to hitting the -R limit."),
     ONE("memcached_accepting_connections", GAUGE, STATS_GENERAL, "accepting_conns", "The server is currently accepting new connections."),
     ONE("memcached_current_bytes", GAUGE, STATS_GENERAL, "bytes", "Current number of bytes used to store items."),

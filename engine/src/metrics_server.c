@@ -48,6 +48,7 @@
 #include "engine_probe.h"
 #include "http.h"
 #include "metrics.h"
+#include "tls.h"
 
 #define HTTP_CONNS_MAX     16
 #define LISTEN_MAX         16
@@ -104,7 +105,12 @@ static bool engine_answers(const char **why)
 {
     int64_t now = now_ms();
     if (!srv.probed_at_ms || now - srv.probed_at_ms >= PROBE_REUSE_MS) {
-        if (srv.have_target)
+        const char *request, *expect;
+        engine_probe_words(&srv.target, &request, &expect);
+        if (srv.have_target && tls_enabled())   /* -Z: the port speaks nothing but TLS */
+            srv.probe_ok = tls_probe(srv.target.host, srv.target.port, PROBE_TIMEOUT_MS, request, expect,
+                                     srv.probe_why, sizeof srv.probe_why);
+        else if (srv.have_target)
             srv.probe_ok = engine_probe(&srv.target, PROBE_TIMEOUT_MS, srv.probe_why, sizeof srv.probe_why);
         else
             snprintf(srv.probe_why, sizeof srv.probe_why, "no address to reach the memcached port");
@@ -450,6 +456,7 @@ int metrics_server_start(const struct metrics_server_config *cfg)
     if (srv.running || cfg->port <= 0) return 0;
     for (int i = 0; i < HTTP_CONNS_MAX; i++) srv.conns[i] = (struct hconn){ .fd = -1 };
     srv.have_target = engine_probe_target_from(cfg->listen, cfg->engine_port, &srv.target);
+    srv.target.authfile = cfg->authfile;
     srv.probed_at_ms = 0;
     if (bind_listeners(cfg->listen, cfg->port) != 0) { close_listeners(); return -1; }
     srv.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -19,11 +19,14 @@
 #ifndef CACHET_METRICS_SERVER_H
 #define CACHET_METRICS_SERVER_H
 
+#include <stdbool.h>
+
 struct metrics_server_config {
     int         port;          /* -o metrics_port */
     const char *listen;        /* -l list ("" = all interfaces) */
     int         engine_port;   /* the memcached port, already bound */
     int         verbose;
+    bool        authfile;      /* -Y: the probe expects CLIENT_ERROR unauthenticated */
 };
 
 /* Binds the port on every -l address and starts the thread. 0, or -1 after

@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "ae.h"
+#include "auth.h"
 #include "bufmem.h"
 #include "conn.h"
 #include "ext_io.h"
@@ -54,6 +55,7 @@
 #include "proto_parser.h"
 #include "reply.h"
 #include "server.h"
+#include "tls.h"
 #include "trace.h"
 #include "uring.h"
 
@@ -108,6 +110,7 @@ void conn_close(struct conn *c)
         char scratch[16384];
         if (recv(c->fd, scratch, sizeof(scratch), MSG_DONTWAIT) <= 0) break;
     }
+    if (c->ssl) tls_close(c->ssl);
     close(c->fd);
     if (c->it) item_discard(w->st, c->it);
     /* references released; deferred slots still waiting are orphaned and
@@ -221,6 +224,20 @@ void process_input(struct conn *c)
         if (!conn_can_take_request(c)) {
             conn_set_yielded(c, false);
             break;
+        }
+        if (!c->authenticated) {
+            /* -Y: nothing reaches the parser before auth.c lets it in */
+            struct out_mark mark;
+            outbuf_mark(&c->out, &mark);
+            enum auth_step as = auth_step(c);
+            if (as != AUTH_ANSWERED) break;
+            handled++;
+            __atomic_store_n(&c->last_cmd_time, (uint32_t)storage_now(), __ATOMIC_RELAXED);
+            if (outbuf_failed(&c->out)) {
+                conn_reply_failed(c, &mark, NULL);
+                break;
+            }
+            continue;
         }
         if (c->get_stream.active) {
             struct out_mark mark;
@@ -358,13 +375,25 @@ static void trace_sent(struct conn *c, bool all_sent)
 #define trace_sent(c, all_sent) ((void)0)
 #endif
 
+/* -Z: the same bytes through the connection's TLS session */
+static enum out_flush_result conn_flush(struct conn *c, uint64_t *written)
+{
+    if (c->ssl) return outbuf_flush_with(&c->out, tls_write, c->ssl, written);
+    return outbuf_flush(&c->out, c->fd, written);
+}
+
+static ssize_t conn_read(struct conn *c, void *buf, size_t len)
+{
+    return c->ssl ? tls_read(c->ssl, buf, len) : read_nocancel(c->fd, buf, len);
+}
+
 /* Flushes output, then decides what the connection waits for next. Returns
  * false if the connection was closed. */
 bool conn_after_work(struct conn *c)
 {
     struct worker *w = c->w;
     uint64_t written;
-    enum out_flush_result rc = outbuf_flush(&c->out, c->fd, &written);
+    enum out_flush_result rc = conn_flush(c, &written);
     if (written) STAT_ADD(w, bytes_written, written);
     if (rc == OUT_FLUSH_ERROR) { conn_close(c); return false; }
     trace_sent(c, rc == OUT_FLUSH_DONE);
@@ -406,6 +435,11 @@ bool conn_after_work(struct conn *c)
     bool reading = (ae_mask(l, c->fd) & AE_READABLE) != 0;
     if (want_read && !reading) ae_add(l, c->fd, AE_READABLE, read_proc, c);
     else if (!want_read && reading) ae_del(l, c->fd, AE_READABLE);
+    if (want_read && c->ssl && !c->yielded && tls_pending(c->ssl)) {
+        /* read them next turn (conn_continue) */
+        c->tls_unread = true;
+        conn_set_yielded(c, false);
+    }
     return true;
 }
 
@@ -437,7 +471,7 @@ static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
             /* a large value: read it straight into item memory, piece by
              * piece (the terminator goes to the connection's two bytes) */
             char *dst = proto_nread_dst(c, &want);
-            n = read_nocancel(fd, dst, want);
+            n = conn_read(c, dst, want);
             if (n > 0) {
                 STAT_ADD(c->w, bytes_read, (uint64_t)n);
                 nread_advance(c, (size_t)n);
@@ -449,7 +483,7 @@ static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
             if (!rbuf_make_room(c)) break;
             want = c->rsize - c->rend;
             uint64_t t_read = TRACE_NOW();
-            n = read_nocancel(fd, c->rbuf + c->rend, want);
+            n = conn_read(c, c->rbuf + c->rend, want);
             TRACE_REC(c->w->id, TRACE_READ, TRACE_NOW() - t_read);
             if (n > 0) {
                 c->rend += (size_t)n;
@@ -473,6 +507,19 @@ static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
     conn_after_work(c);
 }
 
+/* A connection on the pending list continues: a read of what OpenSSL holds
+ * (tls_unread), else the requests already in rbuf. */
+void conn_continue(struct conn *c)
+{
+    if (c->tls_unread) {
+        c->tls_unread = false;
+        conn_readable(c->w->loop, c->fd, c, AE_READABLE);
+        return;
+    }
+    process_input(c);
+    conn_after_work(c);
+}
+
 /* The queue moved (sent, or a deferred slot completed): resume a connection
  * that waited for it. */
 void conn_resume(struct conn *c)
@@ -485,7 +532,7 @@ static void conn_writable(struct ae_loop *l, int fd, void *data, int mask)
 {
     struct conn *c = data;
     uint64_t written;
-    enum out_flush_result rc = outbuf_flush(&c->out, c->fd, &written);
+    enum out_flush_result rc = conn_flush(c, &written);
     if (written) STAT_ADD(c->w, bytes_written, written);
     if (rc == OUT_FLUSH_ERROR) { conn_close(c); return; }
     if (rc == OUT_FLUSH_BLOCKED) return;
@@ -679,7 +726,13 @@ bool conn_open(struct worker *w, int fd, const struct sockaddr_storage *ss)
     describe_peer(c, ss);
     c->last_cmd_time = (uint32_t)storage_now();
     c->batch_idx = -1;
+    c->authenticated = !auth_enabled();
+    if (tcp && tls_enabled() && !(c->ssl = tls_accept(fd))) {
+        free(rb); free(c);
+        return false;
+    }
     if (ae_add(l, fd, AE_READABLE, read_proc, c) < 0) {
+        if (c->ssl) tls_close(c->ssl);
         free(rb); free(c);
         return false;
     }

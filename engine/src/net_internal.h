@@ -26,6 +26,8 @@ bool conn_open(struct worker *w, int fd, const struct sockaddr_storage *ss);
 void conn_close(struct conn *c);
 /* Flush and, if it was waiting, continue the connection's requests. */
 void conn_resume(struct conn *c);
+/* A connection taken off the pending list goes on (net_conn.c). */
+void conn_continue(struct conn *c);
 /* Answers what the connection has read (a connection that yielded). */
 void process_input(struct conn *c);
 /* After a batch: send, and arm or disarm the loop's events; false if the

@@ -125,10 +125,8 @@ static int worker_before_sleep(struct ae_loop *l, void *data)
         struct conn *next = c->next_pending;
         c->yielded = false;
         TRACE_SINCE(w->id, TRACE_YIELD_WAIT, c->trace_yielded, TRACE_NOW());
-        if (!c->write_blocked && !(c->waits_output && outbuf_blocked_on_deferred(&c->out))) {
-            process_input(c);
-            conn_after_work(c);
-        }
+        if (!c->write_blocked && !(c->waits_output && outbuf_blocked_on_deferred(&c->out)))
+            conn_continue(c);
         c = next;
     }
     if (settings.idle_timeout) close_idle(w);

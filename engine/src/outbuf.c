@@ -345,6 +345,38 @@ static int build_iov(const struct outbuf *o, struct iovec *iov, bool *waiting)
     return n;
 }
 
+enum out_flush_result outbuf_flush_with(struct outbuf *o, out_write_fn write_fn, void *ctx, uint64_t *written)
+{
+    *written = 0;
+    for (;;) {
+        skip_sent(o);
+        const void *p;
+        size_t len;
+        if (outbuf_contiguous(o)) {
+            len = outbuf_contig_len(o);
+            if (len == 0) {
+                reset(o);
+                return OUT_FLUSH_DONE;
+            }
+            p = outbuf_contig_ptr(o);
+        } else {
+            struct iovec iov[MAX_IOV];
+            bool waiting;
+            if (build_iov(o, iov, &waiting) == 0) return OUT_FLUSH_WAITING;
+            p = iov[0].iov_base;
+            len = iov[0].iov_len;
+        }
+        ssize_t n = write_fn(ctx, p, len);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return OUT_FLUSH_BLOCKED;
+            return OUT_FLUSH_ERROR;
+        }
+        *written += (uint64_t)n;
+        advance(o, (size_t)n);
+    }
+}
+
 enum out_flush_result outbuf_flush(struct outbuf *o, int fd, uint64_t *written)
 {
     *written = 0;

@@ -47,6 +47,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <string.h>
 
 #include "reply.h"
@@ -227,5 +228,11 @@ enum out_flush_result {
 /* Sends with one send() or sendmsg() per call when it can; *written gets
  * the bytes sent. */
 enum out_flush_result outbuf_flush(struct outbuf *o, int fd, uint64_t *written);
+/* The same through a writer that is not a socket (TLS, tls.c): write_fn
+ * has send()'s contract (-1 with errno EAGAIN when it would block) and is
+ * given one contiguous piece at a time, so a record layer sees each retry
+ * begin with the bytes it was refused. */
+typedef ssize_t (*out_write_fn)(void *ctx, const void *buf, size_t len);
+enum out_flush_result outbuf_flush_with(struct outbuf *o, out_write_fn write_fn, void *ctx, uint64_t *written);
 
 #endif

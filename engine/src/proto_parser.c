@@ -585,6 +585,7 @@ static enum parse_status parse_any_line(const char *line, size_t len, size_t wir
     /* memcached ignores anything after these two */
     if (tok_is(&c, "version")) { r->cmd = CMD_VERSION; return PARSE_OK; }
     if (tok_is(&c, "quit")) { r->cmd = CMD_QUIT; return PARSE_OK; }
+    if (tok_is(&c, "refresh_certs")) { r->cmd = CMD_REFRESH_CERTS; return PARSE_OK; }
     if (tok_is(&c, "shutdown")) {
         /* memcached: the mode is judged by the handler (-A decides first);
          * a trailing noreply silences the reply but still counts as an argument */

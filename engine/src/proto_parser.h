@@ -40,6 +40,7 @@ enum req_cmd {
     CMD_WATCH,     /* args: everything after "watch" (the words, unparsed) */
     CMD_EXTSTORE,  /* `extstore SETTING VALUE`: number is an enum ext_knob, delta the value
                       (fraction: max_frag's) */
+    CMD_REFRESH_CERTS, /* -Z: reload the TLS certificate, key and CA (tls.c) */
 #ifdef CACHET_TEST_HOOKS
     CMD_DEBUGTIME, /* number: seconds to move the clock forward */
 #endif

@@ -30,6 +30,7 @@
 #include "server.h"
 #include "stats.h"
 #include "testhook.h"
+#include "tls.h"
 
 static void reply(struct conn *c, const struct request *r, const char *s)
 {
@@ -539,6 +540,17 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
         return process_stats(c, r);
     case CMD_WATCH:
         return process_watch(c, r);
+    case CMD_REFRESH_CERTS: {
+        /* memcached's reply: OK, or the reason as one line */
+        char err[512];
+        if (tls_refresh(err, sizeof err) == 0) {
+            out_str(c, "OK");
+        } else {
+            for (char *p = err; *p; p++) if (*p == '\r' || *p == '\n') *p = ' ';
+            out_str(c, err);
+        }
+        return true;
+    }
     case CMD_SHUTDOWN:
         /* memcached 1.6.45's replies; both modes stop the server the way
          * SIGTERM does (finish queued replies, close, exit 0) */

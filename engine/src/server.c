@@ -86,6 +86,8 @@ void server_stats_general(stat_writer w, void *ctx)
     w(ctx, "cmd_meta", "%llu", (unsigned long long)SUM(cmd_meta));
     w(ctx, "store_too_large", "%llu", (unsigned long long)SUM(store_too_large));
     w(ctx, "store_no_memory", "%llu", (unsigned long long)SUM(store_no_memory));
+    w(ctx, "auth_cmds", "%llu", (unsigned long long)SUM(auth_cmds));
+    w(ctx, "auth_errors", "%llu", (unsigned long long)SUM(auth_errors));
     w(ctx, "bytes_read", "%llu", (unsigned long long)SUM(bytes_read));
     w(ctx, "bytes_written", "%llu", (unsigned long long)SUM(bytes_written));
     w(ctx, "accepting_conns", "%d", server_shutting_down() ? 0 : 1);
@@ -123,6 +125,8 @@ void server_stats_settings(stat_writer w, void *ctx)
     w(ctx, "domain_socket", "%s", settings.socketpath[0] ? settings.socketpath : "NULL");
     w(ctx, "umask", "%o", settings.access_mask);
     w(ctx, "shutdown_command", "%s", settings.shutdown_command ? "yes" : "no");
+    w(ctx, "auth_enabled_sasl", "%s", "no");
+    w(ctx, "auth_enabled_ascii", "%s", settings.auth_file[0] ? settings.auth_file : "no");
     w(ctx, "flush_enabled", "%s", settings.flush_enabled ? "yes" : "no");
     w(ctx, "cas_enabled", "%s", settings.use_cas ? "yes" : "no");
     w(ctx, "tcp_backlog", "%d", settings.backlog);

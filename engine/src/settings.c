@@ -84,6 +84,8 @@ void settings_usage(FILE *out)
         "  -C, --disable-cas       do not keep CAS values\n"
         "  -F, --disable-flush-all flush_all answers CLIENT_ERROR instead of flushing\n"
         "  -W, --disable-watch     watch (live log stream) answers CLIENT_ERROR\n"
+        "  -Z, --enable-ssl        TLS on the TCP port (needs -o ssl_chain_cert, ssl_key; see ssl_* below)\n"
+        "  -Y, --auth-file=FILE    require memcached's ASCII authentication, users from FILE (user:password lines)\n"
         "  -A, --enable-shutdown   enable the ASCII \"shutdown\" command (stops the server as SIGTERM)\n"
         "  -B, --protocol=ascii    the only protocol spoken (binary and auto are refused)\n"
         "  -u, --user=USER         run as USER when started as root\n"
@@ -114,6 +116,9 @@ void settings_usage(FILE *out)
         "                          accepted socket, k/m suffix; the kernel doubles them; 0 = kernel\n"
         "                          autotuning, the default, which --memory-budget cannot bound)\n"
         "                          idle_timeout=N (close TCP connections idle N seconds; 0 = never)\n"
+        "                          ssl_chain_cert=FILE, ssl_key=FILE, ssl_ca_cert=FILE, ssl_verify_mode=0-3,\n"
+        "                          ssl_min_version=0-3 (TLS 1.0-1.3, default 2), ssl_ciphers=LIST,\n"
+        "                          ssl_session_cache (with -Z, as memcached)\n"
         "                          slab_chunk_max=KB (largest slab chunk; longer values are chained;\n"
         "                          default half a slab page)\n"
         "                          metrics_port=N (Prometheus GET /metrics and /healthz on port N,\n"
@@ -305,11 +310,45 @@ static const struct noop_opt noop_opts[] = {
 /* memcached 1.6.45 -o options (by prefix) for what cachetd does not do:
  * starting without it would break what the operator relies on. */
 static const struct { const char *prefix; const char *what; } refused_opts[] = {
-    {"ssl_", "TLS (ssl_* options) is not supported"},
     {"proxy_", "proxy mode (proxy_* options) is not supported"},
     {"drop_privileges", "the seccomp privilege drop is not supported"},
     {"sock_cookie_id", "socket cookies for firewalls are not supported"},
 };
+
+/* memcached 1.6.45's -o ssl_* options and its words for their errors */
+static int parse_ssl_option(struct settings *s, const char *opt, const char *val, FILE *err)
+{
+    struct { const char *name; char *dst; size_t cap; } paths[] = {
+        {"ssl_chain_cert", s->tls.chain_cert, sizeof s->tls.chain_cert},
+        {"ssl_key", s->tls.key, sizeof s->tls.key},
+        {"ssl_ca_cert", s->tls.ca_cert, sizeof s->tls.ca_cert},
+        {"ssl_ciphers", s->tls.ciphers, sizeof s->tls.ciphers},
+    };
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        if (strcmp(opt, paths[i].name)) continue;
+        if (!val || !*val || strlen(val) >= paths[i].cap) {
+            fprintf(err, "cachetd: -o %s needs a value of at most %zu bytes\n", opt, paths[i].cap - 1);
+            return EX_USAGE_CODE;
+        }
+        strcpy(paths[i].dst, val);
+        return 0;
+    }
+    long v;
+    if (!strcmp(opt, "ssl_verify_mode") || !strcmp(opt, "ssl_min_version")) {
+        if (!val || !parse_int(val, 0, 3, &v)) {
+            fprintf(err, "cachetd: -o %s must be 0, 1, 2 or 3\n", opt);
+            return EX_USAGE_CODE;
+        }
+        if (opt[4] == 'v') s->tls.verify_mode = (int)v; else s->tls.min_version = (int)v;
+        return 0;
+    }
+    if (!strcmp(opt, "ssl_session_cache") && !val) {
+        s->tls.session_cache = true;
+        return 0;
+    }
+    fprintf(err, "cachetd: -o %s is not supported (ssl_keyformat, ssl_wbuf_size and ssl_kernel_tls are memcached's)\n", opt);
+    return EX_USAGE_CODE;
+}
 
 /* What -o options say across all -o flags, checked once they are all read
  * (memcached checks these pairs after its whole command line). */
@@ -493,6 +532,9 @@ static int parse_extended(struct settings *s, const char *arg, struct ext_state 
                 return EX_USAGE_CODE;
             }
             snprintf(s->napi_map, sizeof(s->napi_map), "%s", val);
+        } else if (!strncmp(opt, "ssl_", 4)) {
+            int rc = parse_ssl_option(s, opt, val, err);
+            if (rc) return rc;
         } else if (!strcmp(opt, "io_uring") && !val) {
             s->io_uring = IO_URING_REQUIRED;
         } else if (!strcmp(opt, "no_io_uring") && !val) {
@@ -655,6 +697,7 @@ static void settings_defaults(struct settings *s)
     s->reqs_per_event = 200;
     s->pin_workers = true;
     s->io_uring = IO_URING_AUTO;
+    s->tls.min_version = 2;   /* memcached's default: TLS 1.2 */
     s->access_mask = 0700;
     s->flush_enabled = true;
     s->watch_enabled = true;
@@ -830,8 +873,15 @@ static int parse_options(struct settings *s, int n, char **merged, struct ext_st
         case 'W': s->watch_enabled = false; break;
         /* refused: what they ask for is not there, and starting without it would mislead */
         case 'S': fprintf(err, "cachetd: -S: SASL authentication is not supported (it needs the binary protocol)\n"); return EX_USAGE_CODE;
-        case 'Z': fprintf(err, "cachetd: -Z: TLS is not supported\n"); return EX_USAGE_CODE;
-        case 'Y': fprintf(err, "cachetd: -Y: ASCII authentication is not supported\n"); return EX_USAGE_CODE;
+        case 'Z': s->tls.enabled = true; break;
+        case 'Y':
+            /* read at start (main.c), not here: --check-args opens no file */
+            if (!*optarg || strlen(optarg) >= sizeof(s->auth_file)) {
+                fprintf(err, "cachetd: -Y needs an authfile path of at most %zu bytes\n", sizeof(s->auth_file) - 1);
+                return EX_USAGE_CODE;
+            }
+            strcpy(s->auth_file, optarg);
+            break;
         case 'e': fprintf(err, "cachetd: -e: a memory file (restartable cache) is not supported\n"); return EX_USAGE_CODE;
         case 'N': fprintf(err, "cachetd: -N: memcached's first-come NAPI ID to thread mapping is not supported; "
                           "use -o conn_placement=napi,napi_map=PATH (or conn_placement=cpu)\n"); return EX_USAGE_CODE;
@@ -1084,5 +1134,15 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
     struct ext_state ext = { .hot_pct = 20, .warm_pct = 40 };   /* memcached's defaults */
     if ((rc = parse_options(s, n, merged, &ext, &threads_given, err)) != 0) return rc;
     if ((rc = settings_validate(s, &ext, err)) != 0) return rc;
+    if (s->tls.enabled && (!s->tls.chain_cert[0] || !s->tls.key[0])) {
+        fprintf(err, "cachetd: -Z needs -o ssl_chain_cert=FILE,ssl_key=FILE\n");
+        return EX_USAGE_CODE;
+    }
+    if (s->tls.enabled && s->socketpath[0]) {
+        fprintf(err, "cachetd: -Z serves TCP; -s (a unix socket) would be plaintext\n");
+        return EX_USAGE_CODE;
+    }
+    /* TLS records go through SSL_read/SSL_write on the epoll path (tls.c) */
+    if (s->tls.enabled) s->io_uring = IO_URING_OFF;
     return resolve_workers(s, &ext, threads_given, err);
 }

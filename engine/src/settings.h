@@ -115,6 +115,18 @@ struct settings {
     bool     maxcore;              /* -r: raise the core file limit */
     bool     lock_memory;          /* -k: mlockall */
     char     username[64];         /* -u: run as this user when started as root; "" = stay */
+    /* -Z and memcached's -o ssl_* options (tls.c) */
+    struct {
+        bool     enabled;          /* -Z */
+        char     chain_cert[256];  /* ssl_chain_cert: the server's certificate chain (PEM) */
+        char     key[256];         /* ssl_key: its private key (PEM) */
+        char     ca_cert[256];     /* ssl_ca_cert: CAs that sign client certificates; "" = none */
+        int      verify_mode;      /* ssl_verify_mode 0-3, memcached's meaning */
+        int      min_version;      /* ssl_min_version 0-3: TLS 1.0-1.3 (default 2) */
+        char     ciphers[256];     /* ssl_ciphers: OpenSSL's cipher list (TLS 1.2); "" = OpenSSL's */
+        bool     session_cache;    /* ssl_session_cache: server-side session resumption */
+    } tls;
+    char     auth_file[256];       /* -Y: memcached's ASCII authentication file; "" = none */
     char     pidfile[256];         /* -P: write the pid here; "" = none */
     struct ext_settings ext;       /* -o ext_* */
 };

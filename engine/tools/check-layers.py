@@ -45,11 +45,13 @@ LAYERS = [
      ["net", "net_listen", "net_place", "net_worker", "net_conn", "net_internal"], []),
     ("metrics", "the metrics port: its own thread, HTTP, the probe of the engine port",
      ["metrics_server", "metrics", "http", "engine_probe"], []),
-    ("proto", "protocol layer: ASCII and meta commands, answered into the output queue",
-     ["proto", "proto_text", "proto_meta", "proto_reply", "testhook"], []),
+    ("proto", "protocol layer: ASCII and meta commands, answered into the output queue; "
+              "the authentication gate in front of them (-Y)",
+     ["proto", "proto_text", "proto_meta", "proto_reply", "testhook", "auth"], []),
     ("services", "what the network and protocol layers share: stats, latency "
-                 "histograms, batched lookups, the request-path trace",
-     ["stats", "latency", "prefetch", "trace"], []),
+                 "histograms, batched lookups, the request-path trace, the TLS "
+                 "context and records (-Z)",
+     ["stats", "latency", "prefetch", "trace", "tls"], []),
     ("io", "extstore's IO layer: IO threads, batched disk reads; it takes a "
            "storage context from the thread registry (epoch.c), and its "
            "completions go back through the hook table (ext_hooks.h)",

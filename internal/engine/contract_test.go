@@ -190,8 +190,13 @@ func cacheOf(s *cachev1alpha1.CacheSpec) *cachev1alpha1.Cache {
 
 // variants are the operator-wide options a spec's arguments are checked
 // under: with and without the metrics thread, for the operator's own engine
-// image (socket buffers fixed) and for another one (none).
-var variants = []Options{{}, {MetricsPort: DefaultMetricsPort}, {SocketBuffers: true}, {MetricsPort: DefaultMetricsPort, SocketBuffers: true}}
+// image (socket buffers fixed) and for another one (none), and with -Y and
+// -Z (--check-args and --memory-budget open neither the authfile nor the
+// certificates).
+var variants = []Options{{}, {MetricsPort: DefaultMetricsPort}, {SocketBuffers: true}, {MetricsPort: DefaultMetricsPort, SocketBuffers: true},
+	{SocketBuffers: true, AuthFile: "/etc/cachet/auth/authfile"},
+	{SocketBuffers: true, TLS: &TLSFiles{ChainCert: "/etc/cachet/tls/tls.crt", Key: "/etc/cachet/tls/tls.key",
+		CACert: "/etc/cachet/tls/ca.crt", VerifyMode: 2}}}
 
 func TestAdmittedSpecsStartTheEngine(t *testing.T) {
 	bin := cachetd(t)

@@ -83,6 +83,14 @@ const (
 	WatchersMax      = 8
 	WatcherRingBytes = 32 << 10
 	WatcherThread    = 1 << 20
+	// AuthFileMaxBytes is the largest authfile cachetd accepts (-Y, auth.c
+	// AUTH_FILE_MAX); it holds two copies while a reload reads the new one.
+	AuthFileMaxBytes = 64 << 10
+	// TLSConnBytes is one TLS connection's OpenSSL session and record
+	// buffers (cachetd's tls.c; 37.6 KB measured), TLSFixedBytes OpenSSL's
+	// tables and the two contexts of a certificate refresh.
+	TLSConnBytes  = 48 << 10
+	TLSFixedBytes = 4 << 20
 	// MissRatioCurveBytes is the engine's live miss-ratio curve (`stats
 	// mrc`, engine/src/mrc.c): the SHARDS estimator of 8192 sampled keys
 	// and the miss tags, allocated at start whatever the spec
@@ -185,6 +193,21 @@ type Options struct {
 	// every cachetd of this API version understands, and Budget has no
 	// socket_buffers term: the kernel's socket memory is then not bounded.
 	SocketBuffers bool
+	// AuthFile, when set, is the path of the authfile cachetd reads with -Y
+	// (memcached's ASCII authentication, user:password lines).
+	AuthFile string
+	// TLS, when set, has cachetd serve the memcached port over TLS only
+	// (-Z and memcached's -o ssl_* options) with these mounted files.
+	TLS *TLSFiles
+}
+
+// TLSFiles are the PEM files and client verification of -Z.
+type TLSFiles struct {
+	ChainCert, Key string
+	// CACert and VerifyMode (memcached's ssl_verify_mode: 0 none, 2 require
+	// a client certificate signed by CACert) for mutual TLS.
+	CACert     string
+	VerifyMode int
 }
 
 // Threads is the number of worker threads: spec.engine.threads, or one per CPU.
@@ -277,6 +300,19 @@ func Args(s *cachev1alpha1.CacheSpec, o Options) []string {
 	}
 	if s.Extstore != nil {
 		opts = append(opts, extstoreOptions(s.Extstore)...)
+	}
+	if o.AuthFile != "" {
+		args = append(args, "-Y", o.AuthFile)
+	}
+	if t := o.TLS; t != nil {
+		args = append(args, "-Z")
+		opts = append(opts, "ssl_chain_cert="+t.ChainCert, "ssl_key="+t.Key)
+		if t.CACert != "" {
+			opts = append(opts, "ssl_ca_cert="+t.CACert)
+		}
+		if t.VerifyMode != 0 {
+			opts = append(opts, "ssl_verify_mode="+strconv.Itoa(t.VerifyMode))
+		}
 	}
 	return append(args, "-o", strings.Join(opts, ","))
 }
@@ -450,7 +486,7 @@ func FDTableBytes(s *cachev1alpha1.CacheSpec) int64 {
 
 // MemoryBudget is one process's memory, part by part.
 type MemoryBudget struct {
-	ItemMemory, Connections, ConnBufferCap, SocketBuffers, Workers, HashTable, Metrics, Watchers, Extstore, MissRatioCurve, Base int64
+	ItemMemory, Connections, ConnBufferCap, SocketBuffers, Workers, HashTable, Metrics, Watchers, Auth, TLS, Extstore, MissRatioCurve, Base int64
 	// Limit is the sum rounded up to a whole MiB: the container's memory
 	// request and limit.
 	Limit int64
@@ -461,7 +497,8 @@ type MemoryBudget struct {
 // above them, the kernel's socket buffers when o.SocketBuffers fixes them,
 // worker threads, the hash table,
 // the metrics thread when there is one, the `watch` watchers' rings, sockets
-// and thread, extstore's buffers and threads when
+// and thread, the authfile's two copies with -Y, OpenSSL's sessions with
+// -Z, extstore's buffers and threads when
 // it is on, the miss-ratio curve), with a margin of
 // 1 MiB more per thread and a fixed base of 16 MiB, rounded up to MiB.
 // contract_test.go fails when it falls below the engine's bound or rises
@@ -491,7 +528,13 @@ func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 		watcherSocket = PerSocketKernelBytes
 	}
 	b.Watchers = WatchersMax*(WatcherRingBytes+watcherSocket) + WatcherThread
-	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.SocketBuffers + b.Workers + b.HashTable + b.Metrics + b.Watchers + b.Extstore + b.MissRatioCurve + b.Base
+	if o.AuthFile != "" {
+		b.Auth = 2 * (AuthFileMaxBytes + 1)
+	}
+	if o.TLS != nil {
+		b.TLS = int64(MaxConnections(s))*TLSConnBytes + TLSFixedBytes
+	}
+	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.SocketBuffers + b.Workers + b.HashTable + b.Metrics + b.Watchers + b.Auth + b.TLS + b.Extstore + b.MissRatioCurve + b.Base
 	const mib = 1 << 20
 	b.Limit = (total + mib - 1) / mib * mib
 	return b

@@ -332,8 +332,10 @@ class Server:
             if self.proc.poll() is not None:
                 return False
             try:
-                with Conn(self.port, timeout=2) as c:
-                    if c.cmd("version").startswith(b"VERSION "):
+                with self.conn(timeout=2) as c:
+                    reply = c.cmd("version")
+                    # -Y: answered, but not before the client authenticates
+                    if reply.startswith(b"VERSION ") or reply == b"CLIENT_ERROR unauthenticated":
                         return True
             except (OSError, ConnectionError):
                 time.sleep(0.05)

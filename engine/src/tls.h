@@ -1,0 +1,39 @@
+/*
+ * tls.h - TLS on the memcached port (-Z, -o ssl_*, refresh_certs); see tls.c.
+ *
+ * Concurrency: tls_start before the workers; tls_refresh from any thread;
+ * an SSL object only on its connection's worker.
+ */
+#ifndef CACHET_TLS_H
+#define CACHET_TLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct ssl_st SSL;
+
+/* Builds the context from settings.tls when -Z is on. -1 with err filled
+ * (memcached's words) when a file does not load. */
+int  tls_start(char *err, size_t errlen);
+bool tls_enabled(void);
+/* Reloads the certificate, key and CA files into a new context for the
+ * connections accepted from now on. -1 with err: the old one stays. */
+int  tls_refresh(char *err, size_t errlen);
+
+/* A server-side SSL on an accepted socket; NULL: no memory. */
+SSL *tls_accept(int fd);
+void tls_close(SSL *ssl);
+/* read()/send() with OpenSSL underneath: >0 bytes, 0 on the client's
+ * close_notify, -1 with errno EAGAIN (wait for the socket) or another
+ * errno (close the connection). */
+ssize_t tls_read(SSL *ssl, void *buf, size_t len);
+ssize_t tls_write(void *ssl, const void *buf, size_t len);
+/* The /healthz round trip over TLS (metrics_server.c): sends request to
+ * host:port and expects exactly `expect`; false with why. */
+bool tls_probe(const char *host, int port, int timeout_ms, const char *request, const char *expect,
+               char *why, size_t why_cap);
+/* Decrypted bytes OpenSSL holds that epoll cannot announce. */
+bool tls_pending(SSL *ssl);
+
+#endif

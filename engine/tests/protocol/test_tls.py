@@ -1,0 +1,318 @@
+"""TLS on the memcached port: -Z, memcached's -o ssl_* options, refresh_certs.
+
+Against memcached 1.6.45 the same tests run on its TLS build
+(`build-memcached.sh --tls`), the differential reference for the replies.
+Certificates are made in each test with the openssl CLI.
+"""
+import json
+import os
+import socket
+import ssl
+import subprocess
+
+import pytest
+
+from conftest import CACHETD, IS_MEMCACHED, Conn, IO_TIMEOUT_S, Server, next_free_port, wait_until
+
+
+def memcached_tls():
+    script = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                            check=True).stdout.strip() + "/../shared/peers/build-memcached.sh"
+    out = subprocess.run(["bash", script, "--tls"], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, f"building memcached 1.6.45 with TLS failed:\n{out.stderr[-2000:]}"
+    return out.stdout.strip().splitlines()[-1]
+
+
+def openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+class PKI:
+    """A CA and certificates it signs, as PEM files in a directory."""
+
+    def __init__(self, d, name="ca"):
+        self.d = str(d)
+        self.name = name
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.crt",
+                "-days", "2", "-subj", f"/CN={name}", cwd=self.d)
+        self.ca = os.path.join(self.d, f"{name}.crt")
+
+    def issue(self, cn, server=True):
+        base = f"{self.name}-{cn}"
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{base}.key", "-out", f"{base}.csr",
+                "-subj", f"/CN={cn}", cwd=self.d)
+        with open(os.path.join(self.d, f"{base}.ext"), "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n" if server else "extendedKeyUsage=clientAuth\n")
+        openssl("x509", "-req", "-in", f"{base}.csr", "-CA", f"{self.name}.crt", "-CAkey", f"{self.name}.key",
+                "-CAcreateserial", "-out", f"{base}.crt", "-days", "2", "-extfile", f"{base}.ext", cwd=self.d)
+        return os.path.join(self.d, f"{base}.crt"), os.path.join(self.d, f"{base}.key")
+
+
+def client_context(ca, cert=None, key=None, version=None):
+    ctx = ssl.create_default_context(cafile=ca)
+    if cert:
+        ctx.load_cert_chain(cert, key)
+    if version:
+        ctx.minimum_version = ctx.maximum_version = version
+    return ctx
+
+
+class TLSConn(Conn):
+    """conftest's Conn over a TLS socket."""
+
+    def __init__(self, port, ctx, timeout=IO_TIMEOUT_S):
+        self.port = port
+        raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+        self.buf = b""
+
+    def until(self, suffix):
+        """Everything received until the stream ends with suffix."""
+        while not self.buf.endswith(suffix):
+            self._fill()
+        out, self.buf = self.buf, b""
+        return out
+
+
+class TLSServer(Server):
+    """A server with -Z: ready when a TLS client gets VERSION."""
+
+    def __init__(self, args, tmpdir, ca, binary=None, client=None):
+        super().__init__(args, tmpdir, binary=binary)
+        self.ca = ca
+        self.client = client or (None, None)   # mTLS: the certificate the readiness check shows
+
+    def conn(self, timeout=IO_TIMEOUT_S):
+        """conftest's readiness check and check_healthy go through TLS too."""
+        return TLSConn(self.port, client_context(self.ca, *self.client), timeout)
+
+    def tls(self, ctx=None):
+        return TLSConn(self.port, ctx or client_context(self.ca))
+
+
+@pytest.fixture
+def tls_server(start_server, tmp_path):
+    binary = memcached_tls() if IS_MEMCACHED else None
+
+    def start(ca, cert, key, *extra, client=None):
+        opts = f"ssl_chain_cert={cert},ssl_key={key}"
+        srv = TLSServer(["-Z", "-o", opts, *extra], start_server.tmpdir, ca, binary=binary, client=client)
+        start_server.servers.append(srv)
+        return srv.start()
+    return start
+
+
+@pytest.fixture
+def pki(tmp_path):
+    return PKI(tmp_path)
+
+
+def test_round_trips_over_tls(tls_server, pki):
+    cert, key = pki.issue("server")
+    srv = tls_server(pki.ca, cert, key)
+    with srv.tls() as c:
+        assert c.sock.version() in ("TLSv1.2", "TLSv1.3")
+        c.send(b"set k 0 0 5\r\nhello\r\nget k\r\n")
+        assert c.until(b"END\r\n") == b"STORED\r\nVALUE k 0 5\r\nhello\r\nEND\r\n"
+        # a value larger than a TLS record and than the read buffer, both ways
+        big = os.urandom(300_000)
+        c.send(b"set big 0 0 %d\r\n%s\r\n" % (len(big), big))
+        assert c.until(b"\r\n") == b"STORED\r\n"
+        # pipelined: many requests in few records, many replies in few records
+        c.send(b"".join(b"get big\r\n" for _ in range(5)) + b"mn\r\n")
+        out = c.until(b"MN\r\n")
+        assert out == (b"VALUE big 0 %d\r\n%s\r\nEND\r\n" % (len(big), big)) * 5 + b"MN\r\n"
+        c.send(b"".join(b"set p%d 0 0 1 noreply\r\nx\r\n" % i for i in range(2000)) + b"get p1999\r\n")
+        assert c.until(b"END\r\n") == b"VALUE p1999 0 1\r\nx\r\nEND\r\n"
+
+
+def test_a_plaintext_client_is_refused(tls_server, pki):
+    cert, key = pki.issue("server")
+    srv = tls_server(pki.ca, cert, key)
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=IO_TIMEOUT_S) as s:
+        s.sendall(b"set k 0 0 1\r\nx\r\nversion\r\n")
+        data = b""
+        while True:
+            try:
+                chunk = s.recv(4096)
+            except ConnectionResetError:   # memcached resets it
+                break
+            if not chunk:
+                break
+            data += chunk
+        assert b"STORED" not in data and b"VERSION" not in data, data
+    with srv.tls() as c:
+        c.send(b"get k\r\n")
+        assert c.until(b"END\r\n") == b"END\r\n"
+
+
+@pytest.mark.parametrize("mode", [2, 3])
+def test_mtls_accepts_a_signed_client_and_refuses_others(tls_server, pki, tmp_path, mode):
+    cert, key = pki.issue("server")
+    ccert, ckey = pki.issue("client", server=False)
+    other = PKI(tmp_path, "other")
+    ocert, okey = other.issue("intruder", server=False)
+    srv = tls_server(pki.ca, cert, key, "-o", f"ssl_ca_cert={pki.ca},ssl_verify_mode={mode}",
+                     client=(ccert, ckey))
+    with srv.tls(client_context(pki.ca, ccert, ckey)) as c:
+        assert c.cmd("mn") == b"MN"
+
+    def refused(ctx):
+        # TLS 1.3: the server's refusal arrives after the client's handshake
+        # returns, so it shows on the first read
+        try:
+            with srv.tls(ctx) as c:
+                c.send(b"mn\r\n")
+                return c.sock.recv(100) == b""
+        except (ssl.SSLError, ConnectionError, OSError):
+            return True
+    assert refused(client_context(pki.ca))                  # no certificate
+    assert refused(client_context(pki.ca, ocert, okey))     # signed by someone else
+    with srv.tls(client_context(pki.ca, ccert, ckey)) as c:
+        assert c.cmd("mn") == b"MN"
+
+
+def test_refresh_certs_rotates_under_open_connections(tls_server, pki, tmp_path):
+    cert, key = pki.issue("server")
+    live_cert, live_key = str(tmp_path / "live.crt"), str(tmp_path / "live.key")
+    for src, dst in ((cert, live_cert), (key, live_key)):
+        with open(src, "rb") as f, open(dst, "wb") as g:
+            g.write(f.read())
+    srv = tls_server(pki.ca, live_cert, live_key)
+    old = srv.tls()
+    assert old.cmd("set k 0 0 1\r\nx") == b"STORED"
+    # the new certificate, from a new CA, replaces the files in place
+    new_ca = PKI(tmp_path, "newca")
+    ncert, nkey = new_ca.issue("server")
+    for src, dst in ((ncert, live_cert), (nkey, live_key)):
+        with open(src, "rb") as f, open(dst, "wb") as g:
+            g.write(f.read())
+    assert old.cmd("refresh_certs") == b"OK"
+    # the connection opened before keeps working
+    old.send(b"get k\r\n")
+    assert old.until(b"END\r\n") == b"VALUE k 0 1\r\nx\r\nEND\r\n"
+    # new connections get the new certificate
+    with srv.tls(client_context(new_ca.ca)) as c:
+        assert c.cmd("mn") == b"MN"
+    with pytest.raises(ssl.SSLCertVerificationError):
+        srv.tls(client_context(pki.ca))
+    # a broken file: an error, and the current certificate stays
+    with open(live_key, "w") as f:
+        f.write("not a key\n")
+    reply = old.cmd("refresh_certs")
+    assert reply.startswith(b"Error loading the key") or reply.startswith(b"Error validating"), reply
+    with srv.tls(client_context(new_ca.ca)) as c:
+        assert c.cmd("mn") == b"MN"
+    old.close()
+
+
+def s_client(port, ca, *flags):
+    """openssl s_client's handshake: (completed and verified, protocol)."""
+    out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-CAfile", ca,
+                          "-verify_return_error", *flags], input=b"mn\r\n", capture_output=True, timeout=30)
+    text = out.stdout.decode(errors="replace")
+    # "New, TLSv1.3, Cipher is ..." ("New, (NONE), Cipher is (NONE)" when refused)
+    proto = next((l.split(",")[1].strip() for l in text.splitlines() if l.startswith("New, ")), None)
+    done = out.returncode == 0 and "Verify return code: 0 (ok)" in text and "Cipher is (NONE)" not in text
+    return done, proto
+
+
+@pytest.mark.parametrize("min_version,flag,ok", [
+    (None, "-tls1_2", True), (None, "-tls1_3", True),
+    ("3", "-tls1_3", True), ("3", "-tls1_2", False),
+])
+def test_openssl_s_client_handshake_matrix(tls_server, pki, min_version, flag, ok):
+    cert, key = pki.issue("server")
+    extra = ["-o", f"ssl_min_version={min_version}"] if min_version else []
+    srv = tls_server(pki.ca, cert, key, *extra)
+    good, proto = s_client(srv.port, pki.ca, flag)
+    assert good == ok, (flag, proto)
+    if ok:
+        assert proto == {"-tls1_2": "TLSv1.2", "-tls1_3": "TLSv1.3"}[flag]
+
+
+def test_half_handshakes_and_renegotiation_do_not_hurt_the_server(tls_server, pki):
+    cert, key = pki.issue("server")
+    srv = tls_server(pki.ca, cert, key, "-o", "idle_timeout=1")
+    stalled = []
+    for i in range(50):
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=IO_TIMEOUT_S)
+        if i % 2:
+            s.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")   # a ClientHello cut short
+        stalled.append(s)
+    with srv.tls() as c:
+        assert c.cmd("mn") == b"MN"
+    # the stalled handshakes are idle connections: idle_timeout closes them
+    def all_closed():
+        for s in stalled:
+            s.settimeout(0.05)
+            try:
+                if s.recv(1) != b"":
+                    return False
+            except socket.timeout:
+                return False
+            except OSError:
+                pass
+        return True
+    wait_until(all_closed, 30, "the stalled handshakes closed by idle_timeout")
+    for s in stalled:
+        s.close()
+    # TLS 1.2 renegotiation asked by the client is refused; the server goes on
+    out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{srv.port}", "-CAfile", pki.ca,
+                          "-tls1_2"], input=b"R\n", capture_output=True, timeout=30)
+    assert b"RENEGOTIATING" in out.stdout + out.stderr
+    with srv.tls() as c:
+        assert c.cmd("mn") == b"MN"
+
+
+def test_Z_without_a_loadable_certificate_exits_64(tmp_path):
+    binary = memcached_tls() if IS_MEMCACHED else CACHETD
+    extra = ["-U", "0", "-u", "root"] if IS_MEMCACHED and os.geteuid() == 0 else []
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a certificate\n")
+    for args in (["-Z"], ["-Z", "-o", f"ssl_chain_cert={bad},ssl_key={bad}"]):
+        out = subprocess.run([binary, "-p", str(next_free_port()), "-l", "127.0.0.1", *extra, *args],
+                             capture_output=True,
+                             text=True, timeout=20)
+        assert out.returncode == 64, (args, out)
+    assert f"Error loading the certificate chain: {bad}" in out.stderr, out.stderr
+
+
+def test_refresh_certs_without_tls(start_server):
+    if IS_MEMCACHED:
+        srv = start_server(binary=memcached_tls())
+    else:
+        srv = start_server()
+    with srv.conn() as c:
+        assert c.cmd("refresh_certs") == b"Error TLS not enabled"
+
+
+@pytest.mark.cachetd_only(reason="--memory-budget is cachetd's")
+def test_tls_is_a_term_of_the_memory_formula():
+    def budget(*args):
+        return json.loads(subprocess.run([CACHETD, "--memory-budget", *args], capture_output=True, text=True,
+                                         check=True).stdout)["terms"]
+    on = budget("-c", "100", "-Z", "-o", "ssl_chain_cert=/x,ssl_key=/y")
+    assert on["tls"] == 100 * 48 * 1024 + 4 * 1024 * 1024
+    assert budget("-c", "100")["tls"] == 0
+
+
+@pytest.mark.cachetd_only(reason="the metrics port is cachetd's")
+@pytest.mark.parametrize("mtls", [False, True])
+def test_healthz_probes_the_engine_over_tls(tls_server, pki, mtls):
+    import http.client
+    cert, key = pki.issue("server")
+    ccert, ckey = pki.issue("client", server=False)
+    mport = next_free_port()
+    extra = ["-o", f"metrics_port={mport}"]
+    if mtls:
+        extra += ["-o", f"ssl_ca_cert={pki.ca},ssl_verify_mode=2"]
+    srv = tls_server(pki.ca, cert, key, *extra, client=(ccert, ckey) if mtls else None)
+    c = http.client.HTTPConnection("127.0.0.1", mport, timeout=IO_TIMEOUT_S)
+    try:
+        c.request("GET", "/healthz")
+        r = c.getresponse()
+        body = r.read()
+        assert r.status == 200, body
+    finally:
+        c.close()
