@@ -32,7 +32,7 @@ static const char *const command_names[LATENCY_COMMANDS] = {
     [CMD_TOUCH] = "touch", [CMD_DELETE] = "delete", [CMD_FLUSH_ALL] = "flush_all",
     [CMD_VERSION] = "version", [CMD_VERBOSITY] = "verbosity", [CMD_QUIT] = "quit",
     [CMD_STATS] = "stats", [CMD_MG] = "mg", [CMD_MS] = "ms", [CMD_MD] = "md", [CMD_MA] = "ma",
-    [CMD_MN] = "mn", [CMD_ME] = "me", [CMD_SHUTDOWN] = "shutdown", [CMD_SLABS_AUTOMOVE] = "slabs",
+    [CMD_MN] = "mn", [CMD_ME] = "me", [CMD_SHUTDOWN] = "shutdown", [CMD_SLABS_AUTOMOVE] = "slabs", [CMD_SLABS_REASSIGN] = "slabs",
 };
 
 static int nrecorders;

@@ -36,6 +36,7 @@ enum req_cmd {
     CMD_SHUTDOWN,  /* args: the first argument; number: how many arguments */
     CMD_SLABS_AUTOMOVE, /* `slabs automove`: number is the level 0-2, or -1 for a tuning value
                            (ratio, freeratio, window) accepted without effect */
+    CMD_SLABS_REASSIGN, /* `slabs reassign <src> <dst>`: number is src, delta holds dst */
 #ifdef CACHET_TEST_HOOKS
     CMD_DEBUGTIME, /* number: seconds to move the clock forward */
 #endif

@@ -264,10 +264,6 @@ struct noop_opt {
 static const struct noop_opt noop_opts[] = {
     {"maxconns_fast", NOOP_FLAG, 0, 0, NULL, "a client beyond -c is always answered and closed at once, as maxconns_fast does"},
     {"no_hashexpand", NOOP_FLAG, 0, 0, NULL, "the hash table grows online without stopping requests (assoc.c)"},
-    {"slab_reassign", NOOP_FLAG, 0, 0, NULL, MOVE_WHY},
-    {"no_slab_reassign", NOOP_FLAG, 0, 0, NULL, MOVE_WHY},
-    {"slab_automove", NOOP_OPT_INT, 0, 2, "slab_automove must be between 0 and 2", MOVE_WHY},
-    {"no_slab_automove", NOOP_FLAG, 0, 0, NULL, MOVE_WHY},
     {"slab_automove_ratio", NOOP_DECIMAL, 0, 1, "slab_automove_ratio must be > 0 and < 1", MOVE_WHY},
     {"slab_automove_window", NOOP_INT, 3, 1800, "slab_automove_window must be > 2 and < 1800", MOVE_WHY},
     {"slab_automove_freeratio", NOOP_DECIMAL, 0, 1, "slab_automove_freeratio must be > 0 and <= 1", MOVE_WHY},
@@ -528,6 +524,17 @@ static int parse_extended(struct settings *s, const char *arg, struct ext_state 
                 return EX_USAGE_CODE;
             }
             s->slab_chunk_max = (size_t)v << 10;
+        } else if (!strcmp(opt, "slab_reassign") || !strcmp(opt, "no_slab_reassign")) {
+            s->no_slab_reassign = opt[0] == 'n';
+        } else if (!strcmp(opt, "no_slab_automove")) {
+            s->slab_automove = 0;
+        } else if (!strcmp(opt, "slab_automove")) {
+            /* memcached: no value means 1 */
+            if (val && !parse_int(val, 0, 2, &v)) {
+                fprintf(err, "cachetd: -o slab_automove=%s: slab_automove must be between 0 and 2\n", val);
+                return EX_USAGE_CODE;
+            }
+            s->slab_automove = val ? (int)v : 1;
         } else if (!strcmp(opt, "no_chunked_items")) {
             /* memcached: the largest class is a whole page */
             s->slab_chunk_max = SLAB_PAGE_SIZE_MAX;
@@ -635,6 +642,7 @@ static void settings_defaults(struct settings *s)
     s->io_uring = IO_URING_AUTO;
     s->access_mask = 0700;
     s->flush_enabled = true;
+    s->slab_automove = 1;   /* memcached's default */
 }
 
 /* argv[0], the args file's arguments, then the command line minus

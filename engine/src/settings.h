@@ -73,6 +73,8 @@ struct settings {
     uint32_t chunk_size;           /* -n */
     bool     use_cas;              /* !-C */
     bool     evict_disabled;       /* -M: refuse stores instead of evicting */
+    bool     no_slab_reassign;     /* -o no_slab_reassign: pages never change class */
+    int      slab_automove;        /* -o slab_automove=0..2 (no_slab_automove: 0); 0 moves pages only on `slabs reassign` */
     int      verbose;              /* -v count */
     uint32_t slab_sizes[MAX_SLAB_SIZES];
     int      slab_sizes_count;

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import CACHETD, cpulist_to_set, settings_of
+from conftest import CACHETD, cpulist_to_set, fill, settings_of, stat, wait_until
 
 
 def thread_affinities(pid):
@@ -323,3 +323,71 @@ def test_slabs_automove_answers_as_memcached_and_shows_in_settings(start_server)
         c.send(b"slabs automove 1 noreply\r\nmn\r\n")
         assert c.line() == b"MN"
         assert c.stats("settings")["slab_automove"] == "1"
+
+
+def class_pages(c):
+    """{class id: total_pages} from `stats slabs`."""
+    return {int(k.split(":")[0]): int(v) for k, v in c.stats("slabs").items() if k.endswith(":total_pages")}
+
+
+def test_slabs_reassign_answers_and_moves_a_page_as_memcached(start_server):
+    """`slabs reassign <src> <dst>` (protocol.txt): memcached 1.6.45's replies in
+    its order of checks, and OK moves one page of src to dst."""
+    srv = start_server("-m", "64")
+    with srv.conn() as c:
+        for line, want in [("slabs reassign 1 1", b"SAME src and dst class are identical"),
+                           ("slabs reassign 99 99", b"SAME src and dst class are identical"),
+                           ("slabs reassign 64 1", b"BADCLASS invalid src or dst class id"),
+                           ("slabs reassign 1 -1", b"BADCLASS invalid src or dst class id"),
+                           ("slabs reassign -1 2", b"BADCLASS invalid src or dst class id"),   # nothing to pick
+                           ("slabs reassign 1 2", b"NOSPARE source class has no spare pages"),
+                           ("slabs reassign 0 2", b"NOSPARE source class has no spare pages"),
+                           ("slabs r 01 2", b"NOSPARE source class has no spare pages"),          # prefix, strtol
+                           ("slabs reassign +1 2", b"CLIENT_ERROR bad command line format"),
+                           ("slabs reassign 2147483648 1", b"CLIENT_ERROR bad command line format"),
+                           ("slabs reassign 1 2x", b"CLIENT_ERROR bad command line format"),
+                           ("slabs reassign 1", b"ERROR"),
+                           ("slabs reassign 1 2 3", b"ERROR")]:
+            assert c.cmd(line) == want, line
+        c.send(b"slabs reassign 1 1 noreply\r\nmn\r\n")
+        assert c.line() == b"MN"
+        fill(c, 3000, prefix="ra", size=1000)
+        before = class_pages(c)
+        src = max(before, key=before.get)
+        assert before[src] >= 3, before
+        dst = 1 if src != 1 else 2
+        assert c.cmd(f"slabs reassign {src} {dst}") == b"OK"
+        wait_until(lambda: class_pages(c).get(dst, 0) == before.get(dst, 0) + 1, 10, "the page reaching dst")
+        # (src may carve a fresh page for the items the move rescued while -m has room)
+        assert class_pages(c)[src] <= before[src]
+        assert stat(c, "slabs_moved") == 1
+        assert c.cmd("set small 0 0 1\r\nx") == b"STORED", "dst's new page takes items"
+
+
+def test_no_slab_reassign_refuses_reassign_and_never_moves_a_page(start_server):
+    """-o no_slab_reassign and -o slab_automove=0: memcached 1.6.45 moves no page
+    on its own, so once memory is full a class keeps its pages and its items
+    whatever another class needs (the effect users set these for). A class
+    with no page then gets none from another: memcached gives a class its
+    first page even past -m, cachetd (bound by the memory formula) refuses
+    the store with out of memory. `slabs reassign` says it is disabled
+    without slab_reassign, and still works at slab_automove=0."""
+    for opt in ("no_slab_reassign", "slab_automove=0"):
+        srv = start_server("-m", "8", "-o", opt)
+        with srv.conn() as c:
+            st = c.stats("settings")
+            assert (st["slab_reassign"], st["slab_automove"]) == (("no", "1") if opt == "no_slab_reassign"
+                                                                  else ("yes", "0")), st
+            fill(c, 12000, prefix="small", size=1000)   # more than -m 8 holds: the class evicts
+            assert stat(c, "evictions") > 0
+            pages = class_pages(c)
+            src = max(pages, key=pages.get)
+            small_items = stat(c, f"items:{src}:number", "items")
+            for i in range(20):
+                reply = c.cmd(f"set big{i} 0 0 100000\r\n" + "b" * 100000)
+                assert reply in (b"STORED", b"SERVER_ERROR out of memory storing object"), (opt, reply)
+            after = class_pages(c)
+            assert all(after[k] == n for k, n in pages.items()), (opt, pages, after)
+            assert stat(c, f"items:{src}:number", "items") == small_items, opt
+            want = b"CLIENT_ERROR slab reassignment disabled" if opt == "no_slab_reassign" else b"OK"
+            assert c.cmd(f"slabs reassign {src} 1") == want, opt
