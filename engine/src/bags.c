@@ -582,6 +582,11 @@ int bags_evict(storage_thread *t, int clsid)
             if (g_cfg.evict_disabled || item_refs(it) > 1) { prev = it; continue; }
             rel_time_t last = atomic_load_explicit(&it->time, memory_order_relaxed);
             rel_time_t exp = item_exptime(it);
+            /* -o temporary_ttl: memcached puts an item whose TTL is at most
+             * temporary_ttl when stored in an LRU that only expiry empties.
+             * The bags keep no LRU per TTL; the TTL left at the item's last
+             * store or touch says the same. */
+            if (g_cfg.temp_lru && exp != 0 && exp > last && exp - last <= g_cfg.temporary_ttl) { prev = it; continue; }
             if (!unlink_for_reclaim(it, false)) { prev = it; continue; }
             bag_remove(b, prev, it);
             struct class_stats *cs = &g_class_stats[clsid];

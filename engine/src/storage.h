@@ -53,6 +53,9 @@ struct storage_config {
     bool     use_cas;            /* false with -C */
     bool     evict_disabled;     /* -M: refuse a store instead of evicting */
     bool     no_slab_reassign;   /* -o no_slab_reassign: pages never change class (`slabs reassign` refused) */
+    bool     no_hashexpand;      /* -o no_hashexpand: the hash table keeps its initial power */
+    bool     temp_lru;           /* -o temporary_ttl given: items whose TTL is at most */
+    uint32_t temporary_ttl;      /*   temporary_ttl are never evicted, only expire (memcached's TEMP_LRU) */
     size_t   slab_chunk_max;     /* -o slab_chunk_max: larger items are chained from chunks of this size; 0 = default */
     uint32_t young_window;       /* -o young_window: an eviction of an item read within this many seconds is "young" (0 = 60) */
     bool     stub_classes;       /* extstore on: 8-byte classes from the smallest stub up to -n's class */
