@@ -899,7 +899,9 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
 
         if (mode == MODE_CAS && !old) { res = STORE_NOT_FOUND; STAT_INC(t, cas_misses); goto out_unlock; }
         if (old && check_cas && cas_mismatch(old, opts->cas_in)) {
-            if (opts->invalidate && opts->cas_in < item_get_cas(old)) {
+            /* memcached: a C of 0 is no CAS to be older than, so I never
+             * makes it a stale store */
+            if (opts->invalidate && opts->cas_in != 0 && opts->cas_in < item_get_cas(old)) {
                 stale_store = true;   /* ms I: store, but mark it stale */
             } else {
                 res = STORE_EXISTS;
