@@ -526,6 +526,23 @@ static struct bag *evictable_from(struct lru *l, struct bag *b)
     return NULL;
 }
 
+/* An item dropped for space, by the LRU or by a page move: memcached's
+ * evictions, evicted_unfetched, evicted_young... and eviction_age_last, which
+ * the operator's young-evictions alert and the autoscaler read. */
+static void count_eviction(int clsid, uint16_t tag, rel_time_t last, rel_time_t exp)
+{
+    struct class_stats *cs = &g_class_stats[clsid];
+    atomic_fetch_add_explicit(&cs->evicted, 1, memory_order_relaxed);
+    if (exp != 0) atomic_fetch_add_explicit(&cs->evicted_nonzero, 1, memory_order_relaxed);
+    if (!(tag & ITEM_FETCHED_BIT)) atomic_fetch_add_explicit(&cs->evicted_unfetched, 1, memory_order_relaxed);
+    rel_time_t now = now_time();
+    rel_time_t age = now > last ? now - last : 0;   /* a flush second stamps ahead */
+    atomic_store_explicit(&cs->evicted_time, age, memory_order_relaxed);
+    atomic_store_explicit(&g_last_eviction_age, age, memory_order_relaxed);
+    if ((tag & ITEM_FETCHED_BIT) && age < g_cfg.young_window)
+        atomic_fetch_add_explicit(&cs->evicted_young, 1, memory_order_relaxed);
+}
+
 int bags_evict(storage_thread *t, int clsid)
 {
     (void)t;
@@ -589,17 +606,8 @@ int bags_evict(storage_thread *t, int clsid)
             if (g_cfg.temp_lru && exp != 0 && exp > last && exp - last <= g_cfg.temporary_ttl) { prev = it; continue; }
             if (!unlink_for_reclaim(it, false)) { prev = it; continue; }
             bag_remove(b, prev, it);
-            struct class_stats *cs = &g_class_stats[clsid];
-            atomic_fetch_sub_explicit(&cs->dead_waiting, 1, memory_order_relaxed);
-            atomic_fetch_add_explicit(&cs->evicted, 1, memory_order_relaxed);
-            if (exp != 0) atomic_fetch_add_explicit(&cs->evicted_nonzero, 1, memory_order_relaxed);
-            if (!(tag & ITEM_FETCHED_BIT)) atomic_fetch_add_explicit(&cs->evicted_unfetched, 1, memory_order_relaxed);
-            rel_time_t now = now_time();
-            rel_time_t age = now > last ? now - last : 0;   /* a flush second stamps ahead */
-            atomic_store_explicit(&cs->evicted_time, age, memory_order_relaxed);
-            atomic_store_explicit(&g_last_eviction_age, age, memory_order_relaxed);
-            if ((tag & ITEM_FETCHED_BIT) && age < g_cfg.young_window)
-                atomic_fetch_add_explicit(&cs->evicted_young, 1, memory_order_relaxed);
+            atomic_fetch_sub_explicit(&g_class_stats[clsid].dead_waiting, 1, memory_order_relaxed);
+            count_eviction(clsid, tag, last, exp);
             limbo_push(&lb, it);
             freed++;
         }
@@ -678,8 +686,13 @@ void bags_purge(storage_thread *t, int clsid, const char *lo, const char *hi,
             uint32_t nx = atomic_load_explicit(&it->lru_next, memory_order_relaxed);
             if (((const char *)it >= lo && (const char *)it < hi) || (nheads && is_listed(h, heads, nheads))) {
                 if (item_fl(it) & ITEM_LINKED) {
-                    unlink_for_reclaim(it, true);
-                    atomic_fetch_add_explicit(&g_class_stats[clsid].reassign_evicted, 1, memory_order_relaxed);
+                    uint16_t tag = atomic_load_explicit(&it->bag, memory_order_relaxed);
+                    rel_time_t last = atomic_load_explicit(&it->time, memory_order_relaxed);
+                    rel_time_t exp = item_exptime(it);
+                    if (unlink_for_reclaim(it, true)) {
+                        atomic_fetch_add_explicit(&g_class_stats[clsid].reassign_evicted, 1, memory_order_relaxed);
+                        count_eviction(clsid, tag, last, exp);
+                    }
                 }
                 bag_remove(b, prev, it);
                 atomic_fetch_sub_explicit(&g_class_stats[clsid].dead_waiting, 1, memory_order_relaxed);
