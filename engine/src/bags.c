@@ -313,14 +313,19 @@ static enum fate reclaim_if_dead(struct bag *b, item *prev, item *it, int clsid,
         if (live && !ext_hooks()->stub_orphaned(it)) return KEEP;
         bool unfetched = !(atomic_load_explicit(&it->bag, memory_order_relaxed) & ITEM_FETCHED_BIT);
         if (!unlink_for_reclaim(it, wait)) return BUSY;
-        if (!live && !item_is_flushed(it, now)) {
-            atomic_fetch_add_explicit(&g_class_stats[clsid].expired, 1, memory_order_relaxed);
-            if (unfetched) atomic_fetch_add_explicit(&g_class_stats[clsid].expired_unfetched, 1, memory_order_relaxed);
+        /* memcached's reclaimed and expired_unfetched: an expired or
+         * flushed item whose memory the LRU takes back (and an orphaned
+         * stub, which memcached's crawler reclaims). A deleted or replaced
+         * one is not counted: it left when it was unlinked. */
+        struct class_stats *cs = &g_class_stats[clsid];
+        atomic_fetch_add_explicit(&cs->reclaimed, 1, memory_order_relaxed);
+        if (!live) {
+            if (unfetched) atomic_fetch_add_explicit(&cs->expired_unfetched, 1, memory_order_relaxed);
+            if (!item_is_flushed(it, now)) atomic_fetch_add_explicit(&cs->expired, 1, memory_order_relaxed);
         }
     }
     bag_remove(b, prev, it);
     atomic_fetch_sub_explicit(&g_class_stats[clsid].dead_waiting, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&g_class_stats[clsid].reclaimed, 1, memory_order_relaxed);
     limbo_push(lb, it);
     return REMOVED;
 }
