@@ -117,14 +117,18 @@ void settings_usage(FILE *out)
         "                          repeatable), ext_page_size=MB, ext_wbuf_size=MB, ext_threads=N,\n"
         "                          ext_io_depth=N, ext_item_size=BYTES, ext_item_age=SECS, ext_low_ttl=SECS,\n"
         "                          ext_recache_rate=N, and memcached's other ext_* (see engine/README.md)\n"
+        "                          as memcached: slab_automove=0-2 (0: pages move only on `slabs\n"
+        "                          reassign`), no_slab_reassign (never), no_hashexpand,\n"
+        "                          no_maxconns_fast (clients beyond -c wait to be accepted),\n"
+        "                          temporary_ttl=N (items with a TTL up to N s are never evicted)\n"
         "      --args-file=PATH    read more arguments from PATH first (whitespace separated,\n"
         "                          '#' starts a comment line); the command line wins\n"
         "      --check-args        check the other arguments as a start would, then exit: 0, or 64\n"
         "                          with the reason\n"
         "      --memory-budget     check them likewise, then print as JSON the most memory a\n"
         "                          server started with them can use, term by term\n"
-        "memcached 1.6.45's -L -X -W and its LRU, crawler, slab mover, hash and logger -o options\n"
-        "are accepted and have no effect (cachetd has no such machinery; see engine/README.md).\n");
+        "memcached 1.6.45's -L -X -W and its other LRU, crawler, slab mover, hash and logger -o\n"
+        "options are accepted and have no effect (cachetd has no such machinery; see engine/README.md).\n");
 }
 
 bool parse_size(const char *text, size_t *out)
