@@ -16,7 +16,8 @@ limitations under the License.
 
 // Command manager runs the Cachet operator: the Cache controller, its
 // admission webhooks and, when asked, the rotation of their serving
-// certificate.
+// certificate. "manager node-tuner" runs the node tuner instead (one per
+// node, from the chart's DaemonSet; internal/nodetuner).
 package main
 
 import (
@@ -56,6 +57,7 @@ import (
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
 	"cachet.dev/cachet/controllers"
 	"cachet.dev/cachet/internal/engine"
+	"cachet.dev/cachet/internal/nodetuner/tuner"
 )
 
 var (
@@ -81,6 +83,9 @@ const (
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch;update;patch
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "node-tuner" {
+		os.Exit(tuner.Main(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	var (
 		metricsAddr, probeAddr                  string
 		secureMetrics, enableHTTP2, leaderElect bool
@@ -113,7 +118,7 @@ func main() {
 	flag.StringVar(&engineImage, "engine-image", "localhost/cachetd:0.1.0", "Engine image written into Caches that name none.")
 	flag.StringVar(&clusterDomain, "cluster-domain", "cluster.local", "Cluster DNS domain, used in the pods' names in status.endpoints and in self-signed certificates.")
 	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces whose Caches the operator manages; empty: all namespaces. With a list, Roles in those namespaces are all the operator needs.")
-	flag.IntVar(&engineMetricsPort, "engine-metrics-port", engine.DefaultMetricsPort, "Port on which cachetd serves GET /healthz and /metrics (-o metrics_port); the kubelet probes /healthz there. 0: engines older than metrics_port, probed by cachet-probe inside the pod.")
+	flag.IntVar(&engineMetricsPort, "engine-metrics-port", engine.DefaultMetricsPort, "Port on which cachetd serves GET /healthz and /metrics (-o metrics_port); the readiness probe is /healthz there, liveness is cachet-probe on the data port. 0: engines older than metrics_port, both probes cachet-probe.")
 	flag.BoolVar(&checkCPUManager, "check-cpu-manager", false, "Read each node's kubelet /configz (nodes/proxy permission) to report whether dedicated-CPU pods really get exclusive cores (condition CoresExclusive).")
 	flag.StringVar(&metricsCertDir, "metrics-cert-dir", "", "Directory with tls.crt and tls.key for the metrics endpoint (e.g. the webhook certificate's); empty: a self-signed certificate.")
 	opts := zap.Options{Development: false}

@@ -352,18 +352,23 @@ func spreadConstraints(c *cachev1alpha1.Cache) []corev1.TopologySpreadConstraint
 	return spread
 }
 
-// probes checks the engine answers. With a metrics port the kubelet itself
-// sends GET /healthz (a storage round trip inside cachetd); an exec probe
-// would start a process inside the pod's exclusive cpuset every few seconds.
-// Without one (an engine built before metrics_port) the probe speaks the
-// memcached protocol through cachet-probe.
+// probes checks the engine answers. Readiness, the frequent one, is GET
+// /healthz on the metrics port when there is one: the kubelet itself sends
+// it (a storage round trip inside cachetd), where an exec probe would start
+// a process inside the pod's exclusive cpuset every few seconds. Liveness
+// restarts the pod and so empties its cache: it must not depend on a port
+// any client in the network can crowd (the metrics port has 16 HTTP slots),
+// so it speaks the memcached protocol on the data port through cachet-probe,
+// as memcached users probe memcached; a client that fills the data port has
+// taken the cache down anyway. Without a metrics port (an engine built
+// before metrics_port) both are cachet-probe.
 func probes(o BuildOptions) (readiness, liveness corev1.ProbeHandler) {
+	liveness = corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"/usr/local/bin/cachet-probe", "-p", strconv.Itoa(EnginePort)}}}
 	if o.Engine.MetricsPort > 0 {
-		h := corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString(MetricsPortName)}}
-		return h, h
+		readiness = corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString(MetricsPortName)}}
+		return readiness, liveness
 	}
-	h := corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"/usr/local/bin/cachet-probe", "-p", strconv.Itoa(EnginePort)}}}
-	return h, h
+	return liveness, liveness
 }
 
 // StatefulSet runs the cache pods from o.Image.

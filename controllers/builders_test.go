@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -215,16 +216,22 @@ func TestDefaultPlacementSpreadsShards(t *testing.T) {
 	}
 }
 
-// Defect 10: exec probes started processes inside the exclusive cpuset.
+// Defect 10: exec probes started processes inside the exclusive cpuset, so
+// readiness (every 5 s) is httpGet /healthz. Issue 20: 16 clients sending one
+// byte each could hold every slot of the metrics port, and a liveness probe
+// there would restart the pod and empty its cache, so liveness probes the
+// data port with cachet-probe.
 func TestProbesAreHTTPWhenTheEngineServesHealth(t *testing.T) {
 	o := testOpts
 	o.Engine.MetricsPort = 9150
 	c := newCache()
 	ctr := StatefulSet(c, o).Spec.Template.Spec.Containers[0]
-	for name, p := range map[string]*corev1.Probe{"readiness": ctr.ReadinessProbe, "liveness": ctr.LivenessProbe} {
-		if p.Exec != nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.StrVal != MetricsPortName {
-			t.Errorf("%s probe %+v: want httpGet /healthz on the metrics port", name, p.ProbeHandler)
-		}
+	if p := ctr.ReadinessProbe; p.Exec != nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.StrVal != MetricsPortName {
+		t.Errorf("readiness probe %+v: want httpGet /healthz on the metrics port", p.ProbeHandler)
+	}
+	if p := ctr.LivenessProbe; p.HTTPGet != nil || p.TCPSocket != nil || p.Exec == nil ||
+		!slices.Equal(p.Exec.Command, []string{"/usr/local/bin/cachet-probe", "-p", strconv.Itoa(EnginePort)}) {
+		t.Errorf("liveness probe %+v: want exec cachet-probe on the data port, never the metrics port", p.ProbeHandler)
 	}
 	if len(ctr.Ports) != 2 || ctr.Ports[1].Name != MetricsPortName || ctr.Ports[1].ContainerPort != 9150 {
 		t.Errorf("ports %+v: want the metrics port named %q", ctr.Ports, MetricsPortName)
@@ -260,6 +267,8 @@ func TestPodTemplateFieldsAreWhatTheBuilderReads(t *testing.T) {
 		"extstore": func(c *cachev1alpha1.Cache) {
 			c.Spec.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("1Gi")}
 		},
+		// The node tuner reads it from the Cache: a change never restarts a pod.
+		"nodeTuning": func(c *cachev1alpha1.Cache) { c.Spec.NodeTuning.IRQStrategy = "spread" },
 	}
 	specFields := reflect.TypeOf(cachev1alpha1.CacheSpec{})
 	if specFields.NumField() != len(changes) {

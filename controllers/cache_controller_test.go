@@ -197,10 +197,11 @@ func TestCreateBuildsEveryOwnedObject(t *testing.T) {
 		}
 	}
 
-	// Status is written even before any pod exists.
+	// Status is written even before any pod exists (NodeTuned is Unknown
+	// TunerPending then).
 	eventually(t, "status written", func() (bool, string) {
 		c = getCache(t, ns, "web")
-		return len(c.Status.Conditions) == 5 && len(c.Status.Endpoints) == 2, fmt.Sprintf("%+v", c.Status)
+		return len(c.Status.Conditions) == 6 && len(c.Status.Endpoints) == 2, fmt.Sprintf("%+v", c.Status)
 	})
 	if c.Status.Endpoints[1].Host != "web-1.web-headless."+ns+".svc.cluster.test" || c.Status.Selector == "" ||
 		!slices.Equal(c.Status.EngineArgs, EngineArgs(c, BuildOptions{Engine: suiteCurrent})) || c.Status.Image != testEngineImage {

@@ -326,6 +326,7 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 	setMonitoringCondition(c, obs, set, &st.Conditions)
 	setAutoscalingCondition(c, obs, set, &st.Conditions)
 	setExtstoreCondition(c, obs, set, &st.Conditions)
+	setNodeTunedCondition(c, obs, set, &st.Conditions)
 	problems := setDegradedCondition(c, obs, set)
 
 	sts := obs.StatefulSet

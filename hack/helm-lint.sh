@@ -119,7 +119,9 @@ if render default --namespace cachet-system; then
            Secret/cachet-webhook-server-cert Service/cachet-webhook-service Service/cachet-metrics-service \
            Deployment/cachet-operator MutatingWebhookConfiguration/cachet-mutating-webhook-configuration \
            ValidatingWebhookConfiguration/cachet-validating-webhook-configuration \
-           Pod/cachet-test-cache-connection NetworkPolicy/cachet-operator ConfigMap/cachet-adapter-rules; do
+           Pod/cachet-test-cache-connection NetworkPolicy/cachet-operator ConfigMap/cachet-adapter-rules \
+           DaemonSet/cachet-node-tuner ServiceAccount/cachet-node-tuner ClusterRole/cachet-node-tuner \
+           ClusterRoleBinding/cachet-node-tuner; do
     if grep -qx "$k" "$work/default.kinds"; then ok "default: renders $k"; else bad "default: missing $k"; fi
   done
   for k in Certificate Issuer ServiceMonitor PodDisruptionBudget; do
@@ -134,6 +136,18 @@ if render default --namespace cachet-system; then
   has deployment '^              - ALL$' "drops ALL capabilities"
   has deployment '^          type: RuntimeDefault' "seccomp RuntimeDefault"
   has deployment '^              memory: 256Mi' "memory limit set"
+  # The node tuner: privileged, host network, the mounts docs/node-tuning.md lists, least RBAC.
+  render tuner --namespace cachet-system --show-only templates/nodetuner/daemonset.yaml
+  has tuner '^      hostNetwork: true' "node tuner on the host network"
+  has tuner '^            privileged: true' "node tuner privileged"
+  has tuner 'command: \["/manager", "node-tuner"\]' "node tuner is the operator binary's subcommand"
+  has tuner 'path: /var/lib/kubelet/pod-resources, type: Directory' "pod-resources mounted as a directory"
+  has tuner 'path: /var/lib/cachet/node-tuner, type: DirectoryOrCreate' "journal in a hostPath"
+  has tuner 'verbs: \[get, list, watch, patch\]' "pods: read, and patch for the node-tuned annotation"
+  has tuner 'verbs: \[get, list, watch\]$' "caches: read only"
+  count tuner 'verbs:' 2 "two rules, nothing else"
+  render notuner --namespace cachet-system --set nodeTuner.enabled=false
+  hasnt notuner 'name: cachet-node-tuner' "nodeTuner.enabled=false renders no tuner"
   has default 'image: localhost/cachet-operator:0\.1\.0$' "operator image follows appVersion"
   has default 'imagePullPolicy: IfNotPresent' "IfNotPresent pull policy"
   has default '- --engine-image=localhost/cachetd:0\.1\.0$' "engine image flag"
@@ -256,7 +270,9 @@ if render nsmode --namespace ops --api-versions cert-manager.io/v1 \
   count nsmode '^kind: Role$' 3 "manager Role in each of the 2 watched namespaces, plus leader election"
   count nsmode '^kind: RoleBinding$' 3 "bound in each"
   has nsmode '- --watch-namespaces=team-a,team-b$' "operator told the namespaces"
-  if awk '/^kind: ClusterRoleBinding$/{k=1} k&&/^  - kind: ServiceAccount$/{print; k=0}' "$work/nsmode.yaml" | grep -q .; then
+  # (The node tuner's own ServiceAccount is bound cluster-wide: it reads the
+  # cache pods of its node in every namespace.)
+  if awk '/^kind: ClusterRoleBinding$/{k=1} k&&/^  - kind: ServiceAccount$/{getline; print; k=0}' "$work/nsmode.yaml" | grep -v 'name: cachet-node-tuner$' | grep -q .; then
     bad "nsmode: a ClusterRoleBinding still binds the operator's ServiceAccount"
   else
     ok "nsmode: no ClusterRoleBinding for the operator"
@@ -286,10 +302,10 @@ fi
 
 step "optional parts switched off"
 if render minimal --namespace ops \
-     --set webhook.enabled=false,metrics.enabled=false,crds.install=false,tests.enabled=false,dashboard.enabled=false \
+     --set webhook.enabled=false,metrics.enabled=false,crds.install=false,tests.enabled=false,dashboard.enabled=false,nodeTuner.enabled=false \
      --set serviceAccount.create=false,serviceAccount.name=existing-sa,operator.leaderElection.enabled=false; then
   ok "renders"
-  for k in CustomResourceDefinition MutatingWebhookConfiguration ValidatingWebhookConfiguration Secret Lease ServiceAccount Pod; do
+  for k in CustomResourceDefinition MutatingWebhookConfiguration ValidatingWebhookConfiguration Secret Lease ServiceAccount Pod DaemonSet; do
     hasnt minimal "^kind: $k\$" "no $k"
   done
   has minimal '- --enable-webhooks=false$' "operator told webhooks are off"
@@ -529,7 +545,8 @@ server_checks() {
     --advertise-address 127.0.0.1 --endpoint-reconciler-type none --cert-dir "$work/server/certs" \
     --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC --token-auth-file "$work/server/tokens.csv" \
     --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$work/server/sa.key" \
-    --service-account-signing-key-file "$work/server/sa.key" >"$work/server/apiserver.log" 2>&1 &
+    --service-account-signing-key-file "$work/server/sa.key" \
+    --allow-privileged=true >"$work/server/apiserver.log" 2>&1 &  # as kubeadm, kind and hack/local-cluster.sh: the node tuner is privileged
   server_pids+=($!)
   cat >"$work/server/kubeconfig" <<KCFG
 apiVersion: v1
@@ -576,10 +593,12 @@ KCFG
   for v in default full prod adapter; do
     if "$k" apply --dry-run=server -f "$work/$v.yaml" >"$work/$v.dry" 2>&1; then
       ok "$v: API server accepts all $(grep -c 'server dry run' "$work/$v.dry") objects (server-side dry run)"
-      if grep -qi 'violate PodSecurity' "$work/$v.dry"; then
-        bad "$v: pods violate the restricted Pod Security Standard:"; grep -i 'violate' "$work/$v.dry" | sed 's/^/        /'
+      # The node tuner alone is privileged with hostNetwork (it writes the
+      # host's /proc/irq and /sys/class/net): its namespace must allow that.
+      if grep -i 'violate PodSecurity' "$work/$v.dry" | grep -v 'container "node-tuner"' | grep -q .; then
+        bad "$v: pods violate the restricted Pod Security Standard:"; grep -i 'violate' "$work/$v.dry" | grep -v 'container "node-tuner"' | sed 's/^/        /'
       else
-        ok "$v: every pod (operator, test, adapter) passes the restricted Pod Security Standard"
+        ok "$v: every pod but the node tuner (operator, test, adapter) passes the restricted Pod Security Standard"
       fi
     else
       bad "$v: API server rejected the render:"; sed 's/^/        /' "$work/$v.dry"

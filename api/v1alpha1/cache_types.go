@@ -144,6 +144,48 @@ type CacheSpec struct {
 	// docs/operator.md).
 	// +optional
 	Extstore *ExtstoreSpec `json:"extstore,omitempty"`
+
+	// NodeTuning says where the node's NIC interrupts, receive packet
+	// steering (RPS/RFS) and transmit steering (XPS) go for this Cache's
+	// pods. The cachet node-tuner DaemonSet applies it on each node and
+	// reports the NodeTuned condition; changing it re-plans the node
+	// without restarting a pod (docs/node-tuning.md).
+	// +optional
+	NodeTuning NodeTuningSpec `json:"nodeTuning,omitempty"`
+}
+
+// NodeTuningSpec is what the node tuner does for a Cache's pods.
+type NodeTuningSpec struct {
+	// IRQStrategy places the NIC queue interrupts: siblings (on the
+	// hyperthread sibling of the worker core a queue feeds), housekeeping
+	// (off every exclusive core, onto the shared pool), spread (each queue
+	// on its own worker CPU), none (leave the node alone), or auto (one of
+	// siblings, housekeeping, spread by the pod's cores and the node's
+	// shape; the tuner says which and why).
+	// +kubebuilder:validation:Enum=auto;siblings;housekeeping;spread;none
+	// +kubebuilder:default=auto
+	// +optional
+	IRQStrategy string `json:"irqStrategy,omitempty"`
+
+	// RPS turns on receive packet steering with flow steering (RFS) for the
+	// pods' veths and the queues they own, and sets
+	// net.core.rps_sock_flow_entries.
+	// +kubebuilder:default=true
+	// +optional
+	RPS *bool `json:"rps,omitempty"`
+}
+
+// Strategy is IRQStrategy with its default.
+func (n NodeTuningSpec) Strategy() string {
+	if n.IRQStrategy == "" {
+		return "auto"
+	}
+	return n.IRQStrategy
+}
+
+// RPSEnabled is RPS with its default.
+func (n NodeTuningSpec) RPSEnabled() bool {
+	return n.RPS == nil || *n.RPS
 }
 
 // ExtstoreSpec sizes the on-disk part of each pod's cache.
@@ -585,6 +627,12 @@ const (
 	// StorageClass that does not exist; Unknown when the operator
 	// cannot read volumes or nodes. Absent without spec.extstore.
 	ConditionExtstore = "Extstore"
+	// ConditionNodeTuned is True when the node tuner placed every pod's NIC
+	// interrupts and steering as spec.nodeTuning asks, False with the
+	// first pod it could not (NoTuner, IrqbalanceConflict, ManagedIRQ,
+	// SharedCores, NoQueue), Unknown while a pod is not yet scheduled or
+	// not yet seen by the tuner. Absent with irqStrategy none.
+	ConditionNodeTuned = "NodeTuned"
 )
 
 // CacheStatus is the observed state of a Cache.
@@ -626,6 +674,16 @@ type CacheStatus struct {
 	// ClaimTemplateChanged, ClaimsOutdated, ClaimsExpanding, VolumeNodeLost
 	// or StorageClassNotFound (claims wait for a class that does not exist);
 	// Unknown NodeLossCheckFailed.
+	//
+	// NodeTuned (unless spec.nodeTuning.irqStrategy is none): True Tuned
+	// (the node tuner placed every pod's NIC interrupts and steering);
+	// False NoTuner (no node tuner reported for a pod: the chart's
+	// nodeTuner.enabled or its nodeSelector), SharedCores (no exclusive
+	// CPU to tune for), IrqbalanceConflict, ManagedIRQ (the kernel refused
+	// an interrupt's affinity), NoQueue (other pods took every NIC queue),
+	// NoSharedPool, NoNICQueueIRQs or ApplyFailed, each with the pod;
+	// Unknown TunerPending (a pod not yet scheduled, or not yet seen by
+	// the tuner at this generation).
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -45,6 +45,11 @@ const (
 	// Cache with extstore: the class and size of its volume claim template,
 	// so that a change of either replaces the pods (and with them, their
 	// claims) even when the engine arguments stay the same.
+	// NodeTunedAnnotation is set on a cache pod by the node tuner on its
+	// node (never by the operator or users): JSON {"status","reason",
+	// "message","strategy","generation"}, what the tuner did for that pod.
+	// The operator folds it into the Cache's NodeTuned condition.
+	NodeTunedAnnotation     = "cache.cachet.dev/node-tuned"
 	ExtstoreClaimAnnotation = "cache.cachet.dev/extstore-claim"
 )
 

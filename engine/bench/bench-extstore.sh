@@ -89,6 +89,7 @@ XT_CONNS=1024   # the operator's default max connections: the pod budget counts 
 XT_SOCK_OPTS=sock_sndbuf=64k,sock_rcvbuf=16k   # the operator's socket buffers (internal/engine)
 KEYS=$(( XT_MB * XT_DATA_FACTOR * 1048576 / XT_VALUE_SIZE ))
 DATA_MB=$(( KEYS * XT_VALUE_SIZE / 1048576 ))
+RAM_KEYS=$(( XT_MB * 1048576 / XT_VALUE_SIZE / 8 ))   # an eighth of the item memory: stays in RAM
 XT_FIO_MB=${XT_FIO_MB:-$DATA_MB}
 # The extstore file holds the data set with a quarter to spare (compaction
 # needs free pages); the image holds that, or fio's file, plus 1 GiB.
@@ -191,6 +192,11 @@ print(json.dumps({"rss_kb": status.get("VmRSS"), "io": kv(f"/proc/{pid}/io", ":"
                              "max_usage": one(f"{cg}/memory.max_usage_in_bytes"), "failcnt": one(f"{cg}/memory.failcnt"),
                              "rss": mem.get("rss"), "cache": mem.get("cache"), "mapped_file": mem.get("mapped_file")}}))
 PY
+}
+# diskstats_to OUT: the loop device's reads completed and sectors read (/proc/diskstats).
+diskstats_to() {
+  awk -v dev="$(basename "$loopdev")" '$3 == dev { printf "{\"reads\": %s, \"sectors_read\": %s}\n", $4, $6 }' \
+    /proc/diskstats >"$1"
 }
 # stats_to PORT OUT [mcstats.py options]
 stats_to() { "$PY" "$here/mcstats.py" --port "$1" --json "$2" "${@:3}" || say "  bench-extstore: stats on port $1 failed"; }
@@ -345,16 +351,30 @@ for s in "${RUN_ORDER[@]}"; do
       "$(jget "$out/fill-stats-$s.json" 'j["stats"].get("extstore_objects_used")'), evictions $(jget "$out/fill-stats-$s.json" 'j["stats"].get("evictions")')," \
       "RSS $(jget "$out/fill-proc-$s.json" 'j["rss_kb"]') kB, cgroup rss+cache $(jget "$out/fill-proc-$s.json" '(j["cgroup"]["rss"]+j["cgroup"]["cache"])>>20') MiB"
 
-  # Disk hits: uniform keys, closed loop, at depth 1 and 32.
+  # Disk hits: uniform keys, closed loop, at depth 1 and 32; the loop
+  # device's reads over each run (a 4 KB value should cost one 4 KB read).
   for qd in 1 32; do
     if [ $qd = 1 ]; then shape=("${QD1[@]}"); else shape=("${QD32[@]}"); fi
     stats_to "$port" "$out/disk-qd$qd-before-$s.json"
+    diskstats_to "$out/disk-qd$qd-diskstats-before-$s.json"
     loadgen "$s" "$port" "$out/disk-qd$qd-$s.json" --keys $KEYS --value-size $XT_VALUE_SIZE "${shape[@]}" \
       --duration "$XT_SECS" --seed 11 --stats
+    diskstats_to "$out/disk-qd$qd-diskstats-after-$s.json"
     say "  $s disk reads, depth $qd (${shape[*]}): $(jget "$out/disk-qd$qd-$s.json" 'round(j["steps"][0]["throughput"])') GETs/s," \
         "$(jget "$out/disk-qd$qd-$s.json" 'round(j["steps"][0]["hit_ratio"],3)') hits," \
         "p99 $(jget "$out/disk-qd$qd-$s.json" 'j["steps"][0]["latency_us"]["p99"]') us"
   done
+  # RAM hits, for the CPU a GET costs without a disk read: RAM_KEYS keys of
+  # their own set just now (the newest items: the flusher leaves them in
+  # RAM), then read at depth 32. The server's rusage over each run, per GET,
+  # is summarize.py's server CPU per RAM-hit and per disk-hit GET.
+  loadgen "$s" "$port" "$out/ram-prefill-$s.json" --keys $RAM_KEYS --key-prefix ram: --value-size $XT_VALUE_SIZE \
+    --conns 1 --prefill-only --prefill-depth 1
+  stats_to "$port" "$out/ram-qd32-before-$s.json"
+  loadgen "$s" "$port" "$out/ram-qd32-$s.json" --keys $RAM_KEYS --key-prefix ram: --value-size $XT_VALUE_SIZE \
+    "${QD32[@]}" --duration "$XT_SECS" --seed 13 --stats
+  say "  $s RAM reads, depth 32: $(jget "$out/ram-qd32-$s.json" 'round(j["steps"][0]["throughput"])') GETs/s," \
+      "$(jget "$out/ram-qd32-$s.json" 'round(j["steps"][0]["hit_ratio"],3)') hits"
   # Disk hits in open loop: latency against throughput (the plot).
   say "  $s: open-loop uniform reads (depth up to 32) until it falls behind its schedule"
   stats_to "$port" "$out/disk-steps-before-$s.json"

@@ -4,7 +4,7 @@
 #   make bench               [bench-engine] cachetd, memcached 1.6.45 and Debian's
 #                            1.6.18 side by side: W1-W4 and seed 003. A missed
 #                            target prints MISS without failing. BENCH_QUICK=1
-#                            gives a ~3 minute pass.
+#                            gives a ~5 minute pass.
 #   make bench-extstore      [bench-extstore] the same three servers with
 #                            extstore (-o ext_path=...) on a loop-mounted ext4,
 #                            each in a memory cgroup of its pod's size, against

@@ -60,7 +60,8 @@ def main_extstore(s, not_run_as="not run"):
         cells = []
         for n in SERVERS:
             cells.append(not_run_as if F[n].get("not_run") else xt_fmt(r[n], r["key"]).replace("-", "–") + (unit if r[n] is not None else ""))
-        vs45 = rat(r["ratio"]) if r["against"] == "mc1645" else f"{rat(r['ratio'])} of fio"
+        vs45 = (rat(r["ratio"]) if r["against"] == "mc1645" else "(own)" if r["against"] == "abs"
+                else f"{rat(r['ratio'])} of fio")
         note = f" ({r['note']})" if r["note"] else ""
         verdict = "not a target" if r["verdict"] == "no target" else f"**{r['verdict']}**"
         print(f"| {r['target']} | " + " | ".join(cells) + f" | {vs45} | {rat(r['ratio_1618'])} | "

@@ -31,11 +31,18 @@ W2_P99_LIMIT_US = 1000.0
 # direction says which way is better: ">=" higher, "<=" lower.
 TARGETS = [
     ("W1 pipelined GETs/s", "w1_pipelined", ">=", 2.0, "req/s"),
-    ("W1 pipelined GETs per server CPU-second", "w1_pipelined_gets_per_cpu_s", ">=", 2.0, "/CPU-s"),
-    ("W1 unpipelined GETs per server CPU-second", "w1_unpipelined_gets_per_cpu_s", ">=", 1.2, "/CPU-s"),
+    ("W1 pipelined GETs per server CPU-second", "w1_pipelined_gets_per_cpu_s", ">=", 2.8, "/CPU-s"),
+    ("W1 unpipelined GETs per server CPU-second", "w1_unpipelined_gets_per_cpu_s", ">=", 1.4, "/CPU-s"),
     ("W1 unpipelined GETs/s (beside the cost; not judged)", "w1_unpipelined", ">=", None, "req/s"),
-    ("W2 highest rate with p99 < 1 ms, 256 conns", "w2_rate_p99_under_1ms", ">=", None, "req/s"),
-    ("W3 RSS bytes per item", "w3_bytes_per_item", "<=", 0.70, "B"),
+    ("W2 highest rate with p99 < 1 ms, 256 conns", "w2_rate_p99_under_1ms", ">=", 1.5, "req/s"),
+    ("W2 p999 at 1.6.45's highest such rate, 256 conns", "w2_p999_at_mc_rate", "<=", 1.0, "us"),
+    ("W2 10% sets: highest rate with p99 < 1 ms", "w2_sets10_rate_p99_under_1ms", ">=", 1.5, "req/s"),
+    ("W2 10% sets: p999 at 1.6.45's highest such rate", "w2_sets10_p999_at_mc_rate", "<=", 1.0, "us"),
+    ("W2 10-key multi-gets: highest rate with p99 < 1 ms", "w2_mget10_rate_p99_under_1ms", ">=", 1.5, "req/s"),
+    ("W2 10-key multi-gets: p999 at 1.6.45's highest such rate", "w2_mget10_p999_at_mc_rate", "<=", 1.0, "us"),
+    ("W2 1024 conns: highest rate with p99 < 1 ms", "w2_c1024_rate_p99_under_1ms", ">=", 1.5, "req/s"),
+    ("W2 1024 conns: p999 at 1.6.45's highest such rate", "w2_c1024_p999_at_mc_rate", "<=", 1.0, "us"),
+    ("W3 RSS bytes per item", "w3_bytes_per_item", "<=", 0.65, "B"),
     ("W4 hit ratio, Zipf 0.99, 10% memory", "w4_hit_ratio", ">=", 1.0, ""),
     ("seed 003 items kept at -m 3 (worst f / 1.6.45's best f)", "seed003_items", ">=", 1.0, "items"),
 ]
@@ -119,9 +126,20 @@ def w1_figures(d, s):
     return f
 
 
+# W2 and its variants: (file tag in bench-engine.sh's run_w2, figure key prefix)
+W2_VARIANTS = [("w2", "w2"), ("w2-sets10", "w2_sets10"), ("w2-mget10", "w2_mget10"), ("w2-c1024", "w2_c1024")]
+
+
 def w2_figures(d, s):
     f = {}
-    j = load(d, f"w2-steps-{s}.json")
+    for tag, key in W2_VARIANTS:
+        f.update({k.replace("w2_", key + "_", 1): v for k, v in w2_variant(d, s, tag).items()})
+    return f
+
+
+def w2_variant(d, s, tag):
+    f = {}
+    j = load(d, f"{tag}-steps-{s}.json")
     w2s = steps(j)
     f["w2_steps"] = [
         {k: st.get(k) for k in ("target_rate", "throughput", "kept_up", "within_bound")}
@@ -137,6 +155,10 @@ def w2_figures(d, s):
     f["w2_lower_bound_only"] = bool(w2s) and f["w2_rate_p99_under_1ms"] is not None and f["w2_lowest_rate_over"] is None
     kept = [st["target_rate"] for st in w2s if st["kept_up"]]
     f["w2_rate_kept_up"] = max(kept) if kept else None
+    # The tail where memcached is at its best: both servers at 1.6.45's
+    # highest rate within the bound, one right after the other.
+    at = steps(load(d, f"{tag}-at-mc-{s}.json"))
+    f["w2_p999_at_mc_rate"] = (at[0].get("latency_us") or {}).get("p999") if at else None
     return f
 
 
@@ -251,10 +273,10 @@ def target_rows(figures):
         r, r_old = ratio(cv, rv), ratio(cv, ov)
         v = verdict(r, op, goal)
         note = ""
-        if key == "w2_rate_p99_under_1ms":
+        if key.startswith("w2") and key.endswith("_rate_p99_under_1ms"):
             if cv is None:
                 note = "cachetd met the bound at no step"
-            elif c.get("w2_lower_bound_only"):
+            elif c.get(key.replace("_rate_p99_under_1ms", "_lower_bound_only")):
                 note = "cachetd met the bound at every step: a lower bound"
         if key == "seed003_items" and c.get("seed003_worst_f") is not None:
             note = (f"cachetd's worst f {c['seed003_worst_f']}, 1.6.45's best f {ref.get('seed003_best_f')}, "
@@ -285,13 +307,25 @@ def fmt_ratio(r):
 # ---- extstore (bench-extstore.sh) ---------------------------------------------
 # (label, figure key, direction, goal, judged against, unit): against "mc1645"
 # is cachetd / memcached 1.6.45; against "fio" is the figure / fio's IOPS at the
-# same queue depth (the disk's physical limit), judged for cachetd only.
+# same queue depth (the disk's physical limit), printed, not judged; against
+# "abs" the figure itself is judged (a ratio of cachetd's own figures, or a
+# count per disk hit), memcached's printed beside.
 XT_TARGETS = [
-    ("disk-hit GETs/s at depth 1, / fio 4 KB O_DIRECT IOPS at depth 1", "xt_disk_qd1", ">=", 0.80, "fio_qd1", "/s"),
-    ("disk-hit GETs/s at depth 32, / fio IOPS at depth 32", "xt_disk_qd32", ">=", 0.80, "fio_qd32", "/s"),
-    ("RAM per item on disk: its header chunk + its hash table share", "xt_ram_per_disk_item", "<=", 0.60, "mc1645", "B"),
+    ("disk-hit GETs/s at depth 32", "xt_disk_qd32", ">=", 2.0, "mc1645", "/s"),
+    ("server CPU per disk-hit GET / per RAM-hit GET, depth 32 (each server's own)", "xt_cpu_disk_over_ram", "<=", 1.25,
+     "abs", "x"),
+    ("  server CPU per disk-hit GET (rusage over the depth-32 disk run, RAM hits taken out)", "xt_cpu_disk_hit_us",
+     "<=", None, "mc1645", "us"),
+    ("  server CPU per RAM-hit GET (rusage over a depth-32 run of keys set just before)", "xt_cpu_ram_hit_us",
+     "<=", None, "mc1645", "us"),
+    ("4 KB blocks the device read per disk hit, depth 32 (/proc/diskstats sectors)", "xt_blocks_per_disk_hit",
+     "<=", 1.0, "abs", ""),
+    ("  device reads per disk hit (/proc/diskstats reads completed)", "xt_reads_per_disk_hit", "<=", None, "mc1645", ""),
+    ("RAM per item on disk: its header chunk + its hash table share", "xt_ram_per_disk_item", "<=", 0.50, "mc1645", "B"),
     ("  of which the header chunk (`stats slabs`, classes below a value's)", "xt_hdr_per_disk_item", "<=", None, "mc1645", "B"),
     ("  of which the hash table share (hash_bytes / curr_items)", "xt_hash_per_item", "<=", None, "mc1645", "B"),
+    ("disk-hit GETs/s at depth 1, / fio 4 KB O_DIRECT IOPS at depth 1", "xt_disk_qd1", ">=", None, "fio_qd1", "/s"),
+    ("disk-hit GETs/s at depth 32, / fio IOPS at depth 32", "xt_disk_qd32", ">=", None, "fio_qd32", "/s"),
     ("RSS after the fill / items on disk (not judged: mostly -m)", "xt_rss_per_disk_item", "<=", None, "mc1645", "B"),
     ("`stats` bytes / items on disk (not judged)", "xt_bytes_per_disk_item", "<=", None, "mc1645", "B"),
     ("Zipf 0.99 hit ratio, data set 8x RAM", "xt_hit_ratio", ">=", 1.0, "mc1645", ""),
@@ -300,6 +334,49 @@ XT_TARGETS = [
     ("write amplification (disk bytes written / value bytes set)", "xt_write_amp", "<=", None, "mc1645", "x"),
     ("write amplification, extstore_bytes_written / value bytes set", "xt_ext_write_amp", "<=", None, "mc1645", "x"),
 ]
+
+
+def xt_cpu(j):
+    """The server's CPU seconds (rusage_user + rusage_system) in a stats JSON."""
+    u, sy = xt_stat(j, "rusage_user"), xt_stat(j, "rusage_system")
+    try:
+        return float(u) + float(sy)
+    except (TypeError, ValueError):
+        return None
+
+
+def xt_cpu_and_device(d, s):
+    """Server CPU per RAM-hit GET (the ram-qd32 run: keys set just before, so
+    in RAM; its disk reads, if any, are printed as its share), per disk-hit
+    GET at depth 32 (the disk-qd32 run's CPU less its RAM hits at the RAM
+    cost, over its disk hits), and the loop device's reads and 4 KB blocks
+    per disk hit over that run (/proc/diskstats before and after)."""
+    f = {k: None for k in ("xt_cpu_ram_hit_us", "xt_cpu_disk_hit_us", "xt_cpu_disk_over_ram",
+                           "xt_reads_per_disk_hit", "xt_blocks_per_disk_hit", "xt_ram_run_disk_share")}
+    rb, rr = load(d, f"ram-qd32-before-{s}.json"), load(d, f"ram-qd32-{s}.json")
+    ram_us = None
+    if rb and rr:
+        after = rr.get("server_stats") or {}
+        dc = (xt_cpu({"stats": after}) or 0) - (xt_cpu(rb) or 0)
+        dg = (after.get("cmd_get") or 0) - (xt_stat(rb, "cmd_get") or 0)
+        dx = (after.get("get_extstore") or 0) - (xt_stat(rb, "get_extstore") or 0)
+        if dg:
+            ram_us = dc / dg * 1e6
+            f["xt_cpu_ram_hit_us"], f["xt_ram_run_disk_share"] = ram_us, dx / dg
+    db, dr = load(d, f"disk-qd32-before-{s}.json"), load(d, f"disk-qd32-{s}.json")
+    if db and dr:
+        after = dr.get("server_stats") or {}
+        dc = (xt_cpu({"stats": after}) or 0) - (xt_cpu(db) or 0)
+        dg = (after.get("cmd_get") or 0) - (xt_stat(db, "cmd_get") or 0)
+        dx = (after.get("get_extstore") or 0) - (xt_stat(db, "get_extstore") or 0)
+        if dx and ram_us is not None:
+            f["xt_cpu_disk_hit_us"] = (dc * 1e6 - (dg - dx) * ram_us) / dx
+            f["xt_cpu_disk_over_ram"] = f["xt_cpu_disk_hit_us"] / ram_us if ram_us else None
+        b0, b1 = load(d, f"disk-qd32-diskstats-before-{s}.json"), load(d, f"disk-qd32-diskstats-after-{s}.json")
+        if dx and b0 and b1:
+            f["xt_reads_per_disk_hit"] = (b1["reads"] - b0["reads"]) / dx
+            f["xt_blocks_per_disk_hit"] = (b1["sectors_read"] - b0["sectors_read"]) * 512 / 4096 / dx
+    return f
 
 
 def xt_stat(j, name):
@@ -382,6 +459,7 @@ def xt_figures(d, s, machine):
     b = xt_stat(fill, "bytes")
     f["xt_bytes_per_disk_item"] = b / on_disk if on_disk and b is not None else None
     f.update(xt_disk_item_ram(fill, on_disk, machine.get("value_size", 4096)))
+    f.update(xt_cpu_and_device(d, s))
     # Session 2 (zipf): a fresh server, pipelined --prefill, Zipf with set-on-miss.
     z = load(d, f"zipf-{s}.json")
     if z and z["steps"]:
@@ -450,12 +528,19 @@ def xt_rows(figures, fio):
         if against == "mc1645":
             r, r_old = ratio(cv, rv), ratio(cv, ov)
             base = None
+        elif against == "abs":
+            r, r_old, base = cv, None, None
         else:
             base = fio.get(against)
             r, r_old = ratio(cv, base), None
         v = "NOT RUN" if c.get("not_run") and goal is not None else verdict(r, op, goal)
         note = ""
-        if against != "mc1645":
+        if against == "abs":
+            note = f"memcached 1.6.45: {xt_fmt(rv, key)}, 1.6.18: {xt_fmt(ov, key)}"
+            if key == "xt_cpu_disk_over_ram":
+                note += "; " + ", ".join(f"{NAMES[n]}'s RAM-hit run read {fmt_ratio(figures[n].get('xt_ram_run_disk_share'))[:-1]} of its GETs from disk"
+                                         for n in SERVERS if figures[n].get("xt_ram_run_disk_share") is not None)
+        elif against != "mc1645":
             note = (f"fio {fmt(base)} IOPS; 1.6.45 reaches {fmt_ratio(ratio(rv, base))} of it, "
                     f"1.6.18 {fmt_ratio(ratio(ov, base))}")
         if key == "xt_ram_per_disk_item":
@@ -467,7 +552,8 @@ def xt_rows(figures, fio):
             note = f"at {fmt(ref['xt_half_rate'])}/s" + (f"; fell behind its schedule there: {', '.join(behind)}" if behind else "")
         rows.append({"target": label, "key": key, "cachetd": cv, "mc1645": rv, "mc1618": ov, "ratio": r,
                      "ratio_1618": r_old, "against": against,
-                     "goal": (f"{op} {goal:.2f}x" + (" fio" if against != "mc1645" else "")) if goal else "-",
+                     "goal": ((f"{op} {goal:.2f}" if against == "abs" else f"{op} {goal:.2f}x" +
+                               (" fio" if against != "mc1645" else "")) if goal else "-"),
                      "verdict": v, "unit": unit, "note": note})
     return rows
 
@@ -479,7 +565,8 @@ def xt_fmt(v, key, figures=None, server=None):
         return "-"
     if key == "xt_hit_ratio":
         return f"{v:.4f}"
-    if key in ("xt_write_amp", "xt_ext_write_amp"):
+    if key in ("xt_write_amp", "xt_ext_write_amp", "xt_cpu_disk_over_ram", "xt_reads_per_disk_hit",
+               "xt_blocks_per_disk_hit"):
         return f"{v:.3f}"
     if key.endswith("_us") or key.endswith("per_disk_item") or key == "xt_hash_per_item":
         return f"{v:,.1f}"
@@ -504,11 +591,12 @@ def main_extstore(d, machine):
         if figures[s].get("not_run"):
             print(f"NOT RUN: {NAMES[s]}: {figures[s]['not_run']}")
     print()
-    print("Ratios are cachetd / memcached, or cachetd / fio where the target says fio.")
+    print("Ratios are cachetd / memcached, or cachetd / fio where the figure says fio; a target without x judges "
+          "cachetd's figure itself.")
     print(f"{'figure':<68} {'cachetd':>11} {'mc 1.6.45':>11} {'mc 1.6.18':>11} {'vs 1.6.45':>9} {'vs 1.6.18':>9}  target         result")
     for row in rows:
         vs45 = fmt_ratio(row["ratio"]) if row["against"] == "mc1645" else "-"
-        vsfio = "" if row["against"] == "mc1645" else f" (cachetd / fio {fmt_ratio(row['ratio'])})"
+        vsfio = "" if row["against"] in ("mc1645", "abs") else f" (cachetd / fio {fmt_ratio(row['ratio'])})"
         print(f"{row['target']:<68} {xt_fmt(row['cachetd'], row['key'], figures, 'cachetd'):>11} "
               f"{xt_fmt(row['mc1645'], row['key'], figures, 'mc1645'):>11} {xt_fmt(row['mc1618'], row['key'], figures, 'mc1618'):>11} "
               f"{vs45:>9} {fmt_ratio(row['ratio_1618']):>9}  {row['goal']:<14} {row['verdict']}{vsfio}"
@@ -605,6 +693,10 @@ def main():
     print("W2 bracket (highest rate with p99 < 1 ms / lowest above it that was not / highest kept up at any latency): "
           + "; ".join(f"{NAMES[s]} {fmt(figures[s]['w2_rate_p99_under_1ms'])} / {fmt(figures[s]['w2_lowest_rate_over'])} / "
                       f"{fmt(figures[s]['w2_rate_kept_up'])}" for s in SERVERS))
+    for tag, key in W2_VARIANTS[1:]:
+        print(f"{tag} bracket: " + "; ".join(
+            f"{NAMES[s]} {fmt(figures[s][key + '_rate_p99_under_1ms'])} / {fmt(figures[s][key + '_lowest_rate_over'])} / "
+            f"{fmt(figures[s][key + '_rate_kept_up'])}" for s in ("cachetd", REFERENCE)))
     for s in SERVERS:
         b = figures[s].get("w3_breakdown")
         if b:

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <time.h>
 #include <unistd.h>
 
 _Static_assert(sizeof(struct ae_file_event) <= AE_SLOT_BYTES, "memory_budget.c counts AE_SLOT_BYTES per fd slot");
@@ -81,6 +82,13 @@ int ae_process(struct ae_loop *l, int timeout_ms)
 {
     struct epoll_event *ev = l->fired;
     int n = epoll_wait(l->epfd, ev, l->max_fired, timeout_ms);
+    l->fired_now = n;
+#ifdef CACHET_TRACE
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    l->woke_ns = (unsigned long long)ts.tv_sec * 1000000000u + (unsigned long long)ts.tv_nsec;
+    l->last_fired = n;
+#endif
     for (int i = 0; i < n; i++) {
         int fd = ev[i].data.fd;
         struct ae_file_event *fe = &l->events[fd];

@@ -46,6 +46,11 @@ struct ae_loop {
     atomic_int            stop;          /* ae_stop(); any thread */
     ae_hook_proc         *before_sleep;  /* may return a shorter timeout */
     void                 *hook_data;
+    int                   fired_now;     /* events the current turn's epoll_wait reported */
+    /* a `make TRACE=1` build only (trace.h): when the last epoll_wait
+     * returned and how many fds it reported */
+    unsigned long long    woke_ns;
+    int                   last_fired;
 };
 
 struct ae_loop *ae_create(int setsize, int max_fired);

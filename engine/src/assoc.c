@@ -115,11 +115,13 @@ static bool expander_pass(void *arg);
 static struct bgthread expander = { .name = "cachet-expand", .pass = expander_pass, .period_ms = 0 };
 
 /* murmur3 x86_32: fast, good spread in the low bits we mask with. */
-uint32_t hash_key(const char *key, size_t len)
+uint32_t hash_key(const char *key, size_t len) { return hash_key_seeded(key, len, 0x9747b28cu); }
+
+uint32_t hash_key_seeded(const char *key, size_t len, uint32_t seed)
 {
     const uint8_t *data = (const uint8_t *)key;
     const size_t nblocks = len / 4;
-    uint32_t h1 = 0x9747b28cu;
+    uint32_t h1 = seed;
     const uint32_t c1 = 0xcc9e2d51u, c2 = 0x1b873593u;
     for (size_t i = 0; i < nblocks; i++) {
         uint32_t k1;

@@ -32,6 +32,7 @@
 #include "storage_internal.h"
 #include "ext_hooks.h"
 #include "bgthread.h"
+#include "logger.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -534,7 +535,7 @@ static struct bag *evictable_from(struct lru *l, struct bag *b)
 /* An item dropped for space, by the LRU or by a page move: memcached's
  * evictions, evicted_unfetched, evicted_young... and eviction_age_last, which
  * the operator's young-evictions alert and the autoscaler read. */
-static void count_eviction(int clsid, uint16_t tag, rel_time_t last, rel_time_t exp)
+static rel_time_t count_eviction(int clsid, uint16_t tag, rel_time_t last, rel_time_t exp)
 {
     struct class_stats *cs = &g_class_stats[clsid];
     atomic_fetch_add_explicit(&cs->evicted, 1, memory_order_relaxed);
@@ -546,6 +547,17 @@ static void count_eviction(int clsid, uint16_t tag, rel_time_t last, rel_time_t 
     atomic_store_explicit(&g_last_eviction_age, age, memory_order_relaxed);
     if ((tag & ITEM_FETCHED_BIT) && age < g_cfg.young_window)
         atomic_fetch_add_explicit(&cs->evicted_young, 1, memory_order_relaxed);
+    return age;
+}
+
+/* `watch evictions` sees every item counted above. The key is read while the
+ * class lock keeps the chunk from being reused. */
+static void log_dropped_for_space(item *it, int clsid, uint16_t tag, rel_time_t exp, rel_time_t age)
+{
+    if (!log_wants(LOG_EVICTIONS)) return;
+    log_eviction(item_key(it), item_nkey(it), (tag & ITEM_FETCHED_BIT) != 0,
+                 exp ? (long long)exp - (long long)now_time() : -1, age, (unsigned)clsid,
+                 (uint32_t)item_nbytes(it));
 }
 
 int bags_evict(storage_thread *t, int clsid)
@@ -612,7 +624,7 @@ int bags_evict(storage_thread *t, int clsid)
             if (!unlink_for_reclaim(it, false)) { prev = it; continue; }
             bag_remove(b, prev, it);
             atomic_fetch_sub_explicit(&g_class_stats[clsid].dead_waiting, 1, memory_order_relaxed);
-            count_eviction(clsid, tag, last, exp);
+            log_dropped_for_space(it, clsid, tag, exp, count_eviction(clsid, tag, last, exp));
             limbo_push(&lb, it);
             freed++;
         }
@@ -696,7 +708,7 @@ void bags_purge(storage_thread *t, int clsid, const char *lo, const char *hi,
                     rel_time_t exp = item_exptime(it);
                     if (unlink_for_reclaim(it, true)) {
                         atomic_fetch_add_explicit(&g_class_stats[clsid].reassign_evicted, 1, memory_order_relaxed);
-                        count_eviction(clsid, tag, last, exp);
+                        log_dropped_for_space(it, clsid, tag, exp, count_eviction(clsid, tag, last, exp));
                     }
                 }
                 bag_remove(b, prev, it);

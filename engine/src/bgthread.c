@@ -71,6 +71,17 @@ int bgthread_start(struct bgthread *t)
 
 bool bgthread_running(const struct bgthread *t) { return t->running; }
 
+void bgthread_set_period(struct bgthread *t, unsigned period_ms)
+{
+    if (!t->running) { t->period_ms = period_ms; return; }
+    pthread_mutex_lock(&t->lock);
+    t->period_ms = period_ms;
+    /* the sleep in progress was computed from the old period */
+    t->woken = true;
+    pthread_cond_signal(&t->cond);
+    pthread_mutex_unlock(&t->lock);
+}
+
 void bgthread_wake(struct bgthread *t)
 {
     if (!t->running) return;

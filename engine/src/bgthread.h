@@ -29,7 +29,7 @@ struct bgthread {
      * (the next pass then starts without sleeping). */
     bool (*pass)(void *arg);
     void *arg;
-    unsigned period_ms;               /* sleep between passes; 0 = only when woken */
+    unsigned period_ms;               /* sleep between passes; 0 = only when woken (later: bgthread_set_period) */
     /* private */
     pthread_t thread;
     pthread_mutex_t lock;
@@ -46,6 +46,8 @@ void bgthread_wake(struct bgthread *t);
 /* Wakes the thread and waits until a pass that started after this call has
  * finished (returns at once if the thread is not running). */
 void bgthread_wait_pass(struct bgthread *t);
+/* Changes period_ms; a thread asleep sleeps the new period from now. */
+void bgthread_set_period(struct bgthread *t, unsigned period_ms);
 /* Stops and joins the thread; the pass in progress finishes first. */
 void bgthread_stop(struct bgthread *t);
 bool bgthread_running(const struct bgthread *t);

@@ -14,8 +14,8 @@
  *
  *  - rbuf: bytes read but not yet consumed. Requests are parsed in place.
  *    A value too large for rbuf is read straight into its item memory. It
- *    rests at RBUF_INITIAL and grows (from the buffer budget) only to hold
- *    one long line.
+ *    never grows: a get line longer than it is answered as it arrives
+ *    (get_stream), and any other line may not pass 2048 bytes.
  *  - out: the output queue, see outbuf.h for its segments and bounds.
  *
  * Concurrency: a connection belongs to its worker thread. Other threads
@@ -68,6 +68,18 @@ struct conn {
      * in rbuf and the GET resumes there. An mg that waited for a deferred
      * slot (ext_io.h) sets 1: its line is kept and dispatched again. */
     uint32_t         resume_off;
+    /* A get/gets/gat/gats line longer than rbuf, answered key by key as its
+     * bytes arrive (proto_get_stream): only its unanswered keys stay in
+     * rbuf. skipping: a bad key (or head) was answered with an error, the
+     * rest of the line is dropped, as memcached drops a line it refuses. */
+    struct {
+        bool    active, skipping, answered_any;
+        uint8_t cmd;             /* enum req_cmd */
+        int32_t exptime;         /* gat, gats */
+    } get_stream;
+    /* A long stats reply waiting for its output to drain (resume_off = 1):
+     * the lines already queued, skipped when it is written again. */
+    uint32_t         stats_done;
     bool             write_blocked; /* waiting for EPOLLOUT */
     bool             peer_eof;      /* the client shut its side (shutdown(SHUT_WR), nc -N):
                                      * what it sent is answered, then the connection closes */
@@ -78,11 +90,16 @@ struct conn {
     int              batch_idx;     /* io_uring mode: slot in the worker's batch, -1 if none */
     struct conn     *next_pending;
     struct conn     *prev, *next;   /* worker's connection list */
-    size_t           rbuf_reserved; /* rbuf bytes above RBUF_INITIAL, from the budget */
     /* for stats conns (read by other threads under the registry lock) */
     char             addr[128];     /* "tcp:host:port" or "unix:path" */
     int              stat_state;    /* relaxed atomic: enum conn_state */
     uint32_t         last_cmd_time; /* relaxed atomic: rel_time_t */
+#ifdef CACHET_TRACE
+    /* trace.h, this connection's stamps (ns; 0: none) */
+    uint64_t         trace_woke;    /* the epoll_wait that found it ready */
+    uint64_t         trace_queued;  /* its batch's replies queued */
+    uint64_t         trace_yielded; /* it yielded */
+#endif
 };
 
 /* Per-worker protocol counters: written only by the owning thread with
@@ -106,6 +123,17 @@ struct prefetched {
 };
 #define PREFETCH_MAX 64
 
+/* -o conn_placement: connections another worker accepted for this one
+ * (net_listen.c). The accepting worker pushes under the lock and writes
+ * wake_fd; this worker pops them in its loop. Full: the acceptor keeps the
+ * connection itself. */
+#define HANDOFF_SLOTS 64
+struct conn_handoff {
+    pthread_mutex_t  lock;
+    int              fds[HANDOFF_SLOTS];
+    int              head, count;
+};
+
 struct worker {
     int              id;
     int              cpu;          /* -1 when not pinned */
@@ -115,7 +143,8 @@ struct worker {
     int              listen_fds[16];
     int              nlisten;
     uint64_t         accept_paused_ms; /* EMFILE: listeners unwatched since then (monotonic ms); 0 = watched */
-    int              wake_fd;      /* eventfd: shutdown, and deferred replies completed */
+    int              wake_fd;      /* eventfd: shutdown, deferred replies completed, connections handed over */
+    struct conn_handoff handoff;
     struct reply_queue replies;    /* deferred replies completed by any thread */
     struct conn     *conns;        /* all connections of this worker */
     struct conn     *pending;      /* connections with unparsed input left */

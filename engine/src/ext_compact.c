@@ -12,10 +12,14 @@
  * key still points at it into the compaction bucket, swaps the key's stub
  * for one with the new locator, and frees the page
  * (extstore_page_reclaims). The pages freed go to new writes instead of an
- * eviction. With ext_drop_unread, or when fewer than ext_drop_under pages
- * are free, a record of an item not read since it went to disk is dropped
- * instead (extstore_compact_skipped): rewriting values nobody reads only
- * fills the next page.
+ * eviction. As memcached 1.6.45 (storage_compact_check): when no page is
+ * fragmented enough and fewer than ext_drop_under pages are free, with
+ * ext_drop_unread the compactor takes the oldest closed page instead and
+ * drops the records of items not read since they went to disk
+ * (extstore_compact_skipped), rewriting only the others: rewriting values
+ * nobody reads only fills the next page. Without ext_drop_unread that page
+ * stays (memcached would move it to an "old" bucket, which cachetd lacks)
+ * and the disk evicts its oldest page when full.
  *
  * Counters, as memcached names them: rescues (records moved), lost (live,
  * but no memory for the new stub, no room on disk, or a page that could not
@@ -52,7 +56,8 @@
 
 static _Atomic uint64_t n_lost, n_rescues, n_resc_cold, n_resc_old, n_skipped;
 static storage_thread *cctx;
-/* as ext_compact_start was given them, fixed from then on */
+/* as ext_compact_start was given them; the settings' thresholds change
+ * with the `extstore` command (relaxed atomic reads, see ext_items.c) */
 static struct extstore *store;
 static const struct ext_settings *conf;
 static ext_relocate_fn relocate;
@@ -96,9 +101,15 @@ static bool compact_pass(void *arg)
     struct extstore *e = store;
     const struct ext_settings *x = conf;
     uint64_t free_pages = atomic_load_explicit(&ext_get_stats(e)->pages_free, memory_order_relaxed);
-    if (free_pages >= x->compact_under) return false;
+    if (free_pages >= __atomic_load_n(&x->compact_under, __ATOMIC_RELAXED)) return false;
     uint32_t version = 0;
-    int page = ext_compact_pick(e, x->max_frag, &version);
+    int page = ext_compact_pick(e, ext_max_frag_now(x), &version);
+    bool drop_unread = false;
+    if (page < 0 && free_pages < __atomic_load_n(&x->drop_under, __ATOMIC_RELAXED) &&
+        __atomic_load_n(&x->drop_unread, __ATOMIC_RELAXED)) {
+        page = ext_compact_oldest(e, &version);
+        drop_unread = true;
+    }
     if (page < 0) return false;
     struct ext_page_info pi;
     if (!ext_page_info(e, (uint32_t)page, &pi) || pi.version != version) return true;   /* evicted: pick again */
@@ -107,7 +118,7 @@ static bool compact_pass(void *arg)
     int64_t age = (int64_t)time(NULL) - pi.opened_at;
     rel_time_t now = now_time();
     struct walk w = { .written = age <= 0 ? now : (age >= (int64_t)now ? 0 : now - (rel_time_t)age),
-                      .drop_unread = x->drop_unread || free_pages < x->drop_under };
+                      .drop_unread = drop_unread };
     int rc = ext_page_walk(e, (uint32_t)page, version, on_record, &w);
     bool dropped = false;
     uint64_t lost = 0;
@@ -115,11 +126,17 @@ static bool compact_pass(void *arg)
      * misses anyway, and keeping it would make every pass pick it again.
      * Without memory for the walk's buffer the page stays, whole, for a
      * later pass. */
-    if (rc != -ESTALE && rc != -ENOMEM) dropped = ext_page_drop(e, (uint32_t)page, version, true, &lost);
+    if (rc != -ESTALE && rc != -ENOMEM) dropped = ext_page_drop(e, (uint32_t)page, version, &lost);
     count(&n_rescues, w.rescues);
     count(&n_skipped, w.skipped);
     count(&n_lost, lost);
     return dropped || rc == -ESTALE;
+}
+
+static unsigned sleep_period_ms(uint32_t max_sleep_us)
+{
+    uint32_t ms = max_sleep_us / 1000;
+    return ms ? ms : 1;
 }
 
 int ext_compact_start(storage_thread *t, struct extstore *e, const struct ext_settings *x,
@@ -129,10 +146,11 @@ int ext_compact_start(storage_thread *t, struct extstore *e, const struct ext_se
     store = e;
     conf = x;
     relocate = relocate_fn;
-    uint32_t sleep_ms = x->max_sleep / 1000;
-    compactor.period_ms = sleep_ms ? sleep_ms : 1;
+    compactor.period_ms = sleep_period_ms(x->max_sleep);
     return bgthread_start(&compactor);
 }
+
+void ext_compact_set_sleep(uint32_t max_sleep_us) { bgthread_set_period(&compactor, sleep_period_ms(max_sleep_us)); }
 
 void ext_compact_stop(void) { bgthread_stop(&compactor); }
 void ext_compact_wake(void) { bgthread_wake(&compactor); }

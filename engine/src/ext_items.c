@@ -58,7 +58,12 @@
 #define FLUSH_PERIOD_MS 100
 
 static struct extstore *g_ext;
+/* the settings extstore started with; the ones the `extstore` command
+ * changes (enum ext_knob) are written and read with relaxed atomics, as
+ * the flusher, the compactor and the workers read them while a worker
+ * changes them */
 static struct ext_settings g_x;
+#define KNOB(field) __atomic_load_n(&g_x.field, __ATOMIC_RELAXED)
 static char *flush_buf;         /* the flusher's copy of one value (-I bytes) */
 static storage_thread *flusher_ctx;
 static _Atomic bool pressure;
@@ -140,7 +145,7 @@ static bool flush_one(storage_thread *t, const struct ext_candidate *c)
     rel_time_t exp = 0;
     ok = it && item_is_live_in(it, tv) && !(item_fl(it) & (ITEM_ON_DISK | ITEM_STALE | ITEM_WIN_SENT)) &&
          item_cflags(it) == cflags && (item_layout(it) & ITEM_KEY_BINARY) == keybin &&
-         (nbytes = item_nbytes(it)) >= g_x.item_size && nbytes <= g_cfg.item_size_max;
+         (nbytes = item_nbytes(it)) >= KNOB(item_size) && nbytes <= g_cfg.item_size_max;
     if (ok) {
         cas = item_get_cas(it);
         exp = item_exptime(it);
@@ -150,7 +155,8 @@ static bool flush_one(storage_thread *t, const struct ext_candidate *c)
     if (!ok) { epoch_exit(t); item_discard(t, stub); return false; }
 
     enum ext_bucket b = EXT_BUCKET_DEFAULT;
-    if (exp && g_x.low_ttl && exp > tv.now && exp - tv.now < g_x.low_ttl) b = EXT_BUCKET_LOWTTL;
+    uint32_t low_ttl = KNOB(low_ttl);
+    if (exp && low_ttl && exp > tv.now && exp - tv.now < low_ttl) b = EXT_BUCKET_LOWTTL;
     struct ext_locator loc;
     if (ext_write(g_ext, b, c->key, c->nkey, flush_buf, (uint32_t)nbytes, &loc) != 0) {
         epoch_exit(t);
@@ -193,7 +199,7 @@ static bool memory_low(void)
     unsigned n = slabs_class_count();
     /* the stub classes hold no value to move out */
     for (unsigned c = slabs_first_item_class(); c <= n; c++) {
-        if (g_class_size[c] < ITEM_HDR + g_x.item_size && c != n) continue;
+        if (g_class_size[c] < ITEM_HDR + KNOB(item_size) && c != n) continue;
         uint64_t pages = slabs_class_pages((int)c);
         if (!pages) continue;
         /* a class of a few pages keeps an eighth of them free, not a page */
@@ -208,7 +214,8 @@ static bool flusher_pass(void *arg)
     (void)arg;
     static struct ext_candidate cands[FLUSH_BATCH];
     bool pressed = atomic_exchange_explicit(&pressure, false, memory_order_relaxed) || memory_low();
-    bool aged = g_x.item_age != UINT32_MAX;
+    uint32_t item_age = KNOB(item_age), item_size = KNOB(item_size);
+    bool aged = item_age != UINT32_MAX;
     unsigned flushed = 0;
     if (pressed || aged) {
         unsigned n = slabs_class_count();
@@ -216,9 +223,9 @@ static bool flusher_pass(void *arg)
             /* a class whose chunks cannot hold ext_item_size bytes of value
              * (or a stub class) holds no candidate (the largest class chains
              * longer values) */
-            if (g_class_size[c] < ITEM_HDR + g_x.item_size && c != n) continue;
-            unsigned k = bags_ext_candidates((int)c, cands, FLUSH_BATCH, g_x.item_size,
-                                             aged ? g_x.item_age : 0, pressed);
+            if (g_class_size[c] < ITEM_HDR + item_size && c != n) continue;
+            unsigned k = bags_ext_candidates((int)c, cands, FLUSH_BATCH, item_size,
+                                             aged ? item_age : 0, pressed);
             for (unsigned i = 0; i < k; i++) flushed += flush_one(flusher_ctx, &cands[i]);
         }
     }
@@ -228,7 +235,7 @@ static bool flusher_pass(void *arg)
         for (int b = 0; b < EXT_BUCKETS; b++) ext_flush(g_ext, (enum ext_bucket)b);
     }
     /* pages written may have used up the free ones: the compactor checks */
-    if (flushed && atomic_load_explicit(&ext_get_stats(g_ext)->pages_free, memory_order_relaxed) < g_x.compact_under)
+    if (flushed && atomic_load_explicit(&ext_get_stats(g_ext)->pages_free, memory_order_relaxed) < KNOB(compact_under))
         ext_compact_wake();
     atomic_fetch_add_explicit(&flusher_passes_n, 1, memory_order_relaxed);
     /* another round at once while memory stays short */
@@ -424,7 +431,8 @@ static bool hotter_than_ram(size_t nkey, const struct item_view *v)
     rel_time_t ram_age = bags_oldest_age_cached(cls);
     /* with ext_item_age, a value idle that long goes back to disk: one read
      * less often than that would be written again after each recache */
-    if (ram_age > g_x.item_age) ram_age = g_x.item_age;
+    uint32_t item_age = KNOB(item_age);
+    if (ram_age > item_age) ram_age = item_age;
     return now - v->last_access < ram_age;
 }
 
@@ -437,7 +445,8 @@ static bool storage_ext_fetch_done(storage_thread *t, const char *key, size_t nk
         return false;
     }
     uint64_t n = atomic_fetch_add_explicit(&hits_n, 1, memory_order_relaxed) + 1;
-    if (g_x.recache_rate && (n % g_x.recache_rate == 0 || hotter_than_ram(nkey, v)) &&
+    uint32_t rate = KNOB(recache_rate);
+    if (rate && (n % rate == 0 || hotter_than_ram(nkey, v)) &&
         relink(t, key, nkey, at, val, v->nbytes) == RELINK_OK)
         atomic_fetch_add_explicit(&recache_n, 1, memory_order_relaxed);
     return true;
@@ -506,6 +515,34 @@ static struct ext_hooks item_side = {
     .fetch_done = storage_ext_fetch_done,
     .moved = storage_ext_moved,
 };
+
+/* ---- `extstore SETTING VALUE` -------------------------------------------- */
+
+void storage_ext_tune(enum ext_knob knob, uint32_t value, double fraction)
+{
+    /* Without ext_path the values are kept, as memcached keeps them, and
+     * unused; storage_ext_start overwrites them with the command line's. */
+    switch (knob) {
+    case EXT_KNOB_FREE_MEMCHUNKS: return;
+    case EXT_KNOB_ITEM_SIZE:     __atomic_store_n(&g_x.item_size, value, __ATOMIC_RELAXED); break;
+    case EXT_KNOB_ITEM_AGE:      __atomic_store_n(&g_x.item_age, value, __ATOMIC_RELAXED); break;
+    case EXT_KNOB_LOW_TTL:       __atomic_store_n(&g_x.low_ttl, value, __ATOMIC_RELAXED); break;
+    case EXT_KNOB_RECACHE_RATE:  __atomic_store_n(&g_x.recache_rate, value, __ATOMIC_RELAXED); break;
+    case EXT_KNOB_COMPACT_UNDER: __atomic_store_n(&g_x.compact_under, value, __ATOMIC_RELAXED); break;
+    case EXT_KNOB_DROP_UNDER:    __atomic_store_n(&g_x.drop_under, value, __ATOMIC_RELAXED); break;
+    case EXT_KNOB_MAX_SLEEP:
+        __atomic_store_n(&g_x.max_sleep, value, __ATOMIC_RELAXED);
+        if (g_ext) ext_compact_set_sleep(value);
+        break;
+    case EXT_KNOB_MAX_FRAG:      __atomic_store(&g_x.max_frag, &fraction, __ATOMIC_RELAXED); break;
+    case EXT_KNOB_DROP_UNREAD:   __atomic_store_n(&g_x.drop_unread, value != 0, __ATOMIC_RELAXED); break;
+    }
+    if (!g_ext) return;
+    /* a lower age or size may have made items due, fewer free pages allowed
+     * may call for compaction: the next passes run now, not after a period */
+    bgthread_wake(&flusher);
+    ext_compact_wake();
+}
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
@@ -589,7 +626,7 @@ void storage_ext_stats_general(stat_writer w, void *ctx)
     w(ctx, "extstore_compact_skipped", "%llu", (unsigned long long)cc.skipped);
     w(ctx, "extstore_page_allocs", "%llu", LD(s->page_allocs));
     w(ctx, "extstore_page_evictions", "%llu", LD(s->pages_evicted));
-    w(ctx, "extstore_page_reclaims", "%llu", LD(s->pages_compacted));
+    w(ctx, "extstore_page_reclaims", "%llu", LD(s->pages_reclaimed));
     w(ctx, "extstore_pages_free", "%llu", (unsigned long long)free_pages);
     w(ctx, "extstore_pages_used", "%llu", (unsigned long long)(s->pages_total - free_pages));
     w(ctx, "extstore_objects_evicted", "%llu", LD(s->objects_evicted));
@@ -621,16 +658,16 @@ void storage_ext_stats_extstore(stat_writer w, void *ctx)
 void storage_ext_stats_settings(stat_writer w, void *ctx)
 {
     if (!g_ext) return;
-    w(ctx, "ext_item_size", "%u", g_x.item_size);
-    w(ctx, "ext_item_age", "%u", g_x.item_age);
-    w(ctx, "ext_low_ttl", "%u", g_x.low_ttl);
-    w(ctx, "ext_recache_rate", "%u", g_x.recache_rate);
+    w(ctx, "ext_item_size", "%u", KNOB(item_size));
+    w(ctx, "ext_item_age", "%u", KNOB(item_age));
+    w(ctx, "ext_low_ttl", "%u", KNOB(low_ttl));
+    w(ctx, "ext_recache_rate", "%u", KNOB(recache_rate));
     w(ctx, "ext_wbuf_size", "%llu", (unsigned long long)g_x.wbuf_size);
-    w(ctx, "ext_compact_under", "%u", g_x.compact_under);
-    w(ctx, "ext_drop_under", "%u", g_x.drop_under);
-    w(ctx, "ext_max_sleep", "%u", g_x.max_sleep);
-    w(ctx, "ext_max_frag", "%.2f", g_x.max_frag);
-    w(ctx, "ext_drop_unread", "%s", g_x.drop_unread ? "yes" : "no");
+    w(ctx, "ext_compact_under", "%u", KNOB(compact_under));
+    w(ctx, "ext_drop_under", "%u", KNOB(drop_under));
+    w(ctx, "ext_max_sleep", "%u", KNOB(max_sleep));
+    w(ctx, "ext_max_frag", "%.2f", ext_max_frag_now(&g_x));
+    w(ctx, "ext_drop_unread", "%s", KNOB(drop_unread) ? "yes" : "no");
 }
 
 void storage_ext_stats_reset(void)

@@ -50,6 +50,15 @@ int  ext_compact_start(storage_thread *t, struct extstore *e, const struct ext_s
                        ext_relocate_fn relocate);
 void ext_compact_stop(void);
 void ext_compact_wake(void);
+/* `extstore max_sleep`: the compactor's period from its next sleep on */
+void ext_compact_set_sleep(uint32_t max_sleep_us);
+/* ext_max_frag as the `extstore` command last set it (a relaxed atomic read) */
+static inline double ext_max_frag_now(const struct ext_settings *x)
+{
+    double d;
+    __atomic_load(&x->max_frag, &d, __ATOMIC_RELAXED);
+    return d;
+}
 struct ext_compact_counts { uint64_t lost, rescues, resc_cold, resc_old, skipped; };
 void ext_compact_counts(struct ext_compact_counts *out);
 void ext_compact_counts_reset(void);   /* stats reset: memcached zeroes them too */

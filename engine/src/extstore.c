@@ -244,6 +244,18 @@ static void page_reset(struct extstore *e, struct page *p, bool evicted)
     p->bucket = -1;
 }
 
+/* A closed page back to the free list, counted as memcached counts
+ * page_reclaims (every page its _free_page frees). Lock held. */
+static void page_free(struct extstore *e, uint32_t id)
+{
+    struct page *p = &e->pages[id];
+    page_reset(e, p, false);
+    p->is_free = true;
+    e->free_list[e->nfree++] = id;
+    add(&e->stats.pages_free, 1);
+    add(&e->stats.pages_reclaimed, 1);
+}
+
 /* A page for bucket b: a free one, else the oldest closed one, evicted.
  * Writes its header block. Lock held. */
 static int page_open(struct extstore *e, int b)
@@ -261,6 +273,8 @@ static int page_open(struct extstore *e, int b)
         if (oldest < 0) return -ENOSPC;    /* every page is open in a bucket */
         id = (uint32_t)oldest;
         page_reset(e, &e->pages[id], true);
+        /* memcached's eviction frees the page too, and counts it there */
+        add(&e->stats.pages_reclaimed, 1);
     }
     struct page *p = &e->pages[id];
     p->is_free = false;
@@ -555,10 +569,12 @@ void ext_read_buf_free(void)
     read_cap = 0;
 }
 
-static enum ext_read_result count(struct extstore *e, enum ext_read_result r, uint32_t nbytes)
+/* bytes_read counts the whole record read (header, key, value), as
+ * memcached 1.6.45 counts the whole item it read back */
+static enum ext_read_result count(struct extstore *e, enum ext_read_result r, uint64_t record_bytes)
 {
     switch (r) {
-    case EXT_HIT:         add(&e->stats.objects_read, 1); add(&e->stats.bytes_read, nbytes); break;
+    case EXT_HIT:         add(&e->stats.objects_read, 1); add(&e->stats.bytes_read, (int64_t)record_bytes); break;
     case EXT_MISS_STALE:  add(&e->stats.miss_stale, 1); break;
     case EXT_MISS_BADCRC: add(&e->stats.miss_badcrc, 1); break;
     case EXT_MISS_SHORT:  add(&e->stats.miss_short, 1); break;
@@ -591,7 +607,7 @@ bool ext_read_prepare(struct extstore *e, const struct ext_locator *loc, const v
                 if (res == EXT_HIT) memcpy(val, rec + EXT_RECORD_HEADER + nkey, nval);
             }
             pthread_mutex_unlock(&e->lock);
-            *r = count(e, res, nval);
+            *r = count(e, res, rs);
             return false;
         }
     }
@@ -638,7 +654,7 @@ enum ext_read_result ext_read_finish(struct extstore *e, const struct ext_read_o
     const char *rec = buf + op->skip;
     enum ext_read_result r = record_check(rec, loc, key, nkey, nval);
     if (r == EXT_HIT) *val = rec + EXT_RECORD_HEADER + nkey;
-    return count(e, r, nval);
+    return count(e, r, ext_record_size(nkey, nval));
 }
 
 enum ext_read_result ext_read(struct extstore *e, const struct ext_locator *loc,
@@ -689,6 +705,12 @@ void ext_delete(struct extstore *e, const struct ext_locator *loc, uint32_t nkey
         add(&e->stats.objects_used, -1);
         add(&e->stats.bytes_used, -(int64_t)rs);
         add(&e->stats.bytes_fragmented, (int64_t)rs);
+        /* a closed page whose last record died is free again, as in
+         * memcached 1.6.45 (extstore_delete): no compaction needed for a
+         * page nothing points into any more. A read of one of its dead
+         * records that is still in flight sees the new version: a miss,
+         * as it would be after the delete. */
+        if (!p->live_objs && !p->is_free && p->bucket < 0) page_free(e, id);
     }
     pthread_mutex_unlock(&e->lock);
 }
@@ -708,6 +730,22 @@ int ext_compact_pick(struct extstore *e, double under, uint32_t *version)
             best = (int)i;
             if (version) *version = atomic_load_explicit(&p->version, memory_order_relaxed);
         }
+    }
+    pthread_mutex_unlock(&e->lock);
+    return best;
+}
+
+int ext_compact_oldest(struct extstore *e, uint32_t *version)
+{
+    int best = -1;
+    uint64_t best_seq = UINT64_MAX;
+    pthread_mutex_lock(&e->lock);
+    for (uint32_t i = 0; i < e->npages; i++) {
+        const struct page *p = &e->pages[i];
+        if (p->is_free || p->bucket >= 0 || p->used <= EXT_PAGE_HEADER || p->seq >= best_seq) continue;
+        best_seq = p->seq;
+        best = (int)i;
+        *version = atomic_load_explicit(&p->version, memory_order_relaxed);
     }
     pthread_mutex_unlock(&e->lock);
     return best;
@@ -804,7 +842,7 @@ int ext_page_walk(struct extstore *e, uint32_t page, uint32_t version,
 
 /* Refused (false) unless the page still has the version the caller walked:
  * a page evicted and reused since holds records nobody relocated. */
-bool ext_page_drop(struct extstore *e, uint32_t page, uint32_t version, bool compacted, uint64_t *orphaned)
+bool ext_page_drop(struct extstore *e, uint32_t page, uint32_t version, uint64_t *orphaned)
 {
     if (orphaned) *orphaned = 0;
     if (page >= e->npages) return false;
@@ -814,11 +852,7 @@ bool ext_page_drop(struct extstore *e, uint32_t page, uint32_t version, bool com
               atomic_load_explicit(&p->version, memory_order_relaxed) == (version & EXT_VERSION_MASK);
     if (ok) {
         if (orphaned) *orphaned = p->live_objs;
-        page_reset(e, p, false);
-        p->is_free = true;
-        e->free_list[e->nfree++] = page;
-        add(&e->stats.pages_free, 1);
-        if (compacted) add(&e->stats.pages_compacted, 1);
+        page_free(e, page);
     }
     pthread_mutex_unlock(&e->lock);
     return ok;

@@ -114,7 +114,7 @@ struct ext_stats {
     _Atomic uint64_t bytes_read, objects_read;
     _Atomic uint64_t miss_stale, miss_badcrc, miss_short, miss_ioerr;
     _Atomic uint64_t pages_evicted, objects_evicted, bytes_evicted;   /* page eviction */
-    _Atomic uint64_t pages_compacted;
+    _Atomic uint64_t pages_reclaimed;            /* pages freed: emptied by deletes, compacted or evicted (memcached's page_reclaims) */
     _Atomic uint64_t page_allocs;                /* pages handed to a bucket, free or evicted */
     _Atomic uint64_t objects_used, bytes_used;   /* live records (written, not deleted or dropped) */
     _Atomic uint64_t bytes_fragmented;           /* deleted records still on a page */
@@ -218,9 +218,11 @@ struct ext_record {
     uint32_t nval;
 };
 int ext_compact_pick(struct extstore *e, double under, uint32_t *version);
+/* The closed page opened first, or -1; its version in *version. */
+int ext_compact_oldest(struct extstore *e, uint32_t *version);
 int ext_page_walk(struct extstore *e, uint32_t page, uint32_t version,
                   int (*fn)(void *arg, const struct ext_record *r), void *arg);
-bool ext_page_drop(struct extstore *e, uint32_t page, uint32_t version, bool compacted, uint64_t *orphaned);
+bool ext_page_drop(struct extstore *e, uint32_t page, uint32_t version, uint64_t *orphaned);
 
 /* Bytes a record of this key and value takes on a page. */
 static inline uint64_t ext_record_size(uint32_t nkey, uint32_t nval)

@@ -44,6 +44,7 @@ static _Atomic uint64_t *size_hist;
 static size_t size_hist_n;
 
 static int check_item_size_max(void);
+void items_destroy(void);
 
 int items_check_config(void) { return check_item_size_max(); }
 
@@ -52,30 +53,63 @@ int items_init(void)
     if (check_item_size_max() != 0) return -1;
     size_hist_n = slabs_chunk_max() / 32 + 2;
     size_hist = calloc(size_hist_n, sizeof(*size_hist));
-    return size_hist ? 0 : -1;
+    if (!size_hist || mrc_init(size_hist_n) != 0) {
+        items_destroy();
+        return -1;
+    }
+    return 0;
 }
 
 void items_destroy(void)
 {
+    mrc_destroy();
     free(size_hist);
     size_hist = NULL;
 }
 
 void sizes_account(size_t ntotal, int delta)
 {
-    size_t b = (ntotal + 31) / 32;
-    if (b >= size_hist_n) b = size_hist_n - 1;
-    atomic_fetch_add_explicit(&size_hist[b], (uint64_t)(int64_t)delta, memory_order_relaxed);
+    atomic_fetch_add_explicit(&size_hist[size_bucket(ntotal, size_hist_n)], (uint64_t)(int64_t)delta,
+                              memory_order_relaxed);
+}
+
+/* bucket b of the stored (missed: of the missed) histogram */
+static uint64_t sizes_in(bool missed, size_t b)
+{
+    uint64_t n = missed ? mrc_missed_in(b) : atomic_load_explicit(&size_hist[b], memory_order_relaxed);
+    return (int64_t)n > 0 ? n : 0;
 }
 
 void storage_stats_sizes(stat_writer w, void *ctx)
 {
-    char name[32];
-    for (size_t b = 0; b < size_hist_n; b++) {
-        uint64_t n = atomic_load_explicit(&size_hist[b], memory_order_relaxed);
-        if (n == 0 || (int64_t)n < 0) continue;
-        snprintf(name, sizeof name, "%zu", b * 32);
-        w(ctx, name, "%llu", (unsigned long long)n);
+    char name[48];
+    for (int missed = 0; missed < 2; missed++) {
+        for (size_t b = 0; b < size_hist_n; b++) {
+            uint64_t n = sizes_in(missed, b);
+            if (n == 0) continue;
+            snprintf(name, sizeof name, "%s%zu", missed ? "missed:" : "", b * 32);
+            w(ctx, name, "%llu", (unsigned long long)n);
+        }
+    }
+}
+
+/* /metrics wants a bounded number of series: 32-byte buckets up to 512
+ * bytes, then 8 per power of two, cumulative. */
+void storage_stats_sizes_coarse(stat_writer w, void *ctx)
+{
+    char name[48];
+    size_t last = size_hist_n - 1;   /* holds everything larger: only in le_inf */
+    for (int missed = 0; missed < 2; missed++) {
+        uint64_t cum = 0;
+        size_t b = 0;
+        for (size_t le = 32; b < last; le += le < 512 ? 32 : ((size_t)1 << (63 - __builtin_clzll(le))) / 8) {
+            for (; b < last && b * 32 <= le; b++) cum += sizes_in(missed, b);
+            snprintf(name, sizeof name, "%s:le_%zu", missed ? "missed" : "stored", le);
+            w(ctx, name, "%llu", (unsigned long long)cum);
+        }
+        cum += sizes_in(missed, last);
+        snprintf(name, sizeof name, "%s:le_inf", missed ? "missed" : "stored");
+        w(ctx, name, "%llu", (unsigned long long)cum);
     }
 }
 
@@ -396,6 +430,11 @@ item *item_alloc(storage_thread *t, const char *key, size_t nkey, uint32_t clien
     return alloc_item(t, key, nkey, client_flags, exptime, nbytes, 0, err);
 }
 
+unsigned item_slab_class(const item *it)
+{
+    return (unsigned)slabs_clsid_of(it);
+}
+
 void item_set_key_binary(item *it)
 {
     atomic_fetch_or_explicit(&it->iflags, ITEM_KEY_BINARY, memory_order_relaxed);
@@ -607,13 +646,10 @@ static enum reshape reshape_for_exptime(storage_thread *t, const char *key, uint
 
 /* ---- reads ---- */
 
-static void fill_view(storage_thread *t, item *it, int clsid, char *copy_buf, size_t copy_cap, struct item_view *out)
+/* What only meta commands and extstore's reads use: a text GET, the
+ * commonest request, leaves it out (get_opts.value_only). */
+static void fill_view_meta(item *it, int clsid, uint8_t fl, struct item_view *out)
 {
-    uint8_t fl = item_fl(it);
-    uint64_t nbytes = item_nbytes(it);
-    out->nbytes = (uint32_t)nbytes;
-    out->client_flags = item_cflags(it);
-    out->cas = item_get_cas(it);
     out->exptime = item_exptime(it);
     out->last_access = atomic_load_explicit(&it->time, memory_order_relaxed);
     out->fetched_before = (atomic_load_explicit(&it->bag, memory_order_relaxed) & ITEM_FETCHED_BIT) != 0;
@@ -623,6 +659,17 @@ static void fill_view(storage_thread *t, item *it, int clsid, char *copy_buf, si
     out->exptime_before = out->exptime;
     out->slab_class = (uint8_t)clsid;
     out->item_size = (uint32_t)item_ntotal(it);
+}
+
+static void fill_view(storage_thread *t, item *it, int clsid, bool value_only, char *copy_buf, size_t copy_cap,
+                      struct item_view *out)
+{
+    uint8_t fl = item_fl(it);
+    uint64_t nbytes = item_nbytes(it);
+    out->nbytes = (uint32_t)nbytes;
+    out->client_flags = item_cflags(it);
+    out->cas = item_get_cas(it);
+    if (!value_only || (fl & ITEM_ON_DISK)) fill_view_meta(it, clsid, fl, out);
     out->ref = NULL;
     out->on_disk = false;
     if (fl & ITEM_ON_DISK) {
@@ -727,7 +774,7 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
         }
         if (touch) set_exptime(it, opts->new_exptime);
         int clsid = slabs_clsid_of(it);
-        fill_view(t, it, clsid, copy_buf, copy_cap, out);
+        fill_view(t, it, clsid, false, copy_buf, copy_cap, out);
         out->created = created;
         out->exptime_before = before;
         out->win = false;
@@ -792,6 +839,16 @@ void storage_prefetch_item(storage_thread *t, uint32_t hv)
     epoch_exit(t);
 }
 
+/* get_locked, seen by the miss-ratio curve: the item's size is that of
+ * its view (the item may be gone once the lock is dropped). */
+static bool get_locked_noted(storage_thread *t, const char *key, size_t nkey, uint32_t hv,
+                             const struct get_opts *opts, char *copy_buf, size_t copy_cap, struct item_view *out)
+{
+    bool hit = get_locked(t, key, nkey, hv, opts, copy_buf, copy_cap, out);
+    mrc_get(t, hv, key, nkey, hit ? (uint32_t)item_ntotal_for(0, nkey, out->nbytes) : 0);
+    return hit;
+}
+
 bool storage_get(storage_thread *t, const char *key, size_t nkey, const struct get_opts *opts,
                  char *copy_buf, size_t copy_cap, struct item_view *out)
 {
@@ -805,7 +862,7 @@ bool storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_
     if (!opts) opts = &none;
     memset(out, 0, sizeof *out);
     if (opts->touch || opts->vivify || opts->recache)
-        return get_locked(t, key, nkey, hv, opts, copy_buf, copy_cap, out);
+        return get_locked_noted(t, key, nkey, hv, opts, copy_buf, copy_cap, out);
 
     epoch_enter(t);
     item *it = assoc_find(t, key, nkey, hv);
@@ -813,6 +870,7 @@ bool storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_
     if (!it || !item_is_live_in(it, tv)) {
         count_miss(t, it, tv.now);
         epoch_exit(t);
+        mrc_get(t, hv, key, nkey, 0);
         return false;
     }
 #ifdef CACHET_TEST_HOOKS
@@ -832,11 +890,12 @@ bool storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_
     if (opts->win_tokens && (fl & (ITEM_STALE | ITEM_WIN_SENT))) {
         /* Handing out the win token must be exclusive: take the lock. */
         epoch_exit(t);
-        return get_locked(t, key, nkey, hv, opts, copy_buf, copy_cap, out);
+        return get_locked_noted(t, key, nkey, hv, opts, copy_buf, copy_cap, out);
     }
     int clsid = slabs_clsid_of(it);
-    fill_view(t, it, clsid, copy_buf, copy_cap, out);
+    fill_view(t, it, clsid, opts->value_only, copy_buf, copy_cap, out);
     if (!opts->no_lru_bump) bags_stamp(it, clsid, stamp_time_in(tv));
+    mrc_get(t, hv, key, nkey, (uint32_t)item_ntotal(it));
     epoch_exit(t);
     STAT_INC(t, get_hits);
     CLS_INC(t, clsid, get_hits);
@@ -981,7 +1040,9 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
         if (cas_out) *cas_out = item_get_cas(store_it);
         if (opts->nbytes_out) *opts->nbytes_out = item_nbytes(store_it);
         int sclsid = slabs_clsid_of(store_it);
+        uint32_t stored_bytes = (uint32_t)item_ntotal(store_it);
         stripe_unlock(hv);
+        mrc_store(t, hv, key, nkey, stored_bytes);
         enter_bag(t, store_it);
         if (store_it != it) item_discard(t, it);
         else if (combined) item_discard(t, combined);   /* built on an earlier attempt, not needed */

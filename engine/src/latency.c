@@ -13,7 +13,7 @@
 
 #include "proto_parser.h"
 
-_Static_assert(CMD_SHUTDOWN < LATENCY_COMMANDS, "a command has no latency slot: raise LATENCY_COMMANDS");
+_Static_assert(CMD_EXTSTORE < LATENCY_COMMANDS, "a command has no latency slot: raise LATENCY_COMMANDS");
 
 struct latency_recorder *latency_recorders;
 
@@ -32,7 +32,10 @@ static const char *const command_names[LATENCY_COMMANDS] = {
     [CMD_TOUCH] = "touch", [CMD_DELETE] = "delete", [CMD_FLUSH_ALL] = "flush_all",
     [CMD_VERSION] = "version", [CMD_VERBOSITY] = "verbosity", [CMD_QUIT] = "quit",
     [CMD_STATS] = "stats", [CMD_MG] = "mg", [CMD_MS] = "ms", [CMD_MD] = "md", [CMD_MA] = "ma",
-    [CMD_MN] = "mn", [CMD_ME] = "me", [CMD_SHUTDOWN] = "shutdown", [CMD_SLABS_AUTOMOVE] = "slabs", [CMD_SLABS_REASSIGN] = "slabs",
+    [CMD_MN] = "mn", [CMD_ME] = "me", [CMD_SHUTDOWN] = "shutdown", [CMD_SLABS_AUTOMOVE] = "slabs",
+    [CMD_SLABS_REASSIGN] = "slabs",
+    [CMD_WATCH] = "watch",
+    [CMD_EXTSTORE] = "extstore",
 };
 
 static int nrecorders;

@@ -24,6 +24,7 @@
 #include "conn.h"
 #include "ext_io.h"
 #include "latency.h"
+#include "logger.h"
 #include "metrics_server.h"
 #include "bufmem.h"
 #include "memory_budget.h"
@@ -179,6 +180,7 @@ int main(int argc, char **argv)
     storage_ext_stop();
     metrics_server_stop();   /* after the workers: /healthz says 503 while they drain */
     storage_stop_threads();
+    log_stop();              /* last: the storage threads above may still log */
     proc_remove_pidfile(&settings);
     return 0;
 }

@@ -18,11 +18,13 @@
  */
 #include "memory_budget.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "ae.h"
 #include "ext_io.h"
 #include "extstore.h"
+#include "logger.h"
 #include "outbuf.h"
 #include "storage.h"
 
@@ -42,17 +44,19 @@
 #define HASH_BUCKET_BYTES       4u
 #define HASH_POWER_DEFAULT      16
 #define HASH_POWER_MAX          30
-/* slabs.c / bags.c: the page table and bags, and the `stats sizes`
- * histogram (8 bytes per 32 bytes of item size up to slab_chunk_max). */
+/* slabs.c / bags.c: the page table and bags, and the two `stats sizes`
+ * histograms, stored (items.c) and missed (mrc.c): 8 bytes per 32 bytes
+ * of item size up to slab_chunk_max, each. */
 #define STORAGE_TABLES_BYTES    (4 * MIB)
-/* net.c: a resting connection is its 16 KiB read buffer (RBUF_INITIAL),
+/* net_conn.c: a resting connection is its 16 KiB read buffer (RBUF_INITIAL,
+ * which never grows: a longer get line is answered as it arrives),
  * its OUT_RESTING output buffer, the struct conn (~550 B), a storage
  * command's line being read (<= 2 KiB) and allocator headers. */
 #define CONN_READ_RESTING       (16 * KIB)
 #define CONN_RESTING_BYTES      (CONN_READ_RESTING + OUT_RESTING + 4 * KIB)
 /* net_worker.c / uring.c: a worker's touched stack, its io_uring rings
  * (~100 KiB), epoll arrays (but the fd table, counted apart) and per-thread
- * storage state; the same for every other
+ * storage state (with mrc.c's ring of sampled GETs, 16 KiB); the same for every other
  * thread counted here (flusher, compactor, IO threads). */
 #define THREAD_BYTES            (1 * MIB)
 /* the binary, libc, the main thread and storage's clock, cleaner, expander
@@ -80,6 +84,8 @@
 
 static void add(struct memory_budget *b, const char *name, uint64_t bytes)
 {
+    /* a new term past the table would overwrite the count itself */
+    if (b->nterms >= MEMORY_TERMS_MAX) abort();
     b->terms[b->nterms++] = (struct memory_term){ .name = name, .bytes = bytes };
     b->total += bytes;
 }
@@ -157,14 +163,28 @@ static uint64_t kernel_buffer(size_t value)
  * reader. Those sysctls belong to the node the server will run on, not to
  * the one asking, so the budget does not guess them: it says it is not a
  * bound. */
-static uint64_t socket_buffer_bytes(const struct settings *s, struct memory_budget *b)
+static uint64_t socket_bytes_each(const struct settings *s)
 {
     uint64_t per = SOCK_OBJECT_BYTES;
     if (s->sock_sndbuf && s->sock_rcvbuf)
         per += kernel_buffer(s->sock_sndbuf) + SOCK_OVERSHOOT_BYTES + kernel_buffer(s->sock_rcvbuf);
-    else
+    return per;
+}
+
+static uint64_t socket_buffer_bytes(const struct settings *s, struct memory_budget *b)
+{
+    if (!s->sock_sndbuf || !s->sock_rcvbuf)
         unbounded(b, "socket buffers are autotuned by the kernel: set -o sock_sndbuf and sock_rcvbuf");
-    return (uint64_t)s->maxconns * per;
+    return (uint64_t)s->maxconns * socket_bytes_each(s);
+}
+
+/* logger.c: LOG_WATCHERS_MAX watchers, each its fixed ring and the socket it
+ * keeps after leaving its worker (no longer one of the -c connections), and
+ * the thread that sends to them. -W: none. */
+static uint64_t watcher_bytes(const struct settings *s)
+{
+    if (!s->watch_enabled) return 0;
+    return (uint64_t)LOG_WATCHERS_MAX * (LOG_RING_BYTES + socket_bytes_each(s)) + THREAD_BYTES;
 }
 
 void memory_budget_of(const struct settings *s, struct memory_budget *b)
@@ -180,7 +200,10 @@ void memory_budget_of(const struct settings *s, struct memory_budget *b)
         unbounded(b, "-k locks every mapping resident (whole thread stacks), which these terms do not count");
     add(b, "item_memory", s->maxbytes + ITEM_REGION_ALIGN);
     add(b, "hash_table", hash_table_bytes(s));
-    add(b, "storage_tables", settings_slab_chunk_max(s) / 4 + STORAGE_TABLES_BYTES);
+    add(b, "storage_tables", 2 * (settings_slab_chunk_max(s) / 4) + STORAGE_TABLES_BYTES);
+    /* mrc.c: the SHARDS estimator and the miss tags, fixed; its per-thread
+     * rings are in each thread's storage context (THREAD_BYTES) */
+    add(b, "miss_ratio_curve", mrc_memory_bytes());
     add(b, "connections", (uint64_t)s->maxconns * CONN_RESTING_BYTES);
     /* bufmem.h: reserved before it is allocated, so never exceeded; each
      * grown buffer is a mapping of its own (main.c's mmap threshold),
@@ -192,6 +215,7 @@ void memory_budget_of(const struct settings *s, struct memory_budget *b)
         (THREAD_BYTES + (uint64_t)settings_fd_table_size(s) * AE_SLOT_BYTES));
     add(b, "fixed", FIXED_BYTES);
     add(b, "metrics", s->metrics_port ? METRICS_BYTES : 0);
+    add(b, "watchers", watcher_bytes(s));
     if (s->ext.npaths) add_extstore(s, b);
 }
 

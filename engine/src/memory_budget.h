@@ -19,7 +19,7 @@
 
 #include "settings.h"
 
-#define MEMORY_TERMS_MAX 16
+#define MEMORY_TERMS_MAX 32
 
 struct memory_term {
     const char *name;    /* stable: the operator's Go test and the protocol tests read it */

@@ -345,6 +345,43 @@ static void emit_latency(struct render *r, const struct family *f)
     }
 }
 
+/* The size histograms (STATS_SIZES_COARSE): <which>:le_<bytes> <cumulative
+ * count>, one series per bucket with label max_bytes, cumulative like a
+ * histogram's buckets (but counts of items held, so not a histogram type,
+ * whose le label promtool keeps for histograms). */
+static void emit_sizes(struct render *r, const struct family *f, const char *which)
+{
+    char labels[64], value[64];
+    size_t n = strlen(which);
+    for (size_t i = 0; i < r->c->n; i++) {
+        const struct stat_entry *e = &r->c->e[i];
+        if (e->group != STATS_SIZES_COARSE) continue;
+        const char *name = entry_name(r->c, e);
+        if (strncmp(name, which, n) || strncmp(name + n, ":le_", 4)) continue;
+        const char *le = name + n + 4;
+        if (!as_number(entry_value(r->c, e), value, sizeof value)) continue;
+        snprintf(labels, sizeof labels, "max_bytes=\"%s\"", strcmp(le, "inf") ? le : "+Inf");
+        sample_line(r, f->name, "", labels, value);
+    }
+}
+static void emit_stored_sizes(struct render *r, const struct family *f) { emit_sizes(r, f, "stored"); }
+static void emit_missed_sizes(struct render *r, const struct family *f) { emit_sizes(r, f, "missed"); }
+
+/* `stats mrc`'s <bytes>:miss_ratio points, label cache_bytes. */
+static void emit_miss_ratio(struct render *r, const struct family *f)
+{
+    char labels[64], value[64];
+    for (size_t i = 0; i < r->c->n; i++) {
+        const struct stat_entry *e = &r->c->e[i];
+        if (e->group != STATS_MRC) continue;
+        const char *name = entry_name(r->c, e), *colon = strchr(name, ':');
+        if (!colon || strcmp(colon, ":miss_ratio") || colon - name > 24) continue;
+        if (!as_number(entry_value(r->c, e), value, sizeof value)) continue;
+        snprintf(labels, sizeof labels, "cache_bytes=\"%.*s\"", (int)(colon - name), name);
+        sample_line(r, f->name, "", labels, value);
+    }
+}
+
 /* -------------------------------------------------------------------- table */
 
 #define CMD(c, s) "command=\"" c "\",status=\"" s "\""
@@ -458,6 +495,18 @@ static const struct family families[] = {
     ONE("cachet_lru_items_moved_total", COUNTER, STATS_GENERAL, "lru_items_moved", "Items the cleaner moved to a newer bag because they were read."),
     ONE("cachet_lru_items_merged_total", COUNTER, STATS_GENERAL, "lru_items_merged", "Items moved by bag merges."),
     ONE("cachet_lru_items_expired_total", COUNTER, STATS_GENERAL, "lru_items_expired", "Expired items the cleaner reclaimed."),
+    { "cachet_connections_placed_total", COUNTER, STATS_GENERAL, false,
+      "New TCP connections by how -o conn_placement chose their worker: on the receiving CPU, on a sibling of it, through the NAPI map, or left with the accepting worker (only with conn_placement).", NULL, {
+        { "conn_placed_cpu", "by=\"cpu\"", { NULL } }, { "conn_placed_sibling", "by=\"sibling\"", { NULL } },
+        { "conn_placed_napi", "by=\"napi\"", { NULL } }, { "conn_placed_fallback", "by=\"fallback\"", { NULL } } } },
+    CUSTOM("cachet_item_sizes", GAUGE, STATS_SIZES_COARSE, emit_stored_sizes,
+           "Items stored now whose size (header, key and value) is at most max_bytes: `stats sizes` in coarser buckets, cumulative."),
+    CUSTOM("cachet_missed_item_sizes_total", COUNTER, STATS_SIZES_COARSE, emit_missed_sizes,
+           "Items stored right after a GET missed them, with size at most max_bytes, cumulative: the sizes the cache did not hold (`stats sizes` missed:)."),
+    CUSTOM("cachet_miss_ratio", GAUGE, STATS_MRC, emit_miss_ratio,
+           "Estimated miss ratio of the live GET stream for an LRU cache of cache_bytes of items (SHARDS, `stats mrc`)."),
+    ONE("cachet_mrc_sample_rate", GAUGE, STATS_MRC, "sample_rate", "Share of keys the miss-ratio curve samples."),
+    ONE("cachet_mrc_references_total", COUNTER, STATS_MRC, "references", "GETs the miss-ratio curve has seen since the start or stats reset."),
     ONE("cachet_extstore_flusher_passes_total", COUNTER, STATS_GENERAL, "extstore_flusher_passes", "Passes of the extstore flusher thread (only with -o ext_path)."),
     ONE("cachet_slab_global_page_pool_pages", GAUGE, STATS_GENERAL, "slab_global_page_pool", "Slab pages not yet given to any class."),
     ONE("cachet_slab_pages_moved_total", COUNTER, STATS_GENERAL, "slabs_moved", "Slab pages moved between classes."),
@@ -485,7 +534,8 @@ bool metrics_render_from(struct metrics_text *out, bool engine_up, metrics_sourc
     c.e = malloc(sizeof(*c.e) * MAX_STATS);
     c.arena = malloc(ARENA_BYTES);
     bool ok = c.e && c.arena;
-    static const enum stats_group groups[] = { STATS_GENERAL, STATS_SETTINGS, STATS_ITEMS, STATS_SLABS, STATS_LATENCY };
+    static const enum stats_group groups[] = { STATS_GENERAL, STATS_SETTINGS, STATS_ITEMS, STATS_SLABS, STATS_LATENCY,
+                                                STATS_MRC, STATS_SIZES_COARSE };
     for (size_t g = 0; ok && g < sizeof groups / sizeof groups[0]; g++) {
         c.group = groups[g];
         source(c.group, collect, &c);

@@ -13,8 +13,11 @@
  *   write (response queued, not all sent)        WRITE_TIMEOUT_MS, then closed
  * so a client that trickles bytes (slowloris) or stops reading holds a slot
  * for a few seconds at most. When all HTTP_CONNS_MAX slots are taken, a new
- * connection takes the slot of the longest-idle one; if none is idle it gets
- * a 503 and is closed.
+ * connection takes the slot of the one that has waited longest for a
+ * request (idle or with a partial head; see free_slot), or if every slot is
+ * writing a response, of the one writing longest: clients that hold slots
+ * with one byte each, or with responses they never read, cannot keep
+ * /healthz from answering.
  *
  * The /healthz round trip (engine_probe.c) blocks this loop for at most
  * PROBE_TIMEOUT_MS, and only when the engine does not answer; its result is
@@ -38,7 +41,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,7 +66,7 @@ struct hconn {
     enum hconn_phase phase;
     int64_t  deadline_ms;
     int64_t  idle_since_ms;
-    uint64_t idle_seq;           /* order of becoming idle: the lowest gives way first */
+    uint64_t idle_seq;           /* order of starting to wait for a request: the lowest gives way first */
     int      requests;
     bool     close_after;        /* close once the response is sent */
     char     in[HTTP_HEAD_MAX];
@@ -296,24 +298,33 @@ static void expire(struct hconn *c, int64_t now)
 
 /* ------------------------------------------------------------------ accept */
 
-/* Idle: between requests, and no byte of the next one has arrived, not
- * even one this thread has not read yet. */
-static bool is_idle(const struct hconn *c)
-{
-    int pending = 0;
-    return c->phase == IDLE && c->in_len == 0 && ioctl(c->fd, FIONREAD, &pending) == 0 && pending == 0;
-}
-
+/* A full table gives way to the connection that has waited longest for a
+ * request: idle, or holding an incomplete head. Clients that connect and
+ * send one byte over and over then only push each other out, and a newcomer
+ * that sends its whole request at once (a probe, a scrape) is answered
+ * before sixteen later arrivals could take its slot. Ordering idle
+ * connections before partial heads would hand the attackers the newcomer,
+ * which is idle until its request arrives. Only when every slot is writing
+ * a response (clients that pipeline requests and never read) does the one
+ * writing longest give way, so no client can hold the port for the write
+ * deadline either. */
 static struct hconn *free_slot(void)
 {
-    struct hconn *idlest = NULL;
+    struct hconn *waiting = NULL, *writing = NULL;
     for (int i = 0; i < HTTP_CONNS_MAX; i++) {
         struct hconn *c = &srv.conns[i];
         if (c->fd < 0) return c;
-        if ((!idlest || c->idle_seq < idlest->idle_seq) && is_idle(c)) idlest = c;
+        if (c->phase != WRITE) {
+            if (!waiting || c->idle_seq < waiting->idle_seq) waiting = c;
+        } else if (!writing || c->deadline_ms < writing->deadline_ms) {
+            writing = c;
+        }
     }
-    if (idlest) hconn_close(idlest);
-    return idlest;
+    struct hconn *victim = waiting ? waiting : writing;
+    close_lingering(victim->fd);   /* bytes of its head not read yet must not turn into an RST */
+    victim->fd = -1;
+    hconn_close(victim);
+    return victim;
 }
 
 static void http_accept(int lfd)
@@ -328,14 +339,6 @@ static void http_accept(int lfd)
             return;
         }
         struct hconn *c = free_slot();
-        if (!c) {
-            static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
-                                       "Content-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n";
-            ssize_t ignored = send(fd, busy, sizeof busy - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-            (void)ignored;
-            close_lingering(fd);
-            continue;
-        }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         *c = (struct hconn){ .fd = fd, .phase = IDLE, .idle_since_ms = now_ms(), .idle_seq = ++srv.idle_seq };

@@ -12,12 +12,14 @@
  * (outbuf.h). If not and it has output queued, it stops there and resumes
  * when the queue drains: the client reading (EPOLLOUT), the next loop turn,
  * or a deferred reply completing. A GET stopped between keys keeps its line
- * in rbuf and picks up at c->resume_off. A reply that cannot get memory
- * with nothing queued to wait for is taken back and answered with one
- * SERVER_ERROR line, and the connection is closed (response_obj_oom), as
- * memcached does when its response objects run out; a read buffer that
- * cannot grow for a long line does the same (read_buf_oom). Nothing in the
- * request path aborts on a failed allocation.
+ * in rbuf and picks up at c->resume_off. A get line longer than rbuf is
+ * answered key by key as it arrives (c->get_stream): rbuf never grows, and
+ * while such a line waits for its output to drain, nothing more is read
+ * from the client (back-pressure), however long the line. A reply that
+ * cannot get memory with nothing queued to wait for is taken back and
+ * answered with one SERVER_ERROR line, and the connection is closed
+ * (response_obj_oom), as memcached does when its response objects run out.
+ * Nothing in the request path aborts on a failed allocation.
  *
  * Deferred replies (reply.h) complete on any thread: the completion queue is
  * drained when the worker's eventfd fires, and each completed slot's
@@ -51,10 +53,10 @@
 #include "proto_parser.h"
 #include "reply.h"
 #include "server.h"
+#include "trace.h"
 #include "uring.h"
 
 #define RBUF_INITIAL    (16 * 1024)
-#define RBUF_MAX        (LINE_MAX_RETRIEVAL + 4096)
 #define DIRECT_READ_MIN 4096          /* values this large are read straight into the item */
 /* Free output room a connection with queued output needs before it takes
  * another request: more than the largest reply header plus a copied small
@@ -111,7 +113,6 @@ void conn_close(struct conn *c)
      * freed when their completion arrives (reply.h) */
     outbuf_free(&c->out);
     free(c->rbuf);
-    bufmem_release(c->rbuf_reserved);
     free(c->pending_line);
     if (verbosity() > 1) fprintf(stderr, "<%d connection closed.\n", c->fd);
     free(c);
@@ -126,6 +127,7 @@ static void conn_set_yielded(struct conn *c, bool fairness)
     if (fairness) STAT_INC(c->w, conn_yields);
     if (c->yielded) return;
     c->yielded = true;
+    TRACE_STAMP(c->trace_yielded, TRACE_NOW());
     c->next_pending = c->w->pending;
     c->w->pending = c;
 }
@@ -165,18 +167,6 @@ static void nread_advance(struct conn *c, size_t n)
     outbuf_mark(&c->out, &m);
     proto_nread_advance(c, n);
     if (outbuf_failed(&c->out)) conn_reply_failed(c, &m, NULL);
-}
-
-static void rbuf_shrink(struct conn *c)
-{
-    if (c->rsize <= RBUF_INITIAL || c->rstart != c->rend) return;
-    char *nb = realloc(c->rbuf, RBUF_INITIAL);
-    if (!nb) return;
-    c->rbuf = nb;
-    c->rsize = RBUF_INITIAL;
-    c->rstart = c->rend = 0;
-    bufmem_release(c->rbuf_reserved);
-    c->rbuf_reserved = 0;
 }
 
 /* Parses and answers every complete request in rbuf. */
@@ -231,17 +221,47 @@ void process_input(struct conn *c)
             conn_set_yielded(c, false);
             break;
         }
+        if (c->get_stream.active) {
+            struct out_mark mark;
+            outbuf_mark(&c->out, &mark);
+            bool go_on = proto_get_stream(c);
+            if (outbuf_failed(&c->out)) {
+                struct request gr = { .cmd = CMD_GET };
+                conn_reply_failed(c, &mark, &gr);
+                break;
+            }
+            if (!go_on) {
+                conn_set_yielded(c, false);
+                break;
+            }
+            if (c->get_stream.active) break;   /* the rest of the line is still to come */
+            handled++;
+            continue;
+        }
         size_t consumed;
         const char *line = c->rbuf + c->rstart;
         long ll = find_line(line, avail, &consumed);
         if (ll < 0) {
-            size_t limit = line_limit_for(line, avail);
-            if (avail > limit) {
-                /* memcached closes silently; a get line past cachetd's own
-                 * bound is told why */
-                if (limit > LINE_MAX_PLAIN) out_str(c, "CLIENT_ERROR line too long");
-                c->state = CONN_CLOSING;
+            if (line_streams(line, avail)) {
+                /* a get line that fills rbuf without its end: answer its
+                 * keys as they come instead of holding the line (a shorter
+                 * one is parsed whole, exactly as memcached does) */
+                if (avail < c->rsize) break;
+                struct request head;
+                size_t keys_off = 0;
+                enum parse_status st = parse_retrieval_head(line, avail, &head, &keys_off);
+                c->get_stream.active = true;
+                c->get_stream.skipping = st != PARSE_OK;
+                c->get_stream.answered_any = false;
+                c->get_stream.cmd = (uint8_t)head.cmd;
+                c->get_stream.exptime = (int32_t)head.exptime;
+                if (st != PARSE_OK) out_str(c, head.error);
+                else c->rstart += keys_off;
+                __atomic_store_n(&c->last_cmd_time, (uint32_t)storage_now(), __ATOMIC_RELAXED);
+                continue;
             }
+            /* memcached closes silently */
+            if (avail > LINE_MAX_PLAIN) c->state = CONN_CLOSING;
             break;
         }
         c->rstart += consumed;
@@ -250,7 +270,10 @@ void process_input(struct conn *c)
         struct out_mark mark;
         outbuf_mark(&c->out, &mark);
         struct request r;
+        uint64_t t_parse = TRACE_NOW();
         enum parse_status st = parse_request(line, (size_t)ll, consumed, &r);
+        uint64_t t_parsed = TRACE_NOW();
+        TRACE_REC(w->id, TRACE_PARSE, t_parsed - t_parse);
         bool go_on = true;
         if (st == PARSE_CLOSE) {
             c->state = CONN_CLOSING;
@@ -265,6 +288,7 @@ void process_input(struct conn *c)
             }
         } else {
             go_on = proto_dispatch(c, &r, line, (size_t)ll);
+            TRACE_REC(w->id, TRACE_DISPATCH, TRACE_NOW() - t_parsed);
         }
         latency_note(c->w->id, r.cmd);
         if (outbuf_failed(&c->out)) {
@@ -282,16 +306,14 @@ void process_input(struct conn *c)
         }
     }
     latency_batch_end(c->w->id);   /* every reply of the batch is queued */
+    if (handled) TRACE_STAMP(c->trace_queued, TRACE_NOW());
     /* this batch's disk reads go to the disk now, not when the turn ends:
      * the rest of a busy turn is a long wait for a read that could already
      * be on its way */
     if (w->ext) ext_io_worker_submit(w->ext);
     /* the hashes point into rbuf, which the next read may move */
     prefetch_forget(w);
-    if (c->rstart == c->rend) {
-        c->rstart = c->rend = 0;
-        rbuf_shrink(c);
-    }
+    if (c->rstart == c->rend) c->rstart = c->rend = 0;
     if (c->rend - c->rstart == 0 || c->state == CONN_CLOSING) {
         /* nothing left to parse: no need to be called back for this */
         if (c->yielded) {
@@ -303,12 +325,14 @@ void process_input(struct conn *c)
     }
 }
 
-/* Reading more is pointless while rbuf is full of complete requests that
- * wait their turn (they are parsed first; the kernel keeps the rest). */
+/* A full rbuf holds complete requests waiting their turn, or a get line
+ * waiting for its output to drain: either way reading more is pointless
+ * (the kernel keeps the rest, and the client is held back). rbuf never
+ * grows: a line with no end that fills it is answered as it streams in or
+ * refused. */
 static bool rbuf_wants_read(const struct conn *c)
 {
-    if (c->rend < c->rsize || c->rstart > 0) return true;
-    return c->state != CONN_CMD || !memchr(c->rbuf, '\n', c->rend);
+    return c->rend < c->rsize || c->rstart > 0;
 }
 
 /* Nothing left that could still become a request: no bytes, or a line the
@@ -319,6 +343,20 @@ static bool input_exhausted(const struct conn *c)
     return avail == 0 || (c->state == CONN_CMD && !memchr(c->rbuf + c->rstart, '\n', avail));
 }
 
+#ifdef CACHET_TRACE
+/* The batch's replies have left (or wait for the client): its stages end. */
+static void trace_sent(struct conn *c, bool all_sent)
+{
+    if (!c->trace_queued || !all_sent) return;
+    uint64_t now = TRACE_NOW();
+    TRACE_REC(c->w->id, TRACE_QUEUED_SENT, now - c->trace_queued);
+    TRACE_SINCE(c->w->id, TRACE_WAKE_SENT, c->trace_woke, now);
+    c->trace_queued = 0;
+}
+#else
+#define trace_sent(c, all_sent) ((void)0)
+#endif
+
 /* Flushes output, then decides what the connection waits for next. Returns
  * false if the connection was closed. */
 bool conn_after_work(struct conn *c)
@@ -328,6 +366,7 @@ bool conn_after_work(struct conn *c)
     enum out_flush_result rc = outbuf_flush(&c->out, c->fd, &written);
     if (written) STAT_ADD(w, bytes_written, written);
     if (rc == OUT_FLUSH_ERROR) { conn_close(c); return false; }
+    trace_sent(c, rc == OUT_FLUSH_DONE);
     __atomic_store_n(&c->stat_state, (int)c->state, __ATOMIC_RELAXED);
     struct ae_loop *l = w->loop;
     if (rc == OUT_FLUSH_BLOCKED) {
@@ -369,54 +408,27 @@ bool conn_after_work(struct conn *c)
     return true;
 }
 
-enum rbuf_room { ROOM_OK, ROOM_FULL, ROOM_TOO_LONG, ROOM_NO_MEMORY };
-
-static enum rbuf_room rbuf_make_room(struct conn *c)
+/* Room at rend for the next read: false when rbuf is full (see
+ * rbuf_wants_read). */
+static bool rbuf_make_room(struct conn *c)
 {
     if (c->rstart > 0 && c->rend == c->rsize) {
         memmove(c->rbuf, c->rbuf + c->rstart, c->rend - c->rstart);
         c->rend -= c->rstart;
         c->rstart = 0;
     }
-    if (c->rend < c->rsize) return ROOM_OK;
-    if (!rbuf_wants_read(c)) return ROOM_FULL;
-    /* one line longer than the buffer: grow, within RBUF_MAX and the budget */
-    if (c->rsize >= RBUF_MAX) return ROOM_TOO_LONG;
-    size_t ns = c->rsize * 2 > RBUF_MAX ? RBUF_MAX : c->rsize * 2;
-    if (!bufmem_reserve(ns - c->rsize)) return ROOM_NO_MEMORY;
-    char *nb = realloc(c->rbuf, ns);
-    if (!nb) {
-        bufmem_release(ns - c->rsize);
-        return ROOM_NO_MEMORY;
-    }
-    c->rbuf_reserved += ns - c->rsize;
-    c->rbuf = nb;
-    c->rsize = ns;
-    return ROOM_OK;
-}
-
-/* false: nothing can be read now (the reason is handled) */
-static bool conn_read_room(struct conn *c)
-{
-    switch (rbuf_make_room(c)) {
-    case ROOM_OK: return true;
-    case ROOM_FULL: return false;
-    case ROOM_TOO_LONG:
-        /* only reachable if the parser left a full buffer unparsed */
-        out_str(c, "CLIENT_ERROR line too long");
-        c->state = CONN_CLOSING;
-        return false;
-    default:
-        STAT_INC(c->w, read_buf_oom);
-        out_str(c, "SERVER_ERROR out of memory reading request");
-        c->state = CONN_CLOSING;
-        return false;
-    }
+    return c->rend < c->rsize;
 }
 
 static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
 {
     struct conn *c = data;
+#ifdef CACHET_TRACE
+    if (c->batch_idx < 0 && l->woke_ns) {   /* io_uring's fallbacks stamped it already */
+        c->trace_woke = l->woke_ns;
+        TRACE_REC(c->w->id, TRACE_READY_WAIT, TRACE_NOW() - c->trace_woke);
+    }
+#endif
     for (int round = 0; round < 8 && c->state != CONN_CLOSING; round++) {
         ssize_t n;
         size_t want;
@@ -433,9 +445,11 @@ static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
                 continue;
             }
         } else {
-            if (!conn_read_room(c)) break;
+            if (!rbuf_make_room(c)) break;
             want = c->rsize - c->rend;
+            uint64_t t_read = TRACE_NOW();
             n = read(fd, c->rbuf + c->rend, want);
+            TRACE_REC(c->w->id, TRACE_READ, TRACE_NOW() - t_read);
             if (n > 0) {
                 c->rend += (size_t)n;
                 STAT_ADD(c->w, bytes_read, (uint64_t)n);
@@ -495,22 +509,38 @@ void drain_completions(struct worker *w)
 }
 
 /* ---------------------------------------------------------------- io_uring
- * One loop turn in io_uring mode: epoll marked connections readable; here
- * one io_uring_enter reads all of them, every complete request is answered
- * into the output queues, and one more io_uring_enter sends all replies.
- * See uring.h for why every operation completes inside its submit. */
+ * io_uring mode: epoll marks connections readable; once URING_CHUNK of them
+ * are marked (or the turn's events are done), one io_uring_enter reads them
+ * all, every complete request is answered into the output queues, and one
+ * more io_uring_enter sends all replies. A turn with few ready connections
+ * takes the plain path (conn_readable). See uring.h for why every
+ * operation completes inside its submit. */
+
+/* A turn with fewer ready connections than this serves each at once with
+ * read() and send(), as memcached does: a batch of one or two saves no
+ * syscall, and io_uring's own cost per operation is higher (W2 at 256
+ * connections, where most turns find one to three ready: docs/benchmarks.md). */
+#define URING_MIN_BATCH 4
+/* A batch is read, answered and sent as soon as it has this many
+ * connections, while the turn's later events wait: a burst of 100 ready
+ * connections no longer holds every reply until the last of them has been
+ * read and answered (the p99 of W2), and 16 to a submit keeps nearly all
+ * of the syscalls batching saves. */
+#define URING_CHUNK 16
 
 static void conn_mark_ready(struct ae_loop *l, int fd, void *data, int mask)
 {
     struct conn *c = data;
     struct worker *w = c->w;
     if (c->batch_idx >= 0) return;
-    if (w->nbatch >= (int)uring_capacity(w->ring)) {
-        conn_readable(l, fd, data, mask);   /* batch full: the plain path */
+    if (l->fired_now < URING_MIN_BATCH) {
+        conn_readable(l, fd, data, mask);
         return;
     }
     c->batch_idx = w->nbatch;
     w->batch[w->nbatch++] = c;
+    TRACE_STAMP(c->trace_woke, l->woke_ns);
+    if (w->nbatch >= URING_CHUNK) uring_turn(w);
 }
 
 void uring_turn(struct worker *w)
@@ -523,7 +553,7 @@ void uring_turn(struct worker *w)
         struct conn *c = w->batch[i];
         if (!c) continue;
         bool direct = c->state == CONN_NREAD && c->rstart == c->rend && c->nread_left >= DIRECT_READ_MIN;
-        if (direct || c->state == CONN_CLOSING || rbuf_make_room(c) != ROOM_OK) {
+        if (direct || c->state == CONN_CLOSING || !rbuf_make_room(c)) {
             /* large values go straight into item memory; odd cases use the plain path */
             w->batch[i] = NULL;
             c->batch_idx = -1;
@@ -533,7 +563,18 @@ void uring_turn(struct worker *w)
         uring_prep_recv(w->ring, c->fd, c->rbuf + c->rend, c->rsize - c->rend, (uint64_t)i);
         queued++;
     }
-    if (queued && uring_submit_and_wait(w->ring) < 0) {
+#ifdef CACHET_TRACE
+    uint64_t t_read = TRACE_NOW();
+    for (int i = 0; i < n; i++)
+        if (w->batch[i]) TRACE_SINCE(w->id, TRACE_READY_WAIT, w->batch[i]->trace_woke, t_read);
+#endif
+    int read_rc = queued ? uring_submit_and_wait(w->ring) : 0;
+#ifdef CACHET_TRACE
+    uint64_t t_reads_done = TRACE_NOW();
+    for (int i = 0; i < n; i++)
+        if (w->batch[i]) TRACE_REC(w->id, TRACE_READ, t_reads_done - t_read);
+#endif
+    if (read_rc < 0) {
         /* the ring failed: finish this turn with plain syscalls */
         for (int i = 0; i < n; i++) {
             struct conn *c = w->batch[i];

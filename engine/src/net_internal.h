@@ -56,5 +56,14 @@ int net_listen_attach(struct worker *w);   /* -1: message printed */
 void net_listen_detach(struct worker *w);
 /* Main thread, after every worker was joined: the -s socket closes. */
 void net_listen_close_shared(void);
+/* Connections other workers handed to w (-o conn_placement) join its loop. */
+void net_listen_take_handoffs(struct worker *w);
+
+/* ---- net_place.c: which worker serves a new TCP connection ---- */
+/* Main thread, before the workers start: topology and the NAPI map;
+ * -1 (message printed) if the map file does not parse. */
+int net_place_init(void);
+/* The worker for the accepted socket fd; *kind: PLACED_* (server.h). */
+struct worker *net_place_pick(struct worker *acceptor, int fd, int *kind);
 
 #endif

@@ -17,7 +17,10 @@
  * A client beyond -c gets memcached's "ERROR Too many open connections"
  * and is closed (rejected_connections), or with -o no_maxconns_fast waits
  * in the backlog until a connection closes; an accepted one is handed to
- * the connection state machine (net_conn.c).
+ * the connection state machine (net_conn.c). With -o conn_placement the
+ * accepting worker may instead queue it for the worker net_place.c picks
+ * (the one on the CPU that received it): a handoff, under that worker's
+ * handoff lock, then a write to its wake eventfd.
  *
  * Concurrency: server_listen_all runs on the main thread before the workers
  * start (listen_unix changes the process umask); accepts run on the worker
@@ -28,6 +31,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -43,7 +47,7 @@
 
 static int unix_listen_fd = -1;   /* -s: shared by every worker's loop */
 
-/* ------------------------------------------------------------------ accept */
+/* ------------------------------------------------------------------ reject */
 
 static void reject_conn(int fd)
 {
@@ -100,6 +104,52 @@ int net_listen_resume_due(struct worker *w)
     return -1;
 }
 
+/* ---------------------------------------------------------------- handoff */
+
+/* -o conn_placement: the accepting worker queues the connection for the
+ * worker placement chose and wakes it; false when its queue is full (the
+ * acceptor serves it then). */
+static bool handoff_push(struct worker *to, int fd)
+{
+    struct conn_handoff *h = &to->handoff;
+    pthread_mutex_lock(&h->lock);
+    bool room = h->count < HANDOFF_SLOTS;
+    if (room) h->fds[(h->head + h->count++) % HANDOFF_SLOTS] = fd;
+    pthread_mutex_unlock(&h->lock);
+    if (room) {
+        uint64_t one = 1;
+        ssize_t ignored = write(to->wake_fd, &one, sizeof one);
+        (void)ignored;
+    }
+    return room;
+}
+
+void net_listen_take_handoffs(struct worker *w)
+{
+    int fds[HANDOFF_SLOTS], n = 0;
+    struct conn_handoff *h = &w->handoff;
+    pthread_mutex_lock(&h->lock);
+    while (h->count) {
+        fds[n++] = h->fds[h->head];
+        h->head = (h->head + 1) % HANDOFF_SLOTS;
+        h->count--;
+    }
+    pthread_mutex_unlock(&h->lock);
+    for (int i = 0; i < n; i++) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        /* a worker that is stopping takes no new connection: closed, as the
+         * listener it would have come through is */
+        if (w->stopping || getpeername(fds[i], (struct sockaddr *)&ss, &sl) != 0 || !conn_open(w, fds[i], &ss)) {
+            __atomic_sub_fetch(&curr_conns_global, 1, __ATOMIC_RELAXED);
+            if (w->stopping) close(fds[i]);
+            else reject_conn(fds[i]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ accept */
+
 static void accept_ready(struct ae_loop *l, int lfd, void *data, int mask)
 {
     struct worker *w = data;
@@ -127,6 +177,14 @@ static void accept_ready(struct ae_loop *l, int lfd, void *data, int mask)
             __atomic_sub_fetch(&curr_conns_global, 1, __ATOMIC_RELAXED);
             reject_conn(fd);
             continue;
+        }
+        if (settings.conn_placement != PLACE_OFF && ss.ss_family != AF_UNIX) {
+            int kind;
+            struct worker *to = net_place_pick(w, fd, &kind);
+            bool handed = to != w && handoff_push(to, fd);
+            if (to != w && !handed) kind = PLACED_FALLBACK;
+            __atomic_add_fetch(&placed_conns_global[kind], 1, __ATOMIC_RELAXED);
+            if (handed) continue;
         }
         /* a failed allocation refuses this one connection, nothing more */
         if (!conn_open(w, fd, &ss)) {
@@ -203,6 +261,7 @@ static int listen_unix(void)
 
 int server_listen_all(void)
 {
+    if (net_place_init() != 0) return -1;
     if (settings.socketpath[0]) return listen_unix();
     char list[sizeof(settings.listen)];
     snprintf(list, sizeof(list), "%s", settings.listen[0] ? settings.listen : "");

@@ -7,8 +7,9 @@
  * `stats settings`.
  *
  * A loop turn: events (accepts, reads, sends, the eventfd that deferred
- * replies and shutdown write, the worker's own disk-read ring), then before
- * sleeping the io_uring batch, the connections that yielded, the idle
+ * replies and shutdown write, the worker's own disk-read ring; io_uring
+ * batches of URING_CHUNK connections as they fill), then before sleeping
+ * the rest of the io_uring batch, the connections that yielded, the idle
  * sweep and the disk reads started this turn. On shutdown a worker closes
  * its listeners, finishes the replies already queued and stops once its
  * connections are gone, or at the deadline.
@@ -37,6 +38,7 @@
 #include "outbuf.h"
 #include "reply.h"
 #include "server.h"
+#include "trace.h"
 #include "uring.h"
 
 /* ------------------------------------------------------------ idle timeout */
@@ -73,6 +75,7 @@ static void wake_ready(struct ae_loop *l, int fd, void *data, int mask)
     ssize_t ignored = read(fd, &v, sizeof(v));
     (void)ignored;
     drain_completions(w);
+    net_listen_take_handoffs(w);
     if (!server_shutting_down() || w->stopping) return;
     w->stopping = true;
     net_listen_detach(w);
@@ -121,6 +124,7 @@ static int worker_before_sleep(struct ae_loop *l, void *data)
     while (c) {
         struct conn *next = c->next_pending;
         c->yielded = false;
+        TRACE_SINCE(w->id, TRACE_YIELD_WAIT, c->trace_yielded, TRACE_NOW());
         if (!c->write_blocked && !(c->waits_output && outbuf_blocked_on_deferred(&c->out))) {
             process_input(c);
             conn_after_work(c);
@@ -134,6 +138,13 @@ static int worker_before_sleep(struct ae_loop *l, void *data)
         ext_fd_sync(w);
     }
     if (server_shutting_down() && !w->conns) ae_stop(l);
+#ifdef CACHET_TRACE
+    if (l->last_fired > 0) {
+        TRACE_SINCE(w->id, TRACE_TURN, l->woke_ns, TRACE_NOW());
+        TRACE_REC(w->id, TRACE_TURN_READY, (uint64_t)l->last_fired);
+        l->last_fired = 0;
+    }
+#endif
     int paused = net_listen_resume_due(w);
     if (w->pending) return 0;
     return paused >= 0 && paused < 100 ? paused : 100;

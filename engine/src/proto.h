@@ -25,6 +25,12 @@ struct request;
  * rbuf, to be dispatched again). A reply that could not get memory leaves
  * c->out.failed set (see outbuf.h). */
 bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t len);
+/* A long get line in progress (c->get_stream.active): answers the keys of
+ * rbuf[rstart, rend) that are known to be whole and consumes them; at the
+ * line's end, END (or the error a refused line gets) and active is cleared.
+ * Returns false when a key has to wait for output room (rstart is at that
+ * key); a reply that could not get memory leaves c->out.failed set. */
+bool proto_get_stream(struct conn *c);
 /* A data block in progress (CONN_NREAD): where its next bytes go (value
  * pieces of c->it, then the two-byte terminator, which is not stored) and
  * how many fit there; then how many arrived (completes the store when the

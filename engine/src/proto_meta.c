@@ -17,6 +17,7 @@
 
 #include "conn.h"
 #include "ext_io.h"
+#include "logger.h"
 #include "proto_parser.h"
 #include "proto_reply.h"
 
@@ -138,6 +139,9 @@ static bool process_mg(struct conn *c, struct request *r)
     struct item_view v;
     bool hit = conn_storage_get(c, r->key, r->nkey, &opts, want_value ? copy_at : NULL,
                                 want_value ? copy_cap : 0, &v);
+    if (log_wants(LOG_FETCHERS))
+        log_item_get(r->key, r->nkey, hit ? LOG_GET_FOUND : LOG_GET_NOT_FOUND, hit ? v.slab_class : 0, c->fd,
+                     hit ? v.nbytes : 0);
     if (!hit) {
         if (!r->meta.quiet) meta_simple(c, r, "EN");
         return true;
@@ -225,7 +229,11 @@ void proto_meta_complete_set(struct conn *c, struct request *r, item *it, bool b
      * answers a refused store with the length it was sent */
     uint64_t stored_len = r->vlen;
     so.nbytes_out = &stored_len;
+    unsigned clsid = log_wants(LOG_MUTATIONS) ? item_slab_class(it) : 0;   /* before the store frees it */
     enum store_result res = storage_store(w->st, it, mode, &so, &cas_out);
+    if (log_wants(LOG_MUTATIONS))
+        log_item_store(r->key, r->nkey, proto_store_status_word(res), proto_store_mode_word(mode),
+                       proto_store_ttl(has(r, 'T') ? r->meta.ttl_T : 0), clsid, c->fd, (uint32_t)r->vlen);
     const char *code;
     switch (res) {
     case STORE_STORED: code = "HD"; break;
@@ -262,6 +270,9 @@ static void process_md(struct conn *c, struct request *r)
     if (has(r, 'x')) { d.remove_value = true; d.client_flags = r->meta.client_flags; }
     if (has(r, 'T')) { d.update_ttl = true; d.new_exptime = storage_exptime(r->meta.ttl_T); }
     enum store_result res = storage_delete(c->w->st, r->key, r->nkey, &d);
+    if (log_wants(LOG_FETCHERS))
+        log_item_get(r->key, r->nkey, res == STORE_NOT_FOUND ? LOG_GET_NOT_FOUND : LOG_GET_FOUND, 0, c->fd, 0);
+    if (res == STORE_STORED && log_wants(LOG_DELETIONS)) log_item_deleted(r->key, r->nkey, "md", 0, 0);
     const char *code = res == STORE_STORED ? "HD" : res == STORE_EXISTS ? "EX" : "NF";
     if (r->meta.quiet && res == STORE_STORED) return;
     meta_simple(c, r, code);

@@ -15,6 +15,7 @@
  * any) follows without a space, each flag at most once.
  */
 #include "proto_parser.h"
+#include "ext_knob.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -33,16 +34,18 @@ long find_line(const char *buf, size_t len, size_t *consumed)
     return (long)l;
 }
 
-size_t line_limit_for(const char *buf, size_t len)
+bool line_streams(const char *buf, size_t len)
 {
-    /* memcached lets only a get or gets line (after up to 100 spaces) grow
-     * past 2048 bytes before its end arrives */
+    /* memcached lets a get or gets line (after up to 100 spaces) grow past
+     * 2048 bytes before its end arrives; gat and gats carry keys the same
+     * way, so cachetd streams them too */
     size_t i = 0;
     while (i < len && i <= 100 && buf[i] == ' ') i++;
-    if (i <= 100 && ((len - i >= 4 && !memcmp(buf + i, "get ", 4)) ||
-                     (len - i >= 5 && !memcmp(buf + i, "gets ", 5))))
-        return LINE_MAX_RETRIEVAL;
-    return LINE_MAX_PLAIN;
+    if (i > 100) return false;
+    const char *p = buf + i;
+    size_t n = len - i;
+    return (n >= 4 && (!memcmp(p, "get ", 4) || !memcmp(p, "gat ", 4))) ||
+           (n >= 5 && (!memcmp(p, "gets ", 5) || !memcmp(p, "gats ", 5)));
 }
 
 bool parse_u64(const char *s, size_t n, uint64_t *out)
@@ -403,6 +406,38 @@ static enum parse_status parse_slabs(const struct tok *t, int nt, struct request
     return PARSE_OK;
 }
 
+/* `extstore SETTING VALUE`, as memcached 1.6.45 answers it (proto_text.c
+ * process_extstore_command): the setting by prefix, in memcached's order
+ * ("extstore i 5" is item_size); a value that is no 32-bit unsigned number
+ * (max_frag: no number), a missing value or an unknown setting: ERROR. */
+static enum parse_status parse_extstore(const struct tok *t, int nt, struct request *r)
+{
+    static const struct { const char *name; enum ext_knob knob; } names[] = {
+        {"item_size", EXT_KNOB_ITEM_SIZE}, {"item_age", EXT_KNOB_ITEM_AGE}, {"low_ttl", EXT_KNOB_LOW_TTL},
+        {"recache_rate", EXT_KNOB_RECACHE_RATE}, {"compact_under", EXT_KNOB_COMPACT_UNDER},
+        {"drop_under", EXT_KNOB_DROP_UNDER}, {"max_sleep", EXT_KNOB_MAX_SLEEP}, {"max_frag", EXT_KNOB_MAX_FRAG},
+        {"drop_unread", EXT_KNOB_DROP_UNREAD},
+    };
+    if (nt < 3) return PARSE_ERROR;
+    r->cmd = CMD_EXTSTORE;
+    uint32_t u;
+    if (nt > 3 && tok_prefix_of(&t[1], "free_memchunks")) {
+        /* deprecated in memcached and ignored; a class id past its 64 classes is refused */
+        if (!parse_u32(t[2].p, t[2].n, &u) || u >= 64 || !parse_u32(t[3].p, t[3].n, &u)) return PARSE_ERROR;
+        r->number = EXT_KNOB_FREE_MEMCHUNKS;
+        return PARSE_OK;
+    }
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (!tok_prefix_of(&t[1], names[i].name)) continue;
+        r->number = names[i].knob;
+        if (names[i].knob == EXT_KNOB_MAX_FRAG) return tok_double(&t[2], &r->fraction) ? PARSE_OK : PARSE_ERROR;
+        if (!parse_u32(t[2].p, t[2].n, &u)) return PARSE_ERROR;
+        r->delta = u;
+        return PARSE_OK;
+    }
+    return PARSE_ERROR;
+}
+
 /* get/gets/gat/gats: any number of keys, so only the head is tokenized. */
 static enum parse_status parse_retrieval(const char *line, size_t len, const struct tok *c, struct request *r)
 {
@@ -431,6 +466,29 @@ static enum parse_status parse_retrieval(const char *line, size_t len, const str
         if (count++ == 0) { r->key = k; r->nkey = nk; }
     }
     if (count == 0) return client_error(r, BAD_FORMAT);
+    return PARSE_OK;
+}
+
+enum parse_status parse_retrieval_head(const char *buf, size_t len, struct request *r, size_t *keys_off)
+{
+    r->noreply = false;
+    r->exptime = 0;
+    if (!line_streams(buf, len)) return PARSE_ERROR;
+    const char *p = buf, *end = buf + len;
+    const char *verb = NULL;
+    uint32_t nverb = 0;
+    if (!next_key(&p, end, &verb, &nverb)) return PARSE_ERROR;   /* line_streams saw a verb */
+    bool touch = verb[1] == 'a';
+    r->cmd = touch ? (nverb == 4 ? CMD_GATS : CMD_GAT) : (nverb == 4 ? CMD_GETS : CMD_GET);
+    if (touch) {
+        const char *tk; uint32_t tn;
+        /* the exptime token must have ended (a space after it) */
+        if (!next_key(&p, end, &tk, &tn) || p == end) return client_error(r, BAD_FORMAT);
+        int32_t exptime;
+        if (!parse_i32(tk, tn, &exptime)) return client_error(r, "CLIENT_ERROR invalid exptime argument");
+        r->exptime = exptime;
+    }
+    *keys_off = (size_t)(p - buf);
     return PARSE_OK;
 }
 
@@ -540,6 +598,12 @@ enum parse_status parse_request(const char *line, size_t len, size_t wire_len, s
         if (nt > 1) { r->args = t[1].p; r->nargs = t[1].n; }
         return PARSE_OK;
     }
+    if (tok_is(&c, "watch")) {
+        r->cmd = CMD_WATCH;
+        r->args = c.p + c.n;
+        r->nargs = (uint32_t)(line + len - r->args);
+        return PARSE_OK;
+    }
     if (tok_is(&c, "stats")) {
         /* only the first argument counts, as in memcached */
         r->cmd = CMD_STATS;
@@ -562,6 +626,7 @@ enum parse_status parse_request(const char *line, size_t len, size_t wire_len, s
         return PARSE_OK;
     }
     if (tok_is(&c, "slabs")) return parse_slabs(t, nt, r);
+    if (tok_is(&c, "extstore")) return parse_extstore(t, nt, r);
     if (tok_is(&c, "verbosity")) {
         r->cmd = CMD_VERBOSITY;
         uint32_t level;

@@ -19,11 +19,12 @@
 
 #define KEY_MAX 250
 /* memcached closes a connection whose command line has no end after 2048
- * bytes, without a reply; get lines carry many keys, so they may be longer
- * (memcached: unbounded; cachetd: 64 KiB, then "line too long"). A line
+ * bytes, without a reply. A get/gets/gat/gats line carries any number of
+ * keys: one longer than the read buffer is answered key by key as it
+ * arrives (net_conn.c, proto_text.c proto_get_stream), so it has no length
+ * limit and costs no memory beyond the connection's resting buffers. A line
  * whose end is already in the buffer is parsed whatever its length. */
 #define LINE_MAX_PLAIN     2048
-#define LINE_MAX_RETRIEVAL (64 * 1024)
 #define META_MAX_FLAGS     32
 
 enum req_cmd {
@@ -37,6 +38,9 @@ enum req_cmd {
     CMD_SLABS_AUTOMOVE, /* `slabs automove`: number is the level 0-2, or -1 for a tuning value
                            (ratio, freeratio, window) accepted without effect */
     CMD_SLABS_REASSIGN, /* `slabs reassign <src> <dst>`: number is src, delta holds dst */
+    CMD_WATCH,     /* args: everything after "watch" (the words, unparsed) */
+    CMD_EXTSTORE,  /* `extstore SETTING VALUE`: number is an enum ext_knob, delta the value
+                      (fraction: max_frag's) */
 #ifdef CACHET_TEST_HOOKS
     CMD_DEBUGTIME, /* number: seconds to move the clock forward */
 #endif
@@ -86,7 +90,8 @@ struct request {
     uint32_t     vlen;         /* storage commands: data bytes that follow the line */
     uint64_t     cas;
     uint64_t     delta;
-    int64_t      number;       /* flush_all delay, verbosity level */
+    int64_t      number;       /* flush_all delay, verbosity level, extstore setting */
+    double       fraction;     /* extstore max_frag */
     bool         has_number;
     bool         noreply;
     bool         swallow;      /* PARSE_CLIENT_ERROR after a storage line's length: skip vlen+2 data bytes */
@@ -109,9 +114,15 @@ static inline uint64_t meta_bit(char flag)
  * including it, or returns -1 if no complete line is there yet. */
 long find_line(const char *buf, size_t len, size_t *consumed);
 
-/* The longest a line starting with these bytes may grow before its end has
- * arrived. */
-size_t line_limit_for(const char *buf, size_t len);
+/* Does a line starting with these bytes carry keys that may be answered
+ * before its end arrives (get, gets, gat, gats)? Other lines may not pass
+ * LINE_MAX_PLAIN without their end. */
+bool line_streams(const char *buf, size_t len);
+
+/* The head of such a line (line_streams): its command, gat's exptime and
+ * where its keys start (*keys_off). PARSE_CLIENT_ERROR (r->error) for a
+ * bad exptime, as parse_request would say for the whole line. */
+enum parse_status parse_retrieval_head(const char *buf, size_t len, struct request *r, size_t *keys_off);
 
 /* For batched lookups (prefetch.c), which look at a whole read batch before
  * any of it is parsed: is this line a retrieval (get, gets, mg), and where do

@@ -19,9 +19,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "conn.h"
 #include "ext_io.h"
+#include "logger.h"
 #include "proto.h"
 #include "proto_parser.h"
 #include "proto_reply.h"
@@ -40,14 +42,18 @@ static void reply(struct conn *c, const struct request *r, const char *s)
 
 /* The room (header and copy_cap) came from out_value_room(). False: a disk
  * value found no reply slot; nothing was queued, the GET waits (ext_io.h). */
-static bool emit_value(struct conn *c, const char *key, uint32_t nkey,
+static inline __attribute__((always_inline)) bool emit_value(struct conn *c, const char *key, uint32_t nkey,
                        const struct get_opts *opts, bool with_cas, size_t copy_cap)
 {
     size_t hdr_max = VALUE_HDR_MAX(nkey);
     char *base = out_tail(c);
     char *copy_at = base + hdr_max;
     struct item_view v;
-    if (!conn_storage_get(c, key, nkey, opts, copy_at, copy_cap, &v)) return true;
+    if (!conn_storage_get(c, key, nkey, opts, copy_at, copy_cap, &v)) {
+        if (log_wants(LOG_FETCHERS)) log_item_get(key, nkey, LOG_GET_NOT_FOUND, 0, c->fd, 0);
+        return true;
+    }
+    if (log_wants(LOG_FETCHERS)) log_item_get(key, nkey, LOG_GET_FOUND, v.slab_class, c->fd, v.nbytes);
     char *p = base;
     memcpy(p, "VALUE ", 6); p += 6;
     memcpy(p, key, nkey); p += nkey;
@@ -65,49 +71,134 @@ static bool emit_value(struct conn *c, const char *key, uint32_t nkey,
     return true;
 }
 
+/* What a get, gets, gat or gats asks of storage for each of its keys. */
+static inline struct get_opts get_opts_for(enum req_cmd cmd, int64_t exptime)
+{
+    /* a text GET's reply needs only the value, its length, flags and CAS;
+     * a fetchers watcher also wants the class (logger.c) */
+    struct get_opts opts = { .value_only = !log_wants(LOG_FETCHERS) };
+    if (cmd == CMD_GAT || cmd == CMD_GATS) {
+        opts.touch = true;
+        opts.new_exptime = storage_exptime(exptime);
+    }
+    return opts;
+}
+
+enum keys_result {
+    KEYS_DONE,     /* every key of the range answered */
+    KEYS_WAIT,     /* the output queue must drain before the key at *p */
+    KEYS_BAD,      /* the key at *p is longer than KEY_MAX */
+    KEYS_FAILED,   /* a reply could not be built (outbuf_failed) */
+};
+
+/* Answers the keys of [*p, end) in order; *p ends at the first key not
+ * answered (or at end), *answered counts those answered. check_len: the
+ * keys were not validated by the parser (a streamed line). Inlined, with
+ * emit_value, into its two callers: as calls they cost every single-key
+ * GET 45 instructions (3%, bench/callgrind-get.py). */
+static inline __attribute__((always_inline)) enum keys_result
+get_keys(struct conn *c, const struct get_opts *opts, bool with_cas, const char **p, const char *end,
+         bool check_len, uint32_t *answered)
+{
+    const char *cur = *p, *key;
+    uint32_t nkey;
+    enum keys_result res;
+    while (next_key(&cur, end, &key, &nkey)) {
+        if (check_len && nkey > KEY_MAX) { res = KEYS_BAD; goto stop; }
+        size_t copy_cap;
+#ifdef CACHET_TEST_HOOKS
+        int hooked = testhook_get(c, key, nkey, opts, with_cas);
+        if (hooked < 0) { res = KEYS_WAIT; goto stop; }
+        if (hooked > 0) { STAT_INC(c->w, cmd_get); (*answered)++; continue; }
+#endif
+        /* every deferred slot taken: the next key may be on disk, and a
+         * disk value must wait for a slot, never become a miss (ext_io.h) */
+        if (out_defer_full(c)) { res = KEYS_WAIT; goto stop; }
+        if (!out_value_room(c, VALUE_HDR_MAX(nkey), &copy_cap)) {
+            if (out_can_wait(c)) { res = KEYS_WAIT; goto stop; }
+            out_fail(c);   /* nothing to wait for: this reply cannot be built */
+            res = KEYS_FAILED;
+            goto stop;
+        }
+        if (!emit_value(c, key, nkey, opts, with_cas, copy_cap)) { res = KEYS_WAIT; goto stop; }
+        STAT_INC(c->w, cmd_get);
+        if (opts->touch) STAT_INC(c->w, cmd_touch);
+        (*answered)++;
+    }
+    *p = cur;
+    return KEYS_DONE;
+stop:
+    *p = key;
+    return res;
+}
+
 /* Returns false when the GET has to wait for its output to drain before
  * the next key: c->resume_off then says where to pick up (see conn.h). */
 static bool process_get(struct conn *c, struct request *r, const char *line)
 {
-    struct get_opts opts = {0};
-    bool touch = r->cmd == CMD_GAT || r->cmd == CMD_GATS;
+    struct get_opts opts = get_opts_for(r->cmd, r->exptime);
     bool with_cas = r->cmd == CMD_GETS || r->cmd == CMD_GATS;
-    if (touch) {
-        opts.touch = true;
-        opts.new_exptime = storage_exptime(r->exptime);
-    }
-    const char *p = r->keys, *end = r->keys + r->nkeys_text;
-    if (c->resume_off) p = line + c->resume_off;
+    const char *p = c->resume_off ? line + c->resume_off : r->keys;
     c->resume_off = 0;
-    const char *key;
-    uint32_t nkey;
-    while (next_key(&p, end, &key, &nkey)) {
-        size_t copy_cap;
-#ifdef CACHET_TEST_HOOKS
-        int hooked = testhook_get(c, key, nkey, &opts, with_cas);
-        if (hooked < 0) goto wait;
-        if (hooked > 0) { STAT_INC(c->w, cmd_get); continue; }
-#endif
-        /* every deferred slot taken: the next key may be on disk, and a
-         * disk value must wait for a slot, never become a miss (ext_io.h) */
-        if (out_defer_full(c)) goto wait;
-        if (!out_value_room(c, VALUE_HDR_MAX(nkey), &copy_cap)) {
-            if (out_can_wait(c)) goto wait;
-            out_fail(c);   /* nothing to wait for: this reply cannot be built */
-            return true;
-        }
-        if (!emit_value(c, key, nkey, &opts, with_cas, copy_cap)) goto wait;
-        STAT_INC(c->w, cmd_get);
-        if (touch) STAT_INC(c->w, cmd_touch);
-        continue;
-    wait:
+    uint32_t answered = 0;
+    switch (get_keys(c, &opts, with_cas, &p, r->keys + r->nkeys_text, false, &answered)) {
+    case KEYS_WAIT:
         /* bounded memory for any number of keys: the rest of the line is
          * answered once the client has read what is queued */
-        c->resume_off = (uint32_t)(key - line);
+        c->resume_off = (uint32_t)(p - line);
         return false;
+    case KEYS_FAILED:
+        return true;
+    default:   /* the parser refused a line with a bad key: no KEYS_BAD here */
+        out_add(c, "END\r\n", 5);
+        return true;
     }
-    out_add(c, "END\r\n", 5);
-    return true;
+}
+
+bool proto_get_stream(struct conn *c)
+{
+    for (;;) {
+        const char *buf = c->rbuf + c->rstart;
+        size_t avail = c->rend - c->rstart;
+        const char *nl = memchr(buf, '\n', avail);
+        if (c->get_stream.skipping) {
+            c->rstart = nl ? (size_t)(nl + 1 - c->rbuf) : c->rend;
+            if (nl) c->get_stream.active = c->get_stream.skipping = false;
+            return true;
+        }
+        /* the keys known to be whole: all of them once the line's end is
+         * here, else those a space already follows */
+        const char *end;
+        if (nl) {
+            end = nl > buf && nl[-1] == '\r' ? nl - 1 : nl;
+        } else {
+            end = buf + avail;
+            while (end > buf && end[-1] != ' ') end--;
+        }
+        enum req_cmd cmd = (enum req_cmd)c->get_stream.cmd;
+        struct get_opts opts = get_opts_for(cmd, c->get_stream.exptime);
+        const char *p = buf;
+        uint32_t answered = 0;
+        enum keys_result res = get_keys(c, &opts, cmd == CMD_GETS || cmd == CMD_GATS, &p, end, true, &answered);
+        if (answered) c->get_stream.answered_any = true;
+        c->rstart = (size_t)(p - c->rbuf);
+        if (res == KEYS_WAIT) return false;
+        if (res == KEYS_FAILED) return true;
+        /* a key that is already longer than a key may be, ended or not */
+        if (res == KEYS_BAD || (!nl && c->rend - c->rstart > KEY_MAX)) {
+            /* memcached refuses the whole line with this (and an empty line);
+             * the values of the keys before it may be sent already */
+            out_str(c, "CLIENT_ERROR bad command line format\r\n");
+            c->get_stream.skipping = true;
+            continue;
+        }
+        if (!nl) return true;   /* the rest of the line has not arrived */
+        c->rstart = (size_t)(nl + 1 - c->rbuf);
+        c->get_stream.active = false;
+        if (c->get_stream.answered_any) out_add(c, "END\r\n", 5);
+        else out_str(c, "CLIENT_ERROR bad command line format");   /* a get line without a key */
+        return true;
+    }
 }
 
 /* ---- storage ---- */
@@ -150,7 +241,11 @@ static void finish_store(struct conn *c, struct request *r, item *it, const char
     if (r->cmd == CMD_MS) { proto_meta_complete_set(c, r, it, false); return; }
     struct store_opts so = { .cas_in = r->cas };
     uint64_t cas_out = 0;
+    unsigned clsid = log_wants(LOG_MUTATIONS) ? item_slab_class(it) : 0;   /* before the store frees it */
     enum store_result res = storage_store(w->st, it, mode_of(r->cmd), &so, &cas_out);
+    if (log_wants(LOG_MUTATIONS))
+        log_item_store(r->key, r->nkey, proto_store_status_word(res), proto_store_mode_word(mode_of(r->cmd)),
+                       proto_store_ttl(r->exptime), clsid, c->fd, (uint32_t)r->vlen);
     reply(c, r, store_reply(res));
 }
 
@@ -197,6 +292,9 @@ static bool start_store(struct conn *c, struct request *r, const char *line, siz
         /* memcached counts a store whose item it cannot allocate, by why */
         if (err == STORE_TOO_LARGE) STAT_INC(w, store_too_large);
         else if (err == STORE_NO_MEMORY) STAT_INC(w, store_no_memory);
+        if (r->cmd != CMD_MS && log_wants(LOG_MUTATIONS))
+            log_item_store(r->key, r->nkey, proto_store_status_word(err), proto_store_mode_word(mode_of(r->cmd)),
+                           proto_store_ttl(exptime), 0, c->fd, 0);
         if (r->cmd == CMD_MS) {
             out_str(c, err == STORE_TOO_LARGE ? "SERVER_ERROR object too large for cache"
                                               : "SERVER_ERROR out of memory storing object");
@@ -259,9 +357,35 @@ static bool start_store(struct conn *c, struct request *r, const char *line, siz
 
 /* ---- the rest ---- */
 
+/* Room a stats line needs before it is written (the longest, a `stats
+ * conns` address, is under 200 bytes). */
+#define STAT_LINE_ROOM 1024
+
+/* A long stats reply (`stats conns` at thousands of connections, `stats
+ * extstore` at thousands of pages) is written in pieces: when the output
+ * queue has no room for the next line, the reply stops there and waits for
+ * the client to read, then is generated again, skipping the lines already
+ * queued. So it needs no memory beyond the connection buffer budget. */
+struct stats_writer {
+    struct conn *c;
+    uint32_t     line, skip;
+    bool         stopped;
+};
+
 static void stat_line(void *ctx, const char *name, const char *fmt, ...)
 {
-    struct conn *c = ctx;
+    struct stats_writer *sw = ctx;
+    struct conn *c = sw->c;
+    if (sw->stopped) return;
+    if (sw->line < sw->skip) {   /* queued by an earlier piece */
+        sw->line++;
+        return;
+    }
+    if (out_can_wait(c) && !outbuf_try_room(&c->out, STAT_LINE_ROOM)) {
+        sw->stopped = true;
+        return;
+    }
+    sw->line++;
     va_list ap;
     out_add(c, "STAT ", 5);
     out_add(c, name, strlen(name));
@@ -288,8 +412,12 @@ static const char *stats_prefixed(const struct request *r)
     return NULL;
 }
 
-static void process_stats(struct conn *c, struct request *r)
+/* False: the reply waits for its output to drain (see stats_writer). */
+static bool process_stats(struct conn *c, struct request *r)
 {
+    struct stats_writer sw = { .c = c, .skip = c->resume_off ? c->stats_done : 0 };
+    c->resume_off = 0;
+    c->stats_done = 0;
     enum stats_group group;
     const char *word = r->nargs ? stats_prefixed(r) : NULL;
     if (word) r->args = word, r->nargs = (uint32_t)strlen(word);
@@ -297,11 +425,50 @@ static void process_stats(struct conn *c, struct request *r)
         stats_reset();
         out_str(c, "RESET");
     } else if (stats_group_by_name(r->args, r->nargs, &group)) {
-        stats_emit(group, stat_line, c);
+        stats_emit(group, stat_line, &sw);
+        if (sw.stopped) {
+            c->resume_off = 1;   /* keep the line: it is dispatched again */
+            c->stats_done = sw.line;
+            return false;
+        }
         out_add(c, "END\r\n", 5);
     } else {
         out_str(c, "ERROR");
     }
+    return true;
+}
+
+/* The connection becomes a watcher: its socket (a dup) goes to logger.c,
+ * which sends "OK" and then the log lines; the connection itself closes
+ * without a reply, and what the client sends after is ignored, as in
+ * memcached. */
+static bool process_watch(struct conn *c, struct request *r)
+{
+    unsigned what;
+    if (!settings.watch_enabled) {   /* -W */
+        out_str(c, "CLIENT_ERROR watch commands not allowed");
+        return true;
+    }
+    if (out_can_wait(c)) {
+        out_str(c, "ERROR cannot pipeline other commands before watch");
+        return true;
+    }
+    if (log_parse_what(r->args, r->nargs, &what) < 0) {
+        out_str(c, "ERROR");
+        return true;
+    }
+    int fd = dup(c->fd);
+    enum log_add_result res = fd < 0 ? LOG_ADD_FAILED : log_add_watcher(fd, what);
+    if (res == LOG_ADD_TOO_MANY) {
+        out_str(c, "WATCHER_TOO_MANY log watcher limit reached");
+        return true;
+    }
+    if (res != LOG_ADD_OK) {
+        out_str(c, "WATCHER_FAILED failed to add log watcher");
+        return true;
+    }
+    c->state = CONN_CLOSING;
+    return false;
 }
 
 bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t len)
@@ -335,7 +502,14 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
         return true;
     case CMD_DELETE: {
         struct delete_opts d = {0};
-        reply(c, r, storage_delete(w->st, r->key, r->nkey, &d) == STORE_STORED ? "DELETED" : "NOT_FOUND");
+        bool deleted = storage_delete(w->st, r->key, r->nkey, &d) == STORE_STORED;
+        if (log_wants(LOG_FETCHERS | LOG_DELETIONS)) {
+            /* memcached fetches the item, then deletes it */
+            if (log_wants(LOG_FETCHERS)) log_item_get(r->key, r->nkey, deleted ? LOG_GET_FOUND : LOG_GET_NOT_FOUND,
+                                                      0, c->fd, 0);
+            if (deleted && log_wants(LOG_DELETIONS)) log_item_deleted(r->key, r->nkey, "delete", 0, 0);
+        }
+        reply(c, r, deleted ? "DELETED" : "NOT_FOUND");
         return true;
     }
     case CMD_FLUSH_ALL:
@@ -362,8 +536,9 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
         c->state = CONN_CLOSING;
         return false;
     case CMD_STATS:
-        process_stats(c, r);
-        return true;
+        return process_stats(c, r);
+    case CMD_WATCH:
+        return process_watch(c, r);
     case CMD_SHUTDOWN:
         /* memcached 1.6.45's replies; both modes stop the server the way
          * SIGTERM does (finish queued replies, close, exit 0) */
@@ -397,6 +572,10 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
         reply(c, r, words[storage_slabs_reassign(w->st, (int)r->number, (int)(int64_t)r->delta)]);
         return true;
     }
+    case CMD_EXTSTORE:
+        storage_ext_tune((enum ext_knob)r->number, (uint32_t)r->delta, r->fraction);
+        reply(c, r, "OK");
+        return true;
 #ifdef CACHET_TEST_HOOKS
     case CMD_DEBUGTIME:
         storage_test_advance_clock((uint32_t)r->number);

@@ -21,6 +21,7 @@ struct worker   *workers;
 int              num_workers;
 uint32_t         curr_conns_global;
 uint64_t         total_conns_global, rejected_conns_global;
+uint64_t         placed_conns_global[PLACED_KINDS];
 time_t           server_started;
 
 static pthread_mutex_t registry_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -41,6 +42,7 @@ void server_stats_reset(void)
         memset(&workers[i].stats, 0, sizeof(workers[i].stats));
     __atomic_store_n(&total_conns_global, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&rejected_conns_global, 0, __ATOMIC_RELAXED);
+    for (int k = 0; k < PLACED_KINDS; k++) __atomic_store_n(&placed_conns_global[k], 0, __ATOMIC_RELAXED);
 }
 
 static uint64_t sum_stat(size_t offset)
@@ -70,6 +72,13 @@ void server_stats_general(stat_writer w, void *ctx)
     w(ctx, "total_connections", "%llu", (unsigned long long)__atomic_load_n(&total_conns_global, __ATOMIC_RELAXED));
     w(ctx, "rejected_connections", "%llu", (unsigned long long)__atomic_load_n(&rejected_conns_global, __ATOMIC_RELAXED));
     w(ctx, "connection_structures", "%u", __atomic_load_n(&curr_conns_global, __ATOMIC_RELAXED));
+    if (settings.conn_placement != PLACE_OFF) {
+        static const char *const placed_name[PLACED_KINDS] = {
+            [PLACED_CPU] = "conn_placed_cpu", [PLACED_SIBLING] = "conn_placed_sibling",
+            [PLACED_NAPI] = "conn_placed_napi", [PLACED_FALLBACK] = "conn_placed_fallback" };
+        for (int k = 0; k < PLACED_KINDS; k++)
+            w(ctx, placed_name[k], "%llu", (unsigned long long)__atomic_load_n(&placed_conns_global[k], __ATOMIC_RELAXED));
+    }
     w(ctx, "cmd_get", "%llu", (unsigned long long)SUM(cmd_get));
     w(ctx, "cmd_set", "%llu", (unsigned long long)SUM(cmd_set));
     w(ctx, "cmd_flush", "%llu", (unsigned long long)SUM(cmd_flush));
@@ -122,6 +131,9 @@ void server_stats_settings(stat_writer w, void *ctx)
     w(ctx, "num_threads", "%d", num_workers);
     w(ctx, "reqs_per_event", "%d", settings.reqs_per_event);
     w(ctx, "worker_cpus", "%s", n ? cpus : "none");
+    static const char *const placement_name[] = { [PLACE_OFF] = "off", [PLACE_CPU] = "cpu", [PLACE_NAPI] = "napi" };
+    w(ctx, "conn_placement", "%s", placement_name[settings.conn_placement]);
+    w(ctx, "napi_map", "%s", settings.napi_map[0] ? settings.napi_map : "NULL");
     w(ctx, "io_uring", "%s", settings.io_uring != IO_URING_OFF ? "yes" : "no");
     w(ctx, "conn_buffer_limit", "%zu", settings.conn_buffer_limit);
     w(ctx, "read_buf_mem_limit", "%zu", settings.conn_buffer_limit);
@@ -152,6 +164,11 @@ void server_stats_conns(stat_writer w, void *ctx)
             uint32_t last = __atomic_load_n(&c->last_cmd_time, __ATOMIC_RELAXED);
             snprintf(name, sizeof name, "%d:secs_since_last_cmd", c->fd);
             w(ctx, name, "%u", now >= last ? now - last : 0);
+            /* which worker placement chose (cachetd only, as the placement) */
+            if (settings.conn_placement != PLACE_OFF) {
+                snprintf(name, sizeof name, "%d:worker_cpu", c->fd);
+                w(ctx, name, "%d", workers[i].cpu);
+            }
         }
     }
     registry_unlock();

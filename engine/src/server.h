@@ -30,6 +30,9 @@ extern struct worker  *workers;
 extern int             num_workers;
 extern uint32_t        curr_conns_global;     /* relaxed atomics */
 extern uint64_t        total_conns_global, rejected_conns_global;
+/* -o conn_placement: how each new TCP connection found its worker (net_place.c) */
+enum { PLACED_CPU, PLACED_SIBLING, PLACED_NAPI, PLACED_FALLBACK, PLACED_KINDS };
+extern uint64_t        placed_conns_global[PLACED_KINDS];
 extern time_t          server_started;
 
 /* SIGTERM/SIGINT arrived: stop accepting, finish queued replies, close. */

@@ -83,6 +83,7 @@ void settings_usage(FILE *out)
         "  -n, --slab-min-size=NUM minimum space for key+value+flags (default 48)\n"
         "  -C, --disable-cas       do not keep CAS values\n"
         "  -F, --disable-flush-all flush_all answers CLIENT_ERROR instead of flushing\n"
+        "  -W, --disable-watch     watch (live log stream) answers CLIENT_ERROR\n"
         "  -A, --enable-shutdown   enable the ASCII \"shutdown\" command (stops the server as SIGTERM)\n"
         "  -B, --protocol=ascii    the only protocol spoken (binary and auto are refused)\n"
         "  -u, --user=USER         run as USER when started as root\n"
@@ -99,6 +100,11 @@ void settings_usage(FILE *out)
         "  -h, --help              this help\n"
         "  -o, --extended=OPTS     comma separated: slab_sizes=A-B-C, hashpower=N,\n"
         "                          cpus=LIST (e.g. 0-3,6; 'none' = no pinning),\n"
+        "                          conn_placement=off|cpu|napi (a new TCP connection goes to the worker\n"
+        "                          pinned to the CPU that received it, else to one on a sibling of that\n"
+        "                          CPU; napi: first through napi_map's queue -> CPU map; default off),\n"
+        "                          napi_map=PATH (the node tuner's NAPI id -> CPU file, re-read when it\n"
+        "                          changes; see engine/README.md),\n"
         "                          io_uring (require io_uring batching; default: use it if the\n"
         "                          kernel allows), no_io_uring (plain epoll read/send),\n"
         "                          conn_buffer_limit=SIZE or read_buf_mem_limit=MB (cap on\n"
@@ -127,7 +133,7 @@ void settings_usage(FILE *out)
         "                          with the reason\n"
         "      --memory-budget     check them likewise, then print as JSON the most memory a\n"
         "                          server started with them can use, term by term\n"
-        "memcached 1.6.45's -L -X -W and its other LRU, crawler, slab mover, hash and logger -o\n"
+        "memcached 1.6.45's -L -X and its other LRU, crawler, slab mover, hash and logger -o\n"
         "options are accepted and have no effect (cachetd has no such machinery; see engine/README.md).\n");
 }
 
@@ -264,7 +270,7 @@ struct noop_opt {
 #define CRAWL_WHY "expired items are reclaimed by the bag LRU's cleaner thread, which always runs"
 #define MOVE_WHY  "pages move between classes as part of the allocator (slabs_mover.c): a class with " \
                   "nothing to evict takes a page from another within the store"
-#define LOG_WHY   "there is no `watch` command, so there are no log buffers"
+#define LOG_WHY   "each watcher has a fixed 32 KiB ring (logger.c) and workers write into it directly"
 static const struct noop_opt noop_opts[] = {
     {"slab_automove_ratio", NOOP_DECIMAL, 0, 1, "slab_automove_ratio must be > 0 and < 1", MOVE_WHY},
     {"slab_automove_window", NOOP_INT, 3, 1800, "slab_automove_window must be > 2 and < 1800", MOVE_WHY},
@@ -377,9 +383,11 @@ static int parse_ext_option(struct ext_settings *x, const char *opt, const char 
     if (!strcmp(opt, "ext_page_size")) {          /* MB; a locator's offset reaches 2 GiB */
         if (!parse_int(val, 1, 2048, &v)) goto bad;
         x->page_size = (uint64_t)v << 20;
+        x->page_size_set = true;
     } else if (!strcmp(opt, "ext_wbuf_size")) {   /* MB */
         if (!parse_int(val, 1, 2047, &v)) goto bad;
         x->wbuf_size = (uint64_t)v << 20;
+        x->wbuf_size_set = true;
     } else if (!strcmp(opt, "ext_threads")) {
         if (!parse_int(val, 1, 64, &v)) goto bad;
         x->threads = (unsigned)v;
@@ -468,6 +476,20 @@ static int parse_extended(struct settings *s, const char *arg, struct ext_state 
             in_cpus = true;
             cpus_here = true;
             st->cpus_given = true;
+        } else if (!strcmp(opt, "conn_placement") && val) {
+            if (!strcmp(val, "off")) s->conn_placement = PLACE_OFF;
+            else if (!strcmp(val, "cpu")) s->conn_placement = PLACE_CPU;
+            else if (!strcmp(val, "napi")) s->conn_placement = PLACE_NAPI;
+            else {
+                fprintf(err, "cachetd: -o conn_placement must be off, cpu or napi, got '%s'\n", val);
+                return EX_USAGE_CODE;
+            }
+        } else if (!strcmp(opt, "napi_map") && val) {
+            if (!*val || strlen(val) >= sizeof(s->napi_map)) {
+                fprintf(err, "cachetd: -o napi_map needs a file path (at most %zu bytes)\n", sizeof(s->napi_map) - 1);
+                return EX_USAGE_CODE;
+            }
+            snprintf(s->napi_map, sizeof(s->napi_map), "%s", val);
         } else if (!strcmp(opt, "io_uring") && !val) {
             s->io_uring = IO_URING_REQUIRED;
         } else if (!strcmp(opt, "no_io_uring") && !val) {
@@ -657,6 +679,7 @@ static void settings_defaults(struct settings *s)
     s->flush_enabled = true;
     s->slab_automove = 1;   /* memcached's default */
     s->temporary_ttl = 61;  /* memcached's default, shown even while off */
+    s->watch_enabled = true;
 }
 
 /* argv[0], the args file's arguments, then the command line minus
@@ -826,13 +849,14 @@ static int parse_options(struct settings *s, int n, char **merged, struct ext_st
         /* accepted without effect: what they ask for is already so */
         case 'L': break;   /* the item region always asks for transparent huge pages (slabs.c) */
         case 'X': break;   /* stats cachedump, stats detail and lru_crawler metadump do not exist */
-        case 'W': break;   /* there is no watch command */
+        case 'W': s->watch_enabled = false; break;
         /* refused: what they ask for is not there, and starting without it would mislead */
         case 'S': fprintf(err, "cachetd: -S: SASL authentication is not supported (it needs the binary protocol)\n"); return EX_USAGE_CODE;
         case 'Z': fprintf(err, "cachetd: -Z: TLS is not supported\n"); return EX_USAGE_CODE;
         case 'Y': fprintf(err, "cachetd: -Y: ASCII authentication is not supported\n"); return EX_USAGE_CODE;
         case 'e': fprintf(err, "cachetd: -e: a memory file (restartable cache) is not supported\n"); return EX_USAGE_CODE;
-        case 'N': fprintf(err, "cachetd: -N: NAPI ID thread selection is not supported (connections are spread by SO_REUSEPORT)\n"); return EX_USAGE_CODE;
+        case 'N': fprintf(err, "cachetd: -N: memcached's first-come NAPI ID to thread mapping is not supported; "
+                          "use -o conn_placement=napi,napi_map=PATH (or conn_placement=cpu)\n"); return EX_USAGE_CODE;
         case 'D': fprintf(err, "cachetd: -D: per-prefix statistics (stats detail) are not supported\n"); return EX_USAGE_CODE;
         case 'i': fprintf(err, "cachetd: -i: no license text is bundled with cachetd\n"); return EX_USAGE_CODE;
         case 's':
@@ -879,6 +903,39 @@ static int parse_options(struct settings *s, int n, char **merged, struct ext_st
 
 /* The rules between flags, once all are read (memcached checks these after
  * its whole command line), and the defaults that depend on other flags. */
+static uint64_t ext_pages_of(const struct ext_settings *x, uint64_t page_size)
+{
+    uint64_t pages = 0;
+    for (unsigned i = 0; i < x->npaths; i++) pages += x->sizes[i] / page_size;
+    return pages;
+}
+
+/* memcached runs -o ext_path=FILE:64m with one 64 MB page; cachetd needs
+ * free pages to write into while others are compacted or evicted, so a
+ * file that holds fewer than EXT_FIT_PAGES pages of the default 64 MB,
+ * with ext_page_size not given, gets pages halved until it holds that many
+ * (64m: 8 pages of 8 MB), but never so small that half a page (the write
+ * buffer then, if ext_wbuf_size was not given either) cannot hold a record
+ * of the largest item (-I 1m: 4 MB pages at least). A given ext_wbuf_size
+ * is kept, and the page stays at least twice it. */
+static void fit_ext_pages(struct ext_settings *x, size_t item_size_max)
+{
+    if (x->page_size_set) return;
+    uint64_t record = ext_record_size(KEY_MAX_LENGTH, (uint32_t)item_size_max);
+    while (ext_pages_of(x, x->page_size) < EXT_FIT_PAGES) {
+        uint64_t half = x->page_size / 2;
+        uint64_t wbuf = x->wbuf_size;
+        if (x->wbuf_size_set) {
+            if (half < 2 * wbuf || half % wbuf) return;
+        } else {
+            if (wbuf > half / 2) wbuf = half / 2;
+            if (wbuf < record || wbuf % EXT_ALIGN) return;
+        }
+        x->page_size = half;
+        x->wbuf_size = wbuf;
+    }
+}
+
 static int settings_validate(struct settings *s, const struct ext_state *ext, FILE *err)
 {
     /* Chunks are addressed by 32-bit handles in 8-byte units (storage.c),
@@ -954,6 +1011,7 @@ static int settings_validate(struct settings *s, const struct ext_state *ext, FI
     }
     if (s->ext.npaths) {
         struct ext_settings *x = &s->ext;
+        fit_ext_pages(x, s->item_size_max);
         if (x->page_size % x->wbuf_size) {   /* memcached's rule and words */
             fprintf(err, "cachetd: -o ext_page_size=%llu,ext_wbuf_size=%llu: page_size must be divisible by wbuf_size\n",
                     (unsigned long long)(x->page_size >> 20), (unsigned long long)(x->wbuf_size >> 20));
@@ -970,8 +1028,7 @@ static int settings_validate(struct settings *s, const struct ext_state *ext, FI
                     (unsigned long long)ext_record_size(KEY_MAX_LENGTH, (uint32_t)s->item_size_max), KEY_MAX_LENGTH);
             return EX_USAGE_CODE;
         }
-        uint64_t pages = 0;
-        for (unsigned i = 0; i < x->npaths; i++) pages += x->sizes[i] / x->page_size;
+        uint64_t pages = ext_pages_of(x, x->page_size);
         /* extstore.c's rule (ext_open): at least 2 pages, at most the
          * locator's 16-bit page id */
         if (pages < 2) {
@@ -1024,6 +1081,15 @@ static int resolve_workers(struct settings *s, const struct ext_state *ext, bool
     if (!threads_given)
         s->num_threads = s->pin_workers ? s->num_cpus_listed : nallowed;
     if (s->num_threads < 1) s->num_threads = 1;
+    /* placement picks a worker by the CPU it is pinned to */
+    if (s->conn_placement != PLACE_OFF && !s->pin_workers) {
+        fprintf(err, "cachetd: -o conn_placement needs pinned workers (not with -o cpus=none)\n");
+        return EX_USAGE_CODE;
+    }
+    if (s->napi_map[0] && s->conn_placement != PLACE_NAPI) {
+        fprintf(err, "cachetd: -o napi_map is read only with -o conn_placement=napi\n");
+        return EX_USAGE_CODE;
+    }
     /* every worker, background thread and extstore thread registers a
      * storage context, and there are STORAGE_MAX_THREADS of them */
     unsigned need = (unsigned)s->num_threads + STORAGE_BG_THREADS + (s->ext.npaths ? 2 + s->ext.threads : 0);   /* flusher, compactor */

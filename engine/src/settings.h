@@ -58,10 +58,17 @@ struct ext_settings {
     uint32_t compact_under;        /* ext_compact_under: free pages (default: 1% of the pages) */
     uint32_t drop_under;           /* ext_drop_under: free pages (default: compact_under; 0 if only that is given) */
     bool     compact_under_set, drop_under_set;
+    bool     page_size_set, wbuf_size_set;  /* given: never fitted to a small file */
     bool     drop_unread;          /* ext_drop_unread */
     double   max_frag;             /* ext_max_frag (0.80) */
     uint32_t max_sleep;            /* ext_max_sleep, microseconds (1000000) */
 };
+
+/* -o conn_placement: which worker serves a new TCP connection (net_place.c) */
+enum { PLACE_OFF, PLACE_CPU, PLACE_NAPI };
+/* Without ext_page_size, a file too small for EXT_FIT_PAGES pages of the
+ * default size gets smaller pages (see fit_ext_pages in settings.c). */
+#define EXT_FIT_PAGES 8
 
 struct settings {
     int      port;                 /* -p */
@@ -88,6 +95,8 @@ struct settings {
     int      worker_cpus[MAX_WORKERS]; /* CPU each worker is pinned to */
     int      num_cpus_listed;      /* entries given by -o cpus (or the allowed set) */
     bool     pin_workers;          /* false only with -o cpus=none */
+    int      conn_placement;       /* -o conn_placement: PLACE_OFF / PLACE_CPU / PLACE_NAPI (net_place.c) */
+    char     napi_map[256];        /* -o napi_map=PATH: the node tuner's NAPI id -> CPU file; "" = none */
     int      backlog;              /* -b */
     int      reqs_per_event;       /* -R: requests per read batch before yielding */
     int      io_uring;             /* IO_URING_OFF / _AUTO (default) / _REQUIRED; see uring.h */
@@ -108,6 +117,7 @@ struct settings {
                                       seconds (memcached's idle_kicks); 0 = never */
     size_t   slab_chunk_max;       /* -o slab_chunk_max=KB (memcached's unit); bytes, 0 = default */
     bool     flush_enabled;        /* !-F: flush_all answers "CLIENT_ERROR flush_all not allowed" */
+    bool     watch_enabled;        /* !-W: watch answers "CLIENT_ERROR watch commands not allowed" */
     bool     shutdown_command;     /* -A: the `shutdown` command stops the server (as SIGTERM) */
     bool     daemonize;            /* -d */
     bool     maxcore;              /* -r: raise the core file limit */

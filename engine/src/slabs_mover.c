@@ -45,6 +45,7 @@
  */
 #include "slabs_internal.h"
 #include "bgthread.h"
+#include "logger.h"
 
 #include <stdio.h>
 #include <time.h>
@@ -228,6 +229,7 @@ static bool move_page(storage_thread *t, int src, int dst, size_t pg, bool evict
         stop_draining(sc, pg);
         pthread_mutex_unlock(&sc->lock);
         atomic_fetch_add(&moves_failed, 1);
+        if (log_wants(LOG_SYSEVENTS)) log_sysevent("type=slab_move src=%d dst=%d state=fail", src, dst);
         return false;
     }
     if (dst == 0) {
@@ -244,6 +246,7 @@ static bool move_page(storage_thread *t, int src, int dst, size_t pg, bool evict
     pthread_mutex_unlock(&sc->lock);
     slabs_give_page(pg, dst);
     atomic_fetch_add(&g_slab_moves, 1);
+    if (log_wants(LOG_SYSEVENTS)) log_sysevent("type=slab_move src=%d dst=%d state=ok", src, dst);
     if (g_cfg.verbose > 1) fprintf(stderr, "cachetd: slab page moved from class %d to class %d\n", src, dst);
     return true;
 }

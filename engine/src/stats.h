@@ -29,8 +29,12 @@ enum stats_group {
     STATS_SIZES,      /* `stats sizes`: <size> <count> */
     STATS_CONNS,      /* `stats conns`: <fd>:<name> */
     STATS_EXTSTORE,   /* `stats extstore`: <page>:<name> (empty without extstore) */
+    STATS_MRC,        /* `stats mrc`: the live miss-ratio curve (mrc.c) */
+    STATS_SIZES_COARSE, /* no `stats` argument: /metrics's size histograms */
     STATS_LATENCY,    /* no `stats` argument: the Prometheus endpoint's command
                          latency histograms (latency.h) */
+    STATS_TRACE,      /* `stats trace`, a `make TRACE=1` build only: where a
+                         request's time goes (trace.h) */
     STATS_GROUP_COUNT,
 };
 

@@ -29,6 +29,8 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include "ext_knob.h"
+
 #define KEY_MAX_LENGTH 250
 /* Threads that may register a storage context: workers, the cleaner, the
  * page mover, and with extstore its flusher and IO threads (settings.c
@@ -142,6 +144,9 @@ struct get_opts {
     bool     vivify_last;      /* mg N after T: an item N creates keeps N's expiry (memcached
                                   applies the flags in request order) */
     bool     recache_before_touch; /* mg R before T: R compares the TTL from before T */
+    bool     value_only;       /* text get/gets: the view needs only the value, its length,
+                                  flags and CAS; the meta fields stay 0 (a value on disk
+                                  still gets them all: its read uses them) */
 };
 
 /* Lock-free unless opts asks for a change (touch/vivify/recache take the
@@ -183,6 +188,8 @@ item *item_alloc(storage_thread *t, const char *key, size_t nkey,
 char *item_value_span(item *it, size_t off, size_t *len);
 /* The whole value when it is in one piece: values up to slab_chunk_max. */
 char *item_value(item *it);
+/* The slab class of the item's head (watch mutations: clsid=). */
+unsigned item_slab_class(const item *it);
 /* Remember that the key was given in base64 (meta b); before storage_store. */
 void  item_set_key_binary(item *it);
 void  item_discard(storage_thread *t, item *it);
@@ -267,6 +274,16 @@ void storage_stats_settings(stat_writer w, void *ctx); /* maxbytes, growth_facto
 void storage_stats_items(stat_writer w, void *ctx);    /* items:<class>:<name> */
 void storage_stats_slabs(stat_writer w, void *ctx);    /* <class>:<name>, active_slabs, total_malloced */
 void storage_stats_sizes(stat_writer w, void *ctx);    /* <size> <count>, always on */
+/* `stats mrc`: the live miss-ratio curve (mrc.c): sample state, then
+ * <bytes>:miss_ratio at fractions and multiples of -m */
+void storage_stats_mrc(stat_writer w, void *ctx);
+/* For /metrics: both size histograms in coarse cumulative buckets,
+ * stored:le_<bytes> and missed:le_<bytes> (and le_inf) */
+void storage_stats_sizes_coarse(stat_writer w, void *ctx);
+/* Keys the miss-ratio curve samples at most, and the memory it holds
+ * (the memory formula's miss_ratio_curve term). */
+#define MRC_SAMPLE_KEYS 8192
+size_t mrc_memory_bytes(void);
 void storage_stats_reset(void);
 
 /* ---- extstore (ext_items.c, ext_io.c) ---- */
@@ -274,6 +291,10 @@ struct ext_settings;
 /* Opens the files and starts the flusher and IO threads; 0, or 64 (bad
  * path or size: message on stderr) or 70 (a thread could not start). */
 int  storage_ext_start(const struct ext_settings *x);
+/* `extstore SETTING VALUE` (memcached 1.6.45): the flusher, the compactor
+ * and the workers use the new value from their next decision on; `stats
+ * settings` shows it. value for the integer settings, fraction for max_frag. */
+void storage_ext_tune(enum ext_knob knob, uint32_t value, double fraction);
 void storage_ext_stop(void);
 bool storage_ext_enabled(void);
 #ifdef CACHET_TEST_HOOKS

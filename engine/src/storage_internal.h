@@ -208,6 +208,17 @@ struct class_thread_stats {
 };
 #define CLASS_STATS_N (sizeof(struct class_thread_stats) / sizeof(_Atomic uint64_t))
 
+/* mrc.c: the GETs and stores of sampled keys a thread made, waiting for the
+ * estimator. The owner writes ev[] and tail; whoever holds mrc.c's lock
+ * reads them and moves head. refs counts every GET (owner only). */
+#define MRC_RING_SLOTS 1024
+struct mrc_event { uint64_t key_hash; uint32_t size; uint32_t is_store; };
+struct mrc_ring {
+    _Atomic uint32_t head, tail;
+    _Atomic uint64_t refs;
+    struct mrc_event ev[MRC_RING_SLOTS];
+};
+
 struct storage_thread {
     _Atomic uint64_t epoch;          /* 0 = outside any read section; see epoch.c */
     int      index;
@@ -221,6 +232,7 @@ struct storage_thread {
 #endif
     struct thread_stats st;
     struct class_thread_stats cls[64 + 1];
+    struct mrc_ring mrc;             /* sampled GETs and stores, for mrc.c */
     char pad[64];
 };
 
@@ -311,6 +323,8 @@ uint64_t epoch_advance(void);
 
 /* ---- hash table (assoc.c) ---- */
 uint32_t hash_key(const char *key, size_t nkey);
+/* The same hash with another seed: independent bits (mrc.c's key identity). */
+uint32_t hash_key_seeded(const char *key, size_t nkey, uint32_t seed);
 int  assoc_init(int hashpower);
 void assoc_destroy(void);
 item *assoc_find(storage_thread *t, const char *key, size_t nkey, uint32_t hv); /* in a read section */
@@ -420,6 +434,42 @@ bool item_is_flushed_in(item *it, struct time_view v);
 void item_unlink_locked(item *it, uint32_t hv);  /* unlink + account; stays in its bag */
 void item_free_dead(item *it);                   /* after grace: drop the table's reference */
 void sizes_account(size_t ntotal, int delta);
+/* `stats sizes` buckets, memcached's: 32 bytes wide, named by their upper
+ * bound; the last of n holds everything larger */
+static inline size_t size_bucket(size_t ntotal, size_t n)
+{
+    size_t b = (ntotal + 31) / 32;
+    return b < n ? b : n - 1;
+}
+
+/* ---- the miss-ratio curve and the size-after-miss histogram (mrc.c) ---- */
+/* -1: no memory; size_buckets: of the missed-sizes histogram (items.c's) */
+int  mrc_init(size_t size_buckets);
+uint64_t mrc_missed_in(size_t bucket);   /* items stored right after a miss, by size bucket */
+void mrc_destroy(void);
+int  mrc_start_thread(void);         /* 0 or pthread_create's error */
+void mrc_stop_thread(void);
+void mrc_reset(void);
+extern _Atomic uint32_t g_mrc_threshold;   /* published copy of the estimator's */
+void mrc_sampled(storage_thread *t, uint32_t hv, const char *key, size_t nkey, uint32_t size, bool is_store);
+void mrc_note_miss(uint32_t hv);
+void mrc_store_after_miss(uint32_t hv, size_t ntotal);
+/* A GET (size: the item's bytes, 0 = a miss): a counter bump, and work
+ * only for a sampled key (one compare decides). */
+static inline void mrc_get(storage_thread *t, uint32_t hv, const char *key, size_t nkey, uint32_t size)
+{
+    atomic_store_explicit(&t->mrc.refs, atomic_load_explicit(&t->mrc.refs, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    if (!size) mrc_note_miss(hv);
+    if ((hv >> 8) < atomic_load_explicit(&g_mrc_threshold, memory_order_relaxed))
+        mrc_sampled(t, hv, key, nkey, size, false);
+}
+static inline void mrc_store(storage_thread *t, uint32_t hv, const char *key, size_t nkey, uint32_t size)
+{
+    mrc_store_after_miss(hv, size);
+    if ((hv >> 8) < atomic_load_explicit(&g_mrc_threshold, memory_order_relaxed))
+        mrc_sampled(t, hv, key, nkey, size, true);
+}
 /* items.c's building blocks, for ext_items.c */
 item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t client_flags,
                  rel_time_t exptime, uint64_t nbytes, uint8_t extra_layout, enum store_result *err);

@@ -120,6 +120,7 @@ void storage_stats_reset(void)
         for (size_t k = 0; k < sizeof counters / sizeof counters[0]; k++) atomic_store(counters[k], 0);
     }
     for (unsigned c = 1; c <= slabs_class_count(); c++) sum_class((int)c, class_baseline[c]);
+    mrc_reset();
 }
 
 void storage_stats_settings(stat_writer w, void *ctx)

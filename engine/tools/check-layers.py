@@ -42,14 +42,14 @@ LAYERS = [
      ["main", "memory_budget"], []),
     ("net", "network layer: listening sockets and accept, worker threads and "
             "their loops, the connection state machine",
-     ["net", "net_listen", "net_worker", "net_conn", "net_internal"], []),
+     ["net", "net_listen", "net_place", "net_worker", "net_conn", "net_internal"], []),
     ("metrics", "the metrics port: its own thread, HTTP, the probe of the engine port",
      ["metrics_server", "metrics", "http", "engine_probe"], []),
     ("proto", "protocol layer: ASCII and meta commands, answered into the output queue",
      ["proto", "proto_text", "proto_meta", "proto_reply", "testhook"], []),
     ("services", "what the network and protocol layers share: stats, latency "
-                 "histograms, batched lookups",
-     ["stats", "latency", "prefetch"], []),
+                 "histograms, batched lookups, the request-path trace",
+     ["stats", "latency", "prefetch", "trace"], []),
     ("io", "extstore's IO layer: IO threads, batched disk reads; it takes a "
            "storage context from the thread registry (epoch.c), and its "
            "completions go back through the hook table (ext_hooks.h)",
@@ -65,15 +65,18 @@ LAYERS = [
                 "sections, lifecycle and stats",
      ["storage", "storage_internal", "storage_stats", "items", "bags", "slabs",
       "slabs_internal", "slabs_mover", "assoc", "ext_items", "ext_compact",
-      "clock", "epoch"], []),
+      "clock", "epoch", "mrc"], []),
     ("config", "the command line: settings parser, process setup",
      ["settings", "proc"], []),
     ("storage_api", "the storage API's types (storage.h) and the extstore hook "
                     "table the item code and the IO layer call through",
      ["storage_h", "ext_hooks"], []),
+    ("log", "the `watch` log stream: watchers' fixed rings and the thread that "
+            "sends them; anything above reports events into it",
+     ["logger"], []),
     ("base", "no engine state: page store, background threads, buffer budget, "
-             "event loop, io_uring, request parser",
-     ["extstore", "bgthread", "bufmem", "ae", "uring", "proto_parser"], []),
+             "event loop, io_uring, request parser, miss-ratio curve estimator",
+     ["extstore", "ext_knob", "bgthread", "bufmem", "ae", "uring", "proto_parser", "shards"], []),
 ]
 
 # Named groups a layer may forbid. Item code: every storage file but the

@@ -215,7 +215,7 @@ type engineBudget struct {
 // MiB rounding of the limit, and the margin Budget keeps on threads (2 MiB
 // each where the engine counts 1: kernel stacks, page tables and io_uring
 // memory are charged to the pod's cgroup) and on the fixed part (16 MiB
-// against the engine's 14.1 MiB of region alignment, storage tables and
+// against the engine's 14.2 MiB of region alignment, storage tables and
 // fixed threads).
 func budgetSlack(s *cachev1alpha1.CacheSpec) int64 {
 	threads := int64(Threads(s))
@@ -254,6 +254,9 @@ func TestBudgetCoversTheEnginesMemoryBound(t *testing.T) {
 				eb.Total -= eb.Terms["socket_buffers"]
 			}
 			b := Budget(tc.spec, o)
+			if got := eb.Terms["miss_ratio_curve"]; got != b.MissRatioCurve {
+				t.Errorf("%s: the engine's miss_ratio_curve term is %d bytes, Budget's MissRatioCurve %d", tc.name, got, b.MissRatioCurve)
+			}
 			if b.Limit < eb.Total {
 				t.Errorf("%s (metrics %v): Budget %d is %d bytes below the engine's bound %d (terms %v)",
 					tc.name, o.MetricsPort > 0, b.Limit, eb.Total-b.Limit, eb.Total, eb.Terms)

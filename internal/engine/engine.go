@@ -53,7 +53,8 @@ const (
 	FDTableMarginSlots        = 1024
 	// ConnBufferPerThreadBytes sizes cachetd's process-wide cap on
 	// connection buffer memory above the resting 32 KiB (-o conn_buffer_limit):
-	// grown read buffers, queued and unsent replies. Over the cap, cachetd
+	// queued and unsent replies (read buffers never grow: a long get line is
+	// answered as it arrives). Over the cap, cachetd
 	// stops parsing connections with unsent output until they drain.
 	ConnBufferPerThreadBytes = 4 << 20
 	BaseBytes                = 16 << 20 // binary, libc, clock/cleaner/expander/mover threads, slab page rounding
@@ -73,12 +74,26 @@ const (
 	// MetricsBytes is the metrics thread (-o metrics_port): its stack, 16
 	// connections' request buffers and one /metrics body at the engine's 4 MiB
 	// cap (about 20 KB in practice).
-	MetricsBytes     = 4 << 20
-	HashBucketBytes  = 4   // a bucket is a 32-bit item handle
-	ItemFixedBytes   = 27  // item header 19 + CAS 8 (the smallest chunk is this plus -n, 8-byte aligned)
-	HashLoadFactor   = 1.5 // the table doubles when items exceed 1.5 x buckets
-	DefaultHashPower = 16
-	MaxHashPower     = 30 // cachetd's ceiling
+	MetricsBytes = 4 << 20
+	// WatchersBytes is memcached's `watch` (cachetd's logger.c, never off:
+	// the operator does not pass -W): at most 8 watchers, each a fixed
+	// 32 KiB ring of lines not yet sent and the socket it keeps after leaving
+	// its worker (4 KiB, plus its kernel buffers when SocketBuffers fixes
+	// them), and the 1 MiB thread that sends to them.
+	WatchersMax      = 8
+	WatcherRingBytes = 32 << 10
+	WatcherThread    = 1 << 20
+	// MissRatioCurveBytes is the engine's live miss-ratio curve (`stats
+	// mrc`, engine/src/mrc.c): the SHARDS estimator of 8192 sampled keys
+	// and the miss tags, allocated at start whatever the spec
+	// (cachetd --memory-budget's miss_ratio_curve term, pinned by
+	// contract_test.go).
+	MissRatioCurveBytes = 778000
+	HashBucketBytes     = 4   // a bucket is a 32-bit item handle
+	ItemFixedBytes      = 27  // item header 19 + CAS 8 (the smallest chunk is this plus -n, 8-byte aligned)
+	HashLoadFactor      = 1.5 // the table doubles when items exceed 1.5 x buckets
+	DefaultHashPower    = 16
+	MaxHashPower        = 30 // cachetd's ceiling
 
 	// Engine defaults, written out explicitly so that status.engineArgs is complete.
 	DefaultMaxConnections = 1024
@@ -433,7 +448,7 @@ func FDTableBytes(s *cachev1alpha1.CacheSpec) int64 {
 
 // MemoryBudget is one process's memory, part by part.
 type MemoryBudget struct {
-	ItemMemory, Connections, ConnBufferCap, SocketBuffers, Workers, HashTable, Metrics, Extstore, Base int64
+	ItemMemory, Connections, ConnBufferCap, SocketBuffers, Workers, HashTable, Metrics, Watchers, Extstore, MissRatioCurve, Base int64
 	// Limit is the sum rounded up to a whole MiB: the container's memory
 	// request and limit.
 	Limit int64
@@ -443,8 +458,9 @@ type MemoryBudget struct {
 // Args(s, o) (item memory, resting connections, the capped buffer memory
 // above them, the kernel's socket buffers when o.SocketBuffers fixes them,
 // worker threads, the hash table,
-// the metrics thread when there is one, extstore's buffers and threads when
-// it is on), with a margin of
+// the metrics thread when there is one, the `watch` watchers' rings, sockets
+// and thread, extstore's buffers and threads when
+// it is on, the miss-ratio curve), with a margin of
 // 1 MiB more per thread and a fixed base of 16 MiB, rounded up to MiB.
 // contract_test.go fails when it falls below the engine's bound or rises
 // above it by more than that margin.
@@ -454,11 +470,12 @@ func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 		Connections: int64(MaxConnections(s)) * PerConnectionBytes,
 		// every buffer grown above resting is a mapping of its own, rounded
 		// up to whole pages: the engine budgets the cap x 17/16
-		ConnBufferCap: ConnBufferLimitBytes(s) * 17 / 16,
-		Workers:       int64(Threads(s)) * (PerThreadBytes + FDTableBytes(s)),
-		HashTable:     HashTableBytes(s),
-		Extstore:      ExtstoreBytes(s),
-		Base:          BaseBytes,
+		ConnBufferCap:  ConnBufferLimitBytes(s) * 17 / 16,
+		Workers:        int64(Threads(s)) * (PerThreadBytes + FDTableBytes(s)),
+		HashTable:      HashTableBytes(s),
+		Extstore:       ExtstoreBytes(s),
+		MissRatioCurve: MissRatioCurveBytes,
+		Base:           BaseBytes,
 	}
 	if o.SocketBuffers {
 		b.SocketBuffers = int64(MaxConnections(s)) * PerSocketKernelBytes
@@ -466,7 +483,12 @@ func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 	if o.MetricsPort > 0 {
 		b.Metrics = MetricsBytes
 	}
-	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.SocketBuffers + b.Workers + b.HashTable + b.Metrics + b.Extstore + b.Base
+	watcherSocket := int64(4 << 10)
+	if o.SocketBuffers {
+		watcherSocket = PerSocketKernelBytes
+	}
+	b.Watchers = WatchersMax*(WatcherRingBytes+watcherSocket) + WatcherThread
+	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.SocketBuffers + b.Workers + b.HashTable + b.Metrics + b.Watchers + b.Extstore + b.MissRatioCurve + b.Base
 	const mib = 1 << 20
 	b.Limit = (total + mib - 1) / mib * mib
 	return b

@@ -36,7 +36,11 @@ func (s *suite) helmInstall(t *testing.T) {
 		"--set", "engine.image=" + c.engineImg,
 		// The chart keeps the CRD on uninstall by default (deleting it deletes
 		// every Cache); stage 8 checks that uninstall can leave nothing behind.
-		"--set", "crds.keep=false"}
+		"--set", "crds.keep=false",
+		// The node tuner writes the machine's own interrupt affinity and
+		// RPS masks (the e2e cluster shares this VM's kernel): off here,
+		// until a stage of its own turns it on and checks the revert.
+		"--set", "nodeTuner.enabled=false"}
 	for _, set := range c.helmSets {
 		args = append(args, "--set", set)
 	}
@@ -895,8 +899,9 @@ func (s *suite) deleteAndUninstall(t *testing.T) {
 	}
 }
 
-// checkHealthProbe: the kubelet probes the engine's /healthz over HTTP on the
-// metrics port (no process started inside the pod's exclusive cores), and
+// checkHealthProbe: the kubelet's readiness probe is GET /healthz on the
+// metrics port (no process started inside the pod's exclusive cores), its
+// liveness probe cachet-probe on the data port, and
 // the endpoint answers as the engine documents: 200 on /healthz, and
 // memcached_up 1 on /metrics.
 func (s *suite) checkHealthProbe(t *testing.T, pod obj) {
@@ -914,10 +919,12 @@ func (s *suite) checkHealthProbe(t *testing.T, pod obj) {
 			metricsPort = p.num("containerPort")
 		}
 	}
-	for _, probe := range []string{"readinessProbe", "livenessProbe"} {
-		if ctr.str(probe, "httpGet", "path") != "/healthz" || ctr.str(probe, "httpGet", "port") != "metrics" || ctr.get(probe, "exec") != nil {
-			t.Errorf("pod %s %s = %s, want httpGet /healthz on port metrics", name, probe, ctr.str(probe))
-		}
+	if ctr.str("readinessProbe", "httpGet", "path") != "/healthz" || ctr.str("readinessProbe", "httpGet", "port") != "metrics" || ctr.get("readinessProbe", "exec") != nil {
+		t.Errorf("pod %s readinessProbe = %s, want httpGet /healthz on port metrics", name, ctr.str("readinessProbe"))
+	}
+	// liveness restarts the pod: never through the metrics port, whose slots any client can crowd
+	if ctr.str("livenessProbe", "exec", "command") != `["/usr/local/bin/cachet-probe","-p","11211"]` || ctr.get("livenessProbe", "httpGet") != nil {
+		t.Errorf("pod %s livenessProbe = %s, want exec cachet-probe -p 11211 on the data port", name, ctr.str("livenessProbe"))
 	}
 	if metricsPort == 0 {
 		t.Fatalf("pod %s has no metrics port: %s", name, ctr.str("ports"))
@@ -938,5 +945,5 @@ func (s *suite) checkHealthProbe(t *testing.T, pod obj) {
 	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "\nmemcached_up 1") {
 		t.Errorf("pod %s GET /metrics: %d, memcached_up 1 missing", name, code)
 	}
-	t.Logf("pod %s: probes are httpGet /healthz on port %d; /healthz 200, /metrics has memcached_up 1", name, metricsPort)
+	t.Logf("pod %s: readiness httpGet /healthz on port %d, liveness cachet-probe; /healthz 200, /metrics has memcached_up 1", name, metricsPort)
 }

@@ -212,7 +212,9 @@ def test_padded_complete_line_over_2048_bytes_is_parsed(srv, key):
         assert c.values(f"get {key}") == {key: (0, b"x", None)}
 
 
-@pytest.mark.parametrize("head", [b"set k 0 0 1", b"mg k v", b"gat 0 k"])
+# gat and gats lines carry keys as get lines do: cachetd lets them grow too
+# (test_long_get.py), where memcached 1.6.45 closes them
+@pytest.mark.parametrize("head", [b"set k 0 0 1", b"mg k v", b"delete k", b"mn"])
 def test_unended_line_over_2048_bytes_closes_silently(srv, head):
     with srv.conn(timeout=5) as c:
         c.send(head + b" " * 3000)

@@ -464,6 +464,30 @@ def test_many_disk_values_in_one_get_and_pipelined_mg_all_come_back_in_order(sta
     srv.check_healthy()
 
 
+def test_disk_values_in_a_get_line_longer_than_the_read_buffer_all_come_back_in_order(
+        start_server, tmp_path, ext_engine):
+    """A 70 KB get line (answered as it arrives, issue 20) of 200 disk values
+    between misses: every disk value comes back, in request order, and the
+    request pipelined behind the line is answered after it."""
+    srv = start_ext(start_server, tmp_path, size="64m", extra_opts="ext_item_age=1")
+    keys = [f"lg{i}" for i in range(200)]
+    with srv.conn() as c:
+        store_targets(c, keys, flags=0)
+        wait_written(c, len(keys))
+        line_keys = []
+        for i, k in enumerate(keys):
+            line_keys += [k] + [f"nokey-{i}-{j}" for j in range(30)]
+        line = ("get " + " ".join(line_keys) + "\r\n").encode()
+        assert len(line) > 64 * 1024
+        c.send(line + b"mn\r\n")
+        got = get_reply_in_order(c)
+        assert [k for k, _ in got] == keys
+        assert all(data == big(k) for k, data in got)
+        assert c.line() == b"MN"
+        check_engine(c, ext_engine)
+    srv.check_healthy()
+
+
 def test_concurrent_disk_gets_with_io_depth_come_back_right_and_in_request_order(start_server, tmp_path, ext_engine):
     """With ext_io_depth > 1 an IO thread has many reads in flight at once
     (one io_uring_enter for the batch): several connections asking for disk
@@ -633,7 +657,8 @@ def test_bad_ext_path_exits_64_with_a_message(tmp_path, path, why):
     assert why in proc.stderr and "ext_path" in proc.stderr, proc.stderr
 
 
-@pytest.mark.cachetd_only(reason="memcached exits 1 (or crashes on ext_page_size=0)")
+@pytest.mark.cachetd_only(reason="memcached exits 1 (or crashes on ext_page_size=0); it starts with ext_threads=0, "
+                                  "and a GET of a disk value then never gets a reply")
 @pytest.mark.parametrize("opt", ["ext_page_size=0", "ext_wbuf_size=x", "ext_threads=0", "ext_item_size=-1",
                                  "ext_max_frag=2", "ext_recache_rate=abc", "ext_page_size=4,ext_wbuf_size=8"])
 def test_bad_ext_values_exit_64(tmp_path, opt):
@@ -1033,3 +1058,261 @@ def test_compaction_thresholds_default_as_memcached(start_server, tmp_path, extr
         st = c.stats("settings")
         assert (st["ext_compact_under"], st["ext_drop_under"]) == (compact_under, drop_under)
         assert st["ext_max_frag"] == "0.80" and st["ext_max_sleep"] == "1000000" and st["ext_drop_unread"] == "no"
+
+
+# ---- the `extstore` command: settings changed at run time ----------------------
+
+@pytest.mark.parametrize("line,reply", [
+    ("extstore item_size 600", "OK"),
+    ("extstore i 600", "OK"),                       # by prefix, item_size first
+    ("extstore item_age 5", "OK"),
+    ("extstore low_ttl 10", "OK"),
+    ("extstore recache_rate 100", "OK"),
+    ("extstore compact_under 3", "OK"),
+    ("extstore drop_under 2", "OK"),
+    ("extstore max_sleep 20000", "OK"),
+    ("extstore max_frag 0.5", "OK"),
+    ("extstore drop_unread 1", "OK"),
+    ("extstore free_memchunks 1 100", "OK"),        # deprecated, accepted
+    ("extstore free_memchunks 64 100", "ERROR"),    # past memcached's 64 classes
+    ("extstore free_memchunks 1", "ERROR"),         # one number: no such setting
+    ("extstore item_age", "ERROR"),
+    ("extstore item_age x", "ERROR"),
+    ("extstore item_age -1", "ERROR"),
+    ("extstore item_age 4294967296", "ERROR"),
+    ("extstore max_frag x", "ERROR"),
+    ("extstore item_sizes 600", "ERROR"),
+    ("extstore bogus 1", "ERROR"),
+    ("extstore", "ERROR"),
+])
+def test_extstore_command_replies_as_memcached(start_server, tmp_path, line, reply):
+    srv = start_ext(start_server, tmp_path)
+    with srv.conn() as c:
+        assert c.cmd(line) == reply.encode()
+        assert c.cmd("version").startswith(b"VERSION")   # nothing left over on the connection
+
+
+def test_extstore_command_changes_what_stats_settings_shows(start_server, tmp_path):
+    srv = start_ext(start_server, tmp_path)
+    with srv.conn() as c:
+        for line in ["item_size 700", "item_age 9", "low_ttl 11", "recache_rate 13", "compact_under 5",
+                     "drop_under 4", "max_sleep 30000", "max_frag 0.25", "drop_unread 7"]:
+            assert c.cmd("extstore " + line) == b"OK", line
+        st = c.stats("settings")
+        got = {k: st[k] for k in ["ext_item_size", "ext_item_age", "ext_low_ttl", "ext_recache_rate",
+                                  "ext_compact_under", "ext_drop_under", "ext_max_sleep", "ext_max_frag",
+                                  "ext_drop_unread"]}
+        assert got == {"ext_item_size": "700", "ext_item_age": "9", "ext_low_ttl": "11",
+                       "ext_recache_rate": "13", "ext_compact_under": "5", "ext_drop_under": "4",
+                       "ext_max_sleep": "30000", "ext_max_frag": "0.25", "ext_drop_unread": "yes"}
+        assert c.cmd("extstore drop_unread 0") == b"OK"
+        assert c.stats("settings")["ext_drop_unread"] == "no"
+    srv.check_healthy()
+
+
+def test_extstore_item_age_lowered_at_run_time_moves_idle_items_to_disk(start_server, tmp_path):
+    """Started with the default ext_item_age (only memory pressure moves
+    values out), a few large values stay in RAM; `extstore item_age 1` makes
+    the flusher write them once they are idle that long, without pressure."""
+    srv = start_ext(start_server, tmp_path)
+    with srv.conn() as c:
+        keys = [f"age{i}" for i in range(20)]
+        store_targets(c, keys)
+        if not IS_MEMCACHED:
+            wait_flusher_passes(c, 3, "flusher passes over RAM with room to spare")
+        assert stat(c, "extstore_objects_written") == 0
+        assert c.cmd("extstore item_age 1") == b"OK"
+        wait_written(c, len(keys))
+        assert_on_disk(c, keys)
+    srv.check_healthy()
+
+
+def test_extstore_item_size_raised_at_run_time_keeps_smaller_values_in_ram(start_server, tmp_path):
+    """ext_item_size=512 and ext_item_age=1 would move a 4 KB value out;
+    `extstore item_size` above its size keeps it in RAM, larger ones still go."""
+    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1")
+    with srv.conn() as c:
+        assert c.cmd("extstore item_size 8192") == b"OK"
+        small = [(f"small{i}", value_of("s", i, 4096)) for i in range(10)]
+        for k, v in small:
+            assert c.store("set", k, v) == b"STORED"
+        store_targets(c, ["large0", "large1"], size=16384)
+        wait_written(c, 2)
+        if not IS_MEMCACHED:
+            wait_flusher_passes(c, 3, "more flusher passes over the small values")
+        age_items(c, 2)
+        if not IS_MEMCACHED:
+            wait_flusher_passes(c, 3, "more flusher passes once they are idle")
+        assert stat(c, "extstore_objects_written") == 2
+        before = stat(c, "get_extstore")
+        for k, v in small:
+            assert get_one(c, k) == (0, v, None)
+        assert stat(c, "get_extstore") == before
+    srv.check_healthy()
+
+
+def fragmented_disk(c, n=600, size=FILLER_VALUE):
+    """n values of `size` on disk, never read, then every other one
+    overwritten and written out again: each page of the first round is half
+    garbage. Returns the keys whose last value is on disk, unread, and it.
+    The server runs with ext_item_age=3: a value is idle 3 s before it is
+    written, so its last access is surely older than its page, whose opening
+    the compactor knows to the second ("unread" is "not read since the page
+    was opened")."""
+    expected = {}
+    for rnd, keys in enumerate([range(n), range(0, n, 2)]):
+        for start in range(0, len(keys), 100):
+            part = keys[start:start + 100]
+            c.send(b"".join(b"set dr%d 0 0 %d\r\n" % (i, size) + value_of(f"r{rnd}", i, size) + b"\r\n"
+                            for i in part))
+            for _ in part:
+                assert c.line() == b"STORED"
+        for i in keys:
+            expected[f"dr{i}"] = value_of(f"r{rnd}", i, size)
+        wait_written(c, n if rnd == 0 else n + len(keys))
+    return expected
+
+
+def start_without_compaction(start_server, tmp_path):
+    """8 pages of 2 MB, compaction off until a test turns it on, values
+    idle 3 s written out (see fragmented_disk)."""
+    return start_server("-m", "64", "-o",
+                        f"ext_path={tmp_path / 'extstore'}:16m,ext_page_size=2,ext_wbuf_size=2,ext_item_size=512,"
+                        "ext_item_age=3,ext_compact_under=0,ext_max_sleep=10000")
+
+
+def test_extstore_drop_unread_set_at_run_time_compaction_drops_unread_values(start_server, tmp_path):
+    """Compaction off (compact_under 0) while the disk fragments. Then, as
+    memcached 1.6.45's compactor decides: no page fragmented enough
+    (max_frag 0), fewer free pages than drop_under and `extstore
+    drop_unread 1`: the compactor frees the oldest page and drops its unread
+    live records (extstore_compact_skipped) instead of rewriting them; those
+    keys read as misses, and nothing comes back wrong. With drop_unread 0 the
+    same thresholds free nothing."""
+    srv = start_without_compaction(start_server, tmp_path)
+    with srv.conn() as c:
+        expected = fragmented_disk(c)
+        assert stat(c, "extstore_compact_rescues") == 0 and stat(c, "extstore_compact_skipped") == 0
+        for line in ["max_frag 0", "drop_under 8", "compact_under 8"]:
+            assert c.cmd("extstore " + line) == b"OK"
+        if not IS_MEMCACHED:
+            wait_flusher_passes(c, 3, "flusher passes, each waking the compactor")
+        assert stat(c, "extstore_page_reclaims") == 0 and stat(c, "extstore_compact_skipped") == 0
+        assert c.cmd("extstore drop_unread 1") == b"OK"
+        wait_until(lambda: stat(c, "extstore_compact_skipped") > 0 and stat(c, "extstore_page_reclaims") > 0,
+                   30, "the compactor dropping unread records")
+        st = c.stats()
+        assert int(st["extstore_compact_rescues"]) == 0, st
+        misses = 0
+        for k, v in expected.items():
+            got = get_one(c, k)
+            if got is None:
+                misses += 1
+            else:
+                assert got == (0, v, None), k
+        assert misses > 0
+    srv.check_healthy()
+
+
+def test_extstore_compact_under_raised_at_run_time_starts_compaction_that_rescues(start_server, tmp_path):
+    """The same fragmented disk with drop_unread off: raising compact_under
+    makes the compactor rewrite the live records (rescues) and free pages;
+    every key reads back its last value."""
+    srv = start_without_compaction(start_server, tmp_path)
+    with srv.conn() as c:
+        expected = fragmented_disk(c)
+        assert stat(c, "extstore_compact_rescues") == 0
+        assert c.cmd("extstore compact_under 8") == b"OK"
+        wait_until(lambda: stat(c, "extstore_compact_rescues") > 0 and stat(c, "extstore_page_reclaims") > 0,
+                   30, "the compactor rescuing records")
+        assert stat(c, "extstore_page_evictions") == 0
+        for k, v in expected.items():
+            assert get_one(c, k) == (0, v, None), k
+    srv.check_healthy()
+
+
+# ---- small files: pages sized to fit -------------------------------------------
+
+def test_a_64m_file_without_ext_page_size_runs_and_keeps_values(start_server, tmp_path):
+    """memcached 1.6.45 runs -o ext_path=FILE:64m (one page of 64 MB);
+    cachetd used to refuse it (fewer than 2 pages). Without ext_page_size,
+    cachetd fits 8 pages of 8 MB into it (engine/README.md, Extstore), and
+    values go to disk and come back."""
+    path = tmp_path / "extstore"
+    srv = start_server("-m", "64", "-o", f"ext_path={path}:64m,ext_item_size=512,ext_item_age=1")
+    with srv.conn() as c:
+        if not IS_MEMCACHED:
+            pages = c.stats("extstore")
+            assert sorted(k for k in pages if k.endswith(":version")) == [f"{p}:version" for p in range(8)]
+        keys = [f"small{i}" for i in range(20)]
+        store_targets(c, keys)
+        wait_written(c, len(keys))
+        assert_on_disk(c, keys)
+    srv.check_healthy()
+
+
+@pytest.mark.cachetd_only(reason="memcached refuses a file smaller than one 64 MB page ('zero size')")
+@pytest.mark.parametrize("size,pages", [("16m", 4), ("8m", 2)])
+def test_smaller_files_get_pages_that_still_hold_the_largest_item(start_server, tmp_path, size, pages):
+    """Halving stops at 4 MB pages with -I 1m: the write buffer (half a
+    page) must hold a record of the largest item."""
+    path = tmp_path / "extstore"
+    srv = start_server("-m", "64", "-o", f"ext_path={path}:{size}")
+    with srv.conn() as c:
+        assert len([k for k in c.stats("extstore") if k.endswith(":version")]) == pages
+        assert c.stats("settings")["ext_wbuf_size"] == str(2 << 20)
+        assert c.store("set", "large", b"v" * (1024 * 1024 - 512)) == b"STORED"
+    srv.check_healthy()
+
+
+@pytest.mark.cachetd_only(reason="memcached exits 1 ('zero size')")
+def test_a_file_too_small_for_two_pages_of_the_largest_item_exits_64(tmp_path):
+    r = refused_start("-o", f"ext_path={tmp_path / 'f'}:4m")
+    assert r.returncode == 64 and "fewer than 2 pages" in r.stderr, r.stderr
+
+
+# ---- counters as memcached's -----------------------------------------------------
+
+def test_a_page_whose_records_were_all_deleted_is_reclaimed_without_compaction(start_server, tmp_path):
+    """memcached 1.6.45 frees a closed page once its last record is deleted
+    and counts it in extstore_page_reclaims; compaction plays no part (no
+    rescues). cachetd kept such pages used until compaction or eviction."""
+    path = tmp_path / "extstore"
+    srv = start_server("-m", "64", "-o", f"ext_path={path}:16m,ext_page_size=2,ext_wbuf_size=2,"
+                                         "ext_item_size=512,ext_item_age=1")
+    with srv.conn() as c:
+        keys = [f"gone{i}" for i in range(700)]   # 2.9 MB: the first 2 MB page fills and closes
+        store_targets(c, keys, flags=0)
+        wait_written(c, len(keys))
+        assert stat(c, "extstore_page_reclaims") == 0
+        used = stat(c, "extstore_pages_used")
+        for k in keys:
+            assert c.cmd(f"delete {k}") == b"DELETED"
+        wait_until(lambda: stat(c, "extstore_page_reclaims") >= 1, 20, "the emptied page reclaimed")
+        st = c.stats()
+        assert int(st["extstore_objects_used"]) == 0, st
+        assert int(st["extstore_pages_used"]) < used, st
+        assert int(st["extstore_compact_rescues"]) == 0 and int(st["extstore_page_evictions"]) == 0, st
+    srv.check_healthy()
+
+
+def test_bytes_read_counts_whole_objects_read_from_disk(start_server, tmp_path):
+    """memcached 1.6.45's extstore_bytes_read grows by the whole object read
+    back (item header, key and value), extstore_objects_read by one, per
+    disk hit; cachetd counted the value's bytes alone."""
+    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1")
+    with srv.conn() as c:
+        keys = [f"br{i}" for i in range(10)]
+        targets_in_the_file(c, keys)
+        objects, nbytes = stat(c, "extstore_objects_read"), stat(c, "extstore_bytes_read")
+        before = stat(c, "get_extstore")
+        for k in keys:
+            assert get_one(c, k) == (0, big(k), None)
+        reads = stat(c, "get_extstore") - before
+        assert reads == len(keys)
+        assert stat(c, "extstore_objects_read") - objects == reads
+        grown = stat(c, "extstore_bytes_read") - nbytes
+        per_object = grown / reads
+        # more than key and value, less than a 4 KB block of overhead
+        assert len(keys[0]) + BIG < per_object < BIG + 4096, per_object
+    srv.check_healthy()

@@ -11,7 +11,9 @@ What it proves:
   worker thread stopped (ptrace-stopped, so the process, its metrics thread
   and its listening socket stay alive: the failure /healthz exists to catch);
 - 404, 405, 400, 431, 505, HEAD framing, keep-alive and its bound, pipelining,
-  slowloris (408), connection floods; meanwhile memcached clients are served;
+  slowloris (408), connection floods, 16 reconnecting one-byte clients (the
+  oldest partial head gives way, /healthz keeps answering 200), 16 clients
+  that never read their pipelined responses (the longest writing gives way); meanwhile memcached clients are served;
 - no thread and no socket without -o metrics_port; the port binds the -l
   addresses only; cachet_worker_cpu_info matches the kernel's thread affinity;
   the young-eviction signals and -o young_window reach the metrics.
@@ -20,6 +22,7 @@ All waits are polls with bounds; nothing asserts a duration.
 import ctypes
 import http.client
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -431,24 +434,112 @@ def test_slowloris_gets_408_and_others_are_served(metrics_server):
     assert got.startswith(b"HTTP/1.1 408 "), f"slow client was not cut off with 408: {got[:200]!r}"
 
 
-def test_partial_heads_holding_every_slot_make_a_newcomer_get_503(metrics_server):
+def test_partial_heads_holding_every_slot_give_way_to_a_newcomer(metrics_server):
+    """16 request heads in progress take every slot; a 17th client that sends
+    its request is answered, and the oldest partial head is the one closed."""
     srv = metrics_server()
     busy = [socket.create_connection(("127.0.0.1", srv.mport), timeout=HTTP_TIMEOUT_S) for _ in range(16)]
     try:
         for s in busy:
             s.sendall(b"GET /metrics HTTP/1.1\r\n")
-
-        def refused():
-            (status, _, body), = split_responses(
-                raw(srv, b"GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"))
-            return status == 503 and b"too many connections" in body
-        assert refused(), "a 17th client was served while 16 request heads were in progress"
+        (status, _, body), = split_responses(
+            raw(srv, b"GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"))
+        assert (status, body) == (200, b"OK\n"), "a 17th client was refused while 16 heads were in progress"
+        assert busy[0].recv(10) == b"", "the oldest partial head was not the one closed"
+        for s in busy[1:]:
+            s.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                s.recv(10)     # still open, its head still in progress
         with srv.conn() as c:      # the engine is untouched
             assert c.cmd("mn") == b"MN"
     finally:
         for s in busy:
             s.close()
-    assert poll_until(lambda: get(srv, "/healthz")[0] == 200), "slots were not freed when the clients left"
+
+
+def test_one_byte_reconnecting_clients_cannot_take_healthz_down(metrics_server):
+    """The attack from issue 20: 16 clients each send one byte of a request
+    head and reconnect whenever they are closed, so every slot is always
+    taken by a partial head. /healthz, the kubelet's probe, must still answer
+    200 to every request, each within the readiness probe's 2 s timeout
+    (the socket timeout; nothing measures a duration)."""
+    import threading
+    srv = metrics_server()
+    stop = threading.Event()
+    connects = [0] * 16
+
+    def attacker(i):
+        deadline = time.monotonic() + 60                 # bounded in time ...
+        while not stop.is_set() and time.monotonic() < deadline and connects[i] < 5000:   # ... and count
+            try:
+                s = socket.create_connection(("127.0.0.1", srv.mport), timeout=1.0)
+            except OSError:
+                continue
+            connects[i] += 1
+            try:
+                s.sendall(b"G")
+                while not stop.is_set():
+                    try:
+                        if not s.recv(4096):
+                            break                        # closed: reconnect at once
+                    except socket.timeout:
+                        continue
+            except OSError:
+                pass
+            finally:
+                s.close()
+
+    threads = [threading.Thread(target=attacker, args=(i,), daemon=True) for i in range(16)]
+    for t in threads:
+        t.start()
+    try:
+        assert poll_until(lambda: all(connects)), "the attackers did not all connect"
+        answers = []
+        for _ in range(20):
+            c = http.client.HTTPConnection("127.0.0.1", srv.mport, timeout=2.0)
+            try:
+                c.request("GET", "/healthz")
+                r = c.getresponse()
+                answers.append((r.status, r.read()))
+            except OSError as e:
+                answers.append((None, repr(e).encode()))
+            finally:
+                c.close()
+        assert sum(connects) > 16, "no attacker was ever closed: the attack did not run"
+        assert answers == [(200, b"OK\n")] * 20, f"/healthz under the attack: {answers}"
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)
+
+
+def test_clients_that_never_read_their_responses_cannot_take_healthz_down(metrics_server):
+    """16 clients pipeline /metrics requests and read nothing, so every slot
+    is writing a response that cannot leave (or is about to); a probe is
+    still answered 200, within the readiness probe's 2 s timeout."""
+    srv = metrics_server()
+    stuck = []
+    try:
+        for _ in range(16):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # the responses cannot all fit
+            s.settimeout(HTTP_TIMEOUT_S)
+            s.connect(("127.0.0.1", srv.mport))
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n" * 200)
+            stuck.append(s)
+        # each has been sent part of a response: all 16 slots are writing
+        assert poll_until(lambda: all(select.select([s], [], [], 0)[0] for s in stuck)), \
+            "the server did not start answering every client"
+        c = http.client.HTTPConnection("127.0.0.1", srv.mport, timeout=2.0)   # the readiness probe's timeout
+        try:
+            c.request("GET", "/healthz")
+            r = c.getresponse()
+            assert (r.status, r.read()) == (200, b"OK\n")
+        finally:
+            c.close()
+    finally:
+        for s in stuck:
+            s.close()
 
 
 def test_idle_connections_give_way_to_a_newcomer(metrics_server):

@@ -391,11 +391,11 @@ static void test_delete_and_compaction(void)
      * first records): the page goes, orphaning them, and the cleaner's
      * signal for orphaned stubs moves on */
     uint64_t before = ext_records_orphaned(e), orphaned = 0, objs = atomic_load(&s->objects_used);
-    CHECK(ext_page_drop(e, page, version, true, &orphaned));
+    CHECK(ext_page_drop(e, page, version, &orphaned));
     CHECK(orphaned > nkeep);
     CHECK_EQ_U64(orphaned, objs - atomic_load(&s->objects_used));
     CHECK_EQ_U64(ext_records_orphaned(e) - before, orphaned);
-    CHECK_EQ_U64(atomic_load(&s->pages_compacted), 1);
+    CHECK_EQ_U64(atomic_load(&s->pages_reclaimed), 1);
     /* the deleted records went with their page; only they were fragmented */
     CHECK_EQ_U64(atomic_load(&s->bytes_fragmented), 0);
     CHECK(!ext_check(e, &keep[0]));
@@ -580,15 +580,15 @@ static void test_drop_with_a_stale_version_is_refused(void)
     const struct ext_stats *s = ext_get_stats(e);
     uint64_t free_before = atomic_load(&s->pages_free);
     ext_test_set_version(e, page, version + 1);    /* evicted and reused meanwhile */
-    CHECK(!ext_page_drop(e, page, version, true, NULL));
-    CHECK_EQ_U64(atomic_load(&s->pages_compacted), 0);
+    CHECK(!ext_page_drop(e, page, version, NULL));
+    CHECK_EQ_U64(atomic_load(&s->pages_reclaimed), 0);
     CHECK_EQ_U64(atomic_load(&s->pages_free), free_before);
     unsigned seen = 0;
     CHECK(ext_page_walk(e, page, version, count_fn, &seen) == -ESTALE);
     CHECK_EQ_U64(seen, 0);
     /* with the version it has now, it goes */
-    CHECK(ext_page_drop(e, page, version + 1, true, NULL));
-    CHECK_EQ_U64(atomic_load(&s->pages_compacted), 1);
+    CHECK(ext_page_drop(e, page, version + 1, NULL));
+    CHECK_EQ_U64(atomic_load(&s->pages_reclaimed), 1);
     CHECK_EQ_U64(atomic_load(&s->pages_free), free_before + 1);
     ext_close(e);
 }
@@ -628,9 +628,9 @@ static void test_pick_honours_max_frag(void)
     CHECK(ext_compact_pick(e, 0.8, &v) == (int)pages[2]);   /* 30% first */
     CHECK(ext_compact_pick(e, 0.2, &v) == -1);              /* none under 20% */
     CHECK(ext_compact_pick(e, 0.95, &v) == (int)pages[2]);
-    CHECK(ext_page_drop(e, pages[2], v, true, NULL));
+    CHECK(ext_page_drop(e, pages[2], v, NULL));
     CHECK(ext_compact_pick(e, 0.8, &v) == (int)pages[1]);   /* then 50% */
-    CHECK(ext_page_drop(e, pages[1], v, true, NULL));
+    CHECK(ext_page_drop(e, pages[1], v, NULL));
     CHECK(ext_compact_pick(e, 0.8, &v) == -1);              /* 90% live is not under 80% */
     CHECK(ext_compact_pick(e, 0.95, &v) == (int)pages[0]);
     ext_close(e);

@@ -1,0 +1,107 @@
+/*
+Copyright 2026 The Cachet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// The NodeTuned condition: the node tuner (cachet node-tuner, one per node)
+// reports what it did for each cache pod in the pod's
+// cache.cachet.dev/node-tuned annotation; the operator only reads pods it
+// already watches, so the tuner needs no write access to Caches.
+
+package controllers
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+)
+
+// NodeTuned reasons the operator sets itself; the others (SharedCores,
+// IrqbalanceConflict, ManagedIRQ, NoQueue, NoSharedPool, NoNICQueueIRQs,
+// ApplyFailed) come from the tuner's annotation as it wrote them.
+const (
+	ReasonTuned        = "Tuned"
+	ReasonNoTuner      = "NoTuner"
+	ReasonTunerPending = "TunerPending"
+	// Reported by the tuner, listed so that the CRD documents them.
+	ReasonIrqbalanceConflict = "IrqbalanceConflict"
+	ReasonManagedIRQ         = "ManagedIRQ"
+	ReasonNoQueue            = "NoQueue"
+	ReasonNoSharedPool       = "NoSharedPool"
+	ReasonNoNICQueueIRQs     = "NoNICQueueIRQs"
+)
+
+// nodeTunedReport is the annotation's JSON.
+type nodeTunedReport struct {
+	Status     string `json:"status"`
+	Reason     string `json:"reason"`
+	Message    string `json:"message"`
+	Strategy   string `json:"strategy"`
+	Generation int64  `json:"generation"`
+}
+
+// setNodeTunedCondition folds the pods' reports into one condition: the
+// first pod (by ordinal) that is not tuned decides it.
+func setNodeTunedCondition(c *cachev1alpha1.Cache, obs Observed, set func(string, metav1.ConditionStatus, string, string), conds *[]metav1.Condition) {
+	if c.Spec.NodeTuning.Strategy() == "none" {
+		meta.RemoveStatusCondition(conds, cachev1alpha1.ConditionNodeTuned)
+		return
+	}
+	if !c.Spec.IsDedicatedCPUs() {
+		set(cachev1alpha1.ConditionNodeTuned, metav1.ConditionFalse, ReasonSharedCores, "spec.dedicatedCPUs is false: the pods have no exclusive cores for the node tuner to keep interrupts off")
+		return
+	}
+	pods := append([]corev1.Pod(nil), obs.Pods...)
+	sort.Slice(pods, func(i, j int) bool { return ordinal(c, pods[i].Name) < ordinal(c, pods[j].Name) })
+	var pending string
+	for _, p := range pods {
+		raw, ok := p.Annotations[cachev1alpha1.NodeTunedAnnotation]
+		var r nodeTunedReport
+		switch {
+		case p.Spec.NodeName == "" || p.Status.Phase != corev1.PodRunning:
+			if pending == "" {
+				pending = fmt.Sprintf("pod %s is not running yet", p.Name)
+			}
+			continue
+		case !ok:
+			set(cachev1alpha1.ConditionNodeTuned, metav1.ConditionFalse, ReasonNoTuner,
+				fmt.Sprintf("pod %s on node %s: no node tuner reported for it; install the chart with nodeTuner.enabled and a nodeTuner.nodeSelector that includes the node", p.Name, p.Spec.NodeName))
+			return
+		case json.Unmarshal([]byte(raw), &r) != nil:
+			set(cachev1alpha1.ConditionNodeTuned, metav1.ConditionUnknown, ReasonTunerPending, fmt.Sprintf("pod %s: unreadable %s annotation", p.Name, cachev1alpha1.NodeTunedAnnotation))
+			return
+		case r.Generation < c.Generation:
+			if pending == "" {
+				pending = fmt.Sprintf("pod %s: the node tuner has not yet applied generation %d", p.Name, c.Generation)
+			}
+		case r.Status != "True":
+			set(cachev1alpha1.ConditionNodeTuned, metav1.ConditionFalse, r.Reason, fmt.Sprintf("pod %s on node %s (%s): %s", p.Name, p.Spec.NodeName, r.Strategy, r.Message))
+			return
+		}
+	}
+	switch {
+	case pending != "":
+		set(cachev1alpha1.ConditionNodeTuned, metav1.ConditionUnknown, ReasonTunerPending, pending)
+	case len(pods) == 0:
+		set(cachev1alpha1.ConditionNodeTuned, metav1.ConditionUnknown, ReasonTunerPending, "no pod yet")
+	default:
+		set(cachev1alpha1.ConditionNodeTuned, metav1.ConditionTrue, ReasonTuned, fmt.Sprintf("the node tuner placed the NIC interrupts and steering of all %d pod(s) as spec.nodeTuning asks", len(pods)))
+	}
+}

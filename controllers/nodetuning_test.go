@@ -1,0 +1,72 @@
+/*
+Copyright 2026 The Cachet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+)
+
+func TestNodeTunedConditionFromTheTunersAnnotations(t *testing.T) {
+	running := func(name, report string) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+		if report != "" {
+			p.Annotations = map[string]string{cachev1alpha1.NodeTunedAnnotation: report}
+		}
+		return p
+	}
+	tuned := `{"status":"True","reason":"Tuned","message":"m","strategy":"housekeeping","generation":3}`
+	cases := []struct {
+		name     string
+		strategy string
+		dedicate bool
+		pods     []corev1.Pod
+		status   metav1.ConditionStatus // "" : absent
+		reason   string
+	}{
+		{"every pod tuned", "", true, []corev1.Pod{running("c-0", tuned), running("c-1", tuned)}, metav1.ConditionTrue, ReasonTuned},
+		{"no tuner on the node", "", true, []corev1.Pod{running("c-0", tuned), running("c-1", "")}, metav1.ConditionFalse, ReasonNoTuner},
+		{"managed IRQ reported", "auto", true, []corev1.Pod{running("c-0", `{"status":"False","reason":"ManagedIRQ","message":"irq 38","strategy":"housekeeping","generation":3}`)}, metav1.ConditionFalse, ReasonManagedIRQ},
+		{"tuner behind the spec", "", true, []corev1.Pod{running("c-0", `{"status":"True","reason":"Tuned","generation":2}`)}, metav1.ConditionUnknown, ReasonTunerPending},
+		{"shared cores", "", false, []corev1.Pod{running("c-0", tuned)}, metav1.ConditionFalse, ReasonSharedCores},
+		{"strategy none", "none", true, []corev1.Pod{running("c-0", "")}, "", ""},
+	}
+	for _, tc := range cases {
+		c := &cachev1alpha1.Cache{ObjectMeta: metav1.ObjectMeta{Name: "c", Generation: 3}}
+		c.Spec.DedicatedCPUs = ptr.To(tc.dedicate)
+		c.Spec.CPU = ptr.To(int32(1))
+		c.Spec.NodeTuning.IRQStrategy = tc.strategy
+		conds := []metav1.Condition{{Type: cachev1alpha1.ConditionNodeTuned, Status: metav1.ConditionTrue, Reason: "Old"}}
+		set := func(ty string, s metav1.ConditionStatus, reason, msg string) {
+			meta.SetStatusCondition(&conds, metav1.Condition{Type: ty, Status: s, Reason: reason, Message: msg})
+		}
+		setNodeTunedCondition(c, Observed{Pods: tc.pods}, set, &conds)
+		got := meta.FindStatusCondition(conds, cachev1alpha1.ConditionNodeTuned)
+		switch {
+		case tc.status == "" && got != nil:
+			t.Errorf("%s: condition %+v, want none", tc.name, got)
+		case tc.status != "" && (got == nil || got.Status != tc.status || got.Reason != tc.reason):
+			t.Errorf("%s: condition %+v, want %s %s", tc.name, got, tc.status, tc.reason)
+		}
+	}
+}

@@ -1,0 +1,75 @@
+/*
+ * trace.h - where one request's time goes inside the server: cheap
+ * timestamps along its path, compiled in only by `make TRACE=1`
+ * (-DCACHET_TRACE); a release build has none of it, every macro below
+ * expands to nothing.
+ *
+ * Why: the tail at many connections (W2) is made of waits the per-command
+ * latency histograms (latency.h) cannot see: a connection that epoll found
+ * ready waits while the turn serves the others before it, the io_uring
+ * batch reads every ready connection before any is answered and answers
+ * every one before any reply is sent, and -R makes a busy connection wait
+ * a turn. Each stage below is one such wait or one piece of work, measured
+ * with clock_gettime (vDSO, ~20 ns) into a per-worker log-linear histogram,
+ * read with `stats trace` (a trace build only) and zeroed by `stats reset`.
+ *
+ * Stages (ns unless said otherwise):
+ *   turn         epoll_wait returned -> the loop is about to wait again
+ *   turn_ready   connections epoll reported ready in the turn (a count)
+ *   ready_wait   epoll_wait returned -> this connection's read starts
+ *   read         its read() (io_uring: the batch's recv submit)
+ *   parse        parse_request, per request
+ *   dispatch     lookup/store and reply queued (proto_dispatch), per request
+ *   queued_sent  its batch's replies queued -> sent (send returned)
+ *   wake_sent    epoll_wait returned -> its replies sent: the server's share
+ *                of the request's latency
+ *   yield_wait   a connection yielded (-R or output room) -> resumed
+ *
+ * Concurrency: recorder i belongs to worker i (at most TRACE_MAX_WORKERS;
+ * others are not recorded) and is written only by it with relaxed
+ * load+store; `stats trace` reads with relaxed loads from any thread;
+ * `stats reset` stores zeros from another thread and may lose a count a
+ * worker adds at the same instant, which a diagnostic build accepts.
+ * The recorders are static memory of trace builds only, outside the memory
+ * formula, which describes release builds.
+ */
+#ifndef CACHET_TRACE_H
+#define CACHET_TRACE_H
+
+#include <stdint.h>
+
+#include "storage.h"   /* stat_writer */
+
+enum trace_stage {
+    TRACE_TURN, TRACE_TURN_READY, TRACE_READY_WAIT, TRACE_READ, TRACE_PARSE,
+    TRACE_DISPATCH, TRACE_QUEUED_SENT, TRACE_WAKE_SENT, TRACE_YIELD_WAIT,
+    TRACE_STAGES,
+};
+
+#ifdef CACHET_TRACE
+#include <time.h>
+
+static inline uint64_t trace_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+void trace_record(int worker, enum trace_stage stage, uint64_t value);
+void trace_stats(stat_writer w, void *ctx);
+void trace_reset(void);
+
+#define TRACE_NOW()                  trace_now()
+#define TRACE_REC(worker, stage, v)  trace_record((worker), (stage), (v))
+/* a stamp field of a struct: set, and since-stamp records */
+#define TRACE_STAMP(field, v)        ((field) = (v))
+#define TRACE_SINCE(worker, stage, start, now) \
+    do { if (start) trace_record((worker), (stage), (now) - (start)); } while (0)
+#else
+#define TRACE_NOW()                  ((uint64_t)0)
+#define TRACE_REC(worker, stage, v)  ((void)(v))   /* v is 0 here: nothing is computed */
+#define TRACE_STAMP(field, v)        ((void)0)
+#define TRACE_SINCE(worker, stage, start, now) ((void)0)
+#endif
+
+#endif
