@@ -385,6 +385,7 @@ static void maybe_request_expansion(struct stripe *sp)
     uint64_t buckets = (uint64_t)1 << st->cur_power;
     /* Cheap pre-check from one stripe's share before summing all of them. */
     if ((uint64_t)atomic_load_explicit(&sp->count, memory_order_relaxed) * STRIPES <= buckets + buckets / 2) return;
+    if (g_cfg.no_hashexpand) return;   /* chains just grow longer, as in memcached */
     if (atomic_load_explicit(&expanding, memory_order_relaxed) || !needs_expansion()) return;
     bgthread_wake(&expander);
 }

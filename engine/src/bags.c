@@ -314,14 +314,19 @@ static enum fate reclaim_if_dead(struct bag *b, item *prev, item *it, int clsid,
         if (live && !ext_hooks()->stub_orphaned(it)) return KEEP;
         bool unfetched = !(atomic_load_explicit(&it->bag, memory_order_relaxed) & ITEM_FETCHED_BIT);
         if (!unlink_for_reclaim(it, wait)) return BUSY;
-        if (!live && !item_is_flushed(it, now)) {
-            atomic_fetch_add_explicit(&g_class_stats[clsid].expired, 1, memory_order_relaxed);
-            if (unfetched) atomic_fetch_add_explicit(&g_class_stats[clsid].expired_unfetched, 1, memory_order_relaxed);
+        /* memcached's reclaimed and expired_unfetched: an expired or
+         * flushed item whose memory the LRU takes back (and an orphaned
+         * stub, which memcached's crawler reclaims). A deleted or replaced
+         * one is not counted: it left when it was unlinked. */
+        struct class_stats *cs = &g_class_stats[clsid];
+        atomic_fetch_add_explicit(&cs->reclaimed, 1, memory_order_relaxed);
+        if (!live) {
+            if (unfetched) atomic_fetch_add_explicit(&cs->expired_unfetched, 1, memory_order_relaxed);
+            if (!item_is_flushed(it, now)) atomic_fetch_add_explicit(&cs->expired, 1, memory_order_relaxed);
         }
     }
     bag_remove(b, prev, it);
     atomic_fetch_sub_explicit(&g_class_stats[clsid].dead_waiting, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&g_class_stats[clsid].reclaimed, 1, memory_order_relaxed);
     limbo_push(lb, it);
     return REMOVED;
 }
@@ -527,6 +532,34 @@ static struct bag *evictable_from(struct lru *l, struct bag *b)
     return NULL;
 }
 
+/* An item dropped for space, by the LRU or by a page move: memcached's
+ * evictions, evicted_unfetched, evicted_young... and eviction_age_last, which
+ * the operator's young-evictions alert and the autoscaler read. */
+static rel_time_t count_eviction(int clsid, uint16_t tag, rel_time_t last, rel_time_t exp)
+{
+    struct class_stats *cs = &g_class_stats[clsid];
+    atomic_fetch_add_explicit(&cs->evicted, 1, memory_order_relaxed);
+    if (exp != 0) atomic_fetch_add_explicit(&cs->evicted_nonzero, 1, memory_order_relaxed);
+    if (!(tag & ITEM_FETCHED_BIT)) atomic_fetch_add_explicit(&cs->evicted_unfetched, 1, memory_order_relaxed);
+    rel_time_t now = now_time();
+    rel_time_t age = now > last ? now - last : 0;   /* a flush second stamps ahead */
+    atomic_store_explicit(&cs->evicted_time, age, memory_order_relaxed);
+    atomic_store_explicit(&g_last_eviction_age, age, memory_order_relaxed);
+    if ((tag & ITEM_FETCHED_BIT) && age < g_cfg.young_window)
+        atomic_fetch_add_explicit(&cs->evicted_young, 1, memory_order_relaxed);
+    return age;
+}
+
+/* `watch evictions` sees every item counted above. The key is read while the
+ * class lock keeps the chunk from being reused. */
+static void log_dropped_for_space(item *it, int clsid, uint16_t tag, rel_time_t exp, rel_time_t age)
+{
+    if (!log_wants(LOG_EVICTIONS)) return;
+    log_eviction(item_key(it), item_nkey(it), (tag & ITEM_FETCHED_BIT) != 0,
+                 exp ? (long long)exp - (long long)now_time() : -1, age, (unsigned)clsid,
+                 (uint32_t)item_nbytes(it));
+}
+
 int bags_evict(storage_thread *t, int clsid)
 {
     (void)t;
@@ -583,23 +616,15 @@ int bags_evict(storage_thread *t, int clsid)
             if (g_cfg.evict_disabled || item_refs(it) > 1) { prev = it; continue; }
             rel_time_t last = atomic_load_explicit(&it->time, memory_order_relaxed);
             rel_time_t exp = item_exptime(it);
+            /* -o temporary_ttl: memcached puts an item whose TTL is at most
+             * temporary_ttl when stored in an LRU that only expiry empties.
+             * The bags keep no LRU per TTL; the TTL left at the item's last
+             * store or touch says the same. */
+            if (g_cfg.temp_lru && exp != 0 && exp > last && exp - last <= g_cfg.temporary_ttl) { prev = it; continue; }
             if (!unlink_for_reclaim(it, false)) { prev = it; continue; }
             bag_remove(b, prev, it);
-            struct class_stats *cs = &g_class_stats[clsid];
-            atomic_fetch_sub_explicit(&cs->dead_waiting, 1, memory_order_relaxed);
-            atomic_fetch_add_explicit(&cs->evicted, 1, memory_order_relaxed);
-            if (exp != 0) atomic_fetch_add_explicit(&cs->evicted_nonzero, 1, memory_order_relaxed);
-            if (!(tag & ITEM_FETCHED_BIT)) atomic_fetch_add_explicit(&cs->evicted_unfetched, 1, memory_order_relaxed);
-            rel_time_t now = now_time();
-            rel_time_t age = now > last ? now - last : 0;   /* a flush second stamps ahead */
-            atomic_store_explicit(&cs->evicted_time, age, memory_order_relaxed);
-            atomic_store_explicit(&g_last_eviction_age, age, memory_order_relaxed);
-            if ((tag & ITEM_FETCHED_BIT) && age < g_cfg.young_window)
-                atomic_fetch_add_explicit(&cs->evicted_young, 1, memory_order_relaxed);
-            if (log_wants(LOG_EVICTIONS))
-                log_eviction(item_key(it), item_nkey(it), (tag & ITEM_FETCHED_BIT) != 0,
-                             exp ? (long long)exp - (long long)now : -1, age, (unsigned)clsid,
-                             (uint32_t)item_nbytes(it));
+            atomic_fetch_sub_explicit(&g_class_stats[clsid].dead_waiting, 1, memory_order_relaxed);
+            log_dropped_for_space(it, clsid, tag, exp, count_eviction(clsid, tag, last, exp));
             limbo_push(&lb, it);
             freed++;
         }
@@ -678,8 +703,13 @@ void bags_purge(storage_thread *t, int clsid, const char *lo, const char *hi,
             uint32_t nx = atomic_load_explicit(&it->lru_next, memory_order_relaxed);
             if (((const char *)it >= lo && (const char *)it < hi) || (nheads && is_listed(h, heads, nheads))) {
                 if (item_fl(it) & ITEM_LINKED) {
-                    unlink_for_reclaim(it, true);
-                    atomic_fetch_add_explicit(&g_class_stats[clsid].reassign_evicted, 1, memory_order_relaxed);
+                    uint16_t tag = atomic_load_explicit(&it->bag, memory_order_relaxed);
+                    rel_time_t last = atomic_load_explicit(&it->time, memory_order_relaxed);
+                    rel_time_t exp = item_exptime(it);
+                    if (unlink_for_reclaim(it, true)) {
+                        atomic_fetch_add_explicit(&g_class_stats[clsid].reassign_evicted, 1, memory_order_relaxed);
+                        log_dropped_for_space(it, clsid, tag, exp, count_eviction(clsid, tag, last, exp));
+                    }
                 }
                 bag_remove(b, prev, it);
                 atomic_fetch_sub_explicit(&g_class_stats[clsid].dead_waiting, 1, memory_order_relaxed);

@@ -33,7 +33,8 @@ static const char *const command_names[LATENCY_COMMANDS] = {
     [CMD_VERSION] = "version", [CMD_VERBOSITY] = "verbosity", [CMD_QUIT] = "quit",
     [CMD_STATS] = "stats", [CMD_MG] = "mg", [CMD_MS] = "ms", [CMD_MD] = "md", [CMD_MA] = "ma",
     [CMD_MN] = "mn", [CMD_ME] = "me", [CMD_SHUTDOWN] = "shutdown", [CMD_SLABS_AUTOMOVE] = "slabs",
-    [CMD_WATCH] = "watch", [CMD_EXTSTORE] = "extstore", [CMD_REFRESH_CERTS] = "refresh_certs",
+    [CMD_SLABS_REASSIGN] = "slabs", [CMD_WATCH] = "watch", [CMD_EXTSTORE] = "extstore",
+    [CMD_REFRESH_CERTS] = "refresh_certs",
 };
 
 static int nrecorders;

@@ -90,6 +90,10 @@ static struct storage_config storage_config_of(const struct settings *s)
         .hashpower_init = s->hashpower,
         .use_cas = s->use_cas,
         .evict_disabled = s->evict_disabled,
+        .no_slab_reassign = s->no_slab_reassign,
+        .no_hashexpand = s->no_hashexpand,
+        .temp_lru = s->temp_lru,
+        .temporary_ttl = s->temporary_ttl,
         .young_window = s->young_window,
         .stub_classes = s->ext.npaths > 0,
         .verbose = s->verbose,
@@ -142,6 +146,7 @@ int main(int argc, char **argv)
         }
     }
     if (storage_init(&sc) != 0) return 70;   /* EX_SOFTWARE: storage already said why */
+    storage_set_slab_automove(settings.slab_automove);
     /* extstore: a path that cannot be opened or sized is a usage error (64) */
     if ((rc = storage_ext_start(&settings.ext)) != 0) return rc;
     if (storage_ext_enabled() && ext_io_start(settings.ext.threads, settings.ext.io_depth) != 0) {

@@ -118,13 +118,14 @@ static uint64_t smallest_chunk(const struct settings *s)
 }
 
 /* The table at its largest power, for item memory full of the smallest
- * items, with the previous table still being moved from. */
+ * items, with the previous table still being moved from (with
+ * -o no_hashexpand, the initial table only). */
 static uint64_t hash_table_bytes(const struct settings *s)
 {
     uint64_t items = s->maxbytes / smallest_chunk(s);
     int initial = s->hashpower ? s->hashpower : HASH_POWER_DEFAULT;
     int power = initial;
-    while (power < HASH_POWER_MAX && items > ((uint64_t)1 << power) + ((uint64_t)1 << power) / 2) power++;
+    while (!s->no_hashexpand && power < HASH_POWER_MAX && items > ((uint64_t)1 << power) + ((uint64_t)1 << power) / 2) power++;
     uint64_t table = ((uint64_t)HASH_BUCKET_BYTES) << power;
     return power > initial ? table + table / 2 : table;
 }

@@ -15,8 +15,9 @@
  * epoll set with EPOLLEXCLUSIVE, so a new connection wakes one worker.
  *
  * A client beyond -c gets memcached's "ERROR Too many open connections"
- * and is closed (rejected_connections); an accepted one is handed to the
- * connection state machine (net_conn.c). With -o conn_placement the
+ * and is closed (rejected_connections), or with -o no_maxconns_fast waits
+ * in the backlog until a connection closes; an accepted one is handed to
+ * the connection state machine (net_conn.c). With -o conn_placement the
  * accepting worker may instead queue it for the worker net_place.c picks
  * (the one on the CPU that received it): a handoff, under that worker's
  * handoff lock, then a write to its wake eventfd.
@@ -88,8 +89,9 @@ static void accept_pause(struct worker *w, int err)
     if (w->accept_paused_ms) return;
     watch_listeners(w, false);
     w->accept_paused_ms = monotonic_ms();
-    fprintf(stderr, "cachetd: accept: %s; worker %d stops accepting for %d ms\n",
-            strerror(err), w->id, ACCEPT_PAUSE_MS);
+    if (err)
+        fprintf(stderr, "cachetd: accept: %s; worker %d stops accepting for %d ms\n",
+                strerror(err), w->id, ACCEPT_PAUSE_MS);
 }
 
 int net_listen_resume_due(struct worker *w)
@@ -152,6 +154,16 @@ static void accept_ready(struct ae_loop *l, int lfd, void *data, int mask)
 {
     struct worker *w = data;
     for (int i = 0; i < 64; i++) {
+        /* -o no_maxconns_fast: memcached accepts until it runs out of
+         * descriptors, then stops accepting and the clients wait in the
+         * backlog. Here -c is what the memory formula holds, so at -c the
+         * clients wait (no error, nothing closed) and the listeners are
+         * looked at again ACCEPT_PAUSE_MS later. */
+        if (settings.no_maxconns_fast &&
+            __atomic_load_n(&curr_conns_global, __ATOMIC_RELAXED) >= (uint32_t)settings.maxconns) {
+            accept_pause(w, 0);
+            return;
+        }
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
         int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);

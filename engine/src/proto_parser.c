@@ -360,11 +360,20 @@ static bool tok_double(const struct tok *t, double *out)
 
 /* `slabs automove ...`, as memcached 1.6.45 answers it: a level 0-2 (other
  * numbers ERROR, anything else CLIENT_ERROR bad command line format), or
- * ratio/freeratio (a number, else ERROR) and window (3-1800). */
+ * ratio/freeratio (a number, else ERROR) and window (3-1800). `slabs
+ * reassign` takes exactly two 32-bit numbers, else CLIENT_ERROR. Both
+ * subcommands match by prefix, as memcached's strncmp does. */
 static enum parse_status parse_slabs(const struct tok *t, int nt, struct request *r)
 {
-    /* memcached's `slabs reassign` (4 tokens) is not supported: ERROR */
-    if (nt < 3 || (nt == 4 && tok_prefix_of(&t[1], "reassign")) || !tok_prefix_of(&t[1], "automove"))
+    if (nt == 4 && tok_prefix_of(&t[1], "reassign")) {
+        int32_t src, dst;
+        if (!parse_i32(t[2].p, t[2].n, &src) || !parse_i32(t[3].p, t[3].n, &dst)) return client_error(r, BAD_FORMAT);
+        r->cmd = CMD_SLABS_REASSIGN;
+        r->number = src;
+        r->delta = (uint64_t)(int64_t)dst;
+        return PARSE_OK;
+    }
+    if (nt < 3 || !tok_prefix_of(&t[1], "automove"))
         return PARSE_ERROR;
     r->cmd = CMD_SLABS_AUTOMOVE;
     r->number = -1;

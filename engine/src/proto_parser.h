@@ -37,6 +37,7 @@ enum req_cmd {
     CMD_SHUTDOWN,  /* args: the first argument; number: how many arguments */
     CMD_SLABS_AUTOMOVE, /* `slabs automove`: number is the level 0-2, or -1 for a tuning value
                            (ratio, freeratio, window) accepted without effect */
+    CMD_SLABS_REASSIGN, /* `slabs reassign <src> <dst>`: number is src, delta holds dst */
     CMD_WATCH,     /* args: everything after "watch" (the words, unparsed) */
     CMD_EXTSTORE,  /* `extstore SETTING VALUE`: number is an enum ext_knob, delta the value
                       (fraction: max_frag's) */

@@ -572,6 +572,18 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
         if (r->number >= 0) storage_set_slab_automove((int)r->number);
         reply(c, r, "OK");
         return true;
+    case CMD_SLABS_REASSIGN: {
+        static const char *const words[] = {
+            [SLABS_REASSIGN_OK] = "OK",
+            [SLABS_REASSIGN_BUSY] = "BUSY currently processing reassign request",
+            [SLABS_REASSIGN_BADCLASS] = "BADCLASS invalid src or dst class id",
+            [SLABS_REASSIGN_NOSPARE] = "NOSPARE source class has no spare pages",
+            [SLABS_REASSIGN_SAME] = "SAME src and dst class are identical",
+            [SLABS_REASSIGN_DISABLED] = "CLIENT_ERROR slab reassignment disabled",
+        };
+        reply(c, r, words[storage_slabs_reassign(w->st, (int)r->number, (int)(int64_t)r->delta)]);
+        return true;
+    }
     case CMD_EXTSTORE:
         storage_ext_tune((enum ext_knob)r->number, (uint32_t)r->delta, r->fraction);
         reply(c, r, "OK");

@@ -117,6 +117,7 @@ void server_stats_settings(stat_writer w, void *ctx)
         for (int j = i; j > 0 && list[j - 1] > list[j]; j--) { int t = list[j]; list[j] = list[j - 1]; list[j - 1] = t; }
     format_cpu_list(list, n, cpus, sizeof(cpus));
     w(ctx, "maxconns", "%d", settings.maxconns);
+    w(ctx, "maxconns_fast", "%s", settings.no_maxconns_fast ? "no" : "yes");
     w(ctx, "tcpport", "%d", settings.port);
     w(ctx, "udpport", "%d", 0);
     w(ctx, "inter", "%s", settings.listen[0] ? settings.listen : "NULL");

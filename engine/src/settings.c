@@ -128,14 +128,18 @@ void settings_usage(FILE *out)
         "                          repeatable), ext_page_size=MB, ext_wbuf_size=MB, ext_threads=N,\n"
         "                          ext_io_depth=N, ext_item_size=BYTES, ext_item_age=SECS, ext_low_ttl=SECS,\n"
         "                          ext_recache_rate=N, and memcached's other ext_* (see engine/README.md)\n"
+        "                          as memcached: slab_automove=0-2 (0: pages move only on `slabs\n"
+        "                          reassign`), no_slab_reassign (never), no_hashexpand,\n"
+        "                          no_maxconns_fast (clients beyond -c wait to be accepted),\n"
+        "                          temporary_ttl=N (items with a TTL up to N s are never evicted)\n"
         "      --args-file=PATH    read more arguments from PATH first (whitespace separated,\n"
         "                          '#' starts a comment line); the command line wins\n"
         "      --check-args        check the other arguments as a start would, then exit: 0, or 64\n"
         "                          with the reason\n"
         "      --memory-budget     check them likewise, then print as JSON the most memory a\n"
         "                          server started with them can use, term by term\n"
-        "memcached 1.6.45's -L -X and its LRU, crawler, slab mover, hash and logger -o options\n"
-        "are accepted and have no effect (cachetd has no such machinery; see engine/README.md).\n");
+        "memcached 1.6.45's -L -X and its other LRU, crawler, slab mover, hash and logger -o\n"
+        "options are accepted and have no effect (cachetd has no such machinery; see engine/README.md).\n");
 }
 
 bool parse_size(const char *text, size_t *out)
@@ -273,12 +277,6 @@ struct noop_opt {
                   "nothing to evict takes a page from another within the store"
 #define LOG_WHY   "each watcher has a fixed 32 KiB ring (logger.c) and workers write into it directly"
 static const struct noop_opt noop_opts[] = {
-    {"maxconns_fast", NOOP_FLAG, 0, 0, NULL, "a client beyond -c is always answered and closed at once, as maxconns_fast does"},
-    {"no_hashexpand", NOOP_FLAG, 0, 0, NULL, "the hash table grows online without stopping requests (assoc.c)"},
-    {"slab_reassign", NOOP_FLAG, 0, 0, NULL, MOVE_WHY},
-    {"no_slab_reassign", NOOP_FLAG, 0, 0, NULL, MOVE_WHY},
-    {"slab_automove", NOOP_OPT_INT, 0, 2, "slab_automove must be between 0 and 2", MOVE_WHY},
-    {"no_slab_automove", NOOP_FLAG, 0, 0, NULL, MOVE_WHY},
     {"slab_automove_ratio", NOOP_DECIMAL, 0, 1, "slab_automove_ratio must be > 0 and < 1", MOVE_WHY},
     {"slab_automove_window", NOOP_INT, 3, 1800, "slab_automove_window must be > 2 and < 1800", MOVE_WHY},
     {"slab_automove_freeratio", NOOP_DECIMAL, 0, 1, "slab_automove_freeratio must be > 0 and <= 1", MOVE_WHY},
@@ -296,7 +294,6 @@ static const struct noop_opt noop_opts[] = {
     {"warm_lru_pct", NOOP_INT, 1, 79, "warm_lru_pct must be > 1 and < 80", LRU_WHY},
     {"hot_max_factor", NOOP_DECIMAL, 0, 1e300, "hot_max_factor must be > 0", LRU_WHY},
     {"warm_max_factor", NOOP_DECIMAL, 0, 1e300, "warm_max_factor must be > 0", LRU_WHY},
-    {"temporary_ttl", NOOP_INT, INT_MIN, INT_MAX, "temporary_ttl needs a number of seconds", LRU_WHY},
     {"watcher_logbuf_size", NOOP_U32, 0, 0, "could not parse argument to watcher_logbuf_size", LOG_WHY},
     {"worker_logbuf_size", NOOP_U32, 0, 0, "could not parse argument to worker_logbuf_size", LOG_WHY},
     {"track_sizes", NOOP_FLAG, 0, 0, NULL, "`stats sizes` is always on"},
@@ -592,6 +589,29 @@ static int parse_extended(struct settings *s, const char *arg, struct ext_state 
                 return EX_USAGE_CODE;
             }
             s->slab_chunk_max = (size_t)v << 10;
+        } else if (!strcmp(opt, "maxconns_fast") || !strcmp(opt, "no_maxconns_fast")) {
+            s->no_maxconns_fast = opt[0] == 'n';
+        } else if (!strcmp(opt, "temporary_ttl")) {
+            if (!val || !parse_int(val, INT_MIN, INT_MAX, &v)) {
+                fprintf(err, "cachetd: -o temporary_ttl needs a number of seconds\n");
+                return EX_USAGE_CODE;
+            }
+            s->temp_lru = true;
+            s->temporary_ttl = (uint32_t)v;   /* memcached's unsigned: a negative one covers every TTL */
+            st->temporary_ttl = true;
+        } else if (!strcmp(opt, "no_hashexpand")) {
+            s->no_hashexpand = true;
+        } else if (!strcmp(opt, "slab_reassign") || !strcmp(opt, "no_slab_reassign")) {
+            s->no_slab_reassign = opt[0] == 'n';
+        } else if (!strcmp(opt, "no_slab_automove")) {
+            s->slab_automove = 0;
+        } else if (!strcmp(opt, "slab_automove")) {
+            /* memcached: no value means 1 */
+            if (val && !parse_int(val, 0, 2, &v)) {
+                fprintf(err, "cachetd: -o slab_automove=%s: slab_automove must be between 0 and 2\n", val);
+                return EX_USAGE_CODE;
+            }
+            s->slab_automove = val ? (int)v : 1;
         } else if (!strcmp(opt, "no_chunked_items")) {
             /* memcached: the largest class is a whole page */
             s->slab_chunk_max = SLAB_PAGE_SIZE_MAX;
@@ -700,6 +720,8 @@ static void settings_defaults(struct settings *s)
     s->tls.min_version = 2;   /* memcached's default: TLS 1.2 */
     s->access_mask = 0700;
     s->flush_enabled = true;
+    s->slab_automove = 1;   /* memcached's default */
+    s->temporary_ttl = 61;  /* memcached's default, shown even while off */
     s->watch_enabled = true;
 }
 
@@ -809,7 +831,7 @@ static int parse_options(struct settings *s, int n, char **merged, struct ext_st
             s->num_threads = (int)v; *threads_given = true; break;
         case 'm':
             /* memcached: a bare number is megabytes; a suffix gives bytes. */
-            if (parse_int(optarg, 1, 1L << 22, &v)) sz = (size_t)v << 20;
+            if (parse_int(optarg, 1, 1L << 40, &v)) sz = (size_t)v << 20;
             else if (!parse_size(optarg, &sz)) { fprintf(err, "cachetd: -m needs megabytes (or a k/m/g size), got '%s'\n", optarg); return EX_USAGE_CODE; }
             if (sz < (1u << 20)) { fprintf(err, "cachetd: -m must be at least 1 megabyte\n"); return EX_USAGE_CODE; }
             s->maxbytes = sz; break;
@@ -966,6 +988,18 @@ static void fit_ext_pages(struct ext_settings *x, size_t item_size_max)
 
 static int settings_validate(struct settings *s, const struct ext_state *ext, FILE *err)
 {
+    /* Chunks are addressed by 32-bit handles in 8-byte units (storage.c),
+     * so item memory stops at 32767 MB. memcached starts with any -m, and
+     * a configuration written for it must start here too: the cap is said
+     * on stderr and applies everywhere -m does (stats maxbytes, the memory
+     * budget, the connection buffer default). */
+    if (s->maxbytes > ((size_t)MAXBYTES_CAP_MB << 20)) {
+        size_t cap = (size_t)MAXBYTES_CAP_MB << 20;
+        fprintf(err, "cachetd: -m %zu MB: item memory is capped at %zu MB (items are addressed with "
+                "32-bit chunk handles); starting with -m %zu\n", s->maxbytes >> 20, (size_t)MAXBYTES_CAP_MB,
+                (size_t)MAXBYTES_CAP_MB);
+        s->maxbytes = cap;
+    }
     if (!s->conn_buffer_limit_set)
         s->conn_buffer_limit = conn_buffer_limit_default(s->maxbytes, s->maxconns);
     if (s->item_size_max > s->maxbytes / 2) {
@@ -974,12 +1008,6 @@ static int settings_validate(struct settings *s, const struct ext_state *ext, FI
     }
     /* storage (slabs.c) would refuse these at start; a usage error here, so
      * that --check-args and the operator's contract test see them */
-    size_t page = settings_slab_page_size(s->maxbytes);
-    if ((s->maxbytes / page * page) / 8 >= 0xfffffff0u) {
-        fprintf(err, "cachetd: -m above %llu MB is not supported (32-bit chunk handles)\n",
-                (unsigned long long)((size_t)0xfffffff0u * 8 / (1024 * 1024)) - 1);
-        return EX_USAGE_CODE;
-    }
     if (s->slab_sizes_count) {
         /* each class rounds up to 8 bytes and must hold a header, a CAS and 16 bytes */
         uint32_t min_chunk = (SLAB_ITEM_HEADER + (s->use_cas ? 8 : 0) + 16 + 7) & ~7u;
@@ -987,7 +1015,7 @@ static int settings_validate(struct settings *s, const struct ext_state *ext, FI
         uint32_t last = (s->slab_sizes[s->slab_sizes_count - 1] + 7) & ~7u;
         if (first < min_chunk || last > settings_slab_chunk_max(s)) {
             fprintf(err, "cachetd: -o slab_sizes: sizes must be from %u to %zu bytes (half a %zu-byte slab page at this -m)\n",
-                    min_chunk, settings_slab_chunk_max(s), page);
+                    min_chunk, settings_slab_chunk_max(s), settings_slab_page_size(s->maxbytes));
             return EX_USAGE_CODE;
         }
         /* slabs.c rounds each up to 8 bytes: 41-42 would be two 48-byte classes */

@@ -23,6 +23,7 @@
 #define MAX_WORKERS        256
 #define MAX_SLAB_SIZES     63
 #define EX_USAGE_CODE      64
+#define MAXBYTES_CAP_MB    32767u       /* -m: 32-bit chunk handles in 8-byte units, less a page */
 #define SOCK_BUF_MAX       (1u << 30)   /* -o sock_sndbuf/sock_rcvbuf: setsockopt takes an int the kernel doubles */
 /* memcached's slab page, the unit -o slab_chunk_max must divide (slabs.c
  * uses smaller pages when -m is small, and clamps the largest chunk to one) */
@@ -80,6 +81,13 @@ struct settings {
     uint32_t chunk_size;           /* -n */
     bool     use_cas;              /* !-C */
     bool     evict_disabled;       /* -M: refuse stores instead of evicting */
+    bool     no_slab_reassign;     /* -o no_slab_reassign: pages never change class */
+    bool     no_hashexpand;        /* -o no_hashexpand: the hash table never grows */
+    bool     temp_lru;             /* -o temporary_ttl=N given */
+    uint32_t temporary_ttl;        /* its N: items with a TTL up to N seconds are not evicted (default 61) */
+    bool     no_maxconns_fast;     /* -o no_maxconns_fast: a client beyond -c waits to be accepted
+                                      instead of getting "ERROR Too many open connections" */
+    int      slab_automove;        /* -o slab_automove=0..2 (no_slab_automove: 0); 0 moves pages only on `slabs reassign` */
     int      verbose;              /* -v count */
     uint32_t slab_sizes[MAX_SLAB_SIZES];
     int      slab_sizes_count;

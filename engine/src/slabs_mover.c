@@ -60,6 +60,10 @@ static uint64_t last_evicted[MAX_SLAB_CLASSES + 1];   /* background pass only */
 static rel_time_t last_balance;
 
 static bool mover_pass(void *arg);
+
+/* `slabs automove` / -o slab_automove: 0 stops the background pass and the
+ * request path's moves (memcached's default is 1) */
+static _Atomic int g_slab_automove = 1;
 static struct bgthread mover = { .name = "cachet-mover", .pass = mover_pass, .period_ms = 100 };
 
 /* Takes page pg out of service: its free chunks leave the free list and it
@@ -251,6 +255,15 @@ static bool move_page(storage_thread *t, int src, int dst, size_t pg, bool evict
         if (log_wants(LOG_SYSEVENTS)) log_sysevent("type=slab_move src=%d dst=%d state=fail", src, dst);
         return false;
     }
+    if (dst == 0) {
+        /* memcached's global page pool: here the emptied page's chunks stay
+         * free in src, and slabs_acquire_page takes a class's page's worth
+         * of free chunks before anything that holds items */
+        stop_draining(sc, pg);
+        pthread_mutex_unlock(&sc->lock);
+        atomic_fetch_add(&g_slab_moves, 1);
+        return true;
+    }
     atomic_fetch_sub(&sc->pages, 1);
     atomic_fetch_add(&sc->pages_moved_out, 1);
     pthread_mutex_unlock(&sc->lock);
@@ -259,6 +272,42 @@ static bool move_page(storage_thread *t, int src, int dst, size_t pg, bool evict
     if (log_wants(LOG_SYSEVENTS)) log_sysevent("type=slab_move src=%d dst=%d state=ok", src, dst);
     if (g_cfg.verbose > 1) fprintf(stderr, "cachetd: slab page moved from class %d to class %d\n", src, dst);
     return true;
+}
+
+/* A class other than dst with a spare page, round robin from where the last
+ * pick stopped (memcached's slabs_pick_any_for_reassign), or -1. */
+static int pick_any_source(int dst)
+{
+    static unsigned cur;
+    for (unsigned tries = 0; tries < g_nclasses; tries++) {
+        cur = cur % g_nclasses + 1;
+        if ((int)cur != dst && atomic_load(&g_classes[cur].pages) > 1) return (int)cur;
+    }
+    return -1;
+}
+
+enum slabs_reassign_result storage_slabs_reassign(storage_thread *t, int src, int dst)
+{
+    if (g_cfg.no_slab_reassign) return SLABS_REASSIGN_DISABLED;
+    if (pthread_mutex_trylock(&mover_lock) != 0) return SLABS_REASSIGN_BUSY;
+    enum slabs_reassign_result res = SLABS_REASSIGN_OK;
+    if (src == dst) {
+        res = SLABS_REASSIGN_SAME;
+    } else {
+        if (src == -1) src = pick_any_source(dst);
+        if (src < 0 || (unsigned)src > g_nclasses || dst < 0 || (unsigned)dst > g_nclasses)
+            res = SLABS_REASSIGN_BADCLASS;
+        else if (atomic_load(&g_classes[src].pages) < 2)
+            res = SLABS_REASSIGN_NOSPARE;
+    }
+    if (res == SLABS_REASSIGN_OK) {
+        size_t pg = cheapest_page(src);
+        /* memcached answers OK once the move is scheduled, and a move can
+         * still fail on busy items (slab_reassign_busy_items) */
+        if (pg < g_pages_max) move_page(t, src, dst, pg, true);
+    }
+    pthread_mutex_unlock(&mover_lock);
+    return res;
 }
 
 bool slabs_test_move_page_of(storage_thread *t, const item *it)
@@ -296,6 +345,18 @@ bool slabs_acquire_page(storage_thread *t, int dst)
      *  3. any class with a page.
      * With -M (evict_disabled) only an empty page may move. */
     bool evict = !g_cfg.evict_disabled;
+    /* memcached moves no page at slab_automove 0 or without slab_reassign
+     * (only `slabs reassign` at level 0): a store whose class has nothing
+     * to evict is refused instead. Users set these to keep a class's items
+     * from being evicted for another class. */
+    if (g_cfg.no_slab_reassign || atomic_load_explicit(&g_slab_automove, memory_order_relaxed) == 0) {
+        struct slabclass *dc = &g_classes[dst];
+        pthread_mutex_lock(&dc->lock);
+        bool have = dc->free_count > 0 || (dc->bump_page >= 0 && dc->bump_next < dc->perpage) ||
+                    atomic_load(&g_pages_next) < g_pages_max;
+        pthread_mutex_unlock(&dc->lock);
+        return have;
+    }
     pthread_mutex_lock(&mover_lock);
     /* Somebody may have given us memory while we waited for the lock. */
     struct slabclass *dc = &g_classes[dst];
@@ -423,8 +484,6 @@ bool slabs_rebalance_once(void)
     return moved;
 }
 
-/* `slabs automove`: 0 stops the background pass (memcached's default is 1) */
-static _Atomic int g_slab_automove = 1;
 
 void storage_set_slab_automove(int level) { atomic_store(&g_slab_automove, level); }
 int  slabs_automove_level(void) { return atomic_load(&g_slab_automove); }

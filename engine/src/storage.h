@@ -54,6 +54,10 @@ struct storage_config {
     int      hashpower_init;     /* -o hashpower */
     bool     use_cas;            /* false with -C */
     bool     evict_disabled;     /* -M: refuse a store instead of evicting */
+    bool     no_slab_reassign;   /* -o no_slab_reassign: pages never change class (`slabs reassign` refused) */
+    bool     no_hashexpand;      /* -o no_hashexpand: the hash table keeps its initial power */
+    bool     temp_lru;           /* -o temporary_ttl given: items whose TTL is at most */
+    uint32_t temporary_ttl;      /*   temporary_ttl are never evicted, only expire (memcached's TEMP_LRU) */
     size_t   slab_chunk_max;     /* -o slab_chunk_max: larger items are chained from chunks of this size; 0 = default */
     uint32_t young_window;       /* -o young_window: an eviction of an item read within this many seconds is "young" (0 = 60) */
     bool     stub_classes;       /* extstore on: 8-byte classes from the smallest stub up to -n's class */
@@ -244,6 +248,19 @@ enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
  * slab_automove in `stats settings`. A store whose class has nothing to
  * evict still takes a page from another class at any level. */
 void storage_set_slab_automove(int level);
+
+/* `slabs reassign <src> <dst>`, memcached 1.6.45's checks in its order: SAME
+ * before the class ids are looked at, src -1 picks any class with a spare
+ * page, BADCLASS outside 0..the largest class, NOSPARE when src has fewer
+ * than two pages, DISABLED with -o no_slab_reassign. The move itself runs
+ * within the call (memcached's mover runs it a moment later); dst 0,
+ * memcached's global page pool, empties the page and leaves its chunks free
+ * for whichever class needs memory first. */
+enum slabs_reassign_result {
+    SLABS_REASSIGN_OK, SLABS_REASSIGN_BUSY, SLABS_REASSIGN_BADCLASS, SLABS_REASSIGN_NOSPARE,
+    SLABS_REASSIGN_SAME, SLABS_REASSIGN_DISABLED,
+};
+enum slabs_reassign_result storage_slabs_reassign(storage_thread *t, int src, int dst);
 
 /* flush_all: items stored before now+delay become invalid at now+delay. */
 void storage_flush(rel_time_t when);

@@ -136,8 +136,10 @@ void storage_stats_settings(stat_writer w, void *ctx)
     for (unsigned c = 1; c <= slabs_class_count() && off + 16 < sizeof buf; c++)
         off += (size_t)snprintf(buf + off, sizeof buf - off, "%s%u", c > 1 ? "-" : "", slabs_chunk_size((int)c));
     w(ctx, "slab_sizes", "%s", buf);
-    w(ctx, "slab_reassign", "%s", "yes");
+    w(ctx, "slab_reassign", "%s", g_cfg.no_slab_reassign ? "no" : "yes");
     w(ctx, "slab_automove", "%d", slabs_automove_level());
+    w(ctx, "temp_lru", "%s", g_cfg.temp_lru ? "yes" : "no");
+    w(ctx, "temporary_ttl", "%u", g_cfg.temporary_ttl);
     w(ctx, "lru_type", "%s", "bags");
     w(ctx, "item_header_bytes", "%u", ITEM_HDR);
     w(ctx, "slab_chunk_max", "%zu", slabs_chunk_max());

@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from conftest import CACHETD, settings_of
+from conftest import CACHETD, is_memcached_binary, settings_of, wait_until
 
 ONE_MB = 1024 * 1024
 
@@ -129,14 +129,14 @@ def test_every_one_of_c_connections_is_served(start_server, threads):
                 s.close()
 
 
-def fill(c, prefix, count, size, batch=200):
+def fill(c, prefix, count, size, batch=200, exptime=0):
     """Pipelined sets; returns how many were STORED. Other replies must be a clear refusal."""
     stored = 0
     value = (prefix.encode() + b"-") * (size // (len(prefix) + 1) + 1)
     value = value[:size]
     for start in range(0, count, batch):
         n = min(batch, count - start)
-        c.send(b"".join(f"set {prefix}:{i} 0 0 {size}\r\n".encode() + value + b"\r\n"
+        c.send(b"".join(f"set {prefix}:{i} 0 {exptime} {size}\r\n".encode() + value + b"\r\n"
                         for i in range(start, start + n)))
         for _ in range(n):
             line = c.line()
@@ -207,6 +207,67 @@ def test_memory_never_exceeds_m(start_server):
         grown = rss_bytes(srv.proc.pid) - rss_before
         assert grown <= limit + RSS_ALLOWANCE, \
             f"RSS grew {grown / ONE_MB:.1f} MB filling 5x past -m 16 (allowed {(limit + RSS_ALLOWANCE) / ONE_MB:.0f} MB)"
+
+
+def test_every_item_dropped_for_space_is_an_eviction(start_server):
+    """Items a store drops for space are evictions (stats `evictions`, what the
+    operator's young-evictions alert and autoscaler read), whether the LRU
+    dropped them or a page move took their page: with nothing deleted or
+    expired, curr_items + evictions is every item stored. And chained values
+    keep as many items as memcached 1.6.45: 200 values of 530,000 bytes (a
+    data chunk and a small last piece) set one by one into -m 64 leave 124
+    items there; cachetd kept 74 (a page move took them, none counted)."""
+    srv = start_server("-m", "64")
+    with srv.conn(timeout=30) as c:
+        value = b"v" * 530000
+        for i in range(200):
+            assert c.cmd(b"set big%d 0 0 %d\r\n%s" % (i, len(value), value)) == b"STORED"
+        s = c.stats()
+        assert int(s["curr_items"]) + int(s["evictions"]) == 200, s
+        assert int(s["curr_items"]) >= 110, s["curr_items"]
+        got = c.values(" ".join(["get"] + [f"big{i}" for i in range(190, 200)]))
+        assert len(got) == 10 and all(v[1] == value for v in got.values())
+        # then other sizes into the full memory: pages change class
+        stored = 200
+        for prefix, count, size in (("small", 30000, 1000), ("mid", 3000, 20000), ("small2", 30000, 300)):
+            assert fill(c, prefix, count, size) == count
+            stored += count
+        s = c.stats()
+        assert int(s["curr_items"]) + int(s["evictions"]) == stored, s
+        if not is_memcached_binary(CACHETD):
+            assert int(s["slabs_moved"]) > 0, "the mix must move pages (memcached 1.6.45 waits for its mover)"
+
+
+@pytest.mark.parametrize("how", ["expired", "flushed"])
+def test_reused_memory_of_expired_and_flushed_items_is_reclaimed(start_server, how):
+    """memcached 1.6.45's `reclaimed`: an expired or flushed item whose memory
+    a later store takes back, counted in expired_unfetched too when nobody
+    read it; a deleted or replaced one is not counted. With nothing deleted,
+    every item stored is still there, evicted or reclaimed. (memcached's
+    flush_all unlinks the items of its last two seconds at once, uncounted:
+    the test lets the server's clock move on first.)"""
+    srv = start_server("-m", "8")
+    with srv.conn(timeout=30) as c:
+        def server_time():
+            return int(c.stats()["time"])
+        assert fill(c, "old", 10000, 1000, exptime=1 if how == "expired" else 0) == 10000
+        start = server_time()
+        wait_until(lambda: server_time() >= start + 3, 15, "the server's clock moving on")
+        if how == "flushed":
+            assert c.cmd("flush_all") == b"OK"
+            start = server_time()
+            wait_until(lambda: server_time() >= start + 1, 15, "the server's clock moving on")
+        assert fill(c, "new", 10000, 1000) == 10000
+        s = c.stats()
+        # memcached's LRU crawler takes some expired ones too (cachetd's cleaner counts in reclaimed)
+        reclaimed = int(s["reclaimed"]) + int(s.get("crawler_reclaimed", 0))
+        assert int(s["reclaimed"]) > 1000, s["reclaimed"]
+        assert int(s["expired_unfetched"]) == reclaimed, "nothing was read"
+        assert int(s["curr_items"]) + int(s["evictions"]) + reclaimed == 20000, s
+        # replaced items are not reclaimed ones
+        before = int(s["reclaimed"])
+        assert fill(c, "new", 2000, 1000) == 2000
+        assert int(c.stats()["reclaimed"]) == before
 
 
 def wait_for_stat(c, name, want, seconds=10):

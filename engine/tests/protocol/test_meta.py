@@ -246,11 +246,25 @@ def test_ms_compare_cas(c, key):
 
 
 def test_ms_invalidate_with_stale_cas(c, key):
-    ms(c, key, "current")
+    ms(c, key, "first")
+    ms(c, key, "current")   # a CAS above 1: C0 would be no CAS at all
     cas = gets_cas(c, key)
     assert ms(c, key, "older", f"C{cas - 1} I").code == "HD", "with I a stale CAS still stores"
     r = meta(c, f"mg {key} v c")
     assert r.value == b"older" and "X" in r.flags and "W" in r.flags, "...but marks the item stale"
+
+
+def test_ms_invalidate_C0_is_no_older_cas(c, key):
+    """memcached 1.6.45 takes a C of 0 as no CAS at all: with I it is not
+    "older" than the item's, so the store is refused (EX) and the value kept
+    (an item N just made included: the differential test's seed 28)."""
+    ms(c, key, "current")
+    assert ms(c, key, "zero", "C0 I").code == "EX"
+    r = meta(c, f"mg {key} v")
+    assert r.value == b"current" and "X" not in r.flags
+    assert meta(c, f"mg {key}-n N0").code == "HD"
+    assert ms(c, f"{key}-n", "zero", "MR C0 I").code == "EX"
+    assert meta(c, f"mg {key}-n v").value == b""
 
 
 def test_ms_quiet(c, key):

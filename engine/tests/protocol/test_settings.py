@@ -7,11 +7,13 @@ a report that is not backed by real affinity fails.
 """
 import json
 import os
+import queue
 import subprocess
+import threading
 
 import pytest
 
-from conftest import CACHETD, cpulist_to_set, settings_of
+from conftest import CACHETD, Conn, cpulist_to_set, fill, is_memcached_binary, settings_of, stat, value_of, wait_until
 
 
 def thread_affinities(pid):
@@ -127,6 +129,101 @@ def test_hashpower_option(start_server):
         assert c.stats()["hash_power_level"] == "20"
 
 
+def test_no_hashexpand_keeps_the_initial_table(start_server):
+    """-o no_hashexpand: memcached 1.6.45 never grows the table, whatever the
+    item count (users set it to avoid the expansion's pause); without it the
+    table grows past 1.5 items per bucket."""
+    for opts, grows in (("hashpower=13,no_hashexpand", False), ("hashpower=13", True)):
+        srv = start_server("-o", opts)
+        with srv.conn() as c:
+            fill(c, 14000, prefix="h", size=10)   # over 1.5 items per bucket of 2^13
+            if grows:
+                wait_until(lambda: c.stats()["hash_power_level"] != "13", 10, "the table growing")
+            else:
+                assert c.stats()["hash_power_level"] == "13"
+                got = c.values("get h0 h13999")
+                assert [got[k][1] for k in ("h0", "h13999")] == [value_of("h", 0, 10), value_of("h", 13999, 10)]
+
+
+def test_no_maxconns_fast_clients_beyond_c_wait_instead_of_an_error(start_server):
+    """-o no_maxconns_fast: a client beyond -c is not answered "ERROR Too many
+    open connections" and closed; it waits in the backlog and is served once
+    another connection closes (memcached 1.6.45 accepts until it runs out of
+    the descriptors -c gives it, then waits; cachetd, whose memory formula
+    holds -c connections, waits at -c)."""
+    srv = start_server("-c", "64", "-o", "no_maxconns_fast")
+    with srv.conn() as c:
+        assert c.stats("settings")["maxconns_fast"] == "no"
+    # memcached also shrinks its backlog while it waits, so a connect itself
+    # can wait: every client runs on its own thread and holds its connection
+    # until the test lets it go, one at a time
+    served = queue.Queue()
+
+    def client():
+        release = threading.Event()
+        try:
+            with Conn(srv.port, timeout=60) as c:
+                c.send(b"version\r\n")
+                served.put((c.line(), release))
+                release.wait(60)
+        except OSError as e:
+            served.put((repr(e).encode(), release))
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(68)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: served.qsize() >= 30, 30, "the first clients served")
+    for _ in threads:
+        reply, release = served.get(timeout=60)
+        assert reply.startswith(b"VERSION"), reply
+        release.set()
+    for t in threads:
+        t.join(10)
+
+
+def test_m_above_the_handle_limit_starts_capped(start_server):
+    """memcached 1.6.45 starts with any -m. cachetd addresses items with 32-bit
+    handles: above 32767 MB it says so and starts with -m 32767 (nothing is
+    allocated up front, so the test costs no memory)."""
+    out = subprocess.run([CACHETD, "--check-args", "-m", "40000"], capture_output=True, text=True, timeout=20)
+    if not is_memcached_binary(CACHETD):
+        assert out.returncode == 0 and "capped at 32767 MB" in out.stderr, out
+        budgets = [json.loads(subprocess.run([CACHETD, "--memory-budget", "-m", m], capture_output=True,
+                                             text=True, timeout=20, check=True).stdout) for m in ("40000", "32767")]
+        assert budgets[0] == budgets[1], "the memory formula counts the memory used, not the -m asked for"
+    srv = start_server("-m", "40000")
+    with srv.conn() as c:
+        want = 40000 << 20 if is_memcached_binary(CACHETD) else 32767 << 20
+        assert int(c.stats("settings")["maxbytes"]) == want
+        assert c.cmd("set k 0 0 1\r\nx") == b"STORED"
+
+
+def test_temporary_ttl_items_are_never_evicted(start_server):
+    """-o temporary_ttl=N: memcached 1.6.45 keeps items stored with a TTL of at
+    most N seconds in an LRU that only expiry empties. With memory full of
+    them a store is refused (out of memory) rather than one of them evicted;
+    items without a TTL are still evicted to make room."""
+    srv = start_server("-m", "8", "-o", "temporary_ttl=100")
+    with srv.conn() as c:
+        st = c.stats("settings")
+        assert (st["temp_lru"], st["temporary_ttl"]) == ("yes", "100")
+        fill(c, 1000, prefix="keep", size=1000)
+        replies = []
+        for start in range(0, 12000, 100):   # more than -m 8 holds
+            c.send(b"".join(b"set tmp%d 0 50 1000\r\n%s\r\n" % (i, value_of("tmp", i, 1000))
+                            for i in range(start, start + 100)))
+            replies += [c.line() for _ in range(100)]
+        assert set(replies) <= {b"STORED", b"SERVER_ERROR out of memory storing object"}, set(replies)
+        stored = [i for i, r in enumerate(replies) if r == b"STORED"]
+        assert 0 < len(stored) < len(replies)
+        for start in range(0, len(stored), 100):
+            keys = [f"tmp{i}" for i in stored[start:start + 100]]
+            got = c.values("get " + " ".join(keys))
+            assert sorted(got) == sorted(keys), f"{len(keys) - len(got)} temporary items evicted"
+        assert stat(c, "evictions") > 0, "the items without a TTL made room"
+    assert settings_of(start_server())["temp_lru"] == "no"
+
+
 def test_udp_is_off(start_server):
     srv = start_server()
     assert settings_of(srv)["udpport"] == "0"
@@ -220,7 +317,6 @@ def test_sigterm_mid_pipeline_exits_cleanly(start_server):
 # ---- --check-args and --memory-budget: the same answer as a start --------------------
 
 REFUSED_AT_START = [
-    ["-m", "40000"],                               # above 32-bit chunk handles (storage's limit)
     ["-o", "slab_sizes=48-600000"],                # a class above half a slab page (storage's limit)
     ["-o", "slab_sizes=40-100"],                   # a class below the smallest item
     ["-m", "8", "-I", "1k", "-o", "slab_sizes=48-40000"],
@@ -323,3 +419,71 @@ def test_slabs_automove_answers_as_memcached_and_shows_in_settings(start_server)
         c.send(b"slabs automove 1 noreply\r\nmn\r\n")
         assert c.line() == b"MN"
         assert c.stats("settings")["slab_automove"] == "1"
+
+
+def class_pages(c):
+    """{class id: total_pages} from `stats slabs`."""
+    return {int(k.split(":")[0]): int(v) for k, v in c.stats("slabs").items() if k.endswith(":total_pages")}
+
+
+def test_slabs_reassign_answers_and_moves_a_page_as_memcached(start_server):
+    """`slabs reassign <src> <dst>` (protocol.txt): memcached 1.6.45's replies in
+    its order of checks, and OK moves one page of src to dst."""
+    srv = start_server("-m", "64")
+    with srv.conn() as c:
+        for line, want in [("slabs reassign 1 1", b"SAME src and dst class are identical"),
+                           ("slabs reassign 99 99", b"SAME src and dst class are identical"),
+                           ("slabs reassign 64 1", b"BADCLASS invalid src or dst class id"),
+                           ("slabs reassign 1 -1", b"BADCLASS invalid src or dst class id"),
+                           ("slabs reassign -1 2", b"BADCLASS invalid src or dst class id"),   # nothing to pick
+                           ("slabs reassign 1 2", b"NOSPARE source class has no spare pages"),
+                           ("slabs reassign 0 2", b"NOSPARE source class has no spare pages"),
+                           ("slabs r 01 2", b"NOSPARE source class has no spare pages"),          # prefix, strtol
+                           ("slabs reassign +1 2", b"CLIENT_ERROR bad command line format"),
+                           ("slabs reassign 2147483648 1", b"CLIENT_ERROR bad command line format"),
+                           ("slabs reassign 1 2x", b"CLIENT_ERROR bad command line format"),
+                           ("slabs reassign 1", b"ERROR"),
+                           ("slabs reassign 1 2 3", b"ERROR")]:
+            assert c.cmd(line) == want, line
+        c.send(b"slabs reassign 1 1 noreply\r\nmn\r\n")
+        assert c.line() == b"MN"
+        fill(c, 3000, prefix="ra", size=1000)
+        before = class_pages(c)
+        src = max(before, key=before.get)
+        assert before[src] >= 3, before
+        dst = 1 if src != 1 else 2
+        assert c.cmd(f"slabs reassign {src} {dst}") == b"OK"
+        wait_until(lambda: class_pages(c).get(dst, 0) == before.get(dst, 0) + 1, 10, "the page reaching dst")
+        # (src may carve a fresh page for the items the move rescued while -m has room)
+        assert class_pages(c)[src] <= before[src]
+        assert stat(c, "slabs_moved") == 1
+        assert c.cmd("set small 0 0 1\r\nx") == b"STORED", "dst's new page takes items"
+
+
+def test_no_slab_reassign_refuses_reassign_and_never_moves_a_page(start_server):
+    """-o no_slab_reassign and -o slab_automove=0: memcached 1.6.45 moves no page
+    on its own, so once memory is full a class keeps its pages and its items
+    whatever another class needs (the effect users set these for). A class
+    with no page then gets none from another: memcached gives a class its
+    first page even past -m, cachetd (bound by the memory formula) refuses
+    the store with out of memory. `slabs reassign` says it is disabled
+    without slab_reassign, and still works at slab_automove=0."""
+    for opt in ("no_slab_reassign", "slab_automove=0"):
+        srv = start_server("-m", "8", "-o", opt)
+        with srv.conn() as c:
+            st = c.stats("settings")
+            assert (st["slab_reassign"], st["slab_automove"]) == (("no", "1") if opt == "no_slab_reassign"
+                                                                  else ("yes", "0")), st
+            fill(c, 12000, prefix="small", size=1000)   # more than -m 8 holds: the class evicts
+            assert stat(c, "evictions") > 0
+            pages = class_pages(c)
+            src = max(pages, key=pages.get)
+            small_items = stat(c, f"items:{src}:number", "items")
+            for i in range(20):
+                reply = c.cmd(f"set big{i} 0 0 100000\r\n" + "b" * 100000)
+                assert reply in (b"STORED", b"SERVER_ERROR out of memory storing object"), (opt, reply)
+            after = class_pages(c)
+            assert all(after[k] == n for k, n in pages.items()), (opt, pages, after)
+            assert stat(c, f"items:{src}:number", "items") == small_items, opt
+            want = b"CLIENT_ERROR slab reassignment disabled" if opt == "no_slab_reassign" else b"OK"
+            assert c.cmd(f"slabs reassign {src} 1") == want, opt
