@@ -59,6 +59,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.DryRun, "dry-run", false, "Print the plan for this node once and change nothing.")
 	fs.StringVar(&assume, "assume-strategy", "", "Without the API server: treat every pod with exclusive CPUs as a cache pod with this irqStrategy (with --dry-run, to see a node's plan before any Cache exists).")
 	fs.DurationVar(&interval, "interval", 10*time.Second, "Time between passes (each pass re-reads the pods and converges the node).")
+	fs.StringVar(&cfg.NetSysRoot, "net-sys-root", "", "A sysfs of the node's network namespace (the pod veths), when the host-root's sys is another namespace's: \"/sys\" in the DaemonSet (hostNetwork). Default: the host-root's sys.")
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8095", "Address of the Prometheus /metrics endpoint; \"0\" disables it.")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -103,6 +104,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		_, _ = fmt.Fprintln(stderr, "node-tuner:", err)
 		return 1
+	}
+	if os.Getenv(ExitAfterWriteEnv) == "1" && !cfg.DryRun {
+		t.exitOnceAfterFirstWrite(func() { log("%s: exiting after the first write of this pass", ExitAfterWriteEnv) })
 	}
 	if cfg.DryRun {
 		p, _, err := t.Pass(ctx)
