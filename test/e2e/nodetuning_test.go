@@ -136,7 +136,8 @@ func (s *suite) setTuner(t *testing.T, enabled bool) {
 	t.Helper()
 	args := []string{"upgrade", s.c.release, s.c.chart, "-n", s.c.systemNS, "--reuse-values", "--wait", "--timeout", "3m",
 		"--set", fmt.Sprintf("nodeTuner.enabled=%v", enabled), "--set", "nodeTuner.interval=" + tunerInterval,
-		"--set", "nodeTuner.stateDir=" + tunerStateDir}
+		"--set", "nodeTuner.stateDir=" + tunerStateDir,
+		"--set", "nodeTuner.podResourcesDir=" + filepath.Join(s.c.kubeletDir, "pod-resources")}
 	if out, err := s.c.helmRun(4*time.Minute, args...); err != nil {
 		t.Fatalf("helm upgrade nodeTuner.enabled=%v: %v\n%s", enabled, err, out)
 	}
@@ -248,25 +249,42 @@ func (s *suite) nodeTuning(t *testing.T) {
 		t.Fatalf("want the RPS of exactly one pod veth in the journal, got %v (journal %v)", veth, paths)
 	}
 
-	// The masks are real: auto on this node (one exclusive CPU, no whole
-	// core) chooses housekeeping, so every queue interrupt and the pod veth's
-	// RPS are on the shared pool, none on the pod's worker.
-	if !strings.Contains(cond.str("message"), "housekeeping") {
-		t.Logf("NodeTuned message does not name housekeeping: %s", cond.str("message"))
+	// The masks are real, and where the strategy says. auto chooses by the
+	// node's shape: with the kubelet's reserved CPU outside the allocatable
+	// ones, this node has no shared CPU, so it is spread (the queue's
+	// interrupt and the veth's RPS on the pod's CPU); with a shared CPU it
+	// is housekeeping (both off the pod's CPU).
+	tunedPod, err := c.getJSON("pod", "-n", c.cacheNS, pod.str("metadata", "name"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report struct{ Strategy, Message string }
+	if err := json.Unmarshal([]byte(tunedPod.strMap("metadata", "annotations")["cache.cachet.dev/node-tuned"]), &report); err != nil {
+		t.Fatalf("the pod's node-tuned annotation: %v", err)
+	}
+	t.Logf("the tuner's report: %s: %s", report.Strategy, report.Message)
+	onPod := func(set cpuSet) bool {
+		switch report.Strategy {
+		case "spread", "siblings":
+			return len(set) > 0 && set.equal(exclusive)
+		case "housekeeping":
+			return len(set) > 0 && !set.intersects(exclusive)
+		}
+		return false
 	}
 	for _, p := range irqs {
 		raw, _ := os.ReadFile(p)
 		set, err := parseCPUList(strings.TrimSpace(string(raw)))
-		if err != nil || len(set) == 0 || set.intersects(exclusive) {
-			t.Errorf("%s = %q: want CPUs off the pod's %s (err %v)", p, raw, exclusive, err)
+		if err != nil || !onPod(set) {
+			t.Errorf("%s = %q: not where %s puts it for the pod's CPUs %s (err %v)", p, raw, report.Strategy, exclusive, err)
 		}
 	}
 	vethRPS, err := netnsRead(netns, "/sys/class/net/"+veth[0]+"/queues/rx-0/rps_cpus")
 	if err != nil {
 		t.Fatalf("reading veth %s's rps_cpus in netns %s: %v %s", veth[0], netns, err, vethRPS)
 	}
-	if set, err := hexMaskCPUs(vethRPS); err != nil || len(set) == 0 || set.intersects(exclusive) {
-		t.Errorf("veth %s rps_cpus = %q: want the shared pool, off the pod's %s (err %v)", veth[0], vethRPS, exclusive, err)
+	if set, err := hexMaskCPUs(vethRPS); err != nil || !onPod(set) {
+		t.Errorf("veth %s rps_cpus = %q: not where %s puts it for the pod's CPUs %s (err %v)", veth[0], vethRPS, report.Strategy, exclusive, err)
 	}
 	t.Logf("pod veth %s rps_cpus=%s; interrupts %v", veth[0], strings.TrimSpace(vethRPS), irqs)
 
@@ -293,6 +311,28 @@ func (s *suite) nodeTuning(t *testing.T) {
 		t.Errorf("metrics have no cachet_nodetuner_pod_tuned for %s", podKey)
 	}
 
+	eventually(t, time.Minute, time.Second, "a Normal Tuned Event on "+cache, func() (bool, string) {
+		return hasEvent(c, cache, "Tuned", "NodeTuned=True")
+	})
+
+	// irqStrategy none reverts without deleting anything, and says so;
+	// back to auto tunes again.
+	c.mustK(t, "patch", cacheGroupResource, cache, "-n", c.cacheNS, "--type=merge", "-p", `{"spec":{"nodeTuning":{"irqStrategy":"none"}}}`)
+	s.waitJournalEmptyAndRestored(t, before)
+	eventually(t, time.Minute, time.Second, "a NodeTuningReverted Event on "+cache, func() (bool, string) {
+		return hasEvent(c, cache, "NodeTuningReverted")
+	})
+	c.mustK(t, "patch", cacheGroupResource, cache, "-n", c.cacheNS, "--type=json", "-p", `[{"op":"remove","path":"/spec/nodeTuning/irqStrategy"}]`)
+	eventually(t, 2*time.Minute, time.Second, "NodeTuned=True again after irqStrategy none -> auto", func() (bool, string) {
+		cr, err := s.getCache(cache)
+		if err != nil {
+			return false, err.Error()
+		}
+		nt := condition(cr, "NodeTuned")
+		j, _ := readTunerJournal()
+		return nt != nil && nt.str("status") == "True" && len(j.Entries) > 0, describeConditions(cr)
+	})
+
 	// A second dedicated Cache: this node has no second free exclusive
 	// core, so its pod stays Pending and NodeTuned says the tuner waits for it.
 	s.applyCache(t, second, "  replicas: 1\n  memory: 32Mi\n  cpu: 1\n  dedicatedCPUs: true\n")
@@ -317,6 +357,16 @@ func (s *suite) nodeTuning(t *testing.T) {
 
 	// Deleting the Cache restores every journaled value byte for byte.
 	s.deleteCache(t, cache)
+	s.waitJournalEmptyAndRestored(t, before)
+	if _, err := netnsRead(netns, "/sys/class/net/"+veth[0]+"/queues/rx-0/rps_cpus"); err == nil {
+		t.Errorf("veth %s still exists after its pod was deleted: it was not the pod's", veth[0])
+	}
+}
+
+// waitJournalEmptyAndRestored waits for the tuner to revert everything and
+// then compares every file it may write with what it held before, byte for byte.
+func (s *suite) waitJournalEmptyAndRestored(t *testing.T, before map[string]string) {
+	t.Helper()
 	eventually(t, time.Minute, time.Second, "the tuner's journal empty", func() (bool, string) {
 		j, err := readTunerJournal()
 		return err == nil && len(j.Entries) == 0, fmt.Sprintf("%d entries, err %v", len(j.Entries), err)
@@ -324,11 +374,8 @@ func (s *suite) nodeTuning(t *testing.T) {
 	after := hostTuningFiles(t)
 	for path, orig := range before {
 		if after[path] != orig {
-			t.Errorf("%s is %q after the Cache was deleted, was %q", path, after[path], orig)
+			t.Errorf("%s is %q after the revert, was %q", path, after[path], orig)
 		}
-	}
-	if _, err := netnsRead(netns, "/sys/class/net/"+veth[0]+"/queues/rx-0/rps_cpus"); err == nil {
-		t.Errorf("veth %s still exists after its pod was deleted: it was not the pod's", veth[0])
 	}
 }
 

@@ -187,6 +187,7 @@ func (t *Tuner) Pass(ctx context.Context) (plan.Plan, []PodStatus, error) {
 			return plan.Plan{}, nil, err
 		}
 	}
+	dropAbsentSysctl(&p, t.cfg.HostRoot)
 	if t.cfg.DryRun {
 		return p, statuses(p, nil, nil, caches), nil
 	}
@@ -278,6 +279,27 @@ func vethsInNetns(p *plan.Plan, pods []plan.Pod, hostRoot, netSys string) error 
 		}
 	}
 	return nil
+}
+
+// sockFlowSysctl is global, but the kernel shows it only in the host's
+// network namespace: a tuner whose node network is another namespace
+// cannot see it. RPS works without it; only RFS's flow table stays as the
+// host has it, and the plan says so.
+const sockFlowSysctl = "proc/sys/net/core/rps_sock_flow_entries"
+
+func dropAbsentSysctl(p *plan.Plan, hostRoot string) {
+	if _, err := os.Stat(filepath.Join(hostRoot, sockFlowSysctl)); err == nil {
+		return
+	}
+	kept := p.Writes[:0]
+	for _, w := range p.Writes {
+		if w.Path == sockFlowSysctl {
+			p.Notes = append(p.Notes, "net.core.rps_sock_flow_entries is not visible in this network namespace (only the host's): RFS keeps the host's flow table size")
+			continue
+		}
+		kept = append(kept, w)
+	}
+	p.Writes = kept
 }
 
 func plannedIRQs(p plan.Plan) []int {
