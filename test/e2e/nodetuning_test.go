@@ -205,14 +205,23 @@ func (s *suite) nodeTuning(t *testing.T) {
 		t.Errorf("tuner container restarts %d, want more than %d: it was not killed between two writes", r, restartsBefore)
 	}
 
-	// What the converged journal holds: the originals, byte for byte.
-	j, err := readTunerJournal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(j.Entries) == 0 {
-		t.Fatal("the tuner's journal is empty: it wrote nothing")
-	}
+	// What the converged journal holds: the originals, byte for byte. The
+	// tuner finds a bridge port's veth through the neighbour table, which
+	// has the pod once the kubelet's first probe reached it: the veth's
+	// entries may come a pass after NodeTuned.
+	var j tunerJournal
+	eventually(t, time.Minute, time.Second, "the pod veth's RPS in the tuner's journal", func() (bool, string) {
+		var err error
+		if j, err = readTunerJournal(); err != nil {
+			return false, err.Error()
+		}
+		for p := range j.Entries {
+			if strings.HasPrefix(p, "../sys/class/net/") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("journal: %v", j.Entries)
+	})
 	var irqs, veth []string
 	vethPath := regexp.MustCompile(`^\.\./sys/class/net/([^/]+)/queues/rx-\d+/rps_cpus$`)
 	paths := make([]string, 0, len(j.Entries))
