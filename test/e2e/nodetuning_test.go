@@ -145,11 +145,18 @@ func (s *suite) setTuner(t *testing.T, enabled bool) {
 
 func (s *suite) tunerPod(t *testing.T) obj {
 	t.Helper()
-	pods, err := s.c.items("pods", "-n", s.c.systemNS, "-l", "app.kubernetes.io/component=node-tuner")
-	if err != nil || len(pods) != 1 {
-		t.Fatalf("want one node-tuner pod, got %d (err %v)", len(pods), err)
-	}
-	return pods[0]
+	var live []obj
+	eventually(t, time.Minute, time.Second, "one node-tuner pod (the rollout's old one gone)", func() (bool, string) {
+		pods, err := s.c.items("pods", "-n", s.c.systemNS, "-l", "app.kubernetes.io/component=node-tuner")
+		live = live[:0]
+		for _, p := range pods {
+			if p.get("metadata", "deletionTimestamp") == nil {
+				live = append(live, p)
+			}
+		}
+		return err == nil && len(pods) == 1 && len(live) == 1, fmt.Sprintf("%d pods, %d not terminating, err %v", len(pods), len(live), err)
+	})
+	return live[0]
 }
 
 func (s *suite) nodeTuning(t *testing.T) {
