@@ -112,7 +112,7 @@ set_tuning() { # auto|none
   for _ in $(seq 90); do
     n=$(journal_entries)
     if [ "$1" = none ] && [ "$n" = 0 ]; then return 0; fi
-    if [ "$1" = auto ] && [ "$n" -gt 0 ] && grep -q '"\.\./sys/class/net/\|"sys/class/net/veth' "$state_dir/journal.json" &&
+    if [ "$1" = auto ] && [ "$n" -gt 0 ] && grep -q '"\.\./.*/class/net/' "$state_dir/journal.json" &&
        [ "$("$kubectl" get cache "$cache" -n "$ns" -o jsonpath='{.status.conditions[?(@.type=="NodeTuned")].status}')" = True ]; then return 0; fi
     sleep 1
   done
