@@ -19,7 +19,8 @@ limitations under the License.
 // network namespace of whoever mounted it), and the container runtime
 // mounts the container's own /sys read-only for a hostNetwork pod, even a
 // privileged one. So the tuner mounts a sysfs of its own, from inside the
-// node's network namespace (hostNetwork), on an empty directory.
+// node's network namespace (hostNetwork), on an empty directory, and makes
+// it writable.
 //
 // Concurrency: called once at start, before the first pass.
 
@@ -44,8 +45,25 @@ func MountNetSysfs(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := syscall.Mount("sysfs", dir, "sysfs", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
+	flags := uintptr(syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC)
+	if err := syscall.Mount("sysfs", dir, "sysfs", flags, ""); err != nil {
 		return fmt.Errorf("mount sysfs on %s: %w", dir, err)
+	}
+	// One network namespace has one sysfs superblock, shared by every
+	// mount of it. The runtime created it read-only for the first
+	// hostNetwork container, so this mount is read-only too until the
+	// superblock is remounted writable. Every other mount keeps its own
+	// read-only flag.
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return err
+	}
+	if st.Flags&stReadOnly != 0 {
+		if err := syscall.Mount("sysfs", dir, "sysfs", syscall.MS_REMOUNT|flags, ""); err != nil {
+			return fmt.Errorf("remount the sysfs on %s writable: %w", dir, err)
+		}
 	}
 	return nil
 }
+
+const stReadOnly = 0x1 // ST_RDONLY in statfs(2)'s f_flags

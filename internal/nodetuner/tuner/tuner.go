@@ -70,7 +70,7 @@ type Config struct {
 	// when the kubelet itself runs in a network namespace (the local
 	// cluster). "" means HostRoot's sys.
 	NetSysRoot string
-	DryRun          bool
+	DryRun     bool
 	// AssumeStrategy, when set, treats every pod with exclusive CPUs as a
 	// cache pod with this strategy and RPS on, without the API server: for
 	// --dry-run on a node before any Cache exists.
