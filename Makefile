@@ -158,6 +158,7 @@ load-images: ## Import both images into the local cluster's containerd.
 build-installer: manifests generate kustomize ## Write dist/install.yaml: CRDs and the operator in one file.
 	mkdir -p dist
 	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	cd config/nodetuner && $(KUSTOMIZE) edit set image controller=$(IMG)
 	$(KUSTOMIZE) build config/default > dist/install.yaml
 
 ##@ Deployment
