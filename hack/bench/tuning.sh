@@ -91,12 +91,16 @@ say "installing $release with the node tuner (interval 2s)"
   --set nodeTuner.enabled=true --set nodeTuner.interval=2s --set nodeTuner.stateDir=$state_dir \
   --set nodeTuner.podResourcesDir="$KUBELET_DIR/pod-resources" >/dev/null
 "$kubectl" create namespace "$ns" --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
-"$kubectl" apply -f - >/dev/null <<YAML
-apiVersion: cache.cachet.dev/v1alpha1
+manifest="apiVersion: cache.cachet.dev/v1alpha1
 kind: Cache
 metadata: {name: $cache, namespace: $ns}
-spec: {replicas: 1, memory: 64Mi, cpu: 1, dedicatedCPUs: true, nodeTuning: {irqStrategy: none}}
-YAML
+spec: {replicas: 1, memory: 64Mi, cpu: 1, dedicatedCPUs: true, nodeTuning: {irqStrategy: none}}"
+# The operator's webhook answers a moment after helm's --wait.
+for i in $(seq 60); do
+  printf '%s\n' "$manifest" | "$kubectl" apply -f - >/dev/null 2>&1 && break
+  [ "$i" = 60 ] && { printf '%s\n' "$manifest" | "$kubectl" apply -f -; exit 1; }
+  sleep 1
+done
 "$kubectl" wait -n "$ns" cache/"$cache" --for=condition=Ready --timeout=3m >/dev/null
 pod_ip=$("$kubectl" get pod -n "$ns" "$cache-0" -o jsonpath='{.status.podIP}')
 say "pod $cache-0 at $pod_ip; relay 127.0.0.1:$port in netns $netns"
