@@ -167,6 +167,7 @@ load-images: ## Import both images into the local cluster's containerd.
 build-installer: manifests generate kustomize ## Write dist/install.yaml: CRDs and the operator in one file.
 	mkdir -p dist
 	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	cd config/nodetuner && $(KUSTOMIZE) edit set image controller=$(IMG)
 	$(KUSTOMIZE) build config/default > dist/install.yaml
 
 ##@ Deployment
@@ -218,6 +219,10 @@ bench-profiles: ## Slab classes derived from a workload profile (seed 003's size
 .PHONY: bench-extstore
 bench-extstore: ## Extstore (values on local disk) side by side: cachetd, memcached 1.6.45 and 1.6.18 vs fio (root; BENCH_QUICK=1: ~3 min). Exits 1 if a server refuses the ext_* flags.
 	$(MAKE) -C engine bench-extstore
+
+.PHONY: bench-tuning
+bench-tuning: ## Node tuner on vs off on the local cluster: p50/p99/p999 of gets at fixed rates through the pod's veth (root; ~4 min; docs/benchmarks.md).
+	hack/bench/tuning.sh
 
 .PHONY: bench-soak
 bench-soak: ## TSan concurrent checker for SOAK_SECONDS (default 600); fails on any wrong value or sanitizer report.

@@ -651,7 +651,8 @@ func replicasWriter(c *cachev1alpha1.Cache) string {
 
 // recordConditionEvents emits an Event when the Cache becomes Ready or stops
 // being Ready, and when it becomes Degraded (a Warning), recovers, or its
-// problem changes; and when dedicated cores turn out not to be exclusive.
+// problem changes; when dedicated cores turn out not to be exclusive; and as
+// the node tuner applies, fails or is asked to revert (nodeTunedEvent).
 func (r *CacheReconciler) recordConditionEvents(c *cachev1alpha1.Cache, prev, next cachev1alpha1.CacheStatus) {
 	statusOf := func(st cachev1alpha1.CacheStatus, t string) (metav1.ConditionStatus, string) {
 		if cond := meta.FindStatusCondition(st.Conditions, t); cond != nil {
@@ -696,6 +697,9 @@ func (r *CacheReconciler) recordConditionEvents(c *cachev1alpha1.Cache, prev, ne
 			kind = corev1.EventTypeWarning
 		}
 		r.Recorder.Eventf(c, nil, kind, cur.Reason, "Observe", "%s=%s: %s", t, cur.Status, cur.Message)
+	}
+	if kind, reason, note, ok := nodeTunedEvent(prev.Conditions, next.Conditions); ok {
+		r.Recorder.Eventf(c, nil, kind, reason, "Observe", "%s", note)
 	}
 }
 

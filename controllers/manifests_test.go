@@ -124,7 +124,7 @@ func TestInstallerPassesServerSideDryRun(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"CustomResourceDefinition", "Deployment", "ClusterRole", "Role", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "Issuer", "Certificate", "Service"} {
+	for _, k := range []string{"CustomResourceDefinition", "Deployment", "ClusterRole", "Role", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "Issuer", "Certificate", "Service", "DaemonSet"} {
 		if kinds[k] == 0 {
 			t.Errorf("config/default renders no %s (rendered %v)", k, kinds)
 		}

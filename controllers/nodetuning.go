@@ -48,6 +48,34 @@ const (
 	ReasonNoNICQueueIRQs     = "NoNICQueueIRQs"
 )
 
+// ReasonNodeTuningReverted is the Event when the Cache stops asking for
+// tuning (irqStrategy none): the tuner puts back what it wrote on its
+// next pass, and the condition goes away.
+const ReasonNodeTuningReverted = "NodeTuningReverted"
+
+// nodeTunedEvent says which Event, if any, a change of the NodeTuned
+// condition deserves: the tuner applied (True), could not (False, a
+// Warning: the pods run with interrupts on their workers), or is asked to
+// revert (the condition removed). Waiting for the tuner (Unknown) is not
+// news: it is every new pod's first moment.
+func nodeTunedEvent(prev, next []metav1.Condition) (eventType, reason, note string, ok bool) {
+	old := meta.FindStatusCondition(prev, cachev1alpha1.ConditionNodeTuned)
+	cur := meta.FindStatusCondition(next, cachev1alpha1.ConditionNodeTuned)
+	switch {
+	case cur == nil && old != nil && old.Status == metav1.ConditionTrue:
+		return corev1.EventTypeNormal, ReasonNodeTuningReverted,
+			"spec.nodeTuning.irqStrategy is none: the node tuner puts back every value it wrote for this Cache's pods", true
+	case cur == nil || cur.Status == metav1.ConditionUnknown:
+		return "", "", "", false
+	case old != nil && old.Status == cur.Status && old.Reason == cur.Reason:
+		return "", "", "", false
+	case cur.Status == metav1.ConditionTrue:
+		return corev1.EventTypeNormal, cur.Reason, "NodeTuned=True: " + cur.Message, true
+	default:
+		return corev1.EventTypeWarning, cur.Reason, "NodeTuned=False: " + cur.Message, true
+	}
+}
+
 // nodeTunedReport is the annotation's JSON.
 type nodeTunedReport struct {
 	Status     string `json:"status"`

@@ -70,3 +70,31 @@ func TestNodeTunedConditionFromTheTunersAnnotations(t *testing.T) {
 		}
 	}
 }
+
+// The tuner's apply, failure and revert reach the Cache's Events through
+// the NodeTuned condition; waiting for the tuner does not.
+func TestNodeTunedEvents(t *testing.T) {
+	cond := func(status metav1.ConditionStatus, reason string) []metav1.Condition {
+		return []metav1.Condition{{Type: cachev1alpha1.ConditionNodeTuned, Status: status, Reason: reason, Message: "m"}}
+	}
+	for _, tc := range []struct {
+		name         string
+		prev, next   []metav1.Condition
+		typ, reason  string
+		wantAnyEvent bool
+	}{
+		{"pending to tuned", cond(metav1.ConditionUnknown, ReasonTunerPending), cond(metav1.ConditionTrue, ReasonTuned), corev1.EventTypeNormal, ReasonTuned, true},
+		{"new and tuned", nil, cond(metav1.ConditionTrue, ReasonTuned), corev1.EventTypeNormal, ReasonTuned, true},
+		{"still tuned", cond(metav1.ConditionTrue, ReasonTuned), cond(metav1.ConditionTrue, ReasonTuned), "", "", false},
+		{"tuned to managed", cond(metav1.ConditionTrue, ReasonTuned), cond(metav1.ConditionFalse, ReasonManagedIRQ), corev1.EventTypeWarning, ReasonManagedIRQ, true},
+		{"no tuner to irqbalance", cond(metav1.ConditionFalse, ReasonNoTuner), cond(metav1.ConditionFalse, ReasonIrqbalanceConflict), corev1.EventTypeWarning, ReasonIrqbalanceConflict, true},
+		{"waiting is not news", cond(metav1.ConditionTrue, ReasonTuned), cond(metav1.ConditionUnknown, ReasonTunerPending), "", "", false},
+		{"strategy none reverts", cond(metav1.ConditionTrue, ReasonTuned), nil, corev1.EventTypeNormal, ReasonNodeTuningReverted, true},
+		{"never tuned, none", cond(metav1.ConditionUnknown, ReasonTunerPending), nil, "", "", false},
+	} {
+		typ, reason, note, ok := nodeTunedEvent(tc.prev, tc.next)
+		if ok != tc.wantAnyEvent || typ != tc.typ || reason != tc.reason {
+			t.Errorf("%s: got (%q, %q, %q, %v), want (%q, %q, any, %v)", tc.name, typ, reason, note, ok, tc.typ, tc.reason, tc.wantAnyEvent)
+		}
+	}
+}

@@ -156,11 +156,19 @@ fi
 say "helm (make helm)"
 nice make --no-print-directory helm
 
+# The node tuner writes the machine's interrupt affinity and RPS masks. The
+# local cluster shares this VM's kernel with the tests' instance, whose e2e
+# stage 17 and `make bench-tuning` turn a tuner on and check every value
+# byte for byte: a second tuner here would own the same interrupts. Off on
+# the local cluster; on elsewhere (the chart's default).
+tuner_set=()
+[ "$node_local" = 1 ] && tuner_set=(--set nodeTuner.enabled=false)
+
 say "helm upgrade --install $release charts/cachet -n $system_ns$([ "$monitoring" = 1 ] && echo ' (with prometheus-adapter)')"
 # tests.cache.*: `helm test` connects to the sample Cache this script applies.
 "$helm" upgrade --install "$release" charts/cachet -n "$system_ns" --create-namespace --wait --timeout 5m \
   --set tests.cache.name="$(sed -n 's/^  name: *//p' "$sample" | head -n1)" --set tests.cache.namespace="$cache_ns" \
-  ${adapter_set[@]+"${adapter_set[@]}"}
+  ${adapter_set[@]+"${adapter_set[@]}"} ${tuner_set[@]+"${tuner_set[@]}"}
 
 say "waiting for the operator's webhook to answer"
 probe="apiVersion: cache.cachet.dev/v1alpha1

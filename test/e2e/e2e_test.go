@@ -60,6 +60,9 @@ func TestE2E(t *testing.T) {
 
 	s.stage(t, "0-clean-start", nil, s.cleanStart)
 	s.stage(t, "1-helm-install", []string{"0-clean-start"}, s.helmInstall)
+	// Before stage 2: it needs the node's one free exclusive core, and it
+	// deletes its Caches again.
+	s.stage(t, "17-node-tuning", []string{"1-helm-install"}, s.nodeTuning)
 	s.stage(t, "2-dedicated-cpus", []string{"1-helm-install"}, s.dedicatedCache)
 	s.stage(t, "3-client-set-get", []string{"2-dedicated-cpus"}, s.clientSetGet)
 	s.stage(t, "4-scale-past-free-cores", []string{"3-client-set-get"}, s.scalePastCores)

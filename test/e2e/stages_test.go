@@ -38,8 +38,8 @@ func (s *suite) helmInstall(t *testing.T) {
 		// every Cache); stage 8 checks that uninstall can leave nothing behind.
 		"--set", "crds.keep=false",
 		// The node tuner writes the machine's own interrupt affinity and
-		// RPS masks (the e2e cluster shares this VM's kernel): off here,
-		// until a stage of its own turns it on and checks the revert.
+		// RPS masks (the e2e cluster shares this VM's kernel): off here;
+		// stage 17 turns it on for itself and checks the revert.
 		"--set", "nodeTuner.enabled=false"}
 	for _, set := range c.helmSets {
 		args = append(args, "--set", set)

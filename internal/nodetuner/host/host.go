@@ -136,6 +136,16 @@ func Read(procRoot, sysRoot string) (Node, error) {
 	return Node{CPUs: cpus, Links: links}, nil
 }
 
+// ReadLinks reads only the network links of sysRoot: the node's network
+// namespace when it is not the host's (see tuner.Config.NetSysRoot).
+func ReadLinks(procRoot, sysRoot string) (map[string]Link, error) {
+	names, err := readInterruptNames(filepath.Join(procRoot, "interrupts"))
+	if err != nil {
+		return nil, err
+	}
+	return readLinks(procRoot, sysRoot, names)
+}
+
 func readString(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -124,6 +124,15 @@ func (j *Journal) Entries() map[string]Entry {
 	return out
 }
 
+// OnPoint makes fn run at each crash point of Apply ("after-journal",
+// "after-write", "after-restore"); an error from fn stops Apply there.
+// Unit tests stop it as a kill would; the e2e kills the real process.
+func (j *Journal) OnPoint(fn func(point string) error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.crash = fn
+}
+
 func (j *Journal) point(name string) error {
 	if j.crash != nil {
 		return j.crash(name)

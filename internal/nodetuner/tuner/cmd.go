@@ -59,6 +59,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.DryRun, "dry-run", false, "Print the plan for this node once and change nothing.")
 	fs.StringVar(&assume, "assume-strategy", "", "Without the API server: treat every pod with exclusive CPUs as a cache pod with this irqStrategy (with --dry-run, to see a node's plan before any Cache exists).")
 	fs.DurationVar(&interval, "interval", 10*time.Second, "Time between passes (each pass re-reads the pods and converges the node).")
+	fs.StringVar(&cfg.NetSysRoot, "net-sys-root", "", "Where a sysfs of the node's network namespace (the pod veths) is, or is mounted if the directory is empty (an emptyDir in the DaemonSet, which runs with hostNetwork): the host-root's sys shows the host's namespace. Default: the host-root's sys.")
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8095", "Address of the Prometheus /metrics endpoint; \"0\" disables it.")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -98,11 +99,20 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
+	if cfg.NetSysRoot != "" && !cfg.DryRun {
+		if err := MountNetSysfs(cfg.NetSysRoot); err != nil {
+			_, _ = fmt.Fprintln(stderr, "node-tuner:", err)
+			return 1
+		}
+	}
 	metrics := NewMetrics(cfg.HostRoot+"/proc", cfg.HostRoot+"/sys")
 	t, err := New(cfg, c, metrics)
 	if err != nil {
 		_, _ = fmt.Fprintln(stderr, "node-tuner:", err)
 		return 1
+	}
+	if os.Getenv(ExitAfterWriteEnv) == "1" && !cfg.DryRun {
+		t.exitOnceAfterFirstWrite(func() { log("%s: exiting after the first write of this pass", ExitAfterWriteEnv) })
 	}
 	if cfg.DryRun {
 		p, _, err := t.Pass(ctx)

@@ -32,6 +32,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -62,7 +63,14 @@ type Config struct {
 	PodResourcesDir string
 	StateDir        string
 	IrqbalanceRun   string // the host's /run/irqbalance
-	DryRun          bool
+	// NetSysRoot is a sysfs of the node's network namespace, where the pod
+	// veths are, when that is not the host's: the tuner runs with
+	// hostNetwork, and the runtime mounts the container's own /sys in that
+	// namespace, while a hostPath of /sys shows the host's. The two differ
+	// when the kubelet itself runs in a network namespace (the local
+	// cluster). "" means HostRoot's sys.
+	NetSysRoot string
+	DryRun     bool
 	// AssumeStrategy, when set, treats every pod with exclusive CPUs as a
 	// cache pod with this strategy and RPS on, without the API server: for
 	// --dry-run on a node before any Cache exists.
@@ -101,6 +109,33 @@ func New(cfg Config, c client.Client, m *Metrics) (*Tuner, error) {
 	return t, nil
 }
 
+// ExitAfterWriteEnv is the e2e's hook, set on the DaemonSet only by the e2e
+// stage (the chart has no value for it): the tuner exits right after the
+// first file it writes, between two writes of a pass, as a kill would.
+// It does so once per state directory (a marker file there), so that the
+// restarted tuner shows the journal converging.
+const ExitAfterWriteEnv = "CACHET_NODETUNER_E2E_EXIT_AFTER_WRITE"
+
+const exitedMarker = "e2e-exited-after-write"
+
+func (t *Tuner) exitOnceAfterFirstWrite(logExit func()) {
+	marker := filepath.Join(t.cfg.StateDir, exitedMarker)
+	if _, err := os.Stat(marker); err == nil {
+		return
+	}
+	t.journal.OnPoint(func(point string) error {
+		if point != "after-write" {
+			return nil
+		}
+		if err := os.WriteFile(marker, nil, 0o600); err != nil {
+			return err
+		}
+		logExit()
+		os.Exit(3)
+		return nil
+	})
+}
+
 type cachePod struct {
 	pod        *corev1.Pod
 	generation int64
@@ -117,6 +152,19 @@ func (t *Tuner) Pass(ctx context.Context) (plan.Plan, []PodStatus, error) {
 	if err != nil {
 		return plan.Plan{}, nil, err
 	}
+	netSys := sysRoot
+	if t.cfg.NetSysRoot != "" && filepath.Clean(t.cfg.NetSysRoot) != filepath.Clean(sysRoot) {
+		netSys = t.cfg.NetSysRoot
+		links, err := host.ReadLinks(procRoot, netSys)
+		if err != nil {
+			return plan.Plan{}, nil, fmt.Errorf("read the node's network namespace: %w", err)
+		}
+		for name, l := range links {
+			if _, ok := node.Links[name]; !ok && len(l.IRQs) == 0 {
+				node.Links[name] = l
+			}
+		}
+	}
 	in := plan.Inputs{Node: node, Allocatable: alloc}
 	caches := map[string]cachePod{}
 	if t.cfg.AssumeStrategy != "" {
@@ -125,7 +173,7 @@ func (t *Tuner) Pass(ctx context.Context) (plan.Plan, []PodStatus, error) {
 				in.Pods = append(in.Pods, plan.Pod{Key: key, Exclusive: set, Strategy: t.cfg.AssumeStrategy, RPS: true})
 			}
 		}
-	} else if in.Pods, caches, err = t.cachePods(ctx, cpus, procRoot, sysRoot); err != nil {
+	} else if in.Pods, caches, err = t.cachePods(ctx, cpus, procRoot, netSys); err != nil {
 		return plan.Plan{}, nil, err
 	}
 	for key, set := range cpus {
@@ -134,6 +182,12 @@ func (t *Tuner) Pass(ctx context.Context) (plan.Plan, []PodStatus, error) {
 		}
 	}
 	p := plan.Make(in)
+	if netSys != sysRoot {
+		if err := vethsInNetns(&p, in.Pods, t.cfg.HostRoot, netSys); err != nil {
+			return plan.Plan{}, nil, err
+		}
+	}
+	dropAbsentSysctl(&p, t.cfg.HostRoot)
 	if t.cfg.DryRun {
 		return p, statuses(p, nil, nil, caches), nil
 	}
@@ -203,6 +257,49 @@ func (t *Tuner) cachePods(ctx context.Context, cpus PodCPUs, procRoot, sysRoot s
 		caches[key] = cachePod{pod: pod, generation: cache.Generation}
 	}
 	return pods, caches, nil
+}
+
+// vethsInNetns points the plan's veth writes at the node's network
+// namespace's sysfs. The journal keeps paths relative to HostRoot, so
+// the path says how to get there from HostRoot ("../sys/class/net/...").
+func vethsInNetns(p *plan.Plan, pods []plan.Pod, hostRoot, netSys string) error {
+	rel, err := filepath.Rel(hostRoot, netSys)
+	if err != nil {
+		return err
+	}
+	for _, pod := range pods {
+		if pod.Veth == "" {
+			continue
+		}
+		prefix := "sys/class/net/" + pod.Veth + "/"
+		for i := range p.Writes {
+			if rest, ok := strings.CutPrefix(p.Writes[i].Path, prefix); ok {
+				p.Writes[i].Path = filepath.Join(rel, "class/net", pod.Veth, rest)
+			}
+		}
+	}
+	return nil
+}
+
+// sockFlowSysctl is global, but the kernel shows it only in the host's
+// network namespace: a tuner whose node network is another namespace
+// cannot see it. RPS works without it; only RFS's flow table stays as the
+// host has it, and the plan says so.
+const sockFlowSysctl = "proc/sys/net/core/rps_sock_flow_entries"
+
+func dropAbsentSysctl(p *plan.Plan, hostRoot string) {
+	if _, err := os.Stat(filepath.Join(hostRoot, sockFlowSysctl)); err == nil {
+		return
+	}
+	kept := p.Writes[:0]
+	for _, w := range p.Writes {
+		if w.Path == sockFlowSysctl {
+			p.Notes = append(p.Notes, "net.core.rps_sock_flow_entries is not visible in this network namespace (only the host's): RFS keeps the host's flow table size")
+			continue
+		}
+		kept = append(kept, w)
+	}
+	p.Writes = kept
 }
 
 func plannedIRQs(p plan.Plan) []int {

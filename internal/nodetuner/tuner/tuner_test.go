@@ -213,3 +213,48 @@ func TestStrategyChangeReplansAndNoneRestores(t *testing.T) {
 		}
 	}
 }
+
+// A veth in the node's network namespace is written through that
+// namespace's sysfs, named relative to the host root so that the journal
+// restores it there; NIC and interrupt paths stay the host's.
+func TestVethWritesGoToTheNodeNetworkNamespace(t *testing.T) {
+	p := plan.Plan{Writes: []plan.Write{
+		{Path: "proc/irq/38/smp_affinity_list", Value: "1"},
+		{Path: "sys/class/net/eth0/queues/rx-0/rps_cpus", Value: "2"},
+		{Path: "sys/class/net/veth1/queues/rx-0/rps_cpus", Value: "2"},
+	}}
+	if err := vethsInNetns(&p, []plan.Pod{{Key: "a/b", Veth: "veth1"}, {Key: "a/c"}}, "/host", "/run/node-net-sys"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"proc/irq/38/smp_affinity_list", "sys/class/net/eth0/queues/rx-0/rps_cpus", "../run/node-net-sys/class/net/veth1/queues/rx-0/rps_cpus"}
+	for i, w := range p.Writes {
+		if w.Path != want[i] {
+			t.Errorf("write %d: %s, want %s", i, w.Path, want[i])
+		}
+		if i == 2 && filepath.Join("/host", w.Path) != "/run/node-net-sys/class/net/veth1/queues/rx-0/rps_cpus" {
+			t.Errorf("resolves to %s", filepath.Join("/host", w.Path))
+		}
+	}
+}
+
+// rps_sock_flow_entries that the tuner's namespace does not show is left
+// out with a note, rather than failing the pod's tuning every pass.
+func TestAbsentSockFlowSysctlIsLeftOut(t *testing.T) {
+	root := t.TempDir()
+	p := plan.Plan{Writes: []plan.Write{{Path: sockFlowSysctl, Value: "32768"}, {Path: "proc/irq/38/smp_affinity_list", Value: "1"}}}
+	dropAbsentSysctl(&p, root)
+	if len(p.Writes) != 1 || p.Writes[0].Path != "proc/irq/38/smp_affinity_list" || len(p.Notes) != 1 {
+		t.Errorf("writes %+v notes %v", p.Writes, p.Notes)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "proc/sys/net/core"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, sockFlowSysctl), []byte("0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p = plan.Plan{Writes: []plan.Write{{Path: sockFlowSysctl, Value: "32768"}}}
+	dropAbsentSysctl(&p, root)
+	if len(p.Writes) != 1 {
+		t.Errorf("a visible sysctl was dropped: %+v", p.Writes)
+	}
+}
