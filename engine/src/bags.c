@@ -600,6 +600,7 @@ int bags_evict(storage_thread *t, int clsid)
                 log_eviction(item_key(it), item_nkey(it), (tag & ITEM_FETCHED_BIT) != 0,
                              exp ? (long long)exp - (long long)now : -1, age, (unsigned)clsid,
                              (uint32_t)item_nbytes(it));
+            slabs_gain_evicted(clsid, item_key(it), item_nkey(it));
             limbo_push(&lb, it);
             freed++;
         }

@@ -87,6 +87,7 @@ static struct storage_config storage_config_of(const struct settings *s)
         .hashpower_init = s->hashpower,
         .use_cas = s->use_cas,
         .evict_disabled = s->evict_disabled,
+        .slab_mover_gain = s->slab_mover_gain,
         .young_window = s->young_window,
         .stub_classes = s->ext.npaths > 0,
         .verbose = s->verbose,

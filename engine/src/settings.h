@@ -80,6 +80,7 @@ struct settings {
     uint32_t chunk_size;           /* -n */
     bool     use_cas;              /* !-C */
     bool     evict_disabled;       /* -M: refuse stores instead of evicting */
+    bool     slab_mover_gain;      /* -o slab_mover=gain (slabs_gain.c); false = by age */
     int      verbose;              /* -v count */
     uint32_t slab_sizes[MAX_SLAB_SIZES];
     int      slab_sizes_count;

@@ -138,6 +138,7 @@ void storage_stats_settings(stat_writer w, void *ctx)
     w(ctx, "slab_sizes", "%s", buf);
     w(ctx, "slab_reassign", "%s", "yes");
     w(ctx, "slab_automove", "%d", slabs_automove_level());
+    w(ctx, "slab_mover", "%s", slabs_gain_enabled() ? "gain" : "age");
     w(ctx, "lru_type", "%s", "bags");
     w(ctx, "item_header_bytes", "%u", ITEM_HDR);
     w(ctx, "slab_chunk_max", "%zu", slabs_chunk_max());
@@ -183,6 +184,7 @@ static void stats_slabs(stat_writer w, void *ctx)
     w(ctx, "active_slabs", "%u", active);
     w(ctx, "total_malloced", "%zu", slabs_total_malloced());
     slabs_mover_stats(w, ctx);
+    w(ctx, "slab_gain_shadow_hits", "%llu", (unsigned long long)slabs_gain_shadow_hits());
 }
 
 void storage_stats_items(stat_writer w, void *ctx) { bags_stats_items(w, ctx); }
