@@ -205,6 +205,10 @@ bench-engine: ## Benchmark cachetd against memcached 1.6.45 and 1.6.18 side by s
 bench-extstore: ## Extstore (values on local disk) side by side: cachetd, memcached 1.6.45 and 1.6.18 vs fio (root; BENCH_QUICK=1: ~3 min). Exits 1 if a server refuses the ext_* flags.
 	$(MAKE) -C engine bench-extstore
 
+.PHONY: bench-profiles
+bench-profiles: ## Workload profiles side by side with memcached 1.6.45: seed 003 with derived slab classes, the mover by marginal gain vs by age (BENCH_QUICK=1: ~2 min).
+	$(MAKE) -C engine bench-profiles
+
 .PHONY: bench-soak
 bench-soak: ## TSan concurrent checker for SOAK_SECONDS (default 600); fails on any wrong value or sanitizer report.
 	$(MAKE) -C engine bench-soak
