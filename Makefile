@@ -206,7 +206,7 @@ bench-extstore: ## Extstore (values on local disk) side by side: cachetd, memcac
 	$(MAKE) -C engine bench-extstore
 
 .PHONY: bench-profiles
-bench-profiles: ## Workload profiles side by side with memcached 1.6.45: seed 003 with derived slab classes, the mover by marginal gain vs by age, the miss-ratio curve vs separate runs (BENCH_QUICK=1: ~3 min).
+bench-profiles: ## Workload profiles side by side with memcached 1.6.45: seed 003 with derived slab classes, the mover by marginal gain vs by age, the miss-ratio curve vs separate runs, bimodal and log-normal mixes (BENCH_QUICK=1: ~6 min).
 	$(MAKE) -C engine bench-profiles
 
 .PHONY: bench-soak
