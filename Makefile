@@ -212,9 +212,10 @@ bench-engine: ## Benchmark cachetd against memcached 1.6.45 and 1.6.18 side by s
 	$(MAKE) -C engine bench
 
 .PHONY: bench-profiles
-bench-profiles: ## Slab classes derived from a workload profile (seed 003's sizes) vs memcached 1.6.45's best -f, side by side (~1 min; BENCH_PORT_BASE).
+bench-profiles: ## Workload profiles vs memcached 1.6.45 side by side: seed 003 with the operator's derived classes, then the engine's part (mover by gain vs age, the miss-ratio curve vs separate runs, bimodal and log-normal mixes; BENCH_QUICK=1: ~7 min).
 	$(MAKE) -s -C engine all
 	hack/bench-profiles.sh
+	$(MAKE) -C engine bench-profiles
 
 .PHONY: bench-extstore
 bench-extstore: ## Extstore (values on local disk) side by side: cachetd, memcached 1.6.45 and 1.6.18 vs fio (root; BENCH_QUICK=1: ~3 min). Exits 1 if a server refuses the ext_* flags.

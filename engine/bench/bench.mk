@@ -73,3 +73,12 @@ $(BUILD)/bench/latency_cost: bench/latency_cost.c $(BUILD)/obj/latency.o src/lat
 bench-metrics: $(BUILD)/cachetd $(BUILD)/bench/latency_cost
 	CACHETD=$(abspath $(BUILD)/cachetd) LATENCY_COST=$(abspath $(BUILD)/bench/latency_cost) \
 	  CARGO_TARGET_DIR=$(LOADGEN_TARGET_DIR) bench/bench-metrics.sh
+
+# `make bench-profiles` (issue 23): seed 003 with derived slab classes, the
+# page mover by marginal gain and the miss-ratio curve's accuracy, side by side
+# with memcached 1.6.45 in one run (PASS/MISS per part; BENCH_QUICK=1 ~6 minutes). Ports from BENCH_PORT_BASE.
+.PHONY: bench-profiles
+bench-profiles: $(BUILD)/cachetd
+	CACHETD=$(abspath $(BUILD)/cachetd) \
+	  MEMCACHED=$${MEMCACHED_1645:-$$($$(git rev-parse --show-toplevel)/../shared/peers/build-memcached.sh)} \
+	  python3 bench/profiles.py

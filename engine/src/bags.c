@@ -625,6 +625,7 @@ int bags_evict(storage_thread *t, int clsid)
             bag_remove(b, prev, it);
             atomic_fetch_sub_explicit(&g_class_stats[clsid].dead_waiting, 1, memory_order_relaxed);
             log_dropped_for_space(it, clsid, tag, exp, count_eviction(clsid, tag, last, exp));
+            slabs_gain_evicted(clsid, item_key(it), item_nkey(it));
             limbo_push(&lb, it);
             freed++;
         }

@@ -899,6 +899,7 @@ bool storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_
         count_miss(t, it, tv.now);
         epoch_exit(t);
         mrc_get(t, hv, key, nkey, 0);
+        slabs_gain_missed(hv);
         return false;
     }
 #ifdef CACHET_TEST_HOOKS

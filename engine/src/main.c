@@ -94,6 +94,7 @@ static struct storage_config storage_config_of(const struct settings *s)
         .no_hashexpand = s->no_hashexpand,
         .temp_lru = s->temp_lru,
         .temporary_ttl = s->temporary_ttl,
+        .slab_mover_gain = s->slab_mover_gain,
         .young_window = s->young_window,
         .stub_classes = s->ext.npaths > 0,
         .verbose = s->verbose,

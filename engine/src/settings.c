@@ -105,6 +105,9 @@ void settings_usage(FILE *out)
         "                          conn_placement=off|cpu|napi (a new TCP connection goes to the worker\n"
         "                          pinned to the CPU that received it, else to one on a sibling of that\n"
         "                          CPU; napi: first through napi_map's queue -> CPU map; default off),\n"
+        "                          slab_mover=age|gain (the background page mover gives pages to the\n"
+        "                          class evicting the youngest items, or to the one whose miss-ratio\n"
+        "                          curve gains the most hits per page; default age),\n"
         "                          napi_map=PATH (the node tuner's NAPI id -> CPU file, re-read when it\n"
         "                          changes; see engine/README.md),\n"
         "                          io_uring (require io_uring batching; default: use it if the\n"
@@ -521,6 +524,13 @@ static int parse_extended(struct settings *s, const char *arg, struct ext_state 
             else if (!strcmp(val, "napi")) s->conn_placement = PLACE_NAPI;
             else {
                 fprintf(err, "cachetd: -o conn_placement must be off, cpu or napi, got '%s'\n", val);
+                return EX_USAGE_CODE;
+            }
+        } else if (!strcmp(opt, "slab_mover") && val) {
+            if (!strcmp(val, "age")) s->slab_mover_gain = false;
+            else if (!strcmp(val, "gain")) s->slab_mover_gain = true;
+            else {
+                fprintf(err, "cachetd: -o slab_mover must be age or gain, got '%s'\n", val);
                 return EX_USAGE_CODE;
             }
         } else if (!strcmp(opt, "napi_map") && val) {

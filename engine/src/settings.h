@@ -88,6 +88,7 @@ struct settings {
     bool     no_maxconns_fast;     /* -o no_maxconns_fast: a client beyond -c waits to be accepted
                                       instead of getting "ERROR Too many open connections" */
     int      slab_automove;        /* -o slab_automove=0..2 (no_slab_automove: 0); 0 moves pages only on `slabs reassign` */
+    bool     slab_mover_gain;      /* -o slab_mover=gain (slabs_gain.c); false = by age */
     int      verbose;              /* -v count */
     uint32_t slab_sizes[MAX_SLAB_SIZES];
     int      slab_sizes_count;

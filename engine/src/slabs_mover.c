@@ -476,7 +476,7 @@ bool slabs_rebalance_once(void)
     pthread_mutex_lock(&mover_lock);
     int src = 0, dst = 0;
     bool moved = false;
-    if (pick_by_age(&src, &dst)) {
+    if (slabs_gain_enabled() ? slabs_gain_pick(&src, &dst) : pick_by_age(&src, &dst)) {
         size_t pg = cheapest_page(src);
         if (pg < g_pages_max) moved = move_page(mover_ctx, src, dst, pg, true);
     }

@@ -64,6 +64,8 @@ int storage_init(const struct storage_config *cfg)
     storage_stats_init();
     if (slabs_init() != 0) return -1;
     slabs_mover_reset();
+    slabs_gain_reset();
+    slabs_gain_enable(g_cfg.slab_mover_gain);
     if (assoc_init(g_cfg.hashpower_init) != 0) return -1;
     if (bags_init() != 0) return -1;
     if (items_init() != 0) return -1;

@@ -58,6 +58,7 @@ struct storage_config {
     bool     no_hashexpand;      /* -o no_hashexpand: the hash table keeps its initial power */
     bool     temp_lru;           /* -o temporary_ttl given: items whose TTL is at most */
     uint32_t temporary_ttl;      /*   temporary_ttl are never evicted, only expire (memcached's TEMP_LRU) */
+    bool     slab_mover_gain;    /* -o slab_mover=gain: pages move by marginal gain (slabs_gain.c), else by age */
     size_t   slab_chunk_max;     /* -o slab_chunk_max: larger items are chained from chunks of this size; 0 = default */
     uint32_t young_window;       /* -o young_window: an eviction of an item read within this many seconds is "young" (0 = 60) */
     bool     stub_classes;       /* extstore on: 8-byte classes from the smallest stub up to -n's class */
@@ -284,6 +285,8 @@ void storage_stats_sizes_coarse(stat_writer w, void *ctx);
  * (the memory formula's miss_ratio_curve term). */
 #define MRC_SAMPLE_KEYS 8192
 size_t mrc_memory_bytes(void);
+/* -o slab_mover=gain's shadow table (slabs_gain.c), fixed */
+size_t slabs_gain_memory_bytes(void);
 void storage_stats_reset(void);
 
 /* ---- extstore (ext_items.c, ext_io.c) ---- */

@@ -385,6 +385,15 @@ bool slabs_rebalance_once(void);
 int  slabs_automove_level(void);   /* `slabs automove`: 0 stops the background pass */
 extern _Atomic uint64_t g_slab_moves, g_slab_rescues;   /* slabs_mover.c */
 
+/* ---- the mover's choice by marginal gain (slabs_gain.c) ---- */
+void slabs_gain_enable(bool on);
+bool slabs_gain_enabled(void);
+void slabs_gain_evicted(int clsid, const char *key, size_t nkey);   /* bags.c, on an eviction */
+void slabs_gain_missed(uint32_t hv);                                 /* items.c, on a GET miss */
+bool slabs_gain_pick(int *src_out, int *dst_out);                    /* mover thread, mover lock */
+void slabs_gain_reset(void);
+uint64_t slabs_gain_shadow_hits(void);
+
 /* ---- bag LRU and cleaner (bags.c) ---- */
 int  bags_init(void);
 void bags_destroy(void);

@@ -140,6 +140,7 @@ void storage_stats_settings(stat_writer w, void *ctx)
     w(ctx, "slab_automove", "%d", slabs_automove_level());
     w(ctx, "temp_lru", "%s", g_cfg.temp_lru ? "yes" : "no");
     w(ctx, "temporary_ttl", "%u", g_cfg.temporary_ttl);
+    w(ctx, "slab_mover", "%s", slabs_gain_enabled() ? "gain" : "age");
     w(ctx, "lru_type", "%s", "bags");
     w(ctx, "item_header_bytes", "%u", ITEM_HDR);
     w(ctx, "slab_chunk_max", "%zu", slabs_chunk_max());
@@ -185,6 +186,7 @@ static void stats_slabs(stat_writer w, void *ctx)
     w(ctx, "active_slabs", "%u", active);
     w(ctx, "total_malloced", "%zu", slabs_total_malloced());
     slabs_mover_stats(w, ctx);
+    w(ctx, "slab_gain_shadow_hits", "%llu", (unsigned long long)slabs_gain_shadow_hits());
 }
 
 void storage_stats_items(stat_writer w, void *ctx) { bags_stats_items(w, ctx); }

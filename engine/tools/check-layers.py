@@ -66,7 +66,7 @@ LAYERS = [
                 "config/clock/flush/CAS words, thread registry and read "
                 "sections, lifecycle and stats",
      ["storage", "storage_internal", "storage_stats", "items", "bags", "slabs",
-      "slabs_internal", "slabs_mover", "assoc", "ext_items", "ext_compact",
+      "slabs_internal", "slabs_mover", "slabs_gain", "assoc", "ext_items", "ext_compact",
       "clock", "epoch", "mrc"], []),
     ("config", "the command line: settings parser, process setup",
      ["settings", "proc"], []),

@@ -131,8 +131,8 @@ func TestMemoryBudget(t *testing.T) {
 	// x 17/16 = 8.5Mi; kernel socket buffers 1024 x (2 x 64Ki + 2 x 16Ki +
 	// 8Ki) = 168Mi; 2 threads x (2Mi + an event table of 1024 + 2 x (8 + 16) +
 	// 1024 slots of 32 bytes) = 4Mi + 131Ki; 8 watchers x (32Ki ring + 168Ki
-	// socket) + their 1Mi thread = 2.56Mi; the miss-ratio curve 760Ki;
-	// base 16Mi. Total 64+6+36+8.5+168+4.13+2.56+0.74+16 = 305.9 -> 306Mi.
+	// socket) + their 1Mi thread = 2.56Mi; the miss-ratio curve and the mover's shadow table 824Ki;
+	// base 16Mi. Total 64+6+36+8.5+168+4.13+2.56+0.8+16 = 305.96 -> 306Mi.
 	b := Budget(spec(), current)
 	if b.Limit != 306<<20 || b.MissRatioCurve != MissRatioCurveBytes || b.Watchers != 8*(32<<10+168<<10)+1<<20 || b.HashTable != 6<<20 || b.Connections != 36<<20 || b.ConnBufferCap != 17<<19 ||
 		b.SocketBuffers != 168<<20 || b.Workers != 2*(2<<20+2096*32) || b.Base != 16<<20 {

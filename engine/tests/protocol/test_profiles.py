@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from conftest import next_free_port, stat, wait_until
+from conftest import advance_clock, next_free_port, stat, value_of, wait_until
 
 
 def size_buckets(c, prefix=""):
@@ -160,3 +160,69 @@ def test_metrics_show_sizes_and_the_curve(start_server):
     curve = series("cachet_miss_ratio")
     assert len(curve) >= 8 and all(0 <= v <= 1 for v in curve.values())
     assert any(l.startswith("cachet_mrc_references_total 3000") for l in lines)
+
+
+def class_pages(c):
+    """total_pages of each slab class, by class id (`stats slabs`)."""
+    return {int(k.split(":")[0]): int(v) for k, v in c.stats("slabs").items() if k.endswith(":total_pages")}
+
+
+def class_of_size(c, key, size):
+    """The class id an item of `size` value bytes lands in: store one and see
+    which class's used_chunks grows."""
+    before = {k: int(v) for k, v in c.stats("slabs").items() if k.endswith(":used_chunks")}
+    assert c.store("set", key, b"x" * size) == b"STORED"
+    after = {k: int(v) for k, v in c.stats("slabs").items() if k.endswith(":used_chunks")}
+    grown = [int(k.split(":")[0]) for k in after if after[k] > before.get(k, 0)]
+    assert len(grown) == 1, f"one class grows for a {size}-byte value: {grown}"
+    return grown[0]
+
+
+@pytest.mark.cachetd_only("-o slab_mover is cachetd's; memcached 1.6.45 refuses slab_automove=3")
+@pytest.mark.test_hooks
+def test_gain_mover_gives_pages_to_the_class_with_the_larger_marginal_gain(start_server):
+    """-o slab_mover=gain (slabs_gain.c): a class whose keys are read again at
+    random gains hits from every page it is given; a class that only streams
+    new keys gains none. After the stream has taken all memory, the mover
+    moves pages from the streaming class to the rereading one, although both
+    evict items of about the same (young) age, where the age balancer sees no
+    reason to move. Time moves by debugtime, one second per round, so the
+    once-a-second pass runs whatever the machine's speed; rounds are bounded."""
+    srv = start_server("-m", "8", "-o", "slab_mover=gain")
+    small, large = 100, 2000
+    rng = random.Random(23)
+    with srv.conn() as c:
+        assert c.stats("settings")["slab_mover"] == "gain"
+        cls_small = class_of_size(c, "ws99999", small)
+        cls_large = class_of_size(c, "st9999999", large)
+        streamed = 0
+
+        def stream_large(n):
+            nonlocal streamed
+            for _ in range(n):
+                c.send(b"set st%07d 0 0 %d noreply\r\n%s\r\n" % (streamed, large, b"s" * large))
+                streamed += 1
+            assert c.cmd("version").startswith(b"VERSION")
+
+        def set_small(i):
+            c.send(b"set ws%05d 0 0 %d noreply\r\n%s\r\n" % (i, small, value_of("ws", i, small)))
+
+        stream_large(6000)   # 8 MB of 128 KB pages: the stream holds them all
+        working = 5000       # about five pages of the small class
+        for i in range(working):
+            set_small(i)
+        start = class_pages(c)[cls_small]
+        grew_to = start
+        for _ in range(40):
+            for i in (rng.randrange(working) for _ in range(3000)):
+                if not c.values(f"get ws{i:05d}"):
+                    set_small(i)
+            stream_large(1500)
+            advance_clock(c, 1)
+            grew_to = class_pages(c)[cls_small]
+            if grew_to >= start + 3:
+                break
+        pages = class_pages(c)
+        assert grew_to >= start + 3, (f"the rereading class {cls_small} had {start} pages and now {grew_to}; "
+                                      f"the streaming class {cls_large} has {pages.get(cls_large)}")
+        assert stat(c, "slab_gain_shadow_hits", "slabs") > 0

@@ -1,0 +1,339 @@
+#!/usr/bin/env python3
+"""`make bench-profiles` (issue 23): workload profiles side by side with
+memcached 1.6.45, in one run, each part ending in PASS or MISS.
+
+Parts done here:
+  (a) seed 003's whole table: cachetd with slab classes derived by the DP
+      below from the workload's item sizes keeps all 50,000 items at -m 3,
+      against memcached 1.6.45 at each of seed 003's -f (best: 41,554).
+  (d) the page mover by marginal gain (-o slab_mover=gain, slabs_gain.c)
+      against today's age mover and memcached 1.6.45's automover, hit ratio
+      at equal memory on a two-class workload: small values read again at
+      random (one more page is worth hits) and a stream of large values never
+      read again (a page is worth nothing).
+  (b) a bimodal and a wide log-normal value-size mix: items kept with derived
+      classes, with cachetd's defaults, with memcached 1.6.45's best -f (at
+      these small -m memcached goes past the limit: docs/benchmarks.md).
+  (c) the curve's accuracy: `stats mrc` of one run at -m 32 against four
+      separate runs of the same trace at -m 8, 16, 32, 64, on a Zipf trace and
+      on the same with one-time keys mixed in; target: absolute error < 0.02.
+
+The DP is the bench's own copy of issue 23's derivation (the operator's Go
+function is another piece of work): at most K classes, each an 8-byte aligned
+chunk size, minimising the bytes wasted (chunk - item) summed over the items.
+Item sizes are not modelled: they are measured on a calibration cachetd with
+classes every 8 bytes (the class an item lands in is its chunk need).
+
+Only 127.0.0.0/8; every loop is bounded by a count. Ports from
+BENCH_PORT_BASE (default 26400).
+"""
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import seed003  # noqa: E402
+from mcstats import Client, slab_classes  # noqa: E402
+
+PORT_BASE = int(os.environ.get("BENCH_PORT_BASE", "26400"))
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+CACHETD = os.environ["CACHETD"]
+MEMCACHED = os.environ["MEMCACHED"]   # memcached 1.6.45 (bench.mk: MEMCACHED_1645 or shared/peers)
+MAX_CLASSES = 63
+
+
+class Server:
+    def __init__(self, argv, port):
+        self.port = port
+        if argv[0] == MEMCACHED and os.geteuid() == 0:
+            argv = argv + ["-u", "root"]
+        self.proc = subprocess.Popen(argv + ["-p", str(port), "-l", "127.0.0.1", "-U", "0"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"{argv}: {self.proc.stderr.read().decode()}")
+                time.sleep(0.05)
+        raise RuntimeError(f"{argv}: not listening")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def cmd(c, line):
+    c.sock.sendall(line)
+    return c._line()
+
+
+def chunk_needs(lengths):
+    """{(nkey, nbytes): chunk bytes cachetd needs}, measured: a cachetd with
+    classes every 8 bytes from 48, one item stored per distinct size."""
+    out = {}
+    todo = sorted(set(lengths))
+    base = 48   # cachetd's smallest chunk: header, CAS and 16 bytes
+    while todo:
+        sizes = [base + 8 * i for i in range(MAX_CLASSES)]
+        with Server([CACHETD, "-m", "64", "-n", "8", "-o", "slab_sizes=" + "-".join(map(str, sizes))], PORT_BASE + 1) as s, \
+                Client(s.port) as c:
+            rest = []
+            for i, (nk, nb) in enumerate(todo):
+                before = {k: v.get("used_chunks", 0) for k, v in slab_classes(c.stats("slabs")).items()}
+                key = ("k%0*d" % (nk - 1, i))[:nk]
+                assert cmd(c, b"set %s 0 0 %d\r\n%s\r\n" % (key.encode(), nb, b"v" * nb)) == "STORED"
+                after = slab_classes(c.stats("slabs"))
+                grown = [k for k, v in after.items() if v.get("used_chunks", 0) > before.get(k, 0)]
+                size = int(after[grown[0]]["chunk_size"]) if grown else 0
+                if not grown or size > sizes[-1]:
+                    rest.append((nk, nb))   # needs more than this range: the next one
+                else:
+                    out[(nk, nb)] = size
+            todo = rest
+            base = sizes[-1]
+        if base > 1 << 20:
+            raise RuntimeError("item too large to calibrate")
+    return out
+
+
+def derive_classes(needs, k):
+    """The DP: at most k chunk sizes (each a need, so 8-aligned) covering every
+    need, minimising sum over items of (chunk - need). needs: {size: count}."""
+    sizes = sorted(needs)
+    n = len(sizes)
+    cnt = [needs[s] for s in sizes]
+    # cost(i, j): items of sizes[i..j] in a class of size sizes[j]
+    pre_c = [0] * (n + 1)
+    pre_b = [0] * (n + 1)
+    for i in range(n):
+        pre_c[i + 1] = pre_c[i] + cnt[i]
+        pre_b[i + 1] = pre_b[i] + cnt[i] * sizes[i]
+
+    def cost(i, j):
+        return sizes[j] * (pre_c[j + 1] - pre_c[i]) - (pre_b[j + 1] - pre_b[i])
+    inf = float("inf")
+    best = [[inf] * n for _ in range(k + 1)]
+    arg = [[-1] * n for _ in range(k + 1)]
+    for j in range(n):
+        best[1][j] = cost(0, j)
+    for m in range(2, k + 1):
+        for j in range(n):
+            for i in range(1, j + 1):
+                v = best[m - 1][i - 1] + cost(i, j)
+                if v < best[m][j]:
+                    best[m][j] = v
+                    arg[m][j] = i
+    m = min(range(1, k + 1), key=lambda q: best[q][n - 1])
+    out, j = [], n - 1
+    while m >= 1 and j >= 0:
+        out.append(sizes[j])
+        i = arg[m][j] if m > 1 else 0
+        j, m = i - 1, m - 1
+    return sorted(out)
+
+
+def part_a():
+    pairs = seed003.seed003_workload()
+    lens = [(len(k), len(v)) for k, v in pairs]
+    need = chunk_needs(lens)
+    hist = {}
+    for nk_nb in lens:
+        hist[need[nk_nb]] = hist.get(need[nk_nb], 0) + 1
+    classes = derive_classes(hist, min(MAX_CLASSES, len(hist)))
+    args = [CACHETD, "-m", "3", "-n", "24", "-o", "slab_sizes=" + "-".join(map(str, classes))]
+    with Server(args, PORT_BASE + 2) as s:
+        r = seed003.fill(s.port)
+    ours = r["curr_items"]
+    best_f, best = None, -1
+    for f in seed003.FACTORS:
+        with Server([MEMCACHED, "-m", "3", "-n", "24", "-f", str(f)], PORT_BASE + 3) as s:
+            got = seed003.fill(s.port)["curr_items"]
+        print(f"  memcached 1.6.45 -m 3 -n 24 -f {f}: {got:,} items kept")
+        if got > best:
+            best_f, best = f, got
+    verdict = "PASS" if ours == seed003.ITEMS else "MISS"
+    print(f"(a) seed 003: cachetd -o slab_sizes={'-'.join(map(str, classes))} ({len(classes)} classes) keeps "
+          f"{ours:,} of {seed003.ITEMS:,}; memcached 1.6.45's best -f {best_f} keeps {best:,} "
+          f"(ratio {ours / best:.3f}) {verdict}")
+    return verdict == "PASS"
+
+
+def mover_run(argv, port, rounds, seed=23):
+    """Hit ratio of the small class's rereads over the second half of the run."""
+    small, large, working = 100, 2000, 5000
+    rng = random.Random(seed)
+    with Server(argv, port) as s, Client(s.port) as c:
+        def stream(n, start):
+            req = b"".join(b"set st%07d 0 0 %d noreply\r\n%s\r\n" % (start + i, large, b"s" * large) for i in range(n))
+            c.sock.sendall(req)
+            assert cmd(c, b"version\r\n").startswith("VERSION")
+        streamed = 0
+        stream(6000, 0)
+        streamed = 6000
+        c.sock.sendall(b"".join(b"set ws%05d 0 0 %d noreply\r\n%s\r\n" % (i, small, b"w" * small)
+                                for i in range(working)))
+        hits = gets = 0
+        t_end = time.monotonic() + rounds * 1.0
+        for r in range(rounds):
+            keys = [rng.randrange(working) for _ in range(1000)]
+            c.sock.sendall(b"".join(b"get ws%05d\r\n" % i for i in keys))
+            miss = []
+            for i in keys:
+                line = c._line()
+                if line.startswith("VALUE"):
+                    c._line()
+                    assert c._line() == "END"
+                    if r >= rounds // 2:
+                        hits += 1
+                else:
+                    miss.append(i)
+                if r >= rounds // 2:
+                    gets += 1
+            c.sock.sendall(b"".join(b"set ws%05d 0 0 %d noreply\r\n%s\r\n" % (i, small, b"w" * small) for i in miss))
+            stream(500, streamed)
+            streamed += 500
+            # the movers decide once a second: give each round its second
+            wait = t_end - (rounds - r - 1) - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+        moved = c.stats().get("slabs_moved")
+        if moved is None:
+            moved = c.stats("slabs").get("slabs_moved")   # cachetd shows it there
+    return hits / max(gets, 1), moved
+
+
+def part_d():
+    rounds = 30 if QUICK else 90
+    common = ["-m", "8"]
+    age = mover_run([CACHETD] + common + ["-o", "slab_mover=age"], PORT_BASE + 4, rounds)
+    gain = mover_run([CACHETD] + common + ["-o", "slab_mover=gain"], PORT_BASE + 5, rounds)
+    mc = mover_run([MEMCACHED] + common + ["-I", "128k", "-o", "slab_chunk_max=64"], PORT_BASE + 6, rounds)
+    print(f"  cachetd -m 8 slab_mover=age:  hit ratio {age[0]:.3f} (pages moved {age[1]})")
+    print(f"  cachetd -m 8 slab_mover=gain: hit ratio {gain[0]:.3f} (pages moved {gain[1]})")
+    print(f"  memcached 1.6.45 -m 8 -I 128k -o slab_chunk_max=64 (automove 1): hit ratio {mc[0]:.3f} (pages moved {mc[1]})")
+    verdict = "PASS" if gain[0] > age[0] else "MISS"
+    print(f"(d) mover by marginal gain vs by age at equal memory: {gain[0]:.3f} vs {age[0]:.3f} "
+          f"(memcached 1.6.45 {mc[0]:.3f}; gain/memcached {gain[0] / max(mc[0], 1e-9):.2f}) {verdict}")
+    return verdict == "PASS"
+
+
+def zipf_trace(n_keys, n_gets, alpha, rng):
+    weights = [1.0 / (i + 1) ** alpha for i in range(n_keys)]
+    return rng.choices(range(n_keys), weights=weights, k=n_gets)
+
+
+def scan_trace(n_keys, n_gets, alpha, rng):
+    """Zipf GETs with one-time keys (a scan) mixed in: every 5th GET a new key."""
+    z = zipf_trace(n_keys, n_gets, alpha, rng)
+    return [n_keys + i if i % 5 == 4 else k for i, k in enumerate(z)]
+
+
+def replay(port, trace, size):
+    """GET each key of the trace, store it on a miss; returns the hit ratio."""
+    hits = 0
+    value = b"v" * size
+    with Client(port) as c:
+        for start in range(0, len(trace), 500):
+            chunk = trace[start:start + 500]
+            c.sock.sendall(b"".join(b"get k%08d\r\n" % k for k in chunk))
+            miss = []
+            for k in chunk:
+                line = c._line()
+                if line.startswith("VALUE"):
+                    c._line()
+                    c._line()
+                    hits += 1
+                else:
+                    miss.append(k)
+            c.sock.sendall(b"".join(b"set k%08d 0 0 %d noreply\r\n%s\r\n" % (k, size, value) for k in miss))
+        assert cmd(c, b"version\r\n").startswith("VERSION")
+        mrc = c.stats("mrc")
+    return hits / len(trace), mrc
+
+
+def part_c():
+    """The curve read on one run at -m 32 against separate runs at -m 8, 16,
+    32, 64 (its points at 1/4, 1/2, 1 and 2 x -m)."""
+    rng = random.Random(2311)
+    n_gets = 400_000 if QUICK else 1_200_000
+    worst = 0.0
+    for name, trace in (("zipf 0.9", zipf_trace(400_000, n_gets, 0.9, rng)),
+                        ("zipf 0.9 + 20% scan", scan_trace(400_000, n_gets, 0.9, rng))):
+        with Server([CACHETD, "-m", "32"], PORT_BASE + 7) as s:
+            _, mrc = replay(s.port, trace, 400)
+        for mb in (8, 16, 32, 64):
+            predicted = 1 - float(mrc[f"{mb << 20}:miss_ratio"])
+            with Server([CACHETD, "-m", str(mb)], PORT_BASE + 8) as s:
+                measured, _ = replay(s.port, trace, 400)
+            err = abs(predicted - measured)
+            worst = max(worst, err)
+            print(f"  {name}, -m {mb}: curve {predicted:.3f}, measured {measured:.3f}, error {err:.3f}")
+    verdict = "PASS" if worst < 0.02 else "MISS"
+    print(f"(c) curve accuracy: largest absolute error {worst:.3f} (target < 0.02) {verdict}")
+    return verdict == "PASS"
+
+
+def fill_mix(port, sizes):
+    with Client(port) as c:
+        pairs = [(f"p{i:07d}", "v" * n) for i, n in enumerate(sizes)]
+        c.set_many(pairs)
+        return int(c.stats()["curr_items"])
+
+
+def part_b():
+    """Items kept at equal memory: derived classes, memcached's best -f and
+    cachetd's defaults, on a bimodal and a wide log-normal value-size mix."""
+    rng = random.Random(2312)
+    n = 30_000 if QUICK else 60_000
+    mixes = {
+        "bimodal (70% ~100 B, 30% ~3000 B)": ([max(1, int(rng.gauss(100, 10))) if rng.random() < 0.7
+                                               else max(1, int(rng.gauss(3000, 300))) for _ in range(n)], 16),
+        "log-normal (median 300 B, sigma 1.2)": ([min(8000, max(1, int(rng.lognormvariate(5.7, 1.2))))
+                                                  for _ in range(n)], 8),
+    }
+    ok = True
+    for name, (sizes, mb) in mixes.items():
+        need = chunk_needs([(8, v) for v in sizes])
+        hist = {}
+        for v in sizes:
+            hist[need[(8, v)]] = hist.get(need[(8, v)], 0) + 1
+        classes = derive_classes(hist, min(24, len(hist)))
+        with Server([CACHETD, "-m", str(mb), "-o", "slab_sizes=" + "-".join(map(str, classes))], PORT_BASE + 9) as s:
+            derived = fill_mix(s.port, sizes)
+        with Server([CACHETD, "-m", str(mb)], PORT_BASE + 9) as s:
+            default = fill_mix(s.port, sizes)
+        best_f, best = None, -1
+        for f in seed003.FACTORS:
+            with Server([MEMCACHED, "-m", str(mb), "-f", str(f)], PORT_BASE + 10) as s:
+                got = fill_mix(s.port, sizes)
+            if got > best:
+                best_f, best = f, got
+        verdict = "PASS" if derived >= best and derived >= default else "MISS"
+        ok = ok and verdict == "PASS"
+        print(f"(b) {name}, {n:,} items, -m {mb}: derived ({len(classes)} classes) keeps {derived:,}, "
+              f"cachetd defaults {default:,}, memcached 1.6.45 best -f {best_f} {best:,} "
+              f"(derived/memcached {derived / max(best, 1):.3f}) {verdict}")
+    return ok
+
+
+def main():
+    ok = part_a()
+    ok = part_d() and ok
+    ok = part_c() and ok
+    ok = part_b() and ok
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
