@@ -41,6 +41,7 @@ import (
 
 // CacheSpec is the desired state of a Cache.
 // +kubebuilder:validation:XValidation:rule="(has(self.dedicatedCPUs) && !self.dedicatedCPUs) || !has(self.cpu) || self.cpu >= 1",message="spec.cpu must be at least 1 when spec.dedicatedCPUs is true: exclusive cores come in whole CPUs"
+// +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.engine.connectionPlacement) || self.engine.connectionPlacement == 'Off' || !has(self.dedicatedCPUs) || self.dedicatedCPUs",message="spec.engine.connectionPlacement CPU needs spec.dedicatedCPUs: only pinned workers have a CPU to receive connections on"
 // +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.engine.threads) || (has(self.dedicatedCPUs) && !self.dedicatedCPUs) || !has(self.cpu) || self.engine.threads >= self.cpu",message="spec.engine.threads must be at least spec.cpu when spec.dedicatedCPUs is true: every exclusive core needs a worker pinned to it"
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || !has(self.autoscaling.targets.cpuUtilization) || !has(self.cpu) || self.cpu > 0",message="spec.autoscaling.targets.cpuUtilization needs spec.cpu of at least 1: utilization is measured against the pods' CPU request, and spec.cpu 0 requests none",fieldPath=".autoscaling.targets.cpuUtilization"
 // +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.engine.maxItemSize) || !isQuantity(string(self.engine.maxItemSize)) || !isQuantity(string(self.memory)) || quantity(string(self.engine.maxItemSize)).asApproximateFloat() * 2.0 <= quantity(string(self.memory)).asApproximateFloat()",message="spec.engine.maxItemSize must be at most half of spec.memory: the engine needs room for at least two items of the largest size",fieldPath=".engine.maxItemSize"
@@ -556,7 +557,26 @@ type EngineSpec struct {
 	// +listType=set
 	// +optional
 	ChunkSizes []int32 `json:"chunkSizes,omitempty"`
+
+	// ConnectionPlacement CPU hands each new connection to the worker pinned
+	// to the CPU whose softirq received it (cachetd -o conn_placement=cpu,
+	// SO_INCOMING_CPU), else to one on a hyperthread sibling of it, so a
+	// connection's interrupts and its worker share a core. Worth it with the
+	// node tuner placing the NIC queues on the pod's cores (spec.nodeTuning);
+	// without, every connection whose interrupts land on one core would go to
+	// one worker, so the default is Off (round robin). Needs dedicated CPUs:
+	// the workers must be pinned.
+	// +kubebuilder:validation:Enum=Off;CPU
+	// +kubebuilder:default=Off
+	// +optional
+	ConnectionPlacement string `json:"connectionPlacement,omitempty"`
 }
+
+// The values of spec.engine.connectionPlacement.
+const (
+	ConnectionPlacementOff = "Off"
+	ConnectionPlacementCPU = "CPU"
+)
 
 // WorkloadProfile is a declared shape of the items a Cache holds.
 // +kubebuilder:validation:XValidation:rule="has(self.preset) != has(self.valueSizes)",message="spec.workloadProfile needs exactly one of preset (a named shape) or valueSizes (your own histogram)"

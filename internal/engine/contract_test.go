@@ -120,6 +120,9 @@ var admittedSpecs = []contractCase{
 		s.CPU = ptr.To(int32(0))
 		s.Engine.Threads = ptr.To(int32(16))
 	})},
+	{name: "connections placed by CPU", spec: spec(func(s *cachev1alpha1.CacheSpec) {
+		s.Engine.ConnectionPlacement = cachev1alpha1.ConnectionPlacementCPU
+	})},
 	{name: "explicit hashpower", spec: spec(func(s *cachev1alpha1.CacheSpec) { s.Engine.HashPower = ptr.To(int32(24)) })},
 	{name: "growth factor and min chunk", spec: spec(func(s *cachev1alpha1.CacheSpec) {
 		s.Engine.GrowthFactor = ptr.To("4")

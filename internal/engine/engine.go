@@ -295,6 +295,8 @@ func Args(s *cachev1alpha1.CacheSpec, o Options) []string {
 	}
 	if !s.IsDedicatedCPUs() {
 		opts = append(opts, "cpus=none")
+	} else if e.ConnectionPlacement == cachev1alpha1.ConnectionPlacementCPU {
+		opts = append(opts, "conn_placement=cpu")
 	}
 	if o.MetricsPort > 0 {
 		opts = append(opts, "metrics_port="+strconv.Itoa(int(o.MetricsPort)))

@@ -64,6 +64,26 @@ func TestArgsExplicit(t *testing.T) {
 	}
 }
 
+// connectionPlacement CPU asks cachetd to place connections by the CPU that
+// received them; only pinned (dedicated) workers have one, so shared CPUs
+// never get it (the CRD refuses that combination too).
+func TestArgsConnectionPlacement(t *testing.T) {
+	placed := spec(func(s *cachev1alpha1.CacheSpec) { s.Engine.ConnectionPlacement = cachev1alpha1.ConnectionPlacementCPU })
+	if got := Args(placed, current); !strings.Contains(got[len(got)-1], "conn_placement=cpu") {
+		t.Fatalf("Args = %q, want conn_placement=cpu", got)
+	}
+	off := spec(func(s *cachev1alpha1.CacheSpec) { s.Engine.ConnectionPlacement = cachev1alpha1.ConnectionPlacementOff })
+	shared := spec(func(s *cachev1alpha1.CacheSpec) {
+		s.Engine.ConnectionPlacement = cachev1alpha1.ConnectionPlacementCPU
+		s.DedicatedCPUs = ptr.To(false)
+	})
+	for _, s := range []*cachev1alpha1.CacheSpec{off, shared} {
+		if got := Args(s, current); strings.Contains(strings.Join(got, " "), "conn_placement") {
+			t.Fatalf("Args = %q, want no conn_placement", got)
+		}
+	}
+}
+
 // An engine image other than the operator's own (a Cache pinned to an older
 // cachetd) is given no option an older cachetd refuses: no sock_sndbuf or
 // sock_rcvbuf, and so no socket_buffers term in its limit.
