@@ -277,17 +277,7 @@ func ValidateCacheSpec(c *Cache) (field.ErrorList, admission.Warnings) {
 	serviceErrs, serviceWarnings := validateService(c)
 	errs = append(errs, serviceErrs...)
 	warnings := append(disruptionWarnings(c), serviceWarnings...)
-	return errs, append(warnings, securityWarnings(c)...)
-}
-
-// securityWarnings say what spec.tls does not do yet: the engine reloads a
-// renewed certificate only on refresh_certs or SIGHUP, which nothing sends
-// it, so a rotation reaches a pod when it restarts.
-func securityWarnings(c *Cache) admission.Warnings {
-	if c.Spec.TLS != nil {
-		return admission.Warnings{"spec.tls: a renewed certificate reaches a pod only when it restarts (the engine does not watch its certificate files yet); docs/security.md"}
-	}
-	return nil
+	return errs, warnings
 }
 
 func validateName(c *Cache) field.ErrorList {

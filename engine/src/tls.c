@@ -17,7 +17,11 @@
  * an idle connection like any other (idle_timeout, -c, the memory term).
  *
  * Rotation: `refresh_certs` (and SIGHUP, as memcached) builds a new SSL_CTX
- * from the files and swaps it in; connections already open keep the context
+ * from the files and swaps it in; so does a file watch, for Kubernetes,
+ * whose Secret volumes swap a symlink when cert-manager renews and where
+ * nothing sends a command: an accept stats the three files when a second
+ * has passed since the last look, and refreshes if one's inode, size or
+ * mtime changed (as auth.c watches the authfile); connections already open keep the context
  * they were accepted with (OpenSSL counts its references), so rotating a
  * certificate never drops an established connection. A file that fails to
  * load leaves the current context in place and says why.
@@ -26,8 +30,8 @@
  * record is in flight, OpenSSL's read and write buffers (each a record,
  * ~17 KiB); SSL_MODE_RELEASE_BUFFERS frees them on an idle connection.
  *
- * Concurrency: the current context is swapped and taken (SSL_new) under one
- * mutex; an SSL object belongs to its connection's worker.
+ * Concurrency: the current context, and the files' identity it was built
+ * from, are swapped and taken (SSL_new) under one mutex; an SSL object belongs to its connection's worker.
  */
 #include "tls.h"
 
@@ -37,7 +41,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/err.h>
@@ -49,6 +55,39 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static SSL_CTX *current;
 
 static const char session_context[] = "cachetd";
+
+#define TLS_RECHECK_NS 1000000000LL
+
+/* What the watch compares: a file's identity when its context was built
+ * (zeros for a file that is not set or cannot be stat'ed). */
+struct file_id {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    long long mtime_ns;
+};
+#define TLS_FILES 3
+static struct file_id loaded_ids[TLS_FILES];   /* under lock */
+static long long next_look_ns;                 /* under lock */
+
+static long long mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void identify_files(struct file_id ids[TLS_FILES])
+{
+    const char *paths[TLS_FILES] = { settings.tls.chain_cert, settings.tls.key, settings.tls.ca_cert };
+    memset(ids, 0, sizeof(struct file_id) * TLS_FILES);
+    for (int i = 0; i < TLS_FILES; i++) {
+        struct stat st;
+        if (!paths[i][0] || stat(paths[i], &st) != 0) continue;
+        ids[i] = (struct file_id){ st.st_dev, st.st_ino, st.st_size,
+                                   (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec };
+    }
+}
 
 bool tls_enabled(void) { return current != NULL; }
 
@@ -115,10 +154,14 @@ int tls_start(char *err, size_t errlen)
 {
     if (!settings.tls.enabled) return 0;
     OPENSSL_init_ssl(0, NULL);
+    struct file_id ids[TLS_FILES];
+    identify_files(ids);
     SSL_CTX *ctx = build_context(err, errlen);
     if (!ctx) return -1;
     pthread_mutex_lock(&lock);
     current = ctx;
+    memcpy(loaded_ids, ids, sizeof ids);
+    next_look_ns = mono_ns() + TLS_RECHECK_NS;
     pthread_mutex_unlock(&lock);
     return 0;
 }
@@ -129,18 +172,46 @@ int tls_refresh(char *err, size_t errlen)
         snprintf(err, errlen, "Error TLS not enabled");
         return -1;
     }
+    /* identified before loading: a change while loading is seen next time */
+    struct file_id ids[TLS_FILES];
+    identify_files(ids);
     SSL_CTX *ctx = build_context(err, errlen);
-    if (!ctx) return -1;
     pthread_mutex_lock(&lock);
+    /* a failed load is not retried by the watch until the files change again */
+    memcpy(loaded_ids, ids, sizeof ids);
     SSL_CTX *old = current;
-    current = ctx;
+    if (ctx) current = ctx;
     pthread_mutex_unlock(&lock);
+    if (!ctx) return -1;
     SSL_CTX_free(old);   /* freed when its last connection closes */
     return 0;
 }
 
+/* The file watch: true when a look is due and a file changed since the
+ * current context was built. */
+static bool files_changed(void)
+{
+    long long now = mono_ns();
+    pthread_mutex_lock(&lock);
+    bool due = now >= next_look_ns;
+    if (due) next_look_ns = now + TLS_RECHECK_NS;
+    pthread_mutex_unlock(&lock);
+    if (!due) return false;
+    struct file_id ids[TLS_FILES];
+    identify_files(ids);
+    pthread_mutex_lock(&lock);
+    bool changed = memcmp(ids, loaded_ids, sizeof ids) != 0;
+    pthread_mutex_unlock(&lock);
+    return changed;
+}
+
 SSL *tls_accept(int fd)
 {
+    if (files_changed()) {
+        char err[256];
+        if (tls_refresh(err, sizeof err) != 0)
+            fprintf(stderr, "cachetd: certificate files changed but not reloaded (%s); the current certificate stays\n", err);
+    }
     pthread_mutex_lock(&lock);
     SSL *ssl = current ? SSL_new(current) : NULL;
     pthread_mutex_unlock(&lock);
