@@ -50,6 +50,7 @@
 #include <openssl/ssl.h>
 
 #include "server.h"
+#include "tls_client.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static SSL_CTX *current;
@@ -280,59 +281,13 @@ ssize_t tls_write(void *ssl, const void *buf, size_t len)
 /* The metrics thread's /healthz round trip over TLS: the engine's own port,
  * so the server certificate is not verified; it shows the server's own
  * certificate as its client certificate, which passes ssl_verify_mode 2-3
- * when ssl_ca_cert signed it for client use too. Blocking, bounded by
- * timeout_ms per send and receive; only the metrics thread calls it. */
+ * when ssl_ca_cert signed it for client use too. Only the metrics thread
+ * calls it. */
 bool tls_probe(const char *host, int port, int timeout_ms, const char *request, const char *expect,
                char *why, size_t why_cap)
 {
-    bool ok = false;
     char service[16];
     snprintf(service, sizeof service, "%d", port);
-    struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST }, *res = NULL;
-    if (getaddrinfo(host, service, &hints, &res) != 0 || !res) {
-        snprintf(why, why_cap, "cannot resolve %s", host);
-        return false;
-    }
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
-    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-    SSL *ssl = NULL;
-    if (fd < 0 || !ctx) {
-        snprintf(why, why_cap, "no socket or TLS context for the probe");
-        goto out;
-    }
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
-        snprintf(why, why_cap, "cannot connect to %s port %d: %s", host, port, strerror(errno));
-        goto out;
-    }
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
-    SSL_CTX_use_certificate_chain_file(ctx, settings.tls.chain_cert);
-    SSL_CTX_use_PrivateKey_file(ctx, settings.tls.key, SSL_FILETYPE_PEM);
-    ERR_clear_error();
-    ssl = SSL_new(ctx);
-    if (!ssl || !SSL_set_fd(ssl, fd) || SSL_connect(ssl) != 1) {
-        openssl_error(why, why_cap, "TLS handshake with the engine failed", NULL);
-        goto out;
-    }
-    size_t n = 0, explen = strlen(expect);
-    char reply[128];
-    if (!SSL_write_ex(ssl, request, strlen(request), &n)) {
-        openssl_error(why, why_cap, "cannot send the probe", NULL);
-        goto out;
-    }
-    size_t got = 0;
-    while (got < explen && got < sizeof reply - 1 && SSL_read_ex(ssl, reply + got, sizeof reply - 1 - got, &n))
-        got += n;
-    reply[got] = '\0';
-    if (got == explen && !memcmp(reply, expect, explen)) ok = true;
-    else snprintf(why, why_cap, "unexpected reply over TLS (%zu bytes)", got);
-out:
-    ERR_clear_error();
-    if (ssl) SSL_free(ssl);
-    if (ctx) SSL_CTX_free(ctx);
-    if (fd >= 0) close(fd);
-    freeaddrinfo(res);
-    return ok;
+    return tls_client_exchange(host, service, timeout_ms, NULL, settings.tls.chain_cert, settings.tls.key,
+                               request, expect, why, why_cap);
 }
