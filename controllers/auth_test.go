@@ -19,11 +19,13 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
@@ -100,8 +102,21 @@ func TestSecuredPodTemplate(t *testing.T) {
 			t.Errorf("args %q lack %q", args, w)
 		}
 	}
-	if p := ctr.LivenessProbe; p.Exec != nil {
-		t.Errorf("liveness %+v speaks plaintext without credentials to a TLS/auth port", p.ProbeHandler)
+	// a client CA of another Secret did not sign the pod's certificate
+	if p := ctr.LivenessProbe; p.Exec != nil || p.TCPSocket == nil {
+		t.Errorf("liveness %+v with a foreign client CA: want a TCP connect", p.ProbeHandler)
+	}
+	c.Spec.TLS.ClientCA = nil
+	live := StatefulSet(c, o).Spec.Template.Spec.Containers[0].LivenessProbe
+	wantProbe := []string{"/usr/local/bin/cachet-probe", "-p", "11211", "--tls", "--cert", engine.TLSDir + "/tls.crt",
+		"--key", engine.TLSDir + "/tls.key", "--auth-file", engine.AuthDir + "/" + engine.AuthFileKey}
+	if live.Exec == nil || strings.Join(live.Exec.Command, " ") != strings.Join(wantProbe, " ") {
+		t.Errorf("liveness %+v: want %v", live.ProbeHandler, wantProbe)
+	}
+	if u, _, _ := unstructured.NestedStringSlice(Certificate(newCache(func(c *cachev1alpha1.Cache) {
+		c.Spec.TLS = &cachev1alpha1.TLSSpec{IssuerRef: &cachev1alpha1.IssuerReference{Name: "ca"}, ClientAuth: "Require"}
+	}), o).Object, "spec", "usages"); !slices.Contains(u, "client auth") {
+		t.Errorf("with clientAuth Require the pod's certificate cannot be its probes' client certificate: usages %v", u)
 	}
 	if s := AuthFileSecret(c, o); s == nil || string(s.Data[engine.AuthFileKey]) != "alice:pw\n" {
 		t.Errorf("authfile Secret %+v", s)

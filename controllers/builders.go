@@ -369,12 +369,25 @@ func spreadConstraints(c *cachev1alpha1.Cache) []corev1.TopologySpreadConstraint
 // taken the cache down anyway. Without a metrics port (an engine built
 // before metrics_port) both are cachet-probe.
 //
-// cachet-probe speaks plaintext without credentials: against a port that
-// serves TLS only or wants authentication first, liveness is a TCP connect
-// to the data port until cachet-probe learns TLS and the authfile.
+// With spec.tls and spec.auth, cachet-probe makes the round trip a client
+// makes: over TLS (the server's certificate is the pod's own, not verified;
+// with clientAuth Require the pod's certificate is its client certificate,
+// as /healthz does), authenticated with the mounted authfile's first user.
+// A client CA from another Secret has not signed the pod's certificate, so
+// that case falls back to a TCP connect to the data port.
 func probes(c *cachev1alpha1.Cache, o BuildOptions) (readiness, liveness corev1.ProbeHandler) {
-	liveness = corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"/usr/local/bin/cachet-probe", "-p", strconv.Itoa(EnginePort)}}}
-	if c.Spec.TLS != nil || c.Spec.Auth != nil {
+	probe := []string{"/usr/local/bin/cachet-probe", "-p", strconv.Itoa(EnginePort)}
+	if t := c.Spec.TLS; t != nil {
+		probe = append(probe, "--tls")
+		if t.ClientAuth == "Require" {
+			probe = append(probe, "--cert", engine.TLSDir+"/tls.crt", "--key", engine.TLSDir+"/tls.key")
+		}
+	}
+	if c.Spec.Auth != nil {
+		probe = append(probe, "--auth-file", engine.AuthDir+"/"+engine.AuthFileKey)
+	}
+	liveness = corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: probe}}
+	if t := c.Spec.TLS; t != nil && t.ClientAuth == "Require" && t.ClientCA != nil {
 		liveness = corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(EnginePortName)}}
 	}
 	if o.Engine.MetricsPort > 0 {
