@@ -205,7 +205,7 @@ func (r *CacheReconciler) observeTLS(ctx context.Context, c *cachev1alpha1.Cache
 		if !r.serves(CertManagerAPI, "certificates") {
 			return &podProblem{ReasonNoCertManager, "spec.tls.issuerRef needs cert-manager, and the cluster does not serve " + CertManagerAPI + " certificates: install cert-manager or bring a Secret with spec.tls.secretName"}
 		}
-		cert := certManagerObject("Certificate")
+		cert := certificateObject()
 		if err := r.getAround(ctx, types.NamespacedName{Namespace: c.Namespace, Name: CertificateName(c)}, cert); err == nil {
 			conds, _, _ := unstructured.NestedSlice(cert.Object, "status", "conditions")
 			for _, cd := range conds {

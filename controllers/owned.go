@@ -124,7 +124,7 @@ var ownedKinds = []ownedKind{
 	{group: "networking.k8s.io", resource: "networkpolicies", object: &networkingv1.NetworkPolicy{}, list: &networkingv1.NetworkPolicyList{},
 		build: one(NetworkPolicy), prune: true},
 	// Before the StatefulSet: its pods mount the Secret cert-manager writes.
-	{group: "cert-manager.io", resource: "certificates", object: certManagerObject("Certificate"), list: certManagerList("CertificateList"),
+	{group: "cert-manager.io", resource: "certificates", object: certificateObject(), list: certManagerList("CertificateList"),
 		build: one(Certificate), prune: true, optionalAPI: CertManagerAPI},
 	{group: "apps", resource: "statefulsets", object: &appsv1.StatefulSet{}, list: &appsv1.StatefulSetList{},
 		build: one(StatefulSet), deletes: true},

@@ -136,11 +136,11 @@ func Certificate(c *cachev1alpha1.Cache, o BuildOptions) *unstructured.Unstructu
 	return cert
 }
 
-// certManagerObject and certManagerList are empty objects of a cert-manager
+// certificateObject and certManagerList are empty objects of a cert-manager
 // kind, for the owned-kinds table's watches, informers and listing.
-func certManagerObject(kind string) *unstructured.Unstructured {
+func certificateObject() *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(schema.FromAPIVersionAndKind(CertManagerAPI, kind))
+	u.SetGroupVersionKind(schema.FromAPIVersionAndKind(CertManagerAPI, "Certificate"))
 	return u
 }
 
