@@ -887,6 +887,17 @@ const (
 	// use the static CPU manager policy, Unknown when the operator does not
 	// check (see --check-cpu-manager).
 	ConditionCoresExclusive = "CoresExclusive"
+	// ConditionTLSReady is True when spec.tls's certificate Secret is there
+	// for the pods to mount (reason SecretMounted); False with NoCertManager
+	// (issuerRef without cert-manager in the cluster), IssuerNotReady (the
+	// Certificate is not issued) or SecretMissing. Absent without spec.tls.
+	ConditionTLSReady = "TLSReady"
+	// ConditionAuthReady is True when spec.auth's users are rendered into
+	// the authfile the pods read (reason SecretMounted); False with
+	// SecretMissing or InvalidUser (a user name with ':' or whitespace, an
+	// empty password or one with a line break: nothing of that Secret is
+	// rendered, the last valid authfile stays). Absent without spec.auth.
+	ConditionAuthReady = "AuthReady"
 	// ConditionMonitoring is True when the PodMonitor and PrometheusRule are
 	// in place, False when the cluster has no prometheus-operator CRDs.
 	// Absent when spec.monitoring is not enabled.
@@ -960,6 +971,10 @@ type CacheStatus struct {
 	// NoSharedPool, NoNICQueueIRQs or ApplyFailed, each with the pod;
 	// Unknown TunerPending (a pod not yet scheduled, or not yet seen by
 	// the tuner at this generation).
+	// TLSReady (with spec.tls): True SecretMounted; False NoCertManager,
+	// IssuerNotReady or SecretMissing.
+	// AuthReady (with spec.auth): True SecretMounted; False SecretMissing
+	// or InvalidUser.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -1080,7 +1095,7 @@ func (s *CacheSpec) DesiredReplicas() int32 {
 // PodTemplateFields are the spec fields that reach the pod template: changing
 // one replaces every pod (one at a time with RollingUpdate), and each
 // replaced pod starts with an empty cache.
-var PodTemplateFields = []string{"image", "memory", "cpu", "dedicatedCPUs", "engine", "workloadProfile", "placement", "extstore"}
+var PodTemplateFields = []string{"image", "memory", "cpu", "dedicatedCPUs", "engine", "workloadProfile", "placement", "extstore", "tls", "auth"}
 
 // PodTemplateSpec is the part of a spec that reaches the pod template, with
 // everything else zeroed: two specs restart pods when this differs.
@@ -1093,10 +1108,23 @@ func (s *CacheSpec) PodTemplateSpec() CacheSpec {
 		e.DeleteClaimOnNodeLoss, e.NodeLossTimeout = nil, nil
 		ext = &e
 	}
+	// The pods mount the issued certificate's Secret and the rendered
+	// authfile, whose names do not follow the issuer or the user's Secret:
+	// changing either restarts no pod.
+	tls := s.TLS
+	if tls != nil && tls.IssuerRef != nil {
+		t := *tls
+		t.IssuerRef = &IssuerReference{}
+		tls = &t
+	}
+	var auth *AuthSpec
+	if s.Auth != nil {
+		auth = &AuthSpec{}
+	}
 	return CacheSpec{
 		Image: s.Image, Memory: s.Memory, CPU: s.CPU, DedicatedCPUs: s.DedicatedCPUs,
 		Engine: s.Engine, Placement: s.Placement, Extstore: ext,
-		WorkloadProfile: autoProfile(s.WorkloadProfile),
+		WorkloadProfile: autoProfile(s.WorkloadProfile), TLS: tls, Auth: auth,
 	}
 }
 

@@ -321,3 +321,27 @@ func TestExtstoreFileFitsMeasuredExt4(t *testing.T) {
 		}
 	}
 }
+
+// spec.tls and spec.auth reach the engine's arguments and its memory formula
+// through the same options.
+func TestSpecSecurityReachesArgsAndBudget(t *testing.T) {
+	s := &cachev1alpha1.CacheSpec{}
+	plain := Budget(s, Options{})
+	s.TLS = &cachev1alpha1.TLSSpec{SecretName: "certs", ClientAuth: "Require", MinVersion: "TLSv1.3"}
+	s.Auth = &cachev1alpha1.AuthSpec{SecretRef: cachev1alpha1.LocalSecretReference{Name: "users"}}
+	args := strings.Join(Args(s, Options{}), " ")
+	for _, want := range []string{"-Y /etc/cachet/auth/authfile", "-Z",
+		"ssl_chain_cert=/etc/cachet/tls/tls.crt,ssl_key=/etc/cachet/tls/tls.key,ssl_ca_cert=/etc/cachet/tls/ca.crt,ssl_verify_mode=2,ssl_min_version=3"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %q", args, want)
+		}
+	}
+	b := Budget(s, Options{})
+	if b.TLS == 0 || b.Auth == 0 || b.Limit <= plain.Limit {
+		t.Errorf("budget with tls and auth %+v, without %+v", b, plain)
+	}
+	s.TLS.ClientCA = &cachev1alpha1.SecretKeyRef{Name: "clients"}
+	if args := strings.Join(Args(s, Options{}), " "); !strings.Contains(args, "ssl_ca_cert="+ClientCADir+"/ca.crt") {
+		t.Errorf("spec.tls.clientCA is not the CA file: %s", args)
+	}
+}
