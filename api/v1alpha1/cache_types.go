@@ -970,7 +970,8 @@ type CacheStatus struct {
 	// an interrupt's affinity), NoQueue (other pods took every NIC queue),
 	// NoSharedPool, NoNICQueueIRQs or ApplyFailed, each with the pod;
 	// Unknown TunerPending (a pod not yet scheduled, or not yet seen by
-	// the tuner at this generation).
+	// the tuner at this generation). Events name each change: Tuned, the
+	// False reason, or NodeTuningReverted when irqStrategy became none.
 	// TLSReady (with spec.tls): True SecretMounted; False NoCertManager,
 	// IssuerNotReady or SecretMissing.
 	// AuthReady (with spec.auth): True SecretMounted; False SecretMissing
