@@ -277,8 +277,15 @@ static item *alloc_chunk(storage_thread *t, int clsid, bool prefer_page, bool da
      * expired items, its oldest live items (unless -M); and, when the class
      * has nothing of its own to give, a page from another class, now. A store
      * is refused only when nothing anywhere can be freed. Bounded: each round
-     * either frees memory for this class or gives up. */
-    for (int round = 0; round < 8; round++) {
+     * either frees memory for this class or gives up.
+     * An eviction may free nothing this store can take: the oldest items sit
+     * on the page the mover is draining for another class (extstore's first
+     * stubs take one), and a chunk freed there goes with the page, not to
+     * the free list. Seen as "out of memory storing object" in a heavy fill
+     * (8 rounds, 8 items evicted in each, no chunk): rounds that evicted do
+     * not count towards giving up, up to 64 (512 items: more than a page
+     * holds of chunks of 2 KiB and up), so the store evicts past that page. */
+    for (int round = 0, idle = 0; idle < 8 && round < 64; round++) {
         item *it = slabs_alloc_chunk(clsid);
         if (it) return it;
         /* an extstore stub: evicting another stub of its class would lose a
@@ -287,6 +294,7 @@ static item *alloc_chunk(storage_thread *t, int clsid, bool prefer_page, bool da
         if (prefer_page && round == 0 && slabs_acquire_page(t, clsid)) continue;
         ext_hooks()->note_pressure();   /* extstore: move cold values out before the next store must evict */
         if (bags_evict(t, clsid) > 0) continue;
+        idle++;
         if (data_chunk && !g_cfg.evict_disabled && evict_chained_values(t, clsid)) continue;
         if (!slabs_acquire_page(t, clsid)) break;
     }
