@@ -284,8 +284,15 @@ static item *alloc_chunk(storage_thread *t, int clsid, int owner_cls, bool prefe
      * items (the 200 values of 530,000 bytes at -m 64 kept 74 items, none
      * counted as evicted). The oldest heads of the same class as this one
      * most likely own chunks of this class too, and evicting them is what
-     * memcached does (its chunked item pulls its header's LRU first). */
-    for (int round = 0; round < 8; round++) {
+     * memcached does (its chunked item pulls its header's LRU first).
+     * An eviction may free nothing this store can take: the oldest items sit
+     * on the page the mover is draining for another class (extstore's first
+     * stubs take one), and a chunk freed there goes with the page, not to
+     * the free list. Seen as "out of memory storing object" in a heavy fill
+     * (8 rounds, 8 items evicted in each, no chunk): rounds that evicted do
+     * not count towards giving up, up to 64 (512 items: more than a page
+     * holds of chunks of 2 KiB and up), so the store evicts past that page. */
+    for (int round = 0, idle = 0; idle < 8 && round < 64; round++) {
         item *it = slabs_alloc_chunk(clsid);
         if (it) return it;
         /* an extstore stub: evicting another stub of its class would lose a
@@ -294,6 +301,7 @@ static item *alloc_chunk(storage_thread *t, int clsid, int owner_cls, bool prefe
         if (prefer_page && round == 0 && slabs_acquire_page(t, clsid)) continue;
         ext_hooks()->note_pressure();   /* extstore: move cold values out before the next store must evict */
         if (bags_evict(t, clsid) > 0) continue;
+        idle++;
         if (owner_cls && owner_cls != clsid && bags_evict(t, owner_cls) > 0) continue;
         if (owner_cls && !g_cfg.evict_disabled && evict_chained_values(t, clsid)) continue;
         if (!slabs_acquire_page(t, clsid)) break;

@@ -51,6 +51,7 @@
 #error "the checker drives the storage test hooks: build it with -DCACHET_TEST_HOOKS (make check and bench-soak do)"
 #endif
 #include "settings.h"
+#include "ext_items.h"
 #include "storage_internal.h"
 
 #include <inttypes.h>
@@ -159,6 +160,223 @@ static bool resolve_value(storage_thread *t, const char *key, int nk, struct ite
 }
 
 struct worker { int idx; uint64_t seed; _Atomic long ops; };
+
+/* ---- the version checker (v-keys) ----
+ * Each v-key has one writer, its owner thread (id % threads), so the last
+ * acknowledged state of every key is known exactly: the owner bumps the
+ * key's sequence to `inflight` before a set, append or delete and publishes
+ * it as `acked` (with whether the key now holds a value) once the engine has
+ * answered. A value names its key, the sequence of its set and the set's
+ * length, a checksum of its body, then one "~<seq>." per append since.
+ * What a GET may return:
+ *  - the owner: exactly the acked sequence, or a miss that the loss
+ *    counters (RAM and page-move evictions, flush_all, disk page evictions,
+ *    compaction drops, failed disk writes) account for: they must have moved
+ *    since the key's last ack. A value after an acked delete is a
+ *    resurrection; an older sequence a lost or stale write.
+ *  - any other thread: a sequence between the ack seen before its GET and
+ *    the inflight seen after it (a GET beside a set may see old or new).
+ * A disk read that misses is judged by its own page: it must have been
+ * evicted or reclaimed (ext_check), else the read lost a live value. A RAM
+ * miss is judged against counters of the whole cache, not of the key: an
+ * eviction anywhere excuses it, so under this run's constant eviction it
+ * catches little; stale, torn and resurrected values it catches always. */
+enum { VKEYS_PER_THREAD = 128, VBASE = 7000000 };
+struct vkey { _Atomic uint64_t acked, inflight, loss_at_ack; _Atomic bool present; };
+static struct vkey *vkeys;
+static _Atomic uint64_t vgets, vhits, vmisses_explained, vsets, vappends, vdeletes;
+
+static uint64_t loss_counter(void)
+{
+    uint64_t n = atomic_load(&flushes);
+    for (unsigned c = 1; c <= slabs_class_count(); c++)
+        n += atomic_load(&g_class_stats[c].evicted) + atomic_load(&g_class_stats[c].reassign_evicted);
+    struct extstore *e = storage_ext_store();
+    if (e) {
+        const struct ext_stats *s = ext_get_stats(e);
+        struct ext_compact_counts cc;
+        ext_compact_counts(&cc);
+        n += atomic_load(&s->pages_evicted) + atomic_load(&s->objects_evicted) + atomic_load(&s->writes_failed) +
+             cc.lost + cc.skipped;
+    }
+    return n;
+}
+
+static uint32_t fnv32(const char *p, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 16777619u;
+    return h;
+}
+
+/* "v:<id>#<seq>#<len>#<crc>|" + body: len counts header and body. */
+static size_t make_vvalue(char *buf, uint64_t id, uint64_t seq, size_t len)
+{
+    char hdr[96];
+    int h = snprintf(hdr, sizeof hdr, "v:%" PRIu64 "#%" PRIu64 "#%zu#%08x|", id, seq, len, 0u);
+    for (size_t i = (size_t)h; i < len; i++) buf[i] = (char)body_byte(id + VBASE, seq, i);
+    uint32_t crc = fnv32(buf + h, len - (size_t)h);
+    snprintf(hdr, sizeof hdr, "v:%" PRIu64 "#%" PRIu64 "#%zu#%08x|", id, seq, len, crc);
+    memcpy(buf, hdr, (size_t)h);
+    return len;
+}
+
+/* The value's sequence (its last append's, else its set's), 0 if wrong. */
+static uint64_t verify_v(const char *key, uint64_t id, const char *v, size_t n)
+{
+    char hdr[96];
+    size_t hn = n < 95 ? n : 95;
+    memcpy(hdr, v, hn);
+    hdr[hn] = 0;
+    uint64_t vid, seq;
+    size_t len;
+    unsigned crc;
+    if (sscanf(hdr, "v:%" SCNu64 "#%" SCNu64 "#%zu#%08x|", &vid, &seq, &len, &crc) != 4 || vid != id || len > n) {
+        report_wrong("v header", key, v, n);
+        return 0;
+    }
+    const char *bar = memchr(v, '|', len);
+    if (!bar || fnv32(bar + 1, len - (size_t)(bar + 1 - v)) != crc) { report_wrong("v checksum", key, v, n); return 0; }
+    for (size_t i = len; i < n; ) {
+        char *end;
+        if (v[i] != '~') { report_wrong("v append", key, v, n); return 0; }
+        uint64_t a = strtoull(v + i + 1, &end, 10);
+        if (end >= v + n || *end != '.' || a <= seq) { report_wrong("v append order", key, v, n); return 0; }
+        seq = a;
+        i = (size_t)(end + 1 - v);
+    }
+    return seq;
+}
+
+static void vkey_ack(struct vkey *k, uint64_t seq, bool present)
+{
+    atomic_store(&k->present, present);
+    atomic_store(&k->loss_at_ack, loss_counter());
+    atomic_store(&k->acked, seq);
+}
+
+/* A miss of a key the owner knows holds a value. */
+static void vkey_owner_miss(struct vkey *k, const char *key, const char *what)
+{
+    /* an evictor unlinks first and counts after (bags.c): give the count a
+     * moment (up to a second, polled) to catch up with the unlink seen */
+    for (int tries = 0; tries < 1000; tries++) {
+        if (loss_counter() != atomic_load(&k->loss_at_ack)) {
+            atomic_fetch_add_explicit(&vmisses_explained, 1, memory_order_relaxed);
+            return;
+        }
+        struct timespec ts = {0, 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (atomic_fetch_add(&wrong, 1) < 10)
+        fprintf(stderr, "WRONG %s: key=%s seq=%llu acked present, missing, and no eviction since\n", what, key,
+                (unsigned long long)atomic_load(&k->acked));
+    atomic_store(&k->present, false);   /* report it once */
+}
+
+static void vkey_get(storage_thread *t, uint64_t id, bool owner)
+{
+    static __thread char copy[2048];
+    char key[32];
+    int nk = snprintf(key, sizeof key, "v:%" PRIu64, id);
+    struct vkey *k = &vkeys[id];
+    uint64_t acked_before = atomic_load(&k->acked);
+    bool present = atomic_load(&k->present);
+    struct item_view v;
+    bool hit = storage_get(t, key, (size_t)nk, NULL, copy, sizeof copy, &v);
+    struct ext_locator loc;
+    bool on_disk = hit && v.on_disk;
+    if (on_disk) memcpy(&loc, v.ext_loc, sizeof loc);
+    if (hit && !resolve_value(t, key, nk, &v)) { item_view_release(t, &v); hit = false; }
+    uint64_t inflight_after = atomic_load(&k->inflight);
+    atomic_fetch_add_explicit(&vgets, 1, memory_order_relaxed);
+    if (!hit && on_disk && owner && present) {
+        /* a disk read that failed is accounted for by its own page: evicted
+         * or reclaimed since the lookup. On a page still current, the value
+         * was lost by the read itself. */
+        if (ext_check(storage_ext_store(), &loc) && atomic_fetch_add(&wrong, 1) < 10)
+            fprintf(stderr, "WRONG v disk miss: key=%s seq=%llu acked present, its page still current\n", key,
+                    (unsigned long long)acked_before);
+        else
+            atomic_fetch_add_explicit(&vmisses_explained, 1, memory_order_relaxed);
+        return;
+    }
+    if (!hit) {
+        if (owner && present) vkey_owner_miss(k, key, "v miss");
+        return;
+    }
+    atomic_fetch_add_explicit(&vhits, 1, memory_order_relaxed);
+    uint64_t seq = verify_v(key, id, v.value, v.nbytes);
+    if (seq && (owner ? !present || seq != acked_before : seq < acked_before || seq > inflight_after)) {
+        if (atomic_fetch_add(&wrong, 1) < 10)
+            fprintf(stderr, "WRONG v version: key=%s got seq %llu, acked %llu (%s), inflight %llu, %s\n", key,
+                    (unsigned long long)seq, (unsigned long long)acked_before, present ? "present" : "absent",
+                    (unsigned long long)inflight_after, owner ? "owner" : "other thread");
+    }
+    item_view_release(t, &v);
+}
+
+/* One operation on a v-key: the owner writes (set, append, delete, touch)
+ * or reads; other threads only read. */
+static void vkey_op(storage_thread *t, struct worker *w, uint64_t r)
+{
+    static __thread char val[8192];
+    uint64_t id = (r >> 8) % ((uint64_t)opt_threads * VKEYS_PER_THREAD);
+    bool owner = (int)(id % (uint64_t)opt_threads) == w->idx;
+    unsigned op = (unsigned)((r >> 20) % 100);
+    if (!owner || op < 40) { vkey_get(t, id, owner); return; }
+    struct vkey *k = &vkeys[id];
+    char key[32];
+    int nk = snprintf(key, sizeof key, "v:%" PRIu64, id);
+    uint64_t seq = atomic_load(&k->acked) + 1;
+    atomic_store(&k->inflight, seq);
+    if (op < 75) {                                   /* set: large enough to go to disk */
+        size_t len = make_vvalue(val, id, seq, 1100 + (size_t)((r >> 30) % 4000));
+        enum store_result err;
+        item *it = item_alloc(t, key, (size_t)nk, 0, 0, (uint32_t)len, &err);
+        if (it) {
+            memcpy(item_value(it), val, len);
+            if (storage_store(t, it, MODE_SET, NULL, NULL) == STORE_STORED) {
+                vkey_ack(k, seq, true);
+                atomic_fetch_add_explicit(&vsets, 1, memory_order_relaxed);
+                return;
+            }
+        }
+        /* refused: make the state definite, as a client would by deleting */
+        storage_delete(t, key, (size_t)nk, NULL);
+        vkey_ack(k, seq, false);
+    } else if (op < 88) {                            /* append a "~<seq>." */
+        int n = snprintf(val, sizeof val, "~%" PRIu64 ".", seq);
+        enum store_result err;
+        item *it = item_alloc(t, key, (size_t)nk, 0, 0, (uint32_t)n, &err);
+        bool present = atomic_load(&k->present);
+        enum store_result rc = STORE_NO_MEMORY;
+        if (it) {
+            memcpy(item_value(it), val, (size_t)n);
+            rc = storage_store(t, it, MODE_APPEND, NULL, NULL);
+        }
+        atomic_fetch_add_explicit(&vappends, 1, memory_order_relaxed);
+        if (rc == STORE_STORED) {
+            if (!present && atomic_fetch_add(&wrong, 1) < 10)
+                fprintf(stderr, "WRONG v append: key=%s appended to although deleted\n", key);
+            vkey_ack(k, seq, true);
+            return;
+        }
+        /* NOT_STORED is a miss or, as memcached, a result it could not
+         * allocate (the old value stays): delete to make the state definite */
+        storage_delete(t, key, (size_t)nk, NULL);
+        vkey_ack(k, seq, false);
+    } else if (op < 95) {                            /* delete */
+        storage_delete(t, key, (size_t)nk, NULL);
+        atomic_fetch_add_explicit(&vdeletes, 1, memory_order_relaxed);
+        vkey_ack(k, seq, false);
+    } else {                                         /* touch: the value stays */
+        atomic_store(&k->inflight, seq - 1);
+        bool present = atomic_load(&k->present);
+        if (storage_touch(t, key, (size_t)nk, storage_exptime(0)) != STORE_STORED && present)
+            vkey_owner_miss(k, key, "v touch miss");
+    }
+}
 
 /* ---- the reclaim race (see the header) ---- */
 static storage_thread *_Atomic holder_ctx;
@@ -304,6 +522,11 @@ static void *worker_main(void *arg)
             if (atomic_compare_exchange_strong(&flushes, &none, 1)) storage_flush(0);
         }
         uint64_t r = xs(&w->seed);
+        if ((r >> 56) % 5 == 0) {                        /* a fifth of the operations: the version checker */
+            vkey_op(t, w, xs(&w->seed));
+            atomic_store_explicit(&w->ops, i + 1, memory_order_relaxed);
+            continue;
+        }
         uint64_t id = (r >> 8) % (uint64_t)opt_keys;
         unsigned op = (unsigned)(r % 100);
         int kind = (int)((r >> 40) % 10);   /* 0-6 s-keys, 7-8 numbers, 9 append */
@@ -476,6 +699,8 @@ int main(int argc, char **argv)
            opt_threads, opt_seconds, opt_ops, opt_keys, opt_mem_mb, opt_hashpower);
     fflush(stdout);
 
+    vkeys = calloc((size_t)opt_threads * VKEYS_PER_THREAD, sizeof *vkeys);
+    if (!vkeys) return 2;
     pthread_t th[64], race_th[2];
     pthread_create(&race_th[0], NULL, holder_main, NULL);
     pthread_create(&race_th[1], NULL, reclaimer_main, NULL);
@@ -530,6 +755,9 @@ int main(int argc, char **argv)
             item_view_release(t, &v);
         }
     }
+    /* and every v-key holds exactly its last acknowledged value, or its
+     * absence is accounted for */
+    for (uint64_t id = 0; id < (uint64_t)opt_threads * VKEYS_PER_THREAD; id++) vkey_get(t, id, true);
     uint64_t hp = stat("hash_power_level"), ev = stat("evictions"), exps = stat("hash_expansions");
     uint64_t passes = stat("lru_cleaner_passes"), moved = stat("lru_items_moved"), merged = stat("lru_bags_merged");
     size_t pages_used = slabs_pages_used(), pages_max = slabs_pages_max();
@@ -584,7 +812,11 @@ int main(int argc, char **argv)
            (unsigned long long)atomic_load(&g_slab_moves), (unsigned long long)passes,
            (unsigned long long)moved, (unsigned long long)merged, pages_used, pages_max,
            (unsigned long long)final_hits);
+    printf("version checker: gets=%llu hits=%llu misses_accounted=%llu sets=%llu appends=%llu deletes=%llu\n",
+           (unsigned long long)vgets, (unsigned long long)vhits, (unsigned long long)vmisses_explained,
+           (unsigned long long)vsets, (unsigned long long)vappends, (unsigned long long)vdeletes);
     int rc = 0;
+    if (vsets == 0 || vhits == 0 || vappends == 0) { printf("FAIL: the version checker saw no sets, appends or hits\n"); rc = 1; }
     if (atomic_load(&wrong)) { printf("FAIL: %llu wrong values\n", (unsigned long long)wrong); rc = 1; }
     if (exps == 0) { printf("FAIL: the hash table never expanded\n"); rc = 1; }
     if (ev == 0) { printf("FAIL: nothing was evicted\n"); rc = 1; }

@@ -48,5 +48,5 @@ stress: $(BUILD)/stress
 .PHONY: stress-ext
 stress-ext: $(BUILD)/stress
 	@rm -rf $(BUILD)/stress-ext && mkdir -p $(BUILD)/stress-ext
-	TSAN_OPTIONS="halt_on_error=1 exitcode=66 $${TSAN_OPTIONS:-}" timeout -k 10 $(STRESS_TIMEOUT) $(BUILD)/stress --ext $(BUILD)/stress-ext --seconds $(STRESS_EXT_SECONDS)
+	TSAN_OPTIONS="halt_on_error=1 exitcode=66 $${TSAN_OPTIONS:-}" timeout -k 10 $(STRESS_TIMEOUT) $(BUILD)/stress --ext $(BUILD)/stress-ext --seconds $(STRESS_EXT_SECONDS) $(STRESS_EXT_ARGS)
 	@rm -rf $(BUILD)/stress-ext
