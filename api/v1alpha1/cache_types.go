@@ -938,8 +938,9 @@ type CacheStatus struct {
 	// CPU to tune for), IrqbalanceConflict, ManagedIRQ (the kernel refused
 	// an interrupt's affinity), NoQueue (other pods took every NIC queue),
 	// NoSharedPool, NoNICQueueIRQs or ApplyFailed, each with the pod;
-	// Unknown TunerPending (a pod not yet scheduled, or not yet seen by
-	// the tuner at this generation).
+	// Unknown TunerPending (a pod not yet scheduled, running for less than
+	// 20s without a report, or not yet seen by the tuner at this
+	// generation).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
