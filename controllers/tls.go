@@ -116,9 +116,12 @@ func Certificate(c *cachev1alpha1.Cache, o BuildOptions) *unstructured.Unstructu
 			// The Secret keeps the Cache's labels, so the operator's
 			// label-filtered informers see it.
 			"secretTemplate": map[string]any{"labels": labels},
-			"commonName":     ClientServiceName(c) + "." + c.Namespace + ".svc",
-			"dnsNames":       dnsNames,
-			"usages":         []any{"server auth", "digital signature", "key encipherment"},
+			// No commonName: X.509 caps it at 64 bytes, which a long
+			// name and namespace exceed (issuance fails); clients check
+			// the dnsNames. "client auth": the engine's /healthz over
+			// mTLS presents this same certificate as its client's.
+			"dnsNames": dnsNames,
+			"usages":   []any{"server auth", "client auth", "digital signature", "key encipherment"},
 			"privateKey": map[string]any{
 				"algorithm":      "ECDSA",
 				"size":           int64(256),

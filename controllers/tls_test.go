@@ -58,6 +58,18 @@ func TestCertificateOnlyForAnIssuer(t *testing.T) {
 	if secret != "web-tls" || !reflect.DeepEqual(issuer, map[string]string{"name": "cluster-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}) {
 		t.Errorf("secretName %q issuerRef %v", secret, issuer)
 	}
+	// A commonName is capped at 64 bytes by X.509, which
+	// <name>.<namespace>.svc exceeds for long names: issuance would fail.
+	if cn, found, _ := unstructured.NestedString(cert.Object, "spec", "commonName"); found {
+		t.Errorf("commonName %q: the dnsNames carry the names, a CN can be too long to issue", cn)
+	}
+	// The engine's /healthz over mTLS presents this certificate as a client.
+	usages, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "usages")
+	for _, want := range []string{"server auth", "client auth"} {
+		if !slices.Contains(usages, want) {
+			t.Errorf("usages %v lack %s", usages, want)
+		}
+	}
 	names, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
 	// Every pod's stable name (web-N.web-headless.prod.svc.k.test) and the
 	// client Service, as clients reach them in and across namespaces.
@@ -93,6 +105,9 @@ func TestCertificateMatchesCertManagersSchema(t *testing.T) {
 	}
 	if !reflect.DeepEqual(sent.Object["spec"], built.Object["spec"]) {
 		t.Fatalf("the API server would store another spec (a field it does not know was pruned):\nbuilt  %v\nstored %v", built.Object["spec"], sent.Object["spec"])
+	}
+	if usages, _, _ := unstructured.NestedStringSlice(sent.Object, "spec", "usages"); !slices.Contains(usages, "client auth") {
+		t.Errorf("stored usages %v lack client auth", usages)
 	}
 }
 
