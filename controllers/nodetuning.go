@@ -49,10 +49,13 @@ const (
 	ReasonNoNICQueueIRQs     = "NoNICQueueIRQs"
 )
 
-// ReasonNodeTuningReverted is the Event when the Cache stops asking for
-// tuning (irqStrategy none): the tuner puts back what it wrote on its
-// next pass, and the condition goes away.
-const ReasonNodeTuningReverted = "NodeTuningReverted"
+const (
+	// Event reasons only.
+	// ReasonNodeTuningReverted is the Event when the Cache stops asking for
+	// tuning (irqStrategy none): the tuner puts back what it wrote on its
+	// next pass, and the condition goes away.
+	ReasonNodeTuningReverted = "NodeTuningReverted"
+)
 
 // nodeTunedEvent says which Event, if any, a change of the NodeTuned
 // condition deserves: the tuner applied (True), could not (False, a

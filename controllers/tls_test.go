@@ -63,13 +63,18 @@ func TestCertificateOnlyForAnIssuer(t *testing.T) {
 	if cn, found, _ := unstructured.NestedString(cert.Object, "spec", "commonName"); found {
 		t.Errorf("commonName %q: the dnsNames carry the names, a CN can be too long to issue", cn)
 	}
-	// The engine's /healthz over mTLS presents this certificate as a client.
+	// With clientAuth Require the pod's probes (/healthz, cachet-probe)
+	// present this certificate as their client certificate.
 	usages, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "usages")
-	for _, want := range []string{"server auth", "client auth"} {
-		if !slices.Contains(usages, want) {
-			t.Errorf("usages %v lack %s", usages, want)
-		}
+	if !slices.Contains(usages, "server auth") || slices.Contains(usages, "client auth") {
+		t.Errorf("usages %v without clientAuth Require: want server auth only", usages)
 	}
+	c.Spec.TLS.ClientAuth = "Require"
+	usages, _, _ = unstructured.NestedStringSlice(Certificate(c, testOpts).Object, "spec", "usages")
+	if !slices.Contains(usages, "server auth") || !slices.Contains(usages, "client auth") {
+		t.Errorf("usages %v with clientAuth Require lack server auth or client auth", usages)
+	}
+	c.Spec.TLS.ClientAuth = ""
 	names, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
 	// Every pod's stable name (web-N.web-headless.prod.svc.k.test) and the
 	// client Service, as clients reach them in and across namespaces.
@@ -96,7 +101,7 @@ func TestCertificateMatchesCertManagersSchema(t *testing.T) {
 	needIntegration(t)
 	installCertManagerCRDs(t)
 	ns := newNamespace(t)
-	c := newCache(withIssuer)
+	c := newCache(withIssuer, func(c *cachev1alpha1.Cache) { c.Spec.TLS.ClientAuth = "Require" })
 	c.Namespace = ns
 	built := Certificate(c, testOpts)
 	sent := built.DeepCopy()
@@ -121,7 +126,7 @@ func TestCertificateFollowsTheSpec(t *testing.T) {
 	ns := newNamespace(t)
 	c := createCache(t, ns, "secure", withIssuer)
 	key := client.ObjectKey{Namespace: ns, Name: CertificateName(c)}
-	cert := certManagerObject("Certificate")
+	cert := certificateObject()
 	eventually(t, "the Certificate of spec.tls.issuerRef", func() (bool, string) {
 		if err := k8sClient.Get(ctx, key, cert); err != nil {
 			return false, err.Error()
@@ -135,7 +140,7 @@ func TestCertificateFollowsTheSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the Certificate pruned without spec.tls", func() (bool, string) {
-		err := k8sClient.Get(ctx, key, certManagerObject("Certificate"))
+		err := k8sClient.Get(ctx, key, certificateObject())
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 }
