@@ -93,7 +93,7 @@ func TestAdmissionNamesTheFieldAndRuleInTheUsersUnits(t *testing.T) {
 		{"profile-too-many-buckets", map[string]any{"memory": "64Mi", "workloadProfile": map[string]any{"valueSizes": buckets(65)}},
 			[]string{"spec.workloadProfile.valueSizes", "must have at most 64 items"}},
 		{"profile-value-over-item-size", map[string]any{"memory": "64Mi", "engine": map[string]any{"maxItemSize": "1Ki"}, "workloadProfile": map[string]any{"valueSizes": []any{map[string]any{"bytes": 2048, "weight": 1}}}},
-			[]string{"spec.workloadProfile.valueSizes[0].bytes", "at most spec.engine.maxItemSize (1024 bytes)"}},
+			[]string{"spec.workloadProfile.valueSizes[0].bytes", "over spec.engine.maxItemSize (1024 bytes)", "at most 961 value bytes fit"}},
 		{"profile-auto-with-chunk-sizes", map[string]any{"memory": "64Mi", "engine": map[string]any{"chunkSizes": []any{48, 96}}, "workloadProfile": map[string]any{"preset": "sessions", "apply": "Auto"}},
 			[]string{"spec.workloadProfile.apply", "leave spec.engine.chunkSizes, growthFactor, minChunk and hashPower unset"}},
 		{"placement-without-dedicated-cpus", map[string]any{"memory": "64Mi", "dedicatedCPUs": false, "cpu": 0, "engine": map[string]any{"connectionPlacement": "CPU"}},

@@ -328,7 +328,7 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 		return ctrl.Result{}, err
 	}
 
-	obs := Observed{StatefulSet: live.statefulSet, Pods: live.pods, ConfigMaps: configs, Image: opts.Image, Options: opts,
+	obs := Observed{StatefulSet: live.statefulSet, Pods: live.pods, Now: time.Now(), ConfigMaps: configs, Image: opts.Image, Options: opts,
 		APIs: map[string]bool{}, AuxFailures: auxFailures, AuthProblem: authProblem, TLSProblem: r.observeTLS(ctx, c),
 		Claims: claims.claims, ClaimsLost: claims.lost, ExtstoreCheckErr: claims.checkErr, ClaimsWithoutClass: claims.withoutClass}
 	missingAPI, err := r.observeAroundTheCache(ctx, c, &obs)
@@ -348,6 +348,9 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 	}
 	if w := r.recheckSecrets(); (c.Spec.Auth != nil || obs.TLSProblem != nil) && (result.RequeueAfter == 0 || result.RequeueAfter > w) {
 		result.RequeueAfter = w // a rotated spec.auth Secret, or a TLS Secret that appears
+	}
+	if w := NodeTunerRecheckAfter(c, obs); w > 0 && (result.RequeueAfter == 0 || w < result.RequeueAfter) {
+		result.RequeueAfter = w // a pod's grace for the tuner's first report ends with no event
 	}
 	status := ComputeStatus(c, obs, r.ClusterDomain)
 	RecordCacheMetrics(c, status)

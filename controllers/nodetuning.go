@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -48,10 +49,13 @@ const (
 	ReasonNoNICQueueIRQs     = "NoNICQueueIRQs"
 )
 
-// ReasonNodeTuningReverted is the Event when the Cache stops asking for
-// tuning (irqStrategy none): the tuner puts back what it wrote on its
-// next pass, and the condition goes away.
-const ReasonNodeTuningReverted = "NodeTuningReverted"
+const (
+	// Event reasons only.
+	// ReasonNodeTuningReverted is the Event when the Cache stops asking for
+	// tuning (irqStrategy none): the tuner puts back what it wrote on its
+	// next pass, and the condition goes away.
+	ReasonNodeTuningReverted = "NodeTuningReverted"
+)
 
 // nodeTunedEvent says which Event, if any, a change of the NodeTuned
 // condition deserves: the tuner applied (True), could not (False, a
@@ -74,6 +78,55 @@ func nodeTunedEvent(prev, next []metav1.Condition) (eventType, reason, note stri
 	default:
 		return corev1.EventTypeWarning, cur.Reason, "NodeTuned=False: " + cur.Message, true
 	}
+}
+
+// TunerReportGrace is how long a running cache pod may go without the
+// tuner's annotation before the operator says no tuner serves its node:
+// two passes at the chart's default nodeTuner.interval (10s). Before
+// that, every pod of a rollout would be reported NoTuner (a Warning) for
+// the moment between starting and the tuner's next pass.
+const TunerReportGrace = 2 * 10 * time.Second
+
+// runningSince is when the pod's engine started running (the pod's start
+// when the kubelet has not reported the container yet).
+func runningSince(p *corev1.Pod) time.Time {
+	if st := engineStatus(p); st != nil && st.State.Running != nil {
+		return st.State.Running.StartedAt.Time
+	}
+	if p.Status.StartTime != nil {
+		return p.Status.StartTime.Time
+	}
+	return time.Time{}
+}
+
+// awaitingFirstReport is how long until a running pod without the tuner's
+// annotation is past TunerReportGrace; zero when it is, or when now is
+// not known (ComputeStatus called without a clock).
+func awaitingFirstReport(p *corev1.Pod, now time.Time) time.Duration {
+	if now.IsZero() {
+		return 0
+	}
+	return max(runningSince(p).Add(TunerReportGrace).Sub(now), 0)
+}
+
+// NodeTunerRecheckAfter is when the NodeTuned condition changes without an
+// event the operator watches: the first pod still waiting for its first
+// report passes TunerReportGrace. Zero when none is waiting.
+func NodeTunerRecheckAfter(c *cachev1alpha1.Cache, obs Observed) time.Duration {
+	if c.Spec.NodeTuning.Strategy() == "none" || !c.Spec.IsDedicatedCPUs() {
+		return 0
+	}
+	var soonest time.Duration
+	for i := range obs.Pods {
+		p := &obs.Pods[i]
+		if _, reported := p.Annotations[cachev1alpha1.NodeTunedAnnotation]; reported || p.Spec.NodeName == "" || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		if w := awaitingFirstReport(p, obs.Now); w > 0 && (soonest == 0 || w < soonest) {
+			soonest = w
+		}
+	}
+	return soonest
 }
 
 // nodeTunedReport is the annotation's JSON.
@@ -106,6 +159,11 @@ func setNodeTunedCondition(c *cachev1alpha1.Cache, obs Observed, set func(string
 		case p.Spec.NodeName == "" || p.Status.Phase != corev1.PodRunning:
 			if pending == "" {
 				pending = fmt.Sprintf("pod %s is not running yet", p.Name)
+			}
+			continue
+		case !ok && awaitingFirstReport(&p, obs.Now) > 0:
+			if pending == "" {
+				pending = fmt.Sprintf("pod %s on node %s started running less than %s ago: waiting for the node tuner's first pass", p.Name, p.Spec.NodeName, TunerReportGrace)
 			}
 			continue
 		case !ok:

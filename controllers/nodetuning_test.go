@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -73,6 +74,47 @@ func TestNodeTunedConditionFromTheTunersAnnotations(t *testing.T) {
 
 // The tuner's apply, failure and revert reach the Cache's Events through
 // the NodeTuned condition; waiting for the tuner does not.
+// A pod that just started running has no report yet because the tuner's
+// next pass has not come: TunerPending (Unknown, no Warning) until the
+// grace ends, NoTuner after, and the reconciler is told when to look again.
+func TestFreshPodAwaitsTheTunersFirstPass(t *testing.T) {
+	now := time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC)
+	started := func(name string, ago time.Duration) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{
+			Phase:     corev1.PodRunning,
+			StartTime: &metav1.Time{Time: now.Add(-time.Hour)}, // an image pull took long: the engine's start counts
+			ContainerStatuses: []corev1.ContainerStatus{{Name: EngineContainerName, State: corev1.ContainerState{
+				Running: &corev1.ContainerStateRunning{StartedAt: metav1.Time{Time: now.Add(-ago)}}}}},
+		}}
+	}
+	c := &cachev1alpha1.Cache{ObjectMeta: metav1.ObjectMeta{Name: "c", Generation: 3}}
+	c.Spec.DedicatedCPUs = ptr.To(true)
+	c.Spec.CPU = ptr.To(int32(1))
+	for _, tc := range []struct {
+		name    string
+		ago     time.Duration
+		status  metav1.ConditionStatus
+		reason  string
+		recheck time.Duration
+	}{
+		{"just started", 5 * time.Second, metav1.ConditionUnknown, ReasonTunerPending, TunerReportGrace - 5*time.Second},
+		{"past the grace", TunerReportGrace + time.Second, metav1.ConditionFalse, ReasonNoTuner, 0},
+	} {
+		obs := Observed{Now: now, Pods: []corev1.Pod{started("c-0", tc.ago)}}
+		st := ComputeStatus(c, obs, "cluster.local")
+		got := meta.FindStatusCondition(st.Conditions, cachev1alpha1.ConditionNodeTuned)
+		if got == nil || got.Status != tc.status || got.Reason != tc.reason {
+			t.Errorf("%s: condition %+v, want %s %s", tc.name, got, tc.status, tc.reason)
+		}
+		if typ, _, _, _ := nodeTunedEvent(nil, st.Conditions); tc.status == metav1.ConditionUnknown && typ != "" {
+			t.Errorf("%s: a %s event for a pod the tuner has not passed over yet", tc.name, typ)
+		}
+		if w := NodeTunerRecheckAfter(c, obs); w != tc.recheck {
+			t.Errorf("%s: recheck after %s, want %s", tc.name, w, tc.recheck)
+		}
+	}
+}
+
 func TestNodeTunedEvents(t *testing.T) {
 	cond := func(status metav1.ConditionStatus, reason string) []metav1.Condition {
 		return []metav1.Condition{{Type: cachev1alpha1.ConditionNodeTuned, Status: status, Reason: reason, Message: "m"}}

@@ -26,6 +26,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -89,6 +90,9 @@ const (
 type Observed struct {
 	StatefulSet *appsv1.StatefulSet // nil when it does not exist yet
 	Pods        []corev1.Pod
+	// Now is when the pods were read; zero gives no grace to pods that
+	// wait for the node tuner's first report.
+	Now time.Time
 	// ConfigMaps holds the arguments of each of the Cache's ConfigMaps, by name.
 	ConfigMaps map[string][]string
 	// Image is the engine image of the pod template.

@@ -122,9 +122,11 @@ func Certificate(c *cachev1alpha1.Cache, o BuildOptions) *unstructured.Unstructu
 			// The Secret keeps the Cache's labels, so the operator's
 			// label-filtered informers see it.
 			"secretTemplate": map[string]any{"labels": labels},
-			"commonName":     ClientServiceName(c) + "." + c.Namespace + ".svc",
-			"dnsNames":       dnsNames,
-			"usages":         usages,
+			// No commonName: X.509 caps it at 64 bytes, which a long
+			// name and namespace exceed (issuance fails); clients check
+			// the dnsNames.
+			"dnsNames": dnsNames,
+			"usages":   usages,
 			"privateKey": map[string]any{
 				"algorithm":      "ECDSA",
 				"size":           int64(256),

@@ -58,6 +58,23 @@ func TestCertificateOnlyForAnIssuer(t *testing.T) {
 	if secret != "web-tls" || !reflect.DeepEqual(issuer, map[string]string{"name": "cluster-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}) {
 		t.Errorf("secretName %q issuerRef %v", secret, issuer)
 	}
+	// A commonName is capped at 64 bytes by X.509, which
+	// <name>.<namespace>.svc exceeds for long names: issuance would fail.
+	if cn, found, _ := unstructured.NestedString(cert.Object, "spec", "commonName"); found {
+		t.Errorf("commonName %q: the dnsNames carry the names, a CN can be too long to issue", cn)
+	}
+	// With clientAuth Require the pod's probes (/healthz, cachet-probe)
+	// present this certificate as their client certificate.
+	usages, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "usages")
+	if !slices.Contains(usages, "server auth") || slices.Contains(usages, "client auth") {
+		t.Errorf("usages %v without clientAuth Require: want server auth only", usages)
+	}
+	c.Spec.TLS.ClientAuth = "Require"
+	usages, _, _ = unstructured.NestedStringSlice(Certificate(c, testOpts).Object, "spec", "usages")
+	if !slices.Contains(usages, "server auth") || !slices.Contains(usages, "client auth") {
+		t.Errorf("usages %v with clientAuth Require lack server auth or client auth", usages)
+	}
+	c.Spec.TLS.ClientAuth = ""
 	names, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
 	// Every pod's stable name (web-N.web-headless.prod.svc.k.test) and the
 	// client Service, as clients reach them in and across namespaces.
@@ -84,7 +101,7 @@ func TestCertificateMatchesCertManagersSchema(t *testing.T) {
 	needIntegration(t)
 	installCertManagerCRDs(t)
 	ns := newNamespace(t)
-	c := newCache(withIssuer)
+	c := newCache(withIssuer, func(c *cachev1alpha1.Cache) { c.Spec.TLS.ClientAuth = "Require" })
 	c.Namespace = ns
 	built := Certificate(c, testOpts)
 	sent := built.DeepCopy()
@@ -93,6 +110,9 @@ func TestCertificateMatchesCertManagersSchema(t *testing.T) {
 	}
 	if !reflect.DeepEqual(sent.Object["spec"], built.Object["spec"]) {
 		t.Fatalf("the API server would store another spec (a field it does not know was pruned):\nbuilt  %v\nstored %v", built.Object["spec"], sent.Object["spec"])
+	}
+	if usages, _, _ := unstructured.NestedStringSlice(sent.Object, "spec", "usages"); !slices.Contains(usages, "client auth") {
+		t.Errorf("stored usages %v lack client auth", usages)
 	}
 }
 

@@ -969,9 +969,10 @@ type CacheStatus struct {
 	// CPU to tune for), IrqbalanceConflict, ManagedIRQ (the kernel refused
 	// an interrupt's affinity), NoQueue (other pods took every NIC queue),
 	// NoSharedPool, NoNICQueueIRQs or ApplyFailed, each with the pod;
-	// Unknown TunerPending (a pod not yet scheduled, or not yet seen by
-	// the tuner at this generation). Events name each change: Tuned, the
-	// False reason, or NodeTuningReverted when irqStrategy became none.
+	// Unknown TunerPending (a pod not yet scheduled, running for less than
+	// 20s without a report, or not yet seen by the tuner at this
+	// generation). Events name each change: Tuned, the False reason, or
+	// NodeTuningReverted when irqStrategy became none.
 	// TLSReady (with spec.tls): True SecretMounted; False NoCertManager,
 	// IssuerNotReady or SecretMissing.
 	// AuthReady (with spec.auth): True SecretMounted; False SecretMissing

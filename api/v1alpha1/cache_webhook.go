@@ -346,11 +346,21 @@ func validateEngine(c *Cache) field.ErrorList {
 				fmt.Sprintf("must be at most %d bytes at this spec.memory, half of the engine's slab page: larger values are chained from chunks of that size", chunkMax)))
 		}
 	}
-	if p := c.Spec.WorkloadProfile; p != nil {
+	if p := c.Spec.WorkloadProfile; p != nil && p.Preset == "" {
+		// The engine refuses an item whose key, value and header exceed
+		// maxItemSize, so that is what each size is checked as (a
+		// preset's sizes replace valueSizes and are not checked here).
+		key := int64(DefaultProfileKeyBytes)
+		if p.KeyBytes != nil {
+			key = int64(*p.KeyBytes)
+		}
+		flags := p.ClientFlags == nil || *p.ClientFlags
+		ttl := p.TTLSeconds != nil && *p.TTLSeconds > 0
 		for i, b := range p.ValueSizes {
-			if int64(b.Bytes) > itemMax {
+			if item := ItemBytes(key, int64(b.Bytes), flags, ttl); item > itemMax {
 				errs = append(errs, field.Invalid(spec.Child("workloadProfile", "valueSizes").Index(i).Child("bytes"), b.Bytes,
-					fmt.Sprintf("must be at most spec.engine.maxItemSize (%d bytes): the engine refuses larger values", itemMax)))
+					fmt.Sprintf("an item of this value with a %d-byte key and the engine's header takes %d bytes, over spec.engine.maxItemSize (%d bytes): the engine refuses it; at most %d value bytes fit",
+						key, item, itemMax, maxValueBytes(key, itemMax, flags, ttl))))
 			}
 		}
 	}

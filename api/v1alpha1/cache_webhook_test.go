@@ -73,6 +73,45 @@ func TestValidSpecsPass(t *testing.T) {
 	}
 }
 
+// The engine refuses an item whose key, value and header exceed -I: a
+// declared value just under maxItemSize is such an item, and is refused
+// with the value that would fit; one whose whole item fits passes.
+func TestProfileValueSizesAreCheckedAsItems(t *testing.T) {
+	profile := func(value int32, mutate ...func(*WorkloadProfile)) *Cache {
+		return cache(func(c *Cache) {
+			c.Spec.Engine.MaxItemSize = ptr.To(resource.MustParse("1Ki"))
+			c.Spec.WorkloadProfile = &WorkloadProfile{ValueSizes: []ValueSizeBucket{{Bytes: 100, Weight: 1}, {Bytes: value, Weight: 1}}}
+			for _, m := range mutate {
+				m(c.Spec.WorkloadProfile)
+			}
+		})
+	}
+	// 27 header and CAS + 32 key (the default) + 961 + 4 flags = 1024
+	if errs, _ := ValidateCacheSpec(profile(961)); len(errs) != 0 {
+		t.Errorf("an item of exactly maxItemSize refused: %v", errs)
+	}
+	errs, _ := ValidateCacheSpec(profile(1000))
+	if len(errs) == 0 {
+		t.Fatal("a 1000-byte value with a 32-byte key under a 1Ki maxItemSize accepted")
+	}
+	msg := errs.ToAggregate().Error()
+	for _, want := range []string{"spec.workloadProfile.valueSizes[1].bytes", "takes 1064 bytes", "over spec.engine.maxItemSize (1024 bytes)", "at most 961 value bytes fit"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("a 1000-byte value under a 1Ki maxItemSize: %q lacks %q", msg, want)
+		}
+	}
+	// keyBytes, flags and a TTL change what fits: 27 + 8 + 985 + 4 expiry = 1024
+	noFlags := func(p *WorkloadProfile) {
+		p.KeyBytes, p.ClientFlags, p.TTLSeconds = ptr.To(int32(8)), ptr.To(false), ptr.To(int32(60))
+	}
+	if errs, _ := ValidateCacheSpec(profile(985, noFlags)); len(errs) != 0 {
+		t.Errorf("an 8-byte key, no flags, a TTL: %v", errs)
+	}
+	if errs, _ := ValidateCacheSpec(profile(986, noFlags)); len(errs) == 0 {
+		t.Error("an item one byte over (8-aligned to 1032) accepted")
+	}
+}
+
 func TestEveryRejectionNamesFieldAndRule(t *testing.T) {
 	cases := map[string]struct {
 		c     *Cache

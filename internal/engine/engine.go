@@ -98,8 +98,8 @@ const (
 	// whatever the spec (cachetd --memory-budget's miss_ratio_curve term,
 	// pinned by contract_test.go).
 	MissRatioCurveBytes = 778000 + 8192*8
-	HashBucketBytes     = 4   // a bucket is a 32-bit item handle
-	ItemFixedBytes      = 27  // item header 19 + CAS 8 (the smallest chunk is this plus -n, 8-byte aligned)
+	HashBucketBytes     = 4 // a bucket is a 32-bit item handle
+	ItemFixedBytes      = cachev1alpha1.ItemFixedBytes
 	HashLoadFactor      = 1.5 // the table doubles when items exceed 1.5 x buckets
 	DefaultHashPower    = 16
 	MaxHashPower        = 30 // cachetd's ceiling

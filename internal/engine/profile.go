@@ -26,11 +26,13 @@ package engine
 // derived arguments by construction.
 
 import (
+	"fmt"
 	"math"
 	"math/bits"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -44,21 +46,19 @@ const (
 	// classes strand more memory in half-empty pages. 48 leaves that
 	// headroom; a 64-bucket histogram is the only input that needs more.
 	MaxProfileClasses = 48
-	// Tail fields an item may carry besides the CAS (ItemFixedBytes
-	// already has it; engine/src/storage_internal.h item_tail_size): client
-	// flags when nonzero, the expiry with a TTL, and a reference count on
-	// values over ItemRefMinBytes.
-	ItemFlagsBytes  = 4
-	ItemExpiryBytes = 4
-	ItemRefBytes    = 4
-	ItemRefMinBytes = 1024
+	// Tail fields an item may carry besides the CAS: defined with ItemBytes
+	// in the API package, whose webhook sizes items the same way.
+	ItemFlagsBytes  = cachev1alpha1.ItemFlagsBytes
+	ItemExpiryBytes = cachev1alpha1.ItemExpiryBytes
+	ItemRefBytes    = cachev1alpha1.ItemRefBytes
+	ItemRefMinBytes = cachev1alpha1.ItemRefMinBytes
 	// MinClassBytes is the smallest slab class cachetd accepts: an item's
 	// fixed part and 16 bytes (engine/src/settings.c, slabs.c min_chunk);
 	// smaller items share it.
 	MinClassBytes = (ItemFixedBytes + 16 + 7) &^ 7
 	// DefaultProfileKeyBytes is the key length of a profile that names
 	// neither a preset with one nor keyBytes.
-	DefaultProfileKeyBytes = 32
+	DefaultProfileKeyBytes = cachev1alpha1.DefaultProfileKeyBytes
 	// profilePageBytes is the slab page each class in use holds at least
 	// partly empty: the engine's largest (settings_slab_page_size).
 	profilePageBytes = 1 << 20
@@ -115,23 +115,6 @@ func profileShape(p *cachev1alpha1.WorkloadProfile) (sizes []cachev1alpha1.Value
 	return sizes, key, ttl
 }
 
-// ItemBytes is the chunk space an item of this key and value size takes,
-// 8-byte aligned (cachetd's item_ntotal_for): header, CAS, key, value, and
-// the flags, expiry and reference count when it has them.
-func ItemBytes(keyBytes, valueBytes int64, flags, ttl bool) int64 {
-	n := ItemFixedBytes + keyBytes + valueBytes
-	if flags {
-		n += ItemFlagsBytes
-	}
-	if ttl {
-		n += ItemExpiryBytes
-	}
-	if valueBytes > ItemRefMinBytes {
-		n += ItemRefBytes
-	}
-	return (n + 7) &^ 7
-}
-
 // ProfileSizes are a profile's item sizes (at least MinClassBytes: that is
 // the chunk the smallest items take), ascending, equal sizes merged.
 func ProfileSizes(p *cachev1alpha1.WorkloadProfile) []SizeShare {
@@ -139,7 +122,7 @@ func ProfileSizes(p *cachev1alpha1.WorkloadProfile) []SizeShare {
 	flags := p.ClientFlags == nil || *p.ClientFlags
 	byBytes := map[int64]float64{}
 	for _, b := range buckets {
-		byBytes[max(ItemBytes(int64(key), int64(b.Bytes), flags, ttl > 0), MinClassBytes)] += float64(b.Weight)
+		byBytes[max(cachev1alpha1.ItemBytes(int64(key), int64(b.Bytes), flags, ttl > 0), MinClassBytes)] += float64(b.Weight)
 	}
 	out := make([]SizeShare, 0, len(byBytes))
 	for n, w := range byBytes {
@@ -310,8 +293,11 @@ func Derive(s *cachev1alpha1.CacheSpec) *Derivation {
 	// header) are refused by the engine, so they get no class
 	itemMax := MaxItemSizeBytes(s)
 	var all, slabbed []SizeShare // slabbed: what fits a slab chunk; larger items are chained
+	var notes []string
 	for _, sz := range ProfileSizes(p) {
 		if sz.Bytes > itemMax {
+			// The webhook refuses such valueSizes; a preset's reach here.
+			notes = append(notes, fmt.Sprintf("items of %d bytes (value, key and header) are over spec.engine.maxItemSize (%d bytes): the engine refuses them, so they get no class", sz.Bytes, itemMax))
 			continue
 		}
 		all = append(all, sz)
@@ -347,12 +333,13 @@ func Derive(s *cachev1alpha1.CacheSpec) *Derivation {
 		_, key, _ := profileShape(p)
 		stub := (ItemFixedBytes + int64(key) + 16 + ItemExpiryBytes + 7) &^ 7
 		// value size whose item is extstoreRAMShare stubs
-		v := extstoreRAMShare*stub - ItemBytes(int64(key), 0, true, true)
+		v := extstoreRAMShare*stub - cachev1alpha1.ItemBytes(int64(key), 0, true, true)
 		d.ExtstoreItemMinSize = min(max(v, DefaultExtstoreItemMinSize), MaxItemSizeBytes(s)-1)
 	}
 	if p.TargetHitRatio != nil {
-		d.Notes = "targetHitRatio needs a miss-ratio curve (source: Observed, not supported yet): memory is sized for all expectedItems"
+		notes = append(notes, "targetHitRatio needs a miss-ratio curve (source: Observed, not supported yet): memory is sized for all expectedItems")
 	}
+	d.Notes = strings.Join(notes, "; ")
 	return d
 }
 
@@ -380,9 +367,13 @@ func Effective(s *cachev1alpha1.CacheSpec) *cachev1alpha1.CacheSpec {
 	}
 	d := Derive(s)
 	e := *s
-	e.Engine.GrowthFactor, e.Engine.MinChunk, e.Engine.ChunkSizes = nil, nil, nil
-	for _, c := range d.ChunkSizes {
-		e.Engine.ChunkSizes = append(e.Engine.ChunkSizes, int32(c))
+	// No derived class (every size above the slab chunk max, chained):
+	// the user's ladder stays, rather than the engine's default one.
+	if len(d.ChunkSizes) > 0 {
+		e.Engine.GrowthFactor, e.Engine.MinChunk, e.Engine.ChunkSizes = nil, nil, nil
+		for _, c := range d.ChunkSizes {
+			e.Engine.ChunkSizes = append(e.Engine.ChunkSizes, int32(c))
+		}
 	}
 	if d.HashPower != nil {
 		e.Engine.HashPower = d.HashPower

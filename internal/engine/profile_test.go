@@ -113,7 +113,7 @@ func TestItemBytes(t *testing.T) {
 		{10, 1024, false, false, 1064}, // no reference count up to 1024: 1061
 		{10, 1025, false, false, 1072}, // one past: + 4 = 1066
 	} {
-		if got := ItemBytes(tc.key, tc.value, tc.flags, tc.ttl); got != tc.want {
+		if got := cachev1alpha1.ItemBytes(tc.key, tc.value, tc.flags, tc.ttl); got != tc.want {
 			t.Errorf("ItemBytes(%d, %d, flags %v, ttl %v) = %d, want %d", tc.key, tc.value, tc.flags, tc.ttl, got, tc.want)
 		}
 	}
@@ -168,12 +168,43 @@ func TestDerive(t *testing.T) {
 	if want := int64(math.Ceil((1e6*1378+3<<20)/(1<<20))) << 20; d.MemoryBytes != want {
 		t.Errorf("memory %d, want %d", d.MemoryBytes, want)
 	}
-	if d.ExtstoreItemMinSize != 0 || d.Notes != "" {
-		t.Errorf("extstore threshold %d and notes %q without extstore or targetHitRatio", d.ExtstoreItemMinSize, d.Notes)
+	if d.ExtstoreItemMinSize != 0 {
+		t.Errorf("extstore threshold %d without extstore", d.ExtstoreItemMinSize)
+	}
+	// 2 MiB + 20 + 27 + 4 flags + 4 refcount
+	if d.Notes != "items of 2097208 bytes (value, key and header) are over spec.engine.maxItemSize (1048576 bytes): the engine refuses them, so they get no class" {
+		t.Errorf("the size over -I is dropped without a note: %q", d.Notes)
 	}
 	s.WorkloadProfile.TargetHitRatio = ptr.To("0.9")
-	if d := Derive(s); !strings.Contains(d.Notes, "Observed") {
-		t.Errorf("targetHitRatio on a Declared profile is not reported as needing Observed: %q", d.Notes)
+	if d := Derive(s); !strings.Contains(d.Notes, "Observed") || !strings.Contains(d.Notes, "maxItemSize") {
+		t.Errorf("targetHitRatio on a Declared profile is not reported as needing Observed beside the dropped size: %q", d.Notes)
+	}
+}
+
+// Effective replaces the ladder only with derived classes: a profile whose
+// every size is chained (above the slab chunk max) derives none, and the
+// spec's own growthFactor, minChunk and chunkSizes stay.
+func TestEffectiveKeepsTheLadderWithoutDerivedClasses(t *testing.T) {
+	ladder := func(s *cachev1alpha1.CacheSpec) {
+		s.Engine.GrowthFactor, s.Engine.MinChunk = ptr.To("1.07"), ptr.To(int32(64))
+		s.Engine.MaxItemSize = ptr.To(resource.MustParse("4Mi"))
+	}
+	chained := spec(memory("1Gi"), ladder, func(s *cachev1alpha1.CacheSpec) {
+		s.WorkloadProfile = &cachev1alpha1.WorkloadProfile{Apply: cachev1alpha1.ProfileApplyAuto,
+			ValueSizes: []cachev1alpha1.ValueSizeBucket{{Bytes: 1 << 20, Weight: 1}, {Bytes: 2 << 20, Weight: 1}}}
+	})
+	if d := Derive(chained); len(d.ChunkSizes) != 0 {
+		t.Fatalf("sizes above the slab chunk max (%d) derived classes %v", cachev1alpha1.SlabChunkMax(1<<30), d.ChunkSizes)
+	}
+	e := Effective(chained)
+	if e.Engine.GrowthFactor == nil || *e.Engine.GrowthFactor != "1.07" || e.Engine.MinChunk == nil || *e.Engine.MinChunk != 64 {
+		t.Errorf("the spec's ladder was dropped for none: growthFactor %v minChunk %v chunkSizes %v", e.Engine.GrowthFactor, e.Engine.MinChunk, e.Engine.ChunkSizes)
+	}
+	derived := spec(memory("1Gi"), ladder, func(s *cachev1alpha1.CacheSpec) {
+		s.WorkloadProfile = &cachev1alpha1.WorkloadProfile{Apply: cachev1alpha1.ProfileApplyAuto, Preset: "sessions"}
+	})
+	if e := Effective(derived); e.Engine.GrowthFactor != nil || e.Engine.MinChunk != nil || len(e.Engine.ChunkSizes) != 5 {
+		t.Errorf("derived classes did not replace the ladder: growthFactor %v minChunk %v chunkSizes %v", e.Engine.GrowthFactor, e.Engine.MinChunk, e.Engine.ChunkSizes)
 	}
 }
 

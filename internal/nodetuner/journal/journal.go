@@ -27,8 +27,13 @@ limitations under the License.
 // would have.
 //
 // Concurrency: a Journal serializes every Apply with its mutex, so pods on
-// one node are applied one plan at a time and never fight over a file. One
-// process owns a state directory (the DaemonSet runs one tuner per node).
+// one node are applied one plan at a time and never fight over a file.
+// Processes sharing a state directory (the old and new tuner of a
+// DaemonSet surge update, a manual run beside the DaemonSet's) serialize
+// each Apply on an exclusive flock of journal.lock there, the second one
+// waiting for the first's pass, and each Apply re-reads the journal under
+// that lock: a journal read before another process's pass would take the
+// values that pass wrote for originals, and a revert would keep them.
 package journal
 
 import (
@@ -85,7 +90,10 @@ type Journal struct {
 	write func(path, value string) error
 }
 
-const fileName = "journal.json"
+const (
+	fileName = "journal.json"
+	lockName = "journal.lock"
+)
 
 // Open loads (or starts) the journal in stateDir for files under root ("/"
 // on the host, a fake tree in tests).
@@ -94,23 +102,61 @@ func Open(stateDir, root string) (*Journal, error) {
 		return nil, err
 	}
 	j := &Journal{file: filepath.Join(stateDir, fileName), root: root, write: writeFile}
+	unlock, err := j.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if err := j.load(); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// lock takes the state directory's exclusive flock, waiting for another
+// process's pass to end. The kernel drops it when the process dies, so a
+// killed tuner never leaves it held.
+func (j *Journal) lock() (unlock func(), err error) {
+	path := filepath.Join(filepath.Dir(j.file), lockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() { _ = f.Close() }, nil
+}
+
+// load reads the journal file, which another process may have changed
+// since this one last read it; the caller holds the lock.
+func (j *Journal) load() error {
+	st := state{}
 	raw, err := os.ReadFile(j.file)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
-		return nil, err
+		return err
 	default:
-		if err := json.Unmarshal(raw, &j.st); err != nil {
-			return nil, fmt.Errorf("journal %s: %w", j.file, err)
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return fmt.Errorf("journal %s: %w", j.file, err)
 		}
 	}
-	if j.st.Entries == nil {
-		j.st.Entries = map[string]Entry{}
+	if st.Entries == nil {
+		st.Entries = map[string]Entry{}
 	}
-	if j.st.Refused == nil {
-		j.st.Refused = map[string]string{}
+	if st.Refused == nil {
+		st.Refused = map[string]string{}
 	}
-	return j, nil
+	j.st = st
+	return nil
 }
 
 // Entries returns a copy of what the journal holds.
@@ -200,6 +246,14 @@ func (j *Journal) Apply(writes []plan.Write) (Result, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	res := Result{Refused: map[string]string{}, Effective: map[string]string{}}
+	unlock, err := j.lock()
+	if err != nil {
+		return res, err
+	}
+	defer unlock()
+	if err := j.load(); err != nil {
+		return res, err
+	}
 	want := map[string]plan.Write{}
 	for _, w := range writes {
 		want[w.Path] = w

@@ -255,3 +255,42 @@ func TestManagedIRQIsSkippedAndReported(t *testing.T) {
 		t.Errorf("journal %s", raw)
 	}
 }
+
+// Two tuner processes on one state directory (a DaemonSet surge update, a
+// manual run): the second applies the same plan after the first, then
+// reverts; every file gets its true original back, not the first's tuned
+// value, and no Apply runs while another holds the directory's lock.
+func TestTwoProcessesShareTheOriginals(t *testing.T) {
+	root, writes := virtioVM(t)
+	before := fixture.Snapshot(t, root)
+	state := t.TempDir()
+	first, err := Open(state, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := Open(state, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.crash = func(string) error {
+		f, err := os.Open(filepath.Join(state, "journal.lock"))
+		if err != nil {
+			return err
+		}
+		defer func() { _ = f.Close() }()
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); !errors.Is(err, syscall.EWOULDBLOCK) {
+			return errors.New("another process could take the lock during an Apply")
+		}
+		return nil
+	}
+	if res, err := first.Apply(writes); err != nil || len(res.Errors) > 0 {
+		t.Fatalf("first: %v %v", err, res.Errors)
+	}
+	if res, err := second.Apply(writes); err != nil || len(res.Errors) > 0 {
+		t.Fatalf("second: %v %v", err, res.Errors)
+	}
+	if res, err := second.Apply(nil); err != nil || len(res.Errors) > 0 {
+		t.Fatalf("second's revert: %v %v", err, res.Errors)
+	}
+	diff(t, "reverted by the second process", fixture.Snapshot(t, root), before)
+}

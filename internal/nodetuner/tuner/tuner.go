@@ -39,6 +39,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/cpuset"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -245,8 +246,14 @@ func (t *Tuner) cachePods(ctx context.Context, cpus PodCPUs, procRoot, sysRoot s
 			continue
 		}
 		var cache cachev1alpha1.Cache
-		if err := t.client.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: pod.Labels[cachev1alpha1.LabelInstance]}, &cache); err != nil {
+		if err := t.client.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: pod.Labels[cachev1alpha1.LabelInstance]}, &cache); apierrors.IsNotFound(err) {
 			continue // its Cache is gone: the pod is going too
+		} else if err != nil {
+			// An API server that is slow or restarting says nothing about
+			// the Cache: planning without the pod would revert its tuning
+			// and the next pass would re-apply it (interrupts flapping
+			// onto its workers), so this pass applies nothing.
+			return nil, nil, fmt.Errorf("get Cache of %s: %w", key, err)
 		}
 		veth := ""
 		if ip := net.ParseIP(pod.Status.PodIP); ip != nil {

@@ -26,8 +26,17 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
 	"cachet.dev/cachet/internal/nodetuner/fixture"
 	"cachet.dev/cachet/internal/nodetuner/plan"
 )
@@ -145,6 +154,71 @@ func TestPassWithoutKubeletChangesNothing(t *testing.T) {
 	}
 	if got := fixture.Snapshot(t, root); len(got) != len(before) {
 		t.Error("files appeared")
+	}
+}
+
+// The API server failing to read a pod's Cache (a 500, a timeout) is not
+// the Cache being gone: the pass fails and leaves the pod's tuning as it
+// was, rather than reverting it and re-applying it next pass.
+func TestCacheReadErrorKeepsTheTuning(t *testing.T) {
+	root := fixture.Copy(t, "this-machine")
+	k, dir := startKubelet(t, []int64{0, 1})
+	k.set(pod("default", "cache-sample-0", 1))
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, cachev1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cachePod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "cache-sample-0", Labels: map[string]string{
+			cachev1alpha1.LabelName: cachev1alpha1.LabelNameValue, cachev1alpha1.LabelComponent: cachev1alpha1.LabelComponentCache,
+			cachev1alpha1.LabelInstance: "cache-sample"}},
+		Spec:   corev1.PodSpec{NodeName: "node-a"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	cache := &cachev1alpha1.Cache{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "cache-sample"}}
+	var apiDown bool
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(cachePod, cache).
+		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		WithInterceptorFuncs(interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, isCache := obj.(*cachev1alpha1.Cache); isCache && apiDown {
+				return apierrors.NewInternalError(os.ErrDeadlineExceeded)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		}}).Build()
+	tu, err := New(Config{NodeName: "node-a", HostRoot: root, PodResourcesDir: dir, StateDir: t.TempDir(), IrqbalanceRun: t.TempDir()}, c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, st, err := tu.Pass(context.Background()); err != nil || len(st) != 1 || st[0].Status != "True" {
+		t.Fatalf("first pass: %v %+v", err, st)
+	}
+	tuned := fixture.Snapshot(t, root)
+	if irq := tuned[filepath.Join(root, "proc/irq/38/smp_affinity_list")]; strings.TrimSpace(irq) != "0" {
+		t.Fatalf("irq 38 on %q after the first pass", irq)
+	}
+
+	apiDown = true
+	if _, _, err := tu.Pass(context.Background()); err == nil {
+		t.Error("a pass that could not read the Cache succeeded")
+	}
+	after := fixture.Snapshot(t, root)
+	for path, v := range tuned {
+		if got := after[path]; got != v {
+			t.Errorf("%s = %q after the API server failed, want %q (still tuned)", path, got, v)
+		}
+	}
+
+	apiDown = false
+	if err := c.Delete(context.Background(), cache); err != nil {
+		t.Fatal(err)
+	}
+	if _, st, err := tu.Pass(context.Background()); err != nil || len(st) != 0 {
+		t.Fatalf("pass with the Cache gone: %v %+v", err, st)
+	}
+	if irq := fixture.Snapshot(t, root)[filepath.Join(root, "proc/irq/38/smp_affinity_list")]; irq != "0-1\n" {
+		t.Errorf("irq 38 on %q with the Cache gone, want its original 0-1", irq)
 	}
 }
 
