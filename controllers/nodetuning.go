@@ -75,6 +75,10 @@ func nodeTunedEvent(prev, next []metav1.Condition) (eventType, reason, note stri
 		return "", "", "", false
 	case cur.Status == metav1.ConditionTrue:
 		return corev1.EventTypeNormal, cur.Reason, "NodeTuned=True: " + cur.Message, true
+	case cur.Reason == ReasonSharedCores:
+		// the user's choice (spec.dedicatedCPUs false), as NotDedicated is:
+		// said once, not a fault
+		return corev1.EventTypeNormal, cur.Reason, "NodeTuned=False: " + cur.Message, true
 	default:
 		return corev1.EventTypeWarning, cur.Reason, "NodeTuned=False: " + cur.Message, true
 	}
