@@ -316,3 +316,27 @@ def test_healthz_probes_the_engine_over_tls(tls_server, pki, mtls):
         assert r.status == 200, body
     finally:
         c.close()
+
+
+def test_watch_over_tls_answers_inside_the_tls_stream(tls_server, pki):
+    """The log lines must not go raw into a TLS connection: whatever the
+    reply to `watch` is, it arrives as TLS records. memcached 1.6.45 --tls
+    serves the watcher over TLS; cachetd refuses it with a CLIENT_ERROR
+    (its logger thread sends raw bytes and cannot use the worker's SSL)."""
+    cert, key = pki.issue("server")
+    srv = tls_server(pki.ca, cert, key)
+    with srv.tls() as c:
+        c.send(b"watch\r\n")
+        line = c.until(b"\r\n")
+        if IS_MEMCACHED:
+            assert line == b"OK\r\n", line
+        else:
+            assert line == b"CLIENT_ERROR watch commands not supported over TLS\r\n", line
+        if line == b"OK\r\n":   # a watcher over TLS: its lines are TLS records too
+            with srv.tls() as d:
+                assert d.cmd("set wk 0 0 1\r\nx") == b"STORED"
+                d.send(b"get wk\r\n")
+                assert d.until(b"END\r\n")
+            assert b"key=wk" in c.until(b"\n")
+        else:                   # refused: the connection stays usable
+            assert c.cmd("mn") == b"MN"
