@@ -197,6 +197,8 @@ ssize_t tls_read(SSL *ssl, void *buf, size_t len)
 }
 
 bool tls_pending(SSL *ssl) { return SSL_pending(ssl) > 0; }
+bool tls_wants_write(SSL *ssl) { return SSL_want_write(ssl); }
+bool tls_wants_read(SSL *ssl) { return SSL_want_read(ssl); }
 
 ssize_t tls_write(void *ssl, const void *buf, size_t len)
 {

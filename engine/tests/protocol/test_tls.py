@@ -340,3 +340,32 @@ def test_watch_over_tls_answers_inside_the_tls_stream(tls_server, pki):
             assert b"key=wk" in c.until(b"\n")
         else:                   # refused: the connection stays usable
             assert c.cmd("mn") == b"MN"
+
+
+@pytest.mark.cachetd_only(reason="sock_sndbuf/sock_rcvbuf are not memcached options")
+def test_handshake_completes_when_the_server_must_write_during_a_read(tls_server, pki):
+    """A certificate chain larger than the socket buffers: OpenSSL, reading
+    the ClientHello, must write the chain and gets WANT_WRITE from the read.
+    The server has to wait for the socket to become writable then, not
+    readable (the client, waiting for the rest of the chain, sends nothing)."""
+    cert, key = pki.issue("server")
+    with open(pki.ca) as f:
+        padding = f.read()
+    chain = os.path.join(pki.d, "big-chain.crt")
+    with open(cert) as f, open(chain, "w") as g:
+        g.write(f.read() + padding * 12)
+    assert os.path.getsize(chain) > 11_000
+    srv = tls_server(pki.ca, chain, key, "-o", "sock_sndbuf=1024,sock_rcvbuf=1024")
+    for i in range(4):
+        raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+        raw.settimeout(IO_TIMEOUT_S)
+        raw.connect(("127.0.0.1", srv.port))
+        with client_context(pki.ca).wrap_socket(raw, server_hostname="127.0.0.1") as s:
+            s.sendall(b"set k%d 0 0 1\r\nx\r\nmn\r\n" % i)
+            got = b""
+            while not got.endswith(b"MN\r\n"):
+                chunk = s.recv(4096)
+                assert chunk, got
+                got += chunk
+            assert got == b"STORED\r\nMN\r\n"
