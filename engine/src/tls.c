@@ -50,7 +50,9 @@ static SSL_CTX *current;
 
 static const char session_context[] = "cachetd";
 
-bool tls_enabled(void) { return current != NULL; }
+/* workers and the metrics thread ask without the lock while tls_refresh
+ * swaps the pointer: an atomic load, never a torn or cached one */
+bool tls_enabled(void) { return __atomic_load_n(&current, __ATOMIC_ACQUIRE) != NULL; }
 
 static void openssl_error(char *err, size_t errlen, const char *what, const char *file)
 {
@@ -118,14 +120,14 @@ int tls_start(char *err, size_t errlen)
     SSL_CTX *ctx = build_context(err, errlen);
     if (!ctx) return -1;
     pthread_mutex_lock(&lock);
-    current = ctx;
+    __atomic_store_n(&current, ctx, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&lock);
     return 0;
 }
 
 int tls_refresh(char *err, size_t errlen)
 {
-    if (!current) {
+    if (!tls_enabled()) {
         snprintf(err, errlen, "Error TLS not enabled");
         return -1;
     }
@@ -133,7 +135,7 @@ int tls_refresh(char *err, size_t errlen)
     if (!ctx) return -1;
     pthread_mutex_lock(&lock);
     SSL_CTX *old = current;
-    current = ctx;
+    __atomic_store_n(&current, ctx, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&lock);
     SSL_CTX_free(old);   /* freed when its last connection closes */
     return 0;

@@ -369,3 +369,28 @@ def test_handshake_completes_when_the_server_must_write_during_a_read(tls_server
                 assert chunk, got
                 got += chunk
             assert got == b"STORED\r\nMN\r\n"
+
+
+@pytest.mark.cachetd_only(reason="memcached 1.6.45 writes its 'Too many open connections' line in plaintext too")
+def test_a_client_beyond_c_is_closed_without_plaintext(tls_server, pki):
+    """At -c a new connection is turned away; under -Z the memcached error
+    line would be plaintext in a stream the client reads as TLS records."""
+    cert, key = pki.issue("server")
+    srv = tls_server(pki.ca, cert, key, "-c", "4")
+    held = []
+    try:
+        for _ in range(4):
+            c = srv.tls()
+            assert c.cmd("mn") == b"MN"
+            held.append(c)
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=IO_TIMEOUT_S) as s:
+            data = b""
+            try:
+                while chunk := s.recv(4096):
+                    data += chunk
+            except ConnectionResetError:
+                pass
+            assert data == b"", data
+    finally:
+        for c in held:
+            c.close()
