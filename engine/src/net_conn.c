@@ -307,6 +307,14 @@ void process_input(struct conn *c)
         } else {
             go_on = proto_dispatch(c, &r, line, (size_t)ll);
             TRACE_REC(w->id, TRACE_DISPATCH, TRACE_NOW() - t_parsed);
+            if (go_on) {
+                /* done without waiting for the buffer budget (its key may
+                 * have left the disk since it waited): a later disk read
+                 * starts its own bounded wait, and the worker does not
+                 * poll every millisecond for this one */
+                c->waits_budget = false;
+                c->budget_wait_since = 0;
+            }
         }
         latency_note(c->w->id, r.cmd);
         if (outbuf_failed(&c->out)) {
