@@ -12,7 +12,9 @@
  * writes its own non-blocking socket; tls_read and tls_write map OpenSSL's
  * WANT_READ/WANT_WRITE onto EAGAIN, so net_conn.c's epoll path (readable,
  * writable, after-work) drives the handshake and the records exactly as it
- * drives plain reads and sends. io_uring batching is off with -Z (settings.c):
+ * drives plain reads and sends; tls_wants_write/tls_wants_read tell it which
+ * way to wait when that is not the call's own (a read whose handshake must
+ * write a chain larger than the send buffer). io_uring batching is off with -Z (settings.c):
  * its reads and sends bypass OpenSSL. A client that stops mid-handshake is
  * an idle connection like any other (idle_timeout, -c, the memory term).
  *
@@ -27,7 +29,7 @@
  * ~17 KiB); SSL_MODE_RELEASE_BUFFERS frees them on an idle connection.
  *
  * Concurrency: the current context is swapped and taken (SSL_new) under one
- * mutex; an SSL object belongs to its connection's worker.
+ * mutex (tls_enabled reads the pointer atomically, without it); an SSL object belongs to its connection's worker.
  */
 #include "tls.h"
 
