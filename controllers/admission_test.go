@@ -96,6 +96,8 @@ func TestAdmissionNamesTheFieldAndRuleInTheUsersUnits(t *testing.T) {
 			[]string{"spec.workloadProfile.valueSizes[0].bytes", "at most spec.engine.maxItemSize (1024 bytes)"}},
 		{"profile-auto-with-chunk-sizes", map[string]any{"memory": "64Mi", "engine": map[string]any{"chunkSizes": []any{48, 96}}, "workloadProfile": map[string]any{"preset": "sessions", "apply": "Auto"}},
 			[]string{"spec.workloadProfile.apply", "leave spec.engine.chunkSizes, growthFactor, minChunk and hashPower unset"}},
+		{"placement-without-dedicated-cpus", map[string]any{"memory": "64Mi", "dedicatedCPUs": false, "cpu": 0, "engine": map[string]any{"connectionPlacement": "CPU"}},
+			[]string{"spec.engine.connectionPlacement CPU needs spec.dedicatedCPUs"}},
 		{"profile-observed", map[string]any{"memory": "64Mi", "workloadProfile": map[string]any{"preset": "sessions", "source": "Observed"}},
 			[]string{"spec.workloadProfile.source", `"Observed"`, "Declared"}},
 		{"profile-hit-ratio-over-1", map[string]any{"memory": "64Mi", "workloadProfile": map[string]any{"preset": "sessions", "targetHitRatio": "1.5"}},

@@ -84,6 +84,10 @@ type BuildOptions struct {
 	Image string
 	// ClusterDomain completes the DNS names a certificate is issued for.
 	ClusterDomain string
+	// AuthFile is the authfile rendered from spec.auth's Secret (the
+	// reconciler reads it; builders stay pure); empty without spec.auth or
+	// while that Secret is missing or invalid.
+	AuthFile string
 }
 
 // Names of the owned objects. They are derived from the Cache's name alone
@@ -364,8 +368,28 @@ func spreadConstraints(c *cachev1alpha1.Cache) []corev1.TopologySpreadConstraint
 // as memcached users probe memcached; a client that fills the data port has
 // taken the cache down anyway. Without a metrics port (an engine built
 // before metrics_port) both are cachet-probe.
-func probes(o BuildOptions) (readiness, liveness corev1.ProbeHandler) {
-	liveness = corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"/usr/local/bin/cachet-probe", "-p", strconv.Itoa(EnginePort)}}}
+//
+// With spec.tls and spec.auth, cachet-probe makes the round trip a client
+// makes: over TLS (the server's certificate is the pod's own, not verified;
+// with clientAuth Require the pod's certificate is its client certificate,
+// as /healthz does), authenticated with the mounted authfile's first user.
+// A client CA from another Secret has not signed the pod's certificate, so
+// that case falls back to a TCP connect to the data port.
+func probes(c *cachev1alpha1.Cache, o BuildOptions) (readiness, liveness corev1.ProbeHandler) {
+	probe := []string{"/usr/local/bin/cachet-probe", "-p", strconv.Itoa(EnginePort)}
+	if t := c.Spec.TLS; t != nil {
+		probe = append(probe, "--tls")
+		if t.ClientAuth == "Require" {
+			probe = append(probe, "--cert", engine.TLSDir+"/tls.crt", "--key", engine.TLSDir+"/tls.key")
+		}
+	}
+	if c.Spec.Auth != nil {
+		probe = append(probe, "--auth-file", engine.AuthDir+"/"+engine.AuthFileKey)
+	}
+	liveness = corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: probe}}
+	if t := c.Spec.TLS; t != nil && t.ClientAuth == "Require" && t.ClientCA != nil {
+		liveness = corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(EnginePortName)}}
+	}
 	if o.Engine.MetricsPort > 0 {
 		readiness = corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString(MetricsPortName)}}
 		return readiness, liveness
@@ -409,7 +433,7 @@ func StatefulSet(c *cachev1alpha1.Cache, o BuildOptions) *appsv1.StatefulSet {
 	if o.Engine.MetricsPort > 0 {
 		ports = append(ports, corev1.ContainerPort{Name: MetricsPortName, ContainerPort: o.Engine.MetricsPort, Protocol: corev1.ProtocolTCP})
 	}
-	readiness, liveness := probes(o)
+	readiness, liveness := probes(c, o)
 	container := corev1.Container{
 		Name:            EngineContainerName,
 		Image:           o.Image,
@@ -471,6 +495,30 @@ func StatefulSet(c *cachev1alpha1.Cache, o BuildOptions) *appsv1.StatefulSet {
 		podAnnotations[cachev1alpha1.ExtstoreClaimAnnotation] = ExtstoreClaimKey(e)
 	}
 
+	volumes := []corev1.Volume{{
+		Name: "config",
+		VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: ConfigMapName(c, hash)},
+			Items:                []corev1.KeyToPath{{Key: ArgsFileKey, Path: ArgsFileKey}},
+			DefaultMode:          ptr.To(int32(0o444)),
+		}},
+	}}
+	for _, sv := range secretVolumes(c) {
+		volumes = append(volumes, corev1.Volume{Name: sv.name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName:  sv.secret,
+			DefaultMode: ptr.To(int32(0o440)),
+		}}})
+		// Whole-Secret mounts, never subPath: the kubelet swaps a rotated
+		// Secret's files only in a whole volume.
+		container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: sv.name, MountPath: sv.dir, ReadOnly: true})
+	}
+	if len(volumes) > 1 {
+		// The engine runs as EngineUID, not root: its group reads the
+		// Secrets' 0440 files.
+		podSecurity.FSGroup = ptr.To(int64(EngineUID))
+		podSecurity.FSGroupChangePolicy = ptr.To(corev1.FSGroupChangeOnRootMismatch)
+	}
+
 	return &appsv1.StatefulSet{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
 		ObjectMeta: objectMeta(c, StatefulSetName(c)),
@@ -492,23 +540,35 @@ func StatefulSet(c *cachev1alpha1.Cache, o BuildOptions) *appsv1.StatefulSet {
 					EnableServiceLinks:            ptr.To(false),
 					TerminationGracePeriodSeconds: ptr.To(int64(TerminationGracePeriodSeconds)),
 					SecurityContext:               podSecurity,
-					Volumes: []corev1.Volume{{
-						Name: "config",
-						VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-							LocalObjectReference: corev1.LocalObjectReference{Name: ConfigMapName(c, hash)},
-							Items:                []corev1.KeyToPath{{Key: ArgsFileKey, Path: ArgsFileKey}},
-							DefaultMode:          ptr.To(int32(0o444)),
-						}},
-					}},
-					NodeSelector:              maps.Clone(c.Spec.Placement.NodeSelector),
-					Tolerations:               tolerations,
-					Affinity:                  affinity,
-					TopologySpreadConstraints: spreadConstraints(c),
-					PriorityClassName:         c.Spec.Placement.PriorityClassName,
+					Volumes:                       volumes,
+					NodeSelector:                  maps.Clone(c.Spec.Placement.NodeSelector),
+					Tolerations:                   tolerations,
+					Affinity:                      affinity,
+					TopologySpreadConstraints:     spreadConstraints(c),
+					PriorityClassName:             c.Spec.Placement.PriorityClassName,
 				},
 			},
 		},
 	}
+}
+
+// secretVolume is a Secret the engine reads files from, and where.
+type secretVolume struct{ name, secret, dir string }
+
+// secretVolumes are the Secrets spec.tls and spec.auth have the pods mount,
+// at the directories internal/engine's arguments name.
+func secretVolumes(c *cachev1alpha1.Cache) []secretVolume {
+	var v []secretVolume
+	if t := c.Spec.TLS; t != nil {
+		v = append(v, secretVolume{"tls", TLSSecretName(c), engine.TLSDir})
+		if t.ClientAuth == "Require" && t.ClientCA != nil {
+			v = append(v, secretVolume{"client-ca", t.ClientCA.Name, engine.ClientCADir})
+		}
+	}
+	if c.Spec.Auth != nil {
+		v = append(v, secretVolume{"auth", AuthFileSecretName(c), engine.AuthDir})
+	}
+	return v
 }
 
 // PodHost is a pod's stable DNS name behind the headless Service.

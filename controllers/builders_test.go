@@ -271,14 +271,12 @@ func TestPodTemplateFieldsAreWhatTheBuilderReads(t *testing.T) {
 		"workloadProfile": func(c *cachev1alpha1.Cache) {
 			c.Spec.WorkloadProfile = &cachev1alpha1.WorkloadProfile{Preset: "sessions", Apply: cachev1alpha1.ProfileApplyAuto}
 		},
+		"tls": func(c *cachev1alpha1.Cache) { c.Spec.TLS = &cachev1alpha1.TLSSpec{SecretName: "certs"} },
+		"auth": func(c *cachev1alpha1.Cache) {
+			c.Spec.Auth = &cachev1alpha1.AuthSpec{SecretRef: cachev1alpha1.LocalSecretReference{Name: "users"}}
+		},
 		// The node tuner reads it from the Cache: a change never restarts a pod.
 		"nodeTuning": func(c *cachev1alpha1.Cache) { c.Spec.NodeTuning.IRQStrategy = "spread" },
-		// Not yet passed to the pods (the webhook warns so): the Certificate
-		// and the authfile are built apart from the pod template.
-		"tls": func(c *cachev1alpha1.Cache) { c.Spec.TLS = &cachev1alpha1.TLSSpec{SecretName: "s"} },
-		"auth": func(c *cachev1alpha1.Cache) {
-			c.Spec.Auth = &cachev1alpha1.AuthSpec{SecretRef: cachev1alpha1.LocalSecretReference{Name: "s"}}
-		},
 	}
 	specFields := reflect.TypeOf(cachev1alpha1.CacheSpec{})
 	if specFields.NumField() != len(changes) {

@@ -84,6 +84,10 @@ type CacheReconciler struct {
 	// again (default 5 min), so that installing prometheus-operator or an
 	// adapter later is noticed without an operator restart.
 	RecheckAPIs time.Duration
+	// RecheckSecrets is how soon the user's Secrets of spec.auth (and a
+	// missing spec.tls Secret) are read again: they carry no label of ours,
+	// so no informer sees them change. Default SecretRecheck.
+	RecheckSecrets time.Duration
 }
 
 // serves reports whether the cluster serves an optional group/version (all
@@ -159,6 +163,71 @@ func (r *CacheReconciler) getAround(ctx context.Context, key types.NamespacedNam
 	return err
 }
 
+// SecretRecheck is RecheckSecrets' default.
+const SecretRecheck = 30 * time.Second
+
+func (r *CacheReconciler) recheckSecrets() time.Duration {
+	if r.RecheckSecrets > 0 {
+		return r.RecheckSecrets
+	}
+	return SecretRecheck
+}
+
+// renderAuthFile reads spec.auth's Secret (not the operator's, so through
+// the API server, not the label-filtered cache) into opts.AuthFile. It
+// returns why it could not, for the AuthReady condition; "" when it could
+// or spec.auth is unset.
+func (r *CacheReconciler) renderAuthFile(ctx context.Context, c *cachev1alpha1.Cache, opts *BuildOptions) *podProblem {
+	if c.Spec.Auth == nil {
+		return nil
+	}
+	users := &corev1.Secret{}
+	if err := r.getAround(ctx, types.NamespacedName{Namespace: c.Namespace, Name: c.Spec.Auth.SecretRef.Name}, users); err != nil {
+		return &podProblem{ReasonSecretMissing, fmt.Sprintf("spec.auth.secretRef: Secret %s: %v", c.Spec.Auth.SecretRef.Name, err)}
+	}
+	file, err := RenderAuthFile(users.Data)
+	if err != nil {
+		return &podProblem{ReasonInvalidUser, fmt.Sprintf("spec.auth.secretRef: Secret %s is not rendered (the last valid authfile stays): %v", users.Name, err)}
+	}
+	opts.AuthFile = file
+	return nil
+}
+
+// observeTLS says what keeps spec.tls's certificate from the pods: no
+// cert-manager, a Certificate cert-manager has not issued (its issuer not
+// Ready), or no Secret to mount. nil when the Secret is there.
+func (r *CacheReconciler) observeTLS(ctx context.Context, c *cachev1alpha1.Cache) *podProblem {
+	t := c.Spec.TLS
+	if t == nil {
+		return nil
+	}
+	if t.IssuerRef != nil {
+		if !r.serves(CertManagerAPI, "certificates") {
+			return &podProblem{ReasonNoCertManager, "spec.tls.issuerRef needs cert-manager, and the cluster does not serve " + CertManagerAPI + " certificates: install cert-manager or bring a Secret with spec.tls.secretName"}
+		}
+		cert := certificateObject()
+		if err := r.getAround(ctx, types.NamespacedName{Namespace: c.Namespace, Name: CertificateName(c)}, cert); err == nil {
+			conds, _, _ := unstructured.NestedSlice(cert.Object, "status", "conditions")
+			for _, cd := range conds {
+				m, _ := cd.(map[string]any)
+				if m["type"] == "Ready" && m["status"] != "True" {
+					return &podProblem{ReasonIssuerNotReady, fmt.Sprintf("Certificate %s is not Ready (issuer %s %s): %v", CertificateName(c), t.IssuerRef.Kind, t.IssuerRef.Name, m["message"])}
+				}
+			}
+		}
+	}
+	secrets := []string{TLSSecretName(c)}
+	if t.ClientAuth == "Require" && t.ClientCA != nil {
+		secrets = append(secrets, t.ClientCA.Name)
+	}
+	for _, name := range secrets {
+		if err := r.getAround(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, &corev1.Secret{}); err != nil {
+			return &podProblem{ReasonSecretMissing, fmt.Sprintf("Secret %s: %v; the pods cannot start without it", name, err)}
+		}
+	}
+	return nil
+}
+
 // EngineImageFor is the image of the pod template: spec.image, else the image
 // the existing StatefulSet already runs (so an operator upgrade with a new
 // --engine-image never restarts a Cache that named none), else the operator's.
@@ -226,6 +295,7 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 		return ctrl.Result{}, err
 	}
 	opts := BuildOptions{Engine: EngineOptionsFor(r.Engine, image, r.EngineImage, running), Image: image, ClusterDomain: r.ClusterDomain}
+	authProblem := r.renderAuthFile(ctx, c, &opts)
 
 	a, done, err := r.applyOwned(ctx, c, prevSTS, opts)
 	if done != nil || err != nil {
@@ -259,7 +329,7 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 	}
 
 	obs := Observed{StatefulSet: live.statefulSet, Pods: live.pods, ConfigMaps: configs, Image: opts.Image, Options: opts,
-		APIs: map[string]bool{}, AuxFailures: auxFailures,
+		APIs: map[string]bool{}, AuxFailures: auxFailures, AuthProblem: authProblem, TLSProblem: r.observeTLS(ctx, c),
 		Claims: claims.claims, ClaimsLost: claims.lost, ExtstoreCheckErr: claims.checkErr, ClaimsWithoutClass: claims.withoutClass}
 	missingAPI, err := r.observeAroundTheCache(ctx, c, &obs)
 	if err != nil {
@@ -275,6 +345,9 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 	}
 	if w := claims.requeueAfter; w > 0 && (result.RequeueAfter == 0 || w < result.RequeueAfter) {
 		result.RequeueAfter = w // a volume's NotReady node reaches the node-loss timeout; nodes are not watched
+	}
+	if w := r.recheckSecrets(); (c.Spec.Auth != nil || obs.TLSProblem != nil) && (result.RequeueAfter == 0 || result.RequeueAfter > w) {
+		result.RequeueAfter = w // a rotated spec.auth Secret, or a TLS Secret that appears
 	}
 	status := ComputeStatus(c, obs, r.ClusterDomain)
 	RecordCacheMetrics(c, status)

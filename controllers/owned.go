@@ -40,6 +40,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;patch;delete
@@ -109,6 +110,9 @@ func one[T client.Object](f func(*cachev1alpha1.Cache, BuildOptions) T) func(*ca
 var ownedKinds = []ownedKind{
 	{group: "", resource: "configmaps", object: &corev1.ConfigMap{}, list: &corev1.ConfigMapList{},
 		build: one(ConfigMap), prune: true, keep: configMapInUse},
+	// Before the StatefulSet: its pods mount the rendered authfile.
+	{group: "", resource: "secrets", object: &corev1.Secret{}, list: &corev1.SecretList{},
+		build: one(AuthFileSecret), prune: true, keep: secretMounted},
 	{group: "", resource: "services", object: &corev1.Service{}, list: &corev1.ServiceList{},
 		build: func(c *cachev1alpha1.Cache, _ BuildOptions) []client.Object {
 			return []client.Object{HeadlessService(c), ClientService(c)}
@@ -120,7 +124,7 @@ var ownedKinds = []ownedKind{
 	{group: "networking.k8s.io", resource: "networkpolicies", object: &networkingv1.NetworkPolicy{}, list: &networkingv1.NetworkPolicyList{},
 		build: one(NetworkPolicy), prune: true},
 	// Before the StatefulSet: its pods mount the Secret cert-manager writes.
-	{group: "cert-manager.io", resource: "certificates", object: certManagerObject("Certificate"), list: certManagerList("CertificateList"),
+	{group: "cert-manager.io", resource: "certificates", object: certificateObject(), list: certManagerList("CertificateList"),
 		build: one(Certificate), prune: true, optionalAPI: CertManagerAPI},
 	{group: "apps", resource: "statefulsets", object: &appsv1.StatefulSet{}, list: &appsv1.StatefulSetList{},
 		build: one(StatefulSet), deletes: true},
@@ -189,6 +193,21 @@ func watchedKinds(servedOptional map[string]bool) []ownedKind {
 type liveState struct {
 	statefulSet *appsv1.StatefulSet
 	pods        []corev1.Pod
+}
+
+// secretMounted keeps the rendered authfile while the StatefulSet's pods
+// mount it: a user's Secret that turns invalid leaves the last valid
+// authfile serving rather than pods without one.
+func secretMounted(obj client.Object, live *liveState) bool {
+	if live.statefulSet == nil {
+		return false
+	}
+	for _, v := range live.statefulSet.Spec.Template.Spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == obj.GetName() {
+			return true
+		}
+	}
+	return false
 }
 
 // configMapInUse keeps a revision's ConfigMap while a pod mounts it, and,

@@ -76,6 +76,11 @@ const (
 	ReasonMetricsAPIMissing   = "MetricsAPIMissing"
 	ReasonAutoscalerPending   = "AutoscalerPending"
 	ReasonAuxApplyFailed      = "ApplyFailed"
+	ReasonNoCertManager       = "NoCertManager"
+	ReasonIssuerNotReady      = "IssuerNotReady"
+	ReasonSecretMissing       = "SecretMissing"
+	ReasonInvalidUser         = "InvalidUser"
+	ReasonSecretMounted       = "SecretMounted"
 	// Event reasons only.
 	ReasonScaledOutsideAutoscaler = "ScaledOutsideAutoscaler"
 )
@@ -113,6 +118,9 @@ type Observed struct {
 	// ClaimsWithoutClass says which Pending claims wait for a StorageClass
 	// that does not exist.
 	ClaimsWithoutClass []string
+	// AuthProblem and TLSProblem say what keeps spec.auth's users and
+	// spec.tls's certificate from the pods; nil when nothing does.
+	AuthProblem, TLSProblem *podProblem
 }
 
 // podProblem is one reason a pod cannot serve, worded for a person.
@@ -250,7 +258,7 @@ func Endpoints(c *cachev1alpha1.Cache, pods []corev1.Pod, clusterDomain string) 
 	eps := make([]cachev1alpha1.CacheEndpoint, 0, n)
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("%s-%d", StatefulSetName(c), i)
-		ep := cachev1alpha1.CacheEndpoint{Pod: name, Host: PodHost(c, name, clusterDomain), Port: EnginePort}
+		ep := cachev1alpha1.CacheEndpoint{Pod: name, Host: PodHost(c, name, clusterDomain), Port: EnginePort, TLS: c.Spec.TLS != nil}
 		if p, ok := byName[name]; ok {
 			ep.Ready = podReady(p)
 			ep.Node = p.Spec.NodeName
@@ -325,6 +333,7 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 	setRestartCondition(c, st.Endpoints, obs.Options, set)
 	setCoresCondition(c, obs, set)
 	setMonitoringCondition(c, obs, set, &st.Conditions)
+	setSecurityConditions(c, obs, set, &st.Conditions)
 	setAutoscalingCondition(c, obs, set, &st.Conditions)
 	setExtstoreCondition(c, obs, set, &st.Conditions)
 	setNodeTunedCondition(c, obs, set, &st.Conditions)
@@ -488,6 +497,29 @@ func setCoresCondition(c *cachev1alpha1.Cache, obs Observed, set func(string, me
 		set(cachev1alpha1.ConditionCoresExclusive, metav1.ConditionUnknown, ReasonNotChecked, "could not read the CPU manager policy: "+strings.Join(unknown, "; "))
 	default:
 		set(cachev1alpha1.ConditionCoresExclusive, metav1.ConditionTrue, ReasonStaticCPUManager, "every pod's node runs the static CPU manager, which gives its cores to the pod alone")
+	}
+}
+
+// setSecurityConditions say whether spec.tls's certificate and spec.auth's
+// users reach the pods (TLSReady, AuthReady); absent without them.
+func setSecurityConditions(c *cachev1alpha1.Cache, obs Observed, set func(string, metav1.ConditionStatus, string, string), conds *[]metav1.Condition) {
+	switch {
+	case c.Spec.TLS == nil:
+		meta.RemoveStatusCondition(conds, cachev1alpha1.ConditionTLSReady)
+	case obs.TLSProblem != nil:
+		set(cachev1alpha1.ConditionTLSReady, metav1.ConditionFalse, obs.TLSProblem.reason, obs.TLSProblem.message)
+	default:
+		set(cachev1alpha1.ConditionTLSReady, metav1.ConditionTrue, ReasonSecretMounted,
+			"the pods serve TLS only with the certificate of Secret "+TLSSecretName(c)+", mounted whole so that a renewal reaches them")
+	}
+	switch {
+	case c.Spec.Auth == nil:
+		meta.RemoveStatusCondition(conds, cachev1alpha1.ConditionAuthReady)
+	case obs.AuthProblem != nil:
+		set(cachev1alpha1.ConditionAuthReady, metav1.ConditionFalse, obs.AuthProblem.reason, obs.AuthProblem.message)
+	default:
+		set(cachev1alpha1.ConditionAuthReady, metav1.ConditionTrue, ReasonSecretMounted,
+			"the users of Secret "+c.Spec.Auth.SecretRef.Name+" are rendered into Secret "+AuthFileSecretName(c)+", which the pods read as their authfile")
 	}
 }
 

@@ -164,7 +164,8 @@ func run(m *testing.M) int {
 		MaxBackoff: 4 * time.Second,
 		APIs:       &DiscoveryChecker{Discovery: discovery.NewDiscoveryClientForConfigOrDie(cfg), TTL: 500 * time.Millisecond},
 		// Short enough that tests see CRDs installed after the start.
-		RecheckAPIs: 2 * time.Second,
+		RecheckAPIs:    2 * time.Second,
+		RecheckSecrets: 2 * time.Second,
 	}).SetupWithManager(mgr); err != nil {
 		fmt.Fprintf(os.Stderr, "controller: %v\n", err)
 		return 1

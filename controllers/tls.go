@@ -93,6 +93,12 @@ func Certificate(c *cachev1alpha1.Cache, o BuildOptions) *unstructured.Unstructu
 	if group == "" {
 		group = "cert-manager.io"
 	}
+	// With clientAuth Require the pod's certificate is also the client
+	// certificate of its own probes (cachet-probe, /healthz).
+	usages := []any{"server auth", "digital signature", "key encipherment"}
+	if t.ClientAuth == "Require" {
+		usages = append(usages, "client auth")
+	}
 	names := TLSDNSNames(c, o.ClusterDomain)
 	dnsNames := make([]any, len(names))
 	for i, n := range names {
@@ -118,7 +124,7 @@ func Certificate(c *cachev1alpha1.Cache, o BuildOptions) *unstructured.Unstructu
 			"secretTemplate": map[string]any{"labels": labels},
 			"commonName":     ClientServiceName(c) + "." + c.Namespace + ".svc",
 			"dnsNames":       dnsNames,
-			"usages":         []any{"server auth", "digital signature", "key encipherment"},
+			"usages":         usages,
 			"privateKey": map[string]any{
 				"algorithm":      "ECDSA",
 				"size":           int64(256),
@@ -130,11 +136,11 @@ func Certificate(c *cachev1alpha1.Cache, o BuildOptions) *unstructured.Unstructu
 	return cert
 }
 
-// certManagerObject and certManagerList are empty objects of a cert-manager
+// certificateObject and certManagerList are empty objects of a cert-manager
 // kind, for the owned-kinds table's watches, informers and listing.
-func certManagerObject(kind string) *unstructured.Unstructured {
+func certificateObject() *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(schema.FromAPIVersionAndKind(CertManagerAPI, kind))
+	u.SetGroupVersionKind(schema.FromAPIVersionAndKind(CertManagerAPI, "Certificate"))
 	return u
 }
 

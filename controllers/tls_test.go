@@ -106,7 +106,7 @@ func TestCertificateFollowsTheSpec(t *testing.T) {
 	ns := newNamespace(t)
 	c := createCache(t, ns, "secure", withIssuer)
 	key := client.ObjectKey{Namespace: ns, Name: CertificateName(c)}
-	cert := certManagerObject("Certificate")
+	cert := certificateObject()
 	eventually(t, "the Certificate of spec.tls.issuerRef", func() (bool, string) {
 		if err := k8sClient.Get(ctx, key, cert); err != nil {
 			return false, err.Error()
@@ -120,7 +120,7 @@ func TestCertificateFollowsTheSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the Certificate pruned without spec.tls", func() (bool, string) {
-		err := k8sClient.Get(ctx, key, certManagerObject("Certificate"))
+		err := k8sClient.Get(ctx, key, certificateObject())
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 }

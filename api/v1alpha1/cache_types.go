@@ -41,6 +41,7 @@ import (
 
 // CacheSpec is the desired state of a Cache.
 // +kubebuilder:validation:XValidation:rule="(has(self.dedicatedCPUs) && !self.dedicatedCPUs) || !has(self.cpu) || self.cpu >= 1",message="spec.cpu must be at least 1 when spec.dedicatedCPUs is true: exclusive cores come in whole CPUs"
+// +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.engine.connectionPlacement) || self.engine.connectionPlacement == 'Off' || !has(self.dedicatedCPUs) || self.dedicatedCPUs",message="spec.engine.connectionPlacement CPU needs spec.dedicatedCPUs: only pinned workers have a CPU to receive connections on"
 // +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.engine.threads) || (has(self.dedicatedCPUs) && !self.dedicatedCPUs) || !has(self.cpu) || self.engine.threads >= self.cpu",message="spec.engine.threads must be at least spec.cpu when spec.dedicatedCPUs is true: every exclusive core needs a worker pinned to it"
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || !has(self.autoscaling.targets.cpuUtilization) || !has(self.cpu) || self.cpu > 0",message="spec.autoscaling.targets.cpuUtilization needs spec.cpu of at least 1: utilization is measured against the pods' CPU request, and spec.cpu 0 requests none",fieldPath=".autoscaling.targets.cpuUtilization"
 // +kubebuilder:validation:XValidation:rule="!has(self.engine) || !has(self.engine.maxItemSize) || !isQuantity(string(self.engine.maxItemSize)) || !isQuantity(string(self.memory)) || quantity(string(self.engine.maxItemSize)).asApproximateFloat() * 2.0 <= quantity(string(self.memory)).asApproximateFloat()",message="spec.engine.maxItemSize must be at most half of spec.memory: the engine needs room for at least two items of the largest size",fieldPath=".engine.maxItemSize"
@@ -556,7 +557,26 @@ type EngineSpec struct {
 	// +listType=set
 	// +optional
 	ChunkSizes []int32 `json:"chunkSizes,omitempty"`
+
+	// ConnectionPlacement CPU hands each new connection to the worker pinned
+	// to the CPU whose softirq received it (cachetd -o conn_placement=cpu,
+	// SO_INCOMING_CPU), else to one on a hyperthread sibling of it, so a
+	// connection's interrupts and its worker share a core. Worth it with the
+	// node tuner placing the NIC queues on the pod's cores (spec.nodeTuning);
+	// without, every connection whose interrupts land on one core would go to
+	// one worker, so the default is Off (round robin). Needs dedicated CPUs:
+	// the workers must be pinned.
+	// +kubebuilder:validation:Enum=Off;CPU
+	// +kubebuilder:default=Off
+	// +optional
+	ConnectionPlacement string `json:"connectionPlacement,omitempty"`
 }
+
+// The values of spec.engine.connectionPlacement.
+const (
+	ConnectionPlacementOff = "Off"
+	ConnectionPlacementCPU = "CPU"
+)
 
 // WorkloadProfile is a declared shape of the items a Cache holds.
 // +kubebuilder:validation:XValidation:rule="has(self.preset) != has(self.valueSizes)",message="spec.workloadProfile needs exactly one of preset (a named shape) or valueSizes (your own histogram)"
@@ -867,6 +887,17 @@ const (
 	// use the static CPU manager policy, Unknown when the operator does not
 	// check (see --check-cpu-manager).
 	ConditionCoresExclusive = "CoresExclusive"
+	// ConditionTLSReady is True when spec.tls's certificate Secret is there
+	// for the pods to mount (reason SecretMounted); False with NoCertManager
+	// (issuerRef without cert-manager in the cluster), IssuerNotReady (the
+	// Certificate is not issued) or SecretMissing. Absent without spec.tls.
+	ConditionTLSReady = "TLSReady"
+	// ConditionAuthReady is True when spec.auth's users are rendered into
+	// the authfile the pods read (reason SecretMounted); False with
+	// SecretMissing or InvalidUser (a user name with ':' or whitespace, an
+	// empty password or one with a line break: nothing of that Secret is
+	// rendered, the last valid authfile stays). Absent without spec.auth.
+	ConditionAuthReady = "AuthReady"
 	// ConditionMonitoring is True when the PodMonitor and PrometheusRule are
 	// in place, False when the cluster has no prometheus-operator CRDs.
 	// Absent when spec.monitoring is not enabled.
@@ -939,7 +970,12 @@ type CacheStatus struct {
 	// an interrupt's affinity), NoQueue (other pods took every NIC queue),
 	// NoSharedPool, NoNICQueueIRQs or ApplyFailed, each with the pod;
 	// Unknown TunerPending (a pod not yet scheduled, or not yet seen by
-	// the tuner at this generation).
+	// the tuner at this generation). Events name each change: Tuned, the
+	// False reason, or NodeTuningReverted when irqStrategy became none.
+	// TLSReady (with spec.tls): True SecretMounted; False NoCertManager,
+	// IssuerNotReady or SecretMissing.
+	// AuthReady (with spec.auth): True SecretMounted; False SecretMissing
+	// or InvalidUser.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -1060,7 +1096,7 @@ func (s *CacheSpec) DesiredReplicas() int32 {
 // PodTemplateFields are the spec fields that reach the pod template: changing
 // one replaces every pod (one at a time with RollingUpdate), and each
 // replaced pod starts with an empty cache.
-var PodTemplateFields = []string{"image", "memory", "cpu", "dedicatedCPUs", "engine", "workloadProfile", "placement", "extstore"}
+var PodTemplateFields = []string{"image", "memory", "cpu", "dedicatedCPUs", "engine", "workloadProfile", "placement", "extstore", "tls", "auth"}
 
 // PodTemplateSpec is the part of a spec that reaches the pod template, with
 // everything else zeroed: two specs restart pods when this differs.
@@ -1073,10 +1109,23 @@ func (s *CacheSpec) PodTemplateSpec() CacheSpec {
 		e.DeleteClaimOnNodeLoss, e.NodeLossTimeout = nil, nil
 		ext = &e
 	}
+	// The pods mount the issued certificate's Secret and the rendered
+	// authfile, whose names do not follow the issuer or the user's Secret:
+	// changing either restarts no pod.
+	tls := s.TLS
+	if tls != nil && tls.IssuerRef != nil {
+		t := *tls
+		t.IssuerRef = &IssuerReference{}
+		tls = &t
+	}
+	var auth *AuthSpec
+	if s.Auth != nil {
+		auth = &AuthSpec{}
+	}
 	return CacheSpec{
 		Image: s.Image, Memory: s.Memory, CPU: s.CPU, DedicatedCPUs: s.DedicatedCPUs,
 		Engine: s.Engine, Placement: s.Placement, Extstore: ext,
-		WorkloadProfile: autoProfile(s.WorkloadProfile),
+		WorkloadProfile: autoProfile(s.WorkloadProfile), TLS: tls, Auth: auth,
 	}
 }
 

@@ -277,21 +277,7 @@ func ValidateCacheSpec(c *Cache) (field.ErrorList, admission.Warnings) {
 	serviceErrs, serviceWarnings := validateService(c)
 	errs = append(errs, serviceErrs...)
 	warnings := append(disruptionWarnings(c), serviceWarnings...)
-	return errs, append(warnings, notYetServedWarnings(c)...)
-}
-
-// notYetServedWarnings say that spec.tls and spec.auth are accepted but not
-// yet acted on by the pods (issue 24: the engine flags are not wired), so
-// nobody mistakes a Cache with a certificate for one that encrypts.
-func notYetServedWarnings(c *Cache) admission.Warnings {
-	var w admission.Warnings
-	if c.Spec.TLS != nil {
-		w = append(w, "spec.tls: this operator version issues the certificate but does not yet serve TLS from the pods; traffic stays plaintext (docs/security.md)")
-	}
-	if c.Spec.Auth != nil {
-		w = append(w, "spec.auth: this operator version does not yet pass the authfile to the pods; connections are not authenticated (docs/security.md)")
-	}
-	return w
+	return errs, warnings
 }
 
 func validateName(c *Cache) field.ErrorList {

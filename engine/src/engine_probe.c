@@ -1,7 +1,7 @@
 /*
  * engine_probe.c - the `mn` round trip of /healthz and memcached_up; see
  * engine_probe.h for why it goes through the memcached port. The cachet-probe
- * tool is built from this file too (libc only, no other engine code), so the
+ * tool is built from this file too (with tls_client.c, no other engine code), so the
  * pod's probe and /healthz make the same round trip.
  *
  * Concurrency: stateless; the socket is the caller's for the call's length.

@@ -15,7 +15,8 @@
  * epoll set with EPOLLEXCLUSIVE, so a new connection wakes one worker.
  *
  * A client beyond -c gets memcached's "ERROR Too many open connections"
- * and is closed (rejected_connections), or with -o no_maxconns_fast waits
+ * (not under -Z, where it would be plaintext in a TLS stream) and is
+ * closed (rejected_connections), or with -o no_maxconns_fast waits
  * in the backlog until a connection closes; an accepted one is handed to
  * the connection state machine (net_conn.c). With -o conn_placement the
  * accepting worker may instead queue it for the worker net_place.c picks

@@ -19,7 +19,11 @@
  * an idle connection like any other (idle_timeout, -c, the memory term).
  *
  * Rotation: `refresh_certs` (and SIGHUP, as memcached) builds a new SSL_CTX
- * from the files and swaps it in; connections already open keep the context
+ * from the files and swaps it in; so does a file watch, for Kubernetes,
+ * whose Secret volumes swap a symlink when cert-manager renews and where
+ * nothing sends a command: an accept stats the three files when a second
+ * has passed since the last look, and refreshes if one's inode, size or
+ * mtime changed (as auth.c watches the authfile); connections already open keep the context
  * they were accepted with (OpenSSL counts its references), so rotating a
  * certificate never drops an established connection. A file that fails to
  * load leaves the current context in place and says why.
@@ -28,8 +32,10 @@
  * record is in flight, OpenSSL's read and write buffers (each a record,
  * ~17 KiB); SSL_MODE_RELEASE_BUFFERS frees them on an idle connection.
  *
- * Concurrency: the current context is swapped and taken (SSL_new) under one
- * mutex (tls_enabled reads the pointer atomically, without it); an SSL object belongs to its connection's worker.
+ * Concurrency: the current context, and the files' identity it was built
+ * from, are swapped and taken (SSL_new) under one mutex (tls_enabled reads
+ * the pointer atomically, without it); an SSL object belongs to its
+ * connection's worker.
  */
 #include "tls.h"
 
@@ -39,18 +45,54 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #include "server.h"
+#include "tls_client.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static SSL_CTX *current;
 
 static const char session_context[] = "cachetd";
+
+#define TLS_RECHECK_NS 1000000000LL
+
+/* What the watch compares: a file's identity when its context was built
+ * (zeros for a file that is not set or cannot be stat'ed). */
+struct file_id {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    long long mtime_ns;
+};
+#define TLS_FILES 3
+static struct file_id loaded_ids[TLS_FILES];   /* under lock */
+static long long next_look_ns;                 /* under lock */
+
+static long long mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void identify_files(struct file_id ids[TLS_FILES])
+{
+    const char *paths[TLS_FILES] = { settings.tls.chain_cert, settings.tls.key, settings.tls.ca_cert };
+    memset(ids, 0, sizeof(struct file_id) * TLS_FILES);
+    for (int i = 0; i < TLS_FILES; i++) {
+        struct stat st;
+        if (!paths[i][0] || stat(paths[i], &st) != 0) continue;
+        ids[i] = (struct file_id){ st.st_dev, st.st_ino, st.st_size,
+                                   (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec };
+    }
+}
 
 /* workers and the metrics thread ask without the lock while tls_refresh
  * swaps the pointer: an atomic load, never a torn or cached one */
@@ -119,10 +161,14 @@ int tls_start(char *err, size_t errlen)
 {
     if (!settings.tls.enabled) return 0;
     OPENSSL_init_ssl(0, NULL);
+    struct file_id ids[TLS_FILES];
+    identify_files(ids);
     SSL_CTX *ctx = build_context(err, errlen);
     if (!ctx) return -1;
     pthread_mutex_lock(&lock);
     __atomic_store_n(&current, ctx, __ATOMIC_RELEASE);
+    memcpy(loaded_ids, ids, sizeof ids);
+    next_look_ns = mono_ns() + TLS_RECHECK_NS;
     pthread_mutex_unlock(&lock);
     return 0;
 }
@@ -133,18 +179,46 @@ int tls_refresh(char *err, size_t errlen)
         snprintf(err, errlen, "Error TLS not enabled");
         return -1;
     }
+    /* identified before loading: a change while loading is seen next time */
+    struct file_id ids[TLS_FILES];
+    identify_files(ids);
     SSL_CTX *ctx = build_context(err, errlen);
-    if (!ctx) return -1;
     pthread_mutex_lock(&lock);
+    /* a failed load is not retried by the watch until the files change again */
+    memcpy(loaded_ids, ids, sizeof ids);
     SSL_CTX *old = current;
-    __atomic_store_n(&current, ctx, __ATOMIC_RELEASE);
+    if (ctx) __atomic_store_n(&current, ctx, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&lock);
+    if (!ctx) return -1;
     SSL_CTX_free(old);   /* freed when its last connection closes */
     return 0;
 }
 
+/* The file watch: true when a look is due and a file changed since the
+ * current context was built. */
+static bool files_changed(void)
+{
+    long long now = mono_ns();
+    pthread_mutex_lock(&lock);
+    bool due = now >= next_look_ns;
+    if (due) next_look_ns = now + TLS_RECHECK_NS;
+    pthread_mutex_unlock(&lock);
+    if (!due) return false;
+    struct file_id ids[TLS_FILES];
+    identify_files(ids);
+    pthread_mutex_lock(&lock);
+    bool changed = memcmp(ids, loaded_ids, sizeof ids) != 0;
+    pthread_mutex_unlock(&lock);
+    return changed;
+}
+
 SSL *tls_accept(int fd)
 {
+    if (files_changed()) {
+        char err[256];
+        if (tls_refresh(err, sizeof err) != 0)
+            fprintf(stderr, "cachetd: certificate files changed but not reloaded (%s); the current certificate stays\n", err);
+    }
     pthread_mutex_lock(&lock);
     SSL *ssl = current ? SSL_new(current) : NULL;
     pthread_mutex_unlock(&lock);
@@ -215,59 +289,13 @@ ssize_t tls_write(void *ssl, const void *buf, size_t len)
 /* The metrics thread's /healthz round trip over TLS: the engine's own port,
  * so the server certificate is not verified; it shows the server's own
  * certificate as its client certificate, which passes ssl_verify_mode 2-3
- * when ssl_ca_cert signed it for client use too. Blocking, bounded by
- * timeout_ms per send and receive; only the metrics thread calls it. */
+ * when ssl_ca_cert signed it for client use too. Only the metrics thread
+ * calls it. */
 bool tls_probe(const char *host, int port, int timeout_ms, const char *request, const char *expect,
                char *why, size_t why_cap)
 {
-    bool ok = false;
     char service[16];
     snprintf(service, sizeof service, "%d", port);
-    struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST }, *res = NULL;
-    if (getaddrinfo(host, service, &hints, &res) != 0 || !res) {
-        snprintf(why, why_cap, "cannot resolve %s", host);
-        return false;
-    }
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
-    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-    SSL *ssl = NULL;
-    if (fd < 0 || !ctx) {
-        snprintf(why, why_cap, "no socket or TLS context for the probe");
-        goto out;
-    }
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
-        snprintf(why, why_cap, "cannot connect to %s port %d: %s", host, port, strerror(errno));
-        goto out;
-    }
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
-    SSL_CTX_use_certificate_chain_file(ctx, settings.tls.chain_cert);
-    SSL_CTX_use_PrivateKey_file(ctx, settings.tls.key, SSL_FILETYPE_PEM);
-    ERR_clear_error();
-    ssl = SSL_new(ctx);
-    if (!ssl || !SSL_set_fd(ssl, fd) || SSL_connect(ssl) != 1) {
-        openssl_error(why, why_cap, "TLS handshake with the engine failed", NULL);
-        goto out;
-    }
-    size_t n = 0, explen = strlen(expect);
-    char reply[128];
-    if (!SSL_write_ex(ssl, request, strlen(request), &n)) {
-        openssl_error(why, why_cap, "cannot send the probe", NULL);
-        goto out;
-    }
-    size_t got = 0;
-    while (got < explen && got < sizeof reply - 1 && SSL_read_ex(ssl, reply + got, sizeof reply - 1 - got, &n))
-        got += n;
-    reply[got] = '\0';
-    if (got == explen && !memcmp(reply, expect, explen)) ok = true;
-    else snprintf(why, why_cap, "unexpected reply over TLS (%zu bytes)", got);
-out:
-    ERR_clear_error();
-    if (ssl) SSL_free(ssl);
-    if (ctx) SSL_CTX_free(ctx);
-    if (fd >= 0) close(fd);
-    freeaddrinfo(res);
-    return ok;
+    return tls_client_exchange(host, service, timeout_ms, NULL, settings.tls.chain_cert, settings.tls.key,
+                               request, expect, why, why_cap);
 }

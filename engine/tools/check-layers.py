@@ -78,8 +78,8 @@ LAYERS = [
      ["logger"], []),
     ("base", "no engine state: page store, background threads, buffer budget, "
              "event loop, io_uring, request parser, miss-ratio curve estimator, "
-             "syscalls without cancellation points",
-     ["extstore", "ext_knob", "bgthread", "bufmem", "ae", "uring", "proto_parser", "shards", "nocancel"], []),
+             "syscalls without cancellation points, a TLS client round trip",
+     ["extstore", "ext_knob", "bgthread", "bufmem", "ae", "uring", "proto_parser", "shards", "nocancel", "tls_client"], []),
 ]
 
 # Named groups a layer may forbid. Item code: every storage file but the

@@ -120,6 +120,17 @@ var admittedSpecs = []contractCase{
 		s.CPU = ptr.To(int32(0))
 		s.Engine.Threads = ptr.To(int32(16))
 	})},
+	{name: "connections placed by CPU", spec: spec(func(s *cachev1alpha1.CacheSpec) {
+		s.Engine.ConnectionPlacement = cachev1alpha1.ConnectionPlacementCPU
+	})},
+	{name: "tls from a Secret, mutual, TLS 1.3", spec: spec(func(s *cachev1alpha1.CacheSpec) {
+		s.TLS = &cachev1alpha1.TLSSpec{SecretName: "certs", ClientAuth: "Require", MinVersion: "TLSv1.3",
+			ClientCA: &cachev1alpha1.SecretKeyRef{Name: "clients", Key: "bundle.pem"}}
+	})},
+	{name: "tls from an issuer, auth", spec: spec(func(s *cachev1alpha1.CacheSpec) {
+		s.TLS = &cachev1alpha1.TLSSpec{IssuerRef: &cachev1alpha1.IssuerReference{Name: "ca"}, ClientAuth: "None", MinVersion: "TLSv1.2"}
+		s.Auth = &cachev1alpha1.AuthSpec{SecretRef: cachev1alpha1.LocalSecretReference{Name: "users"}}
+	})},
 	{name: "explicit hashpower", spec: spec(func(s *cachev1alpha1.CacheSpec) { s.Engine.HashPower = ptr.To(int32(24)) })},
 	{name: "growth factor and min chunk", spec: spec(func(s *cachev1alpha1.CacheSpec) {
 		s.Engine.GrowthFactor = ptr.To("4")
@@ -196,7 +207,7 @@ func cacheOf(s *cachev1alpha1.CacheSpec) *cachev1alpha1.Cache {
 var variants = []Options{{}, {MetricsPort: DefaultMetricsPort}, {SocketBuffers: true}, {MetricsPort: DefaultMetricsPort, SocketBuffers: true},
 	{SocketBuffers: true, AuthFile: "/etc/cachet/auth/authfile"},
 	{SocketBuffers: true, TLS: &TLSFiles{ChainCert: "/etc/cachet/tls/tls.crt", Key: "/etc/cachet/tls/tls.key",
-		CACert: "/etc/cachet/tls/ca.crt", VerifyMode: 2}}}
+		CACert: "/etc/cachet/tls/ca.crt", VerifyMode: 2, MinVersion: 3}}}
 
 func TestAdmittedSpecsStartTheEngine(t *testing.T) {
 	bin := cachetd(t)

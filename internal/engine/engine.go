@@ -211,6 +211,52 @@ type TLSFiles struct {
 	// a client certificate signed by CACert) for mutual TLS.
 	CACert     string
 	VerifyMode int
+	// MinVersion is memcached's ssl_min_version: 0-3 for TLS 1.0-1.3; 0
+	// leaves the engine's default (TLS 1.2).
+	MinVersion int
+}
+
+// Where the pods mount their secrets: each a whole-Secret volume (never a
+// subPath), so that the kubelet swaps rotated files in place and the engine
+// picks them up without a restart.
+const (
+	TLSDir      = "/etc/cachet/tls"
+	ClientCADir = "/etc/cachet/client-ca"
+	AuthDir     = "/etc/cachet/auth"
+	// AuthFileKey is the key of the operator's derived authfile Secret.
+	AuthFileKey = "authfile"
+)
+
+// ForSpec completes the operator-wide options with what the spec asks of
+// this Cache (spec.tls, spec.auth): the mounted files the engine reads. Args
+// and Budget apply it, so the arguments and the memory formula agree.
+func ForSpec(s *cachev1alpha1.CacheSpec, o Options) Options {
+	if s.Auth != nil && o.AuthFile == "" {
+		o.AuthFile = AuthDir + "/" + AuthFileKey
+	}
+	if t := s.TLS; t != nil && o.TLS == nil {
+		files := &TLSFiles{ChainCert: TLSDir + "/tls.crt", Key: TLSDir + "/tls.key"}
+		if t.ClientAuth == "Require" {
+			files.VerifyMode = 2
+			files.CACert = TLSDir + "/ca.crt"
+			if t.ClientCA != nil {
+				files.CACert = ClientCADir + "/" + ClientCAKey(t.ClientCA)
+			}
+		}
+		if t.MinVersion == "TLSv1.3" {
+			files.MinVersion = 3
+		}
+		o.TLS = files
+	}
+	return o
+}
+
+// ClientCAKey is the key of spec.tls.clientCA with its default applied.
+func ClientCAKey(r *cachev1alpha1.SecretKeyRef) string {
+	if r.Key != "" {
+		return r.Key
+	}
+	return "ca.crt"
 }
 
 // Threads is the number of worker threads: spec.engine.threads, or one per CPU.
@@ -263,6 +309,7 @@ func sizeArg(b int64) string {
 // CPU would stack every shared Cache of a node on its lowest shared CPUs.
 func Args(s *cachev1alpha1.CacheSpec, o Options) []string {
 	s = Effective(s)
+	o = ForSpec(s, o)
 	e := s.Engine
 	args := []string{
 		"-p", strconv.Itoa(Port),
@@ -297,6 +344,8 @@ func Args(s *cachev1alpha1.CacheSpec, o Options) []string {
 	}
 	if !s.IsDedicatedCPUs() {
 		opts = append(opts, "cpus=none")
+	} else if e.ConnectionPlacement == cachev1alpha1.ConnectionPlacementCPU {
+		opts = append(opts, "conn_placement=cpu")
 	}
 	if o.MetricsPort > 0 {
 		opts = append(opts, "metrics_port="+strconv.Itoa(int(o.MetricsPort)))
@@ -315,6 +364,9 @@ func Args(s *cachev1alpha1.CacheSpec, o Options) []string {
 		}
 		if t.VerifyMode != 0 {
 			opts = append(opts, "ssl_verify_mode="+strconv.Itoa(t.VerifyMode))
+		}
+		if t.MinVersion != 0 {
+			opts = append(opts, "ssl_min_version="+strconv.Itoa(t.MinVersion))
 		}
 	}
 	return append(args, "-o", strings.Join(opts, ","))
@@ -508,6 +560,7 @@ type MemoryBudget struct {
 // above it by more than that margin.
 func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 	s = Effective(s)
+	o = ForSpec(s, o)
 	b := MemoryBudget{
 		ItemMemory:  s.Memory.Value(),
 		Connections: int64(MaxConnections(s)) * PerConnectionBytes,

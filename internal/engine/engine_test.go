@@ -64,6 +64,26 @@ func TestArgsExplicit(t *testing.T) {
 	}
 }
 
+// connectionPlacement CPU asks cachetd to place connections by the CPU that
+// received them; only pinned (dedicated) workers have one, so shared CPUs
+// never get it (the CRD refuses that combination too).
+func TestArgsConnectionPlacement(t *testing.T) {
+	placed := spec(func(s *cachev1alpha1.CacheSpec) { s.Engine.ConnectionPlacement = cachev1alpha1.ConnectionPlacementCPU })
+	if got := Args(placed, current); !strings.Contains(got[len(got)-1], "conn_placement=cpu") {
+		t.Fatalf("Args = %q, want conn_placement=cpu", got)
+	}
+	off := spec(func(s *cachev1alpha1.CacheSpec) { s.Engine.ConnectionPlacement = cachev1alpha1.ConnectionPlacementOff })
+	shared := spec(func(s *cachev1alpha1.CacheSpec) {
+		s.Engine.ConnectionPlacement = cachev1alpha1.ConnectionPlacementCPU
+		s.DedicatedCPUs = ptr.To(false)
+	})
+	for _, s := range []*cachev1alpha1.CacheSpec{off, shared} {
+		if got := Args(s, current); strings.Contains(strings.Join(got, " "), "conn_placement") {
+			t.Fatalf("Args = %q, want no conn_placement", got)
+		}
+	}
+}
+
 // An engine image other than the operator's own (a Cache pinned to an older
 // cachetd) is given no option an older cachetd refuses: no sock_sndbuf or
 // sock_rcvbuf, and so no socket_buffers term in its limit.
@@ -300,5 +320,29 @@ func TestExtstoreFileFitsMeasuredExt4(t *testing.T) {
 		if margin := usable - file; margin < 32<<20 {
 			t.Errorf("claim %s: file %d MiB leaves %d MiB of the %d usable, want at least 32", m.claim, file>>20, margin>>20, usable>>20)
 		}
+	}
+}
+
+// spec.tls and spec.auth reach the engine's arguments and its memory formula
+// through the same options.
+func TestSpecSecurityReachesArgsAndBudget(t *testing.T) {
+	s := &cachev1alpha1.CacheSpec{}
+	plain := Budget(s, Options{})
+	s.TLS = &cachev1alpha1.TLSSpec{SecretName: "certs", ClientAuth: "Require", MinVersion: "TLSv1.3"}
+	s.Auth = &cachev1alpha1.AuthSpec{SecretRef: cachev1alpha1.LocalSecretReference{Name: "users"}}
+	args := strings.Join(Args(s, Options{}), " ")
+	for _, want := range []string{"-Y /etc/cachet/auth/authfile", "-Z",
+		"ssl_chain_cert=/etc/cachet/tls/tls.crt,ssl_key=/etc/cachet/tls/tls.key,ssl_ca_cert=/etc/cachet/tls/ca.crt,ssl_verify_mode=2,ssl_min_version=3"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %q", args, want)
+		}
+	}
+	b := Budget(s, Options{})
+	if b.TLS == 0 || b.Auth == 0 || b.Limit <= plain.Limit {
+		t.Errorf("budget with tls and auth %+v, without %+v", b, plain)
+	}
+	s.TLS.ClientCA = &cachev1alpha1.SecretKeyRef{Name: "clients"}
+	if args := strings.Join(Args(s, Options{}), " "); !strings.Contains(args, "ssl_ca_cert="+ClientCADir+"/ca.crt") {
+		t.Errorf("spec.tls.clientCA is not the CA file: %s", args)
 	}
 }

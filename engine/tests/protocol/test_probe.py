@@ -113,3 +113,58 @@ def test_probe_silent_server_is_bounded():
         assert proc.stderr.strip(), "a timeout must say so"
     finally:
         fake.close()
+
+
+# Against -Z and -Y servers (the pod's liveness probe with spec.tls and
+# spec.auth): the round trip a client makes, over TLS and authenticated.
+from test_tls import PKI, pki, tls_server  # noqa: E402,F401  (fixtures)
+
+
+def test_probe_over_tls(tls_server, pki, tmp_path):
+    cert, key = pki.issue("server")
+    srv = tls_server(pki.ca, cert, key)
+    port = str(srv.port)
+    assert run_probe("-p", port).returncode == 1          # plaintext to a TLS-only port
+    r = run_probe("-p", port, "--tls")
+    assert r.returncode == 0, r.stderr
+    r = run_probe("-p", port, "--tls", "--ca", pki.ca, "--set-get")
+    assert r.returncode == 0, r.stderr
+    other = PKI(tmp_path, "other")
+    r = run_probe("-p", port, "--tls", "--ca", other.ca)
+    assert r.returncode == 1 and "handshake" in r.stderr, r.stderr
+    assert run_probe("-p", port, "--ca", pki.ca).returncode == 1   # --ca without --tls: usage
+
+
+def test_probe_over_mutual_tls(tls_server, pki):
+    cert, key = pki.issue("server")
+    ccert, ckey = pki.issue("client", server=False)
+    srv = tls_server(pki.ca, cert, key, "-o", f"ssl_ca_cert={pki.ca},ssl_verify_mode=2", client=(ccert, ckey))
+    port = str(srv.port)
+    r = run_probe("-p", port, "--tls", "--cert", ccert, "--key", ckey)
+    assert r.returncode == 0, r.stderr
+    assert run_probe("-p", port, "--tls").returncode == 1   # no client certificate
+
+
+def test_probe_authenticates_with_the_authfile(start_server, tmp_path):
+    path = tmp_path / "authfile"
+    path.write_text("alice:s3cret\nbob:hunter2\n")
+    srv = start_server("-Y", str(path))
+    port = str(srv.port)
+    assert run_probe("-p", port).returncode == 1   # unauthenticated: CLIENT_ERROR, not MN
+    for args in (["--auth-file", str(path)], ["--auth-file", str(path), "--user", "bob", "--set-get"]):
+        r = run_probe("-p", port, *args)
+        assert r.returncode == 0, (args, r.stderr)
+    wrong = tmp_path / "wrong"
+    wrong.write_text("alice:nope\n")
+    assert run_probe("-p", port, "--auth-file", str(wrong)).returncode == 1
+    r = run_probe("-p", port, "--auth-file", str(path), "--user", "carol")
+    assert r.returncode == 1 and "carol" in r.stderr, r.stderr
+
+
+def test_probe_over_tls_with_auth(tls_server, pki, tmp_path):
+    cert, key = pki.issue("server")
+    path = tmp_path / "authfile"
+    path.write_text("alice:s3cret\n")
+    srv = tls_server(pki.ca, cert, key, "-Y", str(path))
+    r = run_probe("-p", str(srv.port), "--tls", "--auth-file", str(path))
+    assert r.returncode == 0, r.stderr

@@ -206,6 +206,43 @@ def test_refresh_certs_rotates_under_open_connections(tls_server, pki, tmp_path)
     old.close()
 
 
+@pytest.mark.cachetd_only(reason="memcached reloads its certificates only on refresh_certs or SIGHUP")
+def test_a_renewed_secret_is_picked_up_without_a_command(tls_server, pki, tmp_path):
+    """cert-manager renews into the Secret; the kubelet swaps the volume's
+    symlink to a new directory. Nothing sends refresh_certs: new connections
+    get the new certificate, and one opened before keeps working."""
+    new_ca = PKI(tmp_path, "newca")
+    versions = []
+    for i, issuer in enumerate((pki, new_ca)):
+        d = tmp_path / f"v{i}"
+        d.mkdir()
+        cert, key = issuer.issue("server")
+        os.replace(cert, d / "tls.crt")
+        os.replace(key, d / "tls.key")
+        versions.append(d)
+    link = tmp_path / "data"
+    link.symlink_to(versions[0])
+    srv = tls_server(pki.ca, str(link / "tls.crt"), str(link / "tls.key"))
+    old = srv.tls()
+    assert old.cmd("set k 0 0 1\r\nx") == b"STORED"
+    tmp_link = tmp_path / "data.tmp"
+    tmp_link.symlink_to(versions[1])
+    os.replace(tmp_link, link)
+
+    def new_certificate_served():
+        try:
+            with srv.tls(client_context(new_ca.ca)) as c:
+                return c.cmd("mn") == b"MN"
+        except ssl.SSLCertVerificationError:
+            return False
+    wait_until(new_certificate_served, 30, "the renewed certificate served to new connections")
+    with pytest.raises(ssl.SSLCertVerificationError):
+        srv.tls(client_context(pki.ca))
+    old.send(b"get k\r\n")
+    assert old.until(b"END\r\n") == b"VALUE k 0 1\r\nx\r\nEND\r\n"
+    old.close()
+
+
 def s_client(port, ca, *flags):
     """openssl s_client's handshake: (completed and verified, protocol)."""
     out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-CAfile", ca,
