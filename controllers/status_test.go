@@ -175,7 +175,7 @@ func TestStatusCrashAndImageAndOOM(t *testing.T) {
 		words  []string
 	}{
 		"crash": {pod("web-1", false, waiting("CrashLoopBackOff", &corev1.ContainerStateTerminated{ExitCode: 2, Message: "cachetd: -I 2g exceeds -m"})), ReasonCrashLooping, []string{"exit code 2", "exceeds -m", "logs --previous"}},
-		"oom":   {pod("web-1", false, waiting("CrashLoopBackOff", &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"})), ReasonOOMKilled, []string{"memory limit of 306Mi"}},
+		"oom":   {pod("web-1", false, waiting("CrashLoopBackOff", &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"})), ReasonOOMKilled, []string{"memory limit of 307Mi"}},
 		"image": {pod("web-1", false, waiting("ErrImageNeverPull", nil)), ReasonImagePullFailed, []string{"localhost/cachetd:x", "spec.image"}},
 		"rejected": {pod("web-1", false, func(p *corev1.Pod) {
 			p.Spec.NodeName = "n1"
@@ -233,7 +233,7 @@ func TestStatusReportsRestartsAfterThePodCameBack(t *testing.T) {
 	if r.Status != metav1.ConditionTrue || r.Reason != "OOMKilled" {
 		t.Fatalf("PodsRestarted = %+v", r)
 	}
-	for _, w := range []string{"web-1 (2)", "emptied", "306Mi", "2026-11-23T10:00:00Z"} {
+	for _, w := range []string{"web-1 (2)", "emptied", "307Mi", "2026-11-23T10:00:00Z"} {
 		if !strings.Contains(r.Message, w) {
 			t.Errorf("message %q lacks %q", r.Message, w)
 		}
@@ -331,5 +331,5 @@ func TestStatusRevisionsComeFromThePods(t *testing.T) {
 }
 
 // ownImage builds for a Cache that runs the operator's own engine image: its
-// limit includes the socket buffers (306Mi for the default spec).
+// limit includes the socket buffers (307Mi for the default spec).
 var ownImage = BuildOptions{Engine: engine.Options{SocketBuffers: true}}

@@ -92,6 +92,10 @@ struct conn {
     bool             authenticated; /* -Y: passed auth.c's gate (always true without -Y) */
     bool             tls_unread;    /* -Z: on the pending list for records OpenSSL decrypted
                                      * but rbuf had no room for (epoll cannot announce them) */
+    bool             tls_read_wants_write; /* -Z: a read (or the handshake under it) stopped
+                                     * on WANT_WRITE: EPOLLOUT resumes the read */
+    bool             tls_write_wants_read; /* -Z: a send stopped on WANT_READ: EPOLLIN
+                                     * resumes the send, EPOLLOUT would spin */
     struct ssl_st   *ssl;           /* -Z: the connection's TLS session (tls.c); NULL: plaintext */
     bool             tcp;           /* TCP (not a unix socket): idle_timeout applies */
     int              batch_idx;     /* io_uring mode: slot in the worker's batch, -1 if none */

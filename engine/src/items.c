@@ -302,9 +302,16 @@ static item *alloc_chunk(storage_thread *t, int clsid, int owner_cls, bool prefe
         ext_hooks()->note_pressure();   /* extstore: move cold values out before the next store must evict */
         if (bags_evict(t, clsid) > 0) continue;
         idle++;
-        if (owner_cls && owner_cls != clsid && bags_evict(t, owner_cls) > 0) continue;
-        if (owner_cls && !g_cfg.evict_disabled && evict_chained_values(t, clsid)) continue;
-        if (!slabs_acquire_page(t, clsid)) break;
+        /* The head's class is shared with ordinary items: evicting there is
+         * progress only when it freed a chunk of this class (the victim was
+         * a chained head). Else a page for this class is what helps; one
+         * that cannot be had lets the next round evict again, 8 rounds at
+         * most, so no store evicts without bound. */
+        bool evicted = owner_cls && owner_cls != clsid && bags_evict(t, owner_cls) > 0;
+        if (!evicted && owner_cls && !g_cfg.evict_disabled) evicted = evict_chained_values(t, clsid);
+        if (evicted && (it = slabs_alloc_chunk(clsid))) return it;
+        if (slabs_acquire_page(t, clsid)) continue;
+        if (!evicted) break;
     }
     item *it = slabs_alloc_chunk(clsid);   /* a concurrent free may have landed */
     if (it) return it;

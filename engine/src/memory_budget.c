@@ -211,9 +211,10 @@ void memory_budget_of(const struct settings *s, struct memory_budget *b)
     add(b, "hash_table", hash_table_bytes(s));
     add(b, "storage_tables", 2 * (settings_slab_chunk_max(s) / 4) + STORAGE_TABLES_BYTES);
     /* mrc.c: the SHARDS estimator and the miss tags, and slabs_gain.c's
-     * per-class shadow table, fixed; its per-thread
-     * rings are in each thread's storage context (THREAD_BYTES) */
-    add(b, "miss_ratio_curve", mrc_memory_bytes() + slabs_gain_memory_bytes());
+     * per-class shadow table, fixed, and the cachet-mrc thread that folds
+     * them; its per-thread rings are in each thread's storage context
+     * (THREAD_BYTES) */
+    add(b, "miss_ratio_curve", mrc_memory_bytes() + slabs_gain_memory_bytes() + THREAD_BYTES);
     add(b, "connections", (uint64_t)s->maxconns * CONN_RESTING_BYTES);
     /* bufmem.h: reserved before it is allocated, so never exceeded; each
      * grown buffer is a mapping of its own (main.c's mmap threshold),

@@ -307,6 +307,14 @@ void process_input(struct conn *c)
         } else {
             go_on = proto_dispatch(c, &r, line, (size_t)ll);
             TRACE_REC(w->id, TRACE_DISPATCH, TRACE_NOW() - t_parsed);
+            if (go_on) {
+                /* done without waiting for the buffer budget (its key may
+                 * have left the disk since it waited): a later disk read
+                 * starts its own bounded wait, and the worker does not
+                 * poll every millisecond for this one */
+                c->waits_budget = false;
+                c->budget_wait_since = 0;
+            }
         }
         latency_note(c->w->id, r.cmd);
         if (outbuf_failed(&c->out)) {
@@ -399,7 +407,11 @@ bool conn_after_work(struct conn *c)
     trace_sent(c, rc == OUT_FLUSH_DONE);
     __atomic_store_n(&c->stat_state, (int)c->state, __ATOMIC_RELAXED);
     struct ae_loop *l = w->loop;
-    if (rc == OUT_FLUSH_BLOCKED) {
+    /* -Z: OpenSSL may need the other direction than the call that stopped:
+     * a read driving the handshake waits to write, a send waits to read */
+    c->tls_write_wants_read = c->ssl && rc == OUT_FLUSH_BLOCKED && tls_wants_read(c->ssl);
+    bool want_write = (rc == OUT_FLUSH_BLOCKED && !c->tls_write_wants_read) || c->tls_read_wants_write;
+    if (want_write) {
         if (!c->write_blocked) {
             c->write_blocked = true;
             ae_add(l, c->fd, AE_WRITABLE, conn_writable, c);
@@ -429,9 +441,10 @@ bool conn_after_work(struct conn *c)
     /* a client that does not read its replies must not make us buffer
      * without bound: stop reading it until it catches up. Shutting down,
      * only a value already being received is read to its end. */
-    bool want_read = c->state != CONN_CLOSING && !c->peer_eof && rbuf_wants_read(c) &&
-                     !(c->write_blocked && outbuf_pending(&c->out) > OUT_HIGH_WATER) &&
-                     (!stopping || c->state == CONN_NREAD || c->state == CONN_SWALLOW);
+    bool want_read = c->state != CONN_CLOSING && !c->peer_eof &&
+                     ((rbuf_wants_read(c) && !(c->write_blocked && outbuf_pending(&c->out) > OUT_HIGH_WATER) &&
+                       (!stopping || c->state == CONN_NREAD || c->state == CONN_SWALLOW)) ||
+                      c->tls_write_wants_read);
     bool reading = (ae_mask(l, c->fd) & AE_READABLE) != 0;
     if (want_read && !reading) ae_add(l, c->fd, AE_READABLE, read_proc, c);
     else if (!want_read && reading) ae_del(l, c->fd, AE_READABLE);
@@ -458,6 +471,7 @@ static bool rbuf_make_room(struct conn *c)
 static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
 {
     struct conn *c = data;
+    c->tls_read_wants_write = false;   /* set again below if it still does */
 #ifdef CACHET_TRACE
     if (c->batch_idx < 0 && l->woke_ns) {   /* io_uring's fallbacks stamped it already */
         c->trace_woke = l->woke_ns;
@@ -500,7 +514,10 @@ static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
             break;
         }
         if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            c->tls_read_wants_write = c->ssl && tls_wants_write(c->ssl);
+            break;
+        }
         conn_close(c);
         return;
     }
@@ -531,6 +548,13 @@ void conn_resume(struct conn *c)
 static void conn_writable(struct ae_loop *l, int fd, void *data, int mask)
 {
     struct conn *c = data;
+    if (c->tls_read_wants_write) {
+        /* the socket took what the handshake (or a record) had to write:
+         * the read goes on, and its conn_after_work flushes and re-arms */
+        c->tls_read_wants_write = false;
+        conn_readable(l, fd, c, AE_READABLE);
+        return;
+    }
     uint64_t written;
     enum out_flush_result rc = conn_flush(c, &written);
     if (written) STAT_ADD(c->w, bytes_written, written);

@@ -15,7 +15,8 @@
  * epoll set with EPOLLEXCLUSIVE, so a new connection wakes one worker.
  *
  * A client beyond -c gets memcached's "ERROR Too many open connections"
- * and is closed (rejected_connections), or with -o no_maxconns_fast waits
+ * (not under -Z, where it would be plaintext in a TLS stream) and is
+ * closed (rejected_connections), or with -o no_maxconns_fast waits
  * in the backlog until a connection closes; an accepted one is handed to
  * the connection state machine (net_conn.c). With -o conn_placement the
  * accepting worker may instead queue it for the worker net_place.c picks
@@ -44,16 +45,21 @@
 #include "net.h"
 #include "net_internal.h"
 #include "server.h"
+#include "tls.h"
 
 static int unix_listen_fd = -1;   /* -s: shared by every worker's loop */
 
 /* ------------------------------------------------------------------ reject */
 
-static void reject_conn(int fd)
+static void reject_conn(int fd, const struct sockaddr_storage *peer)
 {
     static const char msg[] = "ERROR Too many open connections\r\n";
-    ssize_t ignored = send(fd, msg, sizeof(msg) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-    (void)ignored;
+    /* -Z: the TCP port speaks TLS, where this line would be plaintext in
+     * what the client reads as records; just close */
+    if (peer->ss_family == AF_UNIX || !tls_enabled()) {
+        ssize_t ignored = send(fd, msg, sizeof(msg) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)ignored;
+    }
     close(fd);
     __atomic_add_fetch(&rejected_conns_global, 1, __ATOMIC_RELAXED);
 }
@@ -136,14 +142,14 @@ void net_listen_take_handoffs(struct worker *w)
     }
     pthread_mutex_unlock(&h->lock);
     for (int i = 0; i < n; i++) {
-        struct sockaddr_storage ss;
+        struct sockaddr_storage ss = { 0 };
         socklen_t sl = sizeof ss;
         /* a worker that is stopping takes no new connection: closed, as the
          * listener it would have come through is */
         if (w->stopping || getpeername(fds[i], (struct sockaddr *)&ss, &sl) != 0 || !conn_open(w, fds[i], &ss)) {
             __atomic_sub_fetch(&curr_conns_global, 1, __ATOMIC_RELAXED);
             if (w->stopping) close(fds[i]);
-            else reject_conn(fds[i]);
+            else reject_conn(fds[i], &ss);
         }
     }
 }
@@ -175,7 +181,7 @@ static void accept_ready(struct ae_loop *l, int lfd, void *data, int mask)
         uint32_t now = __atomic_add_fetch(&curr_conns_global, 1, __ATOMIC_RELAXED);
         if (now > (uint32_t)settings.maxconns || fd >= l->setsize) {
             __atomic_sub_fetch(&curr_conns_global, 1, __ATOMIC_RELAXED);
-            reject_conn(fd);
+            reject_conn(fd, &ss);
             continue;
         }
         if (settings.conn_placement != PLACE_OFF && ss.ss_family != AF_UNIX) {
@@ -189,7 +195,7 @@ static void accept_ready(struct ae_loop *l, int lfd, void *data, int mask)
         /* a failed allocation refuses this one connection, nothing more */
         if (!conn_open(w, fd, &ss)) {
             __atomic_sub_fetch(&curr_conns_global, 1, __ATOMIC_RELAXED);
-            reject_conn(fd);
+            reject_conn(fd, &ss);
         }
     }
 }

@@ -450,6 +450,14 @@ static bool process_watch(struct conn *c, struct request *r)
         out_str(c, "CLIENT_ERROR watch commands not allowed");
         return true;
     }
+    if (c->ssl) {
+        /* logger.c sends raw bytes on a dup of the socket, which would be
+         * plaintext inside the TLS stream; the SSL object belongs to this
+         * worker, so the logger thread cannot write records through it.
+         * memcached 1.6.45 --tls does serve watchers; cachetd refuses. */
+        out_str(c, "CLIENT_ERROR watch commands not supported over TLS");
+        return true;
+    }
     if (out_can_wait(c)) {
         out_str(c, "ERROR cannot pipeline other commands before watch");
         return true;

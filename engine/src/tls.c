@@ -12,7 +12,9 @@
  * writes its own non-blocking socket; tls_read and tls_write map OpenSSL's
  * WANT_READ/WANT_WRITE onto EAGAIN, so net_conn.c's epoll path (readable,
  * writable, after-work) drives the handshake and the records exactly as it
- * drives plain reads and sends. io_uring batching is off with -Z (settings.c):
+ * drives plain reads and sends; tls_wants_write/tls_wants_read tell it which
+ * way to wait when that is not the call's own (a read whose handshake must
+ * write a chain larger than the send buffer). io_uring batching is off with -Z (settings.c):
  * its reads and sends bypass OpenSSL. A client that stops mid-handshake is
  * an idle connection like any other (idle_timeout, -c, the memory term).
  *
@@ -31,7 +33,9 @@
  * ~17 KiB); SSL_MODE_RELEASE_BUFFERS frees them on an idle connection.
  *
  * Concurrency: the current context, and the files' identity it was built
- * from, are swapped and taken (SSL_new) under one mutex; an SSL object belongs to its connection's worker.
+ * from, are swapped and taken (SSL_new) under one mutex (tls_enabled reads
+ * the pointer atomically, without it); an SSL object belongs to its
+ * connection's worker.
  */
 #include "tls.h"
 
@@ -90,7 +94,9 @@ static void identify_files(struct file_id ids[TLS_FILES])
     }
 }
 
-bool tls_enabled(void) { return current != NULL; }
+/* workers and the metrics thread ask without the lock while tls_refresh
+ * swaps the pointer: an atomic load, never a torn or cached one */
+bool tls_enabled(void) { return __atomic_load_n(&current, __ATOMIC_ACQUIRE) != NULL; }
 
 static void openssl_error(char *err, size_t errlen, const char *what, const char *file)
 {
@@ -160,7 +166,7 @@ int tls_start(char *err, size_t errlen)
     SSL_CTX *ctx = build_context(err, errlen);
     if (!ctx) return -1;
     pthread_mutex_lock(&lock);
-    current = ctx;
+    __atomic_store_n(&current, ctx, __ATOMIC_RELEASE);
     memcpy(loaded_ids, ids, sizeof ids);
     next_look_ns = mono_ns() + TLS_RECHECK_NS;
     pthread_mutex_unlock(&lock);
@@ -169,7 +175,7 @@ int tls_start(char *err, size_t errlen)
 
 int tls_refresh(char *err, size_t errlen)
 {
-    if (!current) {
+    if (!tls_enabled()) {
         snprintf(err, errlen, "Error TLS not enabled");
         return -1;
     }
@@ -181,7 +187,7 @@ int tls_refresh(char *err, size_t errlen)
     /* a failed load is not retried by the watch until the files change again */
     memcpy(loaded_ids, ids, sizeof ids);
     SSL_CTX *old = current;
-    if (ctx) current = ctx;
+    if (ctx) __atomic_store_n(&current, ctx, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&lock);
     if (!ctx) return -1;
     SSL_CTX_free(old);   /* freed when its last connection closes */
@@ -269,6 +275,8 @@ ssize_t tls_read(SSL *ssl, void *buf, size_t len)
 }
 
 bool tls_pending(SSL *ssl) { return SSL_pending(ssl) > 0; }
+bool tls_wants_write(SSL *ssl) { return SSL_want_write(ssl); }
+bool tls_wants_read(SSL *ssl) { return SSL_want_read(ssl); }
 
 ssize_t tls_write(void *ssl, const void *buf, size_t len)
 {

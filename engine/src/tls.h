@@ -35,5 +35,10 @@ bool tls_probe(const char *host, int port, int timeout_ms, const char *request, 
                char *why, size_t why_cap);
 /* Decrypted bytes OpenSSL holds that epoll cannot announce. */
 bool tls_pending(SSL *ssl);
+/* After tls_read/tls_write failed with EAGAIN: which way the socket must
+ * turn before the call can go on (the handshake, inside a read, may need to
+ * write, and a send may need to read). */
+bool tls_wants_write(SSL *ssl);
+bool tls_wants_read(SSL *ssl);
 
 #endif

@@ -95,9 +95,11 @@ const (
 	// mrc`, engine/src/mrc.c): the SHARDS estimator of 8192 sampled keys
 	// and the miss tags, plus the page mover's per-class shadow table
 	// (engine/src/slabs_gain.c, 8Ki slots of 8 bytes), allocated at start
-	// whatever the spec (cachetd --memory-budget's miss_ratio_curve term,
-	// pinned by contract_test.go).
-	MissRatioCurveBytes = 778000 + 8192*8
+	// whatever the spec, and the 1 MiB cachet-mrc thread that folds them
+	// (cachetd --memory-budget's miss_ratio_curve term, pinned by
+	// contract_test.go).
+	MissRatioCurveBytes = 778000 + 8192*8 + MRCThreadBytes
+	MRCThreadBytes      = 1 << 20
 	HashBucketBytes     = 4 // a bucket is a 32-bit item handle
 	ItemFixedBytes      = cachev1alpha1.ItemFixedBytes
 	HashLoadFactor      = 1.5 // the table doubles when items exceed 1.5 x buckets

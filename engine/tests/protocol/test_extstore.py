@@ -549,6 +549,32 @@ def test_concurrent_disk_gets_with_io_depth_come_back_right_and_in_request_order
 MB_VALUE = 1_000_000
 
 
+def start_with_mb_values_on_disk(start_server, tmp_path, more_opts=""):
+    """A server with 40 values of 1 MB (mb0..mb39), all on disk."""
+    srv = start_ext(start_server, tmp_path, size="256m", extra_opts="ext_item_age=0,ext_recache_rate=0" + more_opts)
+    keys = [f"mb{i}" for i in range(40)]
+    with srv.conn() as c:
+        for i, k in enumerate(keys):
+            assert c.store("set", k, value_of("mb", i, MB_VALUE)) == b"STORED"
+        wait_written(c, len(keys))
+        age_items(c, 2)
+    return srv, keys
+
+
+def slow_readers(srv, c, key_lists):
+    """A client per list pipelines a GET of each key and reads nothing;
+    returns once each one's first disk read has started (they then hold
+    what buffer budget they may)."""
+    reads_before = stat(c, "get_extstore")
+    slow = []
+    for keys in key_lists:
+        sc = srv.conn()
+        sc.send(b"".join(b"get %s\r\n" % k.encode() for k in keys))
+        slow.append(sc)
+    wait_until(lambda: stat(c, "get_extstore") >= reads_before + len(key_lists), 30, "the slow clients' disk reads")
+    return slow
+
+
 def test_disk_gets_of_many_clients_beside_slow_readers_are_all_served(start_server, tmp_path):
     """-m 64 (a connection buffer budget of 8 MiB): two clients pipeline 20
     GETs of 1 MB disk values each and do not read; then 16 clients each get
@@ -558,21 +584,9 @@ def test_disk_gets_of_many_clients_beside_slow_readers_are_all_served(start_serv
     `SERVER_ERROR out of memory writing get response` (3 of 16), and the
     slow clients held the budget against everyone else. memcached 1.6.45
     serves them all."""
-    srv = start_ext(start_server, tmp_path, size="256m", extra_opts="ext_item_age=0,ext_recache_rate=0")
-    keys = [f"mb{i}" for i in range(40)]
+    srv, keys = start_with_mb_values_on_disk(start_server, tmp_path)
     with srv.conn() as c:
-        for i, k in enumerate(keys):
-            assert c.store("set", k, value_of("mb", i, MB_VALUE)) == b"STORED"
-        wait_written(c, len(keys))
-        age_items(c, 2)
-        reads_before = stat(c, "get_extstore")
-        slow = []
-        for s in range(2):
-            sc = srv.conn()
-            sc.send(b"".join(b"get %s\r\n" % keys[(s * 20 + j) % len(keys)].encode() for j in range(20)))
-            slow.append(sc)
-        # the slow clients' first disk reads have started (and they hold what they may)
-        wait_until(lambda: stat(c, "get_extstore") >= reads_before + 2, 30, "the slow clients' disk reads")
+        slow = slow_readers(srv, c, [[keys[(s * 20 + j) % len(keys)] for j in range(20)] for s in range(2)])
     results = [None] * 16
 
     def client(n):
@@ -1436,4 +1450,31 @@ def test_bytes_read_counts_whole_objects_read_from_disk(start_server, tmp_path):
         per_object = grown / reads
         # more than key and value, less than a 4 KB block of overhead
         assert len(keys[0]) + BIG < per_object < BIG + 4096, per_object
+    srv.check_healthy()
+
+
+@pytest.mark.cachetd_only(reason="the 5 s bound on a disk read waiting for the buffer budget is cachetd's (conn_buffer_limit)")
+def test_a_budget_wait_whose_key_left_the_disk_does_not_fail_the_next_disk_get(start_server, tmp_path):
+    """A disk GET that waits for the connection buffer budget (six clients
+    that do not read hold it) is retried; when its key is deleted meanwhile
+    the retry is a plain miss. That wait is over: the same connection's next
+    disk GET, more than the 5 s bound later, must wait again and be served
+    once the budget frees (the slow clients hang up). cachetd kept the old
+    wait's start, so that GET failed at once with SERVER_ERROR out of
+    memory."""
+    srv, keys = start_with_mb_values_on_disk(start_server, tmp_path, ",conn_buffer_limit=3m")
+    with srv.conn() as c:
+        slow = slow_readers(srv, c, [[keys[(s * 7 + j) % 38] for j in range(20)] for s in range(6)])
+        a = srv.conn(timeout=30)
+        a.send(b"get mb39\r\n")
+        time.sleep(0.5)   # let it start waiting (if it does not, the test shows nothing)
+        assert c.cmd("delete mb39") == b"DELETED"
+        assert a.line() == b"END"
+        time.sleep(5.5)   # past BUDGET_WAIT_MAX_S of a wait that was never cleared
+        a.send(b"get mb38\r\n")
+        time.sleep(0.5)   # the stale wait failed it at once; a fresh one waits
+        for sc in slow:   # their budget frees as they go (each may have had a
+            sc.close()    # wait of its own time out by now: not what this tests)
+        assert a.read_values() == {"mb38": (0, value_of("mb", 38, MB_VALUE), None)}
+        a.close()
     srv.check_healthy()

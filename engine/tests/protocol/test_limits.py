@@ -238,6 +238,25 @@ def test_every_item_dropped_for_space_is_an_eviction(start_server):
             assert int(s["slabs_moved"]) > 0, "the mix must move pages (memcached 1.6.45 waits for its mover)"
 
 
+def test_chained_values_into_memory_full_of_their_heads_class_are_stored(start_server):
+    """A value over slab_chunk_max is chained: data chunks of the largest
+    class and a head whose class it shares with ordinary items (here the
+    70,000-byte ones). With -m 64 full of those, evicting from the head's
+    class frees no data chunk; the store must then take a page for the data
+    class, not evict item after item and give up. memcached 1.6.45 stores
+    all five; cachetd refused 3 of 5, each after evicting ~64 live items."""
+    srv = start_server("-m", "64")
+    with srv.conn(timeout=30) as c:
+        assert fill(c, "fill", 1500, 70000, batch=50) == 1500
+        big = b"b" * 600000
+        for i in range(5):
+            assert c.cmd(b"set big%d 0 0 %d\r\n%s" % (i, len(big), big)) == b"STORED", i
+            got = c.values(f"get big{i}")   # a later one may evict it (memcached too)
+            assert got[f"big{i}"][1] == big
+        s = c.stats()
+        assert int(s["curr_items"]) + int(s["evictions"]) == 1505, s
+
+
 @pytest.mark.parametrize("how", ["expired", "flushed"])
 def test_reused_memory_of_expired_and_flushed_items_is_reclaimed(start_server, how):
     """memcached 1.6.45's `reclaimed`: an expired or flushed item whose memory

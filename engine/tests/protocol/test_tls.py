@@ -353,3 +353,81 @@ def test_healthz_probes_the_engine_over_tls(tls_server, pki, mtls):
         assert r.status == 200, body
     finally:
         c.close()
+
+
+def test_watch_over_tls_answers_inside_the_tls_stream(tls_server, pki):
+    """The log lines must not go raw into a TLS connection: whatever the
+    reply to `watch` is, it arrives as TLS records. memcached 1.6.45 --tls
+    serves the watcher over TLS; cachetd refuses it with a CLIENT_ERROR
+    (its logger thread sends raw bytes and cannot use the worker's SSL)."""
+    cert, key = pki.issue("server")
+    srv = tls_server(pki.ca, cert, key)
+    with srv.tls() as c:
+        c.send(b"watch\r\n")
+        line = c.until(b"\r\n")
+        if IS_MEMCACHED:
+            assert line == b"OK\r\n", line
+        else:
+            assert line == b"CLIENT_ERROR watch commands not supported over TLS\r\n", line
+        if line == b"OK\r\n":   # a watcher over TLS: its lines are TLS records too
+            with srv.tls() as d:
+                assert d.cmd("set wk 0 0 1\r\nx") == b"STORED"
+                d.send(b"get wk\r\n")
+                assert d.until(b"END\r\n")
+            assert b"key=wk" in c.until(b"\n")
+        else:                   # refused: the connection stays usable
+            assert c.cmd("mn") == b"MN"
+
+
+@pytest.mark.cachetd_only(reason="sock_sndbuf/sock_rcvbuf are not memcached options")
+def test_handshake_completes_when_the_server_must_write_during_a_read(tls_server, pki):
+    """A certificate chain larger than the socket buffers: OpenSSL, reading
+    the ClientHello, must write the chain and gets WANT_WRITE from the read.
+    The server has to wait for the socket to become writable then, not
+    readable (the client, waiting for the rest of the chain, sends nothing)."""
+    cert, key = pki.issue("server")
+    with open(pki.ca) as f:
+        padding = f.read()
+    chain = os.path.join(pki.d, "big-chain.crt")
+    with open(cert) as f, open(chain, "w") as g:
+        g.write(f.read() + padding * 12)
+    assert os.path.getsize(chain) > 11_000
+    srv = tls_server(pki.ca, chain, key, "-o", "sock_sndbuf=1024,sock_rcvbuf=1024")
+    for i in range(4):
+        raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+        raw.settimeout(IO_TIMEOUT_S)
+        raw.connect(("127.0.0.1", srv.port))
+        with client_context(pki.ca).wrap_socket(raw, server_hostname="127.0.0.1") as s:
+            s.sendall(b"set k%d 0 0 1\r\nx\r\nmn\r\n" % i)
+            got = b""
+            while not got.endswith(b"MN\r\n"):
+                chunk = s.recv(4096)
+                assert chunk, got
+                got += chunk
+            assert got == b"STORED\r\nMN\r\n"
+
+
+@pytest.mark.cachetd_only(reason="memcached 1.6.45 writes its 'Too many open connections' line in plaintext too")
+def test_a_client_beyond_c_is_closed_without_plaintext(tls_server, pki):
+    """At -c a new connection is turned away; under -Z the memcached error
+    line would be plaintext in a stream the client reads as TLS records."""
+    cert, key = pki.issue("server")
+    srv = tls_server(pki.ca, cert, key, "-c", "4")
+    held = []
+    try:
+        for _ in range(4):
+            c = srv.tls()
+            assert c.cmd("mn") == b"MN"
+            held.append(c)
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=IO_TIMEOUT_S) as s:
+            data = b""
+            try:
+                while chunk := s.recv(4096):
+                    data += chunk
+            except ConnectionResetError:
+                pass
+            assert data == b"", data
+    finally:
+        for c in held:
+            c.close()
