@@ -14,7 +14,7 @@
  * so a client that trickles bytes (slowloris) or stops reading holds a slot
  * for a few seconds at most. When all HTTP_CONNS_MAX slots are taken, a new
  * connection takes the slot of the one that has waited longest for a
- * request (idle or with a partial head; see free_slot), or if every slot is
+ * request (idle or with a partial head; see pick_slot), or if every slot is
  * writing a response, of the one writing longest: clients that hold slots
  * with one byte each, or with responses they never read, cannot keep
  * /healthz from answering.
@@ -313,29 +313,43 @@ static void expire(struct hconn *c, int64_t now)
  * which is idle until its request arrives. Only when every slot is writing
  * a response (clients that pipeline requests and never read) does the one
  * writing longest give way, so no client can hold the port for the write
- * deadline either. */
-static struct hconn *free_slot(void)
+ * deadline either. A connection accepted in the current batch (its seq above
+ * batch_seq) never gives way to a later one of the same batch: when this
+ * thread was descheduled, the backlog can hold a newcomer and sixteen
+ * reconnects behind it, and the newcomer must be read once before they may
+ * push it out. NULL: only such connections are left; stop accepting. The
+ * slot is only chosen here; its holder is closed by take_slot once there is
+ * a newcomer to give it to. */
+static struct hconn *pick_slot(uint64_t batch_seq)
 {
     struct hconn *waiting = NULL, *writing = NULL;
     for (int i = 0; i < HTTP_CONNS_MAX; i++) {
         struct hconn *c = &srv.conns[i];
         if (c->fd < 0) return c;
+        if (c->phase == IDLE && c->idle_seq > batch_seq) continue;
         if (c->phase != WRITE) {
             if (!waiting || c->idle_seq < waiting->idle_seq) waiting = c;
         } else if (!writing || c->deadline_ms < writing->deadline_ms) {
             writing = c;
         }
     }
-    struct hconn *victim = waiting ? waiting : writing;
+    return waiting ? waiting : writing;
+}
+
+static void take_slot(struct hconn *victim)
+{
+    if (victim->fd < 0) return;
     close_lingering(victim->fd);   /* bytes of its head not read yet must not turn into an RST */
     victim->fd = -1;
     hconn_close(victim);
-    return victim;
 }
 
 static void http_accept(int lfd)
 {
+    uint64_t batch_seq = srv.idle_seq;
     for (int i = 0; i < HTTP_CONNS_MAX; i++) {
+        struct hconn *c = pick_slot(batch_seq);
+        if (!c) return;                  /* the rest wait in the backlog for the next round */
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             /* out of descriptors: the listener stays readable, and polling it
@@ -344,11 +358,12 @@ static void http_accept(int lfd)
                 srv.accept_paused_until_ms = now_ms() + ACCEPT_PAUSE_MS;
             return;
         }
-        struct hconn *c = free_slot();
+        take_slot(c);
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         *c = (struct hconn){ .fd = fd, .phase = IDLE, .idle_since_ms = now_ms(), .idle_seq = ++srv.idle_seq };
         c->deadline_ms = c->idle_since_ms + IDLE_TIMEOUT_MS;
+        read_input(c);                   /* a probe's request is usually here already: answer it now */
     }
 }
 
