@@ -262,8 +262,7 @@ fn parse_args() -> Opts {
     o
 }
 
-fn latency_json(r: &StepResult) -> Value {
-    let h = &r.hist;
+fn latency_json(h: &hdrhistogram::Histogram<u64>) -> Value {
     let us = |ns: u64| (ns as f64 / 100.0).round() / 10.0;
     if h.len() == 0 {
         return json!(null);
@@ -323,7 +322,12 @@ fn step_json(r: &StepResult) -> Value {
         // Near 1.0 means the generator, not the server, was the limit.
         "loadgen_cpu_busy": if r.wall_seconds > 0.0 { json!(r.cpu_seconds / r.wall_seconds) } else { Value::Null },
         "loadgen_us_per_request": if r.sent > 0 { json!(r.cpu_seconds * 1e6 / r.sent as f64) } else { Value::Null },
-        "latency_us": latency_json(r),
+        // Charged to the server: written (due, if it waited in the backlog)
+        // to the reply's kernel receive timestamp (runner.rs says why).
+        "latency_us": latency_json(&r.hist),
+        // Due to read by the generator: the generator's lateness included.
+        "latency_due_to_read_us": latency_json(&r.hist_due),
+        "replies_without_rx_timestamp": r.rx_unstamped,
         "generator_lag_us": if r.lag.len() > 0 {
             json!({
                 "p50": r.lag.value_at_quantile(0.5) as f64 / 1000.0,
@@ -343,7 +347,7 @@ fn step_line(r: &StepResult) -> String {
     let lookups = r.hits + r.misses;
     let hit = if lookups > 0 { format!(" hit {:.4}", r.hits as f64 / lookups as f64) } else { String::new() };
     format!(
-        "  {:<14} {:>10.0} req/s  mean {:>8.1}us  p50 {:>8.1}  p99 {:>8.1}  p999 {:>8.1}  max {:>9.1}  gen {:.2}us/req {}{}{}{}{}",
+        "  {:<14} {:>10.0} req/s  mean {:>8.1}us  p50 {:>8.1}  p99 {:>8.1}  p999 {:>8.1}  max {:>9.1}  (due-to-read p99 {:.1})  gen {:.2}us/req {}{}{}{}{}",
         target,
         r.throughput(),
         h.mean() / 1000.0,
@@ -351,6 +355,7 @@ fn step_line(r: &StepResult) -> String {
         h.value_at_quantile(0.99) as f64 / 1000.0,
         h.value_at_quantile(0.999) as f64 / 1000.0,
         h.max() as f64 / 1000.0,
+        r.hist_due.value_at_quantile(0.99) as f64 / 1000.0,
         if r.sent > 0 { r.cpu_seconds * 1e6 / r.sent as f64 } else { 0.0 },
         match r.pace {
             Pace::Closed => format!("busy {:.0}%", 100.0 * r.cpu_seconds / r.wall_seconds.max(1e-9)),
