@@ -23,12 +23,17 @@
 #   with compile jobs, and the same priority for both servers keeps the
 #   comparison fair while background work disturbs it less. Every step also
 #   records how long each side waited for a CPU, so disturbance is visible.
+# - W2 (tail latency) runs server and generator SCHED_FIFO instead, each
+#   server alone on its CPU and settled after its prefill, and the generator's
+#   own W2 ceiling is measured against cachet-sink first (bench-lib.sh and
+#   run_w2 say why; docs/benchmarks.md, "W2: what the instrument measured").
 #
 # Env: BENCH_QUICK=1 (about 5 minutes), CACHETD=path,
 #      MEMCACHED_1645=path (default: built once by shared/peers/build-memcached.sh),
 #      MEMCACHED_1618=path (default /usr/bin/memcached),
 #      BENCH_PORT_BASE (default 23100; uses BASE+1..BASE+5), BENCH_RESULTS
-#      (default engine/bench/results), BENCH_NICE (default -10; empty for none).
+#      (default engine/bench/results), BENCH_NICE (default -10; empty for none),
+#      BENCH_RT (default 1: W2 under chrt -f BENCH_RT_PRIO, default 20; 0: nice).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -157,7 +162,7 @@ rotated() { local n=$(( $1 % ${#SERVERS[@]} )); echo "${SERVERS[@]:n}" "${SERVER
   echo "  \"memcached_1618\": \"$MEMCACHED_1618\", \"memcached_1618_version\": \"$($MEMCACHED_1618 -V 2>/dev/null | awk '{print $2}')\","
   echo "  \"kernel\": \"$(uname -r)\", \"cpus\": $(nproc --all),"
   echo "  \"cpu_model\": \"$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)\","
-  echo "  \"priority\": \"${PRIO[*]:-none}\","
+  echo "  \"priority\": \"${PRIO[*]:-none}\", \"w2_priority\": \"${RT_PRIO[*]:-none}\","
   echo "  \"w2_conns\": $W2_CONNS, \"w2_p99_bound_us\": $W2_P99_US, \"w4_mb\": $W4_MB,"
   echo "  \"seed003\": {\"m\": $SEED003_MB, \"n\": $SEED003_N, \"factors\": [${SEED003_FACTORS// /, }]},"
   echo "  \"loadavg_start\": \"$(cut -d' ' -f1-3 /proc/loadavg)\""
@@ -176,6 +181,19 @@ loadgen sink "$sink_port" "$out/calibration.json" --keys 100000 --conns 32 --dep
 loadgen sink "$sink_port" "$out/calibration-deep.json" --keys 100000 --conns 4 --depth 128 --duration $MAX_SECS --warmup 0.5
 loadgen sink "$sink_port" "$out/calibration-unpipelined.json" --keys 100000 --conns 32 --depth 1 --duration $MAX_SECS --warmup 0.5
 stop_server "$sink_pid"
+# W2's shape against the sink, as W2 runs (SCHED_FIFO): the highest rate the
+# generator itself keeps within the p99 bound. A server's W2 figure at or
+# above it is the generator's, not the server's (summarize.py flags it).
+saved_prio=("${PRIO[@]}"); PRIO=("${RT_PRIO[@]}")
+"${PRIO[@]}" taskset -c $SERVER_CPU "$SINK" "$sink_port" 256 300 &
+sink_pid=$!; pids+=("$sink_pid"); pid_by_port[$sink_port]=$sink_pid
+for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$sink_port") 2>/dev/null && break; sleep 0.05; done
+loadgen sink "$sink_port" "$out/calibration-w2.json" --keys 100000 --key-size 4 --value-size 256 --conns $W2_CONNS --depth 1 \
+  --ratio 80:20 --rate $W2_RATES --duration $STEP_SECS --warmup $STEP_WARM --stop-when-behind --retries 2 --bound-p99-us $W2_P99_US --refine $W2_REFINE --seed 2
+stop_server "$sink_pid"
+PRIO=("${saved_prio[@]}")
+say "  W2's shape ($W2_CONNS conns, depth 1, open loop): the generator keeps p99 <= $W2_P99_US us up to" \
+    "$(jget "$out/calibration-w2.json" 'j["search"]["highest_rate_within"] or "none"')/s against a server that does no work"
 say "  deep pipelines (4 conns x depth 128): $(jget "$out/calibration-deep.json" 'round(j["steps"][0]["throughput"])') req/s," \
     "generator CPU $(jget "$out/calibration-deep.json" 'round(j["steps"][0]["loadgen_us_per_request"],3)') us per request"
 say "  ceiling with W1's shapes: pipelined $(jget "$out/calibration.json" 'round(j["steps"][0]["throughput"])') req/s," \
@@ -227,26 +245,35 @@ if [ "$QUICK" != 1 ] && [ "${BENCH_EPOLL_ROW:-1}" = 1 ]; then
 fi
 
 # ---- W2 ---------------------------------------------------------------------
-# run_w2 TAG CONNS SERVERS... -- LOADGEN_ARGS...: every server started and
-# prefilled, then each one's open-loop steps until it falls behind, then
-# W2_REFINE steps bisecting its p99 bracket ($out/TAG-steps-S.json); then,
-# one right after the other, cachetd and 1.6.45 at 1.6.45's highest rate
-# within the bound ($out/TAG-at-mc-S.json): the p999 there is the target's
-# second half (no worse than memcached's where memcached is at its best).
+# run_w2 TAG CONNS SERVERS... -- LOADGEN_ARGS...: one server at a time, alone
+# on its CPU: started, prefilled, left until its background work after the
+# prefill is done (settle), then its open-loop steps until it falls behind and
+# W2_REFINE steps bisecting its p99 bracket ($out/TAG-steps-S.json), then
+# stopped. 1.6.45 goes first; it and cachetd then run one more step at
+# 1.6.45's highest rate within the bound ($out/TAG-at-mc-S.json): the p999
+# there is the target's second half (no worse than memcached's where
+# memcached is at its best).
+# Why alone and settled: the servers used to be started and prefilled
+# together, so the first steps of one ran beside the others' hash-table
+# expansion after the prefill (memcached's assoc thread: 30 ms of CPU 0.5-1 s
+# after a 200,000-key prefill, more at 1M), on the same CPU: cachetd's first
+# W2 step at 2,000/s showed p99 10-21 ms from that alone.
 run_w2() {
-  local tag=$1 conns=$2 s mc_rate
+  local tag=$1 conns=$2 s mc_rate=0 saved_prio=("${PRIO[@]}")
   shift 2
+  # Servers and generator SCHED_FIFO for the tail (bench-lib.sh says why).
+  PRIO=("${RT_PRIO[@]}")
   local servers=()
   while [ "$1" != -- ]; do servers+=("$1"); shift; done
   shift
-  declare -A wpid=()
-  for s in "${servers[@]}"; do
+  local ordered=()
+  for s in "${servers[@]}"; do [ "$s" = mc1645 ] && ordered+=("$s"); done
+  for s in "${servers[@]}"; do [ "$s" = mc1645 ] || ordered+=("$s"); done
+  for s in "${ordered[@]}"; do
     start_server $s "$(port_of $s)" 1024
-    wpid[$s]=$SERVER_PID
     say "  $s: prefill $W2_KEYS keys"
     loadgen $s "$(port_of $s)" "$out/$tag-prefill-$s.json" --keys $W2_KEYS --key-size 4 --value-size 256 --conns 8 --prefill-only --prefill-depth 64
-  done
-  for s in "${servers[@]}"; do
+    settle "$SERVER_PID" "$s"
     # Steps go on past the bound until the server falls behind: the bracket
     # for the p99 search and the highest rate kept up with at any latency come
     # from the same steps; then --refine bisects the bracket.
@@ -256,17 +283,16 @@ run_w2() {
       --bound-p99-us $W2_P99_US --refine $W2_REFINE --seed 2 "$@" 2> >(sed 's/^/  /' >&2)
     say "  $s: highest rate with p99 <= $W2_P99_US us: $(jget "$out/$tag-steps-$s.json" 'j["search"]["highest_rate_within"] or "none"')/s" \
         "(lowest rate above it that was not: $(jget "$out/$tag-steps-$s.json" 'j["search"]["lowest_rate_over"] or "none"')/s)"
-  done
-  mc_rate=$(jget "$out/$tag-steps-mc1645.json" 'j["search"]["highest_rate_within"] or 0')
-  if [ "$mc_rate" != 0 ] && [ "$mc_rate" != - ]; then
-    for s in cachetd mc1645; do
+    [ "$s" = mc1645 ] && mc_rate=$(jget "$out/$tag-steps-mc1645.json" 'j["search"]["highest_rate_within"] or 0')
+    if [ "$mc_rate" != 0 ] && [ "$mc_rate" != - ] && { [ "$s" = mc1645 ] || [ "$s" = cachetd ]; }; then
       loadgen $s "$(port_of $s)" "$out/$tag-at-mc-$s.json" --keys $W2_KEYS --key-size 4 --value-size 256 \
         --conns $conns --depth 1 --rate "$mc_rate" --duration $STEP_SECS --warmup $STEP_WARM --seed 5 "$@"
       say "  $s at 1.6.45's highest rate ($mc_rate/s): p99 $(jget "$out/$tag-at-mc-$s.json" 'round(j["steps"][0]["latency_us"]["p99"])') us," \
           "p999 $(jget "$out/$tag-at-mc-$s.json" 'round(j["steps"][0]["latency_us"]["p999"])') us"
-    done
-  fi
-  for s in "${servers[@]}"; do stop_server "${wpid[$s]}"; done
+    fi
+    stop_server "$SERVER_PID"
+  done
+  PRIO=("${saved_prio[@]}")
 }
 
 step "W2: 80:20 get:set, 4-byte keys, 256-byte values, $W2_CONNS connections: highest rate with p99 < $W2_P99_US us (seed 002)"
