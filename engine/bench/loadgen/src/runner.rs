@@ -389,6 +389,16 @@ impl Runner {
             if sending && (now >= end || r.sent >= max_requests) {
                 sending = false;
                 stop_at = Some(now.min(end));
+                // Requests that came due before the end while this thread was
+                // descheduled were never scheduled: they count as unsent, so
+                // a late wake-up shows as lag, never as a lower offered rate.
+                if let Pace::Open(_) = spec.pace {
+                    while next_due < end && next_index < max_requests {
+                        r.unsent += 1;
+                        next_index += 1;
+                        next_due = start + (next_index as f64 * period_ns) as u64;
+                    }
+                }
                 for c in self.conns.iter_mut() {
                     r.unsent += c.backlog.len() as u64;
                     c.backlog.clear();
