@@ -243,7 +243,6 @@ fn pki(tag: &str) -> (std::path::PathBuf, String, String, String) {
 /// Serves until the process ends; at most `max_conns` connections.
 fn tls_terminator(listen: u16, backend: u16, crt: &str, key: &str, max_conns: usize) {
     use openssl::ssl::{SslAcceptor, SslFiletype, SslMethod};
-    use std::io::{Read, Write};
     let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).unwrap();
     b.set_certificate_chain_file(crt).unwrap();
     b.set_private_key_file(key, SslFiletype::PEM).unwrap();
@@ -263,30 +262,23 @@ fn tls_terminator(listen: u16, backend: u16, crt: &str, key: &str, max_conns: us
                 let mut buf = vec![0u8; 64 * 1024];
                 let deadline = Instant::now() + Duration::from_secs(60);
                 while Instant::now() < deadline {
-                    match tls.read(&mut buf) {
-                        Ok(0) => return,
-                        Ok(n) => {
-                            if sink.write_all(&buf[..n]).is_err() {
-                                return;
-                            }
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {}
-                        Err(_) => return,
-                    }
-                    match sink.read(&mut buf) {
-                        Ok(0) => return,
-                        Ok(n) => {
-                            if tls.write_all(&buf[..n]).is_err() {
-                                return;
-                            }
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {}
-                        Err(_) => return,
+                    if !pump(&mut tls, &mut sink, &mut buf) || !pump(&mut sink, &mut tls, &mut buf) {
+                        return;
                     }
                 }
             });
         }
     });
+}
+
+/// Moves what one read gets from `from` to `to`; false when either side is done.
+fn pump(from: &mut impl std::io::Read, to: &mut impl std::io::Write, buf: &mut [u8]) -> bool {
+    use std::io::ErrorKind::{TimedOut, WouldBlock};
+    match from.read(buf) {
+        Ok(0) => false,
+        Ok(n) => to.write_all(&buf[..n]).is_ok(),
+        Err(e) => matches!(e.kind(), WouldBlock | TimedOut),
+    }
 }
 
 #[test]
