@@ -208,7 +208,7 @@ fuzz-engine: ## Fuzz the request parser (FUZZ_SECONDS=300 by default).
 	$(MAKE) -C engine fuzz
 
 .PHONY: bench-engine
-bench-engine: ## Benchmark cachetd against memcached 1.6.45 and 1.6.18 side by side (W1-W4 and the W2 variants, seed 003; BENCH_QUICK=1: ~5 min).
+bench-engine: ## Benchmark cachetd against memcached 1.6.45 and 1.6.18 side by side (W1-W4 and the W2 variants, seed 003; BENCH_QUICK=1: ~5 min). TLS=1: W1 over TLS (-Z) beside plaintext.
 	$(MAKE) -C engine bench
 
 .PHONY: bench-profiles

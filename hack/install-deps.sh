@@ -6,8 +6,9 @@ set -euo pipefail
 packages=(
   # engine: sanitizers, libFuzzer, the peers it is tested and benchmarked against
   build-essential clang llvm libclang-rt-14-dev memcached libmemcached-tools python3-venv
-  # engine: TLS (-Z) links OpenSSL, statically in the engine image
-  libssl-dev
+  # engine: TLS (-Z) links OpenSSL, statically in the engine image; the load
+  # generator's openssl crate finds the same library through pkg-config
+  libssl-dev pkg-config
   # envtest and the local cluster
   etcd-server containerd runc containernetworking-plugins conntrack iptables iproute2 buildah openssl curl
   # a static busybox for the local cluster's toolbox test image (no registry to pull one)

@@ -28,10 +28,18 @@
 #   own W2 ceiling is measured against cachet-sink first (bench-lib.sh and
 #   run_w2 say why; docs/benchmarks.md, "W2: what the instrument measured").
 #
-# Env: BENCH_QUICK=1 (about 5 minutes), CACHETD=path,
+# - BENCH_TLS=1 (`make bench-engine TLS=1`) runs W1 only, over TLS and in
+#   plaintext in one run: cachetd -Z against memcached 1.6.45 -Z (its TLS
+#   build), both with the same certificate, made here with the openssl CLI,
+#   and the same two servers without TLS, all four rounds interleaved. The
+#   targets are the plaintext ones (per server CPU-second); the plaintext
+#   ratios of the same run are printed beside them.
+#
+# Env: BENCH_QUICK=1 (about 5 minutes; with BENCH_TLS=1 about 1), CACHETD=path,
 #      MEMCACHED_1645=path (default: built once by shared/peers/build-memcached.sh),
+#      MEMCACHED_1645_TLS=path (BENCH_TLS=1; default: build-memcached.sh --tls),
 #      MEMCACHED_1618=path (default /usr/bin/memcached),
-#      BENCH_PORT_BASE (default 23100; uses BASE+1..BASE+5), BENCH_RESULTS
+#      BENCH_PORT_BASE (default 23100; uses BASE+1..BASE+7), BENCH_RESULTS
 #      (default engine/bench/results), BENCH_NICE (default -10; empty for none),
 #      BENCH_RT (default 1: W2 under chrt -f BENCH_RT_PRIO, default 20; 0: nice).
 set -euo pipefail
@@ -41,6 +49,7 @@ engine=$(cd "$here/.." && pwd)
 # The three servers, the generator, loadgen() and jget(): bench-lib.sh.
 source "$here/bench-lib.sh"
 QUICK=${BENCH_QUICK:-0}
+TLS=${BENCH_TLS:-0}
 PORT_BASE=${BENCH_PORT_BASE:-23100}
 RESULTS_ROOT=${BENCH_RESULTS:-$here/results}
 
@@ -105,10 +114,16 @@ start_server() {
   case $name in
     cachetd*) bin=$CACHETD ;;
     mc1645) bin=$MEMCACHED_1645 ;;
+    mc1645-tls) bin=$MEMCACHED_1645_TLS ;;
     mc1618) bin=$MEMCACHED_1618 ;;
   esac
   # memcached refuses to run as root without -u; a privilege flag, not a tuning one.
   case $name in mc*) [ "$(id -u)" = 0 ] && extra+=(-u root) ;; esac
+  # Something else already listening there would answer in the new server's
+  # place (its bind fails, the readiness probe below succeeds).
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    say "bench: port $port is already in use (BENCH_PORT_BASE moves the ports)"; exit 1
+  fi
   # The same tuning flags for all: one worker thread, same memory, same connection limit, no UDP.
   "${PRIO[@]}" taskset -c $SERVER_CPU "$bin" -p "$port" -l 127.0.0.1 -t 1 -m "$mb" -c 4096 -U 0 "${extra[@]}" \
     >"$out/$name-$port.log" 2>&1 &
@@ -148,6 +163,7 @@ failures=0
 port_of() {
   case $1 in
     cachetd) echo $((PORT_BASE + 1)) ;; mc1645) echo $((PORT_BASE + 2)) ;; mc1618) echo $((PORT_BASE + 5)) ;;
+    cachetd-tls) echo $((PORT_BASE + 6)) ;; mc1645-tls) echo $((PORT_BASE + 7)) ;;
   esac
 }
 # rotated N: the servers, starting at the (N mod 3)th, so no server always goes first.
@@ -156,6 +172,7 @@ rotated() { local n=$(( $1 % ${#SERVERS[@]} )); echo "${SERVERS[@]:n}" "${SERVER
 {
   echo "{"
   echo "  \"run_id\": \"$run_id\", \"quick\": $QUICK,"
+  [ "$TLS" = 1 ] && echo "  \"bench\": \"tls\", \"memcached_1645_tls\": \"$MEMCACHED_1645_TLS\", \"openssl\": \"$(openssl version)\","
   echo "  \"cachetd\": \"$CACHETD\", \"cachetd_commit\": \"$(git -C "$engine" log -1 --format=%h -- src 2>/dev/null || echo unknown)\","
   echo "  \"cachetd_src_uncommitted_files\": $(git -C "$engine" status --porcelain -- src 2>/dev/null | wc -l),"
   echo "  \"memcached_1645\": \"$MEMCACHED_1645\", \"memcached_1645_version\": \"$($MEMCACHED_1645 -V 2>/dev/null | awk '{print $2}')\","
@@ -200,6 +217,55 @@ say "  ceiling with W1's shapes: pipelined $(jget "$out/calibration.json" 'round
     "unpipelined $(jget "$out/calibration-unpipelined.json" 'round(j["steps"][0]["throughput"])') req/s" \
     "(generator CPU per request $(jget "$out/calibration.json" 'round(j["steps"][0]["loadgen_us_per_request"],2)') /" \
     "$(jget "$out/calibration-unpipelined.json" 'round(j["steps"][0]["loadgen_us_per_request"],2)') us)"
+
+# ---- W1 over TLS (BENCH_TLS=1): this run's only workload ------------------------
+if [ "$TLS" = 1 ]; then
+  step "TLS: a CA and a server certificate for 127.0.0.1 (openssl CLI), shared by both servers"
+  pki=$out/tls
+  mkdir -p "$pki"
+  ( cd "$pki"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=bench-ca
+    openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >server.ext
+    openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile server.ext
+  ) >"$pki/openssl.log" 2>&1 || { say "bench: making the certificates failed:"; cat "$pki/openssl.log" >&2; exit 1; }
+  tls_server_args=(-Z -o "ssl_chain_cert=$pki/server.crt,ssl_key=$pki/server.key")
+  # The generator verifies the chain against the CA (the handshake is set-up,
+  # not measured), so a server that is not speaking TLS fails the run.
+  tls_loadgen_args=(--tls --tls-ca "$pki/ca.crt")
+  SERVERS=(cachetd mc1645 cachetd-tls mc1645-tls)
+  step "W1 over TLS and in plaintext: $W1_KEYS keys, 64-byte values (seed 000); cachetd -Z and memcached 1.6.45 -Z, then both without TLS"
+  declare -A w1_pid
+  for s in "${SERVERS[@]}"; do
+    extra=(); lg=()
+    case $s in *-tls) extra=("${tls_server_args[@]}"); lg=("${tls_loadgen_args[@]}") ;; esac
+    start_server $s "$(port_of $s)" 1024 "${extra[@]}"
+    w1_pid[$s]=$SERVER_PID
+    say "  $s: prefill"
+    loadgen $s "$(port_of $s)" "$out/w1-prefill-$s.json" "${lg[@]}" --keys $W1_KEYS --value-size 64 --conns 8 --prefill-only --prefill-depth 64
+  done
+  # W1 is all this run measures: three rounds even when quick, for a median.
+  for round in $(seq 1 "${BENCH_ROUNDS:-3}"); do
+    for s in $(rotated $((round - 1))); do
+      lg=()
+      case $s in *-tls) lg=("${tls_loadgen_args[@]}") ;; esac
+      for shape in "pipelined 16" "unpipelined 1"; do
+        kind=${shape% *}
+        loadgen $s "$(port_of $s)" "$out/w1-$kind-$s-$round.json" "${lg[@]}" --keys $W1_KEYS --conns 32 --depth "${shape#* }" --duration $MAX_SECS --warmup 0.5
+        say "  round $round $s $kind (32 conns x depth ${shape#* }): $(jget "$out/w1-$kind-$s-$round.json" 'round(j["steps"][0]["throughput"])') req/s," \
+            "server CPU $(jget "$out/w1-$kind-$s-$round.json" 'round(j["steps"][0]["server_cpu_us_per_request"],2)') us/GET," \
+            "generator busy $(jget "$out/w1-$kind-$s-$round.json" 'round(100*j["steps"][0]["loadgen_cpu_busy"])')%"
+      done
+    done
+  done
+  for s in "${SERVERS[@]}"; do stop_server "${w1_pid[$s]}"; done
+  echo "\"$(cut -d' ' -f1-3 /proc/loadavg)\"" >"$out/loadavg_end.json"
+  step "summary"
+  "$PY" "$here/summarize.py" "$out"
+  say "bench: results in $out"
+  [ "$failures" = 0 ] || say "bench: $failures load generator run(s) failed; their figures show as NO DATA"
+  exit 0
+fi
 
 # ---- W1 ---------------------------------------------------------------------
 step "W1: GET-only, $W1_KEYS keys, 64-byte values (seed 000)"

@@ -52,23 +52,37 @@ SINK=$CARGO_TARGET_DIR/release/cachet-sink
 # Debian's python3 carries python3-matplotlib; a pyenv or venv python on PATH may not.
 PY=${PYTHON:-$( [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || command -v python3 )}
 
-# find_servers: checks cachetd and 1.6.18, builds (once, cached) or finds 1.6.45.
+# peer_memcached VAR [--tls]: memcached 1.6.45 (with --tls: its build with
+# TLS) into VAR, built once and cached by shared/peers/build-memcached.sh,
+# unless VAR is already set.
+peer_memcached() {
+  local var=$1 peers path
+  shift
+  [ -n "${!var:-}" ] && return 0
+  peers=$(git -C "$engine" rev-parse --show-toplevel 2>/dev/null || echo "$engine/..")/../shared/peers
+  [ -x "$peers/build-memcached.sh" ] || { say "bench: $peers/build-memcached.sh missing; set $var"; exit 1; }
+  step "memcached 1.6.45 $*: built once and cached by $peers/build-memcached.sh"
+  path=$("$peers/build-memcached.sh" "$@" | tail -1)
+  printf -v "$var" '%s' "$path"
+}
+
+# find_servers: checks cachetd and 1.6.18, builds (once, cached) or finds 1.6.45
+# (and, with BENCH_TLS=1, 1.6.45 built with TLS: MEMCACHED_1645_TLS).
 find_servers() {
   for tool in taskset "$PY" cargo; do
     command -v "$tool" >/dev/null || { say "bench: '$tool' not found"; exit 1; }
   done
   [ -x "$CACHETD" ] || { say "bench: $CACHETD not built (make -C engine)"; exit 1; }
   [ -x "$MEMCACHED_1618" ] || { say "bench: $MEMCACHED_1618 missing (apt-get install memcached, or make deps)"; exit 1; }
-  if [ -z "${MEMCACHED_1645:-}" ]; then
-    local peers
-    peers=$(git -C "$engine" rev-parse --show-toplevel 2>/dev/null || echo "$engine/..")/../shared/peers
-    [ -x "$peers/build-memcached.sh" ] || { say "bench: $peers/build-memcached.sh missing; set MEMCACHED_1645"; exit 1; }
-    step "memcached 1.6.45: built once and cached by $peers/build-memcached.sh"
-    MEMCACHED_1645=$("$peers/build-memcached.sh")
-  fi
+  peer_memcached MEMCACHED_1645
   [ -x "$MEMCACHED_1645" ] || { say "bench: memcached 1.6.45 not at $MEMCACHED_1645"; exit 1; }
-  local pair v
-  for pair in "$MEMCACHED_1645:1.6.45" "$MEMCACHED_1618:1.6.18"; do
+  local pair v pairs=("$MEMCACHED_1645:1.6.45" "$MEMCACHED_1618:1.6.18")
+  if [ "${BENCH_TLS:-0}" = 1 ]; then
+    peer_memcached MEMCACHED_1645_TLS --tls
+    [ -x "$MEMCACHED_1645_TLS" ] || { say "bench: memcached 1.6.45 with TLS not at $MEMCACHED_1645_TLS"; exit 1; }
+    pairs+=("$MEMCACHED_1645_TLS:1.6.45")
+  fi
+  for pair in "${pairs[@]}"; do
     v=$("${pair%:*}" -V 2>/dev/null | awk '{print $2}')
     [ "$v" = "${pair##*:}" ] || say "bench: WARNING: ${pair%:*} is memcached '$v', not ${pair##*:}; its figures are labelled ${pair##*:}"
   done

@@ -4,7 +4,9 @@
 #   make bench               [bench-engine] cachetd, memcached 1.6.45 and Debian's
 #                            1.6.18 side by side: W1-W4 and seed 003. A missed
 #                            target prints MISS without failing. BENCH_QUICK=1
-#                            gives a ~5 minute pass.
+#                            gives a ~5 minute pass. TLS=1: W1 only, cachetd -Z
+#                            against memcached 1.6.45 -Z, beside the same two
+#                            in plaintext (~2 minutes with BENCH_QUICK=1).
 #   make bench-extstore      [bench-extstore] the same three servers with
 #                            extstore (-o ext_path=...) on a loop-mounted ext4,
 #                            each in a memory cgroup of its pod's size, against
@@ -33,8 +35,9 @@ LOADGEN_TARGET_DIR ?= $(if $(CACHET_CACHE),$(CACHET_CACHE)/loadgen-target/$(LOAD
 SOAK_SECONDS ?= 600
 
 .PHONY: bench bench-loadgen-test bench-soak bench-differential
+TLS ?= 0
 bench: $(BUILD)/cachetd
-	CACHETD=$(abspath $(BUILD)/cachetd) CARGO_TARGET_DIR=$(LOADGEN_TARGET_DIR) bench/bench-engine.sh
+	BENCH_TLS=$(TLS) CACHETD=$(abspath $(BUILD)/cachetd) CARGO_TARGET_DIR=$(LOADGEN_TARGET_DIR) bench/bench-engine.sh
 
 .PHONY: bench-extstore
 bench-extstore: $(BUILD)/cachetd

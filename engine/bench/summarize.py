@@ -8,7 +8,8 @@ Why a separate script: the shell driver only runs things; every number that
 is quoted (terminal, summary.json, docs/benchmarks.md) comes from here, so
 they cannot disagree. Usage: summarize.py RESULTS_DIR  (writes summary.json)
 A bench-extstore.sh results directory (machine.json "bench": "extstore") gets
-the extstore figures and targets instead (main_extstore).
+the extstore figures and targets instead (main_extstore), and a BENCH_TLS=1
+run (machine.json "bench": "tls") W1 over TLS beside plaintext (main_tls).
 """
 import json
 import os
@@ -649,11 +650,72 @@ def main_extstore(d, machine):
                    "targets": rows, "figures": figures}, f, indent=2)
 
 
+# ---- W1 over TLS (bench-engine.sh with BENCH_TLS=1) ------------------------------
+# The plaintext W1 cost targets, judged the same way over TLS: cachetd -Z
+# against memcached 1.6.45 -Z, per server CPU-second.
+TLS_KEYS = [key for _, key, _, _, _ in TARGETS if key in ("w1_pipelined_gets_per_cpu_s", "w1_unpipelined_gets_per_cpu_s")]
+
+
+def main_tls(d, machine):
+    """W1 rows over TLS (judged) and in plaintext from the same run (for comparison)."""
+    figures = {s: w1_figures(d, s) for s in ("cachetd", "mc1645", "cachetd-tls", "mc1645-tls")}
+    rows = []
+    for label, key, op, goal, unit in TARGETS:
+        if key not in TLS_KEYS:
+            continue
+        for transport, c, ref in (("TLS", "cachetd-tls", "mc1645-tls"), ("plaintext", "cachetd", "mc1645")):
+            r = ratio(figures[c][key], figures[ref][key])
+            rows.append({"target": f"{label}, {transport}", "key": key, "transport": transport,
+                         "cachetd": figures[c][key], "mc1645": figures[ref][key], "ratio": r,
+                         "goal": f"{op} {goal:.2f}x", "verdict": verdict(r, op, goal), "unit": unit})
+    print(f"machine: {machine.get('cpu_model', '?')}, {machine.get('cpus', '?')} CPUs, kernel {machine.get('kernel', '?')}; "
+          f"memcached {machine.get('memcached_1645_version', '?')} (TLS build {machine.get('memcached_1645_tls', '?')}); "
+          f"cachetd {machine.get('cachetd_commit', '?')}; {machine.get('openssl', '?')}")
+    print(f"load average at start {machine.get('loadavg_start', '?')}, at end {load(d, 'loadavg_end.json') or '?'}")
+    print()
+    print("W1 (32 conns; pipelined depth 16, unpipelined depth 1), ratio cachetd / memcached 1.6.45; median of the rounds:")
+    print(f"{'figure':<62} {'cachetd':>11} {'mc 1.6.45':>11} {'ratio':>8}  target    result")
+    for row in rows:
+        print(f"{row['target']:<62} {fmt(row['cachetd']):>11} {fmt(row['mc1645']):>11} {fmt_ratio(row['ratio']):>8}  "
+              f"{row['goal']:<9} {row['verdict'] if row['transport'] == 'TLS' else '(' + row['verdict'] + ')'}")
+    print("(the plaintext rows are this run's comparison; the TLS rows are what TLS=1 judges)")
+    print()
+    for s, f in figures.items():
+        busy = [round(100 * b) for b in f["w1_pipelined_loadgen_busy"] + f["w1_unpipelined_loadgen_busy"] if b is not None]
+        print(f"{s:<11}: server CPU per GET pipelined {fmt_us(f['w1_pipelined_server_cpu_us'])}, unpipelined "
+              f"{fmt_us(f['w1_unpipelined_server_cpu_us'])}; GETs/s pipelined {[round(x) for x in f['w1_pipelined_rounds']]}, "
+              f"unpipelined {[round(x) for x in f['w1_unpipelined_rounds']]}; generator busy {busy}%")
+        if any(b > 90 for b in busy):
+            print(f"  note: the load generator was >90% busy against {s}: its GETs/s may be the generator's limit "
+                  f"(the CPU per GET is the server's own)")
+    for s in figures:
+        wrong = errors = misses = lookups = 0
+        for kind in ("pipelined", "unpipelined"):
+            for i in range(1, 20):
+                j = load(d, f"w1-{kind}-{s}-{i}.json")
+                for st in (j or {}).get("steps", []):
+                    wrong += st.get("wrong_values", 0)
+                    errors += st.get("errors", 0)
+                    misses += st.get("misses", 0)
+                    lookups += st.get("hits", 0) + st.get("misses", 0)
+        print(f"integrity {s}: {wrong} wrong values, {errors} error replies, {misses} misses in {lookups:,} lookups of prefilled keys")
+    print("(a benchmark, not a test: MISS never fails the build)")
+    with open(os.path.join(d, "summary.json"), "w") as f:
+        json.dump({"machine": machine, "loadavg_end": load(d, "loadavg_end.json"), "targets": rows,
+                   "figures": figures}, f, indent=2)
+
+
+def fmt_us(v):
+    return "-" if v is None else f"{v:.3f} us"
+
+
 def main():
     d = sys.argv[1]
     machine = load(d, "machine.json") or {}
     if machine.get("bench") == "extstore":
         return main_extstore(d, machine)
+    if machine.get("bench") == "tls":
+        return main_tls(d, machine)
     factors = (machine.get("seed003") or {}).get("factors") or []
     cal = calibration(d)
     figures, noise = {}, {}

@@ -6,7 +6,9 @@ the authfile's `user:password` lines, the `set` whose data is `user password`,
 `auth_errors`, and the reload on SIGHUP. memcached 1.6.45 keeps only the
 last reply of a read before authentication, so the tests that run on both
 send one request per round trip, or assert only the end of a pipelined
-stream; cachetd answers every line (asserted where marked).
+stream; cachetd answers every line (asserted where marked). The hostile
+clients' tests (a wrong password 10,000 times, auth pipelined after data)
+run in plaintext and over TLS (-Z -Y), on memcached's TLS build too.
 """
 import os
 import signal
@@ -16,6 +18,7 @@ import time
 import pytest
 
 from conftest import IS_MEMCACHED, Conn, stat, wait_until
+from test_tls import pki, tls_server  # noqa: F401 (fixtures, for y_server's TLS case)
 
 USERS = "alice:s3cret\nbob:hunter2\n"
 
@@ -47,6 +50,19 @@ def read_until(c, suffix, seconds=10):
         assert chunk, f"connection closed; got {data!r}"
         data += chunk
     return data
+
+
+@pytest.fixture(params=["plaintext", "tls"])
+def y_server(request, start_server):
+    """Starts a server with these flags in plaintext, or with -Z and a fresh
+    certificate: what a client can do to -Y must not change with TLS."""
+    def start(*args):
+        if request.param == "plaintext":
+            return start_server(*args)
+        ca = request.getfixturevalue("pki")
+        cert, key = ca.issue("server")
+        return request.getfixturevalue("tls_server")(ca.ca, cert, key, *args)
+    return start
 
 
 def test_right_password_lets_every_command_through(start_server, tmp_path):
@@ -91,8 +107,8 @@ def test_meta_commands_before_auth(start_server, tmp_path):
         assert c.line() == b"VA 6" and c.line() == b"value1"
 
 
-def test_wrong_password_10000_times_keeps_serving_and_counts(start_server, tmp_path):
-    srv = start_server("-Y", authfile(tmp_path))
+def test_wrong_password_10000_times_keeps_serving_and_counts(y_server, tmp_path):
+    srv = y_server("-Y", authfile(tmp_path))
     n = 10_000
     with srv.conn() as bad:
         for i in range(n):
@@ -108,8 +124,8 @@ def test_wrong_password_10000_times_keeps_serving_and_counts(start_server, tmp_p
         assert bad.values("get k") == {"k": (0, b"ok", None)}
 
 
-def test_auth_pipelined_after_data_commands(start_server, tmp_path):
-    srv = start_server("-Y", authfile(tmp_path))
+def test_auth_pipelined_after_data_commands(y_server, tmp_path):
+    srv = y_server("-Y", authfile(tmp_path))
     with authed(srv) as c:
         assert c.cmd("set k 0 0 5\r\nhello") == b"STORED"
     with srv.conn() as c:

@@ -302,6 +302,114 @@ def test_half_handshakes_and_renegotiation_do_not_hurt_the_server(tls_server, pk
         assert c.cmd("mn") == b"MN"
 
 
+def client_hello(ca):
+    """A complete ClientHello (TLS 1.3 key shares and all) from Python's ssl,
+    as the bytes a real client's first flight puts on the wire."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = client_context(ca).wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def rss_bytes(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS:"))
+
+
+HALF_HANDSHAKES = 400
+
+
+def test_a_flood_of_half_handshakes_keeps_serving_within_the_memory_formula(tls_server, pki):
+    """HALF_HANDSHAKES connections at once each send a whole ClientHello and
+    then nothing: the server has answered each (ServerHello, certificate)
+    and holds a handshake in its middle, the costliest state a client can
+    leave it in for the price of one packet. A good client is served
+    meanwhile, and (cachetd) the process's RSS grew by no more than the
+    memory formula charges for that many more connections, and stays
+    under the formula's total. Then the flood goes and the server serves."""
+    from test_limits import memory_budget, under_sanitizer
+    cert, key = pki.issue("server")
+    conns = HALF_HANDSHAKES + 24
+    args = ["-c", str(conns), "-t", "1", "-m", "8"]
+    if not IS_MEMCACHED:
+        # kernel socket buffers bounded, so that --memory-budget is bounded
+        args += ["-o", "sock_sndbuf=64k,sock_rcvbuf=16k"]
+    srv = tls_server(pki.ca, cert, key, *args)
+    with srv.tls() as c:
+        assert c.cmd("set k 0 0 2\r\nok") == b"STORED"
+    rss_before = rss_bytes(srv.proc.pid)
+    hello = client_hello(pki.ca)
+    flood = []
+    try:
+        for _ in range(HALF_HANDSHAKES):
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=IO_TIMEOUT_S)
+            s.sendall(hello)
+            flood.append(s)
+        # every hello was answered: a handshake record (0x16) each
+        for s in flood:
+            first = s.recv(1)
+            assert first == b"\x16", first
+        with srv.tls() as c:
+            c.send(b"get k\r\n")
+            assert c.until(b"END\r\n") == b"VALUE k 0 2\r\nok\r\nEND\r\n"
+        assert srv.alive()
+        if not IS_MEMCACHED and not under_sanitizer(srv.proc.pid):
+            grown = rss_bytes(srv.proc.pid) - rss_before
+            budget = memory_budget(*args, "-Z", "-o", f"ssl_chain_cert={cert},ssl_key={key}")
+            fewer = memory_budget(*[a if a != str(conns) else str(conns - HALF_HANDSHAKES) for a in args],
+                                  "-Z", "-o", f"ssl_chain_cert={cert},ssl_key={key}")
+            # what one more connection adds to the process's own memory
+            # (socket buffers are the kernel's, not in the RSS)
+            def process(b):
+                return b["total"] - b["terms"]["socket_buffers"]
+            per_conn = (process(budget) - process(fewer)) / HALF_HANDSHAKES
+            print(f"{HALF_HANDSHAKES} half handshakes: RSS +{grown / HALF_HANDSHAKES / 1024:.1f} KiB each; "
+                  f"the formula charges {per_conn / 1024:.1f} KiB per connection")
+            assert grown <= HALF_HANDSHAKES * per_conn, (grown, per_conn)
+            assert rss_bytes(srv.proc.pid) <= budget["total"]
+    finally:
+        for s in flood:
+            s.close()
+    with srv.tls() as c:
+        assert c.cmd("mn") == b"MN"
+
+
+def test_renegotiation_attempts_are_refused_and_the_server_serves_on(tls_server, pki):
+    """TLS 1.2 renegotiation asked by clients (openssl s_client's R), again
+    and again with a good client connected: each is refused (OpenSSL's
+    "no renegotiation" alert, the client's session ends), no request sent
+    after it is answered, and the good client and new ones are served."""
+    cert, key = pki.issue("server")
+    srv = tls_server(pki.ca, cert, key)
+    good = srv.tls()
+    assert good.cmd("set k 0 0 2\r\nok") == b"STORED"
+    for _ in range(10):
+        p = subprocess.Popen(["openssl", "s_client", "-connect", f"127.0.0.1:{srv.port}", "-CAfile", pki.ca,
+                              "-tls1_2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        # the handshake first (the session is printed), then R, then a request
+        out = b""
+        while b"Verify return code" not in out:
+            line = p.stdout.readline()
+            assert line, out
+            out += line
+        p.stdin.write(b"R\n")
+        p.stdin.flush()
+        try:
+            rest, _ = p.communicate(b"mn\r\n", timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rest, _ = p.communicate()
+        assert b"RENEGOTIATING" in rest, rest
+        assert b"no renegotiation" in rest, rest
+        assert b"MN\r\n" not in rest, rest
+        good.send(b"get k\r\n")
+        assert good.until(b"END\r\n") == b"VALUE k 0 2\r\nok\r\nEND\r\n"
+    good.close()
+    with srv.tls() as c:
+        assert c.cmd("mn") == b"MN"
+
+
 def test_Z_without_a_loadable_certificate_exits_64(tmp_path):
     binary = memcached_tls() if IS_MEMCACHED else CACHETD
     extra = ["-U", "0", "-u", "root"] if IS_MEMCACHED and os.geteuid() == 0 else []

@@ -10,15 +10,17 @@
 mod proto;
 mod runner;
 mod search;
+mod transport;
 mod workload;
 
 use runner::{Pace, Runner, Source, StepResult, StepSpec};
 use search::Outcome;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::exit;
 use std::time::Duration;
+use transport::{Connector, Security};
 use workload::{default_key_size, KeyDist, KeyTable, ValueDist, Workload};
 
 const USAGE: &str = "\
@@ -28,6 +30,9 @@ target (loopback only: 127.0.0.0/8 or localhost)
   --server HOST:PORT     default 127.0.0.1:11211
   --conns N              connections (default 1)
   --depth N              pipeline depth: requests outstanding per connection (default 1)
+  --tls                  TLS on every connection (the handshake is done before the steps);
+                         the server's certificate is not verified unless --tls-ca is given
+  --tls-ca FILE          with --tls: verify the server's certificate chain against FILE
 
 pacing (each rate in --rate is one step; no --rate means one closed-loop step)
   --rate R[,R2,...]      open loop at R requests/s; k/m suffixes allowed (200k)
@@ -100,6 +105,7 @@ struct Opts {
     stats: bool,
     server_pid: Option<u32>,
     quiet: bool,
+    security: Security,
 }
 
 fn die(msg: &str) -> ! {
@@ -172,12 +178,14 @@ fn parse_args() -> Opts {
         stats: false,
         server_pid: None,
         quiet: false,
+        security: Security::Plain,
     };
+    let mut tls_ca: Option<String> = None;
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < args.len() {
         let a = args[i].as_str();
-        let flag = matches!(a, "--stop-when-behind" | "--set-on-miss" | "--prefill" | "--prefill-only" | "--stats" | "--quiet" | "-h" | "--help");
+        let flag = matches!(a, "--stop-when-behind" | "--set-on-miss" | "--prefill" | "--prefill-only" | "--stats" | "--quiet" | "--tls" | "-h" | "--help");
         let v: &str = if flag {
             ""
         } else {
@@ -238,6 +246,8 @@ fn parse_args() -> Opts {
             "--stats" => o.stats = true,
             "--server-pid" => o.server_pid = Some(num(v) as u32),
             "--quiet" => o.quiet = true,
+            "--tls" => o.security = Security::Tls { ca_file: None },
+            "--tls-ca" => tls_ca = Some(v.to_string()),
             _ => die(&format!("unknown option '{a}'\n\n{USAGE}")),
         }
         i += 1;
@@ -259,6 +269,11 @@ fn parse_args() -> Opts {
     }
     if o.duration <= 0.0 {
         die("--duration must be positive: every run stops by itself");
+    }
+    match (&mut o.security, tls_ca) {
+        (Security::Tls { ca_file }, ca) => *ca_file = ca,
+        (Security::Plain, Some(_)) => die("--tls-ca needs --tls"),
+        (Security::Plain, None) => {}
     }
     o
 }
@@ -395,8 +410,8 @@ fn within_bound(o: &Opts, r: &StepResult) -> Option<bool> {
 }
 
 /// `stats` (or `stats SUB`, e.g. slabs) over a separate short-lived connection.
-fn fetch_stats(addr: SocketAddrV4, sub: &str) -> Result<Value, String> {
-    let mut s = TcpStream::connect_timeout(&addr.into(), Duration::from_secs(2)).map_err(|e| e.to_string())?;
+fn fetch_stats(addr: SocketAddrV4, connector: &Connector, sub: &str) -> Result<Value, String> {
+    let mut s = connector.connect(addr, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
     let cmd = if sub.is_empty() { "stats\r\n".to_string() } else { format!("stats {sub}\r\n") };
     s.write_all(cmd.as_bytes()).map_err(|e| e.to_string())?;
@@ -440,7 +455,8 @@ fn main() {
     )
     .unwrap_or_else(|e| die(&e));
     let progress = !o.quiet;
-    let mut runner = Runner::connect(o.server, o.conns, o.depth, workload).unwrap_or_else(|e| {
+    let connector = Connector::new(&o.security).unwrap_or_else(|e| die(&e));
+    let mut runner = Runner::connect(o.server, &connector, o.conns, o.depth, workload).unwrap_or_else(|e| {
         eprintln!("cachet-loadgen: {e}");
         exit(1)
     });
@@ -572,8 +588,8 @@ fn main() {
     // of the memory figures.
     let (stats, stats_slabs) = if o.stats {
         (
-            fetch_stats(o.server, "").unwrap_or_else(|e| json!({ "error": e })),
-            fetch_stats(o.server, "slabs").unwrap_or_else(|e| json!({ "error": e })),
+            fetch_stats(o.server, &connector, "").unwrap_or_else(|e| json!({ "error": e })),
+            fetch_stats(o.server, &connector, "slabs").unwrap_or_else(|e| json!({ "error": e })),
         )
     } else {
         (Value::Null, Value::Null)
@@ -586,7 +602,7 @@ fn main() {
             "conns": o.conns, "depth": o.depth, "keys": o.keys, "key_size": key_size,
             "key_dist": o.key_dist.describe(), "value_size": o.value_size.describe(),
             "ratio": format!("{}:{}", o.get_weight, o.set_weight), "multiget": o.multiget,
-            "set_on_miss": o.set_on_miss,
+            "set_on_miss": o.set_on_miss, "tls": connector.is_tls(),
             "duration": o.duration, "warmup": o.warmup, "requests": o.requests, "seed": o.seed,
         },
         "prefill": prefill_json,

@@ -32,12 +32,13 @@
 //! (`hist_due`).
 
 use crate::proto::{Parser, Reply, Status};
+use crate::transport::{Connector, Progress, Transport};
 use crate::workload::{OpKind, Workload};
 use hdrhistogram::Histogram;
 use std::collections::VecDeque;
 use std::io;
-use std::net::{SocketAddrV4, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
+use std::net::SocketAddrV4;
+use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 const READ_BUF: usize = 256 * 1024;
@@ -105,11 +106,18 @@ impl Pending {
 
 struct Conn {
     // Owns the socket: dropping it closes fd.
-    _stream: TcpStream,
+    transport: Transport,
     fd: RawFd,
     wbuf: Vec<u8>,
     wpos: usize,
+    /// EPOLLOUT is armed.
     want_out: bool,
+    /// TLS: the last write could not go on until the socket is readable
+    /// (WANT_READ), so the next readable event retries it.
+    write_waits_read: bool,
+    /// TLS: the last read could not go on until the socket is writable
+    /// (WANT_WRITE), so the next writable event retries it.
+    read_waits_write: bool,
     rbuf: Vec<u8>,
     rstart: usize,
     rend: usize,
@@ -253,19 +261,25 @@ fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
 }
 
 impl Runner {
-    pub fn connect(addr: SocketAddrV4, nconns: usize, depth: usize, workload: Workload) -> Result<Runner, String> {
+    pub fn connect(
+        addr: SocketAddrV4,
+        connector: &Connector,
+        nconns: usize,
+        depth: usize,
+        workload: Workload,
+    ) -> Result<Runner, String> {
         let epfd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) }).map_err(|e| format!("epoll: {e}"))?;
         // Default timer slack (50 us) would make every open-loop sleep late.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
         let mut conns = Vec::with_capacity(nconns);
         for i in 0..nconns {
-            let stream = TcpStream::connect_timeout(&addr.into(), Duration::from_secs(5))
+            let transport = connector
+                .connect(addr, Duration::from_secs(5))
                 .map_err(|e| format!("connection {} of {nconns} to {addr}: {e}", i + 1))?;
-            stream.set_nodelay(true).map_err(|e| e.to_string())?;
             let on: libc::c_int = 1;
             cvt(unsafe {
                 libc::setsockopt(
-                    stream.as_raw_fd(),
+                    transport.fd(),
                     libc::SOL_SOCKET,
                     libc::SO_TIMESTAMPNS,
                     &on as *const _ as *const libc::c_void,
@@ -273,17 +287,19 @@ impl Runner {
                 )
             })
             .map_err(|e| format!("SO_TIMESTAMPNS: {e}"))?;
-            stream.set_nonblocking(true).map_err(|e| e.to_string())?;
-            let fd = stream.as_raw_fd();
+            transport.set_nonblocking().map_err(|e| e.to_string())?;
+            let fd = transport.fd();
             let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: i as u64 };
             cvt(unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) })
                 .map_err(|e| format!("epoll_ctl: {e}"))?;
             conns.push(Conn {
-                _stream: stream,
+                transport,
                 fd,
                 wbuf: Vec::with_capacity(64 * 1024),
                 wpos: 0,
                 want_out: false,
+                write_waits_read: false,
+                read_waits_write: false,
                 rbuf: vec![0u8; READ_BUF],
                 rstart: 0,
                 rend: 0,
@@ -495,14 +511,19 @@ impl Runner {
             for ev in &events[..n as usize] {
                 let ci = ev.u64 as usize;
                 let flags = ev.events;
-                if flags & (libc::EPOLLOUT as u32) != 0 {
+                let writable = flags & (libc::EPOLLOUT as u32) != 0;
+                if writable {
                     self.flush(ci)?;
                 }
-                if flags & ((libc::EPOLLIN | libc::EPOLLERR | libc::EPOLLHUP) as u32) == 0 {
+                let readable = flags & ((libc::EPOLLIN | libc::EPOLLERR | libc::EPOLLHUP) as u32) != 0;
+                if !readable && !(writable && self.conns[ci].read_waits_write) {
                     continue;
                 }
                 self.read_replies(ci, &mut replies, &mut reply_rx)?;
                 if replies.is_empty() {
+                    if self.conns[ci].write_waits_read {
+                        self.flush(ci)?;
+                    }
                     continue;
                 }
                 now = self.now();
@@ -649,40 +670,28 @@ impl Runner {
             }
             p.sent = now.max(1);
         }
+        c.write_waits_read = false;
+        let mut waits_write = false;
         while c.wpos < c.wbuf.len() {
-            let n = unsafe {
-                libc::send(
-                    c.fd,
-                    c.wbuf[c.wpos..].as_ptr() as *const _,
-                    c.wbuf.len() - c.wpos,
-                    libc::MSG_NOSIGNAL,
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => break,
-                    io::ErrorKind::Interrupted => continue,
-                    _ => return Err(format!("send on connection {ci}: {e}")),
+            match c.transport.send(&c.wbuf[c.wpos..]) {
+                Ok(Progress::Bytes(n)) => c.wpos += n,
+                Ok(Progress::WaitWrite) => {
+                    waits_write = true;
+                    break;
                 }
+                Ok(Progress::WaitRead) => {
+                    c.write_waits_read = true;
+                    break;
+                }
+                Ok(Progress::Closed) => return Err(format!("server closed connection {ci}")),
+                Err(e) => return Err(format!("send on connection {ci}: {e}")),
             }
-            c.wpos += n as usize;
         }
-        let pending = c.wpos < c.wbuf.len();
-        if !pending {
+        if c.wpos == c.wbuf.len() {
             c.wbuf.clear();
             c.wpos = 0;
         }
-        if pending != c.want_out {
-            c.want_out = pending;
-            let mut ev = libc::epoll_event {
-                events: (libc::EPOLLIN | if pending { libc::EPOLLOUT } else { 0 }) as u32,
-                u64: ci as u64,
-            };
-            cvt(unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, c.fd, &mut ev) })
-                .map_err(|e| format!("epoll_ctl: {e}"))?;
-        }
-        Ok(())
+        arm(epfd, ci, c, waits_write || c.read_waits_write)
     }
 
     /// CLOCK_REALTIME minus our clock (ns since base), to place the kernel's
@@ -708,6 +717,7 @@ impl Runner {
     fn read_replies(&mut self, ci: usize, out: &mut Vec<Reply>, out_rx: &mut Vec<u64>) -> Result<(), String> {
         let keys = &self.workload.keys;
         let fixed_len = self.workload.fixed_value_len();
+        let epfd = self.epfd;
         let c = &mut self.conns[ci];
         loop {
             if c.rstart == c.rend {
@@ -718,38 +728,29 @@ impl Runner {
                 c.rend -= c.rstart;
                 c.rstart = 0;
             }
-            let mut iov = libc::iovec { iov_base: c.rbuf[c.rend..].as_mut_ptr() as *mut _, iov_len: c.rbuf.len() - c.rend };
-            let mut cbuf = [0u64; 16];
-            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = cbuf.as_mut_ptr() as *mut _;
-            msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
-            let n = unsafe { libc::recvmsg(c.fd, &mut msg, 0) };
-            if n == 0 {
-                return Err(format!("server closed connection {ci}"));
-            }
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => return Ok(()),
-                    io::ErrorKind::Interrupted => continue,
-                    _ => return Err(format!("recv on connection {ci}: {e}")),
-                }
-            }
-            c.rend += n as usize;
             let mut rx = 0u64;
-            unsafe {
-                let mut cm = libc::CMSG_FIRSTHDR(&msg);
-                while !cm.is_null() {
-                    if (*cm).cmsg_level == libc::SOL_SOCKET && (*cm).cmsg_type == libc::SCM_TIMESTAMPNS {
-                        let ts = std::ptr::read_unaligned(libc::CMSG_DATA(cm) as *const libc::timespec);
-                        rx = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+            let n = match c.transport.recv(&mut c.rbuf[c.rend..], &mut rx) {
+                Ok(Progress::Bytes(n)) => n,
+                Ok(Progress::Closed) => return Err(format!("server closed connection {ci}")),
+                Ok(Progress::WaitRead) => return Ok(()),
+                Ok(Progress::WaitWrite) => {
+                    if !c.read_waits_write {
+                        c.read_waits_write = true;
+                        arm(epfd, ci, c, true)?;
                     }
-                    cm = libc::CMSG_NXTHDR(&msg, cm);
+                    return Ok(());
                 }
+                Err(e) => return Err(format!("recv on connection {ci}: {e}")),
+            };
+            if c.read_waits_write {
+                c.read_waits_write = false;
+                let waits_write = c.wpos < c.wbuf.len();
+                arm(epfd, ci, c, waits_write)?;
             }
-            let filled = c.rend == c.rbuf.len();
+            c.rend += n;
+            // A short plain read drained the socket; a TLS read returns one
+            // record at a time, so only WANT_READ says the socket is drained.
+            let filled = c.rend == c.rbuf.len() || c.transport.is_tls();
             // A value must belong to the key that was asked for (single-key
             // gets; the pending request is inflight[replies so far + i]) and
             // have the length every set used, so a fast but wrong server
@@ -774,6 +775,18 @@ impl Runner {
             }
         }
     }
+}
+
+/// Arms EPOLLOUT on a connection exactly when something waits for the socket
+/// to be writable.
+fn arm(epfd: RawFd, ci: usize, c: &mut Conn, out: bool) -> Result<(), String> {
+    if out == c.want_out {
+        return Ok(());
+    }
+    c.want_out = out;
+    let mut ev = libc::epoll_event { events: (libc::EPOLLIN | if out { libc::EPOLLOUT } else { 0 }) as u32, u64: ci as u64 };
+    cvt(unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, c.fd, &mut ev) }).map_err(|e| format!("epoll_ctl: {e}"))?;
+    Ok(())
 }
 
 impl Drop for Runner {

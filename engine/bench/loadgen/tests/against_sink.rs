@@ -1,8 +1,10 @@
 //! End-to-end checks of cachet-loadgen against cachet-sink on loopback:
 //! counts add up, the open loop holds its rate, latency of a frozen server is
 //! charged to every request that came due meanwhile (no coordinated
-//! omission), the rate search brackets and bisects, and non-loopback targets
-//! are refused. Ports 23050-23059, or from CACHET_LOADGEN_TEST_PORT_BASE on
+//! omission), the rate search brackets and bisects, non-loopback targets
+//! are refused, and `--tls` works through a TLS terminator in front of the
+//! sink and fails cleanly on a plaintext server or a certificate it does not
+//! trust. Ports 23050-23059, or from CACHET_LOADGEN_TEST_PORT_BASE on
 //! (so that runs on a shared machine can keep to their own range).
 
 use serde_json::Value;
@@ -224,7 +226,7 @@ fn a_stalled_generator_is_not_charged_to_the_server() {
     // connection's previous request) to the reply's kernel receive timestamp,
     // must not see it. 300 ms is far above anything the sink needs and far
     // below the stop.
-    let p = port(6);
+    let p = port(10);
     let _s = sink(p, None);
     let json = std::env::temp_dir().join(format!("cachet-loadgen-test-{}-stall.json", std::process::id()));
     let mut child = Command::new(env!("CARGO_BIN_EXE_cachet-loadgen"))
@@ -247,4 +249,105 @@ fn a_stalled_generator_is_not_charged_to_the_server() {
     assert!(server_max < 300_000.0, "server latency max {server_max} us: the generator's stop was charged to the server");
     assert_eq!(st["replies_without_rx_timestamp"].as_u64(), Some(0));
     assert_eq!(st["wrong_values"].as_u64(), Some(0));
+}
+
+/// A CA and a server certificate for 127.0.0.1 signed by it, made with the
+/// openssl CLI into a fresh directory: (dir, ca.crt, srv.crt, srv.key).
+fn pki(tag: &str) -> (std::path::PathBuf, String, String, String) {
+    let d = std::env::temp_dir().join(format!("cachet-loadgen-pki-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).current_dir(&d).output().expect("run openssl");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    run(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=ca"]);
+    run(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=localhost"]);
+    std::fs::write(d.join("srv.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
+    run(&["x509", "-req", "-in", "srv.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "srv.crt",
+        "-days", "2", "-extfile", "srv.ext"]);
+    let f = |n: &str| d.join(n).to_str().unwrap().to_string();
+    let (ca, crt, key) = (f("ca.crt"), f("srv.crt"), f("srv.key"));
+    (d, ca, crt, key)
+}
+
+/// A TLS server in this process that forwards each connection's plaintext
+/// to the sink on `backend` and back: the sink stays the server that counts,
+/// and the generator's TLS path (handshake, WANT_READ/WANT_WRITE on
+/// non-blocking SSL_read/SSL_write, pipelined records) is what is tested.
+/// Serves until the process ends; at most `max_conns` connections.
+fn tls_terminator(listen: u16, backend: u16, crt: &str, key: &str, max_conns: usize) {
+    use openssl::ssl::{SslAcceptor, SslFiletype, SslMethod};
+    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).unwrap();
+    b.set_certificate_chain_file(crt).unwrap();
+    b.set_private_key_file(key, SslFiletype::PEM).unwrap();
+    let acceptor = std::sync::Arc::new(b.build());
+    let listener = std::net::TcpListener::bind(("127.0.0.1", listen)).expect("bind the TLS terminator");
+    std::thread::spawn(move || {
+        for client in listener.incoming().take(max_conns) {
+            let Ok(client) = client else { continue };
+            let acceptor = acceptor.clone();
+            std::thread::spawn(move || {
+                let Ok(mut tls) = acceptor.accept(client) else { return };
+                let Ok(mut sink) = TcpStream::connect(("127.0.0.1", backend)) else { return };
+                // One thread, two directions: short read timeouts on both
+                // sides take turns, so no lock is needed around the SslStream.
+                tls.get_ref().set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+                sink.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+                let mut buf = vec![0u8; 64 * 1024];
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while Instant::now() < deadline {
+                    if !pump(&mut tls, &mut sink, &mut buf) || !pump(&mut sink, &mut tls, &mut buf) {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// Moves what one read gets from `from` to `to`; false when either side is done.
+fn pump(from: &mut impl std::io::Read, to: &mut impl std::io::Write, buf: &mut [u8]) -> bool {
+    use std::io::ErrorKind::{TimedOut, WouldBlock};
+    match from.read(buf) {
+        Ok(0) => false,
+        Ok(n) => to.write_all(&buf[..n]).is_ok(),
+        Err(e) => matches!(e.kind(), WouldBlock | TimedOut),
+    }
+}
+
+#[test]
+fn tls_round_trips_through_a_tls_server() {
+    let (backend, front) = (port(6), port(7));
+    let _s = sink(backend, None);
+    let (dir, ca, crt, key) = pki("ok");
+    tls_terminator(front, backend, &crt, &key, 8);
+    let (code, j) = loadgen(&["--server", &addr(front), "--tls", "--tls-ca", &ca, "--conns", "4", "--depth", "8",
+        "--duration", "1", "--multiget", "3", "--ratio", "70:30", "--keys", "1000", "--value-size", "32"]);
+    let _ = std::fs::remove_dir_all(dir);
+    assert_eq!(code, 0);
+    assert_eq!(j["config"]["tls"], Value::Bool(true));
+    let st = &j["steps"][0];
+    let (gets, sets) = (st["gets"].as_u64().unwrap(), st["sets"].as_u64().unwrap());
+    assert!(gets > 100 && sets > 30, "gets {gets} sets {sets}");
+    assert_eq!(st["hits"].as_u64().unwrap(), gets * 3);
+    assert_eq!(st["stored"].as_u64().unwrap(), sets);
+    assert_eq!(st["errors"].as_u64().unwrap(), 0);
+    assert_eq!(st["wrong_values"].as_u64().unwrap(), 0);
+    assert_eq!(st["unanswered"].as_u64().unwrap(), 0);
+}
+
+#[test]
+fn tls_refuses_an_untrusted_certificate_and_a_plaintext_server() {
+    let (backend, front) = (port(8), port(9));
+    let _s = sink(backend, None);
+    let (dir, _ca, crt, key) = pki("server");
+    let (other, other_ca, _, _) = pki("other");
+    tls_terminator(front, backend, &crt, &key, 4);
+    // A certificate from a CA it was not told to trust: no run.
+    assert_eq!(loadgen(&["--server", &addr(front), "--tls", "--tls-ca", &other_ca, "--duration", "1"]).0, 1);
+    // A plaintext server: the handshake fails (or times out), no run.
+    assert_eq!(loadgen(&["--server", &addr(backend), "--tls", "--duration", "1"]).0, 1);
+    assert_eq!(loadgen(&["--tls-ca", &other_ca, "--duration", "1"]).0, 2, "--tls-ca without --tls");
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(other);
 }
