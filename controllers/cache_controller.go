@@ -88,6 +88,9 @@ type CacheReconciler struct {
 	// missing spec.tls Secret) are read again: they carry no label of ours,
 	// so no informer sees them change. Default SecretRecheck.
 	RecheckSecrets time.Duration
+	// PodMetrics reads a pod's engine /metrics for an Observed workload
+	// profile; nil: HTTP to the pod's IP at Engine.MetricsPort.
+	PodMetrics PodMetrics
 }
 
 // serves reports whether the cluster serves an optional group/version (all
@@ -296,6 +299,14 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 	}
 	opts := BuildOptions{Engine: EngineOptionsFor(r.Engine, image, r.EngineImage, running), Image: image, ClusterDomain: r.ClusterDomain}
 	authProblem := r.renderAuthFile(ctx, c, &opts)
+	// before the owned objects: an apply's classes are in status first
+	observeAgain, conflict, err := r.observeProfile(ctx, c, prevSTS)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if conflict {
+		return ctrl.Result{RequeueAfter: requeueSoon}, nil
+	}
 
 	a, done, err := r.applyOwned(ctx, c, prevSTS, opts)
 	if done != nil || err != nil {
@@ -351,6 +362,9 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 	}
 	if w := NodeTunerRecheckAfter(c, obs); w > 0 && (result.RequeueAfter == 0 || w < result.RequeueAfter) {
 		result.RequeueAfter = w // a pod's grace for the tuner's first report ends with no event
+	}
+	if observeAgain > 0 && (result.RequeueAfter == 0 || observeAgain < result.RequeueAfter) {
+		result.RequeueAfter = observeAgain // the next observation of an Observed profile
 	}
 	status := ComputeStatus(c, obs, r.ClusterDomain)
 	RecordCacheMetrics(c, status)
