@@ -658,8 +658,9 @@ type WorkloadProfile struct {
 	// ObserveIntervalSeconds is how often an Observed profile reads the
 	// pods' metrics (default 300). apply Auto needs the same
 	// recommendation at several observations in a row, so this also sets
-	// how soon it applies.
-	// +kubebuilder:validation:Minimum=5
+	// how soon it applies. Intervals of seconds are for tests: each
+	// observation reads every pod's /metrics.
+	// +kubebuilder:validation:Minimum=2
 	// +kubebuilder:validation:Maximum=86400
 	// +optional
 	ObserveIntervalSeconds *int32 `json:"observeIntervalSeconds,omitempty"`
