@@ -17,7 +17,6 @@ limitations under the License.
 package controllers
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -54,48 +53,6 @@ func testEngineAddr(pod *corev1.Pod) string {
 	return net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(suiteEngine.MetricsPort)))
 }
 
-// mixedLoad stores keys items on a cachetd, half with small values, half
-// with large ones (two size modes), each missed once first, then reads each
-// twice: the histogram has two modes and the curve its GETs.
-func mixedLoad(t *testing.T, port, keys, small, large int) {
-	t.Helper()
-	conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	rd := bufio.NewReader(conn)
-	untilEnd := func() {
-		for {
-			line, err := rd.ReadString('\n')
-			if err != nil {
-				t.Fatal(err)
-			}
-			if line == "END\r\n" || line == "STORED\r\n" {
-				return
-			}
-		}
-	}
-	for i := 0; i < keys; i++ {
-		size := small
-		if i%2 == 1 {
-			size = large
-		}
-		key := fmt.Sprintf("key%06d", i)
-		fmt.Fprintf(conn, "get %s\r\n", key)
-		untilEnd()
-		fmt.Fprintf(conn, "set %s 0 0 %d\r\n%s\r\n", key, size, strings.Repeat("v", size))
-		untilEnd()
-	}
-	for r := 0; r < 2; r++ {
-		for i := 0; i < keys; i++ {
-			fmt.Fprintf(conn, "get key%06d\r\n", i)
-			untilEnd()
-		}
-	}
-}
-
 // An Observed profile with apply: Auto, on two pods whose engines (real
 // cachetd processes) hold a two-mode load: the operator reads both engines'
 // /metrics, recommends one class per mode, applies them once the
@@ -110,7 +67,9 @@ func TestObservedProfileRecommendsTheLoadsModesAndAppliesOnce(t *testing.T) {
 	const small, large, keys = 240, 2200, 800
 	for i := 0; i < 2; i++ {
 		e := utils.StartCachetd(t, filepath.Join(".."), "-m", "64")
-		mixedLoad(t, e.Port, keys, small, large)
+		if err := utils.MixedSizeLoad(net.JoinHostPort("127.0.0.1", strconv.Itoa(e.Port)), keys, small, large, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
 		testEngines.Store(fmt.Sprintf("%s/obs-%d", ns, i), net.JoinHostPort("127.0.0.1", strconv.Itoa(e.MetricsPort)))
 	}
 	createCache(t, ns, "obs", func(c *cachev1alpha1.Cache) {
@@ -146,7 +105,9 @@ func TestObservedProfileRecommendsTheLoadsModesAndAppliesOnce(t *testing.T) {
 
 	// one class per mode: the bucket (32 bytes wide up to 512, an eighth of
 	// a power of two above) that holds the mode's item size
-	itemOf := func(v int) int64 { return cachev1alpha1.ItemBytes(int64(len("key000000")), int64(v), false, false) }
+	itemOf := func(v int) int64 {
+		return cachev1alpha1.ItemBytes(int64(utils.MixedSizeLoadKeyBytes), int64(v), false, false)
+	}
 	holds := func(class int32, item int64) bool {
 		return int64(class) >= item-8 && int64(class) <= item+item/8+32
 	}

@@ -17,11 +17,14 @@ limitations under the License.
 package utils
 
 import (
+	"bufio"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -71,3 +74,68 @@ func StartCachetd(t testing.TB, root string, args ...string) RunningEngine {
 	})
 	return e
 }
+
+// MixedSizeLoad stores keys items on the memcached server at addr, the even
+// ones with values of small bytes, the odd ones of large (two size modes),
+// each after a GET that misses it, then reads every key twice: the engine's
+// size histogram gets two modes and its miss-ratio curve 3 x keys GETs. It
+// gives up at the deadline.
+func MixedSizeLoad(addr string, keys, small, large int, deadline time.Duration) error {
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	if err := conn.SetDeadline(time.Now().Add(deadline)); err != nil {
+		return err
+	}
+	rd := bufio.NewReader(conn)
+	reply := func() error { // up to END (a GET) or STORED (a set)
+		for {
+			line, err := rd.ReadString('\n')
+			if err != nil {
+				return err
+			}
+			switch line {
+			case "END\r\n", "STORED\r\n":
+				return nil
+			}
+			if strings.HasPrefix(line, "SERVER_ERROR") || strings.HasPrefix(line, "CLIENT_ERROR") || line == "ERROR\r\n" {
+				return fmt.Errorf("%s: %s", addr, strings.TrimSpace(line))
+			}
+		}
+	}
+	values := map[int]string{small: strings.Repeat("s", small), large: strings.Repeat("l", large)}
+	for i := 0; i < keys; i++ {
+		size := small
+		if i%2 == 1 {
+			size = large
+		}
+		if _, err := fmt.Fprintf(conn, "get key%06d\r\n", i); err != nil {
+			return err
+		}
+		if err := reply(); err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(conn, "set key%06d 0 0 %d\r\n%s\r\n", i, size, values[size]); err != nil {
+			return err
+		}
+		if err := reply(); err != nil {
+			return err
+		}
+	}
+	for r := 0; r < 2; r++ {
+		for i := 0; i < keys; i++ {
+			if _, err := fmt.Fprintf(conn, "get key%06d\r\n", i); err != nil {
+				return err
+			}
+			if err := reply(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// MixedSizeLoadKeyBytes is the length of MixedSizeLoad's keys.
+const MixedSizeLoadKeyBytes = len("key000000")
