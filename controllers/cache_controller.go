@@ -354,18 +354,14 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 	if len(auxFailures) > 0 && result.RequeueAfter > time.Minute {
 		result.RequeueAfter = time.Minute // a refusal may be lifted without any event we watch
 	}
-	if w := claims.requeueAfter; w > 0 && (result.RequeueAfter == 0 || w < result.RequeueAfter) {
-		result.RequeueAfter = w // a volume's NotReady node reaches the node-loss timeout; nodes are not watched
+	// a volume's NotReady node reaches the node-loss timeout; nodes are not watched
+	requeueBy(&result, claims.requeueAfter)
+	if c.Spec.Auth != nil || obs.TLSProblem != nil {
+		requeueBy(&result, r.recheckSecrets()) // a rotated spec.auth Secret, or a TLS Secret that appears
 	}
-	if w := r.recheckSecrets(); (c.Spec.Auth != nil || obs.TLSProblem != nil) && (result.RequeueAfter == 0 || result.RequeueAfter > w) {
-		result.RequeueAfter = w // a rotated spec.auth Secret, or a TLS Secret that appears
-	}
-	if w := NodeTunerRecheckAfter(c, obs); w > 0 && (result.RequeueAfter == 0 || w < result.RequeueAfter) {
-		result.RequeueAfter = w // a pod's grace for the tuner's first report ends with no event
-	}
-	if observeAgain > 0 && (result.RequeueAfter == 0 || observeAgain < result.RequeueAfter) {
-		result.RequeueAfter = observeAgain // the next observation of an Observed profile
-	}
+	// a pod's grace for the tuner's first report ends with no event
+	requeueBy(&result, NodeTunerRecheckAfter(c, obs))
+	requeueBy(&result, observeAgain) // the next observation of an Observed profile
 	status := ComputeStatus(c, obs, r.ClusterDomain)
 	RecordCacheMetrics(c, status)
 	if equality.Semantic.DeepEqual(c.Status, status) {
@@ -384,6 +380,13 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 	r.recordConditionEvents(c, previous, status)
 	r.recordRestartEvents(c, previous, status)
 	return result, nil
+}
+
+// requeueBy makes result come back within w at the latest (w > 0).
+func requeueBy(result *ctrl.Result, w time.Duration) {
+	if w > 0 && (result.RequeueAfter == 0 || w < result.RequeueAfter) {
+		result.RequeueAfter = w
+	}
 }
 
 // observeAroundTheCache adds to obs what the status reports beyond the
