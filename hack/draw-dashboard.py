@@ -112,9 +112,8 @@ def write_rules(panels, variables, out):
     return sum(len(p["targets"]) for p in panels)
 
 
-def query_range(prometheus, expr, start, end, step):
-    params = urllib.parse.urlencode({"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": prom_duration(step)})
-    url = prometheus.rstrip("/") + "/api/v1/query_range?" + params
+def prom_api(prometheus, path, params, expr):
+    url = prometheus.rstrip("/") + path + "?" + urllib.parse.urlencode(params)
     try:
         with urllib.request.urlopen(url, timeout=30) as resp:
             body = json.load(resp)
@@ -125,21 +124,15 @@ def query_range(prometheus, expr, start, end, step):
     if body.get("status") != "success":
         raise RuntimeError(f"{body.get('errorType')}: {body.get('error')} in {expr}")
     return body["data"]["result"]
+
+
+def query_range(prometheus, expr, start, end, step):
+    return prom_api(prometheus, "/api/v1/query_range",
+                    {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": prom_duration(step)}, expr)
 
 
 def query_instant(prometheus, expr, at):
-    params = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"})
-    url = prometheus.rstrip("/") + "/api/v1/query?" + params
-    try:
-        with urllib.request.urlopen(url, timeout=30) as resp:
-            body = json.load(resp)
-    except urllib.error.HTTPError as err:
-        body = json.load(err)
-    except urllib.error.URLError as err:
-        raise SystemExit(f"draw-dashboard: cannot reach Prometheus at {prometheus}: {err.reason}")
-    if body.get("status") != "success":
-        raise RuntimeError(f"{body.get('errorType')}: {body.get('error')} in {expr}")
-    return body["data"]["result"]
+    return prom_api(prometheus, "/api/v1/query", {"query": expr, "time": f"{at:.3f}"}, expr)
 
 
 def draw_bars(ax, p, variables, prometheus, end, unit, format_value, matplotlib):
