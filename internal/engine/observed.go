@@ -384,6 +384,9 @@ type DecideInput struct {
 func Decide(in DecideInput) Decision {
 	d := Decision{State: in.Prev}
 	d.State.Recommended = slices.Clone(in.Prev.Recommended)
+	if !in.Auto {
+		d.State.Applied = nil // apply: Manual runs spec.engine's ladder (WithObservedClasses)
+	}
 	if len(in.Obs.Classes) == 0 {
 		d.Why = "no recommendation: " + strings.Join(in.Obs.Notes, "; ")
 		if len(in.Prev.Recommended) > 0 {

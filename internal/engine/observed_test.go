@@ -205,6 +205,8 @@ func TestDecideHysteresis(t *testing.T) {
 			DecideInput{Prev: ProfileState{Recommended: modes, Stable: 2}, Obs: obs, Running: ladder, ChunkMax: chunkMax, Auto: true, Settled: true}, true, 3, "applied", modes},
 		{"manual never applies",
 			DecideInput{Prev: ProfileState{Recommended: modes, Stable: 5}, Obs: obs, Running: ladder, ChunkMax: chunkMax, Settled: true}, false, 6, "Manual", modes},
+		{"back to manual: the pods run the ladder again, nothing is applied",
+			DecideInput{Prev: ProfileState{Recommended: modes, Stable: 5, Applied: modes}, Obs: obs, Running: ladder, ChunkMax: chunkMax, Settled: true}, false, 6, "Manual", modes},
 		{"a roll under way waits",
 			DecideInput{Prev: ProfileState{Recommended: modes, Stable: 5}, Obs: obs, Running: ladder, ChunkMax: chunkMax, Auto: true}, false, 6, "roll", modes},
 		{"already running them: stays put",
@@ -221,6 +223,9 @@ func TestDecideHysteresis(t *testing.T) {
 		d := Decide(tc.in)
 		if d.Apply != tc.apply || d.State.Stable != tc.stable || !strings.Contains(d.Why, tc.why) || !reflect.DeepEqual(d.State.Recommended, tc.recommends) {
 			t.Errorf("%s: apply %v stable %d recommends %v why %q; want %v %d %v %q", tc.name, d.Apply, d.State.Stable, d.State.Recommended, d.Why, tc.apply, tc.stable, tc.recommends, tc.why)
+		}
+		if !tc.in.Auto && d.State.Applied != nil {
+			t.Errorf("%s: apply: Manual keeps applied classes %v the pods no longer run", tc.name, d.State.Applied)
 		}
 		if d.Apply && !reflect.DeepEqual(d.State.Applied, d.State.Recommended) {
 			t.Errorf("%s: applied %v, not the recommendation", tc.name, d.State.Applied)
