@@ -1053,6 +1053,12 @@ type CacheStatus struct {
 	// IssuerNotReady or SecretMissing.
 	// AuthReady (with spec.auth): True SecretMounted; False SecretMissing
 	// or InvalidUser.
+	//
+	// No condition, Events only: a workloadProfile with source Observed
+	// emits ProfileApplied at each apply of the observed classes, and
+	// ProfileNotApplied (apply Auto) or ProfileRecommended (apply Manual)
+	// when the kind of decision changes; status.recommendation.decision
+	// says why.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
