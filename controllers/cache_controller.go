@@ -298,6 +298,7 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 		return ctrl.Result{}, err
 	}
 	opts := BuildOptions{Engine: EngineOptionsFor(r.Engine, image, r.EngineImage, running), Image: image, ClusterDomain: r.ClusterDomain}
+	c.Status.Recommendation = engine.AdoptRunningClasses(&c.Spec, c.Status.Recommendation, running)
 	authProblem := r.renderAuthFile(ctx, c, &opts)
 	// before the owned objects: an apply's classes are in status first
 	observeAgain, conflict, err := r.observeProfile(ctx, c, prevSTS)

@@ -537,3 +537,44 @@ func RecommendObserved(s *cachev1alpha1.CacheSpec, prev *cachev1alpha1.Recommend
 }
 
 func resourceBytes(b int64) *resource.Quantity { return resource.NewQuantity(b, resource.BinarySI) }
+
+// AdoptRunningClasses is status.recommendation for an Observed apply: Auto
+// profile whose status holds no applied classes (a status lost, or a Cache
+// that ran explicit classes before): the classes the running pods' arguments
+// give (-o slab_sizes), so that the pods are not rolled back to the default
+// ladder only to be rolled forward again. r itself otherwise.
+func AdoptRunningClasses(s *cachev1alpha1.CacheSpec, r *cachev1alpha1.Recommendation, running []string) *cachev1alpha1.Recommendation {
+	p := s.WorkloadProfile
+	if p == nil || p.Source != cachev1alpha1.ProfileSourceObserved || p.Apply != cachev1alpha1.ProfileApplyAuto ||
+		(r != nil && len(r.AppliedChunkSizes) > 0) {
+		return r
+	}
+	var classes []int32
+	for i, a := range running {
+		if a != "-o" || i+1 == len(running) {
+			continue
+		}
+		for _, opt := range strings.Split(running[i+1], ",") {
+			list, ok := strings.CutPrefix(opt, "slab_sizes=")
+			if !ok {
+				continue
+			}
+			for _, n := range strings.Split(list, "-") {
+				v, err := strconv.ParseInt(n, 10, 32)
+				if err != nil || v <= 0 {
+					return r
+				}
+				classes = append(classes, int32(v))
+			}
+		}
+	}
+	if len(classes) == 0 {
+		return r
+	}
+	out := &cachev1alpha1.Recommendation{}
+	if r != nil {
+		out = r.DeepCopy()
+	}
+	out.AppliedChunkSizes, out.Applied = classes, true
+	return out
+}

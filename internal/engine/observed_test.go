@@ -268,3 +268,34 @@ func TestRecommendObservedAndTheSpecItApplies(t *testing.T) {
 		t.Error("a Manual Observed profile reaches the engine or gets a Declared recommendation")
 	}
 }
+
+func TestAdoptRunningClasses(t *testing.T) {
+	auto := &cachev1alpha1.CacheSpec{Memory: resource.MustParse("64Mi"), WorkloadProfile: &cachev1alpha1.WorkloadProfile{
+		Source: cachev1alpha1.ProfileSourceObserved, Apply: cachev1alpha1.ProfileApplyAuto}}
+	running := []string{"-p", "11211", "-m", "64", "-o", "conn_buffer_limit=4m,slab_sizes=288-2304,metrics_port=9150"}
+	got := AdoptRunningClasses(auto, nil, running)
+	if got == nil || !reflect.DeepEqual(got.AppliedChunkSizes, []int32{288, 2304}) {
+		t.Fatalf("a lost status does not adopt the running classes: %+v", got)
+	}
+	if !strings.Contains(strings.Join(Args(WithObservedClasses(auto, got), Options{}), " "), "slab_sizes=288-2304") {
+		t.Error("the adopted classes do not reach the arguments: the pods would roll back")
+	}
+	kept := &cachev1alpha1.Recommendation{AppliedChunkSizes: []int32{96}}
+	manual := auto.DeepCopy()
+	manual.WorkloadProfile.Apply = cachev1alpha1.ProfileApplyManual
+	for name, tc := range map[string]struct {
+		s       *cachev1alpha1.CacheSpec
+		r       *cachev1alpha1.Recommendation
+		running []string
+	}{
+		"status has applied classes": {auto, kept, running},
+		"manual":                     {manual, nil, running},
+		"running the ladder":         {auto, nil, []string{"-f", "1.25", "-n", "48", "-o", "metrics_port=9150"}},
+		"nothing running":            {auto, nil, nil},
+		"a bad list":                 {auto, nil, []string{"-o", "slab_sizes=1-x"}},
+	} {
+		if got := AdoptRunningClasses(tc.s, tc.r, tc.running); got != tc.r {
+			t.Errorf("%s: adopted %+v", name, got)
+		}
+	}
+}
