@@ -158,9 +158,10 @@ func Labels(c *cachev1alpha1.Cache) map[string]string {
 	return l
 }
 
-// EngineArgs are the arguments of the current spec.
+// EngineArgs are the arguments of the current spec (with the classes an
+// Observed profile applied, see EngineSpec).
 func EngineArgs(c *cachev1alpha1.Cache, o BuildOptions) []string {
-	return engine.Args(&c.Spec, o.Engine)
+	return engine.Args(EngineSpec(c), o.Engine)
 }
 
 // DesiredConfigHash is the hash of the current spec's arguments file.
@@ -174,7 +175,7 @@ func DesiredConfigHash(c *cachev1alpha1.Cache, o BuildOptions) string {
 // so the pod is never throttled by a CFS quota on shared cores.
 func Resources(c *cachev1alpha1.Cache, o BuildOptions) corev1.ResourceRequirements {
 	cpu := *resource.NewQuantity(int64(c.Spec.CPUs()), resource.DecimalSI)
-	mem := *resource.NewQuantity(engine.MemoryLimitBytes(&c.Spec, o.Engine), resource.BinarySI)
+	mem := *resource.NewQuantity(engine.MemoryLimitBytes(EngineSpec(c), o.Engine), resource.BinarySI)
 	r := corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceMemory: mem},
 		Limits:   corev1.ResourceList{corev1.ResourceMemory: mem},

@@ -88,6 +88,9 @@ type CacheReconciler struct {
 	// missing spec.tls Secret) are read again: they carry no label of ours,
 	// so no informer sees them change. Default SecretRecheck.
 	RecheckSecrets time.Duration
+	// PodMetrics reads a pod's engine /metrics for an Observed workload
+	// profile; nil: HTTP to the pod's IP at Engine.MetricsPort.
+	PodMetrics PodMetrics
 }
 
 // serves reports whether the cluster serves an optional group/version (all
@@ -295,7 +298,16 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 		return ctrl.Result{}, err
 	}
 	opts := BuildOptions{Engine: EngineOptionsFor(r.Engine, image, r.EngineImage, running), Image: image, ClusterDomain: r.ClusterDomain}
+	c.Status.Recommendation = engine.AdoptRunningClasses(&c.Spec, c.Status.Recommendation, running)
 	authProblem := r.renderAuthFile(ctx, c, &opts)
+	// before the owned objects: an apply's classes are in status first
+	observeAgain, conflict, err := r.observeProfile(ctx, c, prevSTS)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if conflict {
+		return ctrl.Result{RequeueAfter: requeueSoon}, nil
+	}
 
 	a, done, err := r.applyOwned(ctx, c, prevSTS, opts)
 	if done != nil || err != nil {
@@ -343,15 +355,14 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 	if len(auxFailures) > 0 && result.RequeueAfter > time.Minute {
 		result.RequeueAfter = time.Minute // a refusal may be lifted without any event we watch
 	}
-	if w := claims.requeueAfter; w > 0 && (result.RequeueAfter == 0 || w < result.RequeueAfter) {
-		result.RequeueAfter = w // a volume's NotReady node reaches the node-loss timeout; nodes are not watched
+	// a volume's NotReady node reaches the node-loss timeout; nodes are not watched
+	requeueBy(&result, claims.requeueAfter)
+	if c.Spec.Auth != nil || obs.TLSProblem != nil {
+		requeueBy(&result, r.recheckSecrets()) // a rotated spec.auth Secret, or a TLS Secret that appears
 	}
-	if w := r.recheckSecrets(); (c.Spec.Auth != nil || obs.TLSProblem != nil) && (result.RequeueAfter == 0 || result.RequeueAfter > w) {
-		result.RequeueAfter = w // a rotated spec.auth Secret, or a TLS Secret that appears
-	}
-	if w := NodeTunerRecheckAfter(c, obs); w > 0 && (result.RequeueAfter == 0 || w < result.RequeueAfter) {
-		result.RequeueAfter = w // a pod's grace for the tuner's first report ends with no event
-	}
+	// a pod's grace for the tuner's first report ends with no event
+	requeueBy(&result, NodeTunerRecheckAfter(c, obs))
+	requeueBy(&result, observeAgain) // the next observation of an Observed profile
 	status := ComputeStatus(c, obs, r.ClusterDomain)
 	RecordCacheMetrics(c, status)
 	if equality.Semantic.DeepEqual(c.Status, status) {
@@ -370,6 +381,13 @@ func (r *CacheReconciler) reconcileCache(ctx context.Context, c *cachev1alpha1.C
 	r.recordConditionEvents(c, previous, status)
 	r.recordRestartEvents(c, previous, status)
 	return result, nil
+}
+
+// requeueBy makes result come back within w at the latest (w > 0).
+func requeueBy(result *ctrl.Result, w time.Duration) {
+	if w > 0 && (result.RequeueAfter == 0 || w < result.RequeueAfter) {
+		result.RequeueAfter = w
+	}
 }
 
 // observeAroundTheCache adds to obs what the status reports beyond the

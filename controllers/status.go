@@ -154,7 +154,7 @@ func diagnosePod(c *cachev1alpha1.Cache, pod *corev1.Pod, o BuildOptions) *podPr
 				}
 			} else if strings.Contains(cond.Message, "Insufficient memory") {
 				msg += fmt.Sprintf(" Each pod needs %s of memory (spec.memory plus overhead): free memory, add nodes, or lower spec.memory, spec.engine.maxConnections or spec.replicas.",
-					formatBytes(engine.MemoryLimitBytes(&c.Spec, o.Engine)))
+					formatBytes(engine.MemoryLimitBytes(EngineSpec(c), o.Engine)))
 			}
 			return &podProblem{ReasonPodUnschedulable, msg}
 		}
@@ -168,7 +168,7 @@ func diagnosePod(c *cachev1alpha1.Cache, pod *corev1.Pod, o BuildOptions) *podPr
 				return &podProblem{ReasonPodConfigError, fmt.Sprintf("pod %s container %s cannot start (%s): %s", pod.Name, cs.Name, w.Reason, w.Message)}
 			case "CrashLoopBackOff":
 				if t := cs.LastTerminationState.Terminated; t != nil && t.Reason == "OOMKilled" {
-					return &podProblem{ReasonOOMKilled, fmt.Sprintf("pod %s was killed for exceeding its memory limit of %s; lower spec.engine.maxConnections or report the engine's memory use", pod.Name, formatBytes(engine.MemoryLimitBytes(&c.Spec, o.Engine)))}
+					return &podProblem{ReasonOOMKilled, fmt.Sprintf("pod %s was killed for exceeding its memory limit of %s; lower spec.engine.maxConnections or report the engine's memory use", pod.Name, formatBytes(engine.MemoryLimitBytes(EngineSpec(c), o.Engine)))}
 				}
 				msg := fmt.Sprintf("pod %s keeps crashing (restarted %d times)", pod.Name, cs.RestartCount)
 				if t := cs.LastTerminationState.Terminated; t != nil {
@@ -313,6 +313,15 @@ func Revisions(c *cachev1alpha1.Cache, pods []corev1.Pod, configMaps map[string]
 	return out
 }
 
+// recommendation is a Declared profile's derivation, or what the last
+// observation of an Observed one stored (observeProfile).
+func recommendation(c *cachev1alpha1.Cache) *cachev1alpha1.Recommendation {
+	if p := c.Spec.WorkloadProfile; p != nil && p.Source == cachev1alpha1.ProfileSourceObserved {
+		return c.Status.Recommendation
+	}
+	return engine.Recommend(&c.Spec)
+}
+
 // ComputeStatus returns the Cache's new status. Conditions keep their
 // lastTransitionTime unless their status changes.
 func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) cachev1alpha1.CacheStatus {
@@ -327,7 +336,7 @@ func ComputeStatus(c *cachev1alpha1.Cache, obs Observed, clusterDomain string) c
 		Endpoints:          Endpoints(c, obs.Pods, clusterDomain),
 		Revisions:          Revisions(c, obs.Pods, obs.ConfigMaps, hash),
 		Image:              obs.Image,
-		Recommendation:     engine.Recommend(&c.Spec),
+		Recommendation:     recommendation(c),
 	}
 	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
@@ -460,7 +469,7 @@ func setRestartCondition(c *cachev1alpha1.Cache, eps []cachev1alpha1.CacheEndpoi
 		}
 		detail = fmt.Sprintf("; last: pod %s ended with %s (exit code %d) at %s", worst.Pod, t.Reason, t.ExitCode, t.FinishedAt.UTC().Format("2006-01-02T15:04:05Z"))
 		if t.Reason == "OOMKilled" {
-			detail += fmt.Sprintf(", over its memory limit of %s: lower spec.engine.maxConnections or spec.engine.maxItemSize, or report the engine's memory use", formatBytes(engine.MemoryLimitBytes(&c.Spec, o.Engine)))
+			detail += fmt.Sprintf(", over its memory limit of %s: lower spec.engine.maxConnections or spec.engine.maxItemSize, or report the engine's memory use", formatBytes(engine.MemoryLimitBytes(EngineSpec(c), o.Engine)))
 		}
 	}
 	set(cachev1alpha1.ConditionPodsRestarted, metav1.ConditionTrue, reason,

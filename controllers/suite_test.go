@@ -166,6 +166,7 @@ func run(m *testing.M) int {
 		// Short enough that tests see CRDs installed after the start.
 		RecheckAPIs:    2 * time.Second,
 		RecheckSecrets: 2 * time.Second,
+		PodMetrics:     HTTPPodMetrics{Port: suiteEngine.MetricsPort, Addr: testEngineAddr},
 	}).SetupWithManager(mgr); err != nil {
 		fmt.Fprintf(os.Stderr, "controller: %v\n", err)
 		return 1

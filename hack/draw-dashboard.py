@@ -112,9 +112,8 @@ def write_rules(panels, variables, out):
     return sum(len(p["targets"]) for p in panels)
 
 
-def query_range(prometheus, expr, start, end, step):
-    params = urllib.parse.urlencode({"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": prom_duration(step)})
-    url = prometheus.rstrip("/") + "/api/v1/query_range?" + params
+def prom_api(prometheus, path, params, expr):
+    url = prometheus.rstrip("/") + path + "?" + urllib.parse.urlencode(params)
     try:
         with urllib.request.urlopen(url, timeout=30) as resp:
             body = json.load(resp)
@@ -125,6 +124,41 @@ def query_range(prometheus, expr, start, end, step):
     if body.get("status") != "success":
         raise RuntimeError(f"{body.get('errorType')}: {body.get('error')} in {expr}")
     return body["data"]["result"]
+
+
+def query_range(prometheus, expr, start, end, step):
+    return prom_api(prometheus, "/api/v1/query_range",
+                    {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": prom_duration(step)}, expr)
+
+
+def query_instant(prometheus, expr, at):
+    return prom_api(prometheus, "/api/v1/query", {"query": expr, "time": f"{at:.3f}"}, expr)
+
+
+def draw_bars(ax, p, variables, prometheus, end, unit, format_value, matplotlib):
+    """A barchart panel (the miss-ratio curve): its instant queries at the
+    range's end, one bar per value of the panel's xField label, ordered by
+    it as a number (Grafana's convertFieldType + sortBy). Returns the bars."""
+    field = p["options"]["xField"]
+    bars = []
+    for t in p["targets"]:
+        for s in query_instant(prometheus, substitute(t["expr"], variables), end):
+            v = float(s["value"][1])
+            if not math.isnan(v):
+                bars.append((float(s["metric"].get(field, "nan")), v))
+    bars.sort()
+    if not bars:
+        return bars
+    ax.bar(range(len(bars)), [v for _, v in bars], color="#ff9830")
+    ax.set_xticks(range(len(bars)), [format_value(x, "bytes") for x, _ in bars], fontsize=7)
+    lo = p["fieldConfig"]["defaults"].get("min")
+    hi = p["fieldConfig"]["defaults"].get("max")
+    ax.set_ylim(bottom=0 if lo is None else lo, top=hi)
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos, u=unit: format_value(v, u)))
+    ax.set_xlabel(field, fontsize=8)
+    ax.tick_params(labelsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    return bars
 
 
 def legend(fmt, metric):
@@ -237,6 +271,19 @@ def main():
     empty = []
     for n, p in enumerate(panels, 1):
         unit = p.get("fieldConfig", {}).get("defaults", {}).get("unit", "short")
+        x0, top, w, h = box(p["gridPos"])
+        title_h = 0.45 / height
+        if p["type"] == "barchart":
+            ax = fig.add_axes([x0 + 0.035, top - h + 0.8 / height, w - 0.045, h - title_h - 0.85 / height])
+            fig.patches.append(plt.Rectangle((x0, top - h), w, h, transform=fig.transFigure, facecolor="white", edgecolor="#ccc", zorder=-1))
+            fig.text(x0 + 0.005, top - title_h / 2 - 0.06 / height, p["title"], fontsize=11, weight="bold", va="center")
+            bars = draw_bars(ax, p, variables, args.prometheus, end, unit, format_value, matplotlib)
+            log(f"[{n}/{len(panels)}] {p['title']}: {len(bars)} bars")
+            if not bars:
+                empty.append(p["title"])
+                ax.set_axis_off()
+                ax.text(0.5, 0.5, "No data", ha="center", va="center", fontsize=13, color="#888", transform=ax.transAxes)
+            continue
         series = []
         for t in p["targets"]:
             expr = substitute(t["expr"], variables)
@@ -249,8 +296,6 @@ def main():
         if not series:
             empty.append(p["title"])
 
-        x0, top, w, h = box(p["gridPos"])
-        title_h = 0.45 / height
         ax = fig.add_axes([x0 + 0.035 * (p["type"] == "timeseries"), top - h + 0.5 / height,
                            w - 0.045 * (p["type"] == "timeseries"), h - title_h - 0.55 / height])
         fig.patches.append(plt.Rectangle((x0, top - h), w, h, transform=fig.transFigure, facecolor="white", edgecolor="#ccc", zorder=-1))

@@ -578,8 +578,11 @@ const (
 	ConnectionPlacementCPU = "CPU"
 )
 
-// WorkloadProfile is a declared shape of the items a Cache holds.
-// +kubebuilder:validation:XValidation:rule="has(self.preset) != has(self.valueSizes)",message="spec.workloadProfile needs exactly one of preset (a named shape) or valueSizes (your own histogram)"
+// WorkloadProfile is the shape of the items a Cache holds: declared here, or
+// observed by the operator in the pods' own metrics.
+// +kubebuilder:validation:XValidation:rule="(has(self.source) && self.source == 'Observed') || has(self.preset) != has(self.valueSizes)",message="spec.workloadProfile needs exactly one of preset (a named shape) or valueSizes (your own histogram)"
+// +kubebuilder:validation:XValidation:rule="!(has(self.source) && self.source == 'Observed') || (!has(self.preset) && !has(self.valueSizes))",message="spec.workloadProfile.source Observed reads the sizes from the pods: preset and valueSizes must be unset"
+// +kubebuilder:validation:XValidation:rule="(has(self.source) && self.source == 'Observed') || !has(self.observeIntervalSeconds)",message="spec.workloadProfile.observeIntervalSeconds is for source Observed only"
 type WorkloadProfile struct {
 	// Preset is a named value-size shape (docs/profiles.md lists each):
 	// small-objects (counters, flags, small JSON: 16-128 B), sessions
@@ -633,19 +636,34 @@ type WorkloadProfile struct {
 
 	// TargetHitRatio is the hit ratio the memory should reach, a decimal
 	// from 0 to 1 such as "0.95". It needs a miss-ratio curve, which only
-	// an Observed profile will have: a Declared profile keeps it in the
-	// recommendation's notes and sizes memory for all expectedItems.
+	// an Observed profile has: the recommended memory is the least the
+	// pods' merged curve reaches it with. A Declared profile keeps it in
+	// the recommendation's notes and sizes memory for all expectedItems.
 	// +kubebuilder:validation:MaxLength=8
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(0([.][0-9]+)?|1([.]0+)?)$')",messageExpression="'spec.workloadProfile.targetHitRatio must be a decimal from 0 to 1 such as \"0.95\", not ' + self"
 	// +optional
 	TargetHitRatio *string `json:"targetHitRatio,omitempty"`
 
-	// Source says where the sizes come from. Declared: this spec. (Observed,
-	// read from the pods' own histograms, is not supported yet.)
-	// +kubebuilder:validation:Enum=Declared
+	// Source says where the sizes come from. Declared: this spec (preset or
+	// valueSizes). Observed: the operator reads every Ready pod's size
+	// histogram and miss-ratio curve from its metrics endpoint, merges
+	// them, and recommends classes and memory from what the pods really
+	// hold; with apply Auto it runs the recommended classes once they are
+	// stable and worth a roll (docs/profiles.md).
+	// +kubebuilder:validation:Enum=Declared;Observed
 	// +kubebuilder:default=Declared
 	// +optional
 	Source string `json:"source,omitempty"`
+
+	// ObserveIntervalSeconds is how often an Observed profile reads the
+	// pods' metrics (default 300). apply Auto needs the same
+	// recommendation at several observations in a row, so this also sets
+	// how soon it applies. Intervals of seconds are for tests: each
+	// observation reads every pod's /metrics.
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=86400
+	// +optional
+	ObserveIntervalSeconds *int32 `json:"observeIntervalSeconds,omitempty"`
 
 	// Apply says what the operator does with the derivation. Manual only
 	// recommends it (status.recommendation); Auto also runs the engine with
@@ -674,6 +692,7 @@ type ValueSizeBucket struct {
 // Profile sources and apply modes.
 const (
 	ProfileSourceDeclared = "Declared"
+	ProfileSourceObserved = "Observed"
 	ProfileApplyManual    = "Manual"
 	ProfileApplyAuto      = "Auto"
 )
@@ -710,6 +729,63 @@ type Recommendation struct {
 	// Notes say what the recommendation could not take into account.
 	// +optional
 	Notes string `json:"notes,omitempty"`
+
+	// The rest is filled for an Observed profile only.
+
+	// CurrentHitRatio is the hit ratio the pods' merged miss-ratio curve
+	// predicts at spec.memory in the classes the pods run now, e.g. "0.912".
+	// +optional
+	CurrentHitRatio string `json:"currentHitRatio,omitempty"`
+	// PredictedHitRatio is the hit ratio the merged curve predicts at the
+	// recommended memory in the recommended classes.
+	// +optional
+	PredictedHitRatio string `json:"predictedHitRatio,omitempty"`
+	// Pods are the per-pod predictions, from each pod's own histogram and
+	// curve.
+	// +listType=atomic
+	// +optional
+	Pods []PodRecommendation `json:"pods,omitempty"`
+	// ObservedAt is when the pods' metrics were last read.
+	// +optional
+	ObservedAt *metav1.Time `json:"observedAt,omitempty"`
+	// ObservedItems is how many items the read pods held, all together.
+	// +optional
+	ObservedItems int64 `json:"observedItems,omitempty"`
+	// StableObservations counts the observations in a row that found the
+	// recommended chunkSizes still within a point of the best classes.
+	// +optional
+	StableObservations int32 `json:"stableObservations,omitempty"`
+	// AppliedChunkSizes are the observed classes the engine runs (apply:
+	// Auto); empty until the first apply, when the pods run spec.engine's
+	// ladder.
+	// +listType=atomic
+	// +optional
+	AppliedChunkSizes []int32 `json:"appliedChunkSizes,omitempty"`
+	// Decision says why the last observation applied the recommendation or
+	// did not.
+	// +optional
+	Decision string `json:"decision,omitempty"`
+}
+
+// PodRecommendation is one pod's prediction under an Observed profile.
+type PodRecommendation struct {
+	// Name of the pod.
+	Name string `json:"name"`
+	// CurrentWastePercent is the share of the pod's chunk bytes its items
+	// leave unused in the classes it runs now.
+	// +optional
+	CurrentWastePercent string `json:"currentWastePercent,omitempty"`
+	// PredictedWastePercent is that share in the recommended classes.
+	// +optional
+	PredictedWastePercent string `json:"predictedWastePercent,omitempty"`
+	// CurrentHitRatio is the pod's curve at spec.memory in the classes it
+	// runs now.
+	// +optional
+	CurrentHitRatio string `json:"currentHitRatio,omitempty"`
+	// PredictedHitRatio is the pod's curve at the recommended memory in
+	// the recommended classes.
+	// +optional
+	PredictedHitRatio string `json:"predictedHitRatio,omitempty"`
 }
 
 // ServiceSpec configures the client Service in front of all pods.
@@ -977,6 +1053,12 @@ type CacheStatus struct {
 	// IssuerNotReady or SecretMissing.
 	// AuthReady (with spec.auth): True SecretMounted; False SecretMissing
 	// or InvalidUser.
+	//
+	// No condition, Events only: a workloadProfile with source Observed
+	// emits ProfileApplied at each apply of the observed classes, and
+	// ProfileNotApplied (apply Auto) or ProfileRecommended (apply Manual)
+	// when the kind of decision changes; status.recommendation.decision
+	// says why.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -1046,6 +1128,7 @@ type CacheStatus struct {
 // +kubebuilder:printcolumn:name="CPUs",type=integer,JSONPath=`.spec.cpu`
 // +kubebuilder:printcolumn:name="Dedicated",type=boolean,JSONPath=`.spec.dedicatedCPUs`,priority=1
 // +kubebuilder:printcolumn:name="Waste%",type=string,JSONPath=`.status.recommendation.predictedWastePercent`,priority=1
+// +kubebuilder:printcolumn:name="Hit",type=string,JSONPath=`.status.recommendation.predictedHitRatio`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Cache struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -1131,10 +1214,16 @@ func (s *CacheSpec) PodTemplateSpec() CacheSpec {
 }
 
 // autoProfile is the profile when it reaches the engine (apply: Auto), else
-// nil: a Manual profile only fills status.recommendation.
+// nil: a Manual profile only fills status.recommendation. How often an
+// Observed profile is read never reaches the pods.
 func autoProfile(p *WorkloadProfile) *WorkloadProfile {
 	if p == nil || p.Apply != ProfileApplyAuto {
 		return nil
+	}
+	if p.ObserveIntervalSeconds != nil {
+		q := *p
+		q.ObserveIntervalSeconds = nil
+		return &q
 	}
 	return p
 }

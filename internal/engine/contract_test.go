@@ -25,7 +25,6 @@ package engine
 import (
 	"encoding/json"
 	"errors"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -36,24 +35,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+	"cachet.dev/cachet/test/utils"
 )
 
-// cachetd is the engine binary: $CACHETD, or engine/build/cachetd of this
-// checkout (make test-current builds it first). Missing, the test fails:
-// the contract is not checked without the engine.
-func cachetd(t *testing.T) string {
-	t.Helper()
-	path := os.Getenv("CACHETD")
-	if path == "" {
-		// go test runs in the package's directory; runtime.Caller would give
-		// a module path, not a file, under make's -trimpath.
-		path = filepath.Join("..", "..", "engine", "build", "cachetd")
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("no engine binary at %s (run `make -C engine all`, or set CACHETD): %v", path, err)
-	}
-	return path
-}
+// cachetd is the engine binary (utils.Cachetd).
+func cachetd(t *testing.T) string { return utils.Cachetd(t, filepath.Join("..", "..")) }
 
 // runEngine runs cachetd with a mode flag and the args; it returns stdout,
 // stderr and the exit code.

@@ -337,7 +337,7 @@ func Derive(s *cachev1alpha1.CacheSpec) *Derivation {
 		d.ExtstoreItemMinSize = min(max(v, DefaultExtstoreItemMinSize), MaxItemSizeBytes(s)-1)
 	}
 	if p.TargetHitRatio != nil {
-		notes = append(notes, "targetHitRatio needs a miss-ratio curve (source: Observed, not supported yet): memory is sized for all expectedItems")
+		notes = append(notes, "targetHitRatio needs a miss-ratio curve, which only source: Observed has: memory is sized for all expectedItems")
 	}
 	d.Notes = strings.Join(notes, "; ")
 	return d
@@ -386,10 +386,11 @@ func Effective(s *cachev1alpha1.CacheSpec) *cachev1alpha1.CacheSpec {
 	return &e
 }
 
-// Recommend is status.recommendation for a spec; nil without a profile.
+// Recommend is status.recommendation for a Declared profile; nil without
+// one (an Observed profile's comes from the pods: RecommendObserved).
 func Recommend(s *cachev1alpha1.CacheSpec) *cachev1alpha1.Recommendation {
 	d := Derive(s)
-	if d == nil {
+	if d == nil || s.WorkloadProfile.Source == cachev1alpha1.ProfileSourceObserved {
 		return nil
 	}
 	r := &cachev1alpha1.Recommendation{

@@ -1,0 +1,216 @@
+/*
+Copyright 2026 The Cachet Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// An Observed workload profile (issue 23): every observation interval the
+// operator reads each Ready pod's /metrics itself (no Prometheus in between),
+// and engine.RecommendObserved turns the samples into
+// status.recommendation and the apply: Auto decision. The decision's state
+// lives in status.recommendation, written before the StatefulSet is built
+// from it, so a roll never starts from classes the status does not hold.
+// Reads run inside Reconcile, one pod after the other, each bounded by
+// PodMetricsTimeout.
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+	"cachet.dev/cachet/internal/engine"
+)
+
+const (
+	// DefaultObserveInterval is spec.workloadProfile.observeIntervalSeconds'
+	// default.
+	DefaultObserveInterval = 300 * time.Second
+	// PodMetricsTimeout bounds one pod's read.
+	PodMetricsTimeout = 3 * time.Second
+	// podMetricsMaxBytes bounds what is read of one pod's /metrics (the
+	// engine caps its body at 4 MiB).
+	podMetricsMaxBytes = 4 << 20
+)
+
+// Event reasons of an Observed profile.
+const (
+	ReasonProfileApplied     = "ProfileApplied"
+	ReasonProfileNotApplied  = "ProfileNotApplied"
+	ReasonProfileRecommended = "ProfileRecommended"
+)
+
+// PodMetrics reads a cache pod's engine /metrics.
+type PodMetrics interface {
+	Read(ctx context.Context, pod *corev1.Pod) ([]byte, error)
+}
+
+// HTTPPodMetrics reads GET /metrics from the pod's IP at Port, or from
+// Addr(pod) when set (host:port; tests run real engines on 127.0.0.1).
+type HTTPPodMetrics struct {
+	Port int32
+	Addr func(pod *corev1.Pod) string
+}
+
+// Read implements PodMetrics.
+func (h HTTPPodMetrics) Read(ctx context.Context, pod *corev1.Pod) ([]byte, error) {
+	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(h.Port)))
+	if h.Addr != nil {
+		addr = h.Addr(pod)
+	}
+	ctx, cancel := context.WithTimeout(ctx, PodMetricsTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, podMetricsMaxBytes))
+}
+
+// EngineSpec is the spec the engine runs: with an Observed apply: Auto
+// profile, the classes status.recommendation applied.
+func EngineSpec(c *cachev1alpha1.Cache) *cachev1alpha1.CacheSpec {
+	return engine.WithObservedClasses(&c.Spec, c.Status.Recommendation)
+}
+
+func (r *CacheReconciler) podMetrics() PodMetrics {
+	if r.PodMetrics != nil {
+		return r.PodMetrics
+	}
+	return HTTPPodMetrics{Port: r.Engine.MetricsPort}
+}
+
+// ObserveInterval is how often an Observed profile reads the pods.
+func ObserveInterval(p *cachev1alpha1.WorkloadProfile) time.Duration {
+	if p.ObserveIntervalSeconds != nil {
+		return time.Duration(*p.ObserveIntervalSeconds) * time.Second
+	}
+	return DefaultObserveInterval
+}
+
+// settledForRoll: every desired pod is Ready and the StatefulSet is at rest
+// on one revision, so rolling takes down one pod of a whole set (what the
+// PodDisruptionBudget guards; the StatefulSet controller then rolls one pod
+// at a time, waiting for each to be Ready).
+func settledForRoll(c *cachev1alpha1.Cache, sts *appsv1.StatefulSet, pods []corev1.Pod) bool {
+	if sts == nil || sts.Status.ObservedGeneration < sts.Generation || sts.Status.CurrentRevision != sts.Status.UpdateRevision {
+		return false
+	}
+	ready := int32(0)
+	for i := range pods {
+		if podReady(&pods[i]) {
+			ready++
+		}
+	}
+	return ready >= c.Spec.DesiredReplicas() && sts.Status.ReadyReplicas >= c.Spec.DesiredReplicas()
+}
+
+// observeProfile reads the pods of an Observed profile when the interval
+// has passed and stores the recommendation (and an apply's classes) in
+// status. It says when to look again (0 without an Observed profile), and
+// conflict when the status write lost a race (reconcile again soon).
+func (r *CacheReconciler) observeProfile(ctx context.Context, c *cachev1alpha1.Cache, sts *appsv1.StatefulSet) (again time.Duration, conflict bool, err error) {
+	p := c.Spec.WorkloadProfile
+	if p == nil || p.Source != cachev1alpha1.ProfileSourceObserved {
+		return 0, false, nil
+	}
+	interval := ObserveInterval(p)
+	prev := c.Status.Recommendation
+	now := time.Now()
+	if prev != nil && prev.ObservedAt != nil {
+		if since := now.Sub(prev.ObservedAt.Time); since >= 0 && since < interval {
+			return interval - since, false, nil
+		}
+	}
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(SelectorLabels(c))); err != nil {
+		return 0, false, err
+	}
+	var samples []engine.PodSample
+	var failed []string
+	if r.PodMetrics == nil && r.Engine.MetricsPort <= 0 {
+		failed = append(failed, "the engines serve no metrics port (operator flag --engine-metrics-port 0)")
+	} else {
+		for i := range pods.Items {
+			pod := &pods.Items[i]
+			if !podReady(pod) || pod.Status.PodIP == "" {
+				continue
+			}
+			body, err := r.podMetrics().Read(ctx, pod)
+			if err == nil {
+				var s engine.PodSample
+				if s, err = engine.ParsePodMetrics(pod.Name, strings.NewReader(string(body))); err == nil {
+					samples = append(samples, s)
+					continue
+				}
+			}
+			failed = append(failed, fmt.Sprintf("pod %s: %v", pod.Name, err))
+		}
+	}
+	rec, d := engine.RecommendObserved(EngineSpec(c), prev, samples, settledForRoll(c, sts, pods.Items))
+	if len(failed) > 0 {
+		rec.Notes = strings.Trim(rec.Notes+"; not read: "+strings.Join(failed, "; "), "; ")
+	}
+	rec.ObservedAt = &metav1.Time{Time: now}
+	c.Status.Recommendation = rec
+	if err := r.Status().Update(ctx, c); err != nil {
+		return 0, apierrors.IsConflict(err), ignoreConflict(err)
+	}
+	r.recordProfileEvent(c, prev, rec, d)
+	return interval, false, nil
+}
+
+// recordProfileEvent says why an observation applied or did not: every
+// apply, and a decision whose reason (the text before its figures) changed.
+func (r *CacheReconciler) recordProfileEvent(c *cachev1alpha1.Cache, prev, rec *cachev1alpha1.Recommendation, d engine.Decision) {
+	reason := ReasonProfileNotApplied
+	switch {
+	case d.Apply:
+		reason = ReasonProfileApplied
+	case c.Spec.WorkloadProfile.Apply != cachev1alpha1.ProfileApplyAuto:
+		reason = ReasonProfileRecommended
+	}
+	head := func(s string) string { h, _, _ := strings.Cut(s, ":"); return h }
+	if !d.Apply && prev != nil && head(prev.Decision) == head(rec.Decision) {
+		return
+	}
+	r.Recorder.Eventf(c, nil, corev1.EventTypeNormal, reason, "ObserveProfile", "%s; classes %v", rec.Decision, rec.ChunkSizes)
+}
+
+func ignoreConflict(err error) error {
+	if apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
