@@ -468,6 +468,8 @@ def ma_op(rng, key, explicit_cas):
     # N and T anywhere: like mg, ma applies them in request order and `t` reports the TTL as of its place.
     # T only with decr: memcached sets T's TTL on the item it had before an incr that
     # lengthens the number (a new item), so the TTL is lost -- its storage, not protocol.
+    # A decr loses it too while memcached's LRU maintainer holds a reference (seed 25),
+    # so `t` is not compared after an ma T at all (Side.ttl_from_ma_T).
     if "MD" in flags or "M-" in flags:
         if rng.random() < 0.3:
             flags.insert(rng.randrange(len(flags) + 1), f"T{rng.choice([0, FAR])}")
