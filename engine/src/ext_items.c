@@ -193,7 +193,7 @@ static bool flush_one(storage_thread *t, const struct ext_candidate *c)
 static bool class_may_hold_large(unsigned c)
 {
     return g_class_size[c] >= ITEM_HDR + KNOB(item_size) || c == slabs_class_count() ||
-           atomic_load_explicit(&g_class_held_chained[c], memory_order_relaxed);
+           class_holds_chained(c);
 }
 
 /* Memory is short for large values: the classes that hold them have less
