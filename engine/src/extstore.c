@@ -826,17 +826,8 @@ int ext_compact_oldest(struct extstore *e, uint32_t *version)
  * or -errno. */
 static int64_t walk_read(int fd, uint64_t base, char *buf, uint64_t off, uint64_t len)
 {
-    uint64_t got = 0;
-    while (got < len) {
-        ssize_t n = disk_pread(fd, buf + got, len - got, (off_t)(base + off + got));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return -errno;
-        }
-        if (n == 0) break;
-        got += (uint64_t)n;
-    }
-    return (int64_t)got;
+    struct ext_read_op op = { .fd = fd, .pos = base + off, .len = (uint32_t)len };
+    return ext_read_pread(&op, buf, 0);
 }
 
 /* A page is a header block, then pieces back to back, each what one write
