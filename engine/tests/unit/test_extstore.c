@@ -68,6 +68,13 @@ static void test_locator_packing(void)
             CHECK_EQ_U64(ext_crc32c(ext_crc32c(0, buf, off), buf + off, len),
                          ext_crc32c_portable(ext_crc32c_portable(0, buf, off), buf + off, len));
         }
+    /* the lengths where the three interleaved streams start and end */
+    static const size_t edges[] = { 767, 768, 769, 775, 776, 1535, 1536, 1537, 2304, 3840, 4096, 4104, 4191 };
+    for (size_t i = 0; i < sizeof edges / sizeof *edges; i++)
+        for (size_t off = 0; off < 9; off++) {
+            CHECK_EQ_U64(ext_crc32c(0, buf + off, edges[i]), ext_crc32c_portable(0, buf + off, edges[i]));
+            CHECK_EQ_U64(ext_crc32c(0x12345678u, buf + off, edges[i]), ext_crc32c_portable(0x12345678u, buf + off, edges[i]));
+        }
 }
 
 static void test_open_refuses_bad_paths(void)
