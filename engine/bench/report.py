@@ -53,7 +53,8 @@ def main_extstore(s, not_run_as="not run"):
     for qd in (1, 32):
         if fio.get(f"fio_qd{qd}") is not None:
             print(f"- fio, 4 KB random reads with O_DIRECT at depth {qd}: {fio[f'fio_qd{qd}']:,.0f} IOPS, "
-                  f"p99 {fio[f'fio_qd{qd}_p99_us']:,.1f} µs")
+                  f"p99 {fio[f'fio_qd{qd}_p99_us']:,.1f} µs"
+                  + (f", {fio[f'fio_qd{qd}_cpu_us']:,.1f} µs of CPU per read" if fio.get(f"fio_qd{qd}_cpu_us") is not None else ""))
     for n in SERVERS:
         if F[n].get("not_run"):
             print(f"- **{NAMES[n]} not run**: {F[n]['not_run']}")

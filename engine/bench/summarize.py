@@ -341,6 +341,8 @@ XT_TARGETS = [
      "<=", None, "mc1645", "us"),
     ("  server CPU per RAM-hit GET (rusage over a depth-32 run of keys set just before)", "xt_cpu_ram_hit_us",
      "<=", None, "mc1645", "us"),
+    ("  the CPU a disk hit adds to a RAM hit / fio's CPU per 4 KB O_DIRECT read at depth 32 (proposed: what this machine can judge)",
+     "xt_cpu_extra_over_fio", "<=", 1.25, "abs", "x"),
     ("4 KB blocks the device read per disk hit, depth 32 (/proc/diskstats sectors)", "xt_blocks_per_disk_hit",
      "<=", 1.0, "abs", ""),
     ("  device reads per disk hit (/proc/diskstats reads completed)", "xt_reads_per_disk_hit", "<=", None, "mc1645", ""),
@@ -540,6 +542,14 @@ def xt_fio(d):
             out[f"fio_qd{qd}_p99_us"] = r["clat_ns"]["percentile"]["99.000000"] / 1000
         except (TypeError, KeyError, IndexError):
             out[f"fio_qd{qd}"] = None
+        # fio's own CPU (user + system, as rusage) per read: what the kernel's
+        # O_DIRECT block IO costs at this depth with nothing else around it
+        try:
+            job = j["jobs"][0]
+            secs = job["job_runtime"] / 1000
+            out[f"fio_qd{qd}_cpu_us"] = (job["usr_cpu"] + job["sys_cpu"]) / 100 * secs / job["read"]["total_ios"] * 1e6
+        except (TypeError, KeyError, IndexError, ZeroDivisionError):
+            out[f"fio_qd{qd}_cpu_us"] = None
     return out
 
 
@@ -588,7 +598,7 @@ def xt_fmt(v, key, figures=None, server=None):
         return "-"
     if key == "xt_hit_ratio":
         return f"{v:.4f}"
-    if key in ("xt_write_amp", "xt_ext_write_amp", "xt_cpu_disk_over_ram", "xt_reads_per_disk_hit",
+    if key in ("xt_write_amp", "xt_ext_write_amp", "xt_cpu_disk_over_ram", "xt_cpu_extra_over_fio", "xt_reads_per_disk_hit",
                "xt_blocks_per_disk_hit"):
         return f"{v:.3f}"
     if key.endswith("_us") or key.endswith("per_disk_item") or key == "xt_hash_per_item":
@@ -599,6 +609,9 @@ def xt_fmt(v, key, figures=None, server=None):
 def main_extstore(d, machine):
     fio = xt_fio(d)
     figures = {s: xt_figures(d, s, machine) for s in SERVERS}
+    for f in figures.values():
+        disk, ram, io = f.get("xt_cpu_disk_hit_us"), f.get("xt_cpu_ram_hit_us"), fio.get("fio_qd32_cpu_us")
+        f["xt_cpu_extra_over_fio"] = (disk - ram) / io if None not in (disk, ram, io) and io > 0 else None
     rows = xt_rows(figures, fio)
     print(f"machine: {machine.get('cpu_model', '?')}, {machine.get('cpus', '?')} CPUs, kernel {machine.get('kernel', '?')}; "
           f"memcached {machine.get('memcached_1645_version', '?')} and {machine.get('memcached_1618_version', '?')}; "
@@ -609,7 +622,8 @@ def main_extstore(d, machine):
     print(f"load average at start {machine.get('loadavg_start', '?')}, at end {load(d, 'loadavg_end.json') or '?'}")
     for qd in (1, 32):
         if fio.get(f"fio_qd{qd}") is not None:
-            print(f"fio 4 KB random reads, O_DIRECT, depth {qd}: {fio[f'fio_qd{qd}']:,.0f} IOPS, p99 {fio[f'fio_qd{qd}_p99_us']:,.1f} us")
+            print(f"fio 4 KB random reads, O_DIRECT, depth {qd}: {fio[f'fio_qd{qd}']:,.0f} IOPS, p99 {fio[f'fio_qd{qd}_p99_us']:,.1f} us"
+                  + (f", {fio[f'fio_qd{qd}_cpu_us']:,.1f} us of CPU per read" if fio.get(f"fio_qd{qd}_cpu_us") is not None else ""))
     for s in SERVERS:
         if figures[s].get("not_run"):
             print(f"NOT RUN: {NAMES[s]}: {figures[s]['not_run']}")

@@ -91,6 +91,34 @@ static void ext_item_gone(item *it)
     if (g_ext && ext_check(g_ext, &loc)) ext_delete(g_ext, &loc, item_nkey(it), st.nbytes);
 }
 
+/* The cleaner's sweep (bags.c, reclaim_if_dead) reclaims a linked stub when
+ * this says its page has moved on. Why it never takes the stub of a record
+ * that is still live (issue 21 part 2 asked; its one report, 74 of 74
+ * records written then "reclaimed" with `evictions` 0, did not include the
+ * counters below and was not reproduced):
+ * - A stub's locator never changes in place (moving a record links a new
+ *   stub), and a page's version only moves forward, so "stale" is for good:
+ *   this may be asked without the stripe lock, and the unlink that follows
+ *   needs no second look.
+ * - A version moves only in extstore.c's page_reset, reached from four
+ *   places: page_open evicting the oldest closed page (counted in
+ *   extstore_page_evictions and extstore_objects_evicted), wbuf_flush
+ *   failing (the bucket's page loses its records: extstore_write_errors),
+ *   ext_page_drop after a compaction walk (the records nobody moved:
+ *   extstore_compact_lost), and ext_delete freeing a closed page whose live
+ *   count reached 0.
+ * - The last frees no live record as long as a record's count is taken
+ *   back at most once and only when no linked stub points at it. It is
+ *   taken back by ext_item_gone when a stub leaves the table (unlinked or
+ *   replaced; ITEM_LINKED is cleared once, under the stripe lock), except
+ *   where item_rescue hands the locator to its copy (record_goes false),
+ *   and by a writer for the record it wrote and could not link (flush_one,
+ *   ext_relocate), which no stub ever pointed at. The stress checker
+ *   (make stress-ext) fails when fewer records are counted live than
+ *   stubs are linked, under sets, deletes, appends, touches, page moves,
+ *   page evictions and compaction.
+ * So a stub swept with none of those three counters moving would be a bug
+ * here; with them, its value was lost on disk and the counters say how. */
 static bool ext_stub_orphaned(item *it)
 {
     if (!g_ext || !(item_layout(it) & ITEM_ON_DISK)) return false;
@@ -193,7 +221,7 @@ static bool flush_one(storage_thread *t, const struct ext_candidate *c)
 static bool class_may_hold_large(unsigned c)
 {
     return g_class_size[c] >= ITEM_HDR + KNOB(item_size) || c == slabs_class_count() ||
-           atomic_load_explicit(&g_class_held_chained[c], memory_order_relaxed);
+           class_holds_chained(c);
 }
 
 /* Memory is short for large values: the classes that hold them have less

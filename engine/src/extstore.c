@@ -16,9 +16,31 @@
 #include <time.h>
 #include <unistd.h>
 
-#define RECORD_MAGIC   0xCEu       /* top byte of a record header's first word */
+#define RECORD_MAGIC   0xCEu       /* top byte of a directory entry's first word */
+#define PIECE_MAGIC    0xCAC7E5D1u /* a piece's footer */
 #define PAGE_MAGIC     "CACHETXS"
-#define FORMAT_VERSION 1u
+#define FORMAT_VERSION 2u          /* 2: values apart from their directory (extstore.h) */
+/* A directory entry: magic and key length, value length, CRC, page version,
+ * the value's page offset, then the key; 8-byte aligned. */
+#define DIR_ENTRY_HEADER EXT_DIR_ENTRY_HEADER
+/* A value that would straddle one more 4 KiB block than its length needs
+ * starts at the next block instead, when that wastes at most this much:
+ * a 4000-byte value then costs one block read, never two, for at most an
+ * eighth of a block of padding (values whose gap would be larger, e.g. of
+ * 2100 bytes, straddle as before). */
+#define VALUE_PAD_MAX  (EXT_ALIGN / 8)
+
+/* The last bytes of every piece (what one write buffer put on the page). */
+struct piece_footer {
+    uint32_t magic;
+    uint32_t version;           /* the page's, as the records' */
+    uint32_t len;               /* the piece's bytes, footer included, EXT_ALIGN aligned */
+    uint32_t dir_off;           /* where its directory starts, from the piece's start */
+    uint32_t nrec;
+    uint32_t crc;               /* CRC32C of the fields above */
+};
+#define PIECE_FOOTER ((uint64_t)sizeof(struct piece_footer))
+_Static_assert(sizeof(struct piece_footer) == EXT_PIECE_FOOTER, "ext_buffer_need counts the footer");
 
 struct page {
     _Atomic uint32_t version;   /* written under the lock, read by ext_read without it */
@@ -36,8 +58,11 @@ struct page {
 
 struct bucket {
     int      page;              /* the page being filled, or -1 */
-    char    *wbuf;              /* EXT_ALIGN aligned, wbuf_size bytes */
-    uint64_t wbuf_used;
+    char    *wbuf;              /* EXT_ALIGN aligned, wbuf_size bytes: values from the start,
+                                 * the directory down from the end */
+    uint64_t wbuf_used;         /* end of the values */
+    uint64_t dir_used;          /* directory bytes at the buffer's end */
+    uint32_t nrec;
     uint64_t wbuf_page_off;     /* page offset the buffer will be written at (aligned) */
     bool     writing;           /* the buffer is being written out, without the lock */
 };
@@ -114,13 +139,55 @@ uint32_t ext_crc32c_portable(uint32_t crc, const void *data, size_t len)
 /* Every value read from disk and written to it is checksummed: with the
  * table above that was an eighth of a disk-hit GET's CPU. SSE4.2's crc32
  * instruction computes the same CRC32C (Castagnoli, reflected) about five
- * times faster; the CPU is asked once. */
+ * times faster; the CPU is asked once. One stream of it waits for each
+ * instruction's result (3 cycles) before the next: it was still 4% of a
+ * disk hit's server CPU in a profile. So long inputs run as three streams
+ * of STREAM bytes at once, each from a zero register, joined by moving the
+ * first two over the bytes that follow them (zeros_op: CRC is linear, so
+ * a register advanced over n zero bytes is a fixed table lookup per byte
+ * of it), as Mark Adler's crc32c.c does. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define STREAM 256u
+static uint32_t zeros_op[4][256];   /* a raw register advanced over STREAM zero bytes */
+
+static void zeros_init(void)
+{
+    pthread_once(&crc_once, crc_init);
+    for (int k = 0; k < 4; k++)
+        for (uint32_t v = 0; v < 256; v++) {
+            uint32_t reg = v << (8 * k);
+            for (unsigned i = 0; i < STREAM; i++) reg = (reg >> 8) ^ crc_table[0][reg & 0xff];
+            zeros_op[k][v] = reg;
+        }
+}
+
+static inline uint32_t over_zeros(uint32_t reg)
+{
+    return zeros_op[0][reg & 0xff] ^ zeros_op[1][(reg >> 8) & 0xff] ^ zeros_op[2][(reg >> 16) & 0xff] ^
+           zeros_op[3][reg >> 24];
+}
+
 __attribute__((target("sse4.2")))
 static uint32_t crc32c_sse42(uint32_t crc, const void *data, size_t len)
 {
     const unsigned char *p = data;
     uint64_t c = ~crc;
+    while (len >= 3 * STREAM) {
+        uint64_t c1 = 0, c2 = 0;
+        for (const unsigned char *end = p + STREAM; p < end; p += 8) {
+            uint64_t w0, w1, w2;
+            memcpy(&w0, p, 8);
+            memcpy(&w1, p + STREAM, 8);
+            memcpy(&w2, p + 2 * STREAM, 8);
+            c = __builtin_ia32_crc32di(c, w0);
+            c1 = __builtin_ia32_crc32di(c1, w1);
+            c2 = __builtin_ia32_crc32di(c2, w2);
+        }
+        c = over_zeros((uint32_t)c) ^ (uint32_t)c1;
+        c = over_zeros((uint32_t)c) ^ (uint32_t)c2;
+        p += 2 * STREAM;
+        len -= 3 * STREAM;
+    }
     while (len >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
@@ -138,6 +205,7 @@ static pthread_once_t impl_once = PTHREAD_ONCE_INIT;
 static void impl_init(void)
 {
     __builtin_cpu_init();
+    zeros_init();
     crc_impl = __builtin_cpu_supports("sse4.2") ? crc32c_sse42 : ext_crc32c_portable;
 }
 
@@ -299,7 +367,8 @@ static int page_open(struct extstore *e, int b)
      * checked against their locators, never against it (format 1). */
     struct bucket *bk = &e->buckets[b];
     bk->page = (int)id;
-    bk->wbuf_used = 0;
+    bk->wbuf_used = bk->dir_used = 0;
+    bk->nrec = 0;
     bk->wbuf_page_off = EXT_PAGE_HEADER;
     return 0;
 }
@@ -322,13 +391,51 @@ static void wbuf_wait(struct extstore *e, struct bucket *bk)
     while (bk->writing) pthread_cond_wait(&e->wbuf_written, &e->lock);
 }
 
+/* The bytes a piece of values ending at vend and dir bytes of directory
+ * takes on the page. */
+static uint64_t piece_len(uint64_t vend, uint64_t dir)
+{
+    return align_up(align_up(vend, 8) + dir + PIECE_FOOTER, EXT_ALIGN);
+}
+
+/* Where in a buffer whose values end at used a value of nval bytes goes. */
+static uint64_t value_slot(uint64_t used, uint32_t nval)
+{
+    uint64_t v = align_up(used, 8), in = v % EXT_ALIGN;
+    uint64_t blocks = align_up(in + nval, EXT_ALIGN) / EXT_ALIGN, least = align_up(nval, EXT_ALIGN) / EXT_ALIGN;
+    if (in && blocks > least && EXT_ALIGN - in <= VALUE_PAD_MAX) v = align_up(v, EXT_ALIGN);
+    return v;
+}
+
+/* The buffer as it goes to disk: its directory moved down behind the
+ * values, and the footer at the end of the last block. Readers of values
+ * still in the buffer are not disturbed: the values stay where they are. */
+static uint64_t wbuf_seal(struct extstore *e, struct bucket *bk)
+{
+    uint64_t dir_at = align_up(bk->wbuf_used, 8), len = piece_len(bk->wbuf_used, bk->dir_used);
+    memset(bk->wbuf + bk->wbuf_used, 0, dir_at - bk->wbuf_used);
+    memmove(bk->wbuf + dir_at, bk->wbuf + e->conf.wbuf_size - bk->dir_used, bk->dir_used);
+    memset(bk->wbuf + dir_at + bk->dir_used, 0, len - PIECE_FOOTER - dir_at - bk->dir_used);
+    struct piece_footer f = { .magic = PIECE_MAGIC,
+                              .version = atomic_load_explicit(&e->pages[bk->page].version, memory_order_relaxed),
+                              .len = (uint32_t)len, .dir_off = (uint32_t)dir_at, .nrec = bk->nrec };
+    f.crc = ext_crc32c(0, &f, offsetof(struct piece_footer, crc));
+    memcpy(bk->wbuf + len - PIECE_FOOTER, &f, sizeof f);
+    return len;
+}
+
+static void wbuf_empty(struct bucket *bk)
+{
+    bk->wbuf_used = bk->dir_used = 0;
+    bk->nrec = 0;
+}
+
 static int wbuf_flush(struct extstore *e, struct bucket *bk)
 {
     wbuf_wait(e, bk);
-    if (bk->page < 0 || bk->wbuf_used == 0) return 0;
+    if (bk->page < 0 || bk->nrec == 0) return 0;
     struct page *p = &e->pages[bk->page];
-    uint64_t len = align_up(bk->wbuf_used, EXT_ALIGN);
-    memset(bk->wbuf + bk->wbuf_used, 0, len - bk->wbuf_used);
+    uint64_t len = wbuf_seal(e, bk);
     /* without the lock (extstore.h): the bucket's buffer, page and offsets
      * stay as they are until `writing` clears */
     int fd = p->fd;
@@ -347,13 +454,13 @@ static int wbuf_flush(struct extstore *e, struct bucket *bk)
         p->bucket = b;
         p->seq = e->next_seq++;
         p->used = EXT_PAGE_HEADER;
-        bk->wbuf_used = 0;
+        wbuf_empty(bk);
         bk->wbuf_page_off = EXT_PAGE_HEADER;
         return rc;
     }
     add(&e->stats.bytes_written, (int64_t)len);
     bk->wbuf_page_off += len;
-    bk->wbuf_used = 0;
+    wbuf_empty(bk);
     p->used = bk->wbuf_page_off;
     return 0;
 }
@@ -487,18 +594,23 @@ void ext_close(struct extstore *e)
 int ext_write(struct extstore *e, enum ext_bucket b, const void *key, uint32_t nkey,
               const void *val, uint32_t nval, struct ext_locator *loc)
 {
-    uint64_t rs = ext_record_size(nkey, nval);
-    if (nkey > 255 || rs > e->conf.wbuf_size) return -E2BIG;
+    uint64_t rs = ext_record_size(nkey, nval), ent = align_up(DIR_ENTRY_HEADER + nkey, 8);
+    if (nkey > 255 || ext_buffer_need(nkey, nval) > e->conf.wbuf_size) return -E2BIG;
     pthread_mutex_lock(&e->lock);
     struct bucket *bk = &e->buckets[b];
     wbuf_wait(e, bk);   /* another thread is writing this buffer out */
     int rc = 0;
     bool room = false;
-    /* at most twice round: a fresh page always has room (rs <= wbuf_size) */
+    uint64_t voff = 0;
+    /* at most twice round: a fresh page always has room (ext_buffer_need <= wbuf_size) */
     for (int tries = 0; tries < 2 && !room; tries++) {
         if (bk->page < 0 && (rc = page_open(e, (int)b)) < 0) goto out;
-        if (bk->wbuf_used + rs > e->conf.wbuf_size && (rc = wbuf_flush(e, bk)) < 0) goto out;
-        room = bk->wbuf_page_off + bk->wbuf_used + rs <= e->conf.page_size;
+        voff = value_slot(bk->wbuf_used, nval);
+        if (piece_len(voff + nval, bk->dir_used + ent) > e->conf.wbuf_size) {
+            if ((rc = wbuf_flush(e, bk)) < 0) goto out;
+            voff = 0;
+        }
+        room = bk->wbuf_page_off + piece_len(voff + nval, bk->dir_used + ent) <= e->conf.page_size;
         if (!room) {
             /* no room left on the page: write what is buffered, take another */
             if ((rc = wbuf_flush(e, bk)) < 0) goto out;
@@ -509,15 +621,19 @@ int ext_write(struct extstore *e, enum ext_bucket b, const void *key, uint32_t n
     struct page *p = &e->pages[bk->page];
     uint32_t version = atomic_load_explicit(&p->version, memory_order_relaxed);
     uint32_t crc = record_crc(key, nkey, val, nval);
-    uint32_t hdr[4] = { (RECORD_MAGIC << 24) | nkey, nval, crc, version };
-    char *at = bk->wbuf + bk->wbuf_used;
-    memcpy(at, hdr, sizeof(hdr));
-    memcpy(at + EXT_RECORD_HEADER, key, nkey);
-    memcpy(at + EXT_RECORD_HEADER + nkey, val, nval);
-    memset(at + EXT_RECORD_HEADER + nkey + nval, 0, rs - (EXT_RECORD_HEADER + nkey + nval));
-    loc->packed = ext_loc_pack((uint32_t)bk->page, version, bk->wbuf_page_off + bk->wbuf_used);
+    uint64_t at_page = bk->wbuf_page_off + voff;
+    uint32_t hdr[DIR_ENTRY_HEADER / 4] = { (RECORD_MAGIC << 24) | nkey, nval, crc, version, (uint32_t)at_page, 0 };
+    memset(bk->wbuf + bk->wbuf_used, 0, voff - bk->wbuf_used);
+    memcpy(bk->wbuf + voff, val, nval);
+    bk->dir_used += ent;
+    char *d = bk->wbuf + e->conf.wbuf_size - bk->dir_used;
+    memcpy(d, hdr, sizeof hdr);
+    memcpy(d + DIR_ENTRY_HEADER, key, nkey);
+    memset(d + DIR_ENTRY_HEADER + nkey, 0, ent - DIR_ENTRY_HEADER - nkey);
+    loc->packed = ext_loc_pack((uint32_t)bk->page, version, at_page);
     loc->crc = crc;
-    bk->wbuf_used += rs;
+    bk->wbuf_used = voff + nval;
+    bk->nrec++;
     p->written_bytes += rs;
     p->live_bytes += rs;
     p->live_objs++;
@@ -538,18 +654,16 @@ int ext_flush(struct extstore *e, enum ext_bucket b)
 }
 
 /* ---- read -------------------------------------------------------------- */
-/* Checks one record as read back (from a buffer or the disk). */
-static enum ext_read_result record_check(const char *rec, const struct ext_locator *loc,
-                                         const void *key, uint32_t nkey, uint32_t nval)
+/* Checks one value as read back (from a buffer or the disk): the CRC the
+ * locator keeps is of the item's key and the value written, so bytes of
+ * another record, another key or a torn write fail it. (Format 1 also
+ * compared an on-disk header and key; in format 2 those are in the
+ * directory, which a read does not fetch: the page version and this CRC
+ * are what stand between a stale locator and a wrong value.) */
+static enum ext_read_result value_check(const char *val, const struct ext_locator *loc,
+                                        const void *key, uint32_t nkey, uint32_t nval)
 {
-    uint32_t hdr[4];
-    memcpy(hdr, rec, sizeof(hdr));
-    if (hdr[0] != ((RECORD_MAGIC << 24) | nkey) || hdr[1] != nval || hdr[2] != loc->crc ||
-        hdr[3] != ext_loc_version(loc))
-        return EXT_MISS_BADCRC;
-    if (memcmp(rec + EXT_RECORD_HEADER, key, nkey) != 0) return EXT_MISS_BADCRC;
-    if (record_crc(key, nkey, rec + EXT_RECORD_HEADER + nkey, nval) != loc->crc) return EXT_MISS_BADCRC;
-    return EXT_HIT;
+    return record_crc(key, nkey, val, nval) == loc->crc ? EXT_HIT : EXT_MISS_BADCRC;
 }
 
 /* Each reading thread keeps one aligned buffer for O_DIRECT reads, freed
@@ -588,7 +702,7 @@ bool ext_read_prepare(struct extstore *e, const struct ext_locator *loc, const v
 {
     uint32_t id = ext_loc_page(loc), version = ext_loc_version(loc);
     uint64_t off = ext_loc_offset(loc), rs = ext_record_size(nkey, nval);
-    if (id >= e->npages || off + rs > e->conf.page_size) { *r = count(e, EXT_MISS_BADCRC, 0); return false; }
+    if (id >= e->npages || off + nval > e->conf.page_size) { *r = count(e, EXT_MISS_BADCRC, 0); return false; }
     struct page *p = &e->pages[id];
 
     pthread_mutex_lock(&e->lock);
@@ -601,10 +715,10 @@ bool ext_read_prepare(struct extstore *e, const struct ext_locator *loc, const v
         struct bucket *bk = &e->buckets[p->bucket];
         if (off >= bk->wbuf_page_off) {     /* still in the write buffer */
             enum ext_read_result res = EXT_MISS_BADCRC;
-            if (off + rs <= bk->wbuf_page_off + bk->wbuf_used) {
-                const char *rec = bk->wbuf + (off - bk->wbuf_page_off);
-                res = record_check(rec, loc, key, nkey, nval);
-                if (res == EXT_HIT) memcpy(val, rec + EXT_RECORD_HEADER + nkey, nval);
+            if (off + nval <= bk->wbuf_page_off + bk->wbuf_used) {
+                const char *v = bk->wbuf + (off - bk->wbuf_page_off);
+                res = value_check(v, loc, key, nkey, nval);
+                if (res == EXT_HIT) memcpy(val, v, nval);
             }
             pthread_mutex_unlock(&e->lock);
             *r = count(e, res, rs);
@@ -617,7 +731,7 @@ bool ext_read_prepare(struct extstore *e, const struct ext_locator *loc, const v
 
     uint64_t start = off & ~(uint64_t)(EXT_ALIGN - 1);
     *op = (struct ext_read_op){ .fd = fd, .pos = base + start,
-                                .len = (uint32_t)(align_up(off + rs, EXT_ALIGN) - start),
+                                .len = (uint32_t)(align_up(off + nval, EXT_ALIGN) - start),
                                 .skip = (uint32_t)(off - start), .page = id };
     return true;
 }
@@ -646,14 +760,14 @@ enum ext_read_result ext_read_finish(struct extstore *e, const struct ext_read_o
                                      const char **val)
 {
     if (got < 0) return count(e, EXT_MISS_IOERR, 0);
-    if ((uint64_t)got < op->skip + ext_record_size(nkey, nval)) return count(e, EXT_MISS_SHORT, 0);
+    if ((uint64_t)got < (uint64_t)op->skip + nval) return count(e, EXT_MISS_SHORT, 0);
     /* evicted or compacted while the read was in flight: what was read may
      * already be another record */
     if (atomic_load_explicit(&e->pages[op->page].version, memory_order_acquire) != ext_loc_version(loc))
         return count(e, EXT_MISS_STALE, 0);
-    const char *rec = buf + op->skip;
-    enum ext_read_result r = record_check(rec, loc, key, nkey, nval);
-    if (r == EXT_HIT) *val = rec + EXT_RECORD_HEADER + nkey;
+    const char *v = buf + op->skip;
+    enum ext_read_result r = value_check(v, loc, key, nkey, nval);
+    if (r == EXT_HIT) *val = v;
     return count(e, r, ext_record_size(nkey, nval));
 }
 
@@ -751,21 +865,31 @@ int ext_compact_oldest(struct extstore *e, uint32_t *version)
     return best;
 }
 
-/* A record never crosses a write buffer: ext_write flushes the buffer before
- * a record that would not fit, and each buffer is written at its own 4 KiB
- * aligned page offset, at most wbuf_size bytes. So a record at offset off
- * lies within [align_down(off), align_down(off) + wbuf_size), and reading
- * the page wbuf_size bytes at a time, each piece starting at the aligned
- * offset of the first record it did not finish, meets every record whole.
- * The piece buffer is allocated once (walk_buf) and kept: compaction runs
- * on one thread, and walk_lock keeps a second walker (tests) off it. */
+/* Reads len bytes at page offset off of page p into buf: the bytes read,
+ * or -errno. */
+static int64_t walk_read(int fd, uint64_t base, char *buf, uint64_t off, uint64_t len)
+{
+    struct ext_read_op op = { .fd = fd, .pos = base + off, .len = (uint32_t)len };
+    return ext_read_pread(&op, buf, 0);
+}
+
+/* A page is a header block, then pieces back to back, each what one write
+ * buffer put there: values, its directory, and a footer in its last bytes
+ * saying how long the piece is. So the walk goes backwards from the page's
+ * end, a piece at a time: the footer's block first, then the piece (at
+ * most wbuf_size bytes) into one buffer kept for the store's life
+ * (walk_buf); compaction runs on one thread, and walk_lock keeps a second
+ * walker (tests) off it. A footer that does not check out (damage) ends the
+ * walk: the records before it are not met, and stay live until the page is
+ * dropped (counted as lost there). */
 int ext_page_walk(struct extstore *e, uint32_t page, uint32_t version,
                   int (*fn)(void *arg, const struct ext_record *r), void *arg)
 {
     if (page >= e->npages) return -EINVAL;
+    version &= EXT_VERSION_MASK;
     pthread_mutex_lock(&e->lock);
     struct page *p = &e->pages[page];
-    bool same = atomic_load_explicit(&p->version, memory_order_relaxed) == (version & EXT_VERSION_MASK);
+    bool same = atomic_load_explicit(&p->version, memory_order_relaxed) == version;
     uint64_t used = p->used;
     bool closed = !p->is_free && p->bucket < 0;
     int fd = p->fd;
@@ -783,56 +907,44 @@ int ext_page_walk(struct extstore *e, uint32_t page, uint32_t version,
     }
     char *buf = e->walk_buf;
     int rc = 0;
-    uint64_t off = EXT_PAGE_HEADER;
-    while (rc == 0 && off + EXT_RECORD_HEADER <= used) {
-        uint64_t start = off & ~(uint64_t)(EXT_ALIGN - 1);
-        uint64_t want = used - start < piece ? used - start : piece;
-        uint64_t got = 0;
-        while (got < want) {
-            ssize_t n = disk_pread(fd, buf + got, want - got, (off_t)(base + start + got));
-            if (n < 0) {
-                if (errno == EINTR) continue;
-                rc = -errno;
-                break;
-            }
-            if (n == 0) break;
-            got += (uint64_t)n;
+    uint64_t end = used;
+    while (rc == 0 && end >= EXT_PAGE_HEADER + EXT_ALIGN) {
+        int64_t got = walk_read(fd, base, buf, end - EXT_ALIGN, EXT_ALIGN);
+        if (got < 0) { rc = (int)got; break; }
+        if (got < EXT_ALIGN) break;
+        struct piece_footer f;
+        memcpy(&f, buf + EXT_ALIGN - PIECE_FOOTER, sizeof f);
+        if (f.magic != PIECE_MAGIC || f.version != version || f.crc != ext_crc32c(0, &f, offsetof(struct piece_footer, crc)) ||
+            f.len % EXT_ALIGN || f.len < EXT_ALIGN || f.len > piece || f.len > end - EXT_PAGE_HEADER ||
+            f.dir_off > f.len - PIECE_FOOTER)
+            break;
+        uint64_t start = end - f.len;
+        if (f.len > EXT_ALIGN) {   /* else the block just read is the piece */
+            got = walk_read(fd, base, buf, start, f.len);
+            if (got < 0) { rc = (int)got; break; }
+            if ((uint64_t)got < f.len) break;
         }
-        if (rc) break;
         /* evicted while we read: the rest is another page's now */
-        if (atomic_load_explicit(&p->version, memory_order_acquire) != (version & EXT_VERSION_MASK)) {
+        if (atomic_load_explicit(&p->version, memory_order_acquire) != version) {
             rc = -ESTALE;
             break;
         }
-        uint64_t end = start + got;     /* page offset the piece ends at */
-        bool last = start + got >= used || got < want;
-        while (off + EXT_RECORD_HEADER <= end) {
-            const char *rec = buf + (off - start);
-            uint32_t hdr[4];
-            memcpy(hdr, rec, sizeof(hdr));
+        uint64_t at = f.dir_off, dir_end = f.len - PIECE_FOOTER;
+        for (uint32_t i = 0; i < f.nrec && at + DIR_ENTRY_HEADER <= dir_end; i++) {
+            uint32_t hdr[DIR_ENTRY_HEADER / 4];
+            memcpy(hdr, buf + at, sizeof hdr);
             uint32_t nkey = hdr[0] & 0xffffu, nval = hdr[1];
-            uint64_t rs = ext_record_size(nkey, nval);
-            if ((hdr[0] >> 24) != RECORD_MAGIC || nkey > 255 || rs > piece || hdr[3] != (version & EXT_VERSION_MASK)) {
-                /* the zeros after a buffer's last record, or damage: go on
-                 * at the next buffer boundary */
-                off = align_up(off + 1, EXT_ALIGN);
-                continue;
-            }
-            if (off + rs > end) break;  /* read it whole with the next piece */
-            const char *k = rec + EXT_RECORD_HEADER;
-            struct ext_record r = { .loc = { ext_loc_pack(page, version, off), hdr[2] },
-                                    .key = k, .nkey = nkey, .val = k + nkey, .nval = nval };
-            off += rs;
-            if (record_crc(k, nkey, k + nkey, nval) == hdr[2] && (rc = fn(arg, &r)) != 0) break;
+            uint64_t ent = align_up(DIR_ENTRY_HEADER + nkey, 8), voff = hdr[4];
+            if ((hdr[0] >> 24) != RECORD_MAGIC || nkey > 255 || hdr[3] != version || at + ent > dir_end ||
+                voff < start || voff % 8 || voff - start + nval > f.dir_off)
+                break;   /* damage: the rest of this directory is not trusted */
+            const char *k = buf + at + DIR_ENTRY_HEADER, *v = buf + (voff - start);
+            at += ent;
+            struct ext_record r = { .loc = { ext_loc_pack(page, version, voff), hdr[2] },
+                                    .key = k, .nkey = nkey, .val = v, .nval = nval };
+            if (record_crc(k, nkey, v, nval) == hdr[2] && (rc = fn(arg, &r)) != 0) break;
         }
-        if (rc) break;
-        if (last) break;
-        /* the record the piece cut off starts the next piece, at its
-         * aligned offset */
-        if ((off & ~(uint64_t)(EXT_ALIGN - 1)) == start) {
-            /* no progress possible: a record longer than a piece (damage) */
-            off = align_up(off + 1, EXT_ALIGN);
-        }
+        end = start;
     }
     pthread_mutex_unlock(&e->walk_lock);
     /* if the page was evicted meanwhile, the records handed out are stale:

@@ -11,30 +11,38 @@
  * accounting compaction and page eviction need. Which items go to disk, and
  * relinking them, belongs to the item layer.
  *
- * On disk (format 1; engine/README.md, "Extstore"): every file is cut into
+ * On disk (format 2; engine/README.md, "Extstore"): every file is cut into
  * pages of page_size bytes. A page begins with a 4 KiB header block (magic,
  * format, page id, page version, bucket, time it was opened; a warm restart
- * will keep its index there), then records back to back, each 8-byte
- * aligned: a 16-byte record header (magic and key length, value length,
- * CRC32C of key and value, page version) and then the key and the value. A
- * restart starts every page empty: nothing on disk is trusted without a
- * locator from this process.
+ * will keep its index there), then pieces back to back, each what one write
+ * buffer put there, a multiple of 4 KiB: the values, 8-byte aligned, then
+ * the piece's directory (for each record a 24-byte entry: magic and key
+ * length, value length, CRC32C of key and value, page version, the value's
+ * page offset; then the key), then zeros and a 24-byte footer in the last
+ * bytes (magic, page version, the piece's length, where its directory
+ * starts, how many records, its own CRC). Why values apart from their keys
+ * and headers: a read fetches only the value's blocks, so a 4 KiB value
+ * costs one 4 KiB read, not the two its record took with its header in
+ * front (format 1). A value that would touch one block more than its length
+ * needs starts at the next block when that wastes at most 512 bytes. The
+ * directory is only for compaction's walk. A restart starts every page
+ * empty: nothing on disk is trusted without a locator from this process.
  *
  * A locator packs the page id (16 bits), the page's version when the record
  * was written (20 bits; wraps), and the offset in 8-byte units (28 bits: pages
- * up to 2 GiB), plus the record's CRC. A page that is evicted or compacted
+ * up to 2 GiB) of its value, plus the record's CRC. A page that is evicted or compacted
  * gets a new version, so every locator into its old contents is stale at
  * once, without touching the items. A read is a hit only if the version is
- * still the page's, the record header read back names the same key length,
- * value length, version and CRC, the key read back is the item's key, and the
- * CRC of what was read matches: a recycled page, a torn or flipped record or
- * a short read is a miss, never a wrong value. (After 2^20 reuses of one page
- * a version repeats; the key and CRC checks still stand between a stale
- * locator and a wrong value.)
+ * still the page's and the CRC32C of the item's key and the value read back
+ * is the locator's: a recycled page, another key's value, a torn or flipped
+ * record or a short read is a miss, never a wrong value. (After 2^20 reuses
+ * of one page a version repeats; the CRC, which covers the key, still
+ * stands between a stale locator and a wrong value.)
  *
- * Writes go into the bucket's write buffer (wbuf_size, 4 KiB aligned), and
- * the whole buffer reaches the page with one O_DIRECT pwrite when it is full
- * or flushed. A locator is valid from the moment of the write: a read of a
+ * Writes go into the bucket's write buffer (wbuf_size, 4 KiB aligned:
+ * values from its start, directory entries down from its end), and the
+ * buffer reaches the page as one piece with one O_DIRECT pwrite when it is
+ * full or flushed. A locator is valid from the moment of the write: a read of a
  * record still in a buffer is served from memory.
  *
  * Concurrency: one mutex guards the page table, the buckets and their
@@ -60,7 +68,9 @@
 
 #define EXT_PAGE_HEADER   4096u            /* the header block of every page */
 #define EXT_ALIGN         4096u            /* O_DIRECT offsets, lengths and buffers */
-#define EXT_RECORD_HEADER 16u
+#define EXT_RECORD_HEADER 16u            /* format 1's; still the unit of ext_record_size */
+#define EXT_DIR_ENTRY_HEADER 24u         /* a directory entry before its key (format 2) */
+#define EXT_PIECE_FOOTER  24u            /* the end of every piece */
 #define EXT_MAX_PAGES     65536u           /* the locator's 16-bit page id */
 #define EXT_VERSION_BITS  20u
 #define EXT_VERSION_MASK  ((1u << EXT_VERSION_BITS) - 1)
@@ -200,11 +210,11 @@ void ext_delete(struct extstore *e, const struct ext_locator *loc, uint32_t nkey
 /* Compaction. ext_compact_pick returns a closed page whose live share of its
  * record bytes is under `under` (the emptiest first), or -1, and its version
  * in *version. ext_page_walk calls fn for every record of that page, as of
- * that version, whose header and CRC check out, with a locator to it (fn
- * compares it with the item's own to tell live records from replaced ones);
- * fn returning non-zero stops the walk and is returned. It reads the page a
- * write buffer at a time into one buffer of wbuf_size bytes kept for the
- * store's life (records never cross a buffer), and returns -ESTALE if the
+ * that version, whose directory entry and CRC check out, with a locator to
+ * it (fn compares it with the item's own to tell live records from replaced
+ * ones); fn returning non-zero stops the walk and is returned. It reads the
+ * page a piece at a time (what one write buffer wrote), from its end, into
+ * one buffer of wbuf_size bytes kept for the store's life, and returns -ESTALE if the
  * page is no longer at that version (evicted and reused). ext_page_drop then
  * gives the page a new version and frees it, unless its version is no longer
  * `version` (false: a page reused since holds records nobody relocated); in
@@ -224,10 +234,20 @@ int ext_page_walk(struct extstore *e, uint32_t page, uint32_t version,
                   int (*fn)(void *arg, const struct ext_record *r), void *arg);
 bool ext_page_drop(struct extstore *e, uint32_t page, uint32_t version, uint64_t *orphaned);
 
-/* Bytes a record of this key and value takes on a page. */
+/* Bytes a record of this key and value counts for on a page (live and
+ * fragmented bytes, compaction's share): format 1's header, key and value.
+ * Format 2 puts 8 more bytes in the directory entry, and padding, which
+ * only the disk space pays for. */
 static inline uint64_t ext_record_size(uint32_t nkey, uint32_t nval)
 {
     return (EXT_RECORD_HEADER + (uint64_t)nkey + nval + 7) & ~(uint64_t)7;
+}
+/* The write buffer a record of this key and value needs alone: its value,
+ * its directory entry and the piece's footer, in whole 4 KiB blocks. */
+static inline uint64_t ext_buffer_need(uint32_t nkey, uint32_t nval)
+{
+    uint64_t ent = (EXT_DIR_ENTRY_HEADER + (uint64_t)nkey + 7) & ~(uint64_t)7;
+    return (((nval + (uint64_t)7) & ~(uint64_t)7) + ent + EXT_PIECE_FOOTER + EXT_ALIGN - 1) & ~(uint64_t)(EXT_ALIGN - 1);
 }
 
 const struct ext_stats *ext_get_stats(const struct extstore *e);

@@ -206,6 +206,7 @@ void replace_locked(storage_thread *t, item *old_it, item *new_it, uint32_t hv, 
 static void free_item_memory(item *it)
 {
     if (item_layout(it) & ITEM_CHAINED) {
+        atomic_fetch_sub_explicit(&g_class_chained_heads[slabs_clsid_of(it)], 1, memory_order_relaxed);
         struct chain_desc d = item_chain(it);
         for (uint32_t i = 0; i < d.nchunks; i++) {
             uint32_t h = item_chain_handle(it, i);
@@ -260,7 +261,7 @@ static bool evict_chained_values(storage_thread *t, int data_clsid)
         int best = 0;
         rel_time_t best_age = 0;
         for (unsigned c = 1; c <= n; c++) {
-            if ((int)c == data_clsid || tried[c] || !atomic_load_explicit(&g_class_held_chained[c], memory_order_relaxed))
+            if ((int)c == data_clsid || tried[c] || !class_holds_chained(c))
                 continue;
             rel_time_t age = bags_oldest_age((int)c);
             if (!best || age > best_age) { best = (int)c; best_age = age; }
@@ -462,8 +463,8 @@ item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t clien
         slabs_free_chunk(it);
         return NULL;
     }
-    if ((sh.layout & ITEM_CHAINED) && !atomic_load_explicit(&g_class_held_chained[sh.clsid], memory_order_relaxed))
-        atomic_store_explicit(&g_class_held_chained[sh.clsid], true, memory_order_relaxed);
+    if (sh.layout & ITEM_CHAINED)
+        atomic_fetch_add_explicit(&g_class_chained_heads[slabs_clsid_of(it)], 1, memory_order_relaxed);
     return it;
 }
 

@@ -981,7 +981,7 @@ static uint64_t ext_pages_of(const struct ext_settings *x, uint64_t page_size)
 static void fit_ext_pages(struct ext_settings *x, size_t item_size_max)
 {
     if (x->page_size_set) return;
-    uint64_t record = ext_record_size(KEY_MAX_LENGTH, (uint32_t)item_size_max);
+    uint64_t record = ext_buffer_need(KEY_MAX_LENGTH, (uint32_t)item_size_max);
     while (ext_pages_of(x, x->page_size) < EXT_FIT_PAGES) {
         uint64_t half = x->page_size / 2;
         uint64_t wbuf = x->wbuf_size;
@@ -1081,11 +1081,11 @@ static int settings_validate(struct settings *s, const struct ext_state *ext, FI
          * whose record cannot fit would stay a candidate forever, so refuse
          * (memcached refuses -I larger than ext_wbuf_size) */
         uint64_t wbuf = x->wbuf_size < x->page_size - EXT_PAGE_HEADER ? x->wbuf_size : x->page_size - EXT_PAGE_HEADER;
-        if (ext_record_size(KEY_MAX_LENGTH, (uint32_t)s->item_size_max) > wbuf) {
+        if (ext_buffer_need(KEY_MAX_LENGTH, (uint32_t)s->item_size_max) > wbuf) {
             fprintf(err, "cachetd: -I (%zu bytes) is too large for ext_wbuf_size (%llu bytes): a record of the "
-                         "largest item (%llu bytes with its header and a %d-byte key) must fit in one write buffer\n",
+                         "largest item (%llu bytes in whole 4 KiB blocks, with its directory entry, a %d-byte key and the footer) must fit in one write buffer\n",
                     s->item_size_max, (unsigned long long)wbuf,
-                    (unsigned long long)ext_record_size(KEY_MAX_LENGTH, (uint32_t)s->item_size_max), KEY_MAX_LENGTH);
+                    (unsigned long long)ext_buffer_need(KEY_MAX_LENGTH, (uint32_t)s->item_size_max), KEY_MAX_LENGTH);
             return EX_USAGE_CODE;
         }
         uint64_t pages = ext_pages_of(x, x->page_size);

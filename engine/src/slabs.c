@@ -80,7 +80,7 @@ unsigned slabs_class_pages(int c) { return atomic_load(&g_classes[c].pages); }
 static uint32_t round8(double v) { uint32_t x = (uint32_t)v; if ((double)x < v) x++; return (x + 7) & ~7u; }
 
 uint32_t g_class_size[MAX_SLAB_CLASSES + 1];
-_Atomic bool g_class_held_chained[MAX_SLAB_CLASSES + 1];
+_Atomic uint32_t g_class_chained_heads[MAX_SLAB_CLASSES + 1];
 static size_t chunk_max;
 
 size_t slabs_chunk_max(void) { return chunk_max; }

@@ -85,11 +85,18 @@ enum {
 extern bool g_use_cas;
 /* Chunk size of each class, indexed by class id; set by slabs_init. */
 extern uint32_t g_class_size[];
-/* Classes that ever held the head of a chained value (set once, never
- * cleared): a head can sit in any class, however small, because it keeps
- * only the value's last piece; extstore's flusher looks for large values in
- * these classes too. */
-extern _Atomic bool g_class_held_chained[];
+/* Heads of chained values each class holds now: a head can sit in any
+ * class, however small, because it keeps only the value's last piece, so
+ * extstore's flusher and the chained-value eviction look in these classes
+ * too. Counted when a head is allocated and when its memory is freed
+ * (items.c), so a class that held one once is not watched forever: a
+ * small class full of small items read as "memory low" to the flusher
+ * long after its one chained value was gone. */
+extern _Atomic uint32_t g_class_chained_heads[];
+static inline bool class_holds_chained(unsigned clsid)
+{
+    return atomic_load_explicit(&g_class_chained_heads[clsid], memory_order_relaxed) != 0;
+}
 extern char *g_region;
 extern unsigned g_page_shift;
 extern _Atomic uint8_t *g_page_cls;

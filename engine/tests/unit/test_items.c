@@ -416,6 +416,33 @@ static void test_touch_gives_an_expiry_to_an_item_without_one(void)
     CHECK(get_str("k11111111", NULL) == NULL);
 }
 
+static unsigned classes_holding_chained(void)
+{
+    unsigned n = 0;
+    for (unsigned c = 1; c <= slabs_class_count(); c++) n += class_holds_chained(c);
+    return n;
+}
+
+/* A value just over slab_chunk_max keeps its last bytes in the head, in a
+ * small class: that class counts as holding a chained value (the flusher and
+ * the chained-value eviction look there) only while the head exists. It
+ * used to stay marked for good once one such value had passed through. */
+static void test_chained_head_class_is_forgotten_when_freed(void)
+{
+    size_t n = slabs_chunk_max() + 100;
+    char *big = malloc(n + 1);
+    memset(big, 'c', n);
+    big[n] = 0;
+    CHECK(classes_holding_chained() == 0);
+    CHECK(put("chained", big) == STORE_STORED);
+    CHECK(classes_holding_chained() == 1);
+    CHECK(put("chained", big) == STORE_STORED);   /* replaced: the old head goes after its grace period */
+    CHECK(storage_delete(T, "chained", 7, NULL) == STORE_STORED);
+    bags_test_reclaim_all();
+    CHECK(classes_holding_chained() == 0);
+    free(big);
+}
+
 int main(void)
 {
     setup(64, 10, false);
@@ -433,6 +460,7 @@ int main(void)
     TEST(test_fetched_and_last_access);
     TEST(test_stats_sizes);
     TEST(test_large_value_ref);
+    TEST(test_chained_head_class_is_forgotten_when_freed);
     TEST(test_stats_smoke);
     TEST(test_without_cas);
     teardown();
