@@ -54,6 +54,11 @@ void ext_io_stats_settings(stat_writer w, void *ctx);
  * worker sleeps); reap finishes what completed, into the worker's reply
  * queue, which the caller drains next; free waits for the reads in flight
  * and finishes them first. */
+/* A disk value longer than this is sent in pieces of it (reply.h's
+ * streamed slots): a reply holds one piece of the buffer budget, whatever
+ * the value's size, and reads the next only once its client took the last.
+ * 64 KiB: 16 clients each waiting for a 1 MB value hold 1 MiB, not 16. */
+#define EXT_SEND_PIECE        (64u << 10)
 #define EXT_WORKER_READS      64
 #define EXT_WORKER_READ_BYTES (32u << 10)
 struct ext_worker;

@@ -657,6 +657,52 @@ enum ext_read_result ext_read_finish(struct extstore *e, const struct ext_read_o
     return count(e, r, ext_record_size(nkey, nval));
 }
 
+enum ext_read_result ext_read_range(struct extstore *e, const struct ext_locator *loc, uint32_t nkey,
+                                    uint32_t nval, uint32_t voff, uint32_t len, char *abuf,
+                                    uint64_t abuf_cap, const char **piece)
+{
+    uint32_t id = ext_loc_page(loc), version = ext_loc_version(loc);
+    uint64_t off = ext_loc_offset(loc), rs = ext_record_size(nkey, nval);
+    if (id >= e->npages || off + rs > e->conf.page_size || voff > nval || len > nval - voff)
+        return EXT_MISS_BADCRC;
+    uint64_t from = off + EXT_RECORD_HEADER + nkey + voff;   /* within the page */
+    struct page *p = &e->pages[id];
+
+    pthread_mutex_lock(&e->lock);
+    if (atomic_load_explicit(&p->version, memory_order_relaxed) != version) {
+        pthread_mutex_unlock(&e->lock);
+        return EXT_MISS_STALE;
+    }
+    if (p->bucket >= 0) {
+        struct bucket *bk = &e->buckets[p->bucket];
+        if (off >= bk->wbuf_page_off) {     /* still in the write buffer */
+            enum ext_read_result res = EXT_MISS_STALE;
+            if (off + rs <= bk->wbuf_page_off + bk->wbuf_used && len <= abuf_cap) {
+                memcpy(abuf, bk->wbuf + (from - bk->wbuf_page_off), len);
+                *piece = abuf;
+                res = EXT_HIT;
+            }
+            pthread_mutex_unlock(&e->lock);
+            return res;
+        }
+    }
+    int fd = p->fd;
+    uint64_t base = p->file_off;
+    pthread_mutex_unlock(&e->lock);
+
+    uint64_t start = from & ~(uint64_t)(EXT_ALIGN - 1);
+    uint64_t span = align_up(from + len, EXT_ALIGN) - start;
+    if (span > abuf_cap || span > UINT32_MAX) return EXT_MISS_IOERR;
+    struct ext_read_op op = { .fd = fd, .pos = base + start, .len = (uint32_t)span,
+                              .skip = (uint32_t)(from - start), .page = id };
+    int64_t got = ext_read_pread(&op, abuf, 0);
+    if (got < 0) return EXT_MISS_IOERR;
+    if ((uint64_t)got < op.skip + (uint64_t)len) return EXT_MISS_SHORT;
+    if (atomic_load_explicit(&p->version, memory_order_acquire) != version) return EXT_MISS_STALE;
+    *piece = abuf + op.skip;
+    return EXT_HIT;
+}
+
 enum ext_read_result ext_read(struct extstore *e, const struct ext_locator *loc,
                               const void *key, uint32_t nkey, void *val, uint32_t nval)
 {

@@ -572,6 +572,12 @@ void drain_completions(struct worker *w)
         struct conn *c = reply_handle_arrived(h);
         if (!c) {
             reply_handle_free(h);    /* its connection closed meanwhile */
+        } else if (reply_handle_aborted(h)) {
+            /* a value cut short after its first pieces were sent: memcached
+             * closes a connection it cannot finish a value on, and so does
+             * this one (the client sees the value incomplete, never whole) */
+            outbuf_deferred_ready(&c->out, h);
+            conn_close(c);
         } else {
             outbuf_deferred_ready(&c->out, h);
             conn_resume(c);
