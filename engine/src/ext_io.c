@@ -303,23 +303,25 @@ static bool over_share(const struct conn *c, size_t need, bool streamed)
     return limit && held && held + need > share;
 }
 
+/* The last second a disk read waited for budget others hold: workers then
+ * close the clients that hold budget and take nothing (kick_slow). */
+static _Atomic uint32_t starved_at;
+
+bool ext_io_budget_starved(uint32_t now)
+{
+    uint32_t at = atomic_load_explicit(&starved_at, memory_order_relaxed);
+    return at && now - at <= 1;
+}
+
 /* With nothing queued, a disk read whose reply does not fit the budget now
  * waits for it (the worker retries the request, see worker_before_sleep),
  * when it fits the budget at all and for a bounded time. */
-/* Whole seconds of the monotonic clock, never 0 (0 means "not waiting").
- * Its own clock read, not storage's: the IO layer never calls item code. */
-static uint32_t wait_clock_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint32_t)ts.tv_sec + 1;
-}
-
 static bool wait_for_budget(struct conn *c, size_t need)
 {
     size_t limit = bufmem_limit();
-    uint32_t now = wait_clock_s();
+    uint32_t now = conn_clock_s();
     if (!limit || need > limit / 2) return false;
+    atomic_store_explicit(&starved_at, now, memory_order_relaxed);
     if (!c->budget_wait_since) c->budget_wait_since = now;
     else if (now - c->budget_wait_since >= BUDGET_WAIT_MAX_S) return false;
     c->waits_budget = true;

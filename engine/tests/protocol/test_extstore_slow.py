@@ -128,3 +128,29 @@ def test_a_client_that_never_reads_20_disk_values_of_1mb_holds_a_few_pieces_of_t
         s.close()
         wait_until(lambda: stat(c, "conn_buffer_bytes") == base, 60, "the budget coming back after the hang-up")
     srv.check_healthy()
+
+
+def test_silent_clients_holding_the_whole_budget_are_cut_off_and_other_disk_gets_served(start_server, tmp_path):
+    """More silent clients than the budget has pieces for: 20 clients each
+    pipeline GETs of 1 MB disk values and never read, with a 1 MiB budget
+    (read_buf_mem_limit=1) and the operator's socket buffers; a 64 KiB
+    piece each (a connection's share of this budget) is more than it. Another client's disk GETs are all
+    served: a client that holds budget and has taken nothing for 2 s while
+    another's disk read waits for it is closed (slow_kicks), alone. Without
+    that, the budget stayed theirs and the other GET failed after 5 s with
+    SERVER_ERROR out of memory. memcached 1.6.45 serves them too."""
+    srv, keys = start_with_values_on_disk(start_server, tmp_path, "mb", 20, MB_VALUE,
+                                          ",read_buf_mem_limit=1" + ("" if IS_MEMCACHED else OPERATOR_SOCKETS))
+    with srv.conn() as c:
+        silent = slow_readers(srv, c, [[keys[s % 14], keys[(s + 1) % 14]] for s in range(20)], repeat=4)
+        if not IS_MEMCACHED:
+            assert int(c.stats().get("slow_kicks", 0)) == 0   # nobody needed their budget yet
+        for i in (15, 16, 17):
+            assert c.values(f"get {keys[i]}") == {keys[i]: (0, value_of("mb", i, MB_VALUE), None)}, keys[i]
+        if not IS_MEMCACHED:
+            kicked = stat(c, "slow_kicks")
+            assert 1 <= kicked <= len(silent), kicked
+            assert stat(c, "get_oom_extstore") == 0
+    for s in silent:
+        s.close()
+    srv.check_healthy()
