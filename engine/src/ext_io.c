@@ -52,6 +52,10 @@ struct job {
     char                 key[KEY_MAX_LENGTH];
 };
 
+/* memory_budget.c counts EXT_WORKER_JOB_BYTES (1 KiB) for each of a
+ * worker's jobs[] and its ring slot */
+_Static_assert(sizeof(struct job) <= 1024 - 64, "a job outgrew the memory formula's EXT_WORKER_JOB_BYTES");
+
 struct ext_worker {
     struct ext_worker *next;      /* the list ext_io_engine walks, under lock */
     struct ext_reader *reader;

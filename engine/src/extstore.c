@@ -696,9 +696,10 @@ enum ext_read_result ext_read_range(struct extstore *e, const struct ext_locator
     struct ext_read_op op = { .fd = fd, .pos = base + start, .len = (uint32_t)span,
                               .skip = (uint32_t)(from - start), .page = id };
     int64_t got = ext_read_pread(&op, abuf, 0);
-    if (got < 0) return EXT_MISS_IOERR;
-    if ((uint64_t)got < op.skip + (uint64_t)len) return EXT_MISS_SHORT;
-    if (atomic_load_explicit(&p->version, memory_order_acquire) != version) return EXT_MISS_STALE;
+    /* a failed piece counts as the failed read it is (extstore_read_errors) */
+    if (got < 0) return count(e, EXT_MISS_IOERR, 0);
+    if ((uint64_t)got < op.skip + (uint64_t)len) return count(e, EXT_MISS_SHORT, 0);
+    if (atomic_load_explicit(&p->version, memory_order_acquire) != version) return count(e, EXT_MISS_STALE, 0);
     *piece = abuf + op.skip;
     return EXT_HIT;
 }

@@ -183,7 +183,7 @@ enum ext_read_result ext_read_finish(struct extstore *e, const struct ext_read_o
  * rewritten at one version, so the same version before and after the read
  * means these are the bytes the CRC was checked over; anything else is
  * EXT_MISS_STALE. On EXT_HIT *piece points at the bytes (inside abuf).
- * Not counted: the first read counted the record. */
+ * A hit is not counted (the first read counted the record), a failure is. */
 enum ext_read_result ext_read_range(struct extstore *e, const struct ext_locator *loc, uint32_t nkey,
                                     uint32_t nval, uint32_t voff, uint32_t len, char *abuf,
                                     uint64_t abuf_cap, const char **piece);

@@ -154,3 +154,34 @@ def test_silent_clients_holding_the_whole_budget_are_cut_off_and_other_disk_gets
     for s in silent:
         s.close()
     srv.check_healthy()
+
+
+@pytest.mark.test_hooks
+@pytest.mark.cachetd_only(reason="cachetd's fault hook (CACHET_TEST_EXT_FAULTS)")
+def test_a_piece_that_cannot_be_read_closes_the_connection_mid_value(start_server, tmp_path, monkeypatch):
+    """A 1 MB disk value is read whole and its CRC checked before its first
+    piece is sent; each later piece is read again when the client has taken
+    the last. When one of those reads fails (the fault hook fails every
+    third disk read), the value is already partly sent: the connection is
+    closed mid-value, so the client never takes a cut-short value for a
+    whole one (no END), and the failed read is counted. Other connections
+    are served as before."""
+    monkeypatch.setenv("CACHET_TEST_EXT_FAULTS", "read=3")
+    srv, keys = start_with_values_on_disk(start_server, tmp_path, "mb", 4, MB_VALUE)
+    with srv.conn() as c:
+        errors = stat(c, "extstore_read_errors")
+        with srv.conn() as g:
+            g.send(f"get {keys[0]}\r\n".encode())
+            assert g.line() == f"VALUE {keys[0]} 0 {MB_VALUE}".encode()
+            got = b""
+            with pytest.raises(ConnectionError):
+                while True:
+                    got = g.buf
+                    g._fill()
+            got = g.buf
+        assert len(got) < MB_VALUE, len(got)
+        assert got == value_of("mb", 0, MB_VALUE)[:len(got)]
+        assert stat(c, "extstore_read_errors") > errors
+        assert c.cmd("set small 0 0 1\r\nx") == b"STORED"
+        assert c.values("get small") == {"small": (0, b"x", None)}
+    srv.check_healthy()
