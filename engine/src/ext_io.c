@@ -307,14 +307,27 @@ static bool over_share(const struct conn *c, size_t need, bool streamed)
     return limit && held && held + need > share;
 }
 
-/* The last second a disk read waited for budget others hold: workers then
- * close the clients that hold budget and take nothing (kick_slow). */
-static _Atomic uint32_t starved_at;
+/* Disk reads waiting for budget others hold: the last second one waited
+ * (starved_at) and the second the waits began (starved_since, reset after a
+ * second with none). Workers close the clients that hold budget and take
+ * nothing (kick_slow) once reads have waited STARVED_MIN_S clock ticks (at
+ * least a second): a wait that ends sooner on its own (its key deleted, a
+ * reader catching up) costs nobody a connection. Approximate under races
+ * (two relaxed atomics), which moves a kick by a second at most. */
+#define STARVED_MIN_S 2
+static _Atomic uint32_t starved_at, starved_since;
+
+static void note_starved(uint32_t now)
+{
+    uint32_t at = atomic_exchange_explicit(&starved_at, now, memory_order_relaxed);
+    if (!at || now - at > 1) atomic_store_explicit(&starved_since, now, memory_order_relaxed);
+}
 
 bool ext_io_budget_starved(uint32_t now)
 {
     uint32_t at = atomic_load_explicit(&starved_at, memory_order_relaxed);
-    return at && now - at <= 1;
+    uint32_t since = atomic_load_explicit(&starved_since, memory_order_relaxed);
+    return at && since && now - at <= 1 && at - since >= STARVED_MIN_S;
 }
 
 /* With nothing queued, a disk read whose reply does not fit the budget now
@@ -325,7 +338,7 @@ static bool wait_for_budget(struct conn *c, size_t need)
     size_t limit = bufmem_limit();
     uint32_t now = conn_clock_s();
     if (!limit || need > limit / 2) return false;
-    atomic_store_explicit(&starved_at, now, memory_order_relaxed);
+    note_starved(now);
     if (!c->budget_wait_since) c->budget_wait_since = now;
     else if (now - c->budget_wait_since >= BUDGET_WAIT_MAX_S) return false;
     c->waits_budget = true;

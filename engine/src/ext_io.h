@@ -32,8 +32,8 @@ struct conn;
  * 0, or -1 if one could not start. */
 int  ext_io_start(unsigned threads, unsigned depth);
 void ext_io_stop(void);
-/* A disk read waited for the buffer budget within the last second (`now`:
- * conn_clock_s()): the budget is held by others. */
+/* Disk reads have been waiting for the buffer budget for over a second and
+ * still are (`now`: conn_clock_s()): the budget is held by others. */
 bool ext_io_budget_starved(uint32_t now);
 /* "io_uring" when every IO thread and worker reads through its ring, else "pread"
  * (io_uring refused, or CACHET_TEST_NO_URING in a test build). `stats

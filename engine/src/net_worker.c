@@ -69,11 +69,11 @@ static void close_idle(struct worker *w)
 /* ------------------------------------------------------ slow clients' budget */
 
 /* A client that holds connection buffer budget and has taken no byte for
- * SLOW_KICK_S seconds while another connection's disk read waits for that
- * budget is closed and counted (slow_kicks): the budget belongs to a slow
- * client only while nobody else needs it, as memcached closes a client
- * whose output it cannot queue. A disk read waits up to 5 s for budget
- * (ext_io.c), so a sweep a second after this bound frees it in time. A
+ * SLOW_KICK_S seconds while disk reads have waited over a second for that
+ * budget (ext_io_budget_starved) is closed and counted (slow_kicks): the
+ * budget belongs to a slow client only while nobody else needs it, as
+ * memcached closes a client whose output it cannot queue. A disk read
+ * waits up to 5 s for budget (ext_io.c); this frees it after 1 to 3. A
  * client that reads, however slowly, keeps its connection. */
 #define SLOW_KICK_S 2
 

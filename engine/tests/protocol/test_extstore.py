@@ -1477,9 +1477,9 @@ def test_bytes_read_counts_whole_objects_read_from_disk(start_server, tmp_path):
 
 @pytest.mark.cachetd_only(reason="the 5 s bound on a disk read waiting for the buffer budget is cachetd's (conn_buffer_limit)")
 def test_a_budget_wait_whose_key_left_the_disk_does_not_fail_the_next_disk_get(start_server, tmp_path):
-    """A disk GET that waits for the connection buffer budget (six clients
-    that do not read hold it: a 64 KiB piece each, more than a 256 KiB
-    budget) is retried; when its key is deleted meanwhile
+    """A disk GET that waits for the connection buffer budget (three clients
+    that do not read hold it: a 64 KiB piece each, all but 60 KiB of a
+    256 KiB budget) is retried; when its key is deleted meanwhile
     the retry is a plain miss. That wait is over: the same connection's next
     disk GET, more than the 5 s bound later, must wait again and be served
     once the budget frees (the slow clients hang up). cachetd kept the old
@@ -1487,7 +1487,7 @@ def test_a_budget_wait_whose_key_left_the_disk_does_not_fail_the_next_disk_get(s
     memory."""
     srv, keys = start_with_mb_values_on_disk(start_server, tmp_path, ",conn_buffer_limit=256k")
     with srv.conn() as c:
-        slow = slow_readers(srv, c, [[keys[(s * 7 + j) % 38] for j in range(20)] for s in range(6)])
+        slow = slow_readers(srv, c, [[keys[(s * 7 + j) % 38] for j in range(20)] for s in range(3)])
         a = srv.conn(timeout=30)
         a.send(b"get mb39\r\n")
         time.sleep(0.5)   # let it start waiting (if it does not, the test shows nothing)

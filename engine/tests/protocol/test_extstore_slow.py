@@ -134,10 +134,11 @@ def test_silent_clients_holding_the_whole_budget_are_cut_off_and_other_disk_gets
     """More silent clients than the budget has pieces for: 20 clients each
     pipeline GETs of 1 MB disk values and never read, with a 1 MiB budget
     (read_buf_mem_limit=1) and the operator's socket buffers; a 64 KiB
-    piece each (a connection's share of this budget) is more than it. Another client's disk GETs are all
-    served: a client that holds budget and has taken nothing for 2 s while
-    another's disk read waits for it is closed (slow_kicks), alone. Without
-    that, the budget stayed theirs and the other GET failed after 5 s with
+    piece each (a connection's share of this budget) is more than it.
+    Another client's disk GETs are all served: a client that holds budget
+    and has taken nothing for 2 s while disk reads have waited over a
+    second for it is closed (slow_kicks), alone. Without that, the budget
+    stayed theirs and the other GET failed after 5 s with
     SERVER_ERROR out of memory. memcached 1.6.45 serves them too."""
     srv, keys = start_with_values_on_disk(start_server, tmp_path, "mb", 20, MB_VALUE,
                                           ",read_buf_mem_limit=1" + ("" if IS_MEMCACHED else OPERATOR_SOCKETS))
