@@ -9,7 +9,11 @@
  * io_uring is refused) and completes each. A job owns its reply handle until
  * reply_complete(), which may run on this thread (reply.h) and copies the
  * value out of the reader's buffer; the connection may be gone by then, the
- * handle is then freed by its worker. Each IO thread has its own storage
+ * handle is then freed by its worker. A value over EXT_SEND_PIECE is sent in
+ * pieces: its job belongs to its handle from the start (freed with it, on
+ * the worker), and goes back on the queue, from the worker, for each piece
+ * after the first once the one before is sent; the IO thread reads those
+ * pieces with pread before its batch, into its reader's first buffer. Each IO thread has its own storage
  * context (a stub whose read failed is unlinked, a recache relinks the
  * value: extstore's item side does both, reached through the hook table of
  * ext_hooks.h, never by calling item code) and its own reader (ring and io_depth buffers of the largest
@@ -277,13 +281,11 @@ void ext_io_worker_free(struct ext_worker *xw)
     free(xw);
 }
 
-/* A disk read holds its whole value from the connection buffer budget
- * until the reply is sent, so a connection's share of it is bounded: one
- * that already holds 1/CONN_SHARE_DIV of the budget in disk replies (always
- * at least one) waits for its client to read them before it starts another.
- * Two clients that pipelined 20 GETs of 1 MB disk values each and did not
- * read held the whole budget (8 MiB at -m 64), and every other client's disk
- * GET failed; now each holds one or two values, and waits alone. */
+/* A disk reply holds its value (or, over EXT_SEND_PIECE, one piece of it)
+ * from the connection buffer budget until it is sent, so a connection's
+ * share of it is bounded: one that already holds 1/CONN_SHARE_DIV of the
+ * budget in disk replies (always at least one) waits for its client to read
+ * them before it starts another. */
 #define CONN_SHARE_DIV 16
 /* How long a disk read with nothing queued waits for budget others hold
  * before it fails as before (SERVER_ERROR): while they read their replies it

@@ -15,7 +15,8 @@
  * the worker sleeps, and each reply is finished when its completion is
  * reaped, on the worker, with no other thread involved. A value too large
  * for a slot, a worker whose slots are all in flight, and every read where
- * io_uring is refused go to the IO threads as before.
+ * io_uring is refused go to the IO threads as before; so do the pieces of a
+ * value over EXT_SEND_PIECE (below).
  */
 #ifndef CACHET_EXT_IO_H
 #define CACHET_EXT_IO_H
