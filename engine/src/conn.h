@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "outbuf.h"
 #include "reply.h"
@@ -81,6 +82,8 @@ struct conn {
      * the lines already queued, skipped when it is written again. */
     uint32_t         stats_done;
     bool             write_blocked; /* waiting for EPOLLOUT */
+    uint32_t         blocked_since; /* while write_blocked: conn_clock_s() of the last byte its
+                                     * client took (or of the block), for kick_slow (net_worker.c) */
     bool             peer_eof;      /* the client shut its side (shutdown(SHUT_WR), nc -N):
                                      * what it sent is answered, then the connection closes */
     bool             yielded;       /* on the worker's pending list */
@@ -119,6 +122,7 @@ struct server_stats {
     uint64_t cmd_get, cmd_set, cmd_flush, cmd_touch, cmd_meta;
     uint64_t bytes_read, bytes_written, conn_yields;
     uint64_t response_obj_oom, read_buf_oom, idle_kicks;
+    uint64_t slow_kicks;                        /* clients closed for holding the budget others wait for */
     uint64_t store_too_large, store_no_memory;  /* a store's item could not be allocated */
     uint64_t auth_cmds, auth_errors;            /* -Y: authentication attempts, and failures (auth.c) */
 };
@@ -167,10 +171,21 @@ struct worker {
     struct conn    **batch;        /* connections found readable this turn */
     int              nbatch;
     rel_time_t       idle_checked; /* last idle_timeout sweep */
+    uint32_t         slow_checked; /* conn_clock_s() of the last kick_slow sweep */
     bool             stopping;     /* shutdown seen: listeners closed, connections closing */
     struct prefetched pf[PREFETCH_MAX];  /* GET keys of the batch being answered */
     int              npf, pf_pos;
 };
+
+/* Whole seconds of the monotonic clock, never 0 (0 means "not set"): the
+ * IO layer's own clock for its waits and cut-offs; storage's clock is item
+ * code, which the IO layer never calls. */
+static inline uint32_t conn_clock_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint32_t)ts.tv_sec + 1;
+}
 
 /* ---- output, for the protocol (see outbuf.h) ---- */
 /* At least n free bytes at out_tail(); false: the reply failed (the
@@ -201,6 +216,7 @@ static inline void out_commit(struct conn *c, const char *end) { outbuf_commit(&
 static inline void out_fail(struct conn *c) { outbuf_fail(&c->out); }
 static inline bool out_defer_full(const struct conn *c) { return outbuf_defer_full(&c->out); }
 static inline size_t out_deferred_bytes(const struct conn *c) { return outbuf_deferred_bytes(&c->out); }
+static inline size_t out_budget_bytes(const struct conn *c) { return outbuf_budget_bytes(&c->out); }
 /* A reply slot filled later, by any thread: see reply.h. */
 static inline struct reply_handle *reply_defer(struct conn *c, const struct reply_spec *spec)
 {

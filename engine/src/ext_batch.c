@@ -159,6 +159,7 @@ static void finish_one(storage_thread *t, struct ext_fetch *f, struct slot *s, c
     }
     f->hit = ext_hooks()->fetch_done(t, f->key, f->nkey, f->v, s->r, f->value, at);
     if (!f->hit) f->value = NULL;
+    memcpy(f->at, at, sizeof f->at);
     done(arg, f);
 }
 
@@ -211,6 +212,17 @@ void ext_reader_fetch(struct ext_reader *r, storage_thread *t, struct ext_fetch 
         s->r = ext_read_finish(e, &s->op, s->buf, s->got, &s->loc, f[i].key, f[i].nkey, f[i].v->nbytes, &f[i].value);
         finish_one(t, &f[i], s, s->buf, done, arg);
     }
+}
+
+enum ext_read_result ext_reader_read_range(struct ext_reader *r, const uint8_t at[12], uint32_t nkey,
+                                           uint32_t nval, uint32_t voff, uint32_t len, const char **piece)
+{
+    struct extstore *e = ext_hooks()->store;
+    if (!r->bufs && posix_memalign((void **)&r->bufs, EXT_ALIGN, r->depth * r->buf_size)) r->bufs = NULL;
+    if (!e || !r->bufs) return EXT_MISS_IOERR;
+    struct ext_locator loc;
+    memcpy(&loc, at, sizeof loc);
+    return ext_read_range(e, &loc, nkey, nval, voff, len, r->bufs, r->buf_size, piece);
 }
 
 /* ------------------------------------------------------------ started reads

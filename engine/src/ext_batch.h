@@ -32,6 +32,8 @@ struct ext_fetch {
     const struct item_view *v;        /* an on-disk view (v->on_disk) */
     bool                    hit;      /* out */
     const char             *value;    /* out: v->nbytes bytes, valid until the next batch */
+    uint8_t                 at[12];   /* out, on a hit: the locator the record was read at
+                                       * (the view's, or where compaction moved it) */
 };
 
 struct ext_reader;
@@ -49,6 +51,13 @@ bool ext_reader_uses_uring(const struct ext_reader *r);
  * each read. */
 void ext_reader_fetch(struct ext_reader *r, storage_thread *t, struct ext_fetch *f, unsigned n,
                       void (*done)(void *arg, struct ext_fetch *f), void *arg);
+
+/* A later piece of a value an earlier fetch found good (ext_read_range):
+ * read with pread into the reader's first buffer, so only between batches
+ * and never on a reader with started reads in flight. *piece is valid until
+ * the reader's next read. */
+enum ext_read_result ext_reader_read_range(struct ext_reader *r, const uint8_t at[12], uint32_t nkey,
+                                           uint32_t nval, uint32_t voff, uint32_t len, const char **piece);
 
 /* Started reads, for a worker that keeps serving while its reads are in
  * flight (ext_io.c). A reader is used either with ext_reader_fetch or with

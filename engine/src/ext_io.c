@@ -9,7 +9,11 @@
  * io_uring is refused) and completes each. A job owns its reply handle until
  * reply_complete(), which may run on this thread (reply.h) and copies the
  * value out of the reader's buffer; the connection may be gone by then, the
- * handle is then freed by its worker. Each IO thread has its own storage
+ * handle is then freed by its worker. A value over EXT_SEND_PIECE is sent in
+ * pieces: its job belongs to its handle from the start (freed with it, on
+ * the worker), and goes back on the queue, from the worker, for each piece
+ * after the first once the one before is sent; the IO thread reads those
+ * pieces with pread before its batch, into its reader's first buffer. Each IO thread has its own storage
  * context (a stub whose read failed is unlinked, a recache relinks the
  * value: extstore's item side does both, reached through the hook table of
  * ext_hooks.h, never by calling item code) and its own reader (ring and io_depth buffers of the largest
@@ -45,9 +49,16 @@ struct job {
     struct reply_handle *h;
     struct item_view     v;
     struct ext_fetch     f;       /* a worker's own read: its fetch */
+    bool                 streamed;/* a value sent in pieces: the handle owns this job */
+    uint32_t             voff;    /* streamed: the piece to read (0: the first read) */
+    uint8_t              at[12];  /* streamed: where the first read found the record */
     uint32_t             nkey;
     char                 key[KEY_MAX_LENGTH];
 };
+
+/* memory_budget.c counts EXT_WORKER_JOB_BYTES (1 KiB) for each of a
+ * worker's jobs[] and its ring slot */
+_Static_assert(sizeof(struct job) <= 1024 - 64, "a job outgrew the memory formula's EXT_WORKER_JOB_BYTES");
 
 struct ext_worker {
     struct ext_worker *next;      /* the list ext_io_engine walks, under lock */
@@ -72,15 +83,48 @@ static unsigned nthreads, depth;
 static _Atomic unsigned next_thread;
 static struct ext_worker *worker_readers;
 
+static void job_free(void *arg)
+{
+    free(arg);
+    bufmem_release(sizeof(struct job));
+}
+
+static uint32_t piece_len(const struct job *j, uint32_t voff)
+{
+    uint32_t left = j->v.nbytes - voff;
+    return left < EXT_SEND_PIECE ? left : EXT_SEND_PIECE;
+}
+
 /* One read of the batch is over: its reply leaves (copied from the reader's
- * buffer) and its job is freed. */
+ * buffer) and its job is freed; a streamed value's first piece leaves, and
+ * its job stays with the handle for the pieces after it. The whole record
+ * was read and its CRC checked here, so a value whose first piece is sent
+ * was good on disk as a whole. */
 static void fetched(void *arg, struct ext_fetch *f)
 {
     struct io_thread *t = arg;
     struct job *j = t->jobs[f - t->fetch];
+    if (j->streamed) {
+        memcpy(j->at, f->at, sizeof j->at);
+        /* the handle (and, when freed, this job) is the worker's from here */
+        reply_complete(j->h, f->hit ? REPLY_HIT : REPLY_MISS, NULL, f->hit ? f->value : NULL,
+                       f->hit ? piece_len(j, 0) : 0);
+        return;
+    }
     reply_complete(j->h, f->hit ? REPLY_HIT : REPLY_MISS, NULL, f->hit ? f->value : NULL, f->hit ? j->v.nbytes : 0);
-    free(j);
-    bufmem_release(sizeof *j);
+    job_free(j);
+}
+
+/* A later piece of a streamed value: read from where the first read found
+ * the record. A page evicted or compacted since, or an IO error, cuts the
+ * value short: REPLY_ABORT, and its connection closes. */
+static void read_piece(struct io_thread *t, struct job *j)
+{
+    const char *piece = NULL;
+    uint32_t n = piece_len(j, j->voff);
+    enum ext_read_result r = ext_reader_read_range(t->reader, j->at, j->nkey, j->v.nbytes, j->voff, n, &piece);
+    if (r == EXT_HIT) reply_complete(j->h, REPLY_HIT, NULL, piece, n);
+    else reply_complete(j->h, REPLY_ABORT, NULL, NULL, 0);
 }
 
 static bool io_pass(void *arg)
@@ -101,10 +145,12 @@ static bool io_pass(void *arg)
     bool more = head != NULL;
     pthread_mutex_unlock(&lock);
     unsigned k = 0;
-    for (struct job *j = batch; j; j = j->next, k++) {
+    for (struct job *j = batch, *nx; j; j = nx) {
+        nx = j->next;
         storage_ext_count_queue(-1);
-        t->jobs[k] = j;
-        t->fetch[k] = (struct ext_fetch){ .key = j->key, .nkey = j->nkey, .v = &j->v };
+        if (j->voff) { read_piece(t, j); continue; }
+        t->jobs[k++] = j;
+        t->fetch[k - 1] = (struct ext_fetch){ .key = j->key, .nkey = j->nkey, .v = &j->v };
     }
     ext_reader_fetch(t->reader, t->st, t->fetch, k, fetched, t);
     return more;
@@ -164,9 +210,9 @@ void ext_io_stop(void)
     pthread_mutex_unlock(&lock);
     while (j) {
         struct job *nx = j->next;
-        reply_complete(j->h, REPLY_MISS, NULL, NULL, 0);
-        free(j);
-        bufmem_release(sizeof *j);
+        bool owned = j->streamed;
+        reply_complete(j->h, REPLY_MISS, NULL, NULL, 0);   /* a later piece: REPLY_ABORT */
+        if (!owned) job_free(j);
         j = nx;
     }
 }
@@ -235,13 +281,11 @@ void ext_io_worker_free(struct ext_worker *xw)
     free(xw);
 }
 
-/* A disk read holds its whole value from the connection buffer budget
- * until the reply is sent, so a connection's share of it is bounded: one
- * that already holds 1/CONN_SHARE_DIV of the budget in disk replies (always
- * at least one) waits for its client to read them before it starts another.
- * Two clients that pipelined 20 GETs of 1 MB disk values each and did not
- * read held the whole budget (8 MiB at -m 64), and every other client's disk
- * GET failed; now each holds one or two values, and waits alone. */
+/* A disk reply holds its value (or, over EXT_SEND_PIECE, one piece of it)
+ * from the connection buffer budget until it is sent, so a connection's
+ * share of it is bounded: one that already holds 1/CONN_SHARE_DIV of the
+ * budget in disk replies (always at least one) waits for its client to read
+ * them before it starts another. */
 #define CONN_SHARE_DIV 16
 /* How long a disk read with nothing queued waits for budget others hold
  * before it fails as before (SERVER_ERROR): while they read their replies it
@@ -249,30 +293,54 @@ void ext_io_worker_free(struct ext_worker *xw)
  * (above), so only very many of them at once can use up this wait. */
 #define BUDGET_WAIT_MAX_S 5
 
-static bool over_share(const struct conn *c, size_t need)
+/* A value sent in pieces starts only while the connection holds at most
+ * one more such piece's worth: a client pipelining GETs of large disk
+ * values holds two pieces, not 1/CONN_SHARE_DIV of the budget (30 clients
+ * that each asked for 300 KB values and did not read held 9 MB, more than
+ * the 8 MiB at -m 64, one value each, and every other disk GET failed). */
+#define CONN_STREAMED_PIECES 2
+
+static bool over_share(const struct conn *c, size_t need, bool streamed)
 {
     size_t limit = bufmem_limit();
     size_t held = out_deferred_bytes(c);
-    return limit && held && held + need > limit / CONN_SHARE_DIV;
+    size_t share = limit / CONN_SHARE_DIV;
+    if (streamed && share > CONN_STREAMED_PIECES * need) share = CONN_STREAMED_PIECES * need;
+    return limit && held && held + need > share;
+}
+
+/* Disk reads waiting for budget others hold: the last second one waited
+ * (starved_at) and the second the waits began (starved_since, reset after a
+ * second with none). Workers close the clients that hold budget and take
+ * nothing (kick_slow) once reads have waited STARVED_MIN_S clock ticks (at
+ * least a second): a wait that ends sooner on its own (its key deleted, a
+ * reader catching up) costs nobody a connection. Approximate under races
+ * (two relaxed atomics), which moves a kick by a second at most. */
+#define STARVED_MIN_S 2
+static _Atomic uint32_t starved_at, starved_since;
+
+static void note_starved(uint32_t now)
+{
+    uint32_t at = atomic_exchange_explicit(&starved_at, now, memory_order_relaxed);
+    if (!at || now - at > 1) atomic_store_explicit(&starved_since, now, memory_order_relaxed);
+}
+
+bool ext_io_budget_starved(uint32_t now)
+{
+    uint32_t at = atomic_load_explicit(&starved_at, memory_order_relaxed);
+    uint32_t since = atomic_load_explicit(&starved_since, memory_order_relaxed);
+    return at && since && now - at <= 1 && at - since >= STARVED_MIN_S;
 }
 
 /* With nothing queued, a disk read whose reply does not fit the budget now
  * waits for it (the worker retries the request, see worker_before_sleep),
  * when it fits the budget at all and for a bounded time. */
-/* Whole seconds of the monotonic clock, never 0 (0 means "not waiting").
- * Its own clock read, not storage's: the IO layer never calls item code. */
-static uint32_t wait_clock_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint32_t)ts.tv_sec + 1;
-}
-
 static bool wait_for_budget(struct conn *c, size_t need)
 {
     size_t limit = bufmem_limit();
-    uint32_t now = wait_clock_s();
+    uint32_t now = conn_clock_s();
     if (!limit || need > limit / 2) return false;
+    note_starved(now);
     if (!c->budget_wait_since) c->budget_wait_since = now;
     else if (now - c->budget_wait_since >= BUDGET_WAIT_MAX_S) return false;
     c->waits_budget = true;
@@ -300,10 +368,31 @@ static bool no_slot(struct conn *c, bool can_wait, size_t need)
     return true;
 }
 
+static void enqueue(struct job *j)
+{
+    storage_ext_count_queue(1);
+    pthread_mutex_lock(&lock);
+    if (tail) tail->next = j; else head = j;
+    tail = j;
+    pthread_mutex_unlock(&lock);
+    bgthread_wake(&threads[atomic_fetch_add_explicit(&next_thread, 1, memory_order_relaxed) % nthreads].bg);
+}
+
+/* The worker sent a streamed value's piece: the next one is read now. */
+static void next_piece(void *arg, struct reply_handle *h, size_t offset)
+{
+    struct job *j = arg;
+    j->h = h;
+    j->next = NULL;
+    j->voff = (uint32_t)offset;
+    enqueue(j);
+}
+
 static void job_fill(struct job *j, struct reply_handle *h, const char *key, uint32_t nkey,
                      const struct item_view *v)
 {
     j->next = NULL;
+    j->voff = 0;
     j->h = h;
     j->v = *v;
     j->nkey = nkey;
@@ -315,11 +404,13 @@ bool ext_io_value(struct conn *c, const char *hd, size_t nhead, const char *miss
 {
     struct reply_spec spec = { .head = hd, .nhead = nhead, .tail = "\r\n", .ntail = 2,
                                .miss = miss, .nmiss = nmiss, .max_bytes = v->nbytes, .ext = true };
-    size_t need = nhead + 2 + nmiss + v->nbytes + sizeof(struct job);
-    if (over_share(c, need)) return no_slot(c, true, need);
+    bool streamed = v->nbytes > EXT_SEND_PIECE;
+    if (streamed) spec.max_bytes = EXT_SEND_PIECE;
+    size_t need = nhead + 2 + nmiss + spec.max_bytes + sizeof(struct job);
+    if (over_share(c, need, streamed)) return no_slot(c, true, need);
     /* on the worker's own ring when it has a free slot that fits */
     struct ext_worker *xw = c->w->ext;
-    if (xw && ext_reader_can_start(xw->reader, nkey, v->nbytes)) {
+    if (!streamed && xw && ext_reader_can_start(xw->reader, nkey, v->nbytes)) {
         struct reply_handle *h = reply_defer(c, &spec);
         if (!h) return no_slot(c, true, need);
         budget_wait_over(c);
@@ -334,6 +425,8 @@ bool ext_io_value(struct conn *c, const char *hd, size_t nhead, const char *miss
      * reserved from the budget */
     bool reserved = nthreads && bufmem_reserve(sizeof(struct job));
     struct job *j = reserved ? malloc(sizeof *j) : NULL;
+    if (j && streamed)
+        spec.stream = (struct reply_stream){ .total = v->nbytes, .next = next_piece, .release = job_free, .arg = j };
     struct reply_handle *h = j ? reply_defer(c, &spec) : NULL;
     if (!h) {
         free(j);
@@ -343,11 +436,7 @@ bool ext_io_value(struct conn *c, const char *hd, size_t nhead, const char *miss
     budget_wait_over(c);
     storage_ext_count_get();
     job_fill(j, h, key, nkey, v);
-    storage_ext_count_queue(1);
-    pthread_mutex_lock(&lock);
-    if (tail) tail->next = j; else head = j;
-    tail = j;
-    pthread_mutex_unlock(&lock);
-    bgthread_wake(&threads[atomic_fetch_add_explicit(&next_thread, 1, memory_order_relaxed) % nthreads].bg);
+    j->streamed = streamed;
+    enqueue(j);
     return true;
 }

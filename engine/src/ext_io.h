@@ -15,7 +15,8 @@
  * the worker sleeps, and each reply is finished when its completion is
  * reaped, on the worker, with no other thread involved. A value too large
  * for a slot, a worker whose slots are all in flight, and every read where
- * io_uring is refused go to the IO threads as before.
+ * io_uring is refused go to the IO threads as before; so do the pieces of a
+ * value over EXT_SEND_PIECE (below).
  */
 #ifndef CACHET_EXT_IO_H
 #define CACHET_EXT_IO_H
@@ -32,6 +33,9 @@ struct conn;
  * 0, or -1 if one could not start. */
 int  ext_io_start(unsigned threads, unsigned depth);
 void ext_io_stop(void);
+/* Disk reads have been waiting for the buffer budget for over a second and
+ * still are (`now`: conn_clock_s()): the budget is held by others. */
+bool ext_io_budget_starved(uint32_t now);
 /* "io_uring" when every IO thread and worker reads through its ring, else "pread"
  * (io_uring refused, or CACHET_TEST_NO_URING in a test build). `stats
  * settings` shows it as ext_io_engine (cachetd's own). */
@@ -54,6 +58,11 @@ void ext_io_stats_settings(stat_writer w, void *ctx);
  * worker sleeps); reap finishes what completed, into the worker's reply
  * queue, which the caller drains next; free waits for the reads in flight
  * and finishes them first. */
+/* A disk value longer than this is sent in pieces of it (reply.h's
+ * streamed slots): a reply holds one piece of the buffer budget, whatever
+ * the value's size, and reads the next only once its client took the last.
+ * 64 KiB: 16 clients each waiting for a 1 MB value hold 1 MiB, not 16. */
+#define EXT_SEND_PIECE        (64u << 10)
 #define EXT_WORKER_READS      64
 #define EXT_WORKER_READ_BYTES (32u << 10)
 struct ext_worker;

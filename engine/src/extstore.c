@@ -697,38 +697,62 @@ static enum ext_read_result count(struct extstore *e, enum ext_read_result r, ui
     return r;
 }
 
-bool ext_read_prepare(struct extstore *e, const struct ext_locator *loc, const void *key, uint32_t nkey,
-                      void *val, uint32_t nval, struct ext_read_op *op, enum ext_read_result *r)
+/* Where the value of nval bytes behind loc is (format 2: the locator
+ * points at the value itself), as the page table says
+ * under the lock: its page re-versioned since (AT_STALE), still in its
+ * bucket's write buffer (AT_WBUF, *rec pointing at it; AT_WBUF_TORN when
+ * the buffer does not hold all of it), both with the lock still held for
+ * the caller's copy, or on disk (AT_DISK: *fd and *base, the page's file
+ * and offset in it). Unlocked but for AT_WBUF and AT_WBUF_TORN. */
+enum record_at { AT_STALE, AT_WBUF, AT_WBUF_TORN, AT_DISK };
+static enum record_at record_locate(struct extstore *e, const struct ext_locator *loc, uint64_t nval,
+                                    const char **rec, int *fd, uint64_t *base)
 {
-    uint32_t id = ext_loc_page(loc), version = ext_loc_version(loc);
-    uint64_t off = ext_loc_offset(loc), rs = ext_record_size(nkey, nval);
-    if (id >= e->npages || off + nval > e->conf.page_size) { *r = count(e, EXT_MISS_BADCRC, 0); return false; }
-    struct page *p = &e->pages[id];
-
+    struct page *p = &e->pages[ext_loc_page(loc)];
+    uint64_t off = ext_loc_offset(loc);
     pthread_mutex_lock(&e->lock);
-    if (atomic_load_explicit(&p->version, memory_order_relaxed) != version) {
+    if (atomic_load_explicit(&p->version, memory_order_relaxed) != ext_loc_version(loc)) {
         pthread_mutex_unlock(&e->lock);
-        *r = count(e, EXT_MISS_STALE, 0);
-        return false;
+        return AT_STALE;
     }
     if (p->bucket >= 0) {
         struct bucket *bk = &e->buckets[p->bucket];
         if (off >= bk->wbuf_page_off) {     /* still in the write buffer */
-            enum ext_read_result res = EXT_MISS_BADCRC;
-            if (off + nval <= bk->wbuf_page_off + bk->wbuf_used) {
-                const char *v = bk->wbuf + (off - bk->wbuf_page_off);
-                res = value_check(v, loc, key, nkey, nval);
-                if (res == EXT_HIT) memcpy(val, v, nval);
-            }
-            pthread_mutex_unlock(&e->lock);
-            *r = count(e, res, rs);
-            return false;
+            if (off + nval > bk->wbuf_page_off + bk->wbuf_used) return AT_WBUF_TORN;
+            *rec = bk->wbuf + (off - bk->wbuf_page_off);
+            return AT_WBUF;
         }
     }
-    int fd = p->fd;
-    uint64_t base = p->file_off;
+    *fd = p->fd;
+    *base = p->file_off;
     pthread_mutex_unlock(&e->lock);
+    return AT_DISK;
+}
 
+bool ext_read_prepare(struct extstore *e, const struct ext_locator *loc, const void *key, uint32_t nkey,
+                      void *val, uint32_t nval, struct ext_read_op *op, enum ext_read_result *r)
+{
+    uint32_t id = ext_loc_page(loc);
+    uint64_t off = ext_loc_offset(loc), rs = ext_record_size(nkey, nval);
+    if (id >= e->npages || off + nval > e->conf.page_size) { *r = count(e, EXT_MISS_BADCRC, 0); return false; }
+    const char *v = NULL;
+    int fd = -1;
+    uint64_t base = 0;
+    switch (record_locate(e, loc, nval, &v, &fd, &base)) {
+    case AT_STALE:
+        *r = count(e, EXT_MISS_STALE, 0);
+        return false;
+    case AT_WBUF_TORN:
+    case AT_WBUF: {
+        enum ext_read_result res = v ? value_check(v, loc, key, nkey, nval) : EXT_MISS_BADCRC;
+        if (res == EXT_HIT) memcpy(val, v, nval);
+        pthread_mutex_unlock(&e->lock);
+        *r = count(e, res, rs);
+        return false;
+    }
+    case AT_DISK:
+        break;
+    }
     uint64_t start = off & ~(uint64_t)(EXT_ALIGN - 1);
     *op = (struct ext_read_op){ .fd = fd, .pos = base + start,
                                 .len = (uint32_t)(align_up(off + nval, EXT_ALIGN) - start),
@@ -769,6 +793,49 @@ enum ext_read_result ext_read_finish(struct extstore *e, const struct ext_read_o
     enum ext_read_result r = value_check(v, loc, key, nkey, nval);
     if (r == EXT_HIT) *val = v;
     return count(e, r, ext_record_size(nkey, nval));
+}
+
+enum ext_read_result ext_read_range(struct extstore *e, const struct ext_locator *loc, uint32_t nkey,
+                                    uint32_t nval, uint32_t voff, uint32_t len, char *abuf,
+                                    uint64_t abuf_cap, const char **piece)
+{
+    uint32_t id = ext_loc_page(loc);
+    uint64_t off = ext_loc_offset(loc);
+    (void)nkey;
+    if (id >= e->npages || off + nval > e->conf.page_size || voff > nval || len > nval - voff)
+        return EXT_MISS_BADCRC;
+    uint64_t from = off + voff;   /* within the page: format 2's locator points at the value */
+    const char *rec = NULL;
+    int fd = -1;
+    uint64_t base = 0;
+    switch (record_locate(e, loc, nval, &rec, &fd, &base)) {
+    case AT_STALE:
+        return count(e, EXT_MISS_STALE, 0);
+    case AT_WBUF_TORN:
+    case AT_WBUF: {
+        bool fits = rec && len <= abuf_cap;
+        if (fits) memcpy(abuf, rec + (from - off), len);
+        pthread_mutex_unlock(&e->lock);
+        if (!fits) return count(e, EXT_MISS_STALE, 0);
+        *piece = abuf;
+        return EXT_HIT;
+    }
+    case AT_DISK:
+        break;
+    }
+    uint64_t start = from & ~(uint64_t)(EXT_ALIGN - 1);
+    uint64_t span = align_up(from + len, EXT_ALIGN) - start;
+    if (span > abuf_cap || span > UINT32_MAX) return count(e, EXT_MISS_IOERR, 0);
+    struct ext_read_op op = { .fd = fd, .pos = base + start, .len = (uint32_t)span,
+                              .skip = (uint32_t)(from - start), .page = id };
+    int64_t got = ext_read_pread(&op, abuf, 0);
+    /* a failed piece counts as the failed read it is (extstore_read_errors) */
+    if (got < 0) return count(e, EXT_MISS_IOERR, 0);
+    if ((uint64_t)got < op.skip + (uint64_t)len) return count(e, EXT_MISS_SHORT, 0);
+    if (atomic_load_explicit(&e->pages[id].version, memory_order_acquire) != ext_loc_version(loc))
+        return count(e, EXT_MISS_STALE, 0);
+    *piece = abuf + op.skip;
+    return EXT_HIT;
 }
 
 enum ext_read_result ext_read(struct extstore *e, const struct ext_locator *loc,

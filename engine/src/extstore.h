@@ -183,6 +183,20 @@ int32_t ext_read_fault(int32_t res);
 enum ext_read_result ext_read_finish(struct extstore *e, const struct ext_read_op *op, const char *buf, int64_t got,
                                      const struct ext_locator *loc, const void *key, uint32_t nkey, uint32_t nval,
                                      const char **val);
+/* Bytes [voff, voff+len) of the value behind loc, whose whole record a
+ * checked read (above) already found good: the piece a reply sends after
+ * its first (ext_io.c sends values over EXT_SEND_PIECE in pieces, so a
+ * reply holds one piece of the buffer budget, not the whole value). Blocks
+ * for one pread of the piece's aligned range into abuf (EXT_ALIGN aligned,
+ * abuf_cap bytes; a range that does not fit is EXT_MISS_IOERR); copied
+ * from the write buffer while the record is still there. A page is never
+ * rewritten at one version, so the same version before and after the read
+ * means these are the bytes the CRC was checked over; anything else is
+ * EXT_MISS_STALE. On EXT_HIT *piece points at the bytes (inside abuf).
+ * A hit is not counted (the first read counted the record), a failure is. */
+enum ext_read_result ext_read_range(struct extstore *e, const struct ext_locator *loc, uint32_t nkey,
+                                    uint32_t nval, uint32_t voff, uint32_t len, char *abuf,
+                                    uint64_t abuf_cap, const char **piece);
 /* The buffer a read of a record of up to max_nkey and max_nval bytes needs:
  * the record, rounded out to EXT_ALIGN at both ends (engine/README.md's
  * r(I) = align_up(I + 266, 4 KiB) + 4 KiB for 250-byte keys). */

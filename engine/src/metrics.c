@@ -510,6 +510,7 @@ static const struct family families[] = {
     ONE("cachet_mrc_sample_rate", GAUGE, STATS_MRC, "sample_rate", "Share of keys the miss-ratio curve samples."),
     ONE("cachet_mrc_references_total", COUNTER, STATS_MRC, "references", "GETs the miss-ratio curve has seen since the start or stats reset."),
     ONE("cachet_extstore_flusher_passes_total", COUNTER, STATS_GENERAL, "extstore_flusher_passes", "Passes of the extstore flusher thread (only with -o ext_path)."),
+    ONE("cachet_slow_kicks_total", COUNTER, STATS_GENERAL, "slow_kicks", "Clients closed for holding connection buffer budget a disk read waited for, taking nothing (only with -o ext_path)."),
     ONE("cachet_slab_global_page_pool_pages", GAUGE, STATS_GENERAL, "slab_global_page_pool", "Slab pages not yet given to any class."),
     ONE("cachet_slab_pages_moved_total", COUNTER, STATS_GENERAL, "slabs_moved", "Slab pages moved between classes."),
     ONE("cachet_slab_reassign_busy_items_total", COUNTER, STATS_SLABS, "slab_reassign_busy_items", "Page moves that found an item in use and had to wait or give up."),

@@ -403,6 +403,7 @@ bool conn_after_work(struct conn *c)
     uint64_t written;
     enum out_flush_result rc = conn_flush(c, &written);
     if (written) STAT_ADD(w, bytes_written, written);
+    if (written && c->write_blocked) c->blocked_since = conn_clock_s();
     if (rc == OUT_FLUSH_ERROR) { conn_close(c); return false; }
     trace_sent(c, rc == OUT_FLUSH_DONE);
     __atomic_store_n(&c->stat_state, (int)c->state, __ATOMIC_RELAXED);
@@ -414,10 +415,12 @@ bool conn_after_work(struct conn *c)
     if (want_write) {
         if (!c->write_blocked) {
             c->write_blocked = true;
+            c->blocked_since = conn_clock_s();
             ae_add(l, c->fd, AE_WRITABLE, conn_writable, c);
         }
     } else if (c->write_blocked) {
         c->write_blocked = false;
+        c->blocked_since = 0;
         ae_del(l, c->fd, AE_WRITABLE);
     }
     /* The client half-closed: once every request it sent is answered and
@@ -559,7 +562,10 @@ static void conn_writable(struct ae_loop *l, int fd, void *data, int mask)
     enum out_flush_result rc = conn_flush(c, &written);
     if (written) STAT_ADD(c->w, bytes_written, written);
     if (rc == OUT_FLUSH_ERROR) { conn_close(c); return; }
-    if (rc == OUT_FLUSH_BLOCKED) return;
+    if (rc == OUT_FLUSH_BLOCKED) {
+        if (written) c->blocked_since = conn_clock_s();   /* it took something: not stuck */
+        return;
+    }
     conn_resume(c);
 }
 
@@ -572,6 +578,12 @@ void drain_completions(struct worker *w)
         struct conn *c = reply_handle_arrived(h);
         if (!c) {
             reply_handle_free(h);    /* its connection closed meanwhile */
+        } else if (reply_handle_aborted(h)) {
+            /* a value cut short after its first pieces were sent: memcached
+             * closes a connection it cannot finish a value on, and so does
+             * this one (the client sees the value incomplete, never whole) */
+            outbuf_deferred_ready(&c->out, h);
+            conn_close(c);
         } else {
             outbuf_deferred_ready(&c->out, h);
             conn_resume(c);

@@ -66,6 +66,35 @@ static void close_idle(struct worker *w)
     }
 }
 
+/* ------------------------------------------------------ slow clients' budget */
+
+/* A client that holds connection buffer budget and has taken no byte for
+ * SLOW_KICK_S seconds while disk reads have waited over a second for that
+ * budget (ext_io_budget_starved) is closed and counted (slow_kicks): the
+ * budget belongs to a slow client only while nobody else needs it, as
+ * memcached closes a client whose output it cannot queue. A disk read
+ * waits up to 5 s for budget (ext_io.c); this frees it after 1 to 3. A
+ * client that reads, however slowly, keeps its connection. */
+#define SLOW_KICK_S 2
+
+static void kick_slow(struct worker *w)
+{
+    uint32_t now = conn_clock_s();
+    if (now == w->slow_checked) return;
+    w->slow_checked = now;
+    if (!ext_io_budget_starved(now)) return;
+    struct conn *c = w->conns;
+    while (c) {
+        struct conn *next = c->next;
+        if (c->write_blocked && now - c->blocked_since >= SLOW_KICK_S && out_budget_bytes(c) > 0) {
+            if (verbosity() > 1) fprintf(stderr, "Closing slow fd %d: holds budget others wait for\n", c->fd);
+            STAT_INC(w, slow_kicks);
+            conn_close(c);
+        }
+        c = next;
+    }
+}
+
 /* ----------------------------------------------------------------- workers */
 
 static void wake_ready(struct ae_loop *l, int fd, void *data, int mask)
@@ -130,6 +159,7 @@ static int worker_before_sleep(struct ae_loop *l, void *data)
         c = next;
     }
     if (settings.idle_timeout) close_idle(w);
+    kick_slow(w);
     /* every disk read this turn started, in one io_uring_enter */
     if (w->ext) {
         ext_io_worker_submit(w->ext);

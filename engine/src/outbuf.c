@@ -265,12 +265,28 @@ void outbuf_free(struct outbuf *o)
     o->segcap = OUT_INLINE_SEGS;
 }
 
+/* A streamed slot (reply.h) whose piece is all sent and whose value has
+ * more: it waits again, in place, for the next piece, which its producer
+ * reads only now that the client took this one. seg_bytes keeps the sent
+ * piece, as `sent` does, so outbuf_pending stays their difference. */
+static bool rearm_piece(struct outbuf *o, struct out_seg *s)
+{
+    if (s->kind != SEG_DEFER || !s->ready || !reply_handle_more(s->h)) return false;
+    s->ready = false;
+    s->len = 0;
+    o->head_sent = 0;
+    o->nwaiting++;
+    reply_handle_next_piece(s->h);
+    return true;
+}
+
 /* Releases segments whose bytes are all sent (and empty ready slots). */
 static void skip_sent(struct outbuf *o)
 {
     while (o->head < o->nsegs) {
         struct out_seg *s = &o->segs[o->head];
         if (seg_waiting(s) || o->head_sent < s->len) return;
+        if (rearm_piece(o, s)) return;
         seg_drop(o, s);
         o->head++;
         o->head_sent = 0;
@@ -291,6 +307,8 @@ static void advance(struct outbuf *o, size_t n)
         o->head_sent += take;
         n -= take;
         if (o->head_sent == s->len) {
+            /* nothing behind a piece with more to come was sent (build_iov) */
+            if (rearm_piece(o, s)) return;
             seg_drop(o, s);
             o->head++;
             o->head_sent = 0;
@@ -336,6 +354,8 @@ static int build_iov(const struct outbuf *o, struct iovec *iov, bool *waiting)
             skip = 0;
             n++;
         }
+        /* the rest of a streamed value comes before anything behind it */
+        if (s->kind == SEG_DEFER && reply_handle_more(s->h)) { *waiting = true; return n; }
     }
     if (i == o->nsegs && n < MAX_IOV && o->len > o->run_start + skip) {
         iov[n].iov_base = o->buf + o->run_start + skip;

@@ -117,6 +117,9 @@ static inline size_t outbuf_pending(const struct outbuf *o)
 }
 /* Budget held by deferred slots not yet sent. */
 static inline size_t outbuf_deferred_bytes(const struct outbuf *o) { return o->deferred_bytes; }
+/* Everything it holds from the buffer budget: grown buffer and segments,
+ * deferred slots. */
+static inline size_t outbuf_budget_bytes(const struct outbuf *o) { return o->reserved + o->deferred_bytes; }
 static inline bool outbuf_empty(const struct outbuf *o)
 {
     return outbuf_pending(o) == 0 && o->ndeferred == 0;

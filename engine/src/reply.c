@@ -31,6 +31,8 @@ struct reply_handle {
     /* fixed at creation */
     size_t               size;      /* the allocation, as reserved */
     size_t               nhead, ntail, nmiss, max_bytes;
+    struct reply_stream  stream;
+    size_t               voff;      /* streamed: where the piece in the slot starts */
     char                 text[];    /* head, tail, miss, value room */
 };
 
@@ -67,6 +69,7 @@ struct reply_handle *reply_handle_new(struct reply_queue *q, storage_thread *st,
     h->nmiss = spec->nmiss;
     h->max_bytes = spec->max_bytes;
     h->ext = spec->ext;
+    h->stream = spec->stream;
     char *p = h->text;
     if (spec->nhead) memcpy(p, spec->head, spec->nhead);
     p += spec->nhead;
@@ -81,7 +84,9 @@ struct reply_handle *reply_handle_new(struct reply_queue *q, storage_thread *st,
 static void complete(struct reply_handle *h, enum reply_status status,
                      const struct item_view *v, const void *bytes, size_t nbytes, bool wake)
 {
-    h->status = REPLY_MISS;
+    /* past the first piece a miss cannot be sent: the value is cut short */
+    if (status == REPLY_MISS && h->voff) status = REPLY_ABORT;
+    h->status = status == REPLY_ABORT ? REPLY_ABORT : REPLY_MISS;
     if (status == REPLY_HIT) {
         char *room = h->text + h->nhead + h->ntail + h->nmiss;
         if (v && v->ref) {
@@ -146,18 +151,42 @@ void *reply_handle_arrived(struct reply_handle *h)
     h->ready = true;
     /* a disk read nobody waits for any more (connection closed, reply
      * rolled back): memcached's get_aborted_extstore */
-    if (!h->owner && h->ext) storage_ext_count_aborted();
+    if (!h->owner && h->ext && !h->voff) storage_ext_count_aborted();
     return h->owner;
 }
+
+static bool streamed(const struct reply_handle *h) { return h->stream.total != 0; }
+static bool first_piece(const struct reply_handle *h) { return !streamed(h) || h->voff == 0; }
+static bool last_piece(const struct reply_handle *h)
+{
+    return !streamed(h) || h->voff + h->nvalue >= h->stream.total;
+}
+
+bool reply_handle_more(const struct reply_handle *h)
+{
+    return h->status == REPLY_HIT && !last_piece(h);
+}
+
+void reply_handle_next_piece(struct reply_handle *h)
+{
+    h->voff += h->nvalue;
+    h->nvalue = 0;
+    h->value = NULL;
+    h->ready = false;
+    h->status = REPLY_MISS;
+    h->stream.next(h->stream.arg, h, h->voff);
+}
+
+bool reply_handle_aborted(const struct reply_handle *h) { return h->status == REPLY_ABORT; }
 
 int reply_handle_iov(const struct reply_handle *h, struct iovec iov[3])
 {
     int n = 0;
     if (h->status == REPLY_HIT) {
-        if (h->nhead) iov[n++] = (struct iovec){ (void *)h->text, h->nhead };
+        if (h->nhead && first_piece(h)) iov[n++] = (struct iovec){ (void *)h->text, h->nhead };
         if (h->nvalue) iov[n++] = (struct iovec){ (void *)h->value, h->nvalue };
-        if (h->ntail) iov[n++] = (struct iovec){ (void *)(h->text + h->nhead), h->ntail };
-    } else if (h->nmiss) {
+        if (h->ntail && last_piece(h)) iov[n++] = (struct iovec){ (void *)(h->text + h->nhead), h->ntail };
+    } else if (h->status == REPLY_MISS && h->nmiss && first_piece(h)) {
         iov[n++] = (struct iovec){ (void *)(h->text + h->nhead + h->ntail), h->nmiss };
     }
     return n;
@@ -165,7 +194,9 @@ int reply_handle_iov(const struct reply_handle *h, struct iovec iov[3])
 
 size_t reply_handle_len(const struct reply_handle *h)
 {
-    return h->status == REPLY_HIT ? h->nhead + h->nvalue + h->ntail : h->nmiss;
+    if (h->status == REPLY_HIT)
+        return (first_piece(h) ? h->nhead : 0) + h->nvalue + (last_piece(h) ? h->ntail : 0);
+    return h->status == REPLY_MISS && first_piece(h) ? h->nmiss : 0;
 }
 
 size_t reply_handle_size(const struct reply_handle *h) { return h->size; }
@@ -173,6 +204,7 @@ size_t reply_handle_size(const struct reply_handle *h) { return h->size; }
 void reply_handle_free(struct reply_handle *h)
 {
     if (h->view.ref) item_view_release(h->st, &h->view);
+    if (h->stream.release) h->stream.release(h->stream.arg);
     size_t size = h->size;
     free(h);
     bufmem_release(size);

@@ -62,17 +62,36 @@
 
 #include "storage.h"
 
-enum reply_status { REPLY_HIT, REPLY_MISS };
+/* REPLY_ABORT: a later piece of a streamed value could not be had after
+ * earlier pieces were sent; the connection must close (a client must never
+ * take a value cut short for a whole one). */
+enum reply_status { REPLY_HIT, REPLY_MISS, REPLY_ABORT };
+
+struct reply_handle;
+
+/* A value sent in pieces (an extstore value over EXT_SEND_PIECE): the slot
+ * holds room for one piece (max_bytes) and is completed once per piece.
+ * When a piece's bytes are sent and value bytes remain, the worker calls
+ * next(arg, h, offset) and the slot waits again, in place, for the piece at
+ * that offset; its producer completes it as before. So the slot never
+ * holds more than one piece of the buffer budget, and the next piece is
+ * read only once the client has taken the last one. release(arg) runs on
+ * the worker when the handle is freed, whatever happened to it. */
+struct reply_stream {
+    size_t total;                      /* value bytes in all; 0: not streamed */
+    void (*next)(void *arg, struct reply_handle *h, size_t offset);
+    void (*release)(void *arg);
+    void  *arg;
+};
 
 struct reply_spec {
     const char *head;  size_t nhead;   /* sent before the value on a hit */
     const char *tail;  size_t ntail;   /* sent after the value on a hit */
     const char *miss;  size_t nmiss;   /* sent instead on a miss (may be empty) */
-    size_t      max_bytes;             /* largest value reply_complete may pass as bytes */
+    size_t      max_bytes;             /* largest value (streamed: piece) reply_complete may pass as bytes */
     bool        ext;                   /* an extstore read: an orphaned one counts get_aborted_extstore */
+    struct reply_stream stream;        /* zero: the value comes whole */
 };
-
-struct reply_handle;
 
 /* Any thread, exactly once. A hit passes the value either as bytes (copied;
  * more than max_bytes makes it a miss) or as a view: a view with a
@@ -109,6 +128,12 @@ void *reply_handle_arrived(struct reply_handle *h);
 /* The slot's bytes once ready: up to 3 pieces, returns how many. */
 int   reply_handle_iov(const struct reply_handle *h, struct iovec iov[3]);
 size_t reply_handle_len(const struct reply_handle *h);
+/* A streamed slot whose piece (just made ready) is not the value's last:
+ * once that piece is sent, reply_handle_next_piece re-arms it (worker). */
+bool  reply_handle_more(const struct reply_handle *h);
+void  reply_handle_next_piece(struct reply_handle *h);
+/* A later piece failed (REPLY_ABORT): the owner closes the connection. */
+bool  reply_handle_aborted(const struct reply_handle *h);
 /* Bytes it holds from the connection buffer budget. */
 size_t reply_handle_size(const struct reply_handle *h);
 /* The slot is no longer wanted (sent, connection closed, reply rolled back):

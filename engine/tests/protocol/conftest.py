@@ -108,9 +108,17 @@ def next_free_port():
 class Conn:
     """A blocking socket with line/exact reads, each bounded by a timeout."""
 
-    def __init__(self, port, timeout=IO_TIMEOUT_S):
+    def __init__(self, port, timeout=IO_TIMEOUT_S, rcvbuf=None):
+        """rcvbuf: SO_RCVBUF set before connecting (so the window stays that
+        small): a client across a slow link, which the kernel cannot hide."""
         self.port = port
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        if rcvbuf is None:
+            self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        else:
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+            self.sock.settimeout(timeout)
+            self.sock.connect(("127.0.0.1", port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
 
