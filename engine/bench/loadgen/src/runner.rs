@@ -769,7 +769,14 @@ impl Runner {
                 .feed(&c.rbuf[c.rstart..c.rend], check, |rep| out.push(rep))
                 .map_err(|e| format!("connection {ci}: {e}"))?;
             c.rstart += used;
-            out_rx.resize(out.len(), rx);
+            // Only the first reply this read completed is known to have
+            // arrived with its first segment; later ones (depth > 1) arrived
+            // between then and now, so they take the read time (0 here):
+            // conservative, never earlier than they were.
+            if out_rx.len() < out.len() {
+                out_rx.push(rx);
+                out_rx.resize(out.len(), 0);
+            }
             if !filled {
                 return Ok(());
             }

@@ -219,7 +219,7 @@ fn refuses_non_loopback_targets_and_bad_options() {
 
 #[test]
 fn a_stalled_generator_is_not_charged_to_the_server() {
-    // The generator itself is stopped (SIGSTOP) for 1 s, 1 s into a 3 s step,
+    // The generator itself is stopped (SIGSTOP) for 1.5 s, 1 s into a 5 s step,
     // while the sink answers at once. The old measure, due time to the
     // generator's read, charges that second to the server (max about 1 s);
     // the server's latency, written (or due, if the server held the
@@ -230,14 +230,14 @@ fn a_stalled_generator_is_not_charged_to_the_server() {
     let _s = sink(p, None);
     let json = std::env::temp_dir().join(format!("cachet-loadgen-test-{}-stall.json", std::process::id()));
     let mut child = Command::new(env!("CARGO_BIN_EXE_cachet-loadgen"))
-        .args(["--server", &addr(p), "--conns", "4", "--depth", "1", "--duration", "3", "--warmup", "0", "--value-size", "32",
+        .args(["--server", &addr(p), "--conns", "4", "--depth", "1", "--duration", "5", "--warmup", "0", "--value-size", "32",
             "--rate", "2000", "--quiet", "--json", json.to_str().unwrap()])
         .spawn()
         .expect("run cachet-loadgen");
     let pid = child.id() as libc::pid_t;
     std::thread::sleep(Duration::from_millis(1000));
     unsafe { libc::kill(pid, libc::SIGSTOP) };
-    std::thread::sleep(Duration::from_millis(1000));
+    std::thread::sleep(Duration::from_millis(1500));
     unsafe { libc::kill(pid, libc::SIGCONT) };
     assert!(child.wait().unwrap().success());
     let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -245,8 +245,11 @@ fn a_stalled_generator_is_not_charged_to_the_server() {
     let st = &j["steps"][0];
     let due_max = st["latency_due_to_read_us"]["max"].as_f64().unwrap();
     let server_max = st["latency_us"]["max"].as_f64().unwrap();
-    assert!(due_max >= 800_000.0, "due-to-read max {due_max} us: the stop was not seen at all");
-    assert!(server_max < 300_000.0, "server latency max {server_max} us: the generator's stop was charged to the server");
+    // Relative, not absolute: the old measure must show most of the stop,
+    // and the server's must show a small part of whatever the old one saw
+    // (a busy machine may delay the sink too, never by most of the stop).
+    assert!(due_max >= 1_000_000.0, "due-to-read max {due_max} us: the stop was not seen at all");
+    assert!(server_max < due_max / 4.0, "server latency max {server_max} us against due-to-read {due_max} us: the generator's stop was charged to the server");
     assert_eq!(st["replies_without_rx_timestamp"].as_u64(), Some(0));
     assert_eq!(st["wrong_values"].as_u64(), Some(0));
 }
