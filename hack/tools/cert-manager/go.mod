@@ -6,7 +6,7 @@
 // lies under github.com/cert-manager/cert-manager/ because the controllers'
 // constructors take types from its internal/ packages, which Go admits only
 // to code below that path. hack/security-stack.sh builds it (component
-// cert-manager-controller) and copies the CRDs (deploy/crds/) out of the
+// cert-manager) and copies the CRDs (deploy/crds/) out of the
 // same pinned release; see docs/security.md.
 module github.com/cert-manager/cert-manager/cachet-controller
 
