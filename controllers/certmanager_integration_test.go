@@ -29,10 +29,12 @@ import (
 	"slices"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -163,8 +165,8 @@ func issuedSecret(t *testing.T, ns, name string, caPEM []byte) *x509.Certificate
 }
 
 // cert-manager itself, built from the module proxy, on a real API server:
-// a SelfSigned ClusterIssuer signs a CA, a CA Issuer signs a leaf with DNS
-// SANs; then the operator's own path, spec.tls.issuerRef to that Issuer:
+// a SelfSigned ClusterIssuer signs a CA, which the CA injector copies into a
+// webhook configuration, a CA Issuer signs a leaf with DNS SANs; then the operator's own path, spec.tls.issuerRef to that Issuer:
 // the Certificate the operator owns is issued into the Secret the pods
 // mount, and TLSReady turns True.
 func TestCertManagerIssuesTheCachesCertificate(t *testing.T) {
@@ -199,6 +201,33 @@ func TestCertManagerIssuesTheCachesCertificate(t *testing.T) {
 	if !ca.IsCA || ca.Subject.CommonName != "cachet test CA" {
 		t.Fatalf("the CA Certificate's Secret holds %q, IsCA=%v", ca.Subject.CommonName, ca.IsCA)
 	}
+
+	// The CA injector: a webhook configuration asking for the CA
+	// Certificate's CA gets it as its caBundle. The webhook matches no real
+	// resource, so the API server never calls it.
+	webhookConfig := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "inject-" + ns, Annotations: map[string]string{"cert-manager.io/inject-ca-from": ns + "/ca"}},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "nothing.cachet.test",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:9/validate")},
+			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, Rule: admissionregistrationv1.Rule{APIGroups: []string{"cachet.test"}, APIVersions: []string{"v1"}, Resources: []string{"nothings"}}}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+	if err := k8sClient.Create(ctx, webhookConfig); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), webhookConfig) })
+	eventually(t, "the CA injected into the webhook configuration", func() (bool, string) {
+		got := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(webhookConfig), got); err != nil {
+			return false, err.Error()
+		}
+		bundle := got.Webhooks[0].ClientConfig.CABundle
+		return bytes.Equal(bytes.TrimSpace(bundle), bytes.TrimSpace(caPEM)), fmt.Sprintf("caBundle of %d bytes", len(bundle))
+	})
 
 	create(certManagerObject("Issuer", ns, "ca", map[string]any{"ca": map[string]any{"secretName": "ca"}}))
 	waitReady(t, "Issuer", ns, "ca")

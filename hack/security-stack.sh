@@ -11,13 +11,14 @@
 #   cert-manager-crds      cert-manager's CRD YAMLs (deploy/crds/ of the main
 #                          module), for envtest and the cluster
 #   cert-manager           cert-manager's certificates, certificaterequests,
-#                          SelfSigned and CA issuer controllers in one binary:
-#                          hack/tools/cert-manager/main.go, glue around the
-#                          pinned release's pkg/controller (its cmd/ is not
-#                          on the proxy); cached by version and the glue's hash
-#   webhook cainjector     cert-manager's other binaries: NOT buildable from
-#                          this proxy (their cmd/* modules answer 404); asking
-#                          for one fails with the reason, see docs/security.md
+#                          SelfSigned and CA issuer controllers and its CA
+#                          injector in one binary: hack/tools/cert-manager/,
+#                          glue around the pinned release's pkg/controller
+#                          (its cmd/ is not on the proxy); cached by version
+#                          and the glue's hash
+#   webhook                cert-manager's webhook: NOT built (its cmd/ module
+#                          answers 404 and no glue exists); asking for it
+#                          fails with the reason, see docs/security.md
 #
 #   hack/security-stack.sh                     # everything buildable
 #   hack/security-stack.sh kube-network-policies ...
@@ -50,16 +51,16 @@ for b in "${want[@]}"; do
       # The binary is the release plus our glue: a changed main.go or go.sum
       # must not be served from the cache of the old one.
       tools=cert-manager
-      version=$cm_version-glue-$(cd "$root/hack/tools/cert-manager" && cat main.go go.mod go.sum | sha256sum | cut -c1-12) ;;
-    controller) echo "security-stack: cert-manager's controller is the component 'cert-manager'" >&2; exit 2 ;;
-    webhook|cainjector)
+      version=$cm_version-glue-$(cd "$root/hack/tools/cert-manager" && cat ./*.go go.mod go.sum | sha256sum | cut -c1-12) ;;
+    controller|cainjector) echo "security-stack: cert-manager's $b is in the component 'cert-manager'" >&2; exit 2 ;;
+    webhook)
       # Checked against the proxy on 2026-11-28: .../cmd/$b/@v/list and
       # .../$b-binary/@v/list are 404, and the main module's zip has no
       # cmd/ (go: "module github.com/cert-manager/cert-manager@$cm_version
       # found, but does not contain package .../cmd/$b").
       echo "security-stack: cert-manager $b $cm_version cannot be built here: its command module is not on the Go module proxy (see docs/security.md, 'cert-manager on the local cluster')" >&2
       exit 1 ;;
-    *) echo "security-stack: unknown component $b (known: ${buildable[*]} webhook cainjector)" >&2; exit 2 ;;
+    *) echo "security-stack: unknown component $b (known: ${buildable[*]} webhook)" >&2; exit 2 ;;
   esac
   cache="$cache_root/$version"
   mkdir -p "$cache"

@@ -1,7 +1,8 @@
 // Command cachet-controller runs cert-manager's own controllers for
 // Certificates, CertificateRequests and the SelfSigned and CA issuers, from
-// the pinned release's pkg/controller, so the local cluster and envtest have
-// a real cert-manager although its cmd/controller is not on the module proxy.
+// the pinned release's pkg/controller, and its CA injector (cainjector.go),
+// so the local cluster and envtest have a real cert-manager although its
+// cmd/controller and cmd/cainjector are not on the module proxy.
 // It is glue only: the controllers, their informers and their clients are
 // upstream's; this file does what upstream's cmd/controller/app does for them
 // (build one ContextFactory, construct the registered controllers, start the
@@ -27,6 +28,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/cert-manager/cert-manager/internal/kube"
 
 	controllerpkg "github.com/cert-manager/cert-manager/pkg/controller"
 	crapprover "github.com/cert-manager/cert-manager/pkg/controller/certificaterequests/approver"
@@ -43,6 +47,7 @@ import (
 	_ "github.com/cert-manager/cert-manager/pkg/issuer/ca"         // registers the CA issuer with the issuers controllers
 	_ "github.com/cert-manager/cert-manager/pkg/issuer/selfsigned" // registers the SelfSigned issuer
 	logf "github.com/cert-manager/cert-manager/pkg/logs"
+	"github.com/cert-manager/cert-manager/pkg/util"
 )
 
 // controllers are upstream's default set restricted to the SelfSigned and CA
@@ -63,13 +68,17 @@ var controllers = []string{
 
 func main() {
 	logf.InitLogs()
-	klog.InitFlags(nil)
-	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
-	namespace := flag.String("namespace", "", "namespace to watch; empty: all")
-	clusterResourceNamespace := flag.String("cluster-resource-namespace", "kube-system",
+	ctrl.SetLogger(klog.NewKlogr())
+	// A flag set of our own: controller-runtime's init() already defines
+	// --kubeconfig on the global one.
+	flags := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
+	klog.InitFlags(flags)
+	kubeconfig := flags.String("kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
+	namespace := flags.String("namespace", "", "namespace to watch; empty: all")
+	clusterResourceNamespace := flags.String("cluster-resource-namespace", "kube-system",
 		"namespace of the Secrets that ClusterIssuers refer to (upstream's default)")
-	workers := flag.Int("concurrent-workers", 5, "workers per controller (upstream's default)")
-	flag.Parse()
+	workers := flags.Int("concurrent-workers", 5, "workers per controller (upstream's default)")
+	_ = flags.Parse(os.Args[1:])
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -102,7 +111,14 @@ func run(ctx context.Context, kubeconfig, namespace, clusterResourceNamespace st
 	if err != nil {
 		return err
 	}
+	injectorConfig, err := kube.BuildClientConfig("", kubeconfig)
+	if err != nil {
+		return err
+	}
 	group, ctx := errgroup.WithContext(ctx)
+	group.Go(func() error {
+		return runCAInjector(ctx, util.RestConfigWithUserAgent(injectorConfig, "cainjector"), namespace)
+	})
 	for _, name := range controllers {
 		construct, ok := controllerpkg.Known()[name]
 		if !ok {
