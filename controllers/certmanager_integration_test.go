@@ -41,6 +41,22 @@ import (
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
 )
 
+// certManagerExited reports the exit of the process startCertManager
+// started, so that a wait on it fails at once with its log instead of
+// running out its bound.
+var certManagerExited chan error
+
+// certManagerAlive fails the test when cert-manager has exited.
+func certManagerAlive(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-certManagerExited:
+		certManagerExited <- err // for the cleanup
+		t.Fatalf("cert-manager exited: %v", err)
+	default:
+	}
+}
+
 // startCertManager runs cert-manager's controllers (the binary
 // hack/security-stack.sh builds from the pinned release, CERT_MANAGER_CONTROLLER)
 // against the suite's API server until the test ends, as a user of its own
@@ -78,11 +94,11 @@ func startCertManager(t *testing.T) {
 		cancel()
 		t.Fatalf("starting %s: %v", bin, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	certManagerExited = make(chan error, 1)
+	go func() { certManagerExited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		cancel()
-		<-exited
+		t.Logf("cert-manager stopped: %v", <-certManagerExited)
 		_ = log.Close()
 		if t.Failed() {
 			out, _ := os.ReadFile(log.Name())
@@ -108,6 +124,7 @@ func certManagerObject(kind, ns, name string, spec map[string]any) *unstructured
 func waitReady(t *testing.T, kind, ns, name string) {
 	t.Helper()
 	eventually(t, kind+" "+name+" Ready", func() (bool, string) {
+		certManagerAlive(t)
 		u := certManagerObject(kind, ns, name, nil)
 		if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
 			return false, err.Error()
@@ -128,6 +145,7 @@ func issuedSecret(t *testing.T, ns, name string, caPEM []byte) *x509.Certificate
 	t.Helper()
 	secret := &corev1.Secret{}
 	eventually(t, "Secret "+name+" with a certificate and key", func() (bool, string) {
+		certManagerAlive(t)
 		if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, secret); err != nil {
 			return false, err.Error()
 		}
@@ -221,6 +239,7 @@ func TestCertManagerIssuesTheCachesCertificate(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), webhookConfig) })
 	eventually(t, "the CA injected into the webhook configuration", func() (bool, string) {
+		certManagerAlive(t)
 		got := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(webhookConfig), got); err != nil {
 			return false, err.Error()
