@@ -27,7 +27,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -90,6 +92,9 @@ func startCertManager(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, "--kubeconfig", kubeconfigPath, "-v=2")
 	cmd.Stdout, cmd.Stderr = log, log
+	// Stopped as the kubelet stops a pod: SIGTERM, then SIGKILL.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
 	if err := cmd.Start(); err != nil {
 		cancel()
 		t.Fatalf("starting %s: %v", bin, err)
