@@ -89,25 +89,28 @@ PROMETHEUS_OPERATOR_CRDS = $$(cd /tmp && GOFLAGS= go mod download -json github.c
 # cert-manager's CRDs (deploy/crds/ of its main module, at the version
 # hack/tools/cert-manager pins), which envtest installs to check the
 # Certificate the operator builds.
-CERT_MANAGER_VERSION ?= $(shell awk '$$1=="require" && $$2=="github.com/cert-manager/cert-manager" {print $$3}' hack/tools/cert-manager/go.mod)
+CERT_MANAGER_VERSION ?= $(shell awk '($$1=="require" && $$2=="github.com/cert-manager/cert-manager") {print $$3; exit} $$1=="github.com/cert-manager/cert-manager" {print $$2; exit}' hack/tools/cert-manager/go.mod)
 CERT_MANAGER_CRDS = $$(cd /tmp && GOFLAGS= go mod download -json github.com/cert-manager/cert-manager@$(CERT_MANAGER_VERSION) | awk -F'"' '/"Dir"/{print $$4}')/deploy/crds
+# cert-manager's controllers of that release (hack/security-stack.sh
+# cert-manager), which the envtest runs to issue certificates for real.
+CERT_MANAGER_CONTROLLER = $(LOCALBIN)/security-stack/cert-manager
 .PHONY: test
 test: test-current test-floor ## Run unit and envtest tests against a real kube-apiserver and etcd: the current release and the floor.
 
 .PHONY: test-current
-test-current: manifests generate fmt vet envtest kustomize ## Unit tests and envtest on the current kube-apiserver.
+test-current: manifests generate fmt vet envtest kustomize cert-manager-controller ## Unit tests and envtest on the current kube-apiserver.
 	@# test/promql runs every shipped PromQL query against Debian's Prometheus
 	@# scraping a real cachetd.
 	$(MAKE) -s -C engine all
 	@echo "==> envtest on kube-apiserver $$(cat $(LOCALBIN)/k8s/VERSION) (current)"
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" KUSTOMIZE="$(KUSTOMIZE)" PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" CERT_MANAGER_CRDS="$(CERT_MANAGER_CRDS)" \
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" KUSTOMIZE="$(KUSTOMIZE)" PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" CERT_MANAGER_CRDS="$(CERT_MANAGER_CRDS)" CERT_MANAGER_CONTROLLER="$(CERT_MANAGER_CONTROLLER)" \
 	KUBEBUILDER_CONTROLPLANE_START_TIMEOUT=$(ENVTEST_START_TIMEOUT) KUBEBUILDER_CONTROLPLANE_STOP_TIMEOUT=$(ENVTEST_START_TIMEOUT) \
 	go test $$(go list ./... | grep -v /test/e2e) -coverprofile cover.out
 
 .PHONY: test-floor
-test-floor: manifests generate envtest-floor kustomize ## envtest on the chart's floor kube-apiserver (hack/tools/k8s-floor).
+test-floor: manifests generate envtest-floor kustomize cert-manager-controller ## envtest on the chart's floor kube-apiserver (hack/tools/k8s-floor).
 	@echo "==> envtest on kube-apiserver $$(cat $(LOCALBIN)/k8s-floor/VERSION) (the chart's floor)"
-	KUBEBUILDER_ASSETS="$(ENVTEST_FLOOR_ASSETS)" KUSTOMIZE="$(KUSTOMIZE)" PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" CERT_MANAGER_CRDS="$(CERT_MANAGER_CRDS)" \
+	KUBEBUILDER_ASSETS="$(ENVTEST_FLOOR_ASSETS)" KUSTOMIZE="$(KUSTOMIZE)" PROMETHEUS_OPERATOR_CRDS="$(PROMETHEUS_OPERATOR_CRDS)" CERT_MANAGER_CRDS="$(CERT_MANAGER_CRDS)" CERT_MANAGER_CONTROLLER="$(CERT_MANAGER_CONTROLLER)" \
 	KUBEBUILDER_CONTROLPLANE_START_TIMEOUT=$(ENVTEST_START_TIMEOUT) KUBEBUILDER_CONTROLPLANE_STOP_TIMEOUT=$(ENVTEST_START_TIMEOUT) \
 	go test -count=1 . ./controllers/...
 
@@ -128,8 +131,12 @@ k8s-background: ## Start building envtest's and the local cluster's Kubernetes b
 	@hack/build-k8s.sh --background
 
 .PHONY: security-stack-background
-security-stack-background: ## Start building the NetworkPolicy enforcer and fetching cert-manager's CRDs in the background (cached by version; hack/security-stack.sh).
-	@hack/security-stack.sh --background kube-network-policies cert-manager-crds
+security-stack-background: ## Start building cert-manager's controllers and the NetworkPolicy enforcer, and fetching cert-manager's CRDs, in the background (cached by version; hack/security-stack.sh).
+	@hack/security-stack.sh --background cert-manager-crds cert-manager kube-network-policies
+
+.PHONY: cert-manager-controller
+cert-manager-controller: ## Build cert-manager's controllers from the module proxy (about 8 min cold; cached; waits for a background build).
+	hack/security-stack.sh cert-manager
 
 .PHONY: prometheus-stack-background
 prometheus-stack-background: ## Start building the Prometheus stack's binaries in the background (cached by version; stage 15 and make up wait for them).
@@ -275,10 +282,11 @@ verify-generated: manifests generate ## Fail when committed generated files (CRD
 .PHONY: check
 # The Prometheus stack's cold builds (10-17 min on two cores) start first and
 # run beside the engine tests, which leave a core idle much of the time; the
-# e2e's stage 15 waits for them. The floor's envtest runs last: its
+# e2e's stage 15 waits for them; so do cert-manager's controllers (about
+# 8 min cold), which the envtests wait for. The floor's envtest runs last: its
 # kube-apiserver is the background chain's last build, so it compiles in the
 # time the e2e spends waiting on pods instead of holding up the current envtest.
-check: deps k8s-background prometheus-stack-background verify-generated lint test-engine test-current helm-lint test-e2e-monitoring test-floor ## Run every test, e2e included (CI runs this).
+check: deps k8s-background prometheus-stack-background security-stack-background verify-generated lint test-engine test-current helm-lint test-e2e-monitoring test-floor ## Run every test, e2e included (CI runs this).
 
 ##@ Dependencies
 
