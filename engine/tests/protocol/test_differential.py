@@ -25,7 +25,8 @@ differ is normalised away, and only that:
   the replaced old item whenever it made a new one (a decr too, while its LRU
   maintainer holds a reference: seed 25 lost a T that way, depending on
   timing), so until a write that sets the key's TTL again (see
-  Side.ttl_from_ma_T) its `t` is a placeholder on both sides. T is only ever
+  Side.ttl_from_ma_T) memcached's `t` is a placeholder, and cachetd's must be
+  what the ma's T (or its N, when N made the item) asked for. T is only ever
   0 or FAR there, so the item lives either way.
 - The space padding memcached leaves after a decr that shortens a number
   (protocol.txt: "The number MAY be space-padded"); it shows in the value and
@@ -115,8 +116,9 @@ def allowed(tag):
 class Side:
     """One server: its connection, and the CAS values it handed out, per key."""
 
-    def __init__(self, server):
+    def __init__(self, server, reference=False):
         self.server = server
+        self.reference = reference
         self.c = Conn(server.port, timeout=REPLY_TIMEOUT_S)
         self.cas = {}
         self.cur_key = None
@@ -133,9 +135,11 @@ class Side:
         # the item do_add_delta hands back, which after an item_replace (a longer
         # number, or a reference its LRU maintainer holds for a moment) is the
         # old, unlinked one, so the T is lost or kept with timing. cachetd keeps
-        # it, as memcached does in place. Their `t` is not compared until a
-        # write sets the TTL again.
-        self.ttl_from_ma_T = set()
+        # it, as memcached does in place. Until a write sets the TTL again,
+        # memcached's `t` is shown as a placeholder, and cachetd's is checked
+        # against the T it was given (T0: t-1, else a TTL) and shown as the
+        # same placeholder only if it matches: key -> the `t` token expected.
+        self.ttl_from_ma_T = {}
         # {stale} is the known CAS less one only while both sides know a CAS
         # above 1 for the key: memcached spends a CAS on a store that fails
         # too, so its numbers run ahead, and where cachetd's item has CAS 1
@@ -215,14 +219,17 @@ class Side:
         if verb in ("gat", "gats"):
             for r in reply:   # each hit got the gat's TTL
                 if r.startswith("VALUE "):
-                    self.ttl_from_ma_T.discard(r.split()[1])
+                    self.ttl_from_ma_T.pop(r.split()[1], None)
             return
         if key is None:
             return
         said = first in ("HD", "VA") or (not reply and ("q" in words[2:] or "noreply" in words))
-        if verb == "ma" and any(w[:1] == "T" for w in words[2:]):
+        ttl = next((w[1:] for w in words[2:] if w[:1] == "T"), None)
+        if verb == "ma" and ttl is not None:
             if said:
-                self.ttl_from_ma_T.add(key)
+                # T's TTL, or N's when N made the item after T (request order)
+                self.ttl_from_ma_T[key] = {("t-1" if w[1:] in ("0", "-1") else "t<ttl>")
+                                           for w in words[2:] if w[:1] in ("T", "N") and w[1:]}
             return
         sets_ttl = ((verb in ("set", "add", "replace", "cas") and first == "STORED")
                     or (verb == "ms" and first == "HD" and not any(w in ("MA", "Ma", "MP", "Mp") for w in words[2:]))
@@ -231,7 +238,7 @@ class Side:
                     or first in ("DELETED", "NOT_FOUND", "NF", "EN")
                     or (verb == "md" and first == "HD"))
         if sets_ttl:
-            self.ttl_from_ma_T.discard(key)
+            self.ttl_from_ma_T.pop(key, None)
 
     def norm_cas_of(self, key, n):
         return "<cas set by ma E>" if key in self.cas_from_ma_E else norm_cas(n)
@@ -275,7 +282,11 @@ class Side:
                 out.append("c" + (norm_cas(int(t[1:])) if self.last_line.split()[:1] == ["ma"]
                                   else self.norm_cas_of(key, int(t[1:]))))
             elif t.startswith("t") and key in self.ttl_from_ma_T and (t[1:].isdigit() or t == "t-1"):
-                out.append("t<ttl set by ma T>")
+                seen = "t-1" if t == "t-1" else "t<ttl>"
+                if self.reference or seen in self.ttl_from_ma_T[key]:
+                    out.append("t<ttl set by ma T>")
+                else:
+                    out.append(f"{seen} (ma T/N wanted {' or '.join(sorted(self.ttl_from_ma_T[key]))})")
             elif t.startswith("t") and t[1:].isdigit():
                 out.append("t<ttl>")
             elif t.startswith("l") and t[1:].isdigit():
@@ -469,7 +480,8 @@ def ma_op(rng, key, explicit_cas):
     # T only with decr: memcached sets T's TTL on the item it had before an incr that
     # lengthens the number (a new item), so the TTL is lost -- its storage, not protocol.
     # A decr loses it too while memcached's LRU maintainer holds a reference (seed 25),
-    # so `t` is not compared after an ma T at all (Side.ttl_from_ma_T).
+    # so memcached's `t` is not compared after an ma T; cachetd's is checked against the T
+    # (or N) it was given (Side.ttl_from_ma_T).
     if "MD" in flags or "M-" in flags:
         if rng.random() < 0.3:
             flags.insert(rng.randrange(len(flags) + 1), f"T{rng.choice([0, FAR])}")
@@ -589,7 +601,7 @@ def malformed(rng, tk, nk, flushed):
 def replay(start_server, reference, seed, requests):
     """Replays one seed on a fresh pair of servers; returns None, or the divergence."""
     ours, ref = start_server(), start_server(binary=reference)
-    sa, sb = Side(ours), Side(ref)
+    sa, sb = Side(ours), Side(ref, reference=True)
     history = []
     try:
         for line, data, key in gen_ops(random.Random(seed), requests):
