@@ -14,7 +14,13 @@
  * writable, after-work) drives the handshake and the records exactly as it
  * drives plain reads and sends; tls_wants_write/tls_wants_read tell it which
  * way to wait when that is not the call's own (a read whose handshake must
- * write a chain larger than the send buffer). io_uring batching is off with -Z (settings.c):
+ * write a chain larger than the send buffer). Reads run ahead: one read()
+ * takes whatever the socket holds into OpenSSL's record buffer, tls_read
+ * takes every whole record in it, and tls_pending tells net_conn.c about
+ * whole records left there (epoll cannot). An unpipelined request so costs
+ * one read(), as in plaintext; without read-ahead OpenSSL reads a record in
+ * two (header, then body), and draining until EAGAIN cost a third.
+ * io_uring batching is off with -Z (settings.c):
  * its reads and sends bypass OpenSSL. A client that stops mid-handshake is
  * an idle connection like any other (idle_timeout, -c, the memory term).
  *
