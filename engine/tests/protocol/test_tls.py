@@ -541,11 +541,15 @@ def test_a_client_beyond_c_is_closed_without_plaintext(tls_server, pki):
             c.close()
 
 
-def read_syscalls(pid):
-    """The read()-family calls the whole process has made (/proc/PID/io
-    syscr): a kernel counter, not a clock."""
+def io_syscalls(pid, kind="syscr"):
+    """The read()-family (syscr) or write()-family (syscw) calls the whole
+    process has made (/proc/PID/io): a kernel counter, not a clock."""
     with open(f"/proc/{pid}/io") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("syscr:"))
+        return next(int(l.split()[1]) for l in f if l.startswith(kind + ":"))
+
+
+def read_syscalls(pid):
+    return io_syscalls(pid, "syscr")
 
 
 UNPIPELINED_GETS = 300
@@ -615,3 +619,28 @@ def test_records_split_across_reads_are_all_answered(tls_server, pki):
         assert receive_until(b"MN\r\n") == b"MN\r\n"
     finally:
         raw.close()
+
+
+LARGE_VALUES = 12
+
+
+def test_replies_in_pieces_go_out_in_full_records(tls_server, pki):
+    """A multi-get of values too large to be copied into the output buffer
+    (sent from item memory, between their own header and trailer lines):
+    the pieces are gathered into records of up to 16 KiB, one write each,
+    not a record and a write() per header, value and trailer."""
+    cert, key = pki.issue("server")
+    srv = tls_server(pki.ca, cert, key)
+    value = os.urandom(20_000)
+    keys = [b"big%d" % i for i in range(LARGE_VALUES)]
+    with srv.tls() as c:
+        c.send(b"".join(b"set %s 0 0 %d noreply\r\n%s\r\n" % (k, len(value), value) for k in keys) + b"mn\r\n")
+        assert c.until(b"MN\r\n") == b"MN\r\n"
+        expected = b"".join(b"VALUE %s 0 %d\r\n%s\r\n" % (k, len(value), value) for k in keys) + b"END\r\n"
+        before = io_syscalls(srv.proc.pid, "syscw")
+        c.send(b"get " + b" ".join(keys) + b"\r\n")
+        assert c.until(b"END\r\n") == expected
+        writes = io_syscalls(srv.proc.pid, "syscw") - before
+    records = -(-len(expected) // 16384)
+    # room for a write cut short by a full socket buffer, and other threads'
+    assert writes <= records + 8, f"{writes} write calls for {len(expected)} bytes ({records} full records)"
