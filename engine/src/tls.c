@@ -19,7 +19,9 @@
  * takes every whole record in it, and tls_pending tells net_conn.c about
  * whole records left there (epoll cannot). An unpipelined request so costs
  * one read(), as in plaintext; without read-ahead OpenSSL reads a record in
- * two (header, then body), and draining until EAGAIN cost a third.
+ * two (header, then body), and draining until EAGAIN cost a third. Writes
+ * get up to a record's worth at once (outbuf_flush_with gathers a queue in
+ * pieces), so a reply is not one record and one send per piece.
  * io_uring batching is off with -Z (settings.c):
  * its reads and sends bypass OpenSSL. A client that stops mid-handshake is
  * an idle connection like any other (idle_timeout, -c, the memory term).
