@@ -94,7 +94,8 @@ struct conn {
     bool             started;       /* the first byte has been looked at */
     bool             authenticated; /* -Y: passed auth.c's gate (always true without -Y) */
     bool             tls_unread;    /* -Z: on the pending list for records OpenSSL decrypted
-                                     * but rbuf had no room for (epoll cannot announce them) */
+                                     * or read ahead but rbuf had no room for (epoll cannot
+                                     * announce them) */
     bool             tls_read_wants_write; /* -Z: a read (or the handshake under it) stopped
                                      * on WANT_WRITE: EPOLLOUT resumes the read */
     bool             tls_write_wants_read; /* -Z: a send stopped on WANT_READ: EPOLLIN

@@ -365,8 +365,30 @@ static int build_iov(const struct outbuf *o, struct iovec *iov, bool *waiting)
     return n;
 }
 
+/* A TLS record's worth of plaintext: what one write_fn call is given when
+ * the queue is in pieces (headers, values in place, trailers). */
+#define GATHER_MAX (16u * 1024)
+
+/* Copies the pieces' first bytes, up to GATHER_MAX, into dst. */
+static size_t gather(const struct iovec *iov, int niov, char *dst)
+{
+    size_t len = 0;
+    for (int i = 0; i < niov && len < GATHER_MAX; i++) {
+        size_t take = iov[i].iov_len < GATHER_MAX - len ? iov[i].iov_len : GATHER_MAX - len;
+        memcpy(dst + len, iov[i].iov_base, take);
+        len += take;
+    }
+    return len;
+}
+
+/* write_fn encrypts each call into records of its own and sends them (TLS),
+ * so pieces are gathered into one call of up to a record, not written one
+ * record and one syscall each. A retry after EAGAIN gathers the same bytes
+ * again, and at least as many (the queue only grows at its tail), as
+ * OpenSSL's retry of a pending write requires (SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER). */
 enum out_flush_result outbuf_flush_with(struct outbuf *o, out_write_fn write_fn, void *ctx, uint64_t *written)
 {
+    char gathered[GATHER_MAX];
     *written = 0;
     for (;;) {
         skip_sent(o);
@@ -382,9 +404,14 @@ enum out_flush_result outbuf_flush_with(struct outbuf *o, out_write_fn write_fn,
         } else {
             struct iovec iov[MAX_IOV];
             bool waiting;
-            if (build_iov(o, iov, &waiting) == 0) return OUT_FLUSH_WAITING;
+            int niov = build_iov(o, iov, &waiting);
+            if (niov == 0) return OUT_FLUSH_WAITING;
             p = iov[0].iov_base;
             len = iov[0].iov_len;
+            if (len < GATHER_MAX && niov > 1) {
+                len = gather(iov, niov, gathered);
+                p = gathered;
+            }
         }
         ssize_t n = write_fn(ctx, p, len);
         if (n < 0) {

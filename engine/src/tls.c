@@ -14,7 +14,15 @@
  * writable, after-work) drives the handshake and the records exactly as it
  * drives plain reads and sends; tls_wants_write/tls_wants_read tell it which
  * way to wait when that is not the call's own (a read whose handshake must
- * write a chain larger than the send buffer). io_uring batching is off with -Z (settings.c):
+ * write a chain larger than the send buffer). Reads run ahead: one read()
+ * takes whatever the socket holds into OpenSSL's record buffer, tls_read
+ * takes every whole record in it, and tls_pending tells net_conn.c about
+ * whole records left there (epoll cannot). An unpipelined request so costs
+ * one read(), as in plaintext; without read-ahead OpenSSL reads a record in
+ * two (header, then body), and draining until EAGAIN cost a third. Writes
+ * get up to a record's worth at once (outbuf_flush_with gathers a queue in
+ * pieces), so a reply is not one record and one send per piece.
+ * io_uring batching is off with -Z (settings.c):
  * its reads and sends bypass OpenSSL. A client that stops mid-handshake is
  * an idle connection like any other (idle_timeout, -c, the memory term).
  *
@@ -149,6 +157,11 @@ static SSL_CTX *build_context(char *err, size_t errlen)
             SSL_CTX_set_num_tickets(ctx, 0);
         }
         SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
+        /* one read() takes what the socket holds into the record buffer
+         * (no bigger: the memory term is unchanged), rather than two per
+         * record (its header, then its body): an unpipelined GET costs one
+         * read() as in plaintext */
+        SSL_CTX_set_read_ahead(ctx, 1);
         SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
                               SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
         return ctx;
@@ -254,14 +267,18 @@ static ssize_t failed(SSL *ssl, int rc)
 
 ssize_t tls_read(SSL *ssl, void *buf, size_t len)
 {
-    /* records already decrypted must all be taken now: epoll only says
-     * when the socket has bytes, not when OpenSSL holds some */
+    /* Takes every whole record the one read() behind the first call brought
+     * in (read-ahead, build_context), and stops when OpenSSL holds nothing
+     * more: another call would be a read() that fails with EAGAIN, one
+     * syscall per request for nothing (what the socket receives later,
+     * epoll announces). */
     size_t got = 0;
     while (got < len) {
         size_t n = 0;
         int rc = SSL_read_ex(ssl, (char *)buf + got, len - got, &n);
         if (rc > 0) {
             got += n;
+            if (!SSL_has_pending(ssl)) break;
             continue;
         }
         if (got) {
@@ -274,7 +291,11 @@ ssize_t tls_read(SSL *ssl, void *buf, size_t len)
     return (ssize_t)got;
 }
 
-bool tls_pending(SSL *ssl) { return SSL_pending(ssl) > 0; }
+/* Bytes read ahead but not yet taken: decrypted ones, or whole records
+ * behind them. A partial record after a read that stopped for more
+ * (SSL_want_read) waits for epoll instead: calling again would only find
+ * the socket empty. */
+bool tls_pending(SSL *ssl) { return SSL_pending(ssl) > 0 || (SSL_has_pending(ssl) && !SSL_want_read(ssl)); }
 bool tls_wants_write(SSL *ssl) { return SSL_want_write(ssl); }
 bool tls_wants_read(SSL *ssl) { return SSL_want_read(ssl); }
 

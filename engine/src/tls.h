@@ -33,7 +33,7 @@ ssize_t tls_write(void *ssl, const void *buf, size_t len);
  * host:port and expects exactly `expect`; false with why. */
 bool tls_probe(const char *host, int port, int timeout_ms, const char *request, const char *expect,
                char *why, size_t why_cap);
-/* Decrypted bytes OpenSSL holds that epoll cannot announce. */
+/* Bytes OpenSSL holds (decrypted, or read ahead) that epoll cannot announce. */
 bool tls_pending(SSL *ssl);
 /* After tls_read/tls_write failed with EAGAIN: which way the socket must
  * turn before the call can go on (the handshake, inside a read, may need to

@@ -539,3 +539,108 @@ def test_a_client_beyond_c_is_closed_without_plaintext(tls_server, pki):
     finally:
         for c in held:
             c.close()
+
+
+def io_syscalls(pid, kind="syscr"):
+    """The read()-family (syscr) or write()-family (syscw) calls the whole
+    process has made (/proc/PID/io): a kernel counter, not a clock."""
+    with open(f"/proc/{pid}/io") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith(kind + ":"))
+
+
+def read_syscalls(pid):
+    return io_syscalls(pid, "syscr")
+
+
+UNPIPELINED_GETS = 300
+
+
+@pytest.mark.cachetd_only(reason="memcached 1.6.45 reads a TLS record in two read() calls, header then body")
+def test_an_unpipelined_get_over_tls_costs_one_read(tls_server, pki):
+    """Each GET in its own record, the next sent only once the reply came:
+    the server takes the record with one read() (read-ahead) and does not
+    try the empty socket again before it answers, as a plaintext GET."""
+    cert, key = pki.issue("server")
+    srv = tls_server(pki.ca, cert, key)
+    with srv.tls() as c:
+        c.send(b"set k 0 0 5\r\nhello\r\n")
+        assert c.until(b"\r\n") == b"STORED\r\n"
+        before = read_syscalls(srv.proc.pid)
+        for _ in range(UNPIPELINED_GETS):
+            c.send(b"get k\r\n")
+            assert c.until(b"END\r\n") == b"VALUE k 0 5\r\nhello\r\nEND\r\n"
+        reads = read_syscalls(srv.proc.pid) - before
+    # a little room for the other threads' own reads (timers, eventfds)
+    assert reads <= UNPIPELINED_GETS * 5 // 4 + 20, f"{reads} read calls for {UNPIPELINED_GETS} GETs"
+
+
+def test_records_split_across_reads_are_all_answered(tls_server, pki):
+    """With read-ahead one read() can bring several records and the start of
+    another: the whole ones are answered at once, and the cut one as soon as
+    its rest arrives."""
+    cert, key = pki.issue("server")
+    srv = tls_server(pki.ca, cert, key)
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = client_context(pki.ca).wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    raw = socket.create_connection(("127.0.0.1", srv.port), timeout=IO_TIMEOUT_S)
+
+    def pump():
+        if outgoing.pending:
+            raw.sendall(outgoing.read())
+        data = raw.recv(65536)
+        assert data, "the server closed the connection"
+        incoming.write(data)
+
+    def receive_until(suffix, times=1):
+        got = b""
+        while got.count(suffix) < times or not got.endswith(suffix):
+            try:
+                got += tls.read(65536)
+            except ssl.SSLWantReadError:
+                pump()
+        return got
+
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            pump()
+    try:
+        tls.write(b"set k 0 0 5\r\nhello\r\n")
+        assert receive_until(b"\r\n") == b"STORED\r\n"
+        for i in range(8):   # eight records, one GET each
+            tls.write(b"get k\r\n" if i < 7 else b"mn\r\n")
+        records = outgoing.read()
+        cut = len(records) - 7   # inside the last record (the mn)
+        raw.sendall(records[:cut])
+        assert receive_until(b"END\r\n", 7) == b"VALUE k 0 5\r\nhello\r\nEND\r\n" * 7
+        raw.sendall(records[cut:])
+        assert receive_until(b"MN\r\n") == b"MN\r\n"
+    finally:
+        raw.close()
+
+
+LARGE_VALUES = 12
+
+
+def test_replies_in_pieces_go_out_in_full_records(tls_server, pki):
+    """A multi-get of values too large to be copied into the output buffer
+    (sent from item memory, between their own header and trailer lines):
+    the pieces are gathered into records of up to 16 KiB, one write each,
+    not a record and a write() per header, value and trailer."""
+    cert, key = pki.issue("server")
+    srv = tls_server(pki.ca, cert, key)
+    value = os.urandom(20_000)
+    keys = [b"big%d" % i for i in range(LARGE_VALUES)]
+    with srv.tls() as c:
+        c.send(b"".join(b"set %s 0 0 %d noreply\r\n%s\r\n" % (k, len(value), value) for k in keys) + b"mn\r\n")
+        assert c.until(b"MN\r\n") == b"MN\r\n"
+        expected = b"".join(b"VALUE %s 0 %d\r\n%s\r\n" % (k, len(value), value) for k in keys) + b"END\r\n"
+        before = io_syscalls(srv.proc.pid, "syscw")
+        c.send(b"get " + b" ".join(keys) + b"\r\n")
+        assert c.until(b"END\r\n") == expected
+        writes = io_syscalls(srv.proc.pid, "syscw") - before
+    records = -(-len(expected) // 16384)
+    # room for a write cut short by a full socket buffer, and other threads'
+    assert writes <= records + 8, f"{writes} write calls for {len(expected)} bytes ({records} full records)"
