@@ -22,9 +22,9 @@
  * and the disk evicts its oldest page when full.
  *
  * Counters, as memcached names them: rescues (records moved), lost (live,
- * but no memory for the new stub, no room on disk, or a page that could not
- * be read: the page goes anyway and the key reads as a miss; counted as the
- * live records the drop left), skipped (dropped as unread). resc_cold and
+ * but no memory for the new stub, no room on disk, a page that could not
+ * be read, or a piece whose footer is damaged: the page goes anyway and the
+ * key reads as a miss; counted as the live records the drop left), skipped (dropped as unread). resc_cold and
  * resc_old count, in memcached 1.6.45, only rescues into a "coldcompact" or
  * "old" bucket, which exist only when an ext_path names them
  * (FILE:SIZE:coldcompact); without them it shows 0 however many cold
@@ -125,8 +125,11 @@ static bool compact_pass(void *arg)
     /* A page that cannot be read (EIO) is freed too: its records read as
      * misses anyway, and keeping it would make every pass pick it again.
      * Without memory for the walk's buffer the page stays, whole, for a
-     * later pass. */
-    if (rc != -ESTALE && rc != -ENOMEM) dropped = ext_page_drop(e, (uint32_t)page, version, &lost);
+     * later pass. A page whose walk could not reach its first records past
+     * a damaged footer (-EBADMSG) stays too: those records still read, and
+     * dropping them would lose them silently; the walk marked it so no pass
+     * picks it again (extstore.c, ext_page_walk). */
+    if (rc != -ESTALE && rc != -ENOMEM && rc != -EBADMSG) dropped = ext_page_drop(e, (uint32_t)page, version, &lost);
     count(&n_rescues, w.rescues);
     count(&n_skipped, w.skipped);
     count(&n_lost, lost);

@@ -54,6 +54,7 @@ struct page {
     int64_t  opened_at;         /* unix seconds it was opened (compaction's "read since written") */
     int      bucket;            /* open in this bucket, or -1 */
     bool     is_free;
+    bool     unwalkable;        /* a walk could not reach its first records: compaction leaves it */
 };
 
 struct bucket {
@@ -310,6 +311,7 @@ static void page_reset(struct extstore *e, struct page *p, bool evicted)
     p->used = 0;
     p->written_bytes = p->live_bytes = p->live_objs = 0;
     p->bucket = -1;
+    p->unwalkable = false;
 }
 
 /* A closed page back to the free list, counted as memcached counts
@@ -904,7 +906,7 @@ int ext_compact_pick(struct extstore *e, double under, uint32_t *version)
     pthread_mutex_lock(&e->lock);
     for (uint32_t i = 0; i < e->npages; i++) {
         const struct page *p = &e->pages[i];
-        if (p->is_free || p->bucket >= 0 || p->used <= EXT_PAGE_HEADER) continue;
+        if (p->is_free || p->bucket >= 0 || p->used <= EXT_PAGE_HEADER || p->unwalkable) continue;
         double share = p->written_bytes ? (double)p->live_bytes / (double)p->written_bytes : 0.0;
         if (share < best_share) {
             best_share = share;
@@ -923,7 +925,8 @@ int ext_compact_oldest(struct extstore *e, uint32_t *version)
     pthread_mutex_lock(&e->lock);
     for (uint32_t i = 0; i < e->npages; i++) {
         const struct page *p = &e->pages[i];
-        if (p->is_free || p->bucket >= 0 || p->used <= EXT_PAGE_HEADER || p->seq >= best_seq) continue;
+        if (p->is_free || p->bucket >= 0 || p->used <= EXT_PAGE_HEADER || p->unwalkable || p->seq >= best_seq)
+            continue;
         best_seq = p->seq;
         best = (int)i;
         *version = atomic_load_explicit(&p->version, memory_order_relaxed);
@@ -946,9 +949,19 @@ static int64_t walk_read(int fd, uint64_t base, char *buf, uint64_t off, uint64_
  * end, a piece at a time: the footer's block first, then the piece (at
  * most wbuf_size bytes) into one buffer kept for the store's life
  * (walk_buf); compaction runs on one thread, and walk_lock keeps a second
- * walker (tests) off it. A footer that does not check out (damage) ends the
- * walk: the records before it are not met, and stay live until the page is
- * dropped (counted as lost there). */
+ * walker (tests) off it. A footer that does not check out (damage, a short
+ * read) costs only its own piece: the walk steps back a block at a time to
+ * the previous footer that does (its CRC, the page version, a length that
+ * fits) and goes on from there, as format 1 skipped to the next block. The
+ * damaged piece's records are not met; still live, they are counted lost
+ * when the page is dropped. If the steps reach the header block without a
+ * footer, the records below the damage were never met: the walk returns
+ * -EBADMSG and marks the page unwalkable, so compaction neither drops it
+ * (that would lose records that read fine, since a read needs only its
+ * locator) nor picks it again; it stays until its records are deleted or
+ * expire, or the disk fills and evicts it as the oldest (objects_evicted).
+ * A footer forged inside a damaged piece's values would need the page's
+ * version and a valid CRC; at worst it hides the pieces it spans. */
 int ext_page_walk(struct extstore *e, uint32_t page, uint32_t version,
                   int (*fn)(void *arg, const struct ext_record *r), void *arg)
 {
@@ -975,22 +988,30 @@ int ext_page_walk(struct extstore *e, uint32_t page, uint32_t version,
     char *buf = e->walk_buf;
     int rc = 0;
     uint64_t end = used;
+    bool damaged = false;   /* the blocks just below `end` are not a piece that checked out */
     while (rc == 0 && end >= EXT_PAGE_HEADER + EXT_ALIGN) {
         int64_t got = walk_read(fd, base, buf, end - EXT_ALIGN, EXT_ALIGN);
         if (got < 0) { rc = (int)got; break; }
-        if (got < EXT_ALIGN) break;
         struct piece_footer f;
         memcpy(&f, buf + EXT_ALIGN - PIECE_FOOTER, sizeof f);
-        if (f.magic != PIECE_MAGIC || f.version != version || f.crc != ext_crc32c(0, &f, offsetof(struct piece_footer, crc)) ||
-            f.len % EXT_ALIGN || f.len < EXT_ALIGN || f.len > piece || f.len > end - EXT_PAGE_HEADER ||
-            f.dir_off > f.len - PIECE_FOOTER)
-            break;
+        if (got < EXT_ALIGN || f.magic != PIECE_MAGIC || f.version != version ||
+            f.crc != ext_crc32c(0, &f, offsetof(struct piece_footer, crc)) || f.len % EXT_ALIGN || f.len < EXT_ALIGN ||
+            f.len > piece || f.len > end - EXT_PAGE_HEADER || f.dir_off > f.len - PIECE_FOOTER) {
+            damaged = true;
+            end -= EXT_ALIGN;
+            continue;
+        }
         uint64_t start = end - f.len;
         if (f.len > EXT_ALIGN) {   /* else the block just read is the piece */
             got = walk_read(fd, base, buf, start, f.len);
             if (got < 0) { rc = (int)got; break; }
-            if ((uint64_t)got < f.len) break;
+            if ((uint64_t)got < f.len) {
+                damaged = true;
+                end -= EXT_ALIGN;
+                continue;
+            }
         }
+        damaged = false;
         /* evicted while we read: the rest is another page's now */
         if (atomic_load_explicit(&p->version, memory_order_acquire) != version) {
             rc = -ESTALE;
@@ -1014,6 +1035,16 @@ int ext_page_walk(struct extstore *e, uint32_t page, uint32_t version,
         end = start;
     }
     pthread_mutex_unlock(&e->walk_lock);
+    if (rc == 0 && damaged) {
+        pthread_mutex_lock(&e->lock);
+        if (atomic_load_explicit(&p->version, memory_order_relaxed) == version) {
+            p->unwalkable = true;
+            rc = -EBADMSG;
+        } else {
+            rc = -ESTALE;
+        }
+        pthread_mutex_unlock(&e->lock);
+    }
     /* if the page was evicted meanwhile, the records handed out are stale:
      * the caller's relinking compares locators, and these no longer match */
     return rc;

@@ -229,7 +229,11 @@ void ext_delete(struct extstore *e, const struct ext_locator *loc, uint32_t nkey
  * ones); fn returning non-zero stops the walk and is returned. It reads the
  * page a piece at a time (what one write buffer wrote), from its end, into
  * one buffer of wbuf_size bytes kept for the store's life, and returns -ESTALE if the
- * page is no longer at that version (evicted and reused). ext_page_drop then
+ * page is no longer at that version (evicted and reused). A damaged piece
+ * footer costs that piece only (the walk finds the footer before it); if no
+ * footer below the damage checks out, it returns -EBADMSG: records were not
+ * met, so the page must not be dropped, and neither pick returns it again
+ * (it goes when its records die, or is evicted when the disk is full). ext_page_drop then
  * gives the page a new version and frees it, unless its version is no longer
  * `version` (false: a page reused since holds records nobody relocated); in
  * *orphaned (if not NULL) the records still live on it, which nobody moved

@@ -6,7 +6,7 @@
  * (a write buffer at a time, records cut by a piece read whole) and drop
  * (refused for a page reused since the walk), and damage on disk (flipped
  * bits, a truncated file, a recycled page) read as a miss, never as a wrong
- * value; the read split in two (prepare, then a read through io_uring, then
+ * value, and a damaged piece footer costing the walk that piece only; the read split in two (prepare, then a read through io_uring, then
  * finish) as the IO threads do it. Values encode their key and
  * version, so a value from the wrong record cannot pass for the right one.
  */
@@ -681,6 +681,91 @@ static void test_pick_honours_max_frag(void)
     ext_close(e);
 }
 
+/* Relocating a record deletes it from its old page, as ext_relocate does:
+ * the live records the walk does not meet are what the drop counts lost. */
+struct moved { struct extstore *e; unsigned found[15], others; };
+
+static int move_fn(void *arg, const struct ext_record *r)
+{
+    struct moved *m = arg;
+    unsigned k;
+    if (sscanf((const char *)r->key, "d:%u", &k) == 1 && k < 15) m->found[k]++;
+    else m->others++;
+    ext_delete(m->e, &r->loc, r->nkey, r->nval);
+    return 0;
+}
+
+/* Three pieces of five records on one page, then one footer damaged (one
+ * bit of its CRC): the walk steps over that piece alone, and the drop after
+ * it counts only its five records lost. A damaged footer of the page's first
+ * piece leaves nothing to step back to: the walk says so (-EBADMSG) and the
+ * page is kept, its unmet records still readable, picked by no compaction,
+ * and freed once they are deleted. */
+static void test_damaged_footer_costs_one_piece(void)
+{
+    for (unsigned damaged = 0; damaged < 2; damaged++) {   /* piece 1 (middle), then piece 0 (first) */
+        unlink(path);
+        char err[256] = "";
+        struct extstore *e = open_store(8, err);
+        CHECK(e != NULL);
+        if (!e) return;
+        struct ext_locator loc[15];
+        char key[16], val[1000], got[1000];
+        for (unsigned i = 0; i < 15; i++) {
+            int nk = snprintf(key, sizeof key, "d:%u", i);
+            make_value(val, sizeof val, i, 5);
+            CHECK(ext_write(e, EXT_BUCKET_DEFAULT, key, (uint32_t)nk, val, sizeof val, &loc[i]) == 0);
+            if (i % 5 == 4) CHECK(ext_flush(e, EXT_BUCKET_DEFAULT) == 0);   /* one piece per five */
+        }
+        fill_past_page(e, "fill");
+        uint32_t page = ext_loc_page(&loc[0]);
+        CHECK(ext_loc_page(&loc[14]) == page);
+        /* the damaged piece ends where the next one's first value starts */
+        uint64_t next = ext_loc_offset(&loc[5 * (damaged ? 1 : 2)]) & ~(uint64_t)(EXT_ALIGN - 1);
+        int fd = open(path, O_RDWR);
+        CHECK(fd >= 0);
+        off_t at = (off_t)((uint64_t)page * PAGE + next - 1);   /* the footer's CRC, its last byte */
+        char c;
+        CHECK(pread(fd, &c, 1, at) == 1);
+        c ^= 0x40;
+        CHECK(pwrite(fd, &c, 1, at) == 1);
+        close(fd);
+        unsigned lo = damaged ? 0 : 5;   /* the damaged piece's records */
+        struct moved m = { .e = e };
+        struct ext_page_info pi;
+        CHECK(ext_page_info(e, page, &pi));
+        int rc = ext_page_walk(e, page, pi.version, move_fn, &m);
+        for (unsigned i = 0; i < 15; i++) CHECK_EQ_U64(m.found[i], (i >= lo && i < lo + 5) ? 0 : 1);
+        CHECK(m.others > 0);   /* the filler's pieces after ours */
+        /* the damaged piece's records still read: only the footer is hurt */
+        for (unsigned i = lo; i < lo + 5; i++) {
+            int nk = snprintf(key, sizeof key, "d:%u", i);
+            make_value(val, sizeof val, i, 5);
+            CHECK(ext_read(e, &loc[i], key, (uint32_t)nk, got, sizeof got) == EXT_HIT);
+            CHECK(memcmp(got, val, sizeof val) == 0);
+        }
+        const struct ext_stats *s = ext_get_stats(e);
+        if (!damaged) {
+            CHECK_EQ_U64(rc, 0);
+            uint64_t lost = 0;
+            CHECK(ext_page_drop(e, page, pi.version, &lost));
+            CHECK_EQ_U64(lost, 5);
+        } else {
+            CHECK(rc == -EBADMSG);
+            uint32_t v = 0;
+            CHECK(ext_compact_pick(e, 1.01, &v) != (int)page);
+            CHECK(ext_compact_oldest(e, &v) != (int)page);
+            uint64_t reclaimed = atomic_load(&s->pages_reclaimed);
+            for (unsigned i = lo; i < lo + 5; i++) {
+                int nk = snprintf(key, sizeof key, "d:%u", i);
+                ext_delete(e, &loc[i], (uint32_t)nk, sizeof val);
+            }
+            CHECK_EQ_U64(atomic_load(&s->pages_reclaimed), reclaimed + 1);   /* its last record died */
+        }
+        ext_close(e);
+    }
+}
+
 int main(void)
 {
     /* beside the binary: a real filesystem (O_DIRECT), not a tmpfs */
@@ -706,6 +791,7 @@ int main(void)
     unlink(path); TEST(test_walk_in_pieces_finds_every_record);
     unlink(path); TEST(test_drop_with_a_stale_version_is_refused);
     unlink(path); TEST(test_pick_honours_max_frag);
+    unlink(path); TEST(test_damaged_footer_costs_one_piece);
     unlink(path);
     rmdir(dir);
     return harness_finish();
