@@ -278,7 +278,7 @@ verify-generated: manifests generate ## Fail when committed generated files (CRD
 # e2e's stage 15 waits for them. The floor's envtest runs last: its
 # kube-apiserver is the background chain's last build, so it compiles in the
 # time the e2e spends waiting on pods instead of holding up the current envtest.
-check: deps k8s-background prometheus-stack-background verify-generated lint test-engine test-current helm-lint test-e2e-monitoring test-floor ## Run every test, e2e included (CI runs this).
+check: deps k8s-background prometheus-stack-background security-stack-background verify-generated lint test-engine test-current helm-lint test-e2e-monitoring test-floor ## Run every test, e2e included (CI runs this).
 
 ##@ Dependencies
 
