@@ -7,7 +7,10 @@
 # hack/prometheus-stack.sh: the module proxy is the only source here.
 #
 #   kube-network-policies  the NetworkPolicy enforcer (sigs.k8s.io/kube-network-policies);
-#                          the local cluster's bridge CNI enforces nothing itself
+#                          the local cluster's bridge CNI enforces nothing itself.
+#                          Built with its nfqueue verdict through xt_NFQUEUE
+#                          (hack/tools/kube-network-policies/xtqueue.go.in):
+#                          this kernel has no nft_queue; e2e stage 19 runs it
 #   cert-manager-crds      cert-manager's CRD YAMLs (deploy/crds/ of the main
 #                          module), for envtest and the cluster
 #   controller webhook cainjector

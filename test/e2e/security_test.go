@@ -146,28 +146,40 @@ func (m *memcacheSession) line(request string, data []byte) (string, error) {
 	return strings.TrimRight(l, "\r\n"), err
 }
 
-// authenticate is memcached's ASCII auth (-Y): the first command is a set
-// whose data is "user password"; STORED means accepted.
-func (m *memcacheSession) authenticate(user, password string) (string, error) {
-	return m.line("set auth 0 0 "+fmt.Sprint(len(user)+1+len(password)), []byte(user+" "+password))
+// e2eUser is stage 18's one user of spec.auth.
+const e2eUser = "e2e-user"
+
+// authenticate is memcached's ASCII auth (-Y) as e2eUser: the first command is
+// a set whose data is "user password"; STORED means accepted.
+func (m *memcacheSession) authenticate(password string) (string, error) {
+	return m.line("set auth 0 0 "+fmt.Sprint(len(e2eUser)+1+len(password)), []byte(e2eUser+" "+password))
 }
 
 // roundTrip stores key=value and reads it back on this connection.
 func (m *memcacheSession) roundTrip(key, value string) error {
 	if reply, err := m.line(fmt.Sprintf("set %s 0 0 %d", key, len(value)), []byte(value)); err != nil || reply != "STORED" {
-		return fmt.Errorf("set %s: %q %v", key, reply, err)
+		return replyError("set "+key, reply, err)
 	}
 	want := fmt.Sprintf("VALUE %s 0 %d", key, len(value))
 	if reply, err := m.line("get "+key, nil); err != nil || reply != want {
-		return fmt.Errorf("get %s: %q %v, want %q", key, reply, err, want)
+		return replyError(fmt.Sprintf("get %s (want %q)", key, want), reply, err)
 	}
 	for _, w := range []string{value, "END"} {
 		l, err := m.r.ReadString('\n')
 		if err != nil || strings.TrimRight(l, "\r\n") != w {
-			return fmt.Errorf("get %s: read %q %v, want %q", key, l, err, w)
+			return replyError(fmt.Sprintf("get %s (want %q)", key, w), l, err)
 		}
 	}
 	return nil
+}
+
+// replyError says what went wrong with a request: the connection's error, or
+// the reply that was not the one expected.
+func replyError(request, reply string, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", request, err)
+	}
+	return fmt.Errorf("%s: answered %q", request, strings.TrimRight(reply, "\r\n"))
 }
 
 // stat reads one counter of `stats` on this (authenticated) connection.
@@ -218,7 +230,7 @@ func plaintextRefused(addr string) (reply string, closed bool, err error) {
 // without a restart while an established connection keeps working.
 func (s *suite) tlsAuth(t *testing.T) {
 	c := s.c
-	const name, user = "e2e-tls", "e2e-user"
+	const name = "e2e-tls"
 	certSecret, usersSecret := name+"-cert", name+"-users"
 	c.dumpOnFailure(t, name)
 	ns := c.cacheNS
@@ -228,7 +240,7 @@ func (s *suite) tlsAuth(t *testing.T) {
 	ca := newTestCA(t)
 	cert1, key1 := ca.issue(t, 1001, sans)
 	s.applySecret(t, certSecret, "kubernetes.io/tls", map[string][]byte{"tls.crt": cert1, "tls.key": key1, "ca.crt": ca.certPEM})
-	s.applySecret(t, usersSecret, "Opaque", map[string][]byte{user: []byte("first-password")})
+	s.applySecret(t, usersSecret, "Opaque", map[string][]byte{e2eUser: []byte("first-password")})
 	defer func() { _, _ = c.k("delete", "secret", certSecret, usersSecret, "-n", ns, "--ignore-not-found") }()
 
 	s.applyCache(t, name, fmt.Sprintf("  memory: 32Mi\n  cpu: 0\n  dedicatedCPUs: false\n"+
@@ -276,13 +288,13 @@ func (s *suite) tlsAuth(t *testing.T) {
 	if reply, err := sess.line("get k", nil); err != nil || reply != "CLIENT_ERROR unauthenticated" {
 		t.Errorf("get before auth: %q %v, want CLIENT_ERROR unauthenticated", reply, err)
 	}
-	if reply, err := sess.authenticate(user, "wrong-password"); err != nil || reply != "CLIENT_ERROR authentication failure" {
+	if reply, err := sess.authenticate("wrong-password"); err != nil || reply != "CLIENT_ERROR authentication failure" {
 		t.Errorf("wrong password: %q %v, want CLIENT_ERROR authentication failure", reply, err)
 	}
 	if reply, err := sess.line("get k", nil); err != nil || reply != "CLIENT_ERROR unauthenticated" {
 		t.Errorf("get after a wrong password: %q %v, want CLIENT_ERROR unauthenticated", reply, err)
 	}
-	if reply, err := sess.authenticate(user, "first-password"); err != nil || reply != "STORED" {
+	if reply, err := sess.authenticate("first-password"); err != nil || reply != "STORED" {
 		t.Fatalf("right password: %q %v, want STORED", reply, err)
 	}
 	if v, err := sess.stat("auth_errors"); err != nil || v == "0" {
@@ -311,9 +323,9 @@ func (s *suite) tlsAuth(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		if reply, err := m.authenticate(user, "first-password"); err != nil || reply != "STORED" {
+		if reply, err := m.authenticate("first-password"); err != nil || reply != "STORED" {
 			m.close()
-			return nil, fmt.Errorf("auth: %q %v", reply, err)
+			return nil, replyError("auth", reply, err)
 		}
 		_ = m.conn.SetDeadline(time.Time{})
 		return m.conn, nil
@@ -323,7 +335,7 @@ func (s *suite) tlsAuth(t *testing.T) {
 	// Rotation: a new certificate (new key, serial 1002) and a new password.
 	cert2, key2 := ca.issue(t, 1002, sans)
 	s.applySecret(t, certSecret, "kubernetes.io/tls", map[string][]byte{"tls.crt": cert2, "tls.key": key2, "ca.crt": ca.certPEM})
-	s.applySecret(t, usersSecret, "Opaque", map[string][]byte{user: []byte("second-password")})
+	s.applySecret(t, usersSecret, "Opaque", map[string][]byte{e2eUser: []byte("second-password")})
 	// The kubelet refreshes Secret volumes within its sync period (about a
 	// minute), the operator re-renders the authfile within 30 s of the user
 	// Secret's change: bounded waits on what a new connection sees.
@@ -341,13 +353,13 @@ func (s *suite) tlsAuth(t *testing.T) {
 			return false, err.Error()
 		}
 		defer m.close()
-		reply, err := m.authenticate(user, "second-password")
+		reply, err := m.authenticate("second-password")
 		return err == nil && reply == "STORED", fmt.Sprintf("%q %v", reply, err)
 	})
 	if m, _, err := dialTLS(addr, svcName, ca.pool); err != nil {
 		t.Error(err)
 	} else {
-		if reply, err := m.authenticate(user, "first-password"); err != nil || reply != "CLIENT_ERROR authentication failure" {
+		if reply, err := m.authenticate("first-password"); err != nil || reply != "CLIENT_ERROR authentication failure" {
 			t.Errorf("the old password after rotation: %q %v, want CLIENT_ERROR authentication failure", reply, err)
 		}
 		m.close()
