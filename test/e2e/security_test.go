@@ -336,6 +336,7 @@ func (s *suite) tlsAuth(t *testing.T) {
 	cert2, key2 := ca.issue(t, 1002, sans)
 	s.applySecret(t, certSecret, "kubernetes.io/tls", map[string][]byte{"tls.crt": cert2, "tls.key": key2, "ca.crt": ca.certPEM})
 	s.applySecret(t, usersSecret, "Opaque", map[string][]byte{e2eUser: []byte("second-password")})
+	rotated := time.Now()
 	// The kubelet refreshes Secret volumes within its sync period (about a
 	// minute), the operator re-renders the authfile within 30 s of the user
 	// Secret's change: bounded waits on what a new connection sees.
@@ -356,6 +357,7 @@ func (s *suite) tlsAuth(t *testing.T) {
 		reply, err := m.authenticate("second-password")
 		return err == nil && reply == "STORED", fmt.Sprintf("%q %v", reply, err)
 	})
+	t.Logf("both rotations seen by new connections %s after the Secrets were applied", time.Since(rotated).Round(time.Second))
 	if m, _, err := dialTLS(addr, svcName, ca.pool); err != nil {
 		t.Error(err)
 	} else {
