@@ -185,6 +185,7 @@ E2E_ENGINE_IMAGE="$ENGINE_IMG" \
 E2E_ADAPTER_IMAGE="${ADAPTER_IMG:-}" \
 E2E_MONITORING_NS="${MONITORING_NS:-}" \
 E2E_NETPOL_IMAGE="$netpol_image" \
+E2E_TOOLBOX_IMAGE="$(hack/images.sh list | awk '$1=="toolbox" {print $2}')" \
 E2E_CLUSTER_NETNS="$( [ "$node_local" = 1 ] && echo "$CACHET_CLUSTER_NETNS")" \
 E2E_ARTIFACTS="$artifacts" \
   go test -tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-30m}" ${E2E_RUN:+-run "$E2E_RUN"} ./test/e2e/... 2>&1 | tee "$artifacts/go-test.log"

@@ -109,6 +109,16 @@ func (s *suite) networkPolicyEnforced(t *testing.T) {
 
 	if image != "" {
 		t.Cleanup(func() {
+			if t.Failed() {
+				// What the enforcer saw and decided, before it goes.
+				logs, _ := c.k("logs", "-n", netpolNS, "daemonset/kube-network-policies", "--tail=150")
+				pods, _ := c.k("get", "pods", "-A", "-o", "wide")
+				table := ""
+				if netns != "" {
+					table, _ = nftTable(netns)
+				}
+				t.Logf("the enforcer's log:\n%s\npods:\n%s\nits table:\n%s", logs, pods, table)
+			}
 			_, _ = c.k("delete", "clusterrolebinding,clusterrole", "cachet-e2e-kube-network-policies", "--ignore-not-found")
 			if _, err := c.k("delete", "namespace", netpolNS, "--ignore-not-found", "--wait=true", "--timeout=120s"); err != nil {
 				t.Errorf("removing the enforcer: %v", err)
@@ -116,8 +126,9 @@ func (s *suite) networkPolicyEnforced(t *testing.T) {
 			if netns == "" {
 				return
 			}
-			// On its stop signal (SIGINT, from its image) the enforcer deletes its table; a table left behind
-			// would keep judging packets with no one reading the queue.
+			// On its stop signal (SIGINT, from its image) the enforcer deletes
+			// its table; a table left behind would keep sending packets to a
+			// queue no one reads.
 			var table string
 			var err error
 			for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
