@@ -155,6 +155,18 @@ if [ "$node_local" = 1 ] && [ "${E2E_MONITORING:-0}" = 1 ]; then
   eval "$(hack/monitoring-stack.sh env)"
 fi
 
+netpol_image=""
+if [ "$node_local" = 1 ]; then
+  # Stage 19's NetworkPolicy enforcer (the local cluster's bridge CNI enforces
+  # none): kube-network-policies, cached by version (make check starts its
+  # build in the background: make security-stack-background). The stage runs
+  # it as a DaemonSet and removes it again.
+  step "NetworkPolicy enforcer image (hack/images.sh kube-network-policies)"
+  nice hack/images.sh build kube-network-policies 9>&-
+  hack/images.sh load kube-network-policies
+  netpol_image=$(hack/images.sh list | awk '$1=="kube-network-policies" {print $2}')
+fi
+
 step "helm (make helm)"
 nice make --no-print-directory helm
 
@@ -172,5 +184,8 @@ E2E_HELM_SET="${E2E_HELM_SET:-operator.checkCPUManager=true}" \
 E2E_ENGINE_IMAGE="$ENGINE_IMG" \
 E2E_ADAPTER_IMAGE="${ADAPTER_IMG:-}" \
 E2E_MONITORING_NS="${MONITORING_NS:-}" \
+E2E_NETPOL_IMAGE="$netpol_image" \
+E2E_TOOLBOX_IMAGE="$(hack/images.sh list | awk '$1=="toolbox" {print $2}')" \
+E2E_CLUSTER_NETNS="$( [ "$node_local" = 1 ] && echo "$CACHET_CLUSTER_NETNS")" \
 E2E_ARTIFACTS="$artifacts" \
   go test -tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-30m}" ${E2E_RUN:+-run "$E2E_RUN"} ./test/e2e/... 2>&1 | tee "$artifacts/go-test.log"

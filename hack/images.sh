@@ -2,8 +2,8 @@
 # Builds Cachet's images without a container daemon and without pulling anything,
 # and loads them into the local cluster's containerd.
 #
-#   hack/images.sh build [operator|engine|pause|toolbox|coredns ...]  default: operator engine pause toolbox
-#   hack/images.sh load  [operator|engine|pause|toolbox|coredns ...]  default: operator engine toolbox
+#   hack/images.sh build [operator|engine|pause|toolbox|coredns|kube-network-policies ...]  default: operator engine pause toolbox
+#   hack/images.sh load  [operator|engine|pause|toolbox|coredns|kube-network-policies ...]  default: operator engine toolbox
 #   hack/images.sh list                                        name and archive of each image
 #
 # Why this shape: the machines that run `make check` have no Docker engine and no
@@ -29,6 +29,9 @@ TOOLBOX_IMG=${TOOLBOX_IMG:-localhost/cachet-toolbox:$VERSION}
 # release pinned in its go.mod.
 COREDNS_VERSION=$(awk '$1=="require" && $2=="github.com/coredns/coredns" {print $3}' "$root/hack/tools/coredns/go.mod")
 COREDNS_IMG=${COREDNS_IMG:-localhost/cachet-coredns:${COREDNS_VERSION#v}}
+# The NetworkPolicy enforcer of e2e stage 19 (hack/security-stack.sh builds it).
+KNP_VERSION=$(awk '$1=="require" && $2=="sigs.k8s.io/kube-network-policies" {print $3}' "$root/hack/tools/kube-network-policies/go.mod")
+KNP_IMG=${KNP_IMG:-localhost/cachet-kube-network-policies:$KNP_VERSION}
 out="$root/bin/images"
 # The local cluster's containerd (hack/local-cluster.sh); CONTAINERD_ADDRESS overrides.
 CONTAINERD_ADDRESS=${CONTAINERD_ADDRESS:-/run/cachet-cluster/containerd/containerd.sock}
@@ -43,7 +46,8 @@ image_name() {
     pause) echo "$PAUSE_IMG" ;;
     toolbox) echo "$TOOLBOX_IMG" ;;
     coredns) echo "$COREDNS_IMG" ;;
-    *) die "unknown image '$1' (operator, engine, pause, toolbox, coredns)" ;;
+    kube-network-policies) echo "$KNP_IMG" ;;
+    *) die "unknown image '$1' (operator, engine, pause, toolbox, coredns, kube-network-policies)" ;;
   esac
 }
 
@@ -95,6 +99,14 @@ stage_binaries() {
       fi
       exec {lock}>&-
       cp "$cache/coredns" "$ctx/coredns"
+      ;;
+    kube-network-policies)
+      # Cached by version (make check starts it in the background:
+      # make security-stack-background); the last line names the binary.
+      local bin
+      bin=$("$root/hack/security-stack.sh" kube-network-policies | awk '$1=="kube-network-policies" {print $2}')
+      [ -x "$bin" ] || die "kube-network-policies: hack/security-stack.sh built nothing"
+      cp "$bin" "$ctx/kube-network-policies"
       ;;
   esac
   # A dynamically linked binary in a FROM scratch image fails only at pod start
@@ -183,7 +195,7 @@ case $cmd in
     for n in "${names[@]}"; do load_one "$n"; done
     ;;
   list)
-    for n in operator engine pause toolbox coredns; do printf '%-9s %-40s %s\n' "$n" "$(image_name "$n")" "$(archive_of "$n")"; done
+    for n in operator engine pause toolbox coredns kube-network-policies; do printf '%-9s %-40s %s\n' "$n" "$(image_name "$n")" "$(archive_of "$n")"; done
     ;;
-  *) die "usage: $0 build|load|list [operator|engine|pause|toolbox|coredns ...]" ;;
+  *) die "usage: $0 build|load|list [operator|engine|pause|toolbox|coredns|kube-network-policies ...]" ;;
 esac

@@ -13,6 +13,8 @@ packages=(
   etcd-server containerd runc containernetworking-plugins conntrack iptables iproute2 buildah openssl curl
   # a static busybox for the local cluster's toolbox test image (no registry to pull one)
   busybox-static
+  # e2e stage 19 reads the NetworkPolicy enforcer's table in the cluster's network namespace
+  nftables
   # benchmark plots
   python3-matplotlib
   # promtool validates cachetd's /metrics output in the engine's protocol tests

@@ -7,7 +7,10 @@
 # hack/prometheus-stack.sh: the module proxy is the only source here.
 #
 #   kube-network-policies  the NetworkPolicy enforcer (sigs.k8s.io/kube-network-policies);
-#                          the local cluster's bridge CNI enforces nothing itself
+#                          the local cluster's bridge CNI enforces nothing itself.
+#                          Built with its nfqueue verdict through xt_NFQUEUE
+#                          (hack/tools/kube-network-policies/xtqueue.go.in):
+#                          this kernel has no nft_queue; e2e stage 19 runs it
 #   cert-manager-crds      cert-manager's CRD YAMLs (deploy/crds/ of the main
 #                          module), for envtest and the cluster
 #   cert-manager           cert-manager's certificates, certificaterequests,
@@ -45,7 +48,9 @@ mkdir -p "$out"
 paths=()
 for b in "${want[@]}"; do
   case $b in
-    kube-network-policies) tools=kube-network-policies version=$knp_version ;;
+    # +xtqueue: the release with hack/tools/kube-network-policies/xtqueue.go.in
+    # (its nfqueue verdict through xt_NFQUEUE; this kernel has no nft_queue).
+    kube-network-policies) tools=kube-network-policies version=$knp_version+xtqueue ;;
     cert-manager-crds) tools=cert-manager version=$cm_version ;;
     cert-manager)
       # The binary is the release plus our glue: a changed main.go or go.sum
@@ -70,8 +75,20 @@ for b in "${want[@]}"; do
     start=$SECONDS
     case $b in
       kube-network-policies)
-        # nice: the cores are shared with whatever else make check runs.
-        (cd "$root/hack/tools/$tools" && CGO_ENABLED=0 nice go build -trimpath -ldflags "-s -w" -o "$cache/$b.tmp.$$" sigs.k8s.io/kube-network-policies/cmd)
+        # The release's source, with its two `queue` expressions (nft_queue,
+        # which this kernel lacks) replaced by xtQueue (xt_NFQUEUE through
+        # nft_compat); built as its own main module, so its go.sum pins the
+        # dependencies. Refuses to build if the release no longer reads as
+        # expected. nice: the cores are shared with whatever else make check runs.
+        moddir=$(cd "$root/hack/tools/$tools" && go list -m -f '{{.Dir}}' sigs.k8s.io/kube-network-policies)
+        src="$cache/src.tmp.$$"
+        rm -rf "$src" && cp -r "$moddir" "$src" && chmod -R u+w "$src"
+        cp "$root/hack/tools/$tools/xtqueue.go.in" "$src/pkg/networkpolicy/xtqueue.go"
+        perl -0pi -e 's/queue := &expr\.Queue\{Num: uint16\(c\.config\.QueueID\)\}\n\tif c\.config\.FailOpen \{\n\t\tqueue\.Flag = expr\.QueueFlagBypass\n\t\}/queue := xtQueue(uint16(c.config.QueueID), c.config.FailOpen)/g' "$src/pkg/networkpolicy/controller.go"
+        [ "$(grep -c 'queue := xtQueue(' "$src/pkg/networkpolicy/controller.go")" = 2 ] && ! grep -q 'expr\.Queue{' "$src/pkg/networkpolicy/controller.go" \
+          || { echo "security-stack: kube-network-policies $knp_version: its nfqueue rules are not the two this script replaces" >&2; exit 1; }
+        (cd "$src" && CGO_ENABLED=0 nice go build -trimpath -ldflags "-s -w" -o "$cache/$b.tmp.$$" ./cmd)
+        rm -rf "$src"
         mv "$cache/$b.tmp.$$" "$cache/$b" ;;
       cert-manager)
         # About 8 minutes cold on two shared cores (the module graph is

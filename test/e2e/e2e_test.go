@@ -74,6 +74,8 @@ func TestE2E(t *testing.T) {
 	s.stage(t, "11-operator-upgrade-keeps-pods", []string{"5-config-change-rolls"}, s.operatorUpgradeKeepsPods)
 	s.stage(t, "16-extstore-local-disk", []string{"1-helm-install"}, s.extstoreLocalDisk)
 	s.stage(t, "18-observed-profile", []string{"1-helm-install"}, s.observedProfile)
+	s.stage(t, "19-tls-auth", []string{"1-helm-install"}, s.tlsAuth)
+	s.stage(t, "20-network-policy-enforced", []string{"1-helm-install"}, s.networkPolicyEnforced)
 	// The Prometheus stack (hack/monitoring-stack.sh), the chart's adapter, an
 	// autoscaled Cache. With E2E_MONITORING=1, which make check sets (make
 	// test-e2e-monitoring); a bare make test-e2e leaves it out, since the

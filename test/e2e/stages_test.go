@@ -195,6 +195,13 @@ func setGet(t *testing.T, addr, prefix string) {
 	t.Helper()
 	mc := memcache.New(addr)
 	mc.Timeout = 5 * time.Second
+	setGetClient(t, mc, addr, prefix)
+}
+
+// setGetClient is setGet with a client of the caller's (stage 18's dials TLS
+// and authenticates).
+func setGetClient(t *testing.T, mc *memcache.Client, addr, prefix string) {
+	t.Helper()
 	want := map[string][]byte{}
 	var keys []string
 	for i := 0; i < 50; i++ {
