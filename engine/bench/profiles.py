@@ -18,11 +18,12 @@ Parts done here:
       separate runs of the same trace at -m 8, 16, 32, 64, on a Zipf trace and
       on the same with one-time keys mixed in; target: absolute error < 0.02.
 
-The DP is the bench's own copy of issue 23's derivation (the operator's Go
-function is another piece of work): at most K classes, each an 8-byte aligned
-chunk size, minimising the bytes wasted (chunk - item) summed over the items.
-Item sizes are not modelled: they are measured on a calibration cachetd with
-classes every 8 bytes (the class an item lands in is its chunk need).
+The classes come from the operator's dynamic program (internal/engine
+OptimalClasses, through hack/profile-classes -needs, built once per run):
+at most K classes, each an 8-byte aligned chunk size, minimising the bytes
+wasted (chunk - item) summed over the items. Item sizes are not
+modelled: they are measured on a calibration cachetd with classes every 8
+bytes (the class an item lands in is its chunk need).
 
 Only 127.0.0.0/8; every loop is bounded by a count. Ports from
 BENCH_PORT_BASE (default 26400).
@@ -32,6 +33,7 @@ import random
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -43,6 +45,8 @@ QUICK = os.environ.get("BENCH_QUICK") == "1"
 CACHETD = os.environ["CACHETD"]
 MEMCACHED = os.environ["MEMCACHED"]   # memcached 1.6.45 (bench.mk: MEMCACHED_1645 or shared/peers)
 MAX_CLASSES = 63
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROFILE_CLASSES = None   # built by derive_classes on first use
 
 
 class Server:
@@ -107,40 +111,24 @@ def chunk_needs(lengths):
     return out
 
 
-def derive_classes(needs, k):
-    """The DP: at most k chunk sizes (each a need, so 8-aligned) covering every
-    need, minimising sum over items of (chunk - need). needs: {size: count}."""
-    sizes = sorted(needs)
-    n = len(sizes)
-    cnt = [needs[s] for s in sizes]
-    # cost(i, j): items of sizes[i..j] in a class of size sizes[j]
-    pre_c = [0] * (n + 1)
-    pre_b = [0] * (n + 1)
-    for i in range(n):
-        pre_c[i + 1] = pre_c[i] + cnt[i]
-        pre_b[i + 1] = pre_b[i] + cnt[i] * sizes[i]
+def build_profile_classes():
+    """The operator's DP (internal/engine OptimalClasses) through
+    hack/profile-classes -needs, built once per run: one definition, no copy."""
+    out = os.path.join(tempfile.mkdtemp(prefix="bench-profiles."), "profile-classes")
+    subprocess.run(["go", "build", "-o", out, "./hack/profile-classes"], cwd=REPO, check=True)
+    return out
 
-    def cost(i, j):
-        return sizes[j] * (pre_c[j + 1] - pre_c[i]) - (pre_b[j + 1] - pre_b[i])
-    inf = float("inf")
-    best = [[inf] * n for _ in range(k + 1)]
-    arg = [[-1] * n for _ in range(k + 1)]
-    for j in range(n):
-        best[1][j] = cost(0, j)
-    for m in range(2, k + 1):
-        for j in range(n):
-            for i in range(1, j + 1):
-                v = best[m - 1][i - 1] + cost(i, j)
-                if v < best[m][j]:
-                    best[m][j] = v
-                    arg[m][j] = i
-    m = min(range(1, k + 1), key=lambda q: best[q][n - 1])
-    out, j = [], n - 1
-    while m >= 1 and j >= 0:
-        out.append(sizes[j])
-        i = arg[m][j] if m > 1 else 0
-        j, m = i - 1, m - 1
-    return sorted(out)
+
+def derive_classes(needs, k):
+    """At most k chunk sizes covering every need, minimising the bytes wasted
+    (chunk - need) summed over the items. needs: {size: count}."""
+    global PROFILE_CLASSES
+    if PROFILE_CLASSES is None:
+        PROFILE_CLASSES = build_profile_classes()
+    hist = "".join(f"{size} {count}\n" for size, count in sorted(needs.items()))
+    out = subprocess.run([PROFILE_CLASSES, "-needs", "-k", str(k)], input=hist, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    return [int(c) for c in out.split("-")] if out else []
 
 
 def part_a():
