@@ -79,7 +79,7 @@ bench-metrics: $(BUILD)/cachetd $(BUILD)/bench/latency_cost
 
 # `make bench-profiles` (issue 23): seed 003 with derived slab classes, the
 # page mover by marginal gain and the miss-ratio curve's accuracy, side by side
-# with memcached 1.6.45 in one run (PASS/MISS per part; BENCH_QUICK=1 ~6 minutes). Ports from BENCH_PORT_BASE.
+# with memcached 1.6.45 in one run (PASS/MISS per part; BENCH_QUICK=1 ~16 minutes, BENCH_PARTS=b only (b)). Ports from BENCH_PORT_BASE.
 .PHONY: bench-profiles
 bench-profiles: $(BUILD)/cachetd
 	CACHETD=$(abspath $(BUILD)/cachetd) \

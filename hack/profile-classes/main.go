@@ -20,13 +20,20 @@ limitations under the License.
 // goes through engine.Derive, not a copy of it. Input on stdin: one
 // "VALUE_BYTES WEIGHT" a line. Output: the -o slab_sizes value, then the
 // predicted and current waste on a second line.
+//
+// With -needs, each line's BYTES is already the chunk an item needs
+// (measured on a running engine, as engine/bench/profiles.py does) and the
+// output is only engine.OptimalClasses' -o slab_sizes for at most -k classes:
+// the bench then runs the one dynamic program instead of a copy of it.
 package main
 
 import (
 	"bufio"
+	"cmp"
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -41,6 +48,8 @@ func main() {
 	key := flag.Int("key", 32, "key bytes")
 	mem := flag.String("memory", "64Mi", "spec.memory")
 	flags := flag.Bool("flags", true, "items carry nonzero client flags")
+	needs := flag.Bool("needs", false, "input BYTES are chunk needs: print OptimalClasses for -k classes")
+	k := flag.Int("k", engine.MaxProfileClasses, "most classes, with -needs")
 	flag.Parse()
 	p := &cachev1alpha1.WorkloadProfile{KeyBytes: ptr.To(int32(*key)), ClientFlags: flags}
 	sc := bufio.NewScanner(os.Stdin)
@@ -57,12 +66,35 @@ func main() {
 		}
 		p.ValueSizes = append(p.ValueSizes, cachev1alpha1.ValueSizeBucket{Bytes: int32(b), Weight: int32(w)})
 	}
+	if *needs {
+		printClasses(engine.OptimalClasses(needShares(p.ValueSizes), *k))
+		return
+	}
 	s := &cachev1alpha1.CacheSpec{Memory: resource.MustParse(*mem), WorkloadProfile: p}
 	d := engine.Derive(s)
-	classes := make([]string, len(d.ChunkSizes))
-	for i, c := range d.ChunkSizes {
-		classes[i] = strconv.FormatInt(c, 10)
-	}
-	fmt.Println(strings.Join(classes, "-"))
+	printClasses(d.ChunkSizes)
 	fmt.Printf("predicted waste %.1f%%, default ladder %.1f%%\n", 100*d.PredictedWaste, 100*d.CurrentWaste)
+}
+
+// needShares is the histogram of chunk needs, ascending and merged, as
+// OptimalClasses takes it.
+func needShares(lines []cachev1alpha1.ValueSizeBucket) []engine.SizeShare {
+	byBytes := map[int64]float64{}
+	for _, l := range lines {
+		byBytes[int64(l.Bytes)] += float64(l.Weight)
+	}
+	out := make([]engine.SizeShare, 0, len(byBytes))
+	for b, w := range byBytes {
+		out = append(out, engine.SizeShare{Bytes: b, Weight: w})
+	}
+	slices.SortFunc(out, func(a, b engine.SizeShare) int { return cmp.Compare(a.Bytes, b.Bytes) })
+	return out
+}
+
+func printClasses(classes []int64) {
+	s := make([]string, len(classes))
+	for i, c := range classes {
+		s[i] = strconv.FormatInt(c, 10)
+	}
+	fmt.Println(strings.Join(s, "-"))
 }
