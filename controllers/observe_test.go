@@ -296,3 +296,54 @@ func TestHTTPPodMetricsRefusesOversizedBodiesAndRedirects(t *testing.T) {
 		t.Errorf("a redirect was followed (%d bytes): %v", len(b), err)
 	}
 }
+
+// Through the operator on a real API server: of an Observed profile's two
+// Ready pods, one accepts and never answers (what a NetworkPolicy dropping
+// the operator's replies looks like). The observation still completes: the
+// status holds the other pod's items and figures, and notes names the pod
+// not read.
+func TestObservedProfileReadsTheOtherPodsPastOneThatNeverAnswers(t *testing.T) {
+	needIntegration(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	const keys = 800
+	e := utils.StartCachetd(t, filepath.Join(".."), "-m", "64")
+	if err := utils.MixedSizeLoad(net.JoinHostPort("127.0.0.1", strconv.Itoa(e.Port)), keys, 240, 2200, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	testEngines.Store(ns+"/part-0", blackhole(t))
+	testEngines.Store(ns+"/part-1", net.JoinHostPort("127.0.0.1", strconv.Itoa(e.MetricsPort)))
+	createCache(t, ns, "part", func(c *cachev1alpha1.Cache) {
+		c.Spec.Replicas = ptr.To(int32(2))
+		c.Spec.WorkloadProfile = &cachev1alpha1.WorkloadProfile{
+			Source: cachev1alpha1.ProfileSourceObserved, Apply: cachev1alpha1.ProfileApplyManual,
+			ObserveIntervalSeconds: ptr.To(int32(2)),
+		}
+	})
+	c := getCache(t, ns, "part")
+	for i := 0; i < 2; i++ {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("part-%d", i), Namespace: ns, Labels: SelectorLabels(c)},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: EngineContainerName, Image: testEngineImage}}},
+		}
+		if err := k8sClient.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		pod.Status = corev1.PodStatus{PodIP: "127.0.0.1", Conditions: []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}}
+		if err := k8sClient.Status().Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var r *cachev1alpha1.Recommendation
+	eventually(t, "an observation of the pod that answers", func() (bool, string) {
+		r = getCache(t, ns, "part").Status.Recommendation
+		return r != nil && r.ObservedItems > 0, fmt.Sprintf("%+v", r)
+	})
+	if r.ObservedItems != keys || len(r.Pods) != 1 || r.Pods[0].Name != "part-1" || len(r.ChunkSizes) == 0 {
+		t.Errorf("the answering pod's items (%d) and figures are not all the observation holds: %+v", keys, r)
+	}
+	if !strings.Contains(r.Notes, "not read: pod part-0: ") || strings.Contains(r.Notes, "part-1") {
+		t.Errorf("notes do not name the pod that never answers alone: %q", r.Notes)
+	}
+}
