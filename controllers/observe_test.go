@@ -56,6 +56,26 @@ func testEngineAddr(pod *corev1.Pod) string {
 	return net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(suiteEngine.MetricsPort)))
 }
 
+// createReadyPods creates the Cache's first n pods, Ready on 127.0.0.1:
+// envtest runs no kubelet, and testEngineAddr maps them to engines.
+func createReadyPods(t *testing.T, c *cachev1alpha1.Cache, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", c.Name, i), Namespace: c.Namespace, Labels: SelectorLabels(c)},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: EngineContainerName, Image: testEngineImage}}},
+		}
+		if err := k8sClient.Create(context.Background(), pod); err != nil {
+			t.Fatal(err)
+		}
+		pod.Status = corev1.PodStatus{PodIP: "127.0.0.1", Conditions: []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}}
+		if err := k8sClient.Status().Update(context.Background(), pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // An Observed profile with apply: Auto, on two pods whose engines (real
 // cachetd processes) hold a two-mode load: the operator reads both engines'
 // /metrics, recommends one class per mode, applies them once the
@@ -90,20 +110,7 @@ func TestObservedProfileRecommendsTheLoadsModesAndAppliesOnce(t *testing.T) {
 	})
 	firstHash := sts.Spec.Template.Annotations[ConfigHashAnnotation]
 	c := getCache(t, ns, "obs")
-	for i := 0; i < 2; i++ {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("obs-%d", i), Namespace: ns, Labels: SelectorLabels(c)},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: EngineContainerName, Image: testEngineImage}}},
-		}
-		if err := k8sClient.Create(ctx, pod); err != nil {
-			t.Fatal(err)
-		}
-		pod.Status = corev1.PodStatus{PodIP: "127.0.0.1", Conditions: []corev1.PodCondition{
-			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}}
-		if err := k8sClient.Status().Update(ctx, pod); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createReadyPods(t, c, 2)
 	setSTSStatus(t, ns, "obs", appsv1.StatefulSetStatus{Replicas: 2, ReadyReplicas: 2, UpdatedReplicas: 2, AvailableReplicas: 2, CurrentRevision: "r1", UpdateRevision: "r1"})
 
 	// one class per mode: the bucket (32 bytes wide up to 512, an eighth of
@@ -304,7 +311,6 @@ func TestHTTPPodMetricsRefusesOversizedBodiesAndRedirects(t *testing.T) {
 // not read.
 func TestObservedProfileReadsTheOtherPodsPastOneThatNeverAnswers(t *testing.T) {
 	needIntegration(t)
-	ctx := context.Background()
 	ns := newNamespace(t)
 	const keys = 800
 	e := utils.StartCachetd(t, filepath.Join(".."), "-m", "64")
@@ -321,20 +327,7 @@ func TestObservedProfileReadsTheOtherPodsPastOneThatNeverAnswers(t *testing.T) {
 		}
 	})
 	c := getCache(t, ns, "part")
-	for i := 0; i < 2; i++ {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("part-%d", i), Namespace: ns, Labels: SelectorLabels(c)},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: EngineContainerName, Image: testEngineImage}}},
-		}
-		if err := k8sClient.Create(ctx, pod); err != nil {
-			t.Fatal(err)
-		}
-		pod.Status = corev1.PodStatus{PodIP: "127.0.0.1", Conditions: []corev1.PodCondition{
-			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}}
-		if err := k8sClient.Status().Update(ctx, pod); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createReadyPods(t, c, 2)
 	var r *cachev1alpha1.Recommendation
 	eventually(t, "an observation of the pod that answers", func() (bool, string) {
 		r = getCache(t, ns, "part").Status.Recommendation
