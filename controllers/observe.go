@@ -20,12 +20,16 @@ limitations under the License.
 // status.recommendation and the apply: Auto decision. The decision's state
 // lives in status.recommendation, written before the StatefulSet is built
 // from it, so a roll never starts from classes the status does not hold.
-// Reads run inside Reconcile, one pod after the other, each bounded by
-// PodMetricsTimeout.
+// Reads run inside Reconcile, ObserveParallelReads pods at a time, each
+// bounded by PodMetricsTimeout and all by ObserveDeadline, so that pods the
+// operator cannot reach (a NetworkPolicy) hold the one reconcile worker for
+// ObserveDeadline at most, however many replicas there are. Each read
+// writes only its own slot of the results.
 
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -33,6 +37,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -51,8 +56,15 @@ const (
 	DefaultObserveInterval = 300 * time.Second
 	// PodMetricsTimeout bounds one pod's read.
 	PodMetricsTimeout = 3 * time.Second
+	// ObserveDeadline bounds one observation's reads, all pods together;
+	// pods not read by then are reported and left out.
+	ObserveDeadline = 10 * time.Second
+	// ObserveParallelReads is how many pods are read at once: 1000
+	// replicas read in about 63 rounds of one round trip each.
+	ObserveParallelReads = 16
 	// podMetricsMaxBytes bounds what is read of one pod's /metrics (the
-	// engine caps its body at 4 MiB).
+	// engine caps its body at 4 MiB); a larger body is refused rather than
+	// parsed cut short.
 	podMetricsMaxBytes = 4 << 20
 )
 
@@ -75,6 +87,22 @@ type HTTPPodMetrics struct {
 	Addr func(pod *corev1.Pod) string
 }
 
+// podMetricsClient reads the pods directly: no proxy from the environment
+// (pod IPs are cluster-internal), no redirects (a 3xx is an error like any
+// status but 200), no idle connections kept between observations minutes
+// apart.
+var podMetricsClient = &http.Client{
+	Transport: &http.Transport{
+		Proxy:                  nil,
+		DialContext:            (&net.Dialer{Timeout: PodMetricsTimeout}).DialContext,
+		DisableKeepAlives:      true,
+		ResponseHeaderTimeout:  PodMetricsTimeout,
+		MaxResponseHeaderBytes: 64 << 10,
+	},
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	Timeout:       PodMetricsTimeout,
+}
+
 // Read implements PodMetrics.
 func (h HTTPPodMetrics) Read(ctx context.Context, pod *corev1.Pod) ([]byte, error) {
 	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(h.Port)))
@@ -87,7 +115,7 @@ func (h HTTPPodMetrics) Read(ctx context.Context, pod *corev1.Pod) ([]byte, erro
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := podMetricsClient.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +123,62 @@ func (h HTTPPodMetrics) Read(ctx context.Context, pod *corev1.Pod) ([]byte, erro
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
-	return io.ReadAll(io.LimitReader(resp.Body, podMetricsMaxBytes))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, podMetricsMaxBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > podMetricsMaxBytes {
+		return nil, fmt.Errorf("GET /metrics: body over %d bytes", podMetricsMaxBytes)
+	}
+	return body, nil
+}
+
+// readPods reads and parses the pods' metrics, parallel at a time, all
+// within deadline: the samples of the pods read, in the pods' order, and
+// why each other pod was not.
+func readPods(ctx context.Context, m PodMetrics, pods []*corev1.Pod, parallel int, deadline time.Duration) ([]engine.PodSample, []string) {
+	ctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	samples := make([]engine.PodSample, len(pods))
+	errs := make([]error, len(pods))
+	slots := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for i, pod := range pods {
+		acquired := false
+		select {
+		case slots <- struct{}{}:
+			acquired = true
+		case <-ctx.Done():
+		}
+		// a slot freed by the read the deadline ended is no start
+		if ctx.Err() != nil {
+			if acquired {
+				<-slots
+			}
+			errs[i] = fmt.Errorf("not started within the observation's %s", deadline)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			body, err := m.Read(ctx, pod)
+			if err == nil {
+				samples[i], err = engine.ParsePodMetrics(pod.Name, bytes.NewReader(body))
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	var read []engine.PodSample
+	var failed []string
+	for i, err := range errs {
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("pod %s: %v", pods[i].Name, err))
+			continue
+		}
+		read = append(read, samples[i])
+	}
+	return read, failed
 }
 
 // EngineSpec is the spec the engine runs: with an Observed apply: Auto
@@ -162,21 +245,13 @@ func (r *CacheReconciler) observeProfile(ctx context.Context, c *cachev1alpha1.C
 	if r.PodMetrics == nil && r.Engine.MetricsPort <= 0 {
 		failed = append(failed, "the engines serve no metrics port (operator flag --engine-metrics-port 0)")
 	} else {
+		var ready []*corev1.Pod
 		for i := range pods.Items {
-			pod := &pods.Items[i]
-			if !podReady(pod) || pod.Status.PodIP == "" {
-				continue
+			if pod := &pods.Items[i]; podReady(pod) && pod.Status.PodIP != "" {
+				ready = append(ready, pod)
 			}
-			body, err := r.podMetrics().Read(ctx, pod)
-			if err == nil {
-				var s engine.PodSample
-				if s, err = engine.ParsePodMetrics(pod.Name, strings.NewReader(string(body))); err == nil {
-					samples = append(samples, s)
-					continue
-				}
-			}
-			failed = append(failed, fmt.Sprintf("pod %s: %v", pod.Name, err))
 		}
+		samples, failed = readPods(ctx, r.podMetrics(), ready, ObserveParallelReads, ObserveDeadline)
 	}
 	rec, d := engine.RecommendObserved(EngineSpec(c), prev, samples, settledForRoll(c, sts, pods.Items))
 	if len(failed) > 0 {

@@ -17,9 +17,12 @@ limitations under the License.
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -51,6 +54,26 @@ func testEngineAddr(pod *corev1.Pod) string {
 		return a.(string)
 	}
 	return net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(suiteEngine.MetricsPort)))
+}
+
+// createReadyPods creates the Cache's first n pods, Ready on 127.0.0.1:
+// envtest runs no kubelet, and testEngineAddr maps them to engines.
+func createReadyPods(t *testing.T, c *cachev1alpha1.Cache, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", c.Name, i), Namespace: c.Namespace, Labels: SelectorLabels(c)},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: EngineContainerName, Image: testEngineImage}}},
+		}
+		if err := k8sClient.Create(context.Background(), pod); err != nil {
+			t.Fatal(err)
+		}
+		pod.Status = corev1.PodStatus{PodIP: "127.0.0.1", Conditions: []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}}
+		if err := k8sClient.Status().Update(context.Background(), pod); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // An Observed profile with apply: Auto, on two pods whose engines (real
@@ -87,20 +110,7 @@ func TestObservedProfileRecommendsTheLoadsModesAndAppliesOnce(t *testing.T) {
 	})
 	firstHash := sts.Spec.Template.Annotations[ConfigHashAnnotation]
 	c := getCache(t, ns, "obs")
-	for i := 0; i < 2; i++ {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("obs-%d", i), Namespace: ns, Labels: SelectorLabels(c)},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: EngineContainerName, Image: testEngineImage}}},
-		}
-		if err := k8sClient.Create(ctx, pod); err != nil {
-			t.Fatal(err)
-		}
-		pod.Status = corev1.PodStatus{PodIP: "127.0.0.1", Conditions: []corev1.PodCondition{
-			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}}
-		if err := k8sClient.Status().Update(ctx, pod); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createReadyPods(t, c, 2)
 	setSTSStatus(t, ns, "obs", appsv1.StatefulSetStatus{Replicas: 2, ReadyReplicas: 2, UpdatedReplicas: 2, AvailableReplicas: 2, CurrentRevision: "r1", UpdateRevision: "r1"})
 
 	// one class per mode: the bucket (32 bytes wide up to 512, an eighth of
@@ -162,5 +172,171 @@ func TestObservedProfileRecommendsTheLoadsModesAndAppliesOnce(t *testing.T) {
 	}
 	if h := sts.Spec.Template.Annotations[ConfigHashAnnotation]; h != want || !strings.HasPrefix(r.Decision, "the pods run the recommended classes") {
 		t.Errorf("not put after the apply: hash %s (want %s), decision %q", h, want, r.Decision)
+	}
+}
+
+// blackhole is a real TCP listener on 127.0.0.1 that accepts and never
+// answers: a pod the operator's packets reach but whose replies never come
+// (a NetworkPolicy that drops them looks the same to the reader).
+func blackhole(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+// podsAt are pods named by the keys of addrs, read at their values.
+func podsAt(names []string, addrs map[string]string) ([]*corev1.Pod, HTTPPodMetrics) {
+	var pods []*corev1.Pod
+	for _, n := range names {
+		pods = append(pods, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: n}, Status: corev1.PodStatus{PodIP: "127.0.0.1"}})
+	}
+	return pods, HTTPPodMetrics{Addr: func(p *corev1.Pod) string { return addrs[p.Name] }}
+}
+
+func sampleNames(samples []engine.PodSample) []string {
+	var names []string
+	for _, s := range samples {
+		names = append(names, s.Name)
+	}
+	return names
+}
+
+// A pod that accepts and never answers costs its own read only: the real
+// engines around it are read, in the pods' order, and it is reported.
+func TestReadPodsReadsTheOthersPastAPodThatNeverAnswers(t *testing.T) {
+	addrs := map[string]string{"hole": blackhole(t)}
+	for _, n := range []string{"good-0", "good-1"} {
+		e := utils.StartCachetd(t, filepath.Join(".."), "-m", "64")
+		addrs[n] = net.JoinHostPort("127.0.0.1", strconv.Itoa(e.MetricsPort))
+	}
+	pods, m := podsAt([]string{"good-0", "hole", "good-1"}, addrs)
+	samples, failed := readPods(context.Background(), m, pods, ObserveParallelReads, ObserveDeadline)
+	if got := sampleNames(samples); !slices.Equal(got, []string{"good-0", "good-1"}) {
+		t.Errorf("read %v, want good-0 and good-1 (failed: %v)", got, failed)
+	}
+	if len(failed) != 1 || !strings.HasPrefix(failed[0], "pod hole: ") {
+		t.Errorf("failures %q, want the pod that never answers only", failed)
+	}
+}
+
+// The observation's deadline bounds all reads together: with one read at a
+// time and a deadline shorter than one pod's timeout, the pod that never
+// answers holds the only slot until the deadline, and the pods after it are
+// reported as not started instead of each waiting out its own timeout.
+func TestReadPodsStopsAtTheObservationDeadline(t *testing.T) {
+	const deadline = PodMetricsTimeout / 2
+	e := utils.StartCachetd(t, filepath.Join(".."), "-m", "64")
+	addrs := map[string]string{"good": net.JoinHostPort("127.0.0.1", strconv.Itoa(e.MetricsPort))}
+	for _, n := range []string{"hole-0", "hole-1", "hole-2"} {
+		addrs[n] = blackhole(t)
+	}
+	pods, m := podsAt([]string{"good", "hole-0", "hole-1", "hole-2"}, addrs)
+	samples, failed := readPods(context.Background(), m, pods, 1, deadline)
+	if got := sampleNames(samples); !slices.Equal(got, []string{"good"}) {
+		t.Errorf("read %v, want good (failed: %v)", got, failed)
+	}
+	want := []string{"pod hole-0: ", "pod hole-1: not started", "pod hole-2: not started"}
+	if len(failed) != len(want) {
+		t.Fatalf("failures %q, want %q...", failed, want)
+	}
+	for i := range want {
+		if !strings.HasPrefix(failed[i], want[i]) {
+			t.Errorf("failure %q, want %q...", failed[i], want[i])
+		}
+	}
+}
+
+// What the reader refuses: a body over the 4 MiB the engine caps its
+// /metrics at (never parsed cut short), and a redirect (the operator reads
+// the pod's own address, nothing it is sent to). A body of exactly 4 MiB
+// is read whole.
+func TestHTTPPodMetricsRefusesOversizedBodiesAndRedirects(t *testing.T) {
+	line := []byte("# a comment line of the metrics text format\n")
+	body := func(n int) []byte { return bytes.Repeat(line, n/len(line)+1)[:n] }
+	mux := http.NewServeMux()
+	mux.HandleFunc("/limit/metrics", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(body(podMetricsMaxBytes)) })
+	mux.HandleFunc("/over/metrics", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(body(podMetricsMaxBytes + 1)) })
+	mux.HandleFunc("/moved/metrics", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/limit/metrics", http.StatusFound)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	read := func(path string) ([]byte, error) {
+		// Addr is host:port; the path goes in front of /metrics
+		m := HTTPPodMetrics{Addr: func(*corev1.Pod) string { return strings.TrimPrefix(srv.URL, "http://") + path }}
+		return m.Read(context.Background(), &corev1.Pod{})
+	}
+	if b, err := read("/limit"); err != nil || len(b) != podMetricsMaxBytes {
+		t.Errorf("a body of exactly %d bytes: %d bytes, %v", podMetricsMaxBytes, len(b), err)
+	}
+	if b, err := read("/over"); err == nil || !strings.Contains(err.Error(), "over") {
+		t.Errorf("a body of %d bytes was read (%d bytes) without an error: %v", podMetricsMaxBytes+1, len(b), err)
+	}
+	if b, err := read("/moved"); err == nil || !strings.Contains(err.Error(), "302") {
+		t.Errorf("a redirect was followed (%d bytes): %v", len(b), err)
+	}
+}
+
+// Through the operator on a real API server: of an Observed profile's two
+// Ready pods, one accepts and never answers (what a NetworkPolicy dropping
+// the operator's replies looks like). The observation still completes: the
+// status holds the other pod's items and figures, and notes names the pod
+// not read.
+func TestObservedProfileReadsTheOtherPodsPastOneThatNeverAnswers(t *testing.T) {
+	needIntegration(t)
+	ns := newNamespace(t)
+	const keys = 800
+	e := utils.StartCachetd(t, filepath.Join(".."), "-m", "64")
+	if err := utils.MixedSizeLoad(net.JoinHostPort("127.0.0.1", strconv.Itoa(e.Port)), keys, 240, 2200, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	testEngines.Store(ns+"/part-0", blackhole(t))
+	testEngines.Store(ns+"/part-1", net.JoinHostPort("127.0.0.1", strconv.Itoa(e.MetricsPort)))
+	createCache(t, ns, "part", func(c *cachev1alpha1.Cache) {
+		c.Spec.Replicas = ptr.To(int32(2))
+		c.Spec.WorkloadProfile = &cachev1alpha1.WorkloadProfile{
+			Source: cachev1alpha1.ProfileSourceObserved, Apply: cachev1alpha1.ProfileApplyManual,
+			ObserveIntervalSeconds: ptr.To(int32(2)),
+		}
+	})
+	c := getCache(t, ns, "part")
+	createReadyPods(t, c, 2)
+	var r *cachev1alpha1.Recommendation
+	eventually(t, "an observation of the pod that answers", func() (bool, string) {
+		r = getCache(t, ns, "part").Status.Recommendation
+		return r != nil && r.ObservedItems > 0, fmt.Sprintf("%+v", r)
+	})
+	if r.ObservedItems != keys || len(r.Pods) != 1 || r.Pods[0].Name != "part-1" || len(r.ChunkSizes) == 0 {
+		t.Errorf("the answering pod's items (%d) and figures are not all the observation holds: %+v", keys, r)
+	}
+	if !strings.Contains(r.Notes, "not read: pod part-0: ") || strings.Contains(r.Notes, "part-1") {
+		t.Errorf("notes do not name the pod that never answers alone: %q", r.Notes)
 	}
 }

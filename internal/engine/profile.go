@@ -360,6 +360,9 @@ func wasteShare(sizes []SizeShare, classes []int64) float64 {
 // Effective is the spec the engine runs: with an apply: Auto profile, its
 // derived classes, hash power and extstore threshold in place of the
 // engine's own settings (the API refuses both at once); otherwise s itself.
+// An Observed profile declares no sizes or keys, so it derives no classes
+// (WithObservedClasses puts the pods' in) and no extstore threshold:
+// spec.extstore.itemMinSize, or the engine's default, stays.
 func Effective(s *cachev1alpha1.CacheSpec) *cachev1alpha1.CacheSpec {
 	p := s.WorkloadProfile
 	if p == nil || p.Apply != cachev1alpha1.ProfileApplyAuto {
@@ -378,7 +381,7 @@ func Effective(s *cachev1alpha1.CacheSpec) *cachev1alpha1.CacheSpec {
 	if d.HashPower != nil {
 		e.Engine.HashPower = d.HashPower
 	}
-	if s.Extstore != nil {
+	if s.Extstore != nil && p.Source != cachev1alpha1.ProfileSourceObserved {
 		ext := *s.Extstore
 		ext.ItemMinSize = &d.ExtstoreItemMinSize
 		e.Extstore = &ext

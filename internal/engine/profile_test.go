@@ -21,6 +21,7 @@ import (
 	"math/rand"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -205,6 +206,50 @@ func TestEffectiveKeepsTheLadderWithoutDerivedClasses(t *testing.T) {
 	})
 	if e := Effective(derived); e.Engine.GrowthFactor != nil || e.Engine.MinChunk != nil || len(e.Engine.ChunkSizes) != 5 {
 		t.Errorf("derived classes did not replace the ladder: growthFactor %v minChunk %v chunkSizes %v", e.Engine.GrowthFactor, e.Engine.MinChunk, e.Engine.ChunkSizes)
+	}
+}
+
+// Effective's extstore threshold comes from a Declared profile's key and
+// value sizes; an Observed profile declares none (its keyBytes would only be
+// a guess beside what the pods hold), so spec.extstore.itemMinSize, or the
+// engine's default when unset, stays.
+func TestEffectiveExtstoreThreshold(t *testing.T) {
+	withProfile := func(source, apply string, itemMinSize *int64) *cachev1alpha1.CacheSpec {
+		return spec(memory("1Gi"), func(s *cachev1alpha1.CacheSpec) {
+			s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("10Gi"), ItemMinSize: itemMinSize}
+			// 250-byte keys: four stubs hold more than the 512-byte floor,
+			// so a derived threshold shows
+			s.WorkloadProfile = &cachev1alpha1.WorkloadProfile{Source: source, Apply: apply, KeyBytes: ptr.To(int32(250))}
+			if source == cachev1alpha1.ProfileSourceDeclared {
+				s.WorkloadProfile.Preset = "sessions"
+			}
+		})
+	}
+	declared := withProfile(cachev1alpha1.ProfileSourceDeclared, cachev1alpha1.ProfileApplyAuto, nil)
+	derived := Derive(declared).ExtstoreItemMinSize
+	if derived <= DefaultExtstoreItemMinSize {
+		t.Fatalf("derived threshold %d for 250-byte keys does not stand out from the default %d", derived, DefaultExtstoreItemMinSize)
+	}
+	for _, tc := range []struct {
+		name        string
+		spec        *cachev1alpha1.CacheSpec
+		itemMinSize int64 // what the engine runs
+	}{
+		{"Declared Auto: derived", declared, derived},
+		{"Declared Auto over the user's: derived", withProfile(cachev1alpha1.ProfileSourceDeclared, cachev1alpha1.ProfileApplyAuto, ptr.To(int64(700))), derived},
+		{"Declared Manual: the user's", withProfile(cachev1alpha1.ProfileSourceDeclared, cachev1alpha1.ProfileApplyManual, ptr.To(int64(700))), 700},
+		{"Observed Auto: the user's", withProfile(cachev1alpha1.ProfileSourceObserved, cachev1alpha1.ProfileApplyAuto, ptr.To(int64(700))), 700},
+		{"Observed Auto, unset: the engine's default", withProfile(cachev1alpha1.ProfileSourceObserved, cachev1alpha1.ProfileApplyAuto, nil), DefaultExtstoreItemMinSize},
+		{"Observed Manual: the user's", withProfile(cachev1alpha1.ProfileSourceObserved, cachev1alpha1.ProfileApplyManual, ptr.To(int64(700))), 700},
+	} {
+		e := Effective(tc.spec)
+		if got := ExtstoreItemMinBytes(e.Extstore); got != tc.itemMinSize {
+			t.Errorf("%s: threshold %d, want %d", tc.name, got, tc.itemMinSize)
+		}
+		arg := "ext_item_size=" + strconv.FormatInt(tc.itemMinSize, 10)
+		if a := Args(tc.spec, Options{}); !slices.ContainsFunc(a, func(s string) bool { return slices.Contains(strings.Split(s, ","), arg) }) {
+			t.Errorf("%s: arguments lack %s: %v", tc.name, arg, a)
+		}
 	}
 }
 

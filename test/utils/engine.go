@@ -53,7 +53,7 @@ type RunningEngine struct {
 }
 
 // StartCachetd runs cachetd on free loopback ports (data and metrics) with
-// the extra args, waits until it accepts, and stops it when the test ends.
+// the extra args, waits until both accept, and stops it when the test ends.
 func StartCachetd(t testing.TB, root string, args ...string) RunningEngine {
 	t.Helper()
 	e := RunningEngine{Port: FreePort(t), MetricsPort: FreePort(t)}
@@ -64,14 +64,18 @@ func StartCachetd(t testing.TB, root string, args ...string) RunningEngine {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	Eventually(t, 10*time.Second, 20*time.Millisecond, "cachetd accepts", func() (bool, string) {
-		c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(e.Port)))
-		if err != nil {
-			return false, err.Error()
-		}
-		_ = c.Close()
-		return true, ""
-	})
+	// the metrics listener may open after the data port: a test reading
+	// /metrics right away would find it refused
+	for _, port := range []int{e.Port, e.MetricsPort} {
+		Eventually(t, 10*time.Second, 20*time.Millisecond, "cachetd accepts on "+strconv.Itoa(port), func() (bool, string) {
+			c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			if err != nil {
+				return false, err.Error()
+			}
+			_ = c.Close()
+			return true, ""
+		})
+	}
 	return e
 }
 
