@@ -644,3 +644,23 @@ def test_replies_in_pieces_go_out_in_full_records(tls_server, pki):
     records = -(-len(expected) // 16384)
     # room for a write cut short by a full socket buffer, and other threads'
     assert writes <= records + 8, f"{writes} write calls for {len(expected)} bytes ({records} full records)"
+
+
+def test_the_server_writes_after_a_tls13_handshake(tls_server, pki):
+    """A TLS 1.3 server that sends nothing after the client's Finished
+    (no session tickets) leaves that segment unacknowledged until the
+    delayed ACK: a client with Nagle on (Python's ssl, most libraries) then
+    holds its first request for ~40 ms on every new connection (hostile
+    tester, D2). memcached 1.6.45 sends OpenSSL's default session tickets,
+    so bytes arrive unprompted right after the handshake; cachetd must too."""
+    import select
+    cert, key = pki.issue("server")
+    srv = tls_server(pki.ca, cert, key)
+    raw = socket.create_connection(("127.0.0.1", srv.port), timeout=IO_TIMEOUT_S)
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
+    with client_context(pki.ca, version=ssl.TLSVersion.TLSv1_3).wrap_socket(raw, server_hostname="127.0.0.1") as s:
+        assert s.version() == "TLSv1.3"
+        readable, _, _ = select.select([s], [], [], IO_TIMEOUT_S)
+        assert readable, "the server sent nothing after the TLS 1.3 handshake"
+        s.sendall(b"version\r\n")
+        assert s.recv(64).startswith(b"VERSION ")
