@@ -394,15 +394,18 @@ static void *server_main(void *arg)
         int rc = poll(pfd, (nfds_t)n, next > now ? (int)(next - now) : 0);
         if (rc < 0 && errno != EINTR) break;
         if (pfd[0].revents) break;                         /* metrics_server_stop() */
-        for (int i = 0; i < srv.nlisten; i++)
-            if (pfd[1 + i].revents & POLLIN) http_accept(srv.listen_fds[i]);
+        /* Connections first, then the listeners: a probe accepted last round
+         * whose request has arrived since must be read before this round's
+         * arrivals may push it out. */
         for (int i = 0; i < nc; i++) {
             struct hconn *c = who[i];
             short re = pfd[1 + srv.nlisten + i].revents;
-            if (c->fd != pfd[1 + srv.nlisten + i].fd) continue;   /* replaced during accept */
+            if (c->fd != pfd[1 + srv.nlisten + i].fd) continue;   /* closed this round */
             if (re & POLLOUT) flush_output(c);
             else if (re & (POLLIN | POLLHUP | POLLERR)) read_input(c);
         }
+        for (int i = 0; i < srv.nlisten; i++)
+            if (pfd[1 + i].revents & POLLIN) http_accept(srv.listen_fds[i]);
         now = now_ms();
         for (int i = 0; i < HTTP_CONNS_MAX; i++) expire(&srv.conns[i], now);
     }
