@@ -80,7 +80,11 @@ for b in "${want[@]}"; do
         # nft_compat); built as its own main module, so its go.sum pins the
         # dependencies. Refuses to build if the release no longer reads as
         # expected. nice: the cores are shared with whatever else make check runs.
-        moddir=$(cd "$root/hack/tools/$tools" && go list -m -f '{{.Dir}}' sigs.k8s.io/kube-network-policies)
+        # go list -m reports a Dir only once the module is in the module
+        # cache: a fresh home has to download it first
+        moddir=$(cd "$root/hack/tools/$tools" && go mod download sigs.k8s.io/kube-network-policies &&
+                 go list -m -f '{{.Dir}}' sigs.k8s.io/kube-network-policies)
+        [ -d "$moddir" ] || { echo "security-stack: no source for kube-network-policies in the module cache" >&2; exit 1; }
         src="$cache/src.tmp.$$"
         rm -rf "$src" && cp -r "$moddir" "$src" && chmod -R u+w "$src"
         cp "$root/hack/tools/$tools/xtqueue.go.in" "$src/pkg/networkpolicy/xtqueue.go"
@@ -96,7 +100,9 @@ for b in "${want[@]}"; do
         (cd "$root/hack/tools/$tools" && CGO_ENABLED=0 nice go build -trimpath -ldflags "-s -w" -o "$cache/$b.tmp.$$" .)
         mv "$cache/$b.tmp.$$" "$cache/$b" ;;
       cert-manager-crds)
-        moddir=$(cd "$root/hack/tools/$tools" && go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)
+        moddir=$(cd "$root/hack/tools/$tools" && go mod download github.com/cert-manager/cert-manager &&
+                 go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)
+        [ -d "$moddir" ] || { echo "security-stack: no source for cert-manager in the module cache" >&2; exit 1; }
         rm -rf "$cache/$b.tmp.$$" && mkdir -p "$cache/$b.tmp.$$"
         cp "$moddir"/deploy/crds/*.yaml "$cache/$b.tmp.$$/"
         chmod -R u+w "$cache/$b.tmp.$$"
