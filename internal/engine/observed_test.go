@@ -141,9 +141,9 @@ func TestMergeSizesAdds(t *testing.T) {
 
 // A wide histogram (a log-normal mix in the engine's 32-byte buckets) gets
 // as many classes as spec.engine.chunkSizes takes, the CRD's maxItems: on
-// such a mix every class more kept more items at a full cache (24, 32, 48
-// and 63 classes at -m 64 and -m 256, docs/benchmarks.md part (b)), and
-// Effective must hand the engine no more than the API admits.
+// such a mix more classes kept more items at a full cache (24, 32, 48 and 63
+// classes at -m 64 and -m 256, docs/benchmarks.md part (b)), and Effective
+// must hand the engine no more than the API admits.
 func TestObserveUsesEveryClassTheSpecTakes(t *testing.T) {
 	crd, err := os.ReadFile("../../config/crd/bases/cache.cachet.dev_caches.yaml")
 	if err != nil {
