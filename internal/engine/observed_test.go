@@ -18,7 +18,10 @@ package engine
 
 import (
 	"math"
+	"os"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -133,6 +136,32 @@ func TestMergeSizesAdds(t *testing.T) {
 	got := MergeSizes([]PodSample{{Sizes: []SizeShare{{64, 2}, {128, 1}}}, {Sizes: []SizeShare{{128, 3}, {4096, 5}}}})
 	if want := []SizeShare{{64, 2}, {128, 4}, {4096, 5}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("%v, want %v", got, want)
+	}
+}
+
+// A wide histogram (a log-normal mix in the engine's 32-byte buckets) gets
+// as many classes as spec.engine.chunkSizes takes, the CRD's maxItems: on
+// such a mix more classes kept more items at a full cache (24, 32, 48 and 63
+// classes at -m 64 and -m 256, docs/benchmarks.md part (b)), and Effective
+// must hand the engine no more than the API admits.
+func TestObserveUsesEveryClassTheSpecTakes(t *testing.T) {
+	crd, err := os.ReadFile("../../config/crd/bases/cache.cachet.dev_caches.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?s)\n {18}chunkSizes:\n.*?maxItems: (\d+)`).FindSubmatch(crd)
+	if m == nil {
+		t.Fatal("spec.engine.chunkSizes has no maxItems in the CRD")
+	}
+	limit, _ := strconv.Atoi(string(m[1]))
+	var sizes []SizeShare
+	for b := int64(64); b <= 8032; b += 32 {
+		x := (math.Log(float64(b)) - 5.8) / 1.2
+		sizes = append(sizes, SizeShare{Bytes: b, Weight: math.Round(1e6 * math.Exp(-x*x/2) / float64(b))})
+	}
+	o := Observe([]PodSample{{Sizes: sizes}}, 512<<10)
+	if len(o.Classes) != limit {
+		t.Errorf("%d classes for %d sizes, want spec.engine.chunkSizes' limit %d", len(o.Classes), len(sizes), limit)
 	}
 }
 

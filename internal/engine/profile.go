@@ -40,12 +40,16 @@ import (
 )
 
 const (
-	// MaxProfileClasses is the most classes the derivation gives: cachetd
-	// (like memcached) has 63 item classes, it appends one of slab_chunk_max
-	// itself, and every class in use holds at least one slab page, so more
-	// classes strand more memory in half-empty pages. 48 leaves that
-	// headroom; a 64-bucket histogram is the only input that needs more.
-	MaxProfileClasses = 48
+	// MaxProfileClasses is the most classes the derivation gives: as many
+	// as spec.engine.chunkSizes takes (cachetd has 63 item classes and
+	// appends one of slab_chunk_max itself). Measured items kept at a full
+	// cache (docs/benchmarks.md, part (b)): on a wide log-normal mix 24, 32,
+	// 48 and 63 classes kept ever more (every class in use fills its last
+	// page, worth the more items the smaller its chunks); on a two-mode mix
+	// 62 kept 4% fewer than 24, still more than memcached's best -f. The DP
+	// takes the fewest classes that reach the least waste, so a histogram
+	// with fewer sizes gets fewer.
+	MaxProfileClasses = 62
 	// Tail fields an item may carry besides the CAS: defined with ItemBytes
 	// in the API package, whose webhook sizes items the same way.
 	ItemFlagsBytes  = cachev1alpha1.ItemFlagsBytes
