@@ -28,7 +28,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	storagev1 "k8s.io/api/storage/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -50,7 +52,10 @@ func installPrometheusOperatorCRDs(t *testing.T) {
 
 // installCRDsFrom installs CRD files of another project from the directory
 // an environment variable of 'make test' names (its module in the module
-// cache).
+// cache), and removes them when the test ends: the suite's API server lives
+// as long as the test binary, so a test that finds them absent (the
+// Monitoring lifecycle) would otherwise see another test's CRDs whenever
+// it runs after it (go test -count=N, -shuffle, -run).
 func installCRDsFrom(t *testing.T, dirVar string, files ...string) {
 	t.Helper()
 	dir := os.Getenv(dirVar)
@@ -61,9 +66,32 @@ func installCRDsFrom(t *testing.T, dirVar string, files ...string) {
 	for i, f := range files {
 		paths[i] = filepath.Join(dir, f)
 	}
-	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: paths, ErrorIfPathMissing: true}); err != nil {
+	crds, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: paths, ErrorIfPathMissing: true})
+	if err != nil {
 		t.Fatalf("installing %s from %s: %v", files, dir, err)
 	}
+	t.Cleanup(func() { uninstallCRDs(t, crds) })
+}
+
+// uninstallCRDs deletes the CRDs and waits until the API server has removed
+// them (their objects go first), so that the next test starts without them.
+func uninstallCRDs(t *testing.T, crds []*apiextensionsv1.CustomResourceDefinition) {
+	t.Helper()
+	ctx := context.Background()
+	for _, crd := range crds {
+		if err := k8sClient.Delete(ctx, crd); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting CRD %s: %v", crd.Name, err)
+		}
+	}
+	eventually(t, "the CRDs the test installed gone", func() (bool, string) {
+		for _, crd := range crds {
+			err := k8sClient.Get(ctx, client.ObjectKeyFromObject(crd), &apiextensionsv1.CustomResourceDefinition{})
+			if !apierrors.IsNotFound(err) {
+				return false, fmt.Sprintf("CRD %s: %v", crd.Name, err)
+			}
+		}
+		return true, ""
+	})
 }
 
 // The whole life of spec.monitoring and spec.autoscaling on a real API
@@ -104,8 +132,14 @@ func TestMonitoringAndAutoscalingLifecycle(t *testing.T) {
 	if !controlledBy(hpa, c) {
 		t.Error("the HPA is not controlled by the Cache")
 	}
-	if err := k8sClient.Get(ctx, key, &monitoringv1.PodMonitor{}); err == nil || !strings.Contains(err.Error(), "no matches for kind") {
+	// No PodMonitor while its CRD is absent: a client that never saw the kind
+	// has no mapping for it, one that saw it in an earlier test's CRD gets
+	// the API server's NotFound.
+	if err := k8sClient.Get(ctx, key, &monitoringv1.PodMonitor{}); !meta.IsNoMatchError(err) && !apierrors.IsNotFound(err) {
 		t.Fatalf("PodMonitor before its CRD exists: %v", err)
+	}
+	if err := k8sClient.Get(ctx, client.ObjectKey{Name: "podmonitors.monitoring.coreos.com"}, &apiextensionsv1.CustomResourceDefinition{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the PodMonitor CRD is installed before the test installs it: %v", err)
 	}
 
 	installPrometheusOperatorCRDs(t)
