@@ -18,14 +18,32 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"cachet.dev/cachet/test/utils"
 )
 
 const netpolNS = "cachet-e2e-netpol"
+
+// enforcerQueue is the nfqueue the enforcer binds (its --nfqueue-id): the
+// stage reads the kernel's list of bound queues to know it is listening.
+const enforcerQueue = 100
+
+// netpolNode is the node the local cluster's enforcer, the Cache and the
+// probes run on. Every node of the local cluster shares one network namespace
+// (hack/local-cluster.sh), so an enforcer per node would mean two processes on
+// one nftables table and one queue number: the one that cannot bind the queue
+// deletes the table the other programs, and each programs only its own
+// node's pods. One enforcer, and the pods it judges beside it.
+const netpolNode = "cachet-node"
 
 func (s *suite) netpolEnforcerManifest(image string) string {
 	return fmt.Sprintf(`apiVersion: v1
@@ -62,6 +80,7 @@ spec:
     metadata: {labels: {app: kube-network-policies}}
     spec:
       hostNetwork: true
+      nodeSelector: {kubernetes.io/hostname: %[3]s}
       serviceAccountName: kube-network-policies
       tolerations: [{operator: Exists, effect: NoSchedule}]
       terminationGracePeriodSeconds: 30
@@ -71,11 +90,11 @@ spec:
         imagePullPolicy: IfNotPresent
         # No NRI in the local cluster's containerd (1.6); pod IPs come from
         # the API. The metrics listener stays on the node's loopback.
-        args: ["--hostname-override=$(NODE_NAME)", "--disable-nri", "--metrics-bind-address=127.0.0.1:19080", "--v=2"]
+        args: ["--hostname-override=$(NODE_NAME)", "--disable-nri", "--metrics-bind-address=127.0.0.1:19080", "--nfqueue-id=%[4]d", "--v=2"]
         env: [{name: NODE_NAME, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]
         resources: {requests: {cpu: 10m, memory: 32Mi}}
         securityContext: {privileged: true}
-`, netpolNS, image)
+`, netpolNS, image, netpolNode, enforcerQueue)
 }
 
 // nftTable lists the enforcer's nftables table in the cluster's network
@@ -90,6 +109,126 @@ func nftTable(netns string) (string, error) {
 	}
 	out, err = exec.Command("ip", "netns", "exec", netns, "nft", "list", "table", "inet", "kube-network-policies").CombinedOutput()
 	return string(out), err
+}
+
+// nfQueueListener returns the kernel's line for nfqueue num in the cluster's
+// network namespace, "" while no process has bound it. A queue verdict with
+// no listener drops the packet (the enforcer runs without --fail-open), so its
+// rules alone do not say that it judges anything.
+func nfQueueListener(netns string, num int) (string, error) {
+	out, err := netnsRead(netns, "/proc/net/netfilter/nfnetlink_queue")
+	if err != nil {
+		return "", fmt.Errorf("the bound nfqueues of %s: %w: %s", netns, err, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == strconv.Itoa(num) {
+			return strings.TrimSpace(line), nil
+		}
+	}
+	return "", nil
+}
+
+// waitEnforcerListening waits for the enforcer's table with its queue rules
+// and then for a listener on that queue. The release programs the table
+// before it binds the queue, so the table alone can stand for an enforcer
+// that drops every packet of the pods it lists: one run here had the table
+// up and queue 100 unbound for minutes, with no error in the enforcer's log
+// and no restart, and the allowed probes timed out like the refused ones. An
+// enforcer in that state is not ready: it gets SIGQUIT, so that its log
+// keeps where every goroutine of it was stuck and the kubelet starts it
+// again (or, when its process is not found on this machine, its pod is
+// replaced), twice at most, and the stage fails if none listens.
+func (s *suite) waitEnforcerListening(t *testing.T, netns string) {
+	c := s.c
+	for attempt := 1; ; attempt++ {
+		// A kernel that refused the queue verdicts leaves no table.
+		eventually(t, time.Minute, time.Second, "the enforcer's nftables table in "+netns, func() (bool, string) {
+			table, err := nftTable(netns)
+			if err != nil {
+				return false, err.Error()
+			}
+			return strings.Contains(table, "queue"), table
+		})
+		listening, state := utils.Poll(t, 30*time.Second, time.Second, fmt.Sprintf("a listener on nfqueue %d in %s", enforcerQueue, netns), func() (bool, string) {
+			line, err := nfQueueListener(netns, enforcerQueue)
+			if err != nil {
+				return false, err.Error()
+			}
+			return line != "", "no listener"
+		})
+		if listening {
+			t.Logf("the enforcer listens on nfqueue %d (attempt %d)", enforcerQueue, attempt)
+			return
+		}
+		logs, _ := c.k("logs", "-n", netpolNS, "daemonset/kube-network-policies", "--tail=40")
+		if attempt == 3 {
+			t.Fatalf("the enforcer's table is in %s but nothing listens on its nfqueue %d (%s), after %d enforcer starts; the last one's log:\n%s", netns, enforcerQueue, state, attempt, logs)
+		}
+		t.Logf("the enforcer's table is in %s but nothing listens on its nfqueue %d (attempt %d); its log:\n%s", netns, enforcerQueue, attempt, logs)
+		restarts := s.enforcerRestarts(t)
+		if pid := enforcerPID(); pid > 0 && syscall.Kill(pid, syscall.SIGQUIT) == nil {
+			eventually(t, 2*time.Minute, time.Second, "the enforcer restarted after SIGQUIT", func() (bool, string) {
+				n := s.enforcerRestarts(t)
+				return n > restarts, fmt.Sprintf("restarts %d", n)
+			})
+			dump, _ := c.k("logs", "-n", netpolNS, "daemonset/kube-network-policies", "--previous")
+			t.Logf("the stuck enforcer's goroutines (SIGQUIT):\n%s", dump)
+		} else {
+			t.Logf("the enforcer's process is not on this machine: replacing its pod")
+			c.mustK(t, "delete", "pod", "-n", netpolNS, "-l", "app=kube-network-policies", "--wait=true", "--timeout=90s")
+		}
+		s.waitEnforcerRunning(t)
+	}
+}
+
+// enforcerRestarts is the restart count of the enforcer's container.
+func (s *suite) enforcerRestarts(t *testing.T) int {
+	pods, err := s.c.items("pods", "-n", netpolNS, "-l", "app=kube-network-policies")
+	if err != nil || len(pods) != 1 {
+		t.Fatalf("the enforcer's pod: %d pods, %v", len(pods), err)
+	}
+	n := 0
+	for _, st := range pods[0].list("status", "containerStatuses") {
+		n += st.num("restartCount")
+	}
+	return n
+}
+
+// enforcerPID finds the enforcer's process on this machine (the local
+// cluster's node is this machine), 0 if there is none.
+func enforcerPID() int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		// The image's entrypoint (hack/images/kube-network-policies.Containerfile).
+		if args[0] == "/bin/netpol" && slices.Contains(args, "--hostname-override="+netpolNode) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// waitEnforcerRunning waits for the enforcer's one pod to be Ready.
+func (s *suite) waitEnforcerRunning(t *testing.T) {
+	eventually(t, 2*time.Minute, time.Second, "the enforcer's pod Running on "+netpolNode, func() (bool, string) {
+		ds, err := s.c.getJSON("daemonset", "kube-network-policies", "-n", netpolNS)
+		if err != nil {
+			return false, err.Error()
+		}
+		want, ready := ds.num("status", "desiredNumberScheduled"), ds.num("status", "numberReady")
+		return want == 1 && ready == want, fmt.Sprintf("desired %d ready %d", want, ready)
+	})
 }
 
 // podConnect opens a TCP connection from a pod to ip:port, sends request and
@@ -113,11 +252,13 @@ func (s *suite) networkPolicyEnforced(t *testing.T) {
 				// What the enforcer saw and decided, before it goes.
 				logs, _ := c.k("logs", "-n", netpolNS, "daemonset/kube-network-policies", "--tail=150")
 				pods, _ := c.k("get", "pods", "-A", "-o", "wide")
-				table := ""
+				table, queue := "", ""
 				if netns != "" {
 					table, _ = nftTable(netns)
+					queue, _ = nfQueueListener(netns, enforcerQueue)
 				}
-				t.Logf("the enforcer's log:\n%s\npods:\n%s\nits table:\n%s", logs, pods, table)
+				t.Logf("the enforcer's log:\n%s\npods:\n%s\nits table:\n%s\nits nfqueue (number, listener, waiting, copy mode, range, queue dropped, user dropped, last id): %q",
+					logs, pods, table, queue)
 			}
 			_, _ = c.k("delete", "clusterrolebinding,clusterrole", "cachet-e2e-kube-network-policies", "--ignore-not-found")
 			if _, err := c.k("delete", "namespace", netpolNS, "--ignore-not-found", "--wait=true", "--timeout=120s"); err != nil {
@@ -145,30 +286,22 @@ func (s *suite) networkPolicyEnforced(t *testing.T) {
 		if _, err := c.kIn(s.netpolEnforcerManifest(image), "apply", "-f", "-"); err != nil {
 			t.Fatalf("applying the enforcer: %v", err)
 		}
-		eventually(t, 2*time.Minute, time.Second, "the enforcer's pods Running on every node", func() (bool, string) {
-			ds, err := c.getJSON("daemonset", "kube-network-policies", "-n", netpolNS)
-			if err != nil {
-				return false, err.Error()
-			}
-			want, ready := ds.num("status", "desiredNumberScheduled"), ds.num("status", "numberReady")
-			return want > 0 && ready == want, fmt.Sprintf("desired %d ready %d", want, ready)
-		})
+		s.waitEnforcerRunning(t)
 		if netns != "" {
-			// The enforcer's rules in the kernel: its table with the queue
-			// verdicts (a kernel that refused them leaves no table).
-			eventually(t, time.Minute, time.Second, "the enforcer's nftables table in "+netns, func() (bool, string) {
-				table, err := nftTable(netns)
-				if err != nil {
-					return false, err.Error()
-				}
-				return strings.Contains(table, "queue"), table
-			})
+			s.waitEnforcerListening(t, netns)
 		}
 	} else {
 		t.Log("E2E_NETPOL_IMAGE unset: relying on the cluster's own NetworkPolicy enforcer")
 	}
 
-	s.applyCache(t, name, "  memory: 32Mi\n  cpu: 0\n  dedicatedCPUs: false\n"+
+	// Our enforcer judges the pods of its own node only: the Cache and the
+	// probes go there.
+	placement, probeNode := "", ""
+	if image != "" {
+		placement = "  placement: {nodeSelector: {kubernetes.io/hostname: " + netpolNode + "}}\n"
+		probeNode = "  nodeSelector: {kubernetes.io/hostname: " + netpolNode + "}\n"
+	}
+	s.applyCache(t, name, "  memory: 32Mi\n  cpu: 0\n  dedicatedCPUs: false\n"+placement+
 		"  networkPolicy:\n"+
 		"    clients: [{podSelector: {matchLabels: {cachet-e2e/role: client}}}]\n"+
 		"    metricsScrapers: [{podSelector: {matchLabels: {cachet-e2e/role: scraper}}}]\n")
@@ -183,13 +316,13 @@ kind: Pod
 metadata: {name: %s, namespace: %s, labels: {cachet-e2e/role: %s}}
 spec:
   terminationGracePeriodSeconds: 0
-  containers:
+%s  containers:
   - name: probe
     image: %s
     imagePullPolicy: IfNotPresent
     command: [sleep, "3600"]
     resources: {requests: {cpu: 5m, memory: 8Mi}, limits: {memory: 16Mi}}
-`, p.name, c.cacheNS, p.role, env("E2E_TOOLBOX_IMAGE", "localhost/cachet-toolbox:0.1.0"))
+`, p.name, c.cacheNS, p.role, probeNode, env("E2E_TOOLBOX_IMAGE", "localhost/cachet-toolbox:0.1.0"))
 	}
 	if _, err := c.kIn(manifest.String(), "apply", "-f", "-"); err != nil {
 		t.Fatal(err)
@@ -217,10 +350,36 @@ spec:
 		t.Fatalf("cache pod %s: podIP %q, metrics port %d", pods[0].str("metadata", "name"), ip, metricsPort)
 	}
 
+	judged := image != "" && netns != ""
+	if judged {
+		// The enforcer has the policy and the cache pod (it learns both from
+		// the API): the pod's IP is in the set its queue rules match.
+		eventually(t, time.Minute, time.Second, "the cache pod's IP "+ip+" in the enforcer's set", func() (bool, string) {
+			out, err := exec.Command("ip", "netns", "exec", netns, "nft", "list", "set", "inet", "kube-network-policies", "podips-v4").CombinedOutput()
+			if err != nil {
+				return false, fmt.Sprintf("%v: %s", err, out)
+			}
+			for _, f := range strings.FieldsFunc(string(out), func(r rune) bool { return strings.ContainsRune(" \t\n,{}", r) }) {
+				if f == ip {
+					return true, ""
+				}
+			}
+			return false, string(out)
+		})
+		// Still listening now that the probes start (the queue can be
+		// checked at any time; the probes cannot tell a dead queue from a
+		// refusal).
+		s.waitEnforcerListening(t, netns)
+	}
+
 	const version = `version\r\n`
 	const scrape = `GET /metrics HTTP/1.0\r\n\r\n`
-	// What each probe must see once the enforcer has the pods' IPs (it learns
-	// them from the API, so the first seconds may judge with an older view).
+	// What each probe must see. An allowed probe is retried until the
+	// deadline: the enforcer learns the probe pods' IPs from the API, and a
+	// first SYN judged before that is dropped. A refused probe that connects
+	// fails the stage at once when our enforcer's set already holds the cache
+	// pod (it then has the policy and the pod, and lets nothing else in); a
+	// cluster's own enforcer, not watched here, gets the same deadline.
 	cases := []struct {
 		pod, what string
 		port      int
@@ -248,6 +407,9 @@ spec:
 		var wrong []string
 		for i, tc := range cases {
 			if strings.Contains(got[i], tc.reply) != tc.allowed {
+				if !tc.allowed && judged {
+					t.Fatalf("%s -> %s %s:%d connected and was answered though the policy refuses it: %q", tc.pod, tc.what, ip, tc.port, lastLines(got[i], 2))
+				}
 				wrong = append(wrong, fmt.Sprintf("%s -> %s: allowed=%v, got %q", tc.pod, tc.what, tc.allowed, lastLines(got[i], 2)))
 			}
 		}

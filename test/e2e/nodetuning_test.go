@@ -107,8 +107,9 @@ func readTunerJournal() (tunerJournal, error) {
 	return j, json.Unmarshal(raw, &j)
 }
 
-// netnsRead reads a sysfs file of the cluster's network namespace, where
-// the pod veths are (ip netns exec mounts that namespace's sysfs).
+// netnsRead reads a file of the cluster's network namespace: sysfs, where
+// the pod veths are (ip netns exec mounts that namespace's sysfs), or
+// /proc/net, which shows the namespace of the process reading it.
 func netnsRead(netns, path string) (string, error) {
 	out, err := exec.Command("ip", "netns", "exec", netns, "cat", path).CombinedOutput()
 	return string(out), err

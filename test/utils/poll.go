@@ -16,7 +16,8 @@ limitations under the License.
 
 // Package utils holds what the envtest suites, the manager's own test, the
 // PromQL test and the e2e suite share: one bounded poll that fails with the
-// last state it saw, and a free loopback port.
+// last state it saw (or, for a caller with a fallback, reports it), and a
+// free loopback port.
 package utils
 
 import (
@@ -30,19 +31,29 @@ import (
 // long it took. Each new state is logged once, so a slow wait explains itself.
 func Eventually(t testing.TB, timeout, interval time.Duration, what string, cond func() (done bool, state string)) {
 	t.Helper()
+	if done, state := Poll(t, timeout, interval, what, cond); !done {
+		t.Fatalf("gave up after %s waiting for %s; last state: %s", timeout, what, state)
+	}
+}
+
+// Poll is Eventually for a caller that has something left to try when the
+// wait runs out: it reports whether cond was done within timeout and the
+// state cond last described, and fails nothing.
+func Poll(t testing.TB, timeout, interval time.Duration, what string, cond func() (done bool, state string)) (bool, string) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	last := ""
 	for {
 		done, state := cond()
 		if done {
-			return
+			return true, state
 		}
 		if state != last {
 			t.Logf("waiting for %s: %s", what, state)
 			last = state
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %s waiting for %s; last state: %s", timeout, what, state)
+			return false, state
 		}
 		time.Sleep(interval)
 	}
