@@ -226,7 +226,7 @@ def test_no_maxconns_fast_a_burst_across_c_on_many_workers_is_never_refused(star
         finally:
             for s in socks:
                 s.close()
-    with srv.conn() as c:   # memcached 1.6.45 shows the counter only once it counted one
+    with srv.conn() as c:   # memcached 1.6.45 shows the counter only with maxconns_fast on
         assert c.stats().get("rejected_connections", "0") == "0"
 
 
