@@ -156,6 +156,21 @@ void net_listen_take_handoffs(struct worker *w)
 
 /* ------------------------------------------------------------------ accept */
 
+/* -o no_maxconns_fast: a connection's place under -c is taken before the
+ * accept, never after it. Every worker accepts from its own listener, so a
+ * look at the count followed by an accept lets two workers both see room
+ * for one and the second answer ERROR, the very error the option promises
+ * not to send (make check hit it on a busy machine). */
+static bool reserve_conn_under_limit(void)
+{
+    uint32_t n = __atomic_load_n(&curr_conns_global, __ATOMIC_RELAXED);
+    do {
+        if (n >= (uint32_t)settings.maxconns) return false;
+    } while (!__atomic_compare_exchange_n(&curr_conns_global, &n, n + 1, true,
+                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return true;
+}
+
 static void accept_ready(struct ae_loop *l, int lfd, void *data, int mask)
 {
     struct worker *w = data;
@@ -165,8 +180,8 @@ static void accept_ready(struct ae_loop *l, int lfd, void *data, int mask)
          * backlog. Here -c is what the memory formula holds, so at -c the
          * clients wait (no error, nothing closed) and the listeners are
          * looked at again ACCEPT_PAUSE_MS later. */
-        if (settings.no_maxconns_fast &&
-            __atomic_load_n(&curr_conns_global, __ATOMIC_RELAXED) >= (uint32_t)settings.maxconns) {
+        bool reserved = settings.no_maxconns_fast;
+        if (reserved && !reserve_conn_under_limit()) {
             accept_pause(w, 0);
             return;
         }
@@ -174,11 +189,12 @@ static void accept_ready(struct ae_loop *l, int lfd, void *data, int mask)
         socklen_t sl = sizeof(ss);
         int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
+            if (reserved) __atomic_sub_fetch(&curr_conns_global, 1, __ATOMIC_RELAXED);
             if (errno == EINTR) continue;
             if (errno == EMFILE || errno == ENFILE) accept_pause(w, errno);
             return;
         }
-        uint32_t now = __atomic_add_fetch(&curr_conns_global, 1, __ATOMIC_RELAXED);
+        uint32_t now = reserved ? 0 : __atomic_add_fetch(&curr_conns_global, 1, __ATOMIC_RELAXED);
         if (now > (uint32_t)settings.maxconns || fd >= l->setsize) {
             __atomic_sub_fetch(&curr_conns_global, 1, __ATOMIC_RELAXED);
             reject_conn(fd, &ss);
