@@ -17,10 +17,17 @@
  * request (idle or with a partial head; see pick_slot), or if every slot is
  * writing a response, of the one writing longest: clients that hold slots
  * with one byte each, or with responses they never read, cannot keep
- * /healthz from answering. A connection is never pushed out in its first
- * GRACE_MS unless it has sent part of a head, so a probe always has that
- * long for its request to arrive, however fast others reconnect; while
- * every slot is in its grace, newcomers wait in the backlog.
+ * /healthz from answering.
+ *
+ * Counting arrivals cannot protect a connection accepted before its request
+ * arrived: sixteen reconnects can land between a probe's connect and its
+ * request whenever the client is descheduled (CI saw it). So the listener
+ * defers accept (TCP_DEFER_ACCEPT) until a connection's first bytes are in:
+ * a probe is accepted with its request and answered at once, while clients
+ * that connect and send nothing wait in the kernel for DEFER_ACCEPT_S first.
+ * Accepting never stops while the table is full, so a flood of connections
+ * cannot leave a probe queued behind it in the backlog; the backlog is the
+ * kernel's largest, so deferred silent clients fill it only by thousands.
  *
  * The /healthz round trip (engine_probe.c) blocks this loop for at most
  * PROBE_TIMEOUT_MS, and only when the engine does not answer; its result is
@@ -62,7 +69,7 @@
 #define PROBE_TIMEOUT_MS   500
 #define PROBE_REUSE_MS     1000
 #define ACCEPT_PAUSE_MS    100    /* after accept() ran out of descriptors or memory */
-#define GRACE_MS           500    /* well inside the readiness probe's 2 s timeout */
+#define DEFER_ACCEPT_S     2      /* a silent connection is accepted after this (and SYN-ACK retries) */
 
 enum hconn_phase { IDLE, HEAD, WRITE };
 
@@ -70,7 +77,6 @@ struct hconn {
     int      fd;                 /* -1: free slot */
     enum hconn_phase phase;
     int64_t  deadline_ms;
-    int64_t  accepted_ms;
     int64_t  idle_since_ms;
     uint64_t idle_seq;           /* order of starting to wait for a request: the lowest gives way first */
     int      requests;
@@ -311,37 +317,27 @@ static void expire(struct hconn *c, int64_t now)
 
 /* A full table gives way to the connection that has waited longest for a
  * request: idle, or holding an incomplete head. Clients that connect and
- * send one byte over and over then only push each other out. Ordering idle
+ * send one byte over and over then only push each other out, and a newcomer
+ * that sends its whole request at once (a probe, a scrape) is answered
+ * before sixteen later arrivals could take its slot. Ordering idle
  * connections before partial heads would hand the attackers the newcomer,
  * which is idle until its request arrives. Only when every slot is writing
  * a response (clients that pipeline requests and never read) does the one
  * writing longest give way, so no client can hold the port for the write
- * deadline either.
- *
- * Counting arrivals cannot protect a newcomer: sixteen reconnects can land
- * between a probe's connect and its request, however the batch is ordered
- * (CI saw it when the test's threads were descheduled). Time can: a
- * connection is only eligible once GRACE_MS old, or at once if it has sent
- * part of a head and stopped (a probe sends its head whole). The slot is
- * only chosen here; its holder is closed by take_slot once there is a
- * newcomer to give it to. NULL: every slot is in its grace; *eligible_at
- * says when the first leaves it. */
-static bool in_grace(const struct hconn *c, int64_t now)
-{
-    return c->phase != HEAD && now - c->accepted_ms < GRACE_MS;
-}
-
-static struct hconn *pick_slot(int64_t now, int64_t *eligible_at)
+ * deadline either. A connection accepted in the current batch (its seq above
+ * batch_seq) never gives way to a later one of the same batch: when this
+ * thread was descheduled, the backlog can hold a newcomer and sixteen
+ * reconnects behind it, and the newcomer must be read once before they may
+ * push it out. NULL: only such connections are left; stop accepting. The
+ * slot is only chosen here; its holder is closed by take_slot once there is
+ * a newcomer to give it to. */
+static struct hconn *pick_slot(uint64_t batch_seq)
 {
     struct hconn *waiting = NULL, *writing = NULL;
-    *eligible_at = INT64_MAX;
     for (int i = 0; i < HTTP_CONNS_MAX; i++) {
         struct hconn *c = &srv.conns[i];
         if (c->fd < 0) return c;
-        if (in_grace(c, now)) {
-            if (c->accepted_ms + GRACE_MS < *eligible_at) *eligible_at = c->accepted_ms + GRACE_MS;
-            continue;
-        }
+        if (c->phase == IDLE && c->idle_seq > batch_seq) continue;
         if (c->phase != WRITE) {
             if (!waiting || c->idle_seq < waiting->idle_seq) waiting = c;
         } else if (!writing || c->deadline_ms < writing->deadline_ms) {
@@ -361,10 +357,10 @@ static void take_slot(struct hconn *victim)
 
 static void http_accept(int lfd)
 {
+    uint64_t batch_seq = srv.idle_seq;
     for (int i = 0; i < HTTP_CONNS_MAX; i++) {
-        int64_t now = now_ms(), eligible_at;
-        struct hconn *c = pick_slot(now, &eligible_at);
-        if (!c) return;                  /* the rest wait in the backlog; server_main polls again in time */
+        struct hconn *c = pick_slot(batch_seq);
+        if (!c) return;                  /* the rest wait in the backlog for the next round */
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             /* out of descriptors: the listener stays readable, and polling it
@@ -376,9 +372,7 @@ static void http_accept(int lfd)
         take_slot(c);
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        now = now_ms();
-        *c = (struct hconn){ .fd = fd, .phase = IDLE, .accepted_ms = now, .idle_since_ms = now,
-                             .idle_seq = ++srv.idle_seq };
+        *c = (struct hconn){ .fd = fd, .phase = IDLE, .idle_since_ms = now_ms(), .idle_seq = ++srv.idle_seq };
         c->deadline_ms = c->idle_since_ms + IDLE_TIMEOUT_MS;
         read_input(c);                   /* a probe's request is usually here already: answer it now */
     }
@@ -395,13 +389,8 @@ static void *server_main(void *arg)
     for (;;) {
         int n = 0, nc = 0;
         int64_t now = now_ms(), next = now + 1000;
-        int64_t eligible_at;
         bool accepting = now >= srv.accept_paused_until_ms;
         if (!accepting) next = srv.accept_paused_until_ms;
-        else if (!pick_slot(now, &eligible_at)) {   /* every slot in its grace: not a busy loop on the listener */
-            accepting = false;
-            if (eligible_at < next) next = eligible_at;
-        }
         pfd[n++] = (struct pollfd){ .fd = srv.wake_fd, .events = POLLIN };
         for (int i = 0; i < srv.nlisten; i++)
             pfd[n++] = (struct pollfd){ .fd = srv.listen_fds[i], .events = accepting ? POLLIN : 0 };
@@ -470,9 +459,11 @@ static int bind_listeners(const char *listen_list, int port)
             int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
             if (fd < 0) continue;
             int one = 1;
+            int defer_s = DEFER_ACCEPT_S;
             setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+            setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s, sizeof defer_s);
             if (ai->ai_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-            if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 64) < 0) {
+            if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, SOMAXCONN) < 0) {
                 int e = errno;
                 close(fd);
                 if (e == EAFNOSUPPORT || e == EADDRNOTAVAIL) continue;

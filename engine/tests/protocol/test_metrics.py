@@ -457,14 +457,13 @@ def test_partial_heads_holding_every_slot_give_way_to_a_newcomer(metrics_server)
             s.close()
 
 
-@pytest.mark.parametrize("first_bytes", [b"G", b""], ids=["one-byte", "silent"])
-def test_one_byte_reconnecting_clients_cannot_take_healthz_down(metrics_server, first_bytes):
+def test_one_byte_reconnecting_clients_cannot_take_healthz_down(metrics_server):
     """The attack from issue 20: 16 clients each send one byte of a request
-    head (or nothing) and reconnect whenever they are closed, so every slot
-    is always taken by a partial head or a silent client. /healthz, the
-    kubelet's probe, must still answer 200 to every request, each within the
-    readiness probe's 2 s timeout (the socket timeout; nothing measures a
-    duration)."""
+    head and reconnect whenever they are closed, so every slot is always
+    taken by a partial head. /healthz, the kubelet's probe, must still answer
+    200 to every request, each within the readiness probe's 2 s timeout
+    (the socket timeout; nothing measures a duration). Clients that send
+    nothing are the flood test's."""
     import threading
     srv = metrics_server()
     stop = threading.Event()
@@ -479,7 +478,7 @@ def test_one_byte_reconnecting_clients_cannot_take_healthz_down(metrics_server, 
                 continue
             connects[i] += 1
             try:
-                s.sendall(first_bytes)
+                s.sendall(b"G")
                 while not stop.is_set():
                     try:
                         if not s.recv(4096):
@@ -545,9 +544,20 @@ def test_clients_that_never_read_their_responses_cannot_take_healthz_down(metric
 
 
 def test_idle_connections_give_way_to_a_newcomer(metrics_server):
+    """16 keep-alive clients, each answered once and now idle, hold every
+    slot; a newcomer is answered and the longest-idle one is closed."""
     srv = metrics_server()   # fresh: no other HTTP connection
-    idle = [socket.create_connection(("127.0.0.1", srv.mport), timeout=HTTP_TIMEOUT_S) for _ in range(16)]
+    idle = []
     try:
+        for _ in range(16):
+            s = socket.create_connection(("127.0.0.1", srv.mport), timeout=HTTP_TIMEOUT_S)
+            idle.append(s)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n")
+            got = b""
+            while not got.endswith(b"OK\n"):
+                chunk = s.recv(4096)
+                assert chunk, "closed before its answer"
+                got += chunk
         assert get(srv, "/metrics")[0] == 200
         idle[0].settimeout(HTTP_TIMEOUT_S)
         assert idle[0].recv(10) == b"", "the longest-idle connection was not the one closed"
@@ -557,6 +567,93 @@ def test_idle_connections_give_way_to_a_newcomer(metrics_server):
                 s.recv(10)     # still open, nothing sent
     finally:
         for s in idle:
+            s.close()
+
+
+def test_a_probe_that_connects_before_sending_is_not_pushed_out_by_later_arrivals(metrics_server):
+    """A client descheduled between its connect and its request (a busy
+    kubelet) must still be answered when more than 16 clients arrive in that
+    gap: the port accepts a connection only once its first bytes are in, so
+    the later arrivals find nobody to push out but each other."""
+    srv = metrics_server()
+    early = [socket.create_connection(("127.0.0.1", srv.mport), timeout=HTTP_TIMEOUT_S) for _ in range(15)]
+    probe = socket.create_connection(("127.0.0.1", srv.mport), timeout=HTTP_TIMEOUT_S)
+    late = []
+    try:
+        for _ in range(17):
+            s = socket.create_connection(("127.0.0.1", srv.mport), timeout=HTTP_TIMEOUT_S)
+            s.sendall(b"G")                  # partial heads: accepted at once
+            late.append(s)
+            time.sleep(0.02)   # pacing, not a wait for a result: a server that accepted the probe
+                               # early meets the arrivals one by one, as a descheduled kubelet would
+        probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        got = b""
+        while True:
+            chunk = probe.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        (status, _, body), = split_responses(got)
+        assert (status, body) == (200, b"OK\n"), f"the probe was not answered: {got[:200]!r}"
+    finally:
+        for s in early + [probe] + late:
+            s.close()
+
+
+def test_a_flood_of_silent_reconnecting_clients_cannot_take_healthz_down(metrics_server):
+    """100 clients connect, send nothing and reconnect whenever closed: far
+    more than the 16 slots and the old 64-entry backlog. Each of 20 probes
+    is answered 200 within the readiness probe's 2 s timeout (the socket
+    timeout; nothing measures a duration)."""
+    import selectors
+    srv = metrics_server()
+    socks, deadline = [], time.monotonic() + 60          # bounded in time ...
+    sel = selectors.DefaultSelector()
+    reconnects = 0
+
+    def connect():
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", srv.mport))
+        sel.register(s, selectors.EVENT_READ)
+        socks.append(s)
+
+    try:
+        for _ in range(100):
+            connect()
+        connected = lambda: all(s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0 and
+                                select.select([], [s], [], 0)[1] for s in socks)
+        assert poll_until(connected), "the flood did not connect: the attack did not run"
+        answers = []
+        for _ in range(20):
+            # the attackers reconnect between probes; at most 2,000 reconnects in all ... and count
+            for key, _ in sel.select(timeout=0):
+                s = key.fileobj
+                try:
+                    if s.recv(16):
+                        continue
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    pass
+                sel.unregister(s)
+                s.close()
+                socks.remove(s)
+                if reconnects < 2000 and time.monotonic() < deadline:
+                    reconnects += 1
+                    connect()
+            c = http.client.HTTPConnection("127.0.0.1", srv.mport, timeout=2.0)
+            try:
+                c.request("GET", "/healthz")
+                r = c.getresponse()
+                answers.append((r.status, r.read()))
+            except OSError as e:
+                answers.append((None, repr(e).encode()))
+            finally:
+                c.close()
+        assert answers == [(200, b"OK\n")] * 20, f"/healthz under the flood: {answers}"
+    finally:
+        for s in socks:
             s.close()
 
 
