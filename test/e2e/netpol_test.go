@@ -165,10 +165,16 @@ func (s *suite) waitEnforcerListening(t *testing.T, netns string) {
 			t.Fatalf("the enforcer's table is in %s but nothing listens on its nfqueue %d (%s), after %d enforcer starts; the last one's log:\n%s", netns, enforcerQueue, state, attempt, logs)
 		}
 		t.Logf("the enforcer's table is in %s but nothing listens on its nfqueue %d (attempt %d); its log:\n%s", netns, enforcerQueue, attempt, logs)
-		restarts := s.enforcerRestarts(t)
+		restarts, err := s.enforcerRestarts()
+		if err != nil {
+			t.Fatalf("the enforcer's restart count: %v", err)
+		}
 		if pid := enforcerPID(); pid > 0 && syscall.Kill(pid, syscall.SIGQUIT) == nil {
 			eventually(t, 2*time.Minute, time.Second, "the enforcer restarted after SIGQUIT", func() (bool, string) {
-				n := s.enforcerRestarts(t)
+				n, err := s.enforcerRestarts() // an API error is a look that failed, not the answer
+				if err != nil {
+					return false, err.Error()
+				}
 				return n > restarts, fmt.Sprintf("restarts %d", n)
 			})
 			dump, _ := c.k("logs", "-n", netpolNS, "daemonset/kube-network-policies", "--previous")
@@ -182,16 +188,16 @@ func (s *suite) waitEnforcerListening(t *testing.T, netns string) {
 }
 
 // enforcerRestarts is the restart count of the enforcer's container.
-func (s *suite) enforcerRestarts(t *testing.T) int {
+func (s *suite) enforcerRestarts() (int, error) {
 	pods, err := s.c.items("pods", "-n", netpolNS, "-l", "app=kube-network-policies")
 	if err != nil || len(pods) != 1 {
-		t.Fatalf("the enforcer's pod: %d pods, %v", len(pods), err)
+		return 0, fmt.Errorf("the enforcer's pod: %d pods, %v", len(pods), err)
 	}
 	n := 0
 	for _, st := range pods[0].list("status", "containerStatuses") {
 		n += st.num("restartCount")
 	}
-	return n
+	return n, nil
 }
 
 // enforcerPID finds the enforcer's process on this machine (the local
