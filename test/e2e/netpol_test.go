@@ -190,8 +190,11 @@ func (s *suite) waitEnforcerListening(t *testing.T, netns string) {
 // enforcerRestarts is the restart count of the enforcer's container.
 func (s *suite) enforcerRestarts() (int, error) {
 	pods, err := s.c.items("pods", "-n", netpolNS, "-l", "app=kube-network-policies")
-	if err != nil || len(pods) != 1 {
-		return 0, fmt.Errorf("the enforcer's pod: %d pods, %v", len(pods), err)
+	if err != nil {
+		return 0, fmt.Errorf("the enforcer's pod: %w", err)
+	}
+	if len(pods) != 1 {
+		return 0, fmt.Errorf("the enforcer's pod: %d pods, want 1", len(pods))
 	}
 	n := 0
 	for _, st := range pods[0].list("status", "containerStatuses") {
