@@ -457,6 +457,20 @@ def test_partial_heads_holding_every_slot_give_way_to_a_newcomer(metrics_server)
             s.close()
 
 
+def probe_healthz(srv):
+    """One readiness probe: (status, body), or (None, the error) when the
+    2 s timeout (the readiness probe's) or the connection gave out."""
+    c = http.client.HTTPConnection("127.0.0.1", srv.mport, timeout=2.0)
+    try:
+        c.request("GET", "/healthz")
+        r = c.getresponse()
+        return r.status, r.read()
+    except OSError as e:
+        return None, repr(e).encode()
+    finally:
+        c.close()
+
+
 def test_one_byte_reconnecting_clients_cannot_take_healthz_down(metrics_server):
     """The attack from issue 20: 16 clients each send one byte of a request
     head and reconnect whenever they are closed, so every slot is always
@@ -497,15 +511,7 @@ def test_one_byte_reconnecting_clients_cannot_take_healthz_down(metrics_server):
         assert poll_until(lambda: all(connects)), "the attackers did not all connect"
         answers = []
         for _ in range(20):
-            c = http.client.HTTPConnection("127.0.0.1", srv.mport, timeout=2.0)
-            try:
-                c.request("GET", "/healthz")
-                r = c.getresponse()
-                answers.append((r.status, r.read()))
-            except OSError as e:
-                answers.append((None, repr(e).encode()))
-            finally:
-                c.close()
+            answers.append(probe_healthz(srv))
         assert poll_until(lambda: sum(connects) > 16), "no attacker was ever closed: the attack did not run"
         assert answers == [(200, b"OK\n")] * 20, f"/healthz under the attack: {answers}"
     finally:
@@ -642,15 +648,7 @@ def test_a_flood_of_silent_reconnecting_clients_cannot_take_healthz_down(metrics
                 if reconnects < 2000 and time.monotonic() < deadline:
                     reconnects += 1
                     connect()
-            c = http.client.HTTPConnection("127.0.0.1", srv.mport, timeout=2.0)
-            try:
-                c.request("GET", "/healthz")
-                r = c.getresponse()
-                answers.append((r.status, r.read()))
-            except OSError as e:
-                answers.append((None, repr(e).encode()))
-            finally:
-                c.close()
+            answers.append(probe_healthz(srv))
         assert answers == [(200, b"OK\n")] * 20, f"/healthz under the flood: {answers}"
     finally:
         for s in socks:
