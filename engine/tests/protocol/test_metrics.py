@@ -457,10 +457,14 @@ def test_partial_heads_holding_every_slot_give_way_to_a_newcomer(metrics_server)
             s.close()
 
 
-def probe_healthz(srv):
+def probe_healthz(srv, tls=None):
     """One readiness probe: (status, body), or (None, the error) when the
-    2 s timeout (the readiness probe's) or the connection gave out."""
-    c = http.client.HTTPConnection("127.0.0.1", srv.mport, timeout=2.0)
+    2 s timeout (the readiness probe's) or the connection gave out. tls: an
+    ssl.SSLContext for an HTTPS port (-o metrics_tls)."""
+    if tls:
+        c = http.client.HTTPSConnection("127.0.0.1", srv.mport, timeout=2.0, context=tls)
+    else:
+        c = http.client.HTTPConnection("127.0.0.1", srv.mport, timeout=2.0)
     try:
         c.request("GET", "/healthz")
         r = c.getresponse()
