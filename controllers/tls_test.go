@@ -170,13 +170,13 @@ func setCertificateReady(t *testing.T, ns, name string, ready metav1.ConditionSt
 	}
 }
 
-// waitTLSReady waits for the Cache's TLSReady condition to have status and
+// waitTLSReady waits for c's TLSReady condition to have status and
 // reason, and returns it.
-func waitTLSReady(t *testing.T, ns, name string, status metav1.ConditionStatus, reason string) metav1.Condition {
+func waitTLSReady(t *testing.T, c *cachev1alpha1.Cache, status metav1.ConditionStatus, reason string) metav1.Condition {
 	t.Helper()
 	var cond metav1.Condition
 	eventually(t, fmt.Sprintf("TLSReady %s %s", status, reason), func() (bool, string) {
-		cond = condOf(getCache(t, ns, name), cachev1alpha1.ConditionTLSReady)
+		cond = condOf(getCache(t, c.Namespace, c.Name), cachev1alpha1.ConditionTLSReady)
 		return cond.Status == status && cond.Reason == reason, fmt.Sprintf("%+v", cond)
 	})
 	return cond
@@ -199,7 +199,7 @@ func TestTLSReadyNamesNoCertManagerThenTheIssuerNotReady(t *testing.T) {
 	c := createCache(t, ns, "secure", func(c *cachev1alpha1.Cache) {
 		c.Spec.TLS = &cachev1alpha1.TLSSpec{IssuerRef: &cachev1alpha1.IssuerReference{Name: "team-ca", Kind: "Issuer"}}
 	})
-	cond := waitTLSReady(t, ns, "secure", metav1.ConditionFalse, ReasonNoCertManager)
+	cond := waitTLSReady(t, c, metav1.ConditionFalse, ReasonNoCertManager)
 	if !strings.Contains(cond.Message, "needs cert-manager") || !strings.Contains(cond.Message, "secretName") {
 		t.Errorf("NoCertManager message %q: want what is missing and the way out", cond.Message)
 	}
@@ -212,9 +212,9 @@ func TestTLSReadyNamesNoCertManagerThenTheIssuerNotReady(t *testing.T) {
 	})
 	// no cert-manager controller: the Certificate has no status yet, and
 	// no Secret exists
-	waitTLSReady(t, ns, "secure", metav1.ConditionFalse, ReasonSecretMissing)
+	waitTLSReady(t, c, metav1.ConditionFalse, ReasonSecretMissing)
 	setCertificateReady(t, ns, key.Name, metav1.ConditionFalse, "DoesNotExist", `Referenced "Issuer" not found: issuer.cert-manager.io "team-ca" not found`)
-	cond = waitTLSReady(t, ns, "secure", metav1.ConditionFalse, ReasonIssuerNotReady)
+	cond = waitTLSReady(t, c, metav1.ConditionFalse, ReasonIssuerNotReady)
 	for _, want := range []string{"Certificate " + key.Name, "issuer Issuer team-ca", `"team-ca" not found`} {
 		if !strings.Contains(cond.Message, want) {
 			t.Errorf("IssuerNotReady message %q lacks %q", cond.Message, want)
@@ -228,7 +228,7 @@ func TestTLSReadyNamesNoCertManagerThenTheIssuerNotReady(t *testing.T) {
 	if err := k8sClient.Create(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	waitTLSReady(t, ns, "secure", metav1.ConditionFalse, ReasonIssuerNotReady)
+	waitTLSReady(t, c, metav1.ConditionFalse, ReasonIssuerNotReady)
 	setCertificateReady(t, ns, key.Name, metav1.ConditionTrue, "Ready", "Certificate is up to date and has not expired")
-	waitTLSReady(t, ns, "secure", metav1.ConditionTrue, ReasonSecretMounted)
+	waitTLSReady(t, c, metav1.ConditionTrue, ReasonSecretMounted)
 }
