@@ -18,18 +18,15 @@ memcached has no metrics port: everything here is cachetd's.
 """
 import http.client
 import json
-import os
 import socket
 import ssl
 import subprocess
-import threading
-import time
 
 import pytest
 
 from conftest import CACHETD, IO_TIMEOUT_S, next_free_port, wait_until
-from test_metrics import poll_until, probe_healthz
-from test_tls import PKI, client_context, client_hello, pki, tls_server  # noqa: F401 (fixtures)
+from test_metrics import probes_under_reconnecting_attackers
+from test_tls import RenewedSecret, client_context, client_hello, pki, tls_server  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.cachetd_only(reason="the metrics port is cachetd's own")
 
@@ -106,26 +103,15 @@ def test_a_renewed_certificate_reaches_new_metrics_connections(https_metrics, pk
     """The kubelet swaps the Secret volume's symlink when cert-manager
     renews; nothing sends refresh_certs. New HTTPS connections get the new
     certificate; a keep-alive connection opened before keeps working."""
-    new_ca = PKI(tmp_path, "newca")
-    versions = []
-    for i, issuer in enumerate((pki, new_ca)):
-        d = tmp_path / f"v{i}"
-        d.mkdir()
-        cert, key = issuer.issue("server")
-        os.replace(cert, d / "tls.crt")
-        os.replace(key, d / "tls.key")
-        versions.append(d)
-    link = tmp_path / "data"
-    link.symlink_to(versions[0])
-    srv = https_metrics(cert=str(link / "tls.crt"), key=str(link / "tls.key"))
+    secret = RenewedSecret(tmp_path, pki)
+    new_ca = secret.new_ca
+    srv = https_metrics(cert=secret.cert, key=secret.key)
     old = http.client.HTTPSConnection("127.0.0.1", srv.mport, timeout=IO_TIMEOUT_S, context=client_context(pki.ca))
     try:
         old.request("GET", "/healthz")
         r = old.getresponse()
         assert (r.status, r.read()) == (200, b"OK\n")
-        tmp_link = tmp_path / "data.tmp"
-        tmp_link.symlink_to(versions[1])
-        os.replace(tmp_link, link)
+        secret.renew()
 
         def new_certificate_served():
             try:
@@ -156,43 +142,8 @@ def test_clients_stalling_mid_handshake_cannot_take_healthz_down(https_metrics, 
     srv = https_metrics()
     hello = client_hello(pki.ca)
     first_flight = hello[:-1] if stop_at == "inside the hello" else hello
-    stop = threading.Event()
-    connects = [0] * ATTACKERS
-
-    def attacker(i):
-        deadline = time.monotonic() + 60                 # bounded in time ...
-        while not stop.is_set() and time.monotonic() < deadline and connects[i] < 5000:   # ... and count
-            try:
-                s = socket.create_connection(("127.0.0.1", srv.mport), timeout=1.0)
-            except OSError:
-                continue
-            connects[i] += 1
-            try:
-                s.sendall(first_flight)
-                while not stop.is_set():
-                    try:
-                        if not s.recv(4096):
-                            break                        # closed: reconnect at once
-                    except socket.timeout:
-                        continue
-            except OSError:
-                pass
-            finally:
-                s.close()
-
-    threads = [threading.Thread(target=attacker, args=(i,), daemon=True) for i in range(ATTACKERS)]
-    for t in threads:
-        t.start()
-    try:
-        assert poll_until(lambda: all(connects)), "the attackers did not all connect"
-        ctx = client_context(pki.ca)
-        answers = [probe_healthz(srv, tls=ctx) for _ in range(20)]
-        assert poll_until(lambda: sum(connects) > ATTACKERS), "no attacker was ever closed: the attack did not run"
-        assert answers == [(200, b"OK\n")] * 20, f"/healthz under the attack: {answers}"
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=10)
+    answers = probes_under_reconnecting_attackers(srv, ATTACKERS, first_flight, tls=client_context(pki.ca))
+    assert answers == [(200, b"OK\n")] * 20, f"/healthz under the attack: {answers}"
 
 
 @pytest.mark.parametrize("args", [["-o", "metrics_port=9150,metrics_tls"],
