@@ -82,6 +82,7 @@ bench-metrics: $(BUILD)/cachetd $(BUILD)/bench/latency_cost
 # with memcached 1.6.45 in one run (PASS/MISS per part; BENCH_QUICK=1 ~16 minutes, BENCH_PARTS=b only (b)). Ports from BENCH_PORT_BASE.
 .PHONY: bench-profiles
 bench-profiles: $(BUILD)/cachetd
+	python3 -m doctest bench/mcstats.py
 	CACHETD=$(abspath $(BUILD)/cachetd) \
 	  MEMCACHED=$${MEMCACHED_1645:-$$($$(git rev-parse --show-toplevel)/../shared/peers/build-memcached.sh)} \
 	  python3 bench/profiles.py
