@@ -78,12 +78,17 @@ func main() {
 	clusterResourceNamespace := flags.String("cluster-resource-namespace", "kube-system",
 		"namespace of the Secrets that ClusterIssuers refer to (upstream's default)")
 	workers := flags.Int("concurrent-workers", 5, "workers per controller (upstream's default)")
+	// Upstream's flag of the same name, off by default as there. On, the
+	// Secret of a deleted Certificate goes with it (garbage collection), so
+	// uninstalling whatever made the Certificate leaves no key behind.
+	ownerRef := flags.Bool("enable-certificate-owner-ref", false,
+		"make each Certificate the owner of its Secret, so deleting the Certificate deletes the Secret")
 	_ = flags.Parse(os.Args[1:])
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx = logf.NewContext(ctx, logf.Log)
-	if err := run(ctx, *kubeconfig, *namespace, *clusterResourceNamespace, *workers); err != nil {
+	if err := run(ctx, *kubeconfig, *namespace, *clusterResourceNamespace, *workers, *ownerRef); err != nil {
 		logf.Log.Error(err, "cachet-controller stopped")
 		logf.FlushLogs()
 		os.Exit(1)
@@ -91,7 +96,7 @@ func main() {
 	logf.FlushLogs()
 }
 
-func run(ctx context.Context, kubeconfig, namespace, clusterResourceNamespace string, workers int) error {
+func run(ctx context.Context, kubeconfig, namespace, clusterResourceNamespace string, workers int, ownerRef bool) error {
 	factory, err := controllerpkg.NewContextFactory(ctx, controllerpkg.ContextOptions{
 		Kubeconfig: kubeconfig,
 		Namespace:  namespace,
@@ -103,6 +108,7 @@ func run(ctx context.Context, kubeconfig, namespace, clusterResourceNamespace st
 			ClusterIssuerAmbientCredentials: true,
 		},
 		CertificateOptions: controllerpkg.CertificateOptions{
+			EnableOwnerRef:                           ownerRef,
 			CopiedAnnotationPrefixes:                 []string{"*", "-kubectl.kubernetes.io/", "-fluxcd.io/", "-argocd.argoproj.io/"},
 			CertificateRequestMinimumBackoffDuration: time.Hour,
 			CertificateRequestMaximumBackoffDuration: 32 * time.Hour,
