@@ -132,6 +132,29 @@ func dialTLS(addr, serverName string, pool *x509.CertPool) (*memcacheSession, *b
 	return &memcacheSession{conn: c, r: bufio.NewReader(c)}, tc.ConnectionState().PeerCertificates[0].SerialNumber, nil
 }
 
+// tlsMemcacheClient is gomemcache dialling every connection through addr with
+// TLS, verified against pool under serverName; with a password, each
+// connection authenticates as e2eUser before use.
+func tlsMemcacheClient(addr, serverName string, pool *x509.CertPool, password string) *memcache.Client {
+	mc := memcache.New(addr)
+	mc.Timeout = 10 * time.Second
+	mc.DialContext = func(ctx context.Context, network, address string) (net.Conn, error) {
+		m, _, err := dialTLS(address, serverName, pool)
+		if err != nil {
+			return nil, err
+		}
+		if password != "" {
+			if reply, err := m.authenticate(password); err != nil || reply != "STORED" {
+				m.close()
+				return nil, replyError("auth", reply, err)
+			}
+		}
+		_ = m.conn.SetDeadline(time.Time{})
+		return m.conn, nil
+	}
+	return mc
+}
+
 // line sends one request (and its data block, if any) and reads one reply line.
 func (m *memcacheSession) line(request string, data []byte) (string, error) {
 	_ = m.conn.SetDeadline(time.Now().Add(10 * time.Second))
@@ -316,21 +339,7 @@ func (s *suite) tlsAuth(t *testing.T) {
 
 	// A real memcached client: gomemcache over TLS, authenticating each
 	// connection it opens before use.
-	mc := memcache.New(addr)
-	mc.Timeout = 10 * time.Second
-	mc.DialContext = func(ctx context.Context, network, address string) (net.Conn, error) {
-		m, _, err := dialTLS(address, svcName, ca.pool)
-		if err != nil {
-			return nil, err
-		}
-		if reply, err := m.authenticate("first-password"); err != nil || reply != "STORED" {
-			m.close()
-			return nil, replyError("auth", reply, err)
-		}
-		_ = m.conn.SetDeadline(time.Time{})
-		return m.conn, nil
-	}
-	setGetClient(t, mc, addr, "e2e-tls")
+	setGetClient(t, tlsMemcacheClient(addr, svcName, ca.pool, "first-password"), addr, "e2e-tls")
 
 	// Rotation: a new certificate (new key, serial 1002) and a new password.
 	cert2, key2 := ca.issue(t, 1002, sans)
