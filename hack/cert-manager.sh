@@ -10,11 +10,14 @@
 # cert-manager (--cluster-resource-namespace), each Certificate the owner of
 # its Secret (--enable-certificate-owner-ref), so that deleting a Certificate
 # (helm uninstall, a deleted Cache) leaves no key behind.
-# Not deployed: cert-manager's own webhook (docs/security.md).
+# cert-manager's admission webhook runs in the same process (--webhook-port),
+# behind a Service and webhook configurations like upstream's, its CA
+# injected from the Secret it keeps (inject-ca-from-secret).
 #
-#   hack/cert-manager.sh up     # idempotent; returns once a SelfSigned
-#                               # ClusterIssuer turns Ready (the controllers
-#                               # run and their RBAC suffices)
+#   hack/cert-manager.sh up     # idempotent; returns once the webhook
+#                               # refuses an invalid Certificate and a
+#                               # SelfSigned ClusterIssuer turns Ready (the
+#                               # controllers run and their RBAC suffices)
 #   hack/cert-manager.sh down   # removes the Deployment, its RBAC and the CRDs
 #                               # (and with them every cert-manager object)
 #
@@ -41,7 +44,9 @@ manifests() { # image
   cat <<YAML
 apiVersion: v1
 kind: Namespace
-metadata: {name: $ns}
+# As upstream's chart: cert-manager's own namespace is not validated by its
+# webhook, so the webhook's bootstrap never waits on itself.
+metadata: {name: $ns, labels: {cert-manager.io/disable-validation: "true"}}
 ---
 apiVersion: v1
 kind: ServiceAccount
@@ -78,6 +83,10 @@ rules:
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
   verbs: [get, list, watch, update, patch]
+# The webhook's approval check asks who may approve for an issuer.
+- apiGroups: [authorization.k8s.io]
+  resources: [subjectaccessreviews]
+  verbs: [create]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -103,11 +112,72 @@ spec:
       - name: cert-manager
         image: $1
         imagePullPolicy: IfNotPresent
-        args: ["--cluster-resource-namespace=$ns", "--enable-certificate-owner-ref", "-v=2"]
+        args: ["--cluster-resource-namespace=$ns", "--enable-certificate-owner-ref", "--webhook-port=6443", "--webhook-namespace=$ns", "-v=2"]
+        ports: [{name: https, containerPort: 6443}, {name: healthcheck, containerPort: 6080}]
+        readinessProbe: {httpGet: {path: /healthz, port: healthcheck}, periodSeconds: 2}
         # Tiny: the node's cache pods want whole CPUs.
         resources: {requests: {cpu: 10m, memory: 64Mi}, limits: {memory: 512Mi}}
         securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: cert-manager-webhook, namespace: $ns}
+spec:
+  selector: {app: cert-manager}
+  ports: [{name: https, port: 443, targetPort: https}]
+---
+# Upstream's two webhook configurations (its chart's webhook templates).
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: cert-manager-webhook
+  annotations: {cert-manager.io/inject-ca-from-secret: $ns/cert-manager-webhook-ca}
+webhooks:
+- name: webhook.cert-manager.io
+  rules: [{apiGroups: [cert-manager.io], apiVersions: [v1], operations: [CREATE], resources: [certificaterequests]}]
+  admissionReviewVersions: [v1]
+  matchPolicy: Equivalent
+  timeoutSeconds: 30
+  failurePolicy: Fail
+  sideEffects: None
+  clientConfig: {service: {name: cert-manager-webhook, namespace: $ns, path: /mutate}}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: cert-manager-webhook
+  annotations: {cert-manager.io/inject-ca-from-secret: $ns/cert-manager-webhook-ca}
+webhooks:
+- name: webhook.cert-manager.io
+  namespaceSelector: {matchExpressions: [{key: cert-manager.io/disable-validation, operator: NotIn, values: ["true"]}]}
+  rules: [{apiGroups: [cert-manager.io, acme.cert-manager.io], apiVersions: [v1], operations: [CREATE, UPDATE], resources: ["*/*"]}]
+  admissionReviewVersions: [v1]
+  matchPolicy: Equivalent
+  timeoutSeconds: 30
+  failurePolicy: Fail
+  sideEffects: None
+  clientConfig: {service: {name: cert-manager-webhook, namespace: $ns, path: /validate}}
 YAML
+}
+
+# A Certificate that cert-manager's CRD schema admits and only its webhook
+# refuses (it names no subject at all).
+invalid_certificate() {
+  cat <<YAML
+apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata: {name: cachet-webhook-probe, namespace: default}
+spec: {secretName: cachet-webhook-probe, issuerRef: {name: none}}
+YAML
+}
+
+# The webhook answers once the API server reaches its Service and trusts its
+# certificate (the CA injector has copied the CA from its Secret): until
+# then a dry-run create fails with "failed calling webhook".
+webhook_refuses() {
+  local out
+  out=$(invalid_certificate | "$kubectl" create --dry-run=server -f - 2>&1) && return 1
+  grep -q 'admission webhook "webhook.cert-manager.io" denied the request' <<<"$out" || { echo "$out" | tail -1 >&2; return 1; }
 }
 
 # A ClusterIssuer that turns Ready only when the issuers controller runs and
@@ -144,9 +214,15 @@ up() {
   local out
   # kubectl wait logs its own cancelled watches on stderr: shown only on failure.
   out=$("$kubectl" wait --for=condition=Established --timeout=60s -f "$crds" 2>&1) || die "cert-manager's CRDs not established: $out"
-  log "controllers and CA injector ($image) in namespace $ns"
+  log "controllers, CA injector and webhook ($image) in namespace $ns"
   manifests "$image" | "$kubectl" apply -f - >/dev/null
   "$kubectl" rollout status -n "$ns" deploy/cert-manager --timeout=120s || { diagnose; die "cert-manager did not start"; }
+  local start=$SECONDS
+  until webhook_refuses 2>/dev/null; do
+    [ $((SECONDS - start)) -lt 90 ] || { webhook_refuses || true; diagnose; die "cert-manager's webhook did not refuse an invalid Certificate within 90s"; }
+    sleep 1
+  done
+  log "the webhook refuses an invalid Certificate ($((SECONDS - start))s)"
   probe_issuer | "$kubectl" apply -f - >/dev/null
   out=$("$kubectl" wait --for=condition=Ready --timeout=90s clusterissuer/cachet-cert-manager-probe 2>&1) \
     || { diagnose; die "a SelfSigned ClusterIssuer did not turn Ready: $out"; }

@@ -112,15 +112,16 @@ stage_binaries() {
       # Cached by version (make check starts it in the background:
       # make security-stack-background); the last line names the binary.
       local bin
-      bin=$("$root/hack/security-stack.sh" kube-network-policies | awk '$1=="kube-network-policies" {print $2}')
+      bin=$("$root/hack/security-stack.sh" kube-network-policies | awk '$1=="kube-network-policies" && $2 ~ /^\// {print $2}')
       [ -x "$bin" ] || die "kube-network-policies: hack/security-stack.sh built nothing"
       cp "$bin" "$ctx/kube-network-policies"
       ;;
     cert-manager)
       # Cached by version and the glue's hash (make check starts it in the
-      # background: make security-stack-background).
+      # background: make security-stack-background). A build done here also
+      # prints "cert-manager ready in Ns": only the path line is the answer.
       local bin
-      bin=$("$root/hack/security-stack.sh" cert-manager | awk '$1=="cert-manager" {print $2}')
+      bin=$("$root/hack/security-stack.sh" cert-manager | awk '$1=="cert-manager" && $2 ~ /^\// {print $2}')
       [ -x "$bin" ] || die "cert-manager: hack/security-stack.sh built nothing"
       cp "$bin" "$ctx/cert-manager"
       ;;

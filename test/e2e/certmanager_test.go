@@ -257,6 +257,27 @@ func (s *suite) tlsCertManager(t *testing.T) {
 	if !pool.AppendCertsFromPEM(s.secretKey(t, ns, "e2e-ca", "tls.crt")) {
 		t.Fatal("no CA certificate in Secret e2e-ca")
 	}
+	// cert-manager's mutating webhook writes who asked for a CertificateRequest
+	// into it (spec.username, as upstream's identity plugin); nothing else does.
+	requests, err := c.items("certificaterequests.cert-manager.io", "-n", ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, cr := range requests {
+		if !strings.HasPrefix(cr.str("metadata", "name"), certName+"-") {
+			continue
+		}
+		seen++
+		if u := cr.str("spec", "username"); u == "" {
+			t.Errorf("CertificateRequest %s has no spec.username: cert-manager's webhook did not see it", cr.str("metadata", "name"))
+		} else {
+			t.Logf("CertificateRequest %s: spec.username %s (set by cert-manager's webhook)", cr.str("metadata", "name"), u)
+		}
+	}
+	if seen == 0 {
+		t.Errorf("no CertificateRequest of %s in %s", certName, ns)
+	}
 	issued, err := leafSerial(s.secretKey(t, ns, secretName, "tls.crt"))
 	if err != nil {
 		t.Fatal(err)
@@ -277,7 +298,7 @@ func (s *suite) tlsCertManager(t *testing.T) {
 	if served.Cmp(issued) != 0 {
 		t.Errorf("the server presented serial %s, Secret %s holds %s", served, secretName, issued)
 	}
-	if err := sess.roundTrip("held", "before-renewal"); err != nil {
+	if err := sess.roundTrip("held-over-renewal", "before-renewal"); err != nil {
 		t.Fatal(err)
 	}
 	setGetClient(t, tlsMemcacheClient(addr, serverName, pool, ""), addr, "e2e-cm")
@@ -311,7 +332,7 @@ func (s *suite) tlsCertManager(t *testing.T) {
 		return serial.Cmp(renewed) == 0, "serial " + serial.String()
 	})
 	t.Logf("a new connection got the renewed certificate %s after the forced renewal", time.Since(renewal).Round(time.Second))
-	if err := sess.roundTrip("held", "after-renewal"); err != nil {
+	if err := sess.roundTrip("held-over-renewal", "after-renewal"); err != nil {
 		t.Errorf("the connection opened before the renewal: %v", err)
 	}
 	pods, err = s.cachePods(name)

@@ -2,11 +2,11 @@
 
 package e2e
 
-// Stage 18: the data plane's TLS and authentication (spec.tls.secretName,
+// Stage 19: the data plane's TLS and authentication (spec.tls.secretName,
 // spec.auth.secretRef) seen by a real client, and both Secrets rotated under
-// a live pod. The certificate is issued here (crypto/x509): cert-manager's
-// controller cannot be built on this machine (docs/security.md), and
-// spec.tls.secretName is the path that needs none.
+// a live pod. The certificate is issued here (crypto/x509):
+// spec.tls.secretName is the path that needs no cert-manager; stage 21
+// (certmanager_test.go) takes spec.tls.issuerRef's.
 //
 // Every connection goes to 127.0.0.1 through `kubectl port-forward`; the
 // client verifies the server's certificate against the test's CA under the
