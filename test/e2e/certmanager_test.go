@@ -229,7 +229,6 @@ func (s *suite) tlsCertManager(t *testing.T) {
 	}
 
 	pods := s.waitCacheReady(t, name, 1, 3*time.Minute)
-	podName, podUID := pods[0].str("metadata", "name"), pods[0].str("metadata", "uid")
 	restarts := containerStatus(pods[0], engineContainer).num("restartCount")
 	cache, err := s.getCache(name)
 	if err != nil {
@@ -321,28 +320,10 @@ func (s *suite) tlsCertManager(t *testing.T) {
 		return renewed.Cmp(issued) != 0, "serial " + renewed.String()
 	})
 	t.Logf("renewed: serial %s -> %s", issued, renewed)
-	// The kubelet refreshes the Secret volume within its sync period, the
-	// engine stats the files at most once a second.
-	eventually(t, 2*time.Minute, time.Second, "a new TLS connection to get the renewed certificate", func() (bool, string) {
-		m, serial, err := dialTLS(addr, serverName, pool)
-		if err != nil {
-			return false, err.Error()
-		}
-		m.close()
-		return serial.Cmp(renewed) == 0, "serial " + serial.String()
-	})
+	waitServedSerial(t, 2*time.Minute, addr, serverName, pool, renewed)
 	t.Logf("a new connection got the renewed certificate %s after the forced renewal", time.Since(renewal).Round(time.Second))
 	if err := sess.roundTrip("held-over-renewal", "after-renewal"); err != nil {
 		t.Errorf("the connection opened before the renewal: %v", err)
 	}
-	pods, err = s.cachePods(name)
-	if err != nil || len(pods) != 1 {
-		t.Fatalf("pods of %s: %d, %v", name, len(pods), err)
-	}
-	if pods[0].str("metadata", "uid") != podUID {
-		t.Errorf("pod %s was replaced during the renewal", podName)
-	}
-	if r := containerStatus(pods[0], engineContainer).num("restartCount"); r != restarts {
-		t.Errorf("engine container restartCount %d -> %d during the renewal, want no restart", restarts, r)
-	}
+	s.checkSamePod(t, name, pods[0], restarts, "the renewal")
 }

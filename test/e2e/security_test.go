@@ -272,7 +272,7 @@ func (s *suite) tlsAuth(t *testing.T) {
 	// Ready needs the engine's /healthz, which does the TLS handshake and auth itself.
 	pods := s.waitCacheReady(t, name, 1, 4*time.Minute)
 	pod := pods[0]
-	podName, podUID := pod.str("metadata", "name"), pod.str("metadata", "uid")
+	podName := pod.str("metadata", "name")
 	restarts := containerStatus(pod, engineContainer).num("restartCount")
 
 	cache, err := s.getCache(name)
@@ -349,14 +349,7 @@ func (s *suite) tlsAuth(t *testing.T) {
 	// The kubelet refreshes Secret volumes within its sync period (about a
 	// minute), the operator re-renders the authfile within 30 s of the user
 	// Secret's change: bounded waits on what a new connection sees.
-	eventually(t, 4*time.Minute, 2*time.Second, "a new TLS connection to get the rotated certificate (serial 1002)", func() (bool, string) {
-		m, serial, err := dialTLS(addr, svcName, ca.pool)
-		if err != nil {
-			return false, err.Error()
-		}
-		m.close()
-		return serial.Int64() == 1002, "serial " + serial.String()
-	})
+	waitServedSerial(t, 4*time.Minute, addr, svcName, ca.pool, big.NewInt(1002))
 	eventually(t, 4*time.Minute, 2*time.Second, "the rotated password accepted", func() (bool, string) {
 		m, _, err := dialTLS(addr, svcName, ca.pool)
 		if err != nil {
@@ -381,14 +374,37 @@ func (s *suite) tlsAuth(t *testing.T) {
 		t.Errorf("the connection established before the rotation: %v", err)
 	}
 
-	pods, err = s.cachePods(name)
+	s.checkSamePod(t, name, pod, restarts, "the rotation")
+}
+
+// waitServedSerial waits until a new TLS connection through addr, verified
+// as serverName, gets the certificate with serial want (the kubelet refreshes
+// a Secret volume within its sync period, the engine looks at the files at
+// most once a second).
+func waitServedSerial(t *testing.T, timeout time.Duration, addr, serverName string, pool *x509.CertPool, want *big.Int) {
+	t.Helper()
+	eventually(t, timeout, time.Second, "a new TLS connection to get the certificate with serial "+want.String(), func() (bool, string) {
+		m, serial, err := dialTLS(addr, serverName, pool)
+		if err != nil {
+			return false, err.Error()
+		}
+		m.close()
+		return serial.Cmp(want) == 0, "serial " + serial.String()
+	})
+}
+
+// checkSamePod fails the test unless the Cache's one pod is still before
+// (same UID) with its engine's restartCount unchanged since restarts.
+func (s *suite) checkSamePod(t *testing.T, cache string, before obj, restarts int, during string) {
+	t.Helper()
+	pods, err := s.cachePods(cache)
 	if err != nil || len(pods) != 1 {
-		t.Fatalf("pods of %s: %d, %v", name, len(pods), err)
+		t.Fatalf("pods of %s: %d, %v", cache, len(pods), err)
 	}
-	if pods[0].str("metadata", "uid") != podUID {
-		t.Errorf("pod %s was replaced during the rotation", podName)
+	if pods[0].str("metadata", "uid") != before.str("metadata", "uid") {
+		t.Errorf("pod %s was replaced during %s", before.str("metadata", "name"), during)
 	}
 	if r := containerStatus(pods[0], engineContainer).num("restartCount"); r != restarts {
-		t.Errorf("engine container restartCount %d -> %d during the rotation, want no restart", restarts, r)
+		t.Errorf("engine container restartCount %d -> %d during %s, want no restart", restarts, r, during)
 	}
 }
