@@ -247,6 +247,18 @@ func plaintextRefused(addr string) (reply string, closed bool, err error) {
 	return string(b), true, nil
 }
 
+// checkPlaintextRefused fails the test unless a plaintext client of the TLS
+// port through addr gets no memcached reply and is closed.
+func checkPlaintextRefused(t *testing.T, addr string) {
+	t.Helper()
+	reply, closed, err := plaintextRefused(addr)
+	if err != nil || !closed || strings.Contains(reply, "VERSION") || strings.Contains(reply, "END") {
+		t.Errorf("plaintext client: reply %q closed=%v err=%v; want the connection closed with no memcached reply", reply, closed, err)
+	} else {
+		t.Logf("plaintext client refused: %d bytes (a TLS alert at most), then closed", len(reply))
+	}
+}
+
 // tlsAuth: a Cache with spec.tls.secretName and spec.auth.secretRef serves a
 // real client over TLS after a right password only, refuses plaintext and
 // wrong passwords with memcached's errors, and takes both Secrets' rotation
@@ -293,12 +305,7 @@ func (s *suite) tlsAuth(t *testing.T) {
 	addr := c.portForward(t, ns, "svc/"+name, memcachePort)
 
 	// Plaintext on the TLS port gets no memcached reply and is closed.
-	reply, closed, err := plaintextRefused(addr)
-	if err != nil || !closed || strings.Contains(reply, "VERSION") || strings.Contains(reply, "END") {
-		t.Errorf("plaintext client: reply %q closed=%v err=%v; want the connection closed with no memcached reply", reply, closed, err)
-	} else {
-		t.Logf("plaintext client refused: %d bytes (a TLS alert at most), then closed", len(reply))
-	}
+	checkPlaintextRefused(t, addr)
 
 	// TLS, verified under the Service's name: before auth every command is refused.
 	sess, serial, err := dialTLS(addr, svcName, ca.pool)
