@@ -225,13 +225,7 @@ say "  ceiling with W1's shapes: pipelined $(jget "$out/calibration.json" 'round
 if [ "$TLS" = 1 ]; then
   step "TLS: a CA and a server certificate for 127.0.0.1 (openssl CLI), shared by both servers"
   pki=$out/tls
-  mkdir -p "$pki"
-  ( cd "$pki"
-    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=bench-ca
-    openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >server.ext
-    openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile server.ext
-  ) >"$pki/openssl.log" 2>&1 || { say "bench: making the certificates failed:"; cat "$pki/openssl.log" >&2; exit 1; }
+  bench_pki "$pki" || { say "bench: making the certificates failed:"; cat "$pki/openssl.log" >&2; exit 1; }
   tls_server_args=(-Z -o "ssl_chain_cert=$pki/server.crt,ssl_key=$pki/server.key")
   # The generator verifies the chain against the CA (the handshake is set-up,
   # not measured), so a server that is not speaking TLS fails the run.

@@ -54,7 +54,9 @@ def main():
     writes = sum(calls.get(k, 0) for k in WRITES)
     print(f"{name} depth {depth}: per GET {sum(calls.values()):.3f} syscalls: {per}")
     if name.endswith("-plain"):
-        print(f"  replies: {bytes_per_get:.1f} bytes written per GET")
+        # io_uring's sends are not write() calls: strace cannot count their bytes
+        print(f"  replies: {bytes_per_get:.1f} bytes per GET through write()/sendmsg()/sendto() "
+              f"({writes:.3f} calls; io_uring sends not counted)")
         return
     print(f"  replies: {bytes_per_get:.1f} bytes written per GET, {writes:.3f} writes, "
           f"{records:.3f} TLS records per GET ({records / writes if writes else 0:.2f} per write)")

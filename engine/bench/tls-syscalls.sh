@@ -34,12 +34,7 @@ pids=()
 trap 'for p in "${pids[@]:-}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$out"' EXIT
 build_loadgen >/dev/null 2>&1 || true
 
-( cd "$out"
-  openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=bench-ca
-  openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost
-  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >server.ext
-  openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile server.ext
-) >/dev/null 2>&1
+bench_pki "$out" || { cat "$out/openssl.log" >&2; exit 1; }
 tls=(-Z -o "ssl_chain_cert=$out/server.crt,ssl_key=$out/server.key")
 lg_tls=(--tls --tls-ca "$out/ca.crt")
 

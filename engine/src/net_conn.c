@@ -598,7 +598,11 @@ void drain_completions(struct worker *w)
  * all, every complete request is answered into the output queues, and one
  * more io_uring_enter sends all replies. A turn with few ready connections
  * takes the plain path (conn_readable). See uring.h for why every
- * operation completes inside its submit. */
+ * operation completes inside its submit. A TLS connection (-Z) shares the
+ * read submit: its ciphertext is received where its plaintext will go and
+ * handed to OpenSSL (tls.h, tls_stage), whose read takes it all before it
+ * writes any plaintext; the plain path then answers and sends (write()),
+ * as the send submit cannot carry OpenSSL's records. */
 
 /* A turn with fewer ready connections than this serves each at once with
  * read() and send(), as memcached does: a batch of one or two saves no

@@ -22,9 +22,14 @@
  * two (header, then body), and draining until EAGAIN cost a third. Writes
  * get up to a record's worth at once (outbuf_flush_with gathers a queue in
  * pieces), so a reply is not one record and one send per piece.
- * io_uring batching is off with -Z (settings.c):
- * its reads and sends bypass OpenSSL. A client that stops mid-handshake is
- * an idle connection like any other (idle_timeout, -c, the memory term).
+ * io_uring: the connection's BIO is this file's own (the socket BIO's
+ * read()/write(), plus ciphertext handed over by tls_stage), so a worker's
+ * io_uring batch receives the ciphertext of many ready connections in one
+ * io_uring_enter and the plain read path decrypts it (net_conn.c
+ * uring_turn). Sends are not batched: a partial send would leave
+ * ciphertext that only a new per-connection buffer could keep. A client
+ * that stops mid-handshake is an idle connection like any other
+ * (idle_timeout, -c, the memory term).
  *
  * Rotation: `refresh_certs` (and SIGHUP, as memcached) builds a new SSL_CTX
  * from the files and swaps it in; so does a file watch, for Kubernetes,
@@ -42,8 +47,9 @@
  *
  * Concurrency: the current context, and the files' identity it was built
  * from, are swapped and taken (SSL_new) under one mutex (tls_enabled reads
- * the pointer atomically, without it); an SSL object belongs to its
- * connection's worker.
+ * the pointer atomically, without it); the BIO method is made once by
+ * tls_start, before the workers, and only read after; an SSL object and
+ * its BIO (staged ciphertext included) belong to its connection's worker.
  */
 #include "tls.h"
 
