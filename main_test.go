@@ -164,25 +164,18 @@ func TestSelfSignedWebhookCertificates(t *testing.T) {
 	if err := os.MkdirAll(certDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	webhookPort, probePort := utils.FreePort(t), utils.FreePort(t)
-	var logs bytes.Buffer
-	mgr := exec.Command(bin,
-		"--kubeconfig="+kubeconfigPath,
-		"--webhook-cert-mode=self-signed", "--namespace="+ns,
-		"--webhook-cert-dir="+certDir, "--webhook-port="+strconv.Itoa(webhookPort),
-		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probePort),
-		"--metrics-bind-address=0", "--engine-image=localhost/cachetd:smoke", "--cluster-domain=example.test")
-	mgr.Stdout, mgr.Stderr = &logs, &logs
-	if err := mgr.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = mgr.Process.Signal(os.Interrupt)
-		_ = mgr.Wait()
-		if t.Failed() {
-			t.Logf("manager output:\n%s", logs.String())
-		}
-	}()
+	// The manager listens on both once the rotator has written the
+	// certificate (the webhook server starts then), within seconds.
+	mgr := utils.StartServer(t, 2, func(ports []int) *exec.Cmd {
+		return exec.Command(bin,
+			"--kubeconfig="+kubeconfigPath,
+			"--webhook-cert-mode=self-signed", "--namespace="+ns,
+			"--webhook-cert-dir="+certDir, "--webhook-port="+strconv.Itoa(ports[0]),
+			"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(ports[1]),
+			"--metrics-bind-address=0", "--engine-image=localhost/cachetd:smoke", "--cluster-domain=example.test")
+	})
+	defer mgr.Stop() // before the API server stops
+	webhookPort, probePort := mgr.Ports[0], mgr.Ports[1]
 
 	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort)
 	readyStatus := func() int {

@@ -167,6 +167,20 @@ if [ "$node_local" = 1 ]; then
   netpol_image=$(hack/images.sh list | awk '$1=="kube-network-policies" {print $2}')
 fi
 
+cert_manager=0
+if [ "$node_local" = 1 ]; then
+  # cert-manager (controllers and CA injector, cached like the enforcer: make
+  # check starts its build in the background). The chart's webhook
+  # certificate comes from it (stage 1) and stage 21's Cache takes its
+  # serving certificate from a cert-manager Issuer.
+  step "cert-manager (hack/cert-manager.sh up)"
+  hack/cert-manager.sh up 9>&-
+  cert_manager=1
+elif "$kubectl" get crd certificates.cert-manager.io >/dev/null 2>&1; then
+  echo "    the cluster serves cert-manager.io: the chart's webhook certificate and stage 21 use it"
+  cert_manager=1
+fi
+
 step "helm (make helm)"
 nice make --no-print-directory helm
 
@@ -185,6 +199,7 @@ E2E_ENGINE_IMAGE="$ENGINE_IMG" \
 E2E_ADAPTER_IMAGE="${ADAPTER_IMG:-}" \
 E2E_MONITORING_NS="${MONITORING_NS:-}" \
 E2E_NETPOL_IMAGE="$netpol_image" \
+E2E_CERT_MANAGER=$cert_manager \
 E2E_TOOLBOX_IMAGE="$(hack/images.sh list | awk '$1=="toolbox" {print $2}')" \
 E2E_CLUSTER_NETNS="$( [ "$node_local" = 1 ] && echo "$CACHET_CLUSTER_NETNS")" \
 E2E_ARTIFACTS="$artifacts" \

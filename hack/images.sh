@@ -2,8 +2,8 @@
 # Builds Cachet's images without a container daemon and without pulling anything,
 # and loads them into the local cluster's containerd.
 #
-#   hack/images.sh build [operator|engine|pause|toolbox|coredns|kube-network-policies ...]  default: operator engine pause toolbox
-#   hack/images.sh load  [operator|engine|pause|toolbox|coredns|kube-network-policies ...]  default: operator engine toolbox
+#   hack/images.sh build [operator|engine|pause|toolbox|coredns|kube-network-policies|cert-manager ...]  default: operator engine pause toolbox
+#   hack/images.sh load  [operator|engine|pause|toolbox|coredns|kube-network-policies|cert-manager ...]  default: operator engine toolbox
 #   hack/images.sh list                                        name and archive of each image
 #
 # Why this shape: the machines that run `make check` have no Docker engine and no
@@ -32,6 +32,13 @@ COREDNS_IMG=${COREDNS_IMG:-localhost/cachet-coredns:${COREDNS_VERSION#v}}
 # The NetworkPolicy enforcer of e2e stage 19 (hack/security-stack.sh builds it).
 KNP_VERSION=$(awk '$1=="require" && $2=="sigs.k8s.io/kube-network-policies" {print $3}' "$root/hack/tools/kube-network-policies/go.mod")
 KNP_IMG=${KNP_IMG:-localhost/cachet-kube-network-policies:$KNP_VERSION}
+# cert-manager's controllers and CA injector (hack/security-stack.sh builds
+# them; hack/cert-manager.sh deploys them).
+CM_VERSION=$(awk '($1=="require" && $2=="github.com/cert-manager/cert-manager") {print $3; exit} $1=="github.com/cert-manager/cert-manager" {print $2; exit}' "$root/hack/tools/cert-manager/go.mod")
+# Tagged with the glue's hash, as its cache is: a changed glue is a new image,
+# so the Deployment rolls instead of keeping the old one (IfNotPresent).
+CM_GLUE=$(cd "$root/hack/tools/cert-manager" && cat ./*.go go.mod go.sum | sha256sum | cut -c1-12)
+CM_IMG=${CM_IMG:-localhost/cachet-cert-manager:$CM_VERSION-glue-$CM_GLUE}
 out="$root/bin/images"
 # The local cluster's containerd (hack/local-cluster.sh); CONTAINERD_ADDRESS overrides.
 CONTAINERD_ADDRESS=${CONTAINERD_ADDRESS:-/run/cachet-cluster/containerd/containerd.sock}
@@ -47,7 +54,8 @@ image_name() {
     toolbox) echo "$TOOLBOX_IMG" ;;
     coredns) echo "$COREDNS_IMG" ;;
     kube-network-policies) echo "$KNP_IMG" ;;
-    *) die "unknown image '$1' (operator, engine, pause, toolbox, coredns, kube-network-policies)" ;;
+    cert-manager) echo "$CM_IMG" ;;
+    *) die "unknown image '$1' (operator, engine, pause, toolbox, coredns, kube-network-policies, cert-manager)" ;;
   esac
 }
 
@@ -104,9 +112,18 @@ stage_binaries() {
       # Cached by version (make check starts it in the background:
       # make security-stack-background); the last line names the binary.
       local bin
-      bin=$("$root/hack/security-stack.sh" kube-network-policies | awk '$1=="kube-network-policies" {print $2}')
+      bin=$("$root/hack/security-stack.sh" kube-network-policies | awk '$1=="kube-network-policies" && $2 ~ /^\// {print $2}')
       [ -x "$bin" ] || die "kube-network-policies: hack/security-stack.sh built nothing"
       cp "$bin" "$ctx/kube-network-policies"
+      ;;
+    cert-manager)
+      # Cached by version and the glue's hash (make check starts it in the
+      # background: make security-stack-background). A build done here also
+      # prints "cert-manager ready in Ns": only the path line is the answer.
+      local bin
+      bin=$("$root/hack/security-stack.sh" cert-manager | awk '$1=="cert-manager" && $2 ~ /^\// {print $2}')
+      [ -x "$bin" ] || die "cert-manager: hack/security-stack.sh built nothing"
+      cp "$bin" "$ctx/cert-manager"
       ;;
   esac
   # A dynamically linked binary in a FROM scratch image fails only at pod start
@@ -195,7 +212,7 @@ case $cmd in
     for n in "${names[@]}"; do load_one "$n"; done
     ;;
   list)
-    for n in operator engine pause toolbox coredns kube-network-policies; do printf '%-9s %-40s %s\n' "$n" "$(image_name "$n")" "$(archive_of "$n")"; done
+    for n in operator engine pause toolbox coredns kube-network-policies cert-manager; do printf '%-9s %-40s %s\n' "$n" "$(image_name "$n")" "$(archive_of "$n")"; done
     ;;
-  *) die "usage: $0 build|load|list [operator|engine|pause|toolbox|coredns|kube-network-policies ...]" ;;
+  *) die "usage: $0 build|load|list [operator|engine|pause|toolbox|coredns|kube-network-policies|cert-manager ...]" ;;
 esac

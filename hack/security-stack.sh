@@ -14,14 +14,12 @@
 #   cert-manager-crds      cert-manager's CRD YAMLs (deploy/crds/ of the main
 #                          module), for envtest and the cluster
 #   cert-manager           cert-manager's certificates, certificaterequests,
-#                          SelfSigned and CA issuer controllers and its CA
-#                          injector in one binary: hack/tools/cert-manager/,
-#                          glue around the pinned release's pkg/controller
-#                          (its cmd/ is not on the proxy); cached by version
-#                          and the glue's hash
-#   webhook                cert-manager's webhook: NOT built (its cmd/ module
-#                          answers 404 and no glue exists); asking for it
-#                          fails with the reason, see docs/security.md
+#                          SelfSigned and CA issuer controllers, its CA
+#                          injector and (with --webhook-port) its admission
+#                          webhook in one binary: hack/tools/cert-manager/,
+#                          glue around the pinned release's packages (its
+#                          cmd/ is not on the proxy); cached by version and
+#                          the glue's hash
 #
 #   hack/security-stack.sh                     # everything buildable
 #   hack/security-stack.sh kube-network-policies ...
@@ -57,15 +55,8 @@ for b in "${want[@]}"; do
       # must not be served from the cache of the old one.
       tools=cert-manager
       version=$cm_version-glue-$(cd "$root/hack/tools/cert-manager" && cat ./*.go go.mod go.sum | sha256sum | cut -c1-12) ;;
-    controller|cainjector) echo "security-stack: cert-manager's $b is in the component 'cert-manager'" >&2; exit 2 ;;
-    webhook)
-      # Checked against the proxy on 2026-11-28: .../cmd/$b/@v/list and
-      # .../$b-binary/@v/list are 404, and the main module's zip has no
-      # cmd/ (go: "module github.com/cert-manager/cert-manager@$cm_version
-      # found, but does not contain package .../cmd/$b").
-      echo "security-stack: cert-manager $b $cm_version cannot be built here: its command module is not on the Go module proxy (see docs/security.md, 'cert-manager on the local cluster')" >&2
-      exit 1 ;;
-    *) echo "security-stack: unknown component $b (known: ${buildable[*]} webhook)" >&2; exit 2 ;;
+    controller|cainjector|webhook) echo "security-stack: cert-manager's $b is in the component 'cert-manager'" >&2; exit 2 ;;
+    *) echo "security-stack: unknown component $b (known: ${buildable[*]})" >&2; exit 2 ;;
   esac
   cache="$cache_root/$version"
   mkdir -p "$cache"

@@ -13,6 +13,9 @@
 # usage: ab-hotpath.sh BINARY_A BINARY_B [ROUNDS (default 5)] [SECONDS (default 4)]
 # env:   AB_PORT_BASE (default 24600), AB_EXTRA (more flags for both servers),
 #        AB_DEPTH (requests in flight per connection, default 16; 1 = unpipelined),
+#        AB_LOADGEN (more flags for the load generator: with AB_EXTRA="-Z -o
+#        ssl_chain_cert=C,ssl_key=K", AB_LOADGEN="--tls --tls-ca CA" compares
+#        two binaries over TLS), AB_KEYS (default 1000000),
 #        CARGO_TARGET_DIR (where cachet-loadgen is built)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -21,7 +24,7 @@ PORT_BASE=${AB_PORT_BASE:-24600}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${CACHET_CACHE:-$HOME/.cache/cachet}/loadgen-target}
 LOADGEN=$CARGO_TARGET_DIR/release/cachet-loadgen
 [ -x "$LOADGEN" ] || (cd "$here/loadgen" && cargo build --release --locked --quiet)
-KEYS=1000000
+KEYS=${AB_KEYS:-1000000}
 tmp=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"' EXIT
@@ -38,7 +41,7 @@ start B "$B" $((PORT_BASE + 2))
 for s in A B; do
   port=$((PORT_BASE + $([ $s = A ] && echo 1 || echo 2)))
   echo "prefill $s ($KEYS keys)" >&2
-  taskset -c 0 "$LOADGEN" --server 127.0.0.1:$port --keys $KEYS --value-size 64 --conns 8 \
+  taskset -c 0 "$LOADGEN" --server 127.0.0.1:$port ${AB_LOADGEN:-} --keys $KEYS --value-size 64 --conns 8 \
     --prefill-only --prefill-depth 64 --quiet --json "$tmp/prefill-$s.json"
 done
 
@@ -46,7 +49,7 @@ run() {   # run NAME ROUND -> prints "req/s server_cpu_us_per_req"
   local s=$1 port pid
   port=$((PORT_BASE + $([ "$s" = A ] && echo 1 || echo 2)))
   eval "pid=\$pid_$s"
-  taskset -c 0 "$LOADGEN" --server 127.0.0.1:$port --keys $KEYS --conns 32 --depth "${AB_DEPTH:-16}" \
+  taskset -c 0 "$LOADGEN" --server 127.0.0.1:$port ${AB_LOADGEN:-} --keys $KEYS --conns 32 --depth "${AB_DEPTH:-16}" \
     --duration "$SECS" --warmup 0.5 --quiet --json "$tmp/run-$s-$2.json" --server-pid "$pid"
   python3 - "$tmp/run-$s-$2.json" <<'EOF'
 import json, sys

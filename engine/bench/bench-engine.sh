@@ -33,7 +33,10 @@
 #   build), both with the same certificate, made here with the openssl CLI,
 #   and the same two servers without TLS, all four rounds interleaved. The
 #   targets are the plaintext ones (per server CPU-second); the plaintext
-#   ratios of the same run are printed beside them.
+#   ratios of the same run are printed beside them. Each round also runs
+#   tls_floor (TLS_FLOOR=path, else compiled here from bench/tls_floor.c):
+#   the crypto CPU per GET both TLS servers share, which summarize.py takes
+#   out of both to judge the part an engine controls as well.
 #
 # Env: BENCH_QUICK=1 (about 5 minutes; with BENCH_TLS=1 about 1), CACHETD=path,
 #      MEMCACHED_1645=path (default: built once by shared/peers/build-memcached.sh),
@@ -222,13 +225,7 @@ say "  ceiling with W1's shapes: pipelined $(jget "$out/calibration.json" 'round
 if [ "$TLS" = 1 ]; then
   step "TLS: a CA and a server certificate for 127.0.0.1 (openssl CLI), shared by both servers"
   pki=$out/tls
-  mkdir -p "$pki"
-  ( cd "$pki"
-    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=bench-ca
-    openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >server.ext
-    openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile server.ext
-  ) >"$pki/openssl.log" 2>&1 || { say "bench: making the certificates failed:"; cat "$pki/openssl.log" >&2; exit 1; }
+  bench_pki "$pki" || { say "bench: making the certificates failed:"; cat "$pki/openssl.log" >&2; exit 1; }
   tls_server_args=(-Z -o "ssl_chain_cert=$pki/server.crt,ssl_key=$pki/server.key")
   # The generator verifies the chain against the CA (the handshake is set-up,
   # not measured), so a server that is not speaking TLS fails the run.
@@ -244,8 +241,18 @@ if [ "$TLS" = 1 ]; then
     say "  $s: prefill"
     loadgen $s "$(port_of $s)" "$out/w1-prefill-$s.json" "${lg[@]}" --keys $W1_KEYS --value-size 64 --conns 8 --prefill-only --prefill-depth 64
   done
+  # The shared crypto floor (bench/tls_floor.c): what decrypting the client's
+  # record and encrypting the reply costs any server on this OpenSSL, run
+  # once per round on the servers' CPU and priority, so summarize.py can
+  # judge the part of the TLS CPU per GET that an engine controls.
+  if [ -z "${TLS_FLOOR:-}" ]; then
+    TLS_FLOOR=$out/tls_floor
+    cc -std=c11 -D_GNU_SOURCE -O2 -o "$TLS_FLOOR" "$here/tls_floor.c" -lssl -lcrypto
+  fi
   # W1 is all this run measures: three rounds even when quick, for a median.
   for round in $(seq 1 "${BENCH_ROUNDS:-3}"); do
+    "${PRIO[@]}" taskset -c $SERVER_CPU "$TLS_FLOOR" "$pki/server.crt" "$pki/server.key" 50000 >"$out/tls-floor-$round.txt"
+    say "  round $round crypto floor: $(grep -v '^TLS_FLOOR' "$out/tls-floor-$round.txt")"
     for s in $(rotated $((round - 1))); do
       lg=()
       case $s in *-tls) lg=("${tls_loadgen_args[@]}") ;; esac

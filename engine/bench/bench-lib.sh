@@ -52,6 +52,19 @@ SINK=$CARGO_TARGET_DIR/release/cachet-sink
 # Debian's python3 carries python3-matplotlib; a pyenv or venv python on PATH may not.
 PY=${PYTHON:-$( [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || command -v python3 )}
 
+# bench_pki DIR: a CA (ca.crt) and a server certificate for 127.0.0.1 and
+# localhost signed by it (server.crt, server.key), made with the openssl CLI;
+# its output goes to DIR/openssl.log. Both TLS servers of a run share them.
+bench_pki() {
+  mkdir -p "$1"
+  ( cd "$1"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=bench-ca
+    openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >server.ext
+    openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile server.ext
+  ) >"$1/openssl.log" 2>&1
+}
+
 # peer_memcached VAR [--tls]: memcached 1.6.45 (with --tls: its build with
 # TLS) into VAR, built once and cached by shared/peers/build-memcached.sh,
 # unless VAR is already set.

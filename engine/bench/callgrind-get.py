@@ -17,20 +17,60 @@ CALLGRIND_PORT (default 21987) moves the server's port, so that runs in
 parallel (a before/after pair, or several worktrees) do not collide;
 CALLGRIND_BATCH (default 100) is the GETs per batch, 1 for an unpipelined
 client (each GET then pays a whole loop turn: epoll_wait, read, send).
+
+CALLGRIND_TLS=CERT,KEY serves -Z with that certificate and talks TLS (Python
+`ssl`; a batch is one sendall, so one record of requests, as the bench's
+generator sends). The binary may also be memcached (1.6.45's TLS build for
+CALLGRIND_TLS): it gets memcached's flags, and its parts are not reported.
+Every run also splits the instructions per GET by where they ran: inside
+libcrypto and libssl (the TLS work both servers share) or elsewhere (the
+engine, libc; the kernel is never counted), which is how docs/benchmarks.md
+("W1 over TLS") separates the crypto floor from an engine's own cost.
 """
 import os
 import re
+import resource
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
 
 KEYS = 1000
+VALUE_SIZE = int(os.environ.get("CALLGRIND_VALUE_SIZE", "100"))  # W1 (seed 000) stores 64
 BATCH = int(os.environ.get("CALLGRIND_BATCH", "100"))  # 1: one GET per turn, unpipelined
 PARTS = ("storage_get_hashed", "parse_request", "get_keys")
 PORT = int(os.environ.get("CALLGRIND_PORT", "21987"))  # loopback, inside the test port range
+TLS = os.environ.get("CALLGRIND_TLS", "")  # CERT,KEY: serve -Z and speak TLS
+TLS_OBJECTS = ("libcrypto", "libssl")
+
+
+def server_args(binary):
+    if "memcached" in os.path.basename(binary):
+        # memcached sets the descriptor limit (soft and hard) to -c, and valgrind
+        # allows only its own hard limit: the real one less the 12 it keeps
+        fds = resource.getrlimit(resource.RLIMIT_NOFILE)[1] - 12
+        args = [binary, "-p", str(PORT), "-l", "127.0.0.1", "-t", "1", "-U", "0", "-c", str(fds)]
+        if os.geteuid() == 0:
+            args += ["-u", "root"]
+    else:
+        args = [binary, "-p", str(PORT), "-l", "127.0.0.1", "-t", "1", "-o", "cpus=none"]
+    if TLS:
+        cert, key = TLS.split(",")
+        args += ["-Z", "-o", f"ssl_chain_cert={cert},ssl_key={key}"]
+    return args
+
+
+def connect():
+    s = socket.create_connection(("127.0.0.1", PORT), timeout=30)
+    if not TLS:
+        return s
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx.wrap_socket(s)
 
 
 def wait_ready(proc):
@@ -38,7 +78,7 @@ def wait_ready(proc):
     while time.monotonic() < deadline:
         assert proc.poll() is None, "cachetd exited under valgrind"
         try:
-            return socket.create_connection(("127.0.0.1", PORT), timeout=30)
+            return connect()
         except OSError:
             time.sleep(0.2)
     raise SystemExit("cachetd did not start under valgrind in 60 s")
@@ -53,12 +93,11 @@ def read_until(sock, buf, marker, count):
 
 
 def run(binary, gets, out):
-    proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                             binary, "-p", str(PORT), "-l", "127.0.0.1", "-t", "1", "-o", "cpus=none"],
+    proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + server_args(binary),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         s = wait_ready(proc)
-        value = b"v" * 100
+        value = b"v" * VALUE_SIZE
         s.sendall(b"".join(b"set k%d 0 0 %d noreply\r\n%s\r\n" % (i, len(value), value) for i in range(KEYS)))
         s.sendall(b"mn\r\n")
         read_until(s, b"", b"MN\r\n", 1)
@@ -73,7 +112,20 @@ def run(binary, gets, out):
     text = subprocess.run(["callgrind_annotate", "--inclusive=yes", out], capture_output=True,
                           text=True, check=True).stdout
     total = int(re.search(r"^([\d,]+).*PROGRAM TOTALS", text, re.M).group(1).replace(",", ""))
-    return total, {fn: inclusive(text, fn) for fn in PARTS}
+    parts = {fn: inclusive(text, fn) for fn in PARTS}
+    parts["tls_libraries"] = in_objects(out, TLS_OBJECTS)
+    return total, parts
+
+
+def in_objects(out, names):
+    """Self cost of every function whose object file is one of names."""
+    text = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", out], capture_output=True,
+                          text=True, check=True).stdout
+    total = 0
+    for m in re.finditer(r"^\s*([\d,]+)\s.*\[([^\]]+)\]\s*$", text, re.M):
+        if any(n in os.path.basename(m.group(2)) for n in names):
+            total += int(m.group(1).replace(",", ""))
+    return total
 
 
 def inclusive(text, fn):
@@ -87,8 +139,11 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         t1, s1 = run(binary, gets, os.path.join(d, "one.out"))
         t2, s2 = run(binary, 2 * gets, os.path.join(d, "two.out"))
-    print(f"{binary}: {(t2 - t1) / gets:.1f} instructions per GET (whole process), "
-          + ", ".join(f"{(s2[fn] - s1[fn]) / gets:.1f} in {fn}" for fn in PARTS))
+    whole, tls = (t2 - t1) / gets, (s2["tls_libraries"] - s1["tls_libraries"]) / gets
+    print(f"{binary}: {whole:.1f} instructions per GET (whole process), "
+          + ", ".join(f"{(s2[fn] - s1[fn]) / gets:.1f} in {fn}" for fn in PARTS if s2[fn] or s1[fn])
+          + f"; {tls:.1f} in libcrypto+libssl, {whole - tls:.1f} elsewhere"
+          + (" (TLS)" if TLS else ""))
 
 
 if __name__ == "__main__":

@@ -82,6 +82,31 @@ def slab_classes(slabs):
     return dict(sorted(classes.items()))
 
 
+def memcached_vv_ladder(lines):
+    """Chunk sizes of the slab classes memcached -vv prints at start, from
+    its stderr lines: what comes before the first class line (a warning, a
+    note on the settings) is skipped, and the first other line after them
+    ends the ladder, so a caller reading a live stderr stops there.
+
+    >>> memcached_vv_ladder(["WARNING: something first",
+    ...     "slab class   1: chunk size        96 perslab   10922",
+    ...     "slab class   2: chunk size       120 perslab    8738",
+    ...     "<26 server listening (auto-negotiate)",
+    ...     "slab class   9: chunk size       999 perslab       1"])
+    [96, 120]
+    >>> memcached_vv_ladder(["slab class   1: chunk"])
+    []
+    """
+    sizes = []
+    for line in lines:
+        words = line.split()
+        if words[:2] == ["slab", "class"] and len(words) > 5 and words[5].isdigit():
+            sizes.append(int(words[5]))
+        elif sizes:
+            break
+    return sizes
+
+
 def settled_stats(port, settle_seconds=0.0):
     """`stats` once the hash table is not expanding (polled every 50 ms, at
     most settle_seconds), and `stats slabs`."""

@@ -32,6 +32,7 @@ this equals cachev1alpha1.ItemBytes exactly).
 Only 127.0.0.0/8; every loop is bounded by a count. Ports from
 BENCH_PORT_BASE (default 26400).
 """
+import itertools
 import os
 import random
 import socket
@@ -42,7 +43,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import seed003  # noqa: E402
-from mcstats import Client, slab_classes  # noqa: E402
+from mcstats import Client, memcached_vv_ladder, slab_classes  # noqa: E402
 
 PORT_BASE = int(os.environ.get("BENCH_PORT_BASE", "26400"))
 QUICK = os.environ.get("BENCH_QUICK") == "1"
@@ -283,16 +284,14 @@ def memcached_ladder(mb, f, port):
     if os.geteuid() == 0:
         argv += ["-u", "root"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    sizes = []
     try:
-        for _ in range(80):   # 63 classes, then "server listening"
-            words = proc.stderr.readline().split()
-            if words[:2] != ["slab", "class"]:
-                break
-            sizes.append(int(words[5]))
+        # at most 63 classes and a few lines around them; EOF ends it too
+        sizes = memcached_vv_ladder(itertools.islice(iter(proc.stderr.readline, ""), 200))
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+    if not sizes:
+        raise RuntimeError(f"{' '.join(argv)} printed no slab class lines")
     return sizes[:-1]
 
 

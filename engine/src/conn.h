@@ -28,6 +28,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -178,6 +179,13 @@ struct worker {
     int              npf, pf_pos;
 };
 
+#ifdef CACHET_TEST_HOOKS
+/* Seconds `debugtime` moved the clocks on (server.c): a test passes the IO
+ * layer's waits and cut-offs as it passes TTLs, without sleeping through
+ * them, as memcached's debugtime moves its one clock. */
+extern _Atomic uint32_t conn_clock_test_offset_s;
+#endif
+
 /* Whole seconds of the monotonic clock, never 0 (0 means "not set"): the
  * IO layer's own clock for its waits and cut-offs; storage's clock is item
  * code, which the IO layer never calls. */
@@ -185,7 +193,11 @@ static inline uint32_t conn_clock_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+#ifdef CACHET_TEST_HOOKS
+    return (uint32_t)ts.tv_sec + 1 + atomic_load_explicit(&conn_clock_test_offset_s, memory_order_relaxed);
+#else
     return (uint32_t)ts.tv_sec + 1;
+#endif
 }
 
 /* ---- output, for the protocol (see outbuf.h) ---- */

@@ -86,8 +86,11 @@
  * record each way, 16 KiB + overhead). Measured (OpenSSL 3, TLS 1.3, -t 1,
  * 400 connections, RSS before and after): 46.4 KB per connection with TLS
  * against 8.8 KB without, 37.6 KB for TLS; the same with a 200 KB reply
- * left unread on each. Fixed: OpenSSL's tables and two contexts while
- * refresh_certs swaps them. */
+ * left unread on each. Its BIO is tls.c's (socket plus staged ciphertext):
+ * the socket BIO's size and a 24-byte struct tls_io. Staged ciphertext
+ * (io_uring batching) sits in the connection's own read buffer, no new
+ * buffer. Fixed: OpenSSL's tables and two contexts while refresh_certs
+ * swaps them. */
 #define TLS_CONN_BYTES          (48 * KIB)
 #define TLS_FIXED_BYTES         (4 * MIB)
 /* extstore.c: a struct page (72 B) and a free-list slot per page */

@@ -598,7 +598,11 @@ void drain_completions(struct worker *w)
  * all, every complete request is answered into the output queues, and one
  * more io_uring_enter sends all replies. A turn with few ready connections
  * takes the plain path (conn_readable). See uring.h for why every
- * operation completes inside its submit. */
+ * operation completes inside its submit. A TLS connection (-Z) shares the
+ * read submit: its ciphertext is received where its plaintext will go and
+ * handed to OpenSSL (tls.h, tls_stage), whose read takes it all before it
+ * writes any plaintext; the plain path then answers and sends (write()),
+ * as the send submit cannot carry OpenSSL's records. */
 
 /* A turn with fewer ready connections than this serves each at once with
  * read() and send(), as memcached does: a batch of one or two saves no
@@ -627,6 +631,22 @@ static void conn_mark_ready(struct ae_loop *l, int fd, void *data, int mask)
     if (w->nbatch >= URING_CHUNK) uring_turn(w);
 }
 
+/* -Z: a connection whose ciphertext the batch may receive (tls.h,
+ * tls_stage): the handshake is over, OpenSSL holds no bytes, and it waits
+ * for nothing but its socket to be readable. */
+static bool tls_stageable(struct conn *c)
+{
+    return !c->tls_read_wants_write && !c->tls_write_wants_read && !c->tls_unread && tls_can_stage(c->ssl);
+}
+
+/* Ciphertext goes where the read's plaintext will: the free end of rbuf,
+ * at most what OpenSSL's first read takes at once. */
+static size_t tls_stage_room(struct conn *c)
+{
+    size_t room = c->rsize - c->rend;
+    return c->ssl && room > TLS_STAGE_MAX ? TLS_STAGE_MAX : room;
+}
+
 void uring_turn(struct worker *w)
 {
     int n = w->nbatch;
@@ -637,14 +657,14 @@ void uring_turn(struct worker *w)
         struct conn *c = w->batch[i];
         if (!c) continue;
         bool direct = c->state == CONN_NREAD && c->rstart == c->rend && c->nread_left >= DIRECT_READ_MIN;
-        if (direct || c->state == CONN_CLOSING || !rbuf_make_room(c)) {
+        if (direct || c->state == CONN_CLOSING || !rbuf_make_room(c) || (c->ssl && !tls_stageable(c))) {
             /* large values go straight into item memory; odd cases use the plain path */
             w->batch[i] = NULL;
             c->batch_idx = -1;
             conn_readable(w->loop, c->fd, c, AE_READABLE);
             continue;
         }
-        uring_prep_recv(w->ring, c->fd, c->rbuf + c->rend, c->rsize - c->rend, (uint64_t)i);
+        uring_prep_recv(w->ring, c->fd, c->rbuf + c->rend, tls_stage_room(c), (uint64_t)i);
         queued++;
     }
 #ifdef CACHET_TRACE
@@ -675,6 +695,15 @@ void uring_turn(struct worker *w)
     while (uring_next_cqe(w->ring, &ud, &res)) {
         struct conn *c = w->batch[ud];
         if (!c) continue;
+        if (c->ssl) {
+            /* ciphertext: decrypted by the plain path's read, which takes it
+             * before the socket; it replies and re-arms there too */
+            w->batch[ud] = NULL;
+            c->batch_idx = -1;
+            if (res > 0) tls_stage(c->ssl, c->rbuf + c->rend, (size_t)res);
+            conn_readable(w->loop, c->fd, c, AE_READABLE);
+            continue;
+        }
         if (res > 0) {
             c->rend += (size_t)res;
             STAT_ADD(w, bytes_read, (uint64_t)res);

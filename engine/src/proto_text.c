@@ -599,6 +599,7 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
 #ifdef CACHET_TEST_HOOKS
     case CMD_DEBUGTIME:
         storage_test_advance_clock((uint32_t)r->number);
+        atomic_fetch_add_explicit(&conn_clock_test_offset_s, (uint32_t)r->number, memory_order_relaxed);
         reply(c, r, "OK");
         return true;
 #endif

@@ -23,6 +23,9 @@ uint32_t         curr_conns_global;
 uint64_t         total_conns_global, rejected_conns_global;
 uint64_t         placed_conns_global[PLACED_KINDS];
 time_t           server_started;
+#ifdef CACHET_TEST_HOOKS
+_Atomic uint32_t conn_clock_test_offset_s;
+#endif
 
 static pthread_mutex_t registry_mutex = PTHREAD_MUTEX_INITIALIZER;
 atomic_bool server_stopping;

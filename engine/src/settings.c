@@ -1189,7 +1189,5 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
         fprintf(err, "cachetd: -Z serves TCP; -s (a unix socket) would be plaintext\n");
         return EX_USAGE_CODE;
     }
-    /* TLS records go through SSL_read/SSL_write on the epoll path (tls.c) */
-    if (s->tls.enabled) s->io_uring = IO_URING_OFF;
     return resolve_workers(s, &ext, threads_given, err);
 }

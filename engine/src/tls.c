@@ -22,9 +22,14 @@
  * two (header, then body), and draining until EAGAIN cost a third. Writes
  * get up to a record's worth at once (outbuf_flush_with gathers a queue in
  * pieces), so a reply is not one record and one send per piece.
- * io_uring batching is off with -Z (settings.c):
- * its reads and sends bypass OpenSSL. A client that stops mid-handshake is
- * an idle connection like any other (idle_timeout, -c, the memory term).
+ * io_uring: the connection's BIO is this file's own (the socket BIO's
+ * read()/write(), plus ciphertext handed over by tls_stage), so a worker's
+ * io_uring batch receives the ciphertext of many ready connections in one
+ * io_uring_enter and the plain read path decrypts it (net_conn.c
+ * uring_turn). Sends are not batched: a partial send would leave
+ * ciphertext that only a new per-connection buffer could keep. A client
+ * that stops mid-handshake is an idle connection like any other
+ * (idle_timeout, -c, the memory term).
  *
  * Rotation: `refresh_certs` (and SIGHUP, as memcached) builds a new SSL_CTX
  * from the files and swaps it in; so does a file watch, for Kubernetes,
@@ -46,8 +51,10 @@
  *
  * Concurrency: the current context, and the files' identity it was built
  * from, are swapped and taken (SSL_new) under one mutex (tls_enabled reads
- * the pointer atomically, without it); an SSL object belongs to its
- * connection's worker, or to the metrics thread for its connections.
+ * the pointer atomically, without it); the BIO method is made once by
+ * tls_start, before the workers, and only read after; an SSL object and
+ * its BIO (staged ciphertext included) belong to its connection's worker,
+ * or to the metrics thread for its connections (never staged).
  */
 #include "tls.h"
 
@@ -55,6 +62,7 @@
 #include <netdb.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -177,10 +185,103 @@ static SSL_CTX *build_context(char *err, size_t errlen)
     return NULL;
 }
 
+/* ---- the connection's BIO: its socket, plus ciphertext io_uring received --
+ * OpenSSL's socket BIO reads the socket itself; this one first hands out
+ * ciphertext the worker's io_uring batch already received for the
+ * connection (tls_stage), so a batch of TLS connections costs one
+ * io_uring_enter for its reads, as plaintext ones do. Otherwise it is the
+ * socket BIO: read()/write() on the non-blocking fd, EAGAIN as a retry, 0
+ * as the end of the stream. */
+struct tls_io {
+    int fd;
+    bool eof;
+    const char *staged;   /* received, not yet taken by OpenSSL */
+    size_t staged_len;
+};
+
+static BIO_METHOD *sock_method;   /* made once in tls_start, read-only after */
+
+static int io_read(BIO *b, char *buf, int len)
+{
+    struct tls_io *io = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    if (len <= 0) return 0;
+    if (io->staged_len) {
+        size_t n = io->staged_len < (size_t)len ? io->staged_len : (size_t)len;
+        memcpy(buf, io->staged, n);
+        io->staged += n;
+        io->staged_len -= n;
+        return (int)n;
+    }
+    ssize_t n = read(io->fd, buf, (size_t)len);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_read(b);
+    if (n == 0) io->eof = true;
+    return (int)n;
+}
+
+static int io_write(BIO *b, const char *buf, int len)
+{
+    struct tls_io *io = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    ssize_t n = write(io->fd, buf, (size_t)len);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_write(b);
+    return (int)n;
+}
+
+static long io_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+    struct tls_io *io = BIO_get_data(b);
+    switch (cmd) {
+    case BIO_CTRL_FLUSH: return 1;
+    case BIO_CTRL_EOF: return io->eof;   /* OpenSSL tells an unexpected EOF from an error by it */
+    case BIO_CTRL_PENDING: return (long)io->staged_len;
+    case BIO_C_GET_FD:
+        if (ptr) *(int *)ptr = io->fd;
+        return io->fd;
+    default: return 0;
+    }
+}
+
+static int io_destroy(BIO *b)
+{
+    free(BIO_get_data(b));   /* the socket is the connection's to close */
+    BIO_set_data(b, NULL);
+    return 1;
+}
+
+static bool make_sock_method(void)
+{
+    sock_method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR, "cachetd socket");
+    return sock_method && BIO_meth_set_read(sock_method, io_read) && BIO_meth_set_write(sock_method, io_write) &&
+           BIO_meth_set_ctrl(sock_method, io_ctrl) && BIO_meth_set_destroy(sock_method, io_destroy);
+}
+
+/* OpenSSL's first read asks for its whole record buffer (16 KiB of plaintext
+ * and the encryption overhead) when it holds no bytes (read-ahead,
+ * build_context), so up to TLS_STAGE_MAX handed over before that read is all
+ * taken by it at once. A session with a smaller maximum fragment (RFC 6066)
+ * may have a smaller buffer: not staged. */
+bool tls_can_stage(SSL *ssl)
+{
+    return SSL_is_init_finished(ssl) && !SSL_has_pending(ssl) &&
+           SSL_SESSION_get_max_fragment_length(SSL_get0_session(ssl)) == TLSEXT_max_fragment_length_DISABLED;
+}
+
+void tls_stage(SSL *ssl, const void *ciphertext, size_t len)
+{
+    struct tls_io *io = BIO_get_data(SSL_get_rbio(ssl));
+    io->staged = ciphertext;
+    io->staged_len = len;
+}
+
 int tls_start(char *err, size_t errlen)
 {
     if (!settings.tls.enabled) return 0;
     OPENSSL_init_ssl(0, NULL);
+    if (!sock_method && !make_sock_method()) {
+        openssl_error(err, errlen, "Error creating the TLS socket BIO", NULL);
+        return -1;
+    }
     struct file_id ids[TLS_FILES];
     identify_files(ids);
     SSL_CTX *ctx = build_context(err, errlen);
@@ -243,10 +344,18 @@ SSL *tls_accept(int fd)
     SSL *ssl = current ? SSL_new(current) : NULL;
     pthread_mutex_unlock(&lock);
     if (!ssl) return NULL;
-    if (!SSL_set_fd(ssl, fd)) {
+    BIO *bio = BIO_new(sock_method);
+    struct tls_io *io = calloc(1, sizeof *io);
+    if (!bio || !io) {
+        BIO_free(bio);
+        free(io);
         SSL_free(ssl);
         return NULL;
     }
+    io->fd = fd;
+    BIO_set_data(bio, io);
+    BIO_set_init(bio, 1);
+    SSL_set_bio(ssl, bio, bio);   /* one reference, for both directions */
     SSL_set_accept_state(ssl);
     return ssl;
 }
@@ -290,7 +399,30 @@ static ssize_t failed(SSL *ssl, int rc)
     return -1;
 }
 
+static ssize_t read_records(SSL *ssl, void *buf, size_t len);
+
 ssize_t tls_read(SSL *ssl, void *buf, size_t len)
+{
+    ssize_t n = read_records(ssl, buf, len);
+    struct tls_io *io = BIO_get_data(SSL_get_rbio(ssl));
+    if (io->staged) {
+        /* Staged ciphertext (tls_stage) lives only for this read: OpenSSL's
+         * first read took all of it (tls_can_stage says why). Were any left,
+         * the next read would write over them: the stream would go on
+         * without them, so it ends here instead. */
+        bool left = io->staged_len != 0;
+        io->staged = NULL;
+        io->staged_len = 0;
+        if (left) {
+            fprintf(stderr, "cachetd: TLS: OpenSSL left ciphertext received through io_uring; connection closed\n");
+            errno = ECONNRESET;
+            return -1;
+        }
+    }
+    return n;
+}
+
+static ssize_t read_records(SSL *ssl, void *buf, size_t len)
 {
     /* Takes every whole record the one read() behind the first call brought
      * in (read-ahead, build_context), and stops when OpenSSL holds nothing

@@ -41,6 +41,16 @@ ssize_t tls_write(void *ssl, const void *buf, size_t len);
  * host:port and expects exactly `expect`; false with why. */
 bool tls_probe(const char *host, int port, int timeout_ms, const char *request, const char *expect,
                char *why, size_t why_cap);
+/* io_uring batching (net_conn.c uring_turn): ciphertext already received
+ * for the connection, handed to OpenSSL by the next tls_read before the
+ * socket. Only when tls_can_stage (the handshake is done and OpenSSL holds
+ * no bytes) and at most TLS_STAGE_MAX: OpenSSL's first read then takes all
+ * of it, so the bytes may sit where that tls_read's plaintext goes. The
+ * staging ends with that tls_read (which fails, ECONNRESET, if OpenSSL
+ * left any). */
+#define TLS_STAGE_MAX (16 * 1024)
+bool tls_can_stage(SSL *ssl);
+void tls_stage(SSL *ssl, const void *ciphertext, size_t len);
 /* Bytes OpenSSL holds (decrypted, or read ahead) that epoll cannot announce. */
 bool tls_pending(SSL *ssl);
 /* After tls_read/tls_write failed with EAGAIN: which way the socket must

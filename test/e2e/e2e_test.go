@@ -76,6 +76,7 @@ func TestE2E(t *testing.T) {
 	s.stage(t, "18-observed-profile", []string{"1-helm-install"}, s.observedProfile)
 	s.stage(t, "19-tls-auth", []string{"1-helm-install"}, s.tlsAuth)
 	s.stage(t, "20-network-policy-enforced", []string{"1-helm-install"}, s.networkPolicyEnforced)
+	s.stage(t, "21-tls-cert-manager", []string{"1-helm-install"}, s.tlsCertManager)
 	// The Prometheus stack (hack/monitoring-stack.sh), the chart's adapter, an
 	// autoscaled Cache. With E2E_MONITORING=1, which make check sets (make
 	// test-e2e-monitoring); a bare make test-e2e leaves it out, since the

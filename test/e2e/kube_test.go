@@ -42,6 +42,10 @@ type cluster struct {
 	// clusterCmd is hack/local-cluster.sh when the cluster is the local one.
 	clusterCmd string
 	helmSets   []string
+	// certManager: the cluster runs cert-manager (hack/cert-manager.sh on the
+	// local one), so the chart's webhook certificate comes from it and stage
+	// 21 runs.
+	certManager bool
 }
 
 func env(name, def string) string {
@@ -84,6 +88,11 @@ func newCluster(t *testing.T) *cluster {
 	}
 	if s := os.Getenv("E2E_HELM_SET"); s != "" {
 		c.helmSets = strings.Split(s, ",")
+	}
+	if c.certManager = os.Getenv("E2E_CERT_MANAGER") == "1"; c.certManager {
+		// The chart's cert-manager mode; its self-signed mode is
+		// TestSelfSignedWebhookCertificates' (main_test.go, make test).
+		c.helmSets = append(c.helmSets, "certManager.enabled=true")
 	}
 	if err := os.MkdirAll(c.artifacts, 0o755); err != nil {
 		t.Fatal(err)

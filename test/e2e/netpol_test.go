@@ -20,7 +20,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"slices"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,7 +169,7 @@ func (s *suite) waitEnforcerListening(t *testing.T, netns string) {
 		if err != nil {
 			t.Fatalf("the enforcer's restart count: %v", err)
 		}
-		if pid := enforcerPID(); pid > 0 && syscall.Kill(pid, syscall.SIGQUIT) == nil {
+		if pid := s.enforcerPID(); pid > 0 && syscall.Kill(pid, syscall.SIGQUIT) == nil {
 			eventually(t, 2*time.Minute, time.Second, "the enforcer restarted after SIGQUIT", func() (bool, string) {
 				n, err := s.enforcerRestarts() // an API error is a look that failed, not the answer
 				if err != nil {
@@ -187,25 +187,52 @@ func (s *suite) waitEnforcerListening(t *testing.T, netns string) {
 	}
 }
 
-// enforcerRestarts is the restart count of the enforcer's container.
-func (s *suite) enforcerRestarts() (int, error) {
+// enforcerPod is the enforcer's one pod, as the API has it now.
+func (s *suite) enforcerPod() (obj, error) {
 	pods, err := s.c.items("pods", "-n", netpolNS, "-l", "app=kube-network-policies")
 	if err != nil {
-		return 0, fmt.Errorf("the enforcer's pod: %w", err)
+		return nil, fmt.Errorf("the enforcer's pod: %w", err)
 	}
 	if len(pods) != 1 {
-		return 0, fmt.Errorf("the enforcer's pod: %d pods, want 1", len(pods))
+		return nil, fmt.Errorf("the enforcer's pod: %d pods, want 1", len(pods))
+	}
+	return pods[0], nil
+}
+
+// enforcerRestarts is the restart count of the enforcer's container.
+func (s *suite) enforcerRestarts() (int, error) {
+	pod, err := s.enforcerPod()
+	if err != nil {
+		return 0, err
 	}
 	n := 0
-	for _, st := range pods[0].list("status", "containerStatuses") {
+	for _, st := range pod.list("status", "containerStatuses") {
 		n += st.num("restartCount")
 	}
 	return n, nil
 }
 
-// enforcerPID finds the enforcer's process on this machine (the local
-// cluster's node is this machine), 0 if there is none.
-func enforcerPID() int {
+// enforcerPID finds the process of the enforcer pod's running container on
+// this machine (the local cluster's node is this machine), 0 if there is
+// none. The command line alone does not name it: another local cluster here
+// (`make up`'s, or a second e2e run) runs the same image with the same node
+// name, and signalling its enforcer would break that cluster and leave ours
+// stuck. The kubelet's cgroupfs driver puts each container in a cgroup named
+// by its container ID, so the process must be in that cgroup.
+func (s *suite) enforcerPID() int {
+	pod, err := s.enforcerPod()
+	if err != nil || pod.str("spec", "nodeName") != netpolNode {
+		return 0
+	}
+	containerID := ""
+	for _, st := range pod.list("status", "containerStatuses") {
+		if st.str("name") == "kube-network-policies" && st.get("state", "running") != nil {
+			_, containerID, _ = strings.Cut(st.str("containerID"), "://") // containerd://<id>
+		}
+	}
+	if containerID == "" {
+		return 0
+	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0
@@ -221,11 +248,28 @@ func enforcerPID() int {
 		}
 		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
 		// The image's entrypoint (hack/images/kube-network-policies.Containerfile).
-		if args[0] == "/bin/netpol" && slices.Contains(args, "--hostname-override="+netpolNode) {
+		if args[0] == "/bin/netpol" && inContainerCgroup("/proc/"+e.Name()+"/cgroup", containerID) {
 			return pid
 		}
 	}
 	return 0
+}
+
+// inContainerCgroup tells whether a /proc/PID/cgroup file puts the process in
+// the cgroup of the container with this ID: the last element of the path, as
+// the cgroupfs driver names it (<root>/kubepods/<qos>/pod<uid>/<container id>).
+func inContainerCgroup(cgroupFile, containerID string) bool {
+	b, err := os.ReadFile(cgroupFile)
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		// hierarchy-ID:controllers:path
+		if parts := strings.SplitN(line, ":", 3); len(parts) == 3 && path.Base(parts[2]) == containerID {
+			return true
+		}
+	}
+	return false
 }
 
 // waitEnforcerRunning waits for the enforcer's one pod to be Ready.

@@ -2,11 +2,11 @@
 
 package e2e
 
-// Stage 18: the data plane's TLS and authentication (spec.tls.secretName,
+// Stage 19: the data plane's TLS and authentication (spec.tls.secretName,
 // spec.auth.secretRef) seen by a real client, and both Secrets rotated under
-// a live pod. The certificate is issued here (crypto/x509): cert-manager's
-// controller cannot be built on this machine (docs/security.md), and
-// spec.tls.secretName is the path that needs none.
+// a live pod. The certificate is issued here (crypto/x509):
+// spec.tls.secretName is the path that needs no cert-manager; stage 21
+// (certmanager_test.go) takes spec.tls.issuerRef's.
 //
 // Every connection goes to 127.0.0.1 through `kubectl port-forward`; the
 // client verifies the server's certificate against the test's CA under the
@@ -66,6 +66,29 @@ func dialTLS(addr, serverName string, pool *x509.CertPool) (*memcacheSession, *b
 	}
 	tc := c.(*tls.Conn)
 	return &memcacheSession{conn: c, r: bufio.NewReader(c)}, tc.ConnectionState().PeerCertificates[0].SerialNumber, nil
+}
+
+// tlsMemcacheClient is gomemcache dialling every connection through addr with
+// TLS, verified against pool under serverName; with a password, each
+// connection authenticates as e2eUser before use.
+func tlsMemcacheClient(addr, serverName string, pool *x509.CertPool, password string) *memcache.Client {
+	mc := memcache.New(addr)
+	mc.Timeout = 10 * time.Second
+	mc.DialContext = func(ctx context.Context, network, address string) (net.Conn, error) {
+		m, _, err := dialTLS(address, serverName, pool)
+		if err != nil {
+			return nil, err
+		}
+		if password != "" {
+			if reply, err := m.authenticate(password); err != nil || reply != "STORED" {
+				m.close()
+				return nil, replyError("auth", reply, err)
+			}
+		}
+		_ = m.conn.SetDeadline(time.Time{})
+		return m.conn, nil
+	}
+	return mc
 }
 
 // line sends one request (and its data block, if any) and reads one reply line.
@@ -160,6 +183,18 @@ func plaintextRefused(addr string) (reply string, closed bool, err error) {
 	return string(b), true, nil
 }
 
+// checkPlaintextRefused fails the test unless a plaintext client of the TLS
+// port through addr gets no memcached reply and is closed.
+func checkPlaintextRefused(t *testing.T, addr string) {
+	t.Helper()
+	reply, closed, err := plaintextRefused(addr)
+	if err != nil || !closed || strings.Contains(reply, "VERSION") || strings.Contains(reply, "END") {
+		t.Errorf("plaintext client: reply %q closed=%v err=%v; want the connection closed with no memcached reply", reply, closed, err)
+	} else {
+		t.Logf("plaintext client refused: %d bytes (a TLS alert at most), then closed", len(reply))
+	}
+}
+
 // tlsAuth: a Cache with spec.tls.secretName and spec.auth.secretRef serves a
 // real client over TLS after a right password only, refuses plaintext and
 // wrong passwords with memcached's errors, and takes both Secrets' rotation
@@ -185,7 +220,7 @@ func (s *suite) tlsAuth(t *testing.T) {
 	// Ready needs the engine's /healthz, which does the TLS handshake and auth itself.
 	pods := s.waitCacheReady(t, name, 1, 4*time.Minute)
 	pod := pods[0]
-	podName, podUID := pod.str("metadata", "name"), pod.str("metadata", "uid")
+	podName := pod.str("metadata", "name")
 	restarts := containerStatus(pod, engineContainer).num("restartCount")
 
 	cache, err := s.getCache(name)
@@ -206,12 +241,7 @@ func (s *suite) tlsAuth(t *testing.T) {
 	addr := c.portForward(t, ns, "svc/"+name, memcachePort)
 
 	// Plaintext on the TLS port gets no memcached reply and is closed.
-	reply, closed, err := plaintextRefused(addr)
-	if err != nil || !closed || strings.Contains(reply, "VERSION") || strings.Contains(reply, "END") {
-		t.Errorf("plaintext client: reply %q closed=%v err=%v; want the connection closed with no memcached reply", reply, closed, err)
-	} else {
-		t.Logf("plaintext client refused: %d bytes (a TLS alert at most), then closed", len(reply))
-	}
+	checkPlaintextRefused(t, addr)
 
 	// TLS, verified under the Service's name: before auth every command is refused.
 	sess, serial, err := dialTLS(addr, svcName, ca.Pool)
@@ -252,21 +282,7 @@ func (s *suite) tlsAuth(t *testing.T) {
 
 	// A real memcached client: gomemcache over TLS, authenticating each
 	// connection it opens before use.
-	mc := memcache.New(addr)
-	mc.Timeout = 10 * time.Second
-	mc.DialContext = func(ctx context.Context, network, address string) (net.Conn, error) {
-		m, _, err := dialTLS(address, svcName, ca.Pool)
-		if err != nil {
-			return nil, err
-		}
-		if reply, err := m.authenticate("first-password"); err != nil || reply != "STORED" {
-			m.close()
-			return nil, replyError("auth", reply, err)
-		}
-		_ = m.conn.SetDeadline(time.Time{})
-		return m.conn, nil
-	}
-	setGetClient(t, mc, addr, "e2e-tls")
+	setGetClient(t, tlsMemcacheClient(addr, svcName, ca.Pool, "first-password"), addr, "e2e-tls")
 
 	// Rotation: a new certificate (new key, serial 1002) and a new password.
 	cert2, key2 := ca.Issue(t, 1002, sans)
@@ -276,14 +292,7 @@ func (s *suite) tlsAuth(t *testing.T) {
 	// The kubelet refreshes Secret volumes within its sync period (about a
 	// minute), the operator re-renders the authfile within 30 s of the user
 	// Secret's change: bounded waits on what a new connection sees.
-	eventually(t, 4*time.Minute, 2*time.Second, "a new TLS connection to get the rotated certificate (serial 1002)", func() (bool, string) {
-		m, serial, err := dialTLS(addr, svcName, ca.Pool)
-		if err != nil {
-			return false, err.Error()
-		}
-		m.close()
-		return serial.Int64() == 1002, "serial " + serial.String()
-	})
+	waitServedSerial(t, 4*time.Minute, addr, svcName, ca.Pool, big.NewInt(1002))
 	eventually(t, 4*time.Minute, 2*time.Second, "the rotated password accepted", func() (bool, string) {
 		m, _, err := dialTLS(addr, svcName, ca.Pool)
 		if err != nil {
@@ -308,14 +317,37 @@ func (s *suite) tlsAuth(t *testing.T) {
 		t.Errorf("the connection established before the rotation: %v", err)
 	}
 
-	pods, err = s.cachePods(name)
+	s.checkSamePod(t, name, pod, restarts, "the rotation")
+}
+
+// waitServedSerial waits until a new TLS connection through addr, verified
+// as serverName, gets the certificate with serial want (the kubelet refreshes
+// a Secret volume within its sync period, the engine looks at the files at
+// most once a second).
+func waitServedSerial(t *testing.T, timeout time.Duration, addr, serverName string, pool *x509.CertPool, want *big.Int) {
+	t.Helper()
+	eventually(t, timeout, time.Second, "a new TLS connection to get the certificate with serial "+want.String(), func() (bool, string) {
+		m, serial, err := dialTLS(addr, serverName, pool)
+		if err != nil {
+			return false, err.Error()
+		}
+		m.close()
+		return serial.Cmp(want) == 0, "serial " + serial.String()
+	})
+}
+
+// checkSamePod fails the test unless the Cache's one pod is still before
+// (same UID) with its engine's restartCount unchanged since restarts.
+func (s *suite) checkSamePod(t *testing.T, cache string, before obj, restarts int, during string) {
+	t.Helper()
+	pods, err := s.cachePods(cache)
 	if err != nil || len(pods) != 1 {
-		t.Fatalf("pods of %s: %d, %v", name, len(pods), err)
+		t.Fatalf("pods of %s: %d, %v", cache, len(pods), err)
 	}
-	if pods[0].str("metadata", "uid") != podUID {
-		t.Errorf("pod %s was replaced during the rotation", podName)
+	if pods[0].str("metadata", "uid") != before.str("metadata", "uid") {
+		t.Errorf("pod %s was replaced during %s", before.str("metadata", "name"), during)
 	}
 	if r := containerStatus(pods[0], engineContainer).num("restartCount"); r != restarts {
-		t.Errorf("engine container restartCount %d -> %d during the rotation, want no restart", restarts, r)
+		t.Errorf("engine container restartCount %d -> %d during %s, want no restart", restarts, r, during)
 	}
 }

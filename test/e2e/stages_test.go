@@ -104,6 +104,9 @@ spec:
 	if _, err := c.k("get", cacheGroupResource, "e2e-webhook-probe", "-n", c.cacheNS); err == nil {
 		t.Errorf("a server-side dry-run created the Cache e2e-webhook-probe")
 	}
+	if c.certManager {
+		s.webhookCertFromCertManager(t)
+	}
 }
 
 // ---------------------------------------------------------------- stage 2

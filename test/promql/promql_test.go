@@ -76,35 +76,6 @@ func binary(t *testing.T, env, fallback string) string {
 	return p
 }
 
-func start(t *testing.T, name string, args ...string) {
-	t.Helper()
-	cmd := exec.Command(name, args...)
-	log, err := os.Create(filepath.Join(t.TempDir(), filepath.Base(name)+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(log.Name())
-			t.Logf("%s output:\n%s", name, lastLines(string(b), 30))
-		}
-	})
-}
-
-func lastLines(s string, n int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(l) > n {
-		l = l[len(l)-n:]
-	}
-	return strings.Join(l, "\n")
-}
-
 // testCache is the Cache whose rules are checked: with a hit-ratio target,
 // so that every alert the operator can write is there.
 func testCache() *cachev1alpha1.Cache {
@@ -185,19 +156,17 @@ func extstoreTraffic(t *testing.T, addr string) {
 var controllersEngine = engine.Options{MetricsPort: engine.DefaultMetricsPort}
 
 func TestEveryShippedQueryReturnsData(t *testing.T) {
-	cachetd := binary(t, "CACHETD", filepath.Join("..", "..", "engine", "build", "cachetd"))
 	prometheusBin := binary(t, "PROMETHEUS", "/usr/bin/prometheus")
 	c := testCache()
 
-	memcachedPort, metricsPort := utils.FreePort(t), utils.FreePort(t)
-	start(t, cachetd, "-p", strconv.Itoa(memcachedPort), "-l", "127.0.0.1", "-U", "0", "-m", "8", "-t", "1",
-		"-o", "metrics_port="+strconv.Itoa(metricsPort))
+	plain := utils.StartCachetd(t, filepath.Join("..", ".."), "-U", "0", "-m", "8", "-t", "1")
+	memcachedPort, metricsPort := plain.Port, plain.MetricsPort
 	// The extstore options the operator writes (internal/engine), with the
 	// file in the test's directory: on the disk, since tmpfs refuses the
 	// engine's O_DIRECT reads.
-	extPort, extMetricsPort := utils.FreePort(t), utils.FreePort(t)
-	start(t, cachetd, "-p", strconv.Itoa(extPort), "-l", "127.0.0.1", "-U", "0", "-m", "16", "-t", "1",
-		"-o", "metrics_port="+strconv.Itoa(extMetricsPort)+",ext_path="+filepath.Join(t.TempDir(), "extstore")+":64M,ext_page_size=4,ext_wbuf_size=4,ext_threads=1,ext_item_size=512")
+	ext := utils.StartCachetd(t, filepath.Join("..", ".."), "-U", "0", "-m", "16", "-t", "1",
+		"-o", "ext_path="+filepath.Join(t.TempDir(), "extstore")+":64M,ext_page_size=4,ext_wbuf_size=4,ext_threads=1,ext_item_size=512")
+	extPort, extMetricsPort := ext.Port, ext.MetricsPort
 
 	// The operator's own gauges, served from its real registry as its
 	// metrics endpoint does, for a Cache with one of two shards Ready.
@@ -211,7 +180,6 @@ func TestEveryShippedQueryReturnsData(t *testing.T) {
 	go func() { _ = opServer.Serve(opListener) }()
 	t.Cleanup(func() { _ = opServer.Close() })
 
-	promPort := utils.FreePort(t)
 	dir := t.TempDir()
 	rules := ruleFile(t, c)
 	config := fmt.Sprintf(`global:
@@ -234,9 +202,11 @@ scrape_configs:
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	start(t, prometheusBin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address=127.0.0.1:"+strconv.Itoa(promPort))
-	base := "http://127.0.0.1:" + strconv.Itoa(promPort)
+	prometheus := utils.StartServer(t, 1, func(ports []int) *exec.Cmd {
+		return exec.Command(prometheusBin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+			"--web.listen-address=127.0.0.1:"+strconv.Itoa(ports[0]))
+	})
+	base := "http://127.0.0.1:" + strconv.Itoa(prometheus.Ports[0])
 
 	utils.Eventually(t, 60*time.Second, 500*time.Millisecond, "Prometheus scrapes every target", func() (bool, string) {
 		r, err := utils.PromQuery(base, `count(up == 1)`)

@@ -53,30 +53,16 @@ type RunningEngine struct {
 }
 
 // StartCachetd runs cachetd on free loopback ports (data and metrics) with
-// the extra args, waits until both accept, and stops it when the test ends.
+// the extra args, waits until it listens on both, and stops it when the test
+// ends.
 func StartCachetd(t testing.TB, root string, args ...string) RunningEngine {
 	t.Helper()
-	e := RunningEngine{Port: FreePort(t), MetricsPort: FreePort(t)}
-	cmd := exec.Command(Cachetd(t, root), append([]string{"-l", "127.0.0.1", "-p", strconv.Itoa(e.Port),
-		"-o", "metrics_port=" + strconv.Itoa(e.MetricsPort)}, args...)...)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	// the metrics listener may open after the data port: a test reading
-	// /metrics right away would find it refused
-	for _, port := range []int{e.Port, e.MetricsPort} {
-		Eventually(t, 10*time.Second, 20*time.Millisecond, "cachetd accepts on "+strconv.Itoa(port), func() (bool, string) {
-			c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-			if err != nil {
-				return false, err.Error()
-			}
-			_ = c.Close()
-			return true, ""
-		})
-	}
-	return e
+	binary := Cachetd(t, root)
+	s := StartServer(t, 2, func(ports []int) *exec.Cmd {
+		return exec.Command(binary, append([]string{"-l", "127.0.0.1", "-p", strconv.Itoa(ports[0]),
+			"-o", "metrics_port=" + strconv.Itoa(ports[1])}, args...)...)
+	})
+	return RunningEngine{Port: s.Ports[0], MetricsPort: s.Ports[1]}
 }
 
 // MixedSizeLoad stores keys items on the memcached server at addr, the even

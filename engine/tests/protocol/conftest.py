@@ -230,6 +230,20 @@ def advance_clock(conn, seconds):
     assert reply == b"OK", f"debugtime {seconds}: {reply!r} (a test-hooks build is needed: CACHETD_TEST_HOOKS=1)"
 
 
+def pass_idle_timeout(conn, seconds):
+    """advance_clock by `seconds` on `conn`, with a command right behind it in
+    the same read: the worker answers both in one turn and sweeps idle
+    connections at its end (cachetd's net_worker.c, memcached's conn timeout
+    check), so every connection whose last command is now more than
+    idle_timeout old is closed there, except `conn` itself. With
+    idle_timeout far above any pause of a busy machine, the wall clock
+    decides nothing."""
+    conn.send(f"debugtime {seconds}\r\nmn\r\n".encode())
+    reply = conn.line()
+    assert reply == b"OK", f"debugtime {seconds}: {reply!r} (a test-hooks build is needed: CACHETD_TEST_HOOKS=1)"
+    assert conn.line() == b"MN"
+
+
 def wait_until(predicate, seconds, what):
     """Polls predicate() until it is true; fails naming `what` after `seconds`.
     For work the server does on its own threads (a cleaner pass, a disk write):
@@ -240,13 +254,14 @@ def wait_until(predicate, seconds, what):
         time.sleep(0.05)
 
 
-def conn_state(server_conn, client):
+def conn_state(server_conn, client, field="state"):
     """The server's state for `client`'s connection (`stats conns`, which
-    memcached has too), found by the client's port."""
+    memcached has too), found by the client's port; `field` another of its
+    lines, such as secs_since_last_cmd."""
     port = client.sock.getsockname()[1]
     st = server_conn.stats("conns")
     fds = [k.split(":")[0] for k, v in st.items() if k.endswith(":addr") and v.endswith(f":{port}")]
-    return st[f"{fds[0]}:state"] if fds else None
+    return st[f"{fds[0]}:{field}"] if fds else None
 
 
 def stat(conn, name, sub=""):

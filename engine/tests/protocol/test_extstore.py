@@ -24,8 +24,8 @@ import time
 
 import pytest
 
-from conftest import (CACHETD, HAS_TEST_HOOKS, IS_MEMCACHED, Conn, advance_clock, fill, next_free_port, stat,
-                      value_of, wait_until)
+from conftest import (CACHETD, HAS_TEST_HOOKS, IS_MEMCACHED, Conn, advance_clock, conn_state, fill, next_free_port,
+                      stat, value_of, wait_until)
 
 FILLER_VALUE = 4096   # fill()'s default size
 PAGE_MB = 4
@@ -1475,6 +1475,7 @@ def test_bytes_read_counts_whole_objects_read_from_disk(start_server, tmp_path):
     srv.check_healthy()
 
 
+@pytest.mark.test_hooks
 @pytest.mark.cachetd_only(reason="the 5 s bound on a disk read waiting for the buffer budget is cachetd's (conn_buffer_limit)")
 def test_a_budget_wait_whose_key_left_the_disk_does_not_fail_the_next_disk_get(start_server, tmp_path):
     """A disk GET that waits for the connection buffer budget (three clients
@@ -1484,18 +1485,27 @@ def test_a_budget_wait_whose_key_left_the_disk_does_not_fail_the_next_disk_get(s
     disk GET, more than the 5 s bound later, must wait again and be served
     once the budget frees (the slow clients hang up). cachetd kept the old
     wait's start, so that GET failed at once with SERVER_ERROR out of
-    memory."""
+    memory. The 5 s pass on the test clock (which moves the IO layer's
+    clock too), and each GET is known to have reached the server when its
+    connection's last command is no longer the clock's jump ago."""
     srv, keys = start_with_mb_values_on_disk(start_server, tmp_path, ",conn_buffer_limit=256k")
     with srv.conn() as c:
         slow = slow_readers(srv, c, [[keys[(s * 7 + j) % 38] for j in range(20)] for s in range(3)])
         a = srv.conn(timeout=30)
-        a.send(b"get mb39\r\n")
-        time.sleep(0.5)   # let it start waiting (if it does not, the test shows nothing)
+
+        def get_waiting(key):
+            """Sends a GET on `a` that can only wait for the budget, once its
+            last command is 10 s old, and returns when the server has it."""
+            wait_until(lambda: conn_state(c, a) is not None, 30, "the server accepting a")
+            advance_clock(c, 10)
+            a.send(f"get {key}\r\n".encode())
+            wait_until(lambda: int(conn_state(c, a, "secs_since_last_cmd")) < 10, 30, f"the server reading get {key}")
+
+        get_waiting("mb39")
         assert c.cmd("delete mb39") == b"DELETED"
         assert a.line() == b"END"
-        time.sleep(5.5)   # past BUDGET_WAIT_MAX_S of a wait that was never cleared
-        a.send(b"get mb38\r\n")
-        time.sleep(0.5)   # the stale wait failed it at once; a fresh one waits
+        advance_clock(c, 6)   # past BUDGET_WAIT_MAX_S of a wait that was never cleared
+        get_waiting("mb38")   # the stale wait fails it at once; a fresh one waits
         for sc in slow:   # their budget frees as they go (each may have had a
             sc.close()    # wait of its own time out by now: not what this tests)
         assert a.read_values() == {"mb38": (0, value_of("mb", 38, MB_VALUE), None)}

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from conftest import CACHETD, IS_MEMCACHED, Conn, IO_TIMEOUT_S, Server, next_free_port, wait_until
+from conftest import CACHETD, IS_MEMCACHED, Conn, IO_TIMEOUT_S, Server, next_free_port, settings_of, wait_until
 
 
 def memcached_tls():
@@ -124,6 +124,49 @@ def test_round_trips_over_tls(tls_server, pki):
         assert out == (b"VALUE big 0 %d\r\n%s\r\nEND\r\n" % (len(big), big)) * 5 + b"MN\r\n"
         c.send(b"".join(b"set p%d 0 0 1 noreply\r\nx\r\n" % i for i in range(2000)) + b"get p1999\r\n")
         assert c.until(b"END\r\n") == b"VALUE p1999 0 1\r\nx\r\nEND\r\n"
+
+
+def io_uring_rings(pid):
+    """The io_uring instances a process holds open."""
+    fds = f"/proc/{pid}/fd"
+    return sum(1 for fd in os.listdir(fds) if "io_uring" in os.readlink(os.path.join(fds, fd)))
+
+
+@pytest.mark.cachetd_only(reason="memcached has no io_uring batching")
+def test_tls_reads_are_batched_through_io_uring(tls_server, pki):
+    """Under -Z the worker keeps its io_uring batching (uring_turn): a turn with
+    many readable TLS connections receives their ciphertext in one submit and
+    hands it to OpenSSL (tls_stage). Many connections send at once, so turns
+    find several ready; the requests are single records, records of many
+    pipelined requests, a value larger than what a turn stages (16 KiB) and
+    one read straight into item memory, and every reply must come back whole."""
+    cert, key = pki.issue("server")
+    srv = tls_server(pki.ca, cert, key, "-t", "1")
+    assert settings_of(srv)["io_uring"] == "yes"
+    assert io_uring_rings(srv.proc.pid) >= 1
+    conns = [srv.tls() for _ in range(24)]
+    try:
+        mid, big = os.urandom(40_000), os.urandom(300_000)
+        for rnd in range(6):
+            for i, c in enumerate(conns):
+                c.send(b"set k%d 0 0 %d\r\n%s\r\n" % (i, 6 + rnd, b"v%05d" % i + b"x" * rnd))
+            for i, c in enumerate(conns):
+                assert c.until(b"\r\n") == b"STORED\r\n", (rnd, i)
+            for i, c in enumerate(conns):
+                c.send(b"".join(b"get k%d\r\n" % ((i + j) % len(conns)) for j in range(16)))
+            for i, c in enumerate(conns):
+                want = b"".join(b"VALUE k%d 0 %d\r\n%s\r\nEND\r\n" % (k, 6 + rnd, b"v%05d" % k + b"x" * rnd)
+                                for k in ((i + j) % len(conns) for j in range(16)))
+                assert c.exact(len(want)) == want, (rnd, i)
+        for i, c in enumerate(conns[:8]):
+            value = mid if i % 2 else big
+            c.send(b"set big%d 0 0 %d\r\n%s\r\nget big%d\r\n" % (i, len(value), value, i))
+        for i, c in enumerate(conns[:8]):
+            value = mid if i % 2 else big
+            assert c.until(b"END\r\n") == b"STORED\r\nVALUE big%d 0 %d\r\n%s\r\nEND\r\n" % (i, len(value), value)
+    finally:
+        for c in conns:
+            c.close()
 
 
 def test_a_plaintext_client_is_refused(tls_server, pki):

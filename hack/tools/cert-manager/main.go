@@ -9,8 +9,8 @@
 // shared informers, run) with upstream's defaults, minus what the e2e does
 // not use: ACME, Vault, Venafi, the ingress and Gateway shims, the
 // CertificateSigningRequest controllers, leader election, the metrics and
-// health servers. There is no webhook: the CRDs' OpenAPI schemas still
-// validate, cert-manager's extra admission checks do not run.
+// health servers. cert-manager's webhook runs in the same process when
+// --webhook-port is given (webhook.go).
 //
 // Concurrency: every controller runs its own workers against the shared
 // informer caches; one process per cluster (no leader election, so never run
@@ -78,12 +78,23 @@ func main() {
 	clusterResourceNamespace := flags.String("cluster-resource-namespace", "kube-system",
 		"namespace of the Secrets that ClusterIssuers refer to (upstream's default)")
 	workers := flags.Int("concurrent-workers", 5, "workers per controller (upstream's default)")
+	// Upstream's flag of the same name, off by default as there. On, the
+	// Secret of a deleted Certificate goes with it (garbage collection), so
+	// uninstalling whatever made the Certificate leaves no key behind.
+	ownerRef := flags.Bool("enable-certificate-owner-ref", false,
+		"make each Certificate the owner of its Secret, so deleting the Certificate deletes the Secret")
+	var webhook webhookOptions
+	flags.IntVar(&webhook.port, "webhook-port", 0, "serve cert-manager's admission webhook on this port (upstream's 6443); 0: no webhook")
+	flags.IntVar(&webhook.healthzPort, "webhook-healthz-port", 6080, "the webhook's /healthz and /livez port")
+	flags.StringVar(&webhook.namespace, "webhook-namespace", "cert-manager", "namespace of the webhook's Service and of its CA Secret")
+	flags.StringVar(&webhook.service, "webhook-service", "cert-manager-webhook", "name of the webhook's Service (its serving certificate's DNS names)")
+	flags.StringVar(&webhook.caSecret, "webhook-ca-secret", "cert-manager-webhook-ca", "Secret holding the webhook's own CA, made and rotated by the webhook")
 	_ = flags.Parse(os.Args[1:])
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx = logf.NewContext(ctx, logf.Log)
-	if err := run(ctx, *kubeconfig, *namespace, *clusterResourceNamespace, *workers); err != nil {
+	if err := run(ctx, *kubeconfig, *namespace, *clusterResourceNamespace, *workers, *ownerRef, webhook); err != nil {
 		logf.Log.Error(err, "cachet-controller stopped")
 		logf.FlushLogs()
 		os.Exit(1)
@@ -91,7 +102,7 @@ func main() {
 	logf.FlushLogs()
 }
 
-func run(ctx context.Context, kubeconfig, namespace, clusterResourceNamespace string, workers int) error {
+func run(ctx context.Context, kubeconfig, namespace, clusterResourceNamespace string, workers int, ownerRef bool, webhook webhookOptions) error {
 	factory, err := controllerpkg.NewContextFactory(ctx, controllerpkg.ContextOptions{
 		Kubeconfig: kubeconfig,
 		Namespace:  namespace,
@@ -103,6 +114,7 @@ func run(ctx context.Context, kubeconfig, namespace, clusterResourceNamespace st
 			ClusterIssuerAmbientCredentials: true,
 		},
 		CertificateOptions: controllerpkg.CertificateOptions{
+			EnableOwnerRef:                           ownerRef,
 			CopiedAnnotationPrefixes:                 []string{"*", "-kubectl.kubernetes.io/", "-fluxcd.io/", "-argocd.argoproj.io/"},
 			CertificateRequestMinimumBackoffDuration: time.Hour,
 			CertificateRequestMaximumBackoffDuration: 32 * time.Hour,
@@ -119,6 +131,9 @@ func run(ctx context.Context, kubeconfig, namespace, clusterResourceNamespace st
 	group.Go(func() error {
 		return runCAInjector(ctx, util.RestConfigWithUserAgent(injectorConfig, "cainjector"), namespace)
 	})
+	if webhook.port != 0 {
+		group.Go(func() error { return runWebhook(ctx, kubeconfig, webhook) })
+	}
 	for _, name := range controllers {
 		construct, ok := controllerpkg.Known()[name]
 		if !ok {
