@@ -392,7 +392,11 @@ func probes(c *cachev1alpha1.Cache, o BuildOptions) (readiness, liveness corev1.
 		liveness = corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(EnginePortName)}}
 	}
 	if o.Engine.MetricsPort > 0 {
-		readiness = corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString(MetricsPortName)}}
+		get := &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString(MetricsPortName)}
+		if MetricsTLS(c, o) {
+			get.Scheme = corev1.URISchemeHTTPS // the kubelet neither verifies nor shows a certificate
+		}
+		readiness = corev1.ProbeHandler{HTTPGet: get}
 		return readiness, liveness
 	}
 	return liveness, liveness

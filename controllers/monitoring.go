@@ -80,18 +80,31 @@ func PodMonitor(c *cachev1alpha1.Cache, o BuildOptions) *monitoringv1.PodMonitor
 	if interval == "" {
 		interval = "30s"
 	}
+	scheme, tlsConfig := "http", (*monitoringv1.SafeTLSConfig)(nil)
+	if MetricsTLS(c, o) {
+		// the pods' certificate: its CA from the serving Secret, and a
+		// name it carries (Prometheus dials the pod's IP, which it does not)
+		scheme = "https"
+		tlsConfig = &monitoringv1.SafeTLSConfig{
+			CA: monitoringv1.SecretOrConfigMap{Secret: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: TLSSecretName(c)}, Key: TLSCAKey}},
+			ServerName: ptr.To(MetricsServerName(c)),
+		}
+	}
 	return &monitoringv1.PodMonitor{
 		TypeMeta:   metav1.TypeMeta{APIVersion: monitoringv1.SchemeGroupVersion.String(), Kind: monitoringv1.PodMonitorsKind},
 		ObjectMeta: monitoringMeta(c, PodMonitorName(c)),
 		Spec: monitoringv1.PodMonitorSpec{
 			Selector: metav1.LabelSelector{MatchLabels: SelectorLabels(c)},
 			PodMetricsEndpoints: []monitoringv1.PodMetricsEndpoint{{
-				// The engine serves plain HTTP without credentials: who may
-				// scrape is spec.networkPolicy.metricsScrapers' business.
-				Port:     ptr.To(MetricsPortName),
-				Path:     "/metrics",
-				Scheme:   "http",
-				Interval: monitoringv1.Duration(interval),
+				// The engine asks no credentials (nor, over HTTPS, a client
+				// certificate): who may scrape is
+				// spec.networkPolicy.metricsScrapers' business.
+				Port:      ptr.To(MetricsPortName),
+				Path:      "/metrics",
+				Scheme:    scheme,
+				TLSConfig: tlsConfig,
+				Interval:  monitoringv1.Duration(interval),
 				RelabelConfigs: []monitoringv1.RelabelConfig{{
 					SourceLabels: []monitoringv1.LabelName{"__meta_kubernetes_pod_label_app_kubernetes_io_instance"},
 					TargetLabel:  CacheLabel,

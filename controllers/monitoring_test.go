@@ -17,9 +17,11 @@ limitations under the License.
 package controllers
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -293,4 +295,63 @@ func seriesOf(t *testing.T, v *prometheus.GaugeVec, namespace string) int {
 		}
 	}
 	return n
+}
+
+// spec.tls.metrics: the engine serves its metrics port over HTTPS, so the
+// readiness probe, the PodMonitor and the engine's flag all switch together,
+// and only when there is a metrics port and spec.tls asks for it.
+func TestTLSMetricsSwitchesProbesScrapesAndTheEngineTogether(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		tls   *cachev1alpha1.TLSSpec
+		o     BuildOptions
+		https bool
+	}{
+		{"no tls", nil, metricsOpts, false},
+		{"tls, metrics plain", &cachev1alpha1.TLSSpec{SecretName: "certs"}, metricsOpts, false},
+		{"tls from a Secret, metrics https", &cachev1alpha1.TLSSpec{SecretName: "certs", Metrics: true}, metricsOpts, true},
+		{"tls from an issuer, mTLS, metrics https", &cachev1alpha1.TLSSpec{IssuerRef: &cachev1alpha1.IssuerReference{Name: "ca"},
+			ClientAuth: "Require", Metrics: true}, metricsOpts, true},
+		{"metrics https asked, no metrics port", &cachev1alpha1.TLSSpec{SecretName: "certs", Metrics: true}, testOpts, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCache(monitored)
+			c.Spec.TLS = tc.tls
+			if got := MetricsTLS(c, tc.o); got != tc.https {
+				t.Fatalf("MetricsTLS %v, want %v", got, tc.https)
+			}
+			if got := strings.Contains(strings.Join(EngineArgs(c, tc.o), " "), "metrics_tls"); got != tc.https {
+				t.Errorf("engine args have metrics_tls %v, want %v: %v", got, tc.https, EngineArgs(c, tc.o))
+			}
+			ctr := StatefulSet(c, tc.o).Spec.Template.Spec.Containers[0]
+			pm := PodMonitor(c, tc.o)
+			if tc.o.Engine.MetricsPort == 0 {
+				if ctr.ReadinessProbe.HTTPGet != nil || pm != nil {
+					t.Errorf("no metrics port, yet an HTTP probe %+v or a PodMonitor", ctr.ReadinessProbe.ProbeHandler)
+				}
+				return
+			}
+			wantScheme := map[bool]corev1.URIScheme{false: "", true: corev1.URISchemeHTTPS}[tc.https]
+			if get := ctr.ReadinessProbe.HTTPGet; get == nil || get.Scheme != wantScheme || get.Path != "/healthz" {
+				t.Errorf("readiness probe %+v: want scheme %q", ctr.ReadinessProbe.ProbeHandler, wantScheme)
+			}
+			ep := pm.Spec.PodMetricsEndpoints[0]
+			if !tc.https {
+				if ep.Scheme != "http" || ep.TLSConfig != nil {
+					t.Errorf("plain metrics scraped with scheme %q, tlsConfig %+v", ep.Scheme, ep.TLSConfig)
+				}
+				return
+			}
+			tlsc := ep.TLSConfig
+			if ep.Scheme != "https" || tlsc == nil || tlsc.CA.Secret == nil || tlsc.CA.Secret.Name != TLSSecretName(c) ||
+				tlsc.CA.Secret.Key != "ca.crt" || ptr.Deref(tlsc.ServerName, "") != "web.prod.svc" ||
+				ptr.Deref(tlsc.InsecureSkipVerify, false) || tlsc.Cert != (monitoringv1.SecretOrConfigMap{}) {
+				t.Errorf("scheme %q, tlsConfig %+v: want https verifying %s/ca.crt for web.prod.svc, no client certificate",
+					ep.Scheme, tlsc, TLSSecretName(c))
+			}
+			if !slices.Contains(TLSDNSNames(c, ""), ptr.Deref(tlsc.ServerName, "")) {
+				t.Errorf("serverName %q is not a SAN of the Cache's certificate %v", ptr.Deref(tlsc.ServerName, ""), TLSDNSNames(c, ""))
+			}
+		})
+	}
 }

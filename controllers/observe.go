@@ -31,6 +31,8 @@ package controllers
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -44,6 +46,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
@@ -81,26 +84,37 @@ type PodMetrics interface {
 }
 
 // HTTPPodMetrics reads GET /metrics from the pod's IP at Port, or from
-// Addr(pod) when set (host:port; tests run real engines on 127.0.0.1).
+// Addr(pod) when set (host:port; tests run real engines on 127.0.0.1);
+// over HTTPS with TLS when set (spec.tls.metrics: the serving Secret's CA
+// and MetricsServerName, see podMetrics).
 type HTTPPodMetrics struct {
 	Port int32
 	Addr func(pod *corev1.Pod) string
+	TLS  *tls.Config
 }
 
 // podMetricsClient reads the pods directly: no proxy from the environment
 // (pod IPs are cluster-internal), no redirects (a 3xx is an error like any
 // status but 200), no idle connections kept between observations minutes
 // apart.
-var podMetricsClient = &http.Client{
-	Transport: &http.Transport{
-		Proxy:                  nil,
-		DialContext:            (&net.Dialer{Timeout: PodMetricsTimeout}).DialContext,
-		DisableKeepAlives:      true,
-		ResponseHeaderTimeout:  PodMetricsTimeout,
-		MaxResponseHeaderBytes: 64 << 10,
-	},
-	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	Timeout:       PodMetricsTimeout,
+var podMetricsClient = podMetricsHTTPClient(nil)
+
+// podMetricsHTTPClient is that client, verifying HTTPS with tlsConfig when
+// set (a client per Cache's CA: no connection is kept to share anyway).
+func podMetricsHTTPClient(tlsConfig *tls.Config) *http.Client {
+	return &http.Client{
+		Transport: &http.Transport{
+			Proxy:                  nil,
+			DialContext:            (&net.Dialer{Timeout: PodMetricsTimeout}).DialContext,
+			DisableKeepAlives:      true,
+			ResponseHeaderTimeout:  PodMetricsTimeout,
+			TLSHandshakeTimeout:    PodMetricsTimeout,
+			TLSClientConfig:        tlsConfig,
+			MaxResponseHeaderBytes: 64 << 10,
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Timeout:       PodMetricsTimeout,
+	}
 }
 
 // Read implements PodMetrics.
@@ -111,11 +125,15 @@ func (h HTTPPodMetrics) Read(ctx context.Context, pod *corev1.Pod) ([]byte, erro
 	}
 	ctx, cancel := context.WithTimeout(ctx, PodMetricsTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	scheme, hc := "http", podMetricsClient
+	if h.TLS != nil {
+		scheme, hc = "https", podMetricsHTTPClient(h.TLS)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+addr+"/metrics", nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := podMetricsClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -187,11 +205,30 @@ func EngineSpec(c *cachev1alpha1.Cache) *cachev1alpha1.CacheSpec {
 	return engine.WithObservedClasses(&c.Spec, c.Status.Recommendation)
 }
 
-func (r *CacheReconciler) podMetrics() PodMetrics {
-	if r.PodMetrics != nil {
-		return r.PodMetrics
+// podMetrics is the reader of c's pods: r.PodMetrics, else HTTP to the
+// pods' IPs; with spec.tls.metrics an HTTP reader goes HTTPS, verifying
+// the pods' certificate against the serving Secret's ca.crt and
+// MetricsServerName, as the PodMonitor has Prometheus do.
+func (r *CacheReconciler) podMetrics(ctx context.Context, c *cachev1alpha1.Cache) (PodMetrics, error) {
+	m := r.PodMetrics
+	if m == nil {
+		m = HTTPPodMetrics{Port: r.Engine.MetricsPort}
 	}
-	return HTTPPodMetrics{Port: r.Engine.MetricsPort}
+	h, isHTTP := m.(HTTPPodMetrics)
+	if !isHTTP || !engine.MetricsTLS(engine.ForSpec(&c.Spec, r.Engine)) {
+		return m, nil
+	}
+	secret := &corev1.Secret{}
+	name := TLSSecretName(c)
+	if err := r.getAround(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, secret); err != nil {
+		return nil, fmt.Errorf("the metrics port serves HTTPS: its CA, Secret %s: %w", name, err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(secret.Data[TLSCAKey]) {
+		return nil, fmt.Errorf("the metrics port serves HTTPS: Secret %s has no PEM certificate in %s to verify it with", name, TLSCAKey)
+	}
+	h.TLS = &tls.Config{RootCAs: roots, ServerName: MetricsServerName(c), MinVersion: tls.VersionTLS12}
+	return h, nil
 }
 
 // ObserveInterval is how often an Observed profile reads the pods.
@@ -251,7 +288,11 @@ func (r *CacheReconciler) observeProfile(ctx context.Context, c *cachev1alpha1.C
 				ready = append(ready, pod)
 			}
 		}
-		samples, failed = readPods(ctx, r.podMetrics(), ready, ObserveParallelReads, ObserveDeadline)
+		if m, err := r.podMetrics(ctx, c); err != nil {
+			failed = append(failed, err.Error())
+		} else {
+			samples, failed = readPods(ctx, m, ready, ObserveParallelReads, ObserveDeadline)
+		}
 	}
 	rec, d := engine.RecommendObserved(EngineSpec(c), prev, samples, settledForRoll(c, sts, pods.Items))
 	if len(failed) > 0 {

@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -338,5 +339,69 @@ func TestObservedProfileReadsTheOtherPodsPastOneThatNeverAnswers(t *testing.T) {
 	}
 	if !strings.Contains(r.Notes, "not read: pod part-0: ") || strings.Contains(r.Notes, "part-1") {
 		t.Errorf("notes do not name the pod that never answers alone: %q", r.Notes)
+	}
+}
+
+// spec.tls.metrics: the Observed reader goes HTTPS to a real cachetd
+// serving its metrics port with -o metrics_tls, verifying the serving
+// Secret's ca.crt and MetricsServerName, as the PodMonitor has Prometheus
+// do. Another CA, another name, a Secret without ca.crt, and plain HTTP to
+// the HTTPS port are each refused.
+func TestObservedReaderVerifiesTheHTTPSMetricsPort(t *testing.T) {
+	needIntegration(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := &cachev1alpha1.Cache{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: cachev1alpha1.CacheSpec{TLS: &cachev1alpha1.TLSSpec{SecretName: "certs", Metrics: true}}}
+	ca, other := utils.NewTestCA(t), utils.NewTestCA(t)
+	certPEM, keyPEM := ca.Issue(t, 2, TLSDNSNames(c, ""))
+	dir := t.TempDir()
+	for name, data := range map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := utils.StartCachetd(t, filepath.Join(".."), "-Z", "-o",
+		"ssl_chain_cert="+filepath.Join(dir, "tls.crt")+",ssl_key="+filepath.Join(dir, "tls.key")+",metrics_tls")
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(e.MetricsPort))
+	secret := func(name string, data map[string][]byte) {
+		t.Helper()
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}
+		if err := k8sClient.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	secret("certs", map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM, TLSCAKey: ca.CertPEM})
+	secret("other-ca", map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM, TLSCAKey: other.CertPEM})
+	secret("no-ca", map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM})
+	r := &CacheReconciler{Client: k8sClient, Scheme: scheme, Engine: suiteEngine,
+		PodMetrics: HTTPPodMetrics{Addr: func(*corev1.Pod) string { return addr }}}
+	read := func(mutate func(c *cachev1alpha1.Cache)) ([]byte, error) {
+		cc := c.DeepCopy()
+		mutate(cc)
+		m, err := r.podMetrics(ctx, cc)
+		if err != nil {
+			return nil, err
+		}
+		return m.Read(ctx, &corev1.Pod{})
+	}
+	body, err := read(func(*cachev1alpha1.Cache) {})
+	if err != nil || !bytes.Contains(body, []byte("\nmemcached_up 1\n")) {
+		t.Fatalf("HTTPS /metrics with the Secret's CA: %v\n%.300s", err, body)
+	}
+	if _, err := read(func(c *cachev1alpha1.Cache) { c.Spec.TLS.SecretName = "other-ca" }); err == nil ||
+		!strings.Contains(err.Error(), "certificate signed by unknown authority") {
+		t.Errorf("a CA that did not sign the engine's certificate: %v", err)
+	}
+	if _, err := read(func(c *cachev1alpha1.Cache) { c.Name = "elsewhere" }); err == nil ||
+		!strings.Contains(err.Error(), "elsewhere."+ns+".svc") {
+		t.Errorf("a server name the certificate does not carry: %v", err)
+	}
+	if _, err := read(func(c *cachev1alpha1.Cache) { c.Spec.TLS.SecretName = "no-ca" }); err == nil ||
+		!strings.Contains(err.Error(), "no PEM certificate in ca.crt") {
+		t.Errorf("a Secret without ca.crt: %v", err)
+	}
+	if body, err := read(func(c *cachev1alpha1.Cache) { c.Spec.TLS.Metrics = false }); err == nil {
+		t.Errorf("plain HTTP to the HTTPS port was answered: %.200s", body)
 	}
 }

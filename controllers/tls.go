@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+	"cachet.dev/cachet/internal/engine"
 )
 
 const (
@@ -53,6 +54,23 @@ func TLSSecretName(c *cachev1alpha1.Cache) string {
 		return t.SecretName
 	}
 	return CertificateName(c)
+}
+
+// TLSCAKey is the serving Secret's CA bundle (cert-manager writes it; a
+// Secret the user brings needs it for clientAuth Require and for
+// spec.tls.metrics).
+const TLSCAKey = "ca.crt"
+
+// MetricsTLS says the pods serve their metrics port over HTTPS
+// (spec.tls.metrics, with the operator's metrics port on).
+func MetricsTLS(c *cachev1alpha1.Cache, o BuildOptions) bool {
+	return engine.MetricsTLS(engine.ForSpec(&c.Spec, o.Engine))
+}
+
+// MetricsServerName is the name HTTPS readers of the metrics port verify:
+// the client Service's, a SAN of the Cache's certificate (TLSDNSNames).
+func MetricsServerName(c *cachev1alpha1.Cache) string {
+	return ClientServiceName(c) + "." + c.Namespace + ".svc"
 }
 
 // TLSDNSNames are the names clients reach a Cache by, each a SAN of its

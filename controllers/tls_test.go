@@ -21,9 +21,14 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -143,4 +148,87 @@ func TestCertificateFollowsTheSpec(t *testing.T) {
 		err := k8sClient.Get(ctx, key, certificateObject())
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
+}
+
+// setCertificateReady writes the Ready condition of a Certificate through
+// its status subresource, as cert-manager's controller would (none runs in
+// this test).
+func setCertificateReady(t *testing.T, ns, name string, ready metav1.ConditionStatus, reason, message string) {
+	t.Helper()
+	ctx := context.Background()
+	cert := certificateObject()
+	if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cert); err != nil {
+		t.Fatal(err)
+	}
+	cond := map[string]any{"type": "Ready", "status": string(ready), "reason": reason, "message": message,
+		"lastTransitionTime": metav1.Now().UTC().Format(time.RFC3339)}
+	if err := unstructured.SetNestedSlice(cert.Object, []any{cond}, "status", "conditions"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8sClient.Status().Update(ctx, cert); err != nil {
+		t.Fatalf("writing Certificate %s's status: %v", name, err)
+	}
+}
+
+// waitTLSReady waits for c's TLSReady condition to have status and
+// reason, and returns it.
+func waitTLSReady(t *testing.T, c *cachev1alpha1.Cache, status metav1.ConditionStatus, reason string) metav1.Condition {
+	t.Helper()
+	var cond metav1.Condition
+	eventually(t, fmt.Sprintf("TLSReady %s %s", status, reason), func() (bool, string) {
+		cond = condOf(getCache(t, c.Namespace, c.Name), cachev1alpha1.ConditionTLSReady)
+		return cond.Status == status && cond.Reason == reason, fmt.Sprintf("%+v", cond)
+	})
+	return cond
+}
+
+// The TLSReady condition names what keeps spec.tls.issuerRef's certificate
+// from the pods, on a real API server: first cert-manager itself (its CRDs
+// are not served), then, once they are and the operator has made its
+// Certificate, an issuer that has not issued it (the Certificate not Ready,
+// written here as cert-manager would write it); then, with the Secret
+// issued and the Certificate Ready, TLSReady turns True.
+func TestTLSReadyNamesNoCertManagerThenTheIssuerNotReady(t *testing.T) {
+	needIntegration(t)
+	ctx := context.Background()
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := k8sClient.Get(ctx, client.ObjectKey{Name: "certificates.cert-manager.io"}, crd); !apierrors.IsNotFound(err) {
+		t.Fatalf("cert-manager's Certificate CRD is served before the test (%v): an earlier test left it", err)
+	}
+	ns := newNamespace(t)
+	c := createCache(t, ns, "secure", func(c *cachev1alpha1.Cache) {
+		c.Spec.TLS = &cachev1alpha1.TLSSpec{IssuerRef: &cachev1alpha1.IssuerReference{Name: "team-ca", Kind: "Issuer"}}
+	})
+	cond := waitTLSReady(t, c, metav1.ConditionFalse, ReasonNoCertManager)
+	if !strings.Contains(cond.Message, "needs cert-manager") || !strings.Contains(cond.Message, "secretName") {
+		t.Errorf("NoCertManager message %q: want what is missing and the way out", cond.Message)
+	}
+
+	installCertManagerCRDs(t)
+	key := client.ObjectKey{Namespace: ns, Name: CertificateName(c)}
+	eventually(t, "the Certificate made once cert-manager's CRDs are served", func() (bool, string) {
+		err := k8sClient.Get(ctx, key, certificateObject())
+		return err == nil, fmt.Sprint(err)
+	})
+	// no cert-manager controller: the Certificate has no status yet, and
+	// no Secret exists
+	waitTLSReady(t, c, metav1.ConditionFalse, ReasonSecretMissing)
+	setCertificateReady(t, ns, key.Name, metav1.ConditionFalse, "DoesNotExist", `Referenced "Issuer" not found: issuer.cert-manager.io "team-ca" not found`)
+	cond = waitTLSReady(t, c, metav1.ConditionFalse, ReasonIssuerNotReady)
+	for _, want := range []string{"Certificate " + key.Name, "issuer Issuer team-ca", `"team-ca" not found`} {
+		if !strings.Contains(cond.Message, want) {
+			t.Errorf("IssuerNotReady message %q lacks %q", cond.Message, want)
+		}
+	}
+
+	// cert-manager writes the Secret, then marks the Certificate Ready:
+	// until the mark, the issuer is still what is missing
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: TLSSecretName(c)}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{"tls.crt": []byte("issued"), "tls.key": []byte("issued")}}
+	if err := k8sClient.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	waitTLSReady(t, c, metav1.ConditionFalse, ReasonIssuerNotReady)
+	setCertificateReady(t, ns, key.Name, metav1.ConditionTrue, "Ready", "Certificate is up to date and has not expired")
+	waitTLSReady(t, c, metav1.ConditionTrue, ReasonSecretMounted)
 }

@@ -219,6 +219,19 @@ type TLSSpec struct {
 	// +kubebuilder:default=TLSv1.2
 	// +optional
 	MinVersion string `json:"minVersion,omitempty"`
+
+	// Metrics serves the engines' metrics port (/metrics, /healthz) over
+	// HTTPS with the same certificate (cachetd -o metrics_tls): the pods'
+	// probes use HTTPS, the PodMonitor scrapes with https, verifying the
+	// ca.crt of the serving Secret and the server name CACHE.NAMESPACE.svc,
+	// and so does the operator's reader of an Observed workload profile.
+	// That port asks for no client certificate, whatever clientAuth says
+	// (kubelet probes present none); who may scrape is
+	// spec.networkPolicy.metricsScrapers' business. Needs the operator's
+	// metrics port (--engine-metrics-port, on by default).
+	// +kubebuilder:default=false
+	// +optional
+	Metrics bool `json:"metrics,omitempty"`
 }
 
 // IssuerReference names a cert-manager issuer, as cert-manager's own

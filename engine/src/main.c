@@ -173,7 +173,7 @@ int main(int argc, char **argv)
         }
         struct metrics_server_config mc = { .port = settings.metrics_port, .listen = settings.listen,
                                              .engine_port = settings.port, .verbose = settings.verbose,
-                                             .authfile = settings.auth_file[0] != '\0' };
+                                             .authfile = settings.auth_file[0] != '\0', .tls = settings.tls.metrics };
         if (metrics_server_start(&mc) != 0) return 71;
     }
     if (server_start_workers() != 0) return 71;

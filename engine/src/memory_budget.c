@@ -26,6 +26,7 @@
 #include "ext_io.h"
 #include "extstore.h"
 #include "logger.h"
+#include "metrics_server.h"
 #include "outbuf.h"
 #include "storage.h"
 
@@ -67,6 +68,9 @@
  * buffers, the 1 MiB stats arena and one /metrics body (capped at 4 MiB,
  * ~20 KB in practice) */
 #define METRICS_BYTES           (4 * MIB)
+/* with -o metrics_tls each of the metrics port's connections is an SSL
+ * object and its records, as a data connection's (TLS_CONN_BYTES); the
+ * context is the data port's (TLS_FIXED_BYTES) */
 /* net_conn.c: the kernel's side of a connection. SO_SNDBUF/SO_RCVBUF are
  * doubled by the kernel (sk_sndbuf = 2 x value, for its sk_buff overhead)
  * and never go below its minimums (SOCK_MIN_SNDBUF ~4.5 KiB, SOCK_MIN_RCVBUF
@@ -228,7 +232,8 @@ void memory_budget_of(const struct settings *s, struct memory_budget *b)
     add(b, "workers", (uint64_t)s->num_threads *
         (THREAD_BYTES + (uint64_t)settings_fd_table_size(s) * AE_SLOT_BYTES));
     add(b, "fixed", FIXED_BYTES);
-    add(b, "metrics", s->metrics_port ? METRICS_BYTES : 0);
+    add(b, "metrics", !s->metrics_port ? 0 :
+        METRICS_BYTES + (s->tls.metrics ? (uint64_t)METRICS_HTTP_CONNS_MAX * TLS_CONN_BYTES : 0));
     add(b, "watchers", watcher_bytes(s));
     /* auth.c: the authfile, at most AUTH_FILE_MAX, held twice while a
      * reload reads the new copy before freeing the old */

@@ -29,6 +29,24 @@
  * cannot leave a probe queued behind it in the backlog; the backlog is the
  * kernel's largest, so deferred silent clients fill it only by thousands.
  *
+ * With -o metrics_tls the port speaks HTTPS (tls.c: the data port's context,
+ * so its certificate, reloads and file watch; no client certificate asked).
+ * The handshake runs inside the connection's reads and sends, non-blocking
+ * like everything else here, in a fourth phase:
+ *   handshake (accepted, TLS not yet up)          HEAD_TIMEOUT_MS, then closed
+ * A probe's whole ClientHello arrives with its connect and is answered its
+ * server flight at once; its request follows a round trip later. From the
+ * answer until its first request the connection is young and gives way to
+ * nobody for HELLO_GRACE_MS: clients that send a whole hello, stop, and
+ * reconnect whenever closed would otherwise push it out within sixteen
+ * reconnects (2 of 20 probes were lost so). Clients that stop inside
+ * their hello are never young and push out only each other, as one-byte
+ * heads do. When every slot is young, accepting waits for the first to
+ * come of age, and the backlog, first in first out, holds the probe ahead
+ * of attackers that reconnect after it; the grace also bounds such clients
+ * to 16 handshakes (the costly part) per grace. OpenSSL reads ahead,
+ * so bytes it holds that poll() cannot see are read again without waiting.
+ *
  * The /healthz round trip (engine_probe.c) blocks this loop for at most
  * PROBE_TIMEOUT_MS, and only when the engine does not answer; its result is
  * reused for PROBE_REUSE_MS so that no client can make this port load the
@@ -60,7 +78,7 @@
 #include "metrics.h"
 #include "tls.h"
 
-#define HTTP_CONNS_MAX     16
+#define HTTP_CONNS_MAX     METRICS_HTTP_CONNS_MAX
 #define LISTEN_MAX         16
 #define IDLE_TIMEOUT_MS    60000
 #define HEAD_TIMEOUT_MS    5000
@@ -70,11 +88,14 @@
 #define PROBE_REUSE_MS     1000
 #define ACCEPT_PAUSE_MS    100    /* after accept() ran out of descriptors or memory */
 #define DEFER_ACCEPT_S     2      /* a silent connection is accepted after this (and SYN-ACK retries) */
+#define HELLO_GRACE_MS     250    /* an answered ClientHello keeps its slot this long: the client's round trip */
 
-enum hconn_phase { IDLE, HEAD, WRITE };
+enum hconn_phase { HANDSHAKE, IDLE, HEAD, WRITE };
 
 struct hconn {
     int      fd;                 /* -1: free slot */
+    SSL     *ssl;                /* -o metrics_tls; NULL: plain HTTP */
+    int64_t  hello_answered_ms;  /* when tls_hello_answered turned true; 0: not yet, or plain HTTP */
     enum hconn_phase phase;
     int64_t  deadline_ms;
     int64_t  idle_since_ms;
@@ -96,6 +117,7 @@ static struct {
     struct hconn conns[HTTP_CONNS_MAX];
     struct engine_probe_target target;
     bool      have_target;
+    bool      tls;               /* -o metrics_tls */
     uint64_t  idle_seq;
     int64_t   accept_paused_until_ms;
     int64_t   probed_at_ms;      /* 0: never */
@@ -164,9 +186,11 @@ static void close_lingering(int fd)
 
 static void hconn_close(struct hconn *c)
 {
+    if (c->ssl) tls_close(c->ssl);
     if (c->fd >= 0) close(c->fd);
     free(c->out);
     c->fd = -1;
+    c->ssl = NULL;
     c->out = NULL;
     c->out_len = c->out_sent = c->in_len = 0;
 }
@@ -260,11 +284,25 @@ static void handle_input(struct hconn *c)
     c->in_len -= req.head_len;
 }
 
+/* send() and recv(), through OpenSSL on an HTTPS connection: -1 with
+ * EAGAIN also when the handshake waits for the socket. */
+static ssize_t conn_send(struct hconn *c, const void *buf, size_t len)
+{
+    if (c->ssl) return tls_write(c->ssl, buf, len);
+    return send(c->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+static ssize_t conn_recv(struct hconn *c, void *buf, size_t len)
+{
+    if (c->ssl) return tls_read(c->ssl, buf, len);
+    return recv(c->fd, buf, len, MSG_DONTWAIT);
+}
+
 /* Sends what is queued; after a whole response, goes on with the next. */
 static void flush_output(struct hconn *c)
 {
     while (c->out_sent < c->out_len) {
-        ssize_t n = send(c->fd, c->out + c->out_sent, c->out_len - c->out_sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t n = conn_send(c, c->out + c->out_sent, c->out_len - c->out_sent);
         if (n > 0) { c->out_sent += (size_t)n; continue; }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
@@ -291,12 +329,21 @@ static void read_input(struct hconn *c)
 {
     size_t room = sizeof c->in - c->in_len;
     if (room == 0) { handle_input(c); return; }   /* a full buffer: 431 */
-    ssize_t n = recv(c->fd, c->in + c->in_len, room, MSG_DONTWAIT);
+    ssize_t n = conn_recv(c, c->in + c->in_len, room);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        hconn_close(c);
+        hconn_close(c);   /* a plaintext request on an HTTPS port ends here: no TLS, no answer */
         return;
     }
     if (n > 0) c->in_len += (size_t)n;
+    if (c->phase == HANDSHAKE) {
+        if (tls_handshake_done(c->ssl)) {
+            c->phase = IDLE;
+            c->deadline_ms = now_ms() + IDLE_TIMEOUT_MS;
+            if (!c->hello_answered_ms) c->hello_answered_ms = now_ms();
+        } else if (!c->hello_answered_ms && tls_hello_answered(c->ssl)) {
+            c->hello_answered_ms = now_ms();
+        }
+    }
     handle_input(c);
     if (c->fd >= 0 && c->out) flush_output(c);   /* most responses go at once */
 }
@@ -304,7 +351,7 @@ static void read_input(struct hconn *c)
 static void expire(struct hconn *c, int64_t now)
 {
     if (c->fd < 0 || now < c->deadline_ms) return;
-    if (c->phase == HEAD) {
+    if (c->phase == HEAD) {   /* a handshake that overran it is closed: no TLS to say 408 in */
         c->in_len = 0;
         respond_text(c, 408, "request head not received in time", true, false);
         if (c->fd >= 0) flush_output(c);
@@ -328,22 +375,33 @@ static void expire(struct hconn *c, int64_t now)
  * batch_seq) never gives way to a later one of the same batch: when this
  * thread was descheduled, the backlog can hold a newcomer and sixteen
  * reconnects behind it, and the newcomer must be read once before they may
- * push it out. NULL: only such connections are left; stop accepting. The
+ * push it out. With -o metrics_tls a young connection (see the top of the
+ * file) never gives way. NULL: only such connections are
+ * left; stop accepting, and when they are all young, *retry_at
+ * says when the first comes of age (0: the next round). The
  * slot is only chosen here; its holder is closed by take_slot once there is
  * a newcomer to give it to. */
-static struct hconn *pick_slot(uint64_t batch_seq)
+static struct hconn *pick_slot(uint64_t batch_seq, int64_t now, int64_t *retry_at)
 {
     struct hconn *waiting = NULL, *writing = NULL;
+    int64_t young_until = 0;
+    bool this_batch = false;
     for (int i = 0; i < HTTP_CONNS_MAX; i++) {
         struct hconn *c = &srv.conns[i];
         if (c->fd < 0) return c;
-        if (c->phase == IDLE && c->idle_seq > batch_seq) continue;
+        if ((c->phase == IDLE || c->phase == HANDSHAKE) && c->idle_seq > batch_seq) { this_batch = true; continue; }
+        if (c->ssl && c->requests == 0 && c->hello_answered_ms && now < c->hello_answered_ms + HELLO_GRACE_MS) {
+            int64_t due = c->hello_answered_ms + HELLO_GRACE_MS;
+            if (!young_until || due < young_until) young_until = due;
+            continue;
+        }
         if (c->phase != WRITE) {
             if (!waiting || c->idle_seq < waiting->idle_seq) waiting = c;
         } else if (!writing || c->deadline_ms < writing->deadline_ms) {
             writing = c;
         }
     }
+    *retry_at = this_batch ? 0 : young_until;
     return waiting ? waiting : writing;
 }
 
@@ -359,8 +417,14 @@ static void http_accept(int lfd)
 {
     uint64_t batch_seq = srv.idle_seq;
     for (int i = 0; i < HTTP_CONNS_MAX; i++) {
-        struct hconn *c = pick_slot(batch_seq);
-        if (!c) return;                  /* the rest wait in the backlog for the next round */
+        int64_t retry_at;
+        struct hconn *c = pick_slot(batch_seq, now_ms(), &retry_at);
+        if (!c) {                        /* the rest wait in the backlog for the next round */
+            /* young handshakes only: the listener stays readable, and
+             * polling it before the first comes of age would spin */
+            if (retry_at) srv.accept_paused_until_ms = retry_at;
+            return;
+        }
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             /* out of descriptors: the listener stays readable, and polling it
@@ -374,6 +438,12 @@ static void http_accept(int lfd)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         *c = (struct hconn){ .fd = fd, .phase = IDLE, .idle_since_ms = now_ms(), .idle_seq = ++srv.idle_seq };
         c->deadline_ms = c->idle_since_ms + IDLE_TIMEOUT_MS;
+        if (srv.tls) {
+            c->ssl = tls_accept_without_client_cert(fd);
+            if (!c->ssl) { hconn_close(c); continue; }   /* no memory for it: the client sees a close */
+            c->phase = HANDSHAKE;
+            c->deadline_ms = c->idle_since_ms + HEAD_TIMEOUT_MS;
+        }
         read_input(c);                   /* a probe's request is usually here already: answer it now */
     }
 }
@@ -386,6 +456,7 @@ static void *server_main(void *arg)
     pthread_setname_np(pthread_self(), "cachet-metrics");
     struct pollfd pfd[1 + LISTEN_MAX + HTTP_CONNS_MAX];
     struct hconn *who[HTTP_CONNS_MAX];
+    bool pending[HTTP_CONNS_MAX];
     for (;;) {
         int n = 0, nc = 0;
         int64_t now = now_ms(), next = now + 1000;
@@ -397,7 +468,13 @@ static void *server_main(void *arg)
         for (int i = 0; i < HTTP_CONNS_MAX; i++) {
             struct hconn *c = &srv.conns[i];
             if (c->fd < 0) continue;
-            short ev = c->out ? POLLOUT : (c->in_len < sizeof c->in ? POLLIN : 0);
+            bool room = c->in_len < sizeof c->in;
+            short ev = c->out ? POLLOUT : (room ? POLLIN : 0);
+            if (c->ssl && c->out && tls_wants_read(c->ssl)) ev = POLLIN;         /* a send waiting on a record */
+            else if (c->ssl && !c->out && tls_wants_write(c->ssl)) ev = POLLOUT; /* the handshake's flight */
+            /* records OpenSSL read ahead: poll() cannot announce them */
+            pending[nc] = c->ssl && !c->out && room && tls_pending(c->ssl);
+            if (pending[nc]) next = now;
             pfd[n++] = (struct pollfd){ .fd = c->fd, .events = ev };
             who[nc++] = c;
             if (c->deadline_ms < next) next = c->deadline_ms;
@@ -412,8 +489,9 @@ static void *server_main(void *arg)
             struct hconn *c = who[i];
             short re = pfd[1 + srv.nlisten + i].revents;
             if (c->fd != pfd[1 + srv.nlisten + i].fd) continue;   /* closed this round */
-            if (re & POLLOUT) flush_output(c);
-            else if (re & (POLLIN | POLLHUP | POLLERR)) read_input(c);
+            if (!re && !pending[i]) continue;
+            if (c->out) flush_output(c);
+            else read_input(c);
         }
         for (int i = 0; i < srv.nlisten; i++)
             if (pfd[1 + i].revents & POLLIN) http_accept(srv.listen_fds[i]);
@@ -488,6 +566,7 @@ int metrics_server_start(const struct metrics_server_config *cfg)
     for (int i = 0; i < HTTP_CONNS_MAX; i++) srv.conns[i] = (struct hconn){ .fd = -1 };
     srv.have_target = engine_probe_target_from(cfg->listen, cfg->engine_port, &srv.target);
     srv.target.authfile = cfg->authfile;
+    srv.tls = cfg->tls;
     srv.probed_at_ms = 0;
     if (bind_listeners(cfg->listen, cfg->port) != 0) { close_listeners(); return -1; }
     srv.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -501,7 +580,8 @@ int metrics_server_start(const struct metrics_server_config *cfg)
     }
     srv.running = true;
     if (cfg->verbose)
-        fprintf(stderr, "cachetd: metrics on port %d (GET /metrics, /healthz)\n", cfg->port);
+        fprintf(stderr, "cachetd: metrics on port %d (GET /metrics, /healthz%s)\n", cfg->port,
+                cfg->tls ? ", HTTPS" : "");
     return 0;
 }
 

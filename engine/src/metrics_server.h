@@ -1,7 +1,7 @@
 /*
  * metrics_server.h - the metrics port (-o metrics_port): GET /metrics
- * (Prometheus text format) and GET /healthz, over plain HTTP/1.1, served by
- * one thread of its own.
+ * (Prometheus text format) and GET /healthz, over HTTP/1.1 (HTTPS with
+ * -o metrics_tls), served by one thread of its own.
  *
  * Why its own thread and port: a scrape must never slow a request, so the
  * workers never see this traffic. The thread only reads the stats registry
@@ -21,12 +21,16 @@
 
 #include <stdbool.h>
 
+/* connections served at once; memory_budget.c charges each */
+#define METRICS_HTTP_CONNS_MAX 16
+
 struct metrics_server_config {
     int         port;          /* -o metrics_port */
     const char *listen;        /* -l list ("" = all interfaces) */
     int         engine_port;   /* the memcached port, already bound */
     int         verbose;
     bool        authfile;      /* -Y: the probe expects CLIENT_ERROR unauthenticated */
+    bool        tls;           /* -o metrics_tls: HTTPS with -Z's context (tls_start ran) */
 };
 
 /* Binds the port on every -l address and starts the thread. 0, or -1 after

@@ -127,6 +127,8 @@ void settings_usage(FILE *out)
         "                          metrics_port=N (Prometheus GET /metrics and /healthz on port N,\n"
         "                          same addresses as -l; default off), young_window=SECS (an eviction\n"
         "                          of an item read this recently is young; default 60)\n"
+        "                          metrics_tls (with -Z: the metrics port serves HTTPS with the ssl_*\n"
+        "                          certificate and its reloads; asks no client certificate)\n"
         "                          ext_path=FILE:SIZE (extstore: large cold values on disk, k/m/g/t;\n"
         "                          repeatable), ext_page_size=MB, ext_wbuf_size=MB, ext_threads=N,\n"
         "                          ext_io_depth=N, ext_item_size=BYTES, ext_item_age=SECS, ext_low_ttl=SECS,\n"
@@ -579,6 +581,8 @@ static int parse_extended(struct settings *s, const char *arg, struct ext_state 
                 return EX_USAGE_CODE;
             }
             s->metrics_port = (int)v;
+        } else if (!strcmp(opt, "metrics_tls") && !val) {
+            s->tls.metrics = true;
         } else if (!strcmp(opt, "young_window") && val) {
             if (!parse_int(val, 1, 30 * 24 * 3600, &v)) {
                 fprintf(err, "cachetd: -o young_window needs seconds between 1 and 2592000, got '%s'\n", val);
@@ -1174,6 +1178,11 @@ int settings_parse(struct settings *s, int argc, char **argv, FILE *err)
     if ((rc = settings_validate(s, &ext, err)) != 0) return rc;
     if (s->tls.enabled && (!s->tls.chain_cert[0] || !s->tls.key[0])) {
         fprintf(err, "cachetd: -Z needs -o ssl_chain_cert=FILE,ssl_key=FILE\n");
+        return EX_USAGE_CODE;
+    }
+    if (s->tls.metrics && (!s->tls.enabled || !s->metrics_port)) {
+        fprintf(err, "cachetd: -o metrics_tls serves the metrics port with -Z's certificate: it needs -Z and "
+                "-o metrics_port\n");
         return EX_USAGE_CODE;
     }
     if (s->tls.enabled && s->socketpath[0]) {

@@ -134,6 +134,8 @@ struct settings {
         int      min_version;      /* ssl_min_version 0-3: TLS 1.0-1.3 (default 2) */
         char     ciphers[256];     /* ssl_ciphers: OpenSSL's cipher list (TLS 1.2); "" = OpenSSL's */
         bool     session_cache;    /* ssl_session_cache: server-side session resumption */
+        bool     metrics;          /* -o metrics_tls: the metrics port serves HTTPS with the same
+                                      files, without asking for client certificates */
     } tls;
     char     auth_file[256];       /* -Y: memcached's ASCII authentication file; "" = none */
     char     pidfile[256];         /* -P: write the pid here; "" = none */

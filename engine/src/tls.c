@@ -45,11 +45,16 @@
  * record is in flight, OpenSSL's read and write buffers (each a record,
  * ~17 KiB); SSL_MODE_RELEASE_BUFFERS frees them on an idle connection.
  *
+ * The metrics port (-o metrics_tls, metrics_server.c) takes its SSL objects
+ * from the same context, so the same files, reloads and file watch serve
+ * it; it only never asks for a client certificate.
+ *
  * Concurrency: the current context, and the files' identity it was built
  * from, are swapped and taken (SSL_new) under one mutex (tls_enabled reads
  * the pointer atomically, without it); the BIO method is made once by
  * tls_start, before the workers, and only read after; an SSL object and
- * its BIO (staged ciphertext included) belong to its connection's worker.
+ * its BIO (staged ciphertext included) belong to its connection's worker,
+ * or to the metrics thread for its connections (never staged).
  */
 #include "tls.h"
 
@@ -353,6 +358,24 @@ SSL *tls_accept(int fd)
     SSL_set_bio(ssl, bio, bio);   /* one reference, for both directions */
     SSL_set_accept_state(ssl);
     return ssl;
+}
+
+/* The metrics port's clients are Prometheus and the kubelet: what they
+ * read are counters, not values, and a probe has no certificate to show;
+ * ssl_verify_mode guards the data port. */
+SSL *tls_accept_without_client_cert(int fd)
+{
+    SSL *ssl = tls_accept(fd);
+    if (ssl) SSL_set_verify(ssl, SSL_VERIFY_NONE, NULL);
+    return ssl;
+}
+
+bool tls_handshake_done(SSL *ssl) { return SSL_is_init_finished(ssl); }
+
+bool tls_hello_answered(SSL *ssl)
+{
+    OSSL_HANDSHAKE_STATE st = SSL_get_state(ssl);
+    return st != TLS_ST_BEFORE && st != TLS_ST_SR_CLNT_HELLO;
 }
 
 void tls_close(SSL *ssl)

@@ -2,7 +2,7 @@
  * tls.h - TLS on the memcached port (-Z, -o ssl_*, refresh_certs); see tls.c.
  *
  * Concurrency: tls_start before the workers; tls_refresh from any thread;
- * an SSL object only on its connection's worker.
+ * an SSL object only on its connection's worker (or the metrics thread).
  */
 #ifndef CACHET_TLS_H
 #define CACHET_TLS_H
@@ -23,6 +23,14 @@ int  tls_refresh(char *err, size_t errlen);
 
 /* A server-side SSL on an accepted socket; NULL: no memory. */
 SSL *tls_accept(int fd);
+/* The same for the metrics port (-o metrics_tls): the current certificate,
+ * but no client certificate asked whatever ssl_verify_mode says, since the
+ * kubelet's HTTPS probes present none. */
+SSL *tls_accept_without_client_cert(int fd);
+bool tls_handshake_done(SSL *ssl);
+/* The client's whole ClientHello is in and the server has answered it: a
+ * client that stops before this cost one packet, one after it a handshake. */
+bool tls_hello_answered(SSL *ssl);
 void tls_close(SSL *ssl);
 /* read()/send() with OpenSSL underneath: >0 bytes, 0 on the client's
  * close_notify, -1 with errno EAGAIN (wait for the socket) or another

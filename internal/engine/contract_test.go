@@ -193,7 +193,9 @@ func cacheOf(s *cachev1alpha1.CacheSpec) *cachev1alpha1.Cache {
 var variants = []Options{{}, {MetricsPort: DefaultMetricsPort}, {SocketBuffers: true}, {MetricsPort: DefaultMetricsPort, SocketBuffers: true},
 	{SocketBuffers: true, AuthFile: "/etc/cachet/auth/authfile"},
 	{SocketBuffers: true, TLS: &TLSFiles{ChainCert: "/etc/cachet/tls/tls.crt", Key: "/etc/cachet/tls/tls.key",
-		CACert: "/etc/cachet/tls/ca.crt", VerifyMode: 2, MinVersion: 3}}}
+		CACert: "/etc/cachet/tls/ca.crt", VerifyMode: 2, MinVersion: 3}},
+	{MetricsPort: DefaultMetricsPort, SocketBuffers: true, TLS: &TLSFiles{ChainCert: "/etc/cachet/tls/tls.crt",
+		Key: "/etc/cachet/tls/tls.key", Metrics: true}}}
 
 func TestAdmittedSpecsStartTheEngine(t *testing.T) {
 	bin := cachetd(t)
@@ -284,6 +286,9 @@ func TestBudgetCoversTheEnginesMemoryBound(t *testing.T) {
 				eb.Total -= eb.Terms["socket_buffers"]
 			}
 			b := Budget(tc.spec, o)
+			if got := eb.Terms["metrics"]; got != b.Metrics {
+				t.Errorf("%s: the engine's metrics term is %d bytes, Budget's Metrics %d", tc.name, got, b.Metrics)
+			}
 			if got := eb.Terms["miss_ratio_curve"]; got != b.MissRatioCurve {
 				t.Errorf("%s: the engine's miss_ratio_curve term is %d bytes, Budget's MissRatioCurve %d", tc.name, got, b.MissRatioCurve)
 			}

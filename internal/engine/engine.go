@@ -75,6 +75,9 @@ const (
 	// connections' request buffers and one /metrics body at the engine's 4 MiB
 	// cap (about 20 KB in practice).
 	MetricsBytes = 4 << 20
+	// MetricsConnsMax is the metrics port's connections at once; with
+	// -o metrics_tls each holds a TLS connection's TLSConnBytes too.
+	MetricsConnsMax = 16
 	// WatchersBytes is memcached's `watch` (cachetd's logger.c, never off:
 	// the operator does not pass -W): at most 8 watchers, each a fixed
 	// 32 KiB ring of lines not yet sent and the socket it keeps after leaving
@@ -181,6 +184,12 @@ const (
 	ExtstoreWorkerReadBytes = 64 * (32<<10 + 1<<10)
 )
 
+// MetricsTLS says the metrics port serves HTTPS (-o metrics_tls): with
+// spec.tls.metrics, and only when there is a metrics port.
+func MetricsTLS(o Options) bool {
+	return o.TLS != nil && o.TLS.Metrics && o.MetricsPort > 0
+}
+
 // DefaultMetricsPort is where the operator has cachetd serve /healthz and
 // /metrics unless told otherwise.
 const DefaultMetricsPort = 9150
@@ -214,6 +223,9 @@ type TLSFiles struct {
 	// MinVersion is memcached's ssl_min_version: 0-3 for TLS 1.0-1.3; 0
 	// leaves the engine's default (TLS 1.2).
 	MinVersion int
+	// Metrics serves the metrics port over HTTPS with these files too
+	// (-o metrics_tls); it applies only with Options.MetricsPort.
+	Metrics bool
 }
 
 // Where the pods mount their secrets: each a whole-Secret volume (never a
@@ -246,6 +258,7 @@ func ForSpec(s *cachev1alpha1.CacheSpec, o Options) Options {
 		if t.MinVersion == "TLSv1.3" {
 			files.MinVersion = 3
 		}
+		files.Metrics = t.Metrics
 		o.TLS = files
 	}
 	return o
@@ -367,6 +380,9 @@ func Args(s *cachev1alpha1.CacheSpec, o Options) []string {
 		}
 		if t.MinVersion != 0 {
 			opts = append(opts, "ssl_min_version="+strconv.Itoa(t.MinVersion))
+		}
+		if MetricsTLS(o) {
+			opts = append(opts, "metrics_tls")
 		}
 	}
 	return append(args, "-o", strings.Join(opts, ","))
@@ -578,6 +594,9 @@ func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 	}
 	if o.MetricsPort > 0 {
 		b.Metrics = MetricsBytes
+	}
+	if MetricsTLS(o) {
+		b.Metrics += MetricsConnsMax * TLSConnBytes
 	}
 	watcherSocket := int64(4 << 10)
 	if o.SocketBuffers {

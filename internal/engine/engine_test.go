@@ -346,3 +346,30 @@ func TestSpecSecurityReachesArgsAndBudget(t *testing.T) {
 		t.Errorf("spec.tls.clientCA is not the CA file: %s", args)
 	}
 }
+
+// spec.tls.metrics reaches the engine as -o metrics_tls, and its memory as 16
+// TLS connections more in the metrics term, only when there is a metrics port.
+func TestSpecTLSMetricsReachesArgsAndBudget(t *testing.T) {
+	withPort := Options{MetricsPort: DefaultMetricsPort}
+	for _, tc := range []struct {
+		name    string
+		tls     *cachev1alpha1.TLSSpec
+		o       Options
+		flag    bool
+		metrics int64
+	}{
+		{"no tls", nil, withPort, false, MetricsBytes},
+		{"tls, metrics plain", &cachev1alpha1.TLSSpec{SecretName: "certs"}, withPort, false, MetricsBytes},
+		{"tls, metrics https", &cachev1alpha1.TLSSpec{SecretName: "certs", Metrics: true}, withPort, true, MetricsBytes + 16*TLSConnBytes},
+		{"tls, metrics https, no metrics port", &cachev1alpha1.TLSSpec{SecretName: "certs", Metrics: true}, Options{}, false, 0},
+	} {
+		s := &cachev1alpha1.CacheSpec{TLS: tc.tls}
+		args := strings.Join(Args(s, tc.o), " ")
+		if got := strings.Contains(args, "metrics_tls"); got != tc.flag {
+			t.Errorf("%s: metrics_tls in args %v, want %v: %s", tc.name, got, tc.flag, args)
+		}
+		if got := Budget(s, tc.o).Metrics; got != tc.metrics {
+			t.Errorf("%s: Budget's Metrics %d, want %d", tc.name, got, tc.metrics)
+		}
+	}
+}

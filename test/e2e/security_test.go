@@ -15,14 +15,9 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -33,68 +28,9 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+
+	"cachet.dev/cachet/test/utils"
 )
-
-// testCA signs the serving certificates of stage 18.
-type testCA struct {
-	cert    *x509.Certificate
-	key     *ecdsa.PrivateKey
-	certPEM []byte
-	pool    *x509.CertPool
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "cachet-e2e test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pool: pool}
-}
-
-// issue signs a serving certificate (a new key each time, as cert-manager's
-// rotationPolicy Always) and returns its serial and PEM chain and key.
-func (ca *testCA) issue(t *testing.T, serial int64, dnsNames []string) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial),
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:     dnsNames,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-}
 
 // applySecret creates or replaces a Secret's data (a rotation is the same
 // apply with new data, as cert-manager or a user would do it).
@@ -272,9 +208,9 @@ func (s *suite) tlsAuth(t *testing.T) {
 	svcName := fmt.Sprintf("%s.%s.svc", name, ns)
 	sans := []string{name, name + "." + ns, svcName, svcName + ".cluster.local",
 		fmt.Sprintf("*.%s-headless.%s.svc", name, ns), fmt.Sprintf("*.%s-headless.%s.svc.cluster.local", name, ns)}
-	ca := newTestCA(t)
-	cert1, key1 := ca.issue(t, 1001, sans)
-	s.applySecret(t, certSecret, "kubernetes.io/tls", map[string][]byte{"tls.crt": cert1, "tls.key": key1, "ca.crt": ca.certPEM})
+	ca := utils.NewTestCA(t)
+	cert1, key1 := ca.Issue(t, 1001, sans)
+	s.applySecret(t, certSecret, "kubernetes.io/tls", map[string][]byte{"tls.crt": cert1, "tls.key": key1, "ca.crt": ca.CertPEM})
 	s.applySecret(t, usersSecret, "Opaque", map[string][]byte{e2eUser: []byte("first-password")})
 	defer func() { _, _ = c.k("delete", "secret", certSecret, usersSecret, "-n", ns, "--ignore-not-found") }()
 
@@ -308,7 +244,7 @@ func (s *suite) tlsAuth(t *testing.T) {
 	checkPlaintextRefused(t, addr)
 
 	// TLS, verified under the Service's name: before auth every command is refused.
-	sess, serial, err := dialTLS(addr, svcName, ca.pool)
+	sess, serial, err := dialTLS(addr, svcName, ca.Pool)
 	if err != nil {
 		t.Fatalf("TLS handshake verified as %s: %v", svcName, err)
 	}
@@ -338,7 +274,7 @@ func (s *suite) tlsAuth(t *testing.T) {
 	// A pod's own stable name is a SAN too (clients that hash keys connect per pod).
 	podAddr := c.portForward(t, ns, "pod/"+podName, memcachePort)
 	podHost := fmt.Sprintf("%s.%s-headless.%s.svc", podName, name, ns)
-	if ps, _, err := dialTLS(podAddr, podHost, ca.pool); err != nil {
+	if ps, _, err := dialTLS(podAddr, podHost, ca.Pool); err != nil {
 		t.Errorf("TLS to pod %s verified as %s: %v", podName, podHost, err)
 	} else {
 		ps.close()
@@ -346,19 +282,19 @@ func (s *suite) tlsAuth(t *testing.T) {
 
 	// A real memcached client: gomemcache over TLS, authenticating each
 	// connection it opens before use.
-	setGetClient(t, tlsMemcacheClient(addr, svcName, ca.pool, "first-password"), addr, "e2e-tls")
+	setGetClient(t, tlsMemcacheClient(addr, svcName, ca.Pool, "first-password"), addr, "e2e-tls")
 
 	// Rotation: a new certificate (new key, serial 1002) and a new password.
-	cert2, key2 := ca.issue(t, 1002, sans)
-	s.applySecret(t, certSecret, "kubernetes.io/tls", map[string][]byte{"tls.crt": cert2, "tls.key": key2, "ca.crt": ca.certPEM})
+	cert2, key2 := ca.Issue(t, 1002, sans)
+	s.applySecret(t, certSecret, "kubernetes.io/tls", map[string][]byte{"tls.crt": cert2, "tls.key": key2, "ca.crt": ca.CertPEM})
 	s.applySecret(t, usersSecret, "Opaque", map[string][]byte{e2eUser: []byte("second-password")})
 	rotated := time.Now()
 	// The kubelet refreshes Secret volumes within its sync period (about a
 	// minute), the operator re-renders the authfile within 30 s of the user
 	// Secret's change: bounded waits on what a new connection sees.
-	waitServedSerial(t, 4*time.Minute, addr, svcName, ca.pool, big.NewInt(1002))
+	waitServedSerial(t, 4*time.Minute, addr, svcName, ca.Pool, big.NewInt(1002))
 	eventually(t, 4*time.Minute, 2*time.Second, "the rotated password accepted", func() (bool, string) {
-		m, _, err := dialTLS(addr, svcName, ca.pool)
+		m, _, err := dialTLS(addr, svcName, ca.Pool)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -367,7 +303,7 @@ func (s *suite) tlsAuth(t *testing.T) {
 		return err == nil && reply == "STORED", fmt.Sprintf("%q %v", reply, err)
 	})
 	t.Logf("both rotations seen by new connections %s after the Secrets were applied", time.Since(rotated).Round(time.Second))
-	if m, _, err := dialTLS(addr, svcName, ca.pool); err != nil {
+	if m, _, err := dialTLS(addr, svcName, ca.Pool); err != nil {
 		t.Error(err)
 	} else {
 		if reply, err := m.authenticate("first-password"); err != nil || reply != "CLIENT_ERROR authentication failure" {

@@ -457,10 +457,14 @@ def test_partial_heads_holding_every_slot_give_way_to_a_newcomer(metrics_server)
             s.close()
 
 
-def probe_healthz(srv):
+def probe_healthz(srv, tls=None):
     """One readiness probe: (status, body), or (None, the error) when the
-    2 s timeout (the readiness probe's) or the connection gave out."""
-    c = http.client.HTTPConnection("127.0.0.1", srv.mport, timeout=2.0)
+    2 s timeout (the readiness probe's) or the connection gave out. tls: an
+    ssl.SSLContext for an HTTPS port (-o metrics_tls)."""
+    if tls:
+        c = http.client.HTTPSConnection("127.0.0.1", srv.mport, timeout=2.0, context=tls)
+    else:
+        c = http.client.HTTPConnection("127.0.0.1", srv.mport, timeout=2.0)
     try:
         c.request("GET", "/healthz")
         r = c.getresponse()
@@ -471,17 +475,15 @@ def probe_healthz(srv):
         c.close()
 
 
-def test_one_byte_reconnecting_clients_cannot_take_healthz_down(metrics_server):
-    """The attack from issue 20: 16 clients each send one byte of a request
-    head and reconnect whenever they are closed, so every slot is always
-    taken by a partial head. /healthz, the kubelet's probe, must still answer
-    200 to every request, each within the readiness probe's 2 s timeout
-    (the socket timeout; nothing measures a duration). Clients that send
-    nothing are the flood test's."""
+def probes_under_reconnecting_attackers(srv, attackers, first_bytes, tls=None):
+    """attackers clients each connect, send first_bytes, and wait; whenever
+    the server closes one it reconnects at once (bounded: 60 s, 5000
+    connects each). Meanwhile 20 probes of /healthz (probe_healthz, over
+    HTTPS with tls): their answers. Fails if the attack did not run (not
+    every attacker connected, or none was ever closed)."""
     import threading
-    srv = metrics_server()
     stop = threading.Event()
-    connects = [0] * 16
+    connects = [0] * attackers
 
     def attacker(i):
         deadline = time.monotonic() + 60                 # bounded in time ...
@@ -492,7 +494,7 @@ def test_one_byte_reconnecting_clients_cannot_take_healthz_down(metrics_server):
                 continue
             connects[i] += 1
             try:
-                s.sendall(b"G")
+                s.sendall(first_bytes)
                 while not stop.is_set():
                     try:
                         if not s.recv(4096):
@@ -504,20 +506,30 @@ def test_one_byte_reconnecting_clients_cannot_take_healthz_down(metrics_server):
             finally:
                 s.close()
 
-    threads = [threading.Thread(target=attacker, args=(i,), daemon=True) for i in range(16)]
+    threads = [threading.Thread(target=attacker, args=(i,), daemon=True) for i in range(attackers)]
     for t in threads:
         t.start()
     try:
         assert poll_until(lambda: all(connects)), "the attackers did not all connect"
-        answers = []
-        for _ in range(20):
-            answers.append(probe_healthz(srv))
-        assert poll_until(lambda: sum(connects) > 16), "no attacker was ever closed: the attack did not run"
-        assert answers == [(200, b"OK\n")] * 20, f"/healthz under the attack: {answers}"
+        answers = [probe_healthz(srv, tls=tls) for _ in range(20)]
+        assert poll_until(lambda: sum(connects) > attackers), "no attacker was ever closed: the attack did not run"
+        return answers
     finally:
         stop.set()
         for t in threads:
             t.join(timeout=10)
+
+
+def test_one_byte_reconnecting_clients_cannot_take_healthz_down(metrics_server):
+    """The attack from issue 20: 16 clients each send one byte of a request
+    head and reconnect whenever they are closed, so every slot is always
+    taken by a partial head. /healthz, the kubelet's probe, must still answer
+    200 to every request, each within the readiness probe's 2 s timeout
+    (the socket timeout; nothing measures a duration). Clients that send
+    nothing are the flood test's."""
+    srv = metrics_server()
+    answers = probes_under_reconnecting_attackers(srv, 16, b"G")
+    assert answers == [(200, b"OK\n")] * 20, f"/healthz under the attack: {answers}"
 
 
 def test_clients_that_never_read_their_responses_cannot_take_healthz_down(metrics_server):

@@ -249,28 +249,44 @@ def test_refresh_certs_rotates_under_open_connections(tls_server, pki, tmp_path)
     old.close()
 
 
+class RenewedSecret:
+    """A Secret volume as the kubelet keeps it: cert and key are paths
+    through the `data` symlink to a version directory, first signed by pki;
+    renew() swaps the symlink to one signed by new_ca, as the kubelet does
+    when cert-manager renews."""
+
+    def __init__(self, tmp_path, pki):
+        self.new_ca = PKI(tmp_path, "newca")
+        self.versions = []
+        for i, issuer in enumerate((pki, self.new_ca)):
+            d = tmp_path / f"v{i}"
+            d.mkdir()
+            cert, key = issuer.issue("server")
+            os.replace(cert, d / "tls.crt")
+            os.replace(key, d / "tls.key")
+            self.versions.append(d)
+        self.tmp_path = tmp_path
+        self.link = tmp_path / "data"
+        self.link.symlink_to(self.versions[0])
+        self.cert, self.key = str(self.link / "tls.crt"), str(self.link / "tls.key")
+
+    def renew(self):
+        tmp_link = self.tmp_path / "data.tmp"
+        tmp_link.symlink_to(self.versions[1])
+        os.replace(tmp_link, self.link)
+
+
 @pytest.mark.cachetd_only(reason="memcached reloads its certificates only on refresh_certs or SIGHUP")
 def test_a_renewed_secret_is_picked_up_without_a_command(tls_server, pki, tmp_path):
     """cert-manager renews into the Secret; the kubelet swaps the volume's
     symlink to a new directory. Nothing sends refresh_certs: new connections
     get the new certificate, and one opened before keeps working."""
-    new_ca = PKI(tmp_path, "newca")
-    versions = []
-    for i, issuer in enumerate((pki, new_ca)):
-        d = tmp_path / f"v{i}"
-        d.mkdir()
-        cert, key = issuer.issue("server")
-        os.replace(cert, d / "tls.crt")
-        os.replace(key, d / "tls.key")
-        versions.append(d)
-    link = tmp_path / "data"
-    link.symlink_to(versions[0])
-    srv = tls_server(pki.ca, str(link / "tls.crt"), str(link / "tls.key"))
+    secret = RenewedSecret(tmp_path, pki)
+    srv = tls_server(pki.ca, secret.cert, secret.key)
     old = srv.tls()
     assert old.cmd("set k 0 0 1\r\nx") == b"STORED"
-    tmp_link = tmp_path / "data.tmp"
-    tmp_link.symlink_to(versions[1])
-    os.replace(tmp_link, link)
+    secret.renew()
+    new_ca = secret.new_ca
 
     def new_certificate_served():
         try:
