@@ -85,6 +85,11 @@
 #define WRITE_TIMEOUT_MS   10000
 #define REQUESTS_PER_CONN  1000
 #define PROBE_TIMEOUT_MS   500
+/* A TLS probe pays a full handshake (the engine signs, and verifies our
+ * certificate under ssl_verify_mode 2-3) on a worker that may be busy: 500 ms
+ * per read failed /healthz on a loaded two-core machine with the engine alive.
+ * 1.5 s stays inside the kubelet's 2 s readiness timeout. */
+#define TLS_PROBE_TIMEOUT_MS 1500
 #define PROBE_REUSE_MS     1000
 #define ACCEPT_PAUSE_MS    100    /* after accept() ran out of descriptors or memory */
 #define DEFER_ACCEPT_S     2      /* a silent connection is accepted after this (and SYN-ACK retries) */
@@ -141,7 +146,7 @@ static bool engine_answers(const char **why)
         const char *request, *expect;
         engine_probe_words(&srv.target, &request, &expect);
         if (srv.have_target && tls_enabled())   /* -Z: the port speaks nothing but TLS */
-            srv.probe_ok = tls_probe(srv.target.host, srv.target.port, PROBE_TIMEOUT_MS, request, expect,
+            srv.probe_ok = tls_probe(srv.target.host, srv.target.port, TLS_PROBE_TIMEOUT_MS, request, expect,
                                      srv.probe_why, sizeof srv.probe_why);
         else if (srv.have_target)
             srv.probe_ok = engine_probe(&srv.target, PROBE_TIMEOUT_MS, srv.probe_why, sizeof srv.probe_why);
