@@ -13,8 +13,9 @@
  *
  * Why stubs: a large cold value costs RAM it does not earn. The flusher
  * writes key and value to disk and replaces the item by a stub of the same
- * key with ITEM_ON_DISK, its flags, expiry, CAS, state bits, last access and
- * fetched bit, holding only a 12-byte locator and the value's length. Every
+ * key with ITEM_ON_DISK, its flags, expiry (a field only if it expires), CAS,
+ * state bits, last access and fetched bit, holding only a 12-byte locator
+ * and, in its header, the value's length (storage_internal.h). Every
  * command that needs no value (touch, delete, flush_all, mg without v, me,
  * cas compare) works on the stub unchanged; a GET reads the value on an IO
  * thread; append/prepend/incr/decr first bring the value back to RAM here.

@@ -719,7 +719,8 @@ static void fill_view(storage_thread *t, item *it, int clsid, bool value_only, c
                       struct item_view *out)
 {
     uint8_t fl = item_fl(it);
-    uint64_t nbytes = item_nbytes(it);
+    /* item_nbytes without loading the flags again; a stub's is below */
+    uint64_t nbytes = (fl & ITEM_CHAINED) ? item_chain(it).total : item_size_field(it);
     out->nbytes = (uint32_t)nbytes;
     out->client_flags = item_cflags(it);
     out->cas = item_get_cas(it);

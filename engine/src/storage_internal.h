@@ -141,10 +141,10 @@ static inline uint32_t item_nstored(const item *it)
 }
 static inline char *item_key(item *it) { return (char *)it + ITEM_HDR; }
 static inline char *item_data(item *it) { return item_key(it) + item_nkey(it); }
-/* A stub is never handed out zero-copy: it holds no value. */
+/* nbytes: the bytes stored (item_nstored), so a stub (12 or 16) has none */
 static inline bool item_has_ref(uint8_t layout, size_t nbytes)
 {
-    return !(layout & ITEM_ON_DISK) && ((layout & ITEM_CHAINED) || nbytes > ITEM_REF_MIN_BYTES);
+    return (layout & ITEM_CHAINED) || nbytes > ITEM_REF_MIN_BYTES;
 }
 /* Bytes the optional tail fields take. */
 static inline size_t item_tail_size(uint8_t layout, size_t nstored)
@@ -174,7 +174,12 @@ static inline _Atomic uint32_t *item_ref_ptr(item *it)
 {
     return (_Atomic uint32_t *)(item_tail_after_exptime(it) - ((item_layout(it) & ITEM_HAS_FLAGS) ? 4 : 0) - 4);
 }
-static inline bool item_refcounted(item *it) { return item_has_ref(item_layout(it), item_size_field(it)); }
+/* A stub is never handed out zero-copy: it holds no value. */
+static inline bool item_refcounted(item *it)
+{
+    uint8_t layout = item_layout(it);
+    return !(layout & ITEM_ON_DISK) && item_has_ref(layout, item_size_field(it));
+}
 static inline uint32_t item_cflags(item *it)
 {
     if (!(item_layout(it) & ITEM_HAS_FLAGS)) return 0;
@@ -229,8 +234,10 @@ static inline uint64_t item_nbytes(item *it)
 /* Bytes of memory the item occupies, as memcached reports them (me size=). */
 static inline size_t item_ntotal(item *it)
 {
-    return item_ntotal_for(item_layout(it), item_nkey(it), item_nstored(it))
-         + ((item_layout(it) & ITEM_CHAINED) ? item_chain(it).total : 0);
+    uint8_t layout = item_layout(it);   /* one load: every GET asks (mrc_get) */
+    size_t n = item_size_field(it);
+    if (layout & ITEM_ON_DISK) n = ext_stub_nstored(n);
+    return item_ntotal_for(layout, item_nkey(it), n) + ((layout & ITEM_CHAINED) ? item_chain(it).total : 0);
 }
 
 /* ---- per-thread context ---- */
