@@ -13,8 +13,9 @@
  *
  * Why stubs: a large cold value costs RAM it does not earn. The flusher
  * writes key and value to disk and replaces the item by a stub of the same
- * key with ITEM_ON_DISK, its flags, expiry, CAS, state bits, last access and
- * fetched bit, holding only a 12-byte locator and the value's length. Every
+ * key with ITEM_ON_DISK, its flags, expiry (a field only if it expires), CAS,
+ * state bits, last access and fetched bit, holding only a 12-byte locator
+ * and, in its header, the value's length (storage_internal.h). Every
  * command that needs no value (touch, delete, flush_all, mg without v, me,
  * cas compare) works on the stub unchanged; a GET reads the value on an IO
  * thread; append/prepend/incr/decr first bring the value back to RAM here.
@@ -133,15 +134,19 @@ static uint64_t ext_records_orphaned_total(void) { return g_ext ? ext_records_or
 static int ext_stub_class_max(void)
 {
     if (!g_ext) return 0;
-    return slabs_stub_clsid(item_ntotal_for(ITEM_HAS_FLAGS | ITEM_HAS_EXPTIME | ITEM_ON_DISK, KEY_MAX_LENGTH, EXT_STUB_BYTES));
+    return slabs_stub_clsid(item_ntotal_for(ITEM_HAS_FLAGS | ITEM_HAS_EXPTIME | ITEM_ON_DISK, KEY_MAX_LENGTH,
+                                            EXT_STUB_NSTORED_MAX));
 }
 
 /* Metadata an item hands to its replacement (stub or value): CAS, expiry,
- * state, fetched bit, last access. Stripe lock held. */
+ * state, fetched bit, last access. Stripe lock held; `to` has an expiry
+ * field if `from` has an expiry (item_exptime_fits): a stub of an item
+ * that never expires has none. */
 static void carry_over(item *to, item *from)
 {
     if (g_use_cas) atomic_store_explicit(item_cas_ptr(to), item_get_cas(from), memory_order_relaxed);
-    atomic_store_explicit(item_exptime_ptr(to), item_exptime(from), memory_order_relaxed);
+    if (item_layout(to) & ITEM_HAS_EXPTIME)
+        atomic_store_explicit(item_exptime_ptr(to), item_exptime(from), memory_order_relaxed);
     atomic_fetch_or_explicit(&to->iflags, item_fl(from) & (ITEM_STALE | ITEM_WIN_SENT), memory_order_relaxed);
     atomic_store_explicit(&to->bag, atomic_load_explicit(&from->bag, memory_order_relaxed) & ITEM_FETCHED_BIT,
                           memory_order_relaxed);
@@ -159,10 +164,15 @@ static bool flush_one(storage_thread *t, const struct ext_candidate *c)
     bool ok = it == c->it && !(item_fl(it) & (ITEM_ON_DISK | ITEM_STALE | ITEM_WIN_SENT));
     uint32_t cflags = ok ? item_cflags(it) : 0;
     uint8_t keybin = ok ? (item_layout(it) & ITEM_KEY_BINARY) : 0;
+    /* the stub is sized by the value's length (it keeps it) and has an
+     * expiry field only if the item expires: the second look below checks
+     * both still hold */
+    uint64_t stub_nbytes = ok ? item_nbytes(it) : 0;
+    uint8_t expiring = ok && item_exptime(it) ? ITEM_HAS_EXPTIME : 0;
     stripe_unlock(hv);
     if (!ok) return false;
-    item *stub = alloc_item(t, c->key, c->nkey, cflags, 0, EXT_STUB_BYTES,
-                            (uint8_t)(ITEM_HAS_EXPTIME | ITEM_ON_DISK | keybin), NULL);
+    item *stub = alloc_item(t, c->key, c->nkey, cflags, 0, stub_nbytes,
+                            (uint8_t)(expiring | ITEM_ON_DISK | keybin), NULL);
     if (!stub) return false;
 
     epoch_enter(t);
@@ -173,7 +183,8 @@ static bool flush_one(storage_thread *t, const struct ext_candidate *c)
     rel_time_t exp = 0;
     ok = it && item_is_live_in(it, tv) && !(item_fl(it) & (ITEM_ON_DISK | ITEM_STALE | ITEM_WIN_SENT)) &&
          item_cflags(it) == cflags && (item_layout(it) & ITEM_KEY_BINARY) == keybin &&
-         (nbytes = item_nbytes(it)) >= KNOB(item_size) && nbytes <= g_cfg.item_size_max;
+         (nbytes = item_nbytes(it)) == stub_nbytes && item_exptime_fits(stub, item_exptime(it)) &&
+         nbytes >= KNOB(item_size) && nbytes <= g_cfg.item_size_max;
     if (ok) {
         cas = item_get_cas(it);
         exp = item_exptime(it);
@@ -191,13 +202,13 @@ static bool flush_one(storage_thread *t, const struct ext_candidate *c)
         item_discard(t, stub);
         return false;
     }
-    struct ext_stub st = { .nbytes = (uint32_t)nbytes };
-    memcpy(st.loc, &loc, sizeof st.loc);
-    memcpy(item_data(stub), &st, sizeof st);
+    item_set_ext_locator(stub, &loc);
 
     stripe_lock(hv);
     item *now_it = assoc_find_locked(c->key, c->nkey, hv);
-    ok = now_it == it && item_get_cas(it) == cas && !(item_fl(it) & (ITEM_ON_DISK | ITEM_STALE | ITEM_WIN_SENT));
+    /* a touch since the copy may have given the item an expiry in place */
+    ok = now_it == it && item_get_cas(it) == cas && !(item_fl(it) & (ITEM_ON_DISK | ITEM_STALE | ITEM_WIN_SENT)) &&
+         item_exptime_fits(stub, item_exptime(it));
     if (ok) {
         carry_over(stub, it);
         replace_locked(t, it, stub, hv, false);
@@ -383,35 +394,40 @@ enum ext_relocate_result ext_relocate(storage_thread *t, const struct ext_record
     }
     uint32_t cflags = item_cflags(old);
     uint8_t keybin = item_layout(old) & ITEM_KEY_BINARY;
+    /* an expiry field only if the stub expires; a touch may give the old
+     * stub one meanwhile (its copy keeps the locator): then once more with
+     * the field, which always fits */
+    uint8_t expiring = item_exptime(old) ? ITEM_HAS_EXPTIME : 0;
     stripe_unlock(hv);
 
-    /* as flush_one: the stub first, outside any lock (allocating may evict) */
-    item *stub = alloc_item(t, key, nkey, cflags, 0, EXT_STUB_BYTES,
-                            (uint8_t)(ITEM_HAS_EXPTIME | ITEM_ON_DISK | keybin), NULL);
-    if (!stub) return EXT_RELOC_LOST;
-    struct ext_locator nloc;
-    if (ext_write(g_ext, to, key, (uint32_t)nkey, r->val, r->nval, &nloc) != 0) {
-        item_discard(t, stub);
-        return EXT_RELOC_LOST;
-    }
-    struct ext_stub st = { .nbytes = r->nval };
-    memcpy(st.loc, &nloc, sizeof st.loc);
-    memcpy(item_data(stub), &st, sizeof st);
+    item *stub;
+    for (;;) {
+        /* as flush_one: the stub first, outside any lock (allocating may evict) */
+        stub = alloc_item(t, key, nkey, cflags, 0, r->nval, (uint8_t)(expiring | ITEM_ON_DISK | keybin), NULL);
+        if (!stub) return EXT_RELOC_LOST;
+        struct ext_locator nloc;
+        if (ext_write(g_ext, to, key, (uint32_t)nkey, r->val, r->nval, &nloc) != 0) {
+            item_discard(t, stub);
+            return EXT_RELOC_LOST;
+        }
+        item_set_ext_locator(stub, &nloc);
 
-    stripe_lock(hv);
-    old = same_stub_locked(key, nkey, hv, loc);
-    /* the new stub carries flags and the key-binary bit from the first
-     * look: both must still be the old stub's */
-    bool ok = old && item_cflags(old) == cflags && (item_layout(old) & ITEM_KEY_BINARY) == keybin;
-    if (ok) {
-        carry_over(stub, old);
-        replace_locked(t, old, stub, hv, false);
-    }
-    stripe_unlock(hv);
-    if (!ok) {
+        stripe_lock(hv);
+        old = same_stub_locked(key, nkey, hv, loc);
+        /* the new stub carries flags and the key-binary bit from the first
+         * look: both must still be the old stub's */
+        bool ok = old && item_cflags(old) == cflags && (item_layout(old) & ITEM_KEY_BINARY) == keybin;
+        bool fits = ok && item_exptime_fits(stub, item_exptime(old));
+        if (fits) {
+            carry_over(stub, old);
+            replace_locked(t, old, stub, hv, false);
+        }
+        stripe_unlock(hv);
+        if (fits) break;
         ext_delete(g_ext, &nloc, (uint32_t)nkey, r->nval);
         item_discard(t, stub);
-        return EXT_RELOC_GONE;
+        if (!ok || expiring) return EXT_RELOC_GONE;
+        expiring = ITEM_HAS_EXPTIME;
     }
     enter_bag(t, stub);
     return EXT_RELOC_MOVED;

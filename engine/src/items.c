@@ -201,6 +201,16 @@ void replace_locked(storage_thread *t, item *old_it, item *new_it, uint32_t hv, 
     account_unlinked(old_it);
 }
 
+/* The same for a copy of the same item (a page move's rescue, a copy that
+ * makes room for an expiry): a stub's disk record stays live, the copy
+ * points at it. */
+static void replace_with_copy_locked(storage_thread *t, item *old_it, item *copy, uint32_t hv)
+{
+    account_link(t, copy, false);
+    assoc_replace_locked(old_it, copy, hv);
+    account_unlinked_as(old_it, false);
+}
+
 /* Frees a chunk that was never reachable, or is no longer (grace passed and
  * no reference left), with the data chunks of a chained value. */
 static void free_item_memory(item *it)
@@ -339,7 +349,8 @@ static bool plan_shape(size_t nkey, uint64_t nbytes, uint8_t layout, struct shap
     sh->layout = layout & ~ITEM_CHAINED;
     sh->nchunks = 0;
     sh->tail = sh->last_chunk = 0;
-    sh->nstored = (size_t)nbytes;
+    /* a stub's value is on disk: it stores the locator */
+    sh->nstored = (layout & ITEM_ON_DISK) ? ext_stub_nstored(nbytes) : (size_t)nbytes;
     size_t nt = item_ntotal_for(sh->layout, nkey, sh->nstored);
     if (nt <= cmax) {
         sh->clsid = (sh->layout & ITEM_ON_DISK) ? slabs_stub_clsid(nt) : slabs_clsid(nt);
@@ -440,7 +451,9 @@ item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t clien
                  rel_time_t exptime, uint64_t nbytes, uint8_t extra_layout, enum store_result *err)
 {
     if (nkey == 0 || nkey > KEY_MAX_LENGTH) { if (err) *err = STORE_NOT_STORED; return NULL; }
-    if (!fits_item_size_max(nkey, client_flags, nbytes)) { if (err) *err = STORE_TOO_LARGE; return NULL; }
+    bool stub = (extra_layout & ITEM_ON_DISK) != 0;   /* nbytes: the length of the value on disk */
+    if (!stub && !fits_item_size_max(nkey, client_flags, nbytes)) { if (err) *err = STORE_TOO_LARGE; return NULL; }
+    if (stub && nbytes > UINT32_MAX) { if (err) *err = STORE_TOO_LARGE; return NULL; }
     uint8_t layout = extra_layout & (ITEM_HAS_EXPTIME | ITEM_KEY_BINARY | ITEM_ON_DISK);
     if (client_flags) layout |= ITEM_HAS_FLAGS;
     if (exptime) layout |= ITEM_HAS_EXPTIME;
@@ -451,7 +464,12 @@ item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t clien
     atomic_store_explicit(&it->h_next, 0, memory_order_relaxed);
     atomic_store_explicit(&it->lru_next, 0, memory_order_relaxed);
     atomic_store_explicit(&it->time, stamp_time(), memory_order_relaxed);
-    it->size_key = (uint32_t)sh.nstored | (uint32_t)nkey << 24;
+    uint32_t size_field = stub ? (uint32_t)(nbytes < ITEM_NBYTES_MAX ? nbytes : ITEM_NBYTES_MAX) : (uint32_t)sh.nstored;
+    it->size_key = size_field | (uint32_t)nkey << 24;
+    if (stub && size_field == ITEM_NBYTES_MAX) {
+        uint32_t n32 = (uint32_t)nbytes;
+        memcpy(item_data(it) + EXT_LOC_BYTES, &n32, 4);
+    }
     atomic_store_explicit(&it->bag, 0, memory_order_relaxed);
     atomic_store_explicit(&it->iflags, sh.layout, memory_order_relaxed);
     memcpy(item_key(it), key, nkey);
@@ -488,7 +506,7 @@ void item_set_key_binary(item *it)
 static size_t value_pieces(item *it, size_t skip, struct iovec *iov, size_t max)
 {
     if (!(item_layout(it) & ITEM_CHAINED)) {
-        size_t n = item_nstored(it);
+        size_t n = item_size_field(it);   /* a stub's value is not in RAM: never asked for */
         if (max == 0 || skip >= n) return 0;
         iov[0].iov_base = item_data(it) + skip;
         iov[0].iov_len = n - skip;
@@ -502,7 +520,7 @@ static size_t value_pieces(item *it, size_t skip, struct iovec *iov, size_t max)
         if (i < d.nchunks) {
             item *c = handle_item(item_chain_handle(it, i));
             p = chunk_data(c);
-            len = item_nstored(c);
+            len = item_size_field(c);   /* a data chunk's flags byte (ITEM_DATA) is no layout */
         } else {
             p = item_data(it) + sizeof d + 4 * (size_t)d.nchunks;
             len = item_nstored(it) - sizeof d - 4 * (size_t)d.nchunks;
@@ -571,12 +589,6 @@ static void set_exptime(item *it, rel_time_t exptime)
         atomic_store_explicit(item_exptime_ptr(it), exptime, memory_order_relaxed);
 }
 
-/* Whether the item can take this expiry in place. */
-static bool exptime_fits(item *it, rel_time_t exptime)
-{
-    return exptime == 0 || (item_layout(it) & ITEM_HAS_EXPTIME);
-}
-
 /* The sizes a copy of `it` needs, read under its stripe lock. */
 struct copy_plan { size_t nkey; uint64_t nbytes; uint32_t cflags; uint8_t layout; };
 static struct copy_plan plan_copy(item *it)
@@ -589,11 +601,13 @@ static bool plan_equal(const struct copy_plan *a, const struct copy_plan *b)
 }
 
 /* A copy of the current item `old` (stripe lock held) into `fresh` (allocated
- * from plan_copy(old) with an expiry field): same value, flags, CAS, state
- * and fetched bit. */
+ * from plan_copy(old) with an expiry field): same value (a stub: the same
+ * locator, so the copy reads the same record), flags, CAS, state and
+ * fetched bit. */
 static void fill_copy(item *fresh, item *old)
 {
-    copy_value(fresh, 0, old, 0, (size_t)item_nbytes(old));
+    if (item_layout(old) & ITEM_ON_DISK) memcpy(item_data(fresh), item_data(old), item_nstored(old));
+    else copy_value(fresh, 0, old, 0, (size_t)item_nbytes(old));
     if (g_use_cas) atomic_store_explicit(item_cas_ptr(fresh), item_get_cas(old), memory_order_relaxed);
     set_exptime(fresh, item_exptime(old));
     atomic_fetch_or_explicit(&fresh->iflags, item_fl(old) & (ITEM_STALE | ITEM_WIN_SENT), memory_order_relaxed);
@@ -605,7 +619,7 @@ static void fill_copy(item *fresh, item *old)
 static item *alloc_copy(storage_thread *t, const char *key, const struct copy_plan *p)
 {
     return alloc_item(t, key, p->nkey, p->cflags, 0, p->nbytes,
-                      (uint8_t)((p->layout & ITEM_KEY_BINARY) | ITEM_HAS_EXPTIME), NULL);
+                      (uint8_t)((p->layout & (ITEM_KEY_BINARY | ITEM_ON_DISK)) | ITEM_HAS_EXPTIME), NULL);
 }
 
 /* The slab mover's rescue (memcached counts these as slab_reassign_rescues):
@@ -644,11 +658,7 @@ bool item_rescue(storage_thread *t, item *expect, const char *key, size_t nkey)
         if (layout & ITEM_HAS_FLAGS) memcpy(item_cflags_ptr(fresh), item_cflags_ptr(it), 4);
         if (item_refcounted(fresh)) atomic_store_explicit(item_ref_ptr(fresh), 1, memory_order_relaxed);
         atomic_fetch_or_explicit(&fresh->iflags, item_fl(it) & (ITEM_STALE | ITEM_WIN_SENT), memory_order_relaxed);
-        /* replace_locked, except that a stub's disk record stays live: the
-         * copy points at it */
-        account_link(t, fresh, false);
-        assoc_replace_locked(it, fresh, hv);
-        account_unlinked_as(it, false);
+        replace_with_copy_locked(t, it, fresh, hv);
     }
     stripe_unlock(hv);
     if (!ok) {
@@ -671,7 +681,7 @@ static enum reshape reshape_for_exptime(storage_thread *t, const char *key, uint
                                         rel_time_t exptime, item **fresh, struct copy_plan *want, bool *reshaped)
 {
     item *it = *itp;
-    if (exptime_fits(it, exptime)) return RESHAPE_OK;
+    if (item_exptime_fits(it, exptime)) return RESHAPE_OK;
     struct copy_plan p = plan_copy(it);
     if (!*fresh || !plan_equal(&p, want)) {
         stripe_unlock(hv);
@@ -681,7 +691,7 @@ static enum reshape reshape_for_exptime(storage_thread *t, const char *key, uint
         return *fresh ? RESHAPE_RETRY : RESHAPE_NOMEM;
     }
     fill_copy(*fresh, it);
-    replace_locked(t, it, *fresh, hv, false);
+    replace_with_copy_locked(t, it, *fresh, hv);
     *itp = *fresh;
     *fresh = NULL;
     *reshaped = true;
@@ -709,7 +719,8 @@ static void fill_view(storage_thread *t, item *it, int clsid, bool value_only, c
                       struct item_view *out)
 {
     uint8_t fl = item_fl(it);
-    uint64_t nbytes = item_nbytes(it);
+    /* item_nbytes without loading the flags again; a stub's is below */
+    uint64_t nbytes = (fl & ITEM_CHAINED) ? item_chain(it).total : item_size_field(it);
     out->nbytes = (uint32_t)nbytes;
     out->client_flags = item_cflags(it);
     out->cas = item_get_cas(it);
@@ -1041,7 +1052,7 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
         item *store_it = it;
         /* an expiry the new item must carry but has no field for */
         rel_time_t keep_exp = stale_store ? item_exptime(old) : vivify ? opts->vivify_exptime : 0;
-        bool needs_exp_field = (stale_store || vivify) && !exptime_fits(it, keep_exp);
+        bool needs_exp_field = (stale_store || vivify) && !item_exptime_fits(it, keep_exp);
         if (((mode == MODE_APPEND || mode == MODE_PREPEND) && old) || needs_exp_field) {
             bool combine = !needs_exp_field;
             uint64_t total = combine ? item_nbytes(old) + item_nbytes(it) : item_nbytes(it);
@@ -1291,7 +1302,7 @@ enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
         /* request order, as memcached: a counter N creates keeps N's expiry when N comes after T */
         if (opts->update_ttl && (old || !opts->vivify_last)) exp = opts->new_exptime;
         uint8_t keybin = old ? (item_layout(old) & ITEM_KEY_BINARY) : 0;
-        if (!fresh || item_nstored(fresh) != len || item_cflags(fresh) != cf || !exptime_fits(fresh, exp) ||
+        if (!fresh || item_nstored(fresh) != len || item_cflags(fresh) != cf || !item_exptime_fits(fresh, exp) ||
             (item_layout(fresh) & ITEM_KEY_BINARY) != keybin) {
             stripe_unlock(hv);
             locked = false;

@@ -37,10 +37,11 @@
  * transparent huge pages, so the last touched huge page may reach past -m. */
 #define ITEM_REGION_ALIGN       (2 * MIB)
 /* The smallest class is the item header, its CAS and -n, 8-byte aligned.
- * Extstore stubs of a 2-byte key get classes from a 16-byte locator, the
- * expiry and the CAS up (slabs.c STUB_KEY_MIN). */
+ * Extstore stubs get classes from a 2-byte key's stub that never expires up:
+ * its 12-byte locator and the CAS, the value's length in the header
+ * (slabs.c STUB_KEY_MIN, storage_internal.h EXT_LOC_BYTES). */
 #define ITEM_CAS_BYTES          8u
-#define EXT_STUB_MIN_BYTES      (SLAB_ITEM_HEADER + 2u + 16u + 4u)
+#define EXT_STUB_MIN_BYTES      (SLAB_ITEM_HEADER + 2u + 12u)
 /* assoc.c: 4-byte buckets; the table doubles when items pass 1.5 x buckets,
  * and the old table lives until the move ends. */
 #define HASH_BUCKET_BYTES       4u

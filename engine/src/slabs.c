@@ -153,17 +153,18 @@ int slabs_plan(void)
     }
     if (g_classes[g_nclasses].size < chunk_max) g_classes[++g_nclasses].size = (uint32_t)chunk_max;
     /* Extstore: every value on disk leaves a stub (header, key, locator,
-     * expiry, CAS) in RAM, and the stubs are what grows with the disk. The
-     * -n ladder would put a short key's 53-byte stub in an 80-byte chunk;
-     * 8-byte classes below it waste at most 7 bytes a stub. They start at a
-     * 2-byte key's stub (56 B): the hash table is budgeted (the operator's
-     * engine.MaxItems) for item memory / 56 items, and RAM can fill with
-     * stubs whose page was evicted. Only stubs use them. At most
-     * STUB_CLASSES_MAX (keys up to about 130 bytes), and only in the room the
-     * -n ladder leaves: it is built first. Explicit slab_sizes are taken as
-     * given. */
+     * CAS, an expiry only if it expires) in RAM, and the stubs are what
+     * grows with the disk. The -n ladder would put a short key's 45-byte
+     * stub in an 80-byte chunk; 8-byte classes below it waste at most 7
+     * bytes a stub. They start at a 2-byte key's stub that never expires
+     * (41 B, so 48 with a CAS): keys up to 9 bytes then cost memcached's
+     * 96-byte header chunk halved. The hash table is budgeted (the
+     * operator's engine.MaxItems, memory_budget.c) for item memory / 48
+     * items, as RAM can fill with stubs whose page was evicted. Only stubs
+     * use them. At most STUB_CLASSES_MAX, and only in the room the -n ladder
+     * leaves: it is built first. Explicit slab_sizes are taken as given. */
     if (g_cfg.stub_classes && !(g_cfg.slab_sizes && g_cfg.slab_sizes_count > 0)) {
-        uint32_t first = round8((double)item_ntotal_for(ITEM_HAS_EXPTIME | ITEM_ON_DISK, STUB_KEY_MIN, EXT_STUB_BYTES));
+        uint32_t first = round8((double)item_ntotal_for(ITEM_ON_DISK, STUB_KEY_MIN, EXT_LOC_BYTES));
         unsigned k = 0;
         while (k < STUB_CLASSES_MAX && g_nclasses + k < MAX_SLAB_CLASSES - 1 && first + 8 * k < g_classes[1].size) k++;
         memmove(&g_classes[1 + k], &g_classes[1], g_nclasses * sizeof g_classes[0]);

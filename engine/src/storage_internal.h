@@ -11,7 +11,8 @@
  *   0  h_next    hash chain link (32-bit chunk handle, see slabs.c)
  *   4  lru_next  bag link / free-list link
  *   8  time      last access (rel_time_t)
- *  12  size_key  value length (low 24 bits) and key length (high 8), fixed
+ *  12  size_key  value length (low 24 bits) and key length (high 8), fixed;
+ *                an extstore stub's value is on disk, its length here too
  *  16  bag       bag stamp | ITEM_FETCHED_BIT
  *  18  iflags    state and layout bits
  *  19  key, then the value. The "\r\n" after a value is not stored: it is
@@ -116,11 +117,31 @@ static inline uint8_t item_layout(const item *it)
     return atomic_load_explicit(&((item *)it)->iflags, memory_order_relaxed) & ITEM_LAYOUT_BITS;
 }
 static inline uint32_t item_nkey(const item *it) { return it->size_key >> 24; }
+/* The 24-bit size field: the bytes stored after the key, except in an
+ * extstore stub (ITEM_ON_DISK), where it is the length of the value on disk
+ * (see "extstore stubs" below). */
+static inline uint32_t item_size_field(const item *it) { return it->size_key & ITEM_NBYTES_MAX; }
+/* An extstore stub stores the 12-byte locator after its key, and the value's
+ * length in the size field, where a RAM item keeps its own length: a stub's
+ * own length follows from the value's. A value of 2^24 - 1 bytes or more
+ * (-I allows 128 MiB) has the field at ITEM_NBYTES_MAX and its length in 4
+ * more bytes after the locator. */
+#define EXT_LOC_BYTES 12u
+#define EXT_STUB_NSTORED_MAX (EXT_LOC_BYTES + 4u)
+static inline size_t ext_stub_nstored(uint64_t nbytes)
+{
+    return nbytes < ITEM_NBYTES_MAX ? EXT_LOC_BYTES : EXT_STUB_NSTORED_MAX;
+}
 /* Bytes stored in the item itself: the value, or for a chained item its
- * descriptor and last piece. */
-static inline uint32_t item_nstored(const item *it) { return it->size_key & ITEM_NBYTES_MAX; }
+ * descriptor and last piece, or for a stub its locator (and long length). */
+static inline uint32_t item_nstored(const item *it)
+{
+    uint32_t n = item_size_field(it);
+    return (item_layout(it) & ITEM_ON_DISK) ? (uint32_t)ext_stub_nstored(n) : n;
+}
 static inline char *item_key(item *it) { return (char *)it + ITEM_HDR; }
 static inline char *item_data(item *it) { return item_key(it) + item_nkey(it); }
+/* nbytes: the bytes stored (item_nstored), so a stub (12 or 16) has none */
 static inline bool item_has_ref(uint8_t layout, size_t nbytes)
 {
     return (layout & ITEM_CHAINED) || nbytes > ITEM_REF_MIN_BYTES;
@@ -153,7 +174,12 @@ static inline _Atomic uint32_t *item_ref_ptr(item *it)
 {
     return (_Atomic uint32_t *)(item_tail_after_exptime(it) - ((item_layout(it) & ITEM_HAS_FLAGS) ? 4 : 0) - 4);
 }
-static inline bool item_refcounted(item *it) { return item_has_ref(item_layout(it), item_nstored(it)); }
+/* A stub is never handed out zero-copy: it holds no value. */
+static inline bool item_refcounted(item *it)
+{
+    uint8_t layout = item_layout(it);
+    return !(layout & ITEM_ON_DISK) && item_has_ref(layout, item_size_field(it));
+}
 static inline uint32_t item_cflags(item *it)
 {
     if (!(item_layout(it) & ITEM_HAS_FLAGS)) return 0;
@@ -164,6 +190,11 @@ static inline uint32_t item_cflags(item *it)
 static inline rel_time_t item_exptime(item *it)
 {
     return (item_layout(it) & ITEM_HAS_EXPTIME) ? atomic_load_explicit(item_exptime_ptr(it), memory_order_relaxed) : 0;
+}
+/* Whether the item can take this expiry in place (0 needs no field). */
+static inline bool item_exptime_fits(item *it, rel_time_t exptime)
+{
+    return exptime == 0 || (item_layout(it) & ITEM_HAS_EXPTIME);
 }
 static inline uint64_t item_get_cas(item *it)
 {
@@ -191,16 +222,22 @@ static inline uint32_t item_chain_handle(item *it, uint32_t i)
 /* Bytes a data chunk of a class holds. */
 static inline size_t chunk_capacity(int clsid) { return g_class_size[clsid] - ITEM_HDR; }
 static inline char *chunk_data(item *chunk) { return (char *)chunk + ITEM_HDR; }
-/* The value's length, chained or not. */
+/* The value's length, chained, on disk or neither. */
 static inline uint64_t item_nbytes(item *it)
 {
-    return (item_layout(it) & ITEM_CHAINED) ? item_chain(it).total : item_nstored(it);
+    uint8_t layout = item_layout(it);
+    if (layout & ITEM_CHAINED) return item_chain(it).total;
+    uint32_t n = item_size_field(it);
+    if ((layout & ITEM_ON_DISK) && n == ITEM_NBYTES_MAX) memcpy(&n, item_data(it) + EXT_LOC_BYTES, 4);
+    return n;
 }
 /* Bytes of memory the item occupies, as memcached reports them (me size=). */
 static inline size_t item_ntotal(item *it)
 {
-    return item_ntotal_for(item_layout(it), item_nkey(it), item_nstored(it))
-         + ((item_layout(it) & ITEM_CHAINED) ? item_chain(it).total : 0);
+    uint8_t layout = item_layout(it);   /* one load: every GET asks (mrc_get) */
+    size_t n = item_size_field(it);
+    if (layout & ITEM_ON_DISK) n = ext_stub_nstored(n);
+    return item_ntotal_for(layout, item_nkey(it), n) + ((layout & ITEM_CHAINED) ? item_chain(it).total : 0);
 }
 
 /* ---- per-thread context ---- */
@@ -500,15 +537,23 @@ bool item_rescue(storage_thread *t, item *expect, const char *key, size_t nkey);
 void copy_value_out(item *it, size_t off, char *dst, size_t len);
 
 /* ---- extstore stubs (ext_items.c) ----
- * An ITEM_ON_DISK item keeps header, key and tail fields as any item; its 16
- * stored bytes are the 12-byte locator and the value's length. */
-#define EXT_STUB_BYTES 16u
-struct ext_stub { uint8_t loc[12]; uint32_t nbytes; };
+ * An ITEM_ON_DISK item keeps header, key and tail fields as any item (the
+ * expiry only when it has one, or room for it, as any item); it stores the
+ * 12-byte locator, and the value's length in the size field (above). With
+ * a CAS, a stub of a 6-byte key that never expires is 19 + 6 + 12 + 8 = 45
+ * bytes, a 48-byte chunk. alloc_item(..., nbytes = the value's length,
+ * ITEM_ON_DISK) sizes it; the caller writes the locator. */
+struct ext_stub { uint8_t loc[EXT_LOC_BYTES]; uint32_t nbytes; };
 static inline struct ext_stub item_ext_stub(item *it)
 {
     struct ext_stub s;
-    memcpy(&s, item_data(it), sizeof s);
+    memcpy(s.loc, item_data(it), sizeof s.loc);
+    s.nbytes = (uint32_t)item_nbytes(it);
     return s;
+}
+static inline void item_set_ext_locator(item *stub, const void *loc)
+{
+    memcpy(item_data(stub), loc, EXT_LOC_BYTES);
 }
 /* What the item code calls on extstore's behalf goes through the hook
  * table (ext_hooks.h), not into ext_items.c. */

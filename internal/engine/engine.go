@@ -161,11 +161,16 @@ const (
 	// ExtstoreRecordOverhead is what a record adds to its value on disk:
 	// its 16-byte header and the key (at most 250 bytes).
 	ExtstoreRecordOverhead = 16 + 250
+	// ExtstoreLocatorBytes is what an extstore stub stores after its key:
+	// the 12-byte locator (page, version, offset, CRC). The value's length
+	// is in the item header; the expiry and flags only when the item has
+	// them (engine/src/storage_internal.h, "extstore stubs").
+	ExtstoreLocatorBytes = 12
 	// ExtstoreStubBytes is the smallest chunk an extstore stub takes:
-	// cachetd gives stubs 8-byte classes from a 2-byte key's stub (the fixed
-	// part, the key, the 16-byte locator and length and the expiry, 8-byte
+	// cachetd gives stubs 8-byte classes from a 2-byte key's stub that
+	// never expires (the fixed part, the key and the locator, 8-byte
 	// aligned) up to -n's class; ordinary items never use them.
-	ExtstoreStubBytes = (ItemFixedBytes + 2 + 16 + 4 + 7) &^ 7
+	ExtstoreStubBytes = (ItemFixedBytes + 2 + ExtstoreLocatorBytes + 7) &^ 7
 	// ExtstoreAlign is the O_DIRECT alignment of reads and buffers.
 	ExtstoreAlign = 4 << 10
 

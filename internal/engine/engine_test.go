@@ -190,10 +190,11 @@ func TestMemoryBudget(t *testing.T) {
 	if got := SmallestItemBytes(spec(func(s *cachev1alpha1.CacheSpec) { s.Engine.ChunkSizes = []int32{100, 200} })); got != 104 {
 		t.Fatalf("smallest item with chunkSizes = %d, want 104", got)
 	}
-	// Extstore: stubs of 56 bytes or more, as many as the memory holds
-	// (stale stubs stay in RAM after their page is evicted): 64Mi / 56 =
-	// 1198372 / 1.5 -> 2^20 buckets, 1Gi -> 2^24, 10Gi: 191739611 / 1.5 ->
-	// 2^27: the same tables as with 80-byte items.
+	// Extstore: stubs of 48 bytes or more, as many as the memory holds
+	// (stale stubs stay in RAM after their page is evicted): 64Mi / 48 =
+	// 1398101 / 1.5 -> 2^20 buckets, 1Gi -> 2^24: the same tables as with
+	// 80-byte items; 10Gi: 223696213 / 1.5 -> 2^28, where 80-byte items
+	// (and 56-byte stubs) need 2^27.
 	withExt := func(mem string) *cachev1alpha1.CacheSpec {
 		return spec(func(s *cachev1alpha1.CacheSpec) {
 			s.Memory = resource.MustParse(mem)
@@ -204,11 +205,11 @@ func TestMemoryBudget(t *testing.T) {
 		mem        string
 		items, tbl int64
 	}{
-		{"64Mi", 1198372, 6 << 20},
-		{"1Gi", 1 << 30 / 56, 96 << 20},
-		{"10Gi", 191739611, 768 << 20},
-		// 12Gi: 230087533 / 1.5 -> 2^28, where 80-byte items need 2^27
-		{"12Gi", 12 << 30 / 56, 1536 << 20},
+		{"64Mi", 1398101, 6 << 20},
+		{"1Gi", 1 << 30 / 48, 96 << 20},
+		{"10Gi", 223696213, 1536 << 20},
+		// 12Gi: 268435456 / 1.5 -> 2^28, where 80-byte items need 2^27
+		{"12Gi", 12 << 30 / 48, 1536 << 20},
 	} {
 		if got := MaxItems(withExt(tc.mem)); got != tc.items {
 			t.Errorf("items with extstore for %s = %d, want %d", tc.mem, got, tc.items)

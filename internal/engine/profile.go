@@ -334,8 +334,9 @@ func Derive(s *cachev1alpha1.CacheSpec) *Derivation {
 		d.MemoryBytes = max(int64(math.Ceil(bytes/mib))*mib, 8*mib)
 	}
 	if s.Extstore != nil {
-		_, key, _ := profileShape(p)
-		stub := (ItemFixedBytes + int64(key) + 16 + ItemExpiryBytes + 7) &^ 7
+		_, key, ttl := profileShape(p)
+		// the stub of an item with the profile's key, flags and TTL
+		stub := cachev1alpha1.ItemBytes(int64(key), ExtstoreLocatorBytes, p.ClientFlags == nil || *p.ClientFlags, ttl > 0)
 		// value size whose item is extstoreRAMShare stubs
 		v := extstoreRAMShare*stub - cachev1alpha1.ItemBytes(int64(key), 0, true, true)
 		d.ExtstoreItemMinSize = min(max(v, DefaultExtstoreItemMinSize), MaxItemSizeBytes(s)-1)

@@ -290,6 +290,6 @@ func TestApplyModes(t *testing.T) {
 	ext.Memory = resource.MustParse("1Gi")
 	ext.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("10Gi")}
 	if a := strings.Join(Args(ext, Options{}), " "); !strings.Contains(a, "ext_item_size=512,") && !strings.HasSuffix(a, "ext_item_size=512") {
-		t.Errorf("extstore threshold for 40-byte keys is not 512 (4 stubs of 96 bytes = a 245-byte value, below the 512 floor): %s", a)
+		t.Errorf("extstore threshold for 40-byte keys is not 512 (4 stubs of 88 bytes = a 272-byte value, below the 512 floor): %s", a)
 	}
 }

@@ -151,9 +151,10 @@ def test_stats_extstore_lists_pages_and_settings(start_server, tmp_path):
 
 @pytest.mark.cachetd_only(reason="cachetd's stub classes; memcached keeps its stubs in its 96-byte class")
 def test_stubs_take_the_8_byte_stub_classes_and_items_keep_the_n_class(start_server, tmp_path):
-    """Each value on disk leaves a stub in RAM: header, key, locator, expiry
-    and CAS. With extstore on, stubs get 8-byte classes from 56 bytes up to
-    -n's 80-byte class; ordinary items never use them."""
+    """Each value on disk leaves a stub in RAM: header, key, locator and CAS
+    (an expiry only if it expires). With extstore on, stubs get 8-byte
+    classes from 48 bytes up to -n's 80-byte class; ordinary items never use
+    them."""
     srv = start_ext(start_server, tmp_path)
     with srv.conn() as c:
         assert c.store("set", "tiny", b"x") == b"STORED"
@@ -164,14 +165,103 @@ def test_stubs_take_the_8_byte_stub_classes_and_items_keep_the_n_class(start_ser
         size = {k.split(":")[0]: int(v) for k, v in slabs.items() if k.endswith(":chunk_size")}
         used = {k.split(":")[0]: int(v) for k, v in slabs.items() if k.endswith(":used_chunks")}
         # (stats slabs lists the classes in use; the ladder itself is unit-tested)
-        # keys fill0..fill40959: a stub is 19 + at most 9 + 16 + 4 + 8 = 56 bytes
-        stubs = {cls: used[cls] for cls in size if size[cls] <= 56 and used.get(cls)}
+        # keys fill0..fill40959, no TTL: a stub is 19 + at most 9 + 12 + 8 = 48 bytes
+        stubs = {cls: used[cls] for cls in size if size[cls] <= 48 and used.get(cls)}
         assert sum(stubs.values()) >= on_disk, (stubs, on_disk)
-        assert all(used.get(cls, 0) == 0 for cls in size if 56 < size[cls] < 80), used
+        assert all(used.get(cls, 0) == 0 for cls in size if 48 < size[cls] < 80), used
         # the 5-byte item "tiny" (19 + 4 + 1 + 8 = 32 bytes) is in the 80-byte class, not a stub class
         assert [used.get(cls, 0) for cls in size if size[cls] == 80] == [1]
         got = get_one(c, "tiny")
         assert got is not None and got[1] == b"x"
+    srv.check_healthy()
+
+
+def base36(n):
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    return digits[n] if n < 36 else base36(n // 36) + digits[n % 36]
+
+
+def stub_bytes(nkey, ttl=False, flags=False):
+    """A stub's bytes as cachetd lays it out: the 19-byte header (the value's
+    length in it), the key, the 12-byte locator, the CAS, and the expiry and
+    client flags only when the item has them."""
+    return 19 + nkey + 12 + 8 + (4 if ttl else 0) + (4 if flags else 0)
+
+
+@pytest.mark.cachetd_only(reason="cachetd's stub layout; memcached keeps every item on disk in a 96-byte "
+                                 "header chunk (measured by make bench-extstore)")
+def test_a_stub_takes_its_header_key_and_locator_rounded_to_8_bytes(start_server, tmp_path):
+    """Issue 21's RAM per item on disk (<= 0.5x memcached 1.6.45's 96-byte
+    chunk + 8 bytes of hash table): the bench's 6-byte keys (131,072 keys;
+    7 bytes at full size) with no TTL leave 45-byte stubs in 48-byte chunks.
+    The rule for any key: header + key + locator + CAS (+ expiry, + flags),
+    in the 8-byte stub class that holds it, read from `stats slabs` after
+    the values went to disk and before anything is read back."""
+    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1")
+    cases = [(nkey, ttl, flags) for nkey in (1, 6, 7, 9, 10, 17, 25) for ttl in (False, True) for flags in (False,)]
+    cases += [(6, False, True), (6, True, True)]
+    want = {}
+    with srv.conn() as c:
+        n = 0
+        for nkey, ttl, flags in cases:
+            for _ in range(3):
+                key = base36(n).rjust(nkey, "k")   # distinct: the 1-byte keys come first
+                assert len(key) == nkey
+                n += 1
+                assert c.store("set", key, big(key), flags=5 if flags else 0, exptime=3600 if ttl else 0) == b"STORED"
+                # the first stub class holds a 2-byte key's stub (41 -> 48)
+                chunk = max((stub_bytes(nkey, ttl, flags) + 7) // 8 * 8, 48)
+                want[chunk] = want.get(chunk, 0) + 1
+        wait_written(c, n)
+        wait_until(lambda: stat(c, "extstore_objects_used") == n, 60, "every value on disk")
+        slabs = c.stats("slabs")
+        size = {k.split(":")[0]: int(v) for k, v in slabs.items() if k.endswith(":chunk_size")}
+        used = {k.split(":")[0]: int(v) for k, v in slabs.items() if k.endswith(":used_chunks")}
+        got = {size[cls]: used[cls] for cls in size if size[cls] < BIG and used.get(cls)}
+        assert got == want, f"stub chunks by size {got}, want {want}"
+        # the bench's stub: 19 + 6 + 12 + 8 = 45 bytes, half of memcached's 96
+        assert (stub_bytes(6) + 7) // 8 * 8 == 48
+    srv.check_healthy()
+
+
+def test_a_disk_item_keeps_its_ttl_and_one_that_never_expired_takes_one_from_touch_gat_and_mg(start_server, tmp_path):
+    """A value moved to disk keeps its item's expiry, and an item that never
+    expired (cachetd's stub then has no expiry field) takes one from touch,
+    gat and mg T: it stays on disk, reads back whole, and expires. One that
+    was not touched stays."""
+    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=1,ext_recache_rate=0")
+    clock = HAS_TEST_HOOKS and not IS_MEMCACHED
+    # a test build moves its clock past the TTL; memcached and a release
+    # build wait it out on the wall clock (the reads after the touch are
+    # done within it: a few disk reads)
+    ttl = 100 if clock else 5
+    keys = ["n_touch", "n_gat", "n_mg", "n_keep", "x_ttl"]
+    with srv.conn() as c:
+        for k in keys:
+            assert c.store("set", k, big(k), flags=0, exptime=3600 if k == "x_ttl" else 0) == b"STORED"
+        wait_written(c, len(keys))
+        assert_on_disk(c, keys)
+        head = c.cmd("mg x_ttl t")
+        assert head.startswith(b"HD t") and 3500 <= int(head.split()[1][1:]) <= 3600, head
+        assert c.cmd("mg n_touch t") == b"HD t-1"
+        assert c.cmd(f"touch n_touch {ttl}") == b"TOUCHED"
+        before = stat(c, "get_extstore")
+        assert c.values(f"gat {ttl} n_gat") == {"n_gat": (0, big("n_gat"), None)}
+        c.send(f"mg n_mg T{ttl} v\r\n".encode())
+        assert c.line() == b"VA %d" % BIG
+        assert c.exact(BIG + 2) == big("n_mg") + b"\r\n"
+        assert c.cmd(f"touch x_ttl {ttl}") == b"TOUCHED"
+        assert stat(c, "get_extstore") == before + 2, "gat and mg T did not read from disk"
+        # still on disk, whole, with the new TTL
+        assert_on_disk(c, ["n_touch", "n_gat", "n_mg", "x_ttl"])
+        for k in ("n_touch", "n_gat", "n_mg", "x_ttl"):
+            head = c.cmd(f"mg {k} t")
+            assert head.startswith(b"HD t") and 0 <= int(head.split()[1][1:]) <= ttl, (k, head)
+        if clock:
+            advance_clock(c, ttl + 1)
+        gone = ["n_touch", "n_gat", "n_mg", "x_ttl"]
+        wait_until(lambda: all(get_one(c, k) is None for k in gone), 60, "the touched disk items expiring")
+        assert_on_disk(c, ["n_keep"])
     srv.check_healthy()
 
 

@@ -61,20 +61,42 @@ static void test_stub_classes_with_extstore(void)
     struct storage_config c = base_cfg(64);
     c.stub_classes = true;
     setup_cfg(&c, false);
-    /* from a 2-byte key's stub: 19 + 2 + 16 locator and length + exptime 4 + CAS 8 = 49 -> 56 */
-    static const uint32_t want[] = {56, 64, 72, 80, 104, 136};
+    /* from a 2-byte key's stub that never expires: 19 + 2 + 12 locator + CAS 8 = 41 -> 48 */
+    static const uint32_t want[] = {48, 56, 64, 72, 80, 104, 136};
     for (unsigned i = 0; i < sizeof want / sizeof want[0]; i++) CHECK_EQ_U64(slabs_chunk_size((int)i + 1), want[i]);
-    CHECK_EQ_U64(slabs_first_item_class(), 4);
-    /* the bench's 6-byte keys: 19 + 6 + 16 + 4 + 8 = 53 -> 56, not 80 */
-    size_t stub6 = item_ntotal_for(ITEM_HAS_EXPTIME | ITEM_ON_DISK, 6, EXT_STUB_BYTES);
-    CHECK_EQ_U64(stub6, 53);
-    CHECK_EQ_U64(slabs_chunk_size(slabs_stub_clsid(stub6)), 56);
-    /* a 1-byte key's stub (48 B) shares the 56 class */
-    CHECK_EQ_U64(slabs_chunk_size(slabs_stub_clsid(48)), 56);
+    CHECK_EQ_U64(slabs_first_item_class(), 5);
+    /* the bench's 6-byte keys: 19 + 6 + 12 + 8 = 45 -> 48, not 80 (the
+     * value's length is in the header); with an expiry 49 -> 56 */
+    size_t stub6 = item_ntotal_for(ITEM_ON_DISK, 6, EXT_LOC_BYTES);
+    CHECK_EQ_U64(stub6, 45);
+    CHECK_EQ_U64(slabs_chunk_size(slabs_stub_clsid(stub6)), 48);
+    CHECK_EQ_U64(slabs_chunk_size(slabs_stub_clsid(item_ntotal_for(ITEM_ON_DISK | ITEM_HAS_EXPTIME, 6, EXT_LOC_BYTES))), 56);
+    /* a 1-byte key's stub (40 B) shares the 48 class */
+    CHECK_EQ_U64(slabs_chunk_size(slabs_stub_clsid(40)), 48);
     /* an ordinary item of the same size keeps -n's class */
     CHECK_EQ_U64(slabs_chunk_size(slabs_clsid(stub6)), 80);
     CHECK_EQ_U64(slabs_chunk_size(slabs_clsid(136)), 136);
     CHECK_EQ_U64(slabs_stub_clsid(512 * 1024 + 1), 0);
+    /* a value of 2^24 - 1 bytes or more (-I allows 128m) keeps its length
+     * in 4 bytes after the locator: the header's field has 24 bits */
+    static const uint8_t loc[EXT_LOC_BYTES] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    static const uint64_t lens[] = {4096, ITEM_NBYTES_MAX - 1, ITEM_NBYTES_MAX, 100u << 20};
+    for (unsigned i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        item *stub = alloc_item(T, "abcdef", 6, 0, 0, lens[i], ITEM_ON_DISK, NULL);
+        CHECK(stub != NULL);
+        if (!stub) continue;
+        item_set_ext_locator(stub, loc);
+        bool long_form = lens[i] >= ITEM_NBYTES_MAX;
+        CHECK_EQ_U64(item_nbytes(stub), lens[i]);
+        CHECK_EQ_U64(item_ext_stub(stub).nbytes, lens[i]);
+        CHECK(memcmp(item_ext_stub(stub).loc, loc, sizeof loc) == 0);
+        CHECK_EQ_U64(item_nstored(stub), long_form ? 16 : 12);
+        /* the long form's 49 bytes leave the 56 chunk room for an expiry field */
+        CHECK_EQ_U64(item_ntotal(stub), long_form ? 53 : 45);
+        CHECK_EQ_U64(slabs_chunk_size(slabs_clsid_of(stub)), long_form ? 56 : 48);
+        CHECK(!item_refcounted(stub));
+        item_discard(T, stub);
+    }
     teardown();
 
     /* a large -n: at most 16 stub classes, the ladder unchanged above them */
@@ -83,7 +105,7 @@ static void test_stub_classes_with_extstore(void)
     c.chunk_size_min = 1000;
     setup_cfg(&c, false);
     CHECK_EQ_U64(slabs_first_item_class(), 17);
-    CHECK_EQ_U64(slabs_chunk_size(16), 56 + 15 * 8);
+    CHECK_EQ_U64(slabs_chunk_size(16), 48 + 15 * 8);
     CHECK_EQ_U64(slabs_chunk_size(17), 1032);   /* 19 + 8 + 1000 = 1027 -> 1032 */
     CHECK_EQ_U64(slabs_clsid(48), 17);           /* never a stub class for an item */
     CHECK_EQ_U64(slabs_chunk_size((int)slabs_class_count()), 512 * 1024);
@@ -281,14 +303,14 @@ static int put_stubs(const char *prefix, int count)
 {
     char k[64];
     int ok = 0;
-    static const char zero[EXT_STUB_BYTES];
+    static const char zero[EXT_LOC_BYTES];
     for (int i = 0; i < count; i++) {
         sprintf(k, "%s%05d", prefix, i);
         if (put(k, "v") != STORE_STORED) continue;
         size_t nk = strlen(k);
-        item *stub = alloc_item(T, k, nk, 0, 0, EXT_STUB_BYTES, ITEM_ON_DISK, NULL);
+        item *stub = alloc_item(T, k, nk, 0, 0, 1, ITEM_ON_DISK, NULL);
         if (!stub) continue;
-        memcpy(item_data(stub), zero, sizeof zero);
+        item_set_ext_locator(stub, zero);
         uint32_t hv = hash_key(k, nk);
         stripe_lock(hv);
         item *old = assoc_find_locked(k, nk, hv);
@@ -309,7 +331,7 @@ static void test_stub_classes_are_not_taken_by_age(void)
     c.stub_classes = true;
     setup_cfg(&c, false);
     int stubs = put_stubs("s", 40000);
-    int stub_cls = slabs_stub_clsid(item_ntotal_for(ITEM_ON_DISK, 6, EXT_STUB_BYTES));
+    int stub_cls = slabs_stub_clsid(item_ntotal_for(ITEM_ON_DISK, 6, EXT_LOC_BYTES));
     CHECK((unsigned)stub_cls < slabs_first_item_class());
     CHECK(stubs == 40000);
     CHECK(slabs_class_pages(stub_cls) >= 2);
@@ -397,6 +419,7 @@ static void test_chained_values(void)
 static void test_moved_stubs_keep_their_disk_records(void)
 {
     struct storage_config c = base_cfg(16);
+    c.stub_classes = true;   /* as the server sets it with an ext_path */
     setup_cfg(&c, false);
     char dir[] = "/tmp/cachet-stub-move-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
@@ -405,11 +428,11 @@ static void test_moved_stubs_keep_their_disk_records(void)
                               .max_sleep = 10000 };
     snprintf(x.paths[0], sizeof x.paths[0], "%s/ext", dir);
     CHECK_EQ_U64(storage_ext_start(&x), 0);
-    enum { N = 200, LEN = 2000 };
+    enum { N = 200, LEN = 2000, NK = 6 };
     static char val[LEN + 1];
     char key[16];
     for (int i = 0; i < N; i++) {
-        snprintf(key, sizeof key, "x%03d", i);
+        snprintf(key, sizeof key, "xk%04d", i);
         for (int j = 0; j < LEN; j++) val[j] = key[j % 4];
         val[LEN] = '\0';
         CHECK(put(key, val) == STORE_STORED);
@@ -420,21 +443,35 @@ static void test_moved_stubs_keep_their_disk_records(void)
         nanosleep(&ts, NULL);
     }
     CHECK_EQ_U64(stat_of(storage_ext_stats_general, "extstore_objects_used"), N);
-    uint32_t hv = hash_key("x000", 4);
+    uint32_t hv = hash_key("xk0000", NK);
     stripe_lock(hv);
-    item *stub = assoc_find_locked("x000", 4, hv);
+    item *stub = assoc_find_locked("xk0000", NK, hv);
     stripe_unlock(hv);
     CHECK(stub && (item_layout(stub) & ITEM_ON_DISK));
+    /* a 6-byte key's stub that never expires: 45 bytes, no expiry field */
+    if (stub) CHECK_EQ_U64(slabs_chunk_size(slabs_clsid_of(stub)), 48);
+    if (stub) CHECK(!(item_layout(stub) & ITEM_HAS_EXPTIME));
     if (stub) CHECK(slabs_test_move_page_of(T, stub));
     CHECK(gstat("slab_reassign_rescues") >= N);
     CHECK_EQ_U64(stat_of(storage_ext_stats_general, "extstore_objects_used"), N);
+    /* a touch gives the stub an expiry: a copy with the field that points at
+     * the same record (still counted live), and the item expires */
+    CHECK(storage_touch(T, "xk0001", NK, storage_now() + 100) == STORE_STORED);
+    CHECK_EQ_U64(stat_of(storage_ext_stats_general, "extstore_objects_used"), N);
+    hv = hash_key("xk0001", NK);
+    stripe_lock(hv);
+    stub = assoc_find_locked("xk0001", NK, hv);
+    CHECK(stub && (item_layout(stub) & ITEM_ON_DISK) && (item_layout(stub) & ITEM_HAS_EXPTIME));
+    if (stub) CHECK_EQ_U64(slabs_chunk_size(slabs_clsid_of(stub)), 56);
+    if (stub) CHECK_EQ_U64(item_ext_stub(stub).nbytes, LEN);
+    stripe_unlock(hv);
     static char buf[LEN + 1];
     int ok = 0;
     for (int i = 0; i < N; i++) {
-        snprintf(key, sizeof key, "x%03d", i);
+        snprintf(key, sizeof key, "xk%04d", i);
         struct item_view v;
-        if (!storage_get(T, key, 4, NULL, buf, sizeof buf, &v)) continue;
-        if (v.on_disk && v.nbytes == LEN && storage_ext_fetch(T, key, 4, &v, buf)) {
+        if (!storage_get(T, key, NK, NULL, buf, sizeof buf, &v)) continue;
+        if (v.on_disk && v.nbytes == LEN && storage_ext_fetch(T, key, NK, &v, buf)) {
             bool same = true;
             for (int j = 0; j < LEN; j++) same = same && buf[j] == key[j % 4];
             ok += same;
@@ -442,6 +479,11 @@ static void test_moved_stubs_keep_their_disk_records(void)
         item_view_release(T, &v);
     }
     CHECK_EQ_U64(ok, N);
+    storage_test_advance_clock(101);
+    struct item_view v;
+    CHECK(!storage_get(T, "xk0001", NK, NULL, buf, sizeof buf, &v));
+    CHECK(storage_get(T, "xk0002", NK, NULL, buf, sizeof buf, &v));
+    item_view_release(T, &v);
     storage_ext_stop();
     char path[64];
     snprintf(path, sizeof path, "%s/ext", dir);
