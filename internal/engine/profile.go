@@ -322,7 +322,13 @@ func Derive(s *cachev1alpha1.CacheSpec) *Derivation {
 			slabbed = append(slabbed, sz)
 		}
 	}
-	d := &Derivation{ChunkSizes: OptimalClasses(slabbed, MaxProfileClasses)}
+	// The number of classes: with expectedItems, the page model's at
+	// spec.memory (ClassesForMemory); without, the least waste.
+	var slabbedItems float64
+	if p.ExpectedItems != nil {
+		slabbedItems = float64(*p.ExpectedItems) * weightOf(slabbed) / max(weightOf(all), 1e-300)
+	}
+	d := &Derivation{ChunkSizes: ClassesForMemory(slabbed, MaxProfileClasses, slabbedItems, s.Memory.Value())}
 	derived := append(append([]int64{}, d.ChunkSizes...), chunkMax)
 	d.PredictedWaste = wasteShare(slabbed, derived)
 	d.CurrentWaste = wasteShare(slabbed, ClassLadder(s))
@@ -358,6 +364,14 @@ func Derive(s *cachev1alpha1.CacheSpec) *Derivation {
 	}
 	d.Notes = strings.Join(notes, "; ")
 	return d
+}
+
+func weightOf(sizes []SizeShare) float64 {
+	var w float64
+	for _, s := range sizes {
+		w += s.Weight
+	}
+	return w
 }
 
 // wasteShare is the unused share of the chunk bytes items take in classes.
