@@ -19,12 +19,14 @@ Parts done here:
       separate runs of the same trace at -m 8, 16, 32, 64, on a Zipf trace and
       on the same with one-time keys mixed in; target: absolute error < 0.02.
 
-The classes come from the operator's dynamic program (internal/engine
-OptimalClasses, through hack/profile-classes -needs, built once per run):
-at most the operator's K (engine.MaxProfileClasses, the tool's default -k)
-classes, each an 8-byte aligned chunk size, minimising the bytes wasted
-(chunk - item) summed over the items: the classes a Cache with this
-workload gets, not a bench-only choice. Item sizes are not modelled: they
+The classes come from the operator's derivation (internal/engine
+ClassesForMemory, through hack/profile-classes -needs -memory, built once
+per run): for each count up to the operator's K (engine.MaxProfileClasses,
+the tool's default -k) the DP's 8-byte aligned chunk sizes minimising the
+bytes wasted (chunk - item) summed over the items, and of those the count
+the page model says keeps the most items at the part's -m (its prediction
+is printed beside the measured count): the classes a Cache with this
+workload and memory gets, not a bench-only choice. Item sizes are not modelled: they
 are measured on a calibration cachetd with classes every 8 bytes (the class
 an item lands in is its chunk need; for (b)'s 5,857 log-normal value sizes
 this equals cachev1alpha1.ItemBytes exactly).

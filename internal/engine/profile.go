@@ -42,13 +42,11 @@ import (
 const (
 	// MaxProfileClasses is the most classes the derivation gives: as many
 	// as spec.engine.chunkSizes takes (cachetd has 63 item classes and
-	// appends one of slab_chunk_max itself). Measured items kept at a full
-	// cache (docs/benchmarks.md, part (b)): on a wide log-normal mix 24, 32,
-	// 48 and 63 classes kept ever more (every class in use fills its last
-	// page, worth the more items the smaller its chunks); on a two-mode mix
-	// 62 kept 4% fewer than 24, still more than memcached's best -f. The DP
-	// takes the fewest classes that reach the least waste, so a histogram
-	// with fewer sizes gets fewer.
+	// appends one of slab_chunk_max itself). How many of them a workload
+	// gets is the page model's choice (ClassesForMemory, pagemodel.go):
+	// measured at a full cache (docs/benchmarks.md, part (b)), on a wide
+	// log-normal mix more classes kept more items, on a two-mode mix 62
+	// kept 4% fewer than 24, each class holding pages of its own.
 	MaxProfileClasses = 62
 	// Tail fields an item may carry besides the CAS: defined with ItemBytes
 	// in the API package, whose webhook sizes items the same way.
