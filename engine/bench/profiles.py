@@ -19,12 +19,14 @@ Parts done here:
       separate runs of the same trace at -m 8, 16, 32, 64, on a Zipf trace and
       on the same with one-time keys mixed in; target: absolute error < 0.02.
 
-The classes come from the operator's dynamic program (internal/engine
-OptimalClasses, through hack/profile-classes -needs, built once per run):
-at most the operator's K (engine.MaxProfileClasses, the tool's default -k)
-classes, each an 8-byte aligned chunk size, minimising the bytes wasted
-(chunk - item) summed over the items: the classes a Cache with this
-workload gets, not a bench-only choice. Item sizes are not modelled: they
+The classes come from the operator's derivation (internal/engine
+ClassesForMemory, through hack/profile-classes -needs -memory, built once
+per run): for each count up to the operator's K (engine.MaxProfileClasses,
+the tool's default -k) the DP's 8-byte aligned chunk sizes minimising the
+bytes wasted (chunk - item) summed over the items, and of those the count
+the page model says keeps the most items at the part's -m (its prediction
+is printed beside the measured count): the classes a Cache with this
+workload and memory gets, not a bench-only choice. Item sizes are not modelled: they
 are measured on a calibration cachetd with classes every 8 bytes (the class
 an item lands in is its chunk need; for (b)'s 5,857 log-normal value sizes
 this equals cachev1alpha1.ItemBytes exactly).
@@ -124,16 +126,18 @@ def build_profile_classes():
     return out
 
 
-def derive_classes(needs):
-    """At most the operator's K chunk sizes covering every need, minimising
-    the bytes wasted (chunk - need) summed over the items. needs: {size: count}."""
+def derive_classes(needs, mb):
+    """The operator's classes for these items at -m mb: at most its K chunk
+    sizes, the least-waste set for each count (the DP), the count the page
+    model says keeps the most items (engine.ClassesForMemory). needs:
+    {size: count}. Returns (classes, the model's line of items kept)."""
     global PROFILE_CLASSES
     if PROFILE_CLASSES is None:
         PROFILE_CLASSES = build_profile_classes()
     hist = "".join(f"{size} {count}\n" for size, count in sorted(needs.items()))
-    out = subprocess.run([PROFILE_CLASSES, "-needs"], input=hist, capture_output=True,
-                         text=True, check=True).stdout.strip()
-    return [int(c) for c in out.split("-")] if out else []
+    out = subprocess.run([PROFILE_CLASSES, "-needs", "-memory", f"{mb}Mi"], input=hist, capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    return ([int(c) for c in out[0].split("-")] if out and out[0] else []), (out[1] if len(out) > 1 else "")
 
 
 def part_a():
@@ -143,7 +147,8 @@ def part_a():
     hist = {}
     for nk_nb in lens:
         hist[need[nk_nb]] = hist.get(need[nk_nb], 0) + 1
-    classes = derive_classes(hist)
+    classes, model = derive_classes(hist, 3)
+    print(f"  derived for -m 3: {model}")
     args = [CACHETD, "-m", "3", "-n", "24", "-o", "slab_sizes=" + "-".join(map(str, classes))]
     with Server(args, PORT_BASE + 2) as s:
         r = seed003.fill(s.port)
@@ -326,7 +331,8 @@ def part_b():
         hist = {}
         for v in sizes:
             hist[need[(8, v)]] = hist.get(need[(8, v)], 0) + 1
-        classes = derive_classes(hist)
+        classes, model = derive_classes(hist, mb)
+        print(f"  {name} derived {len(classes)} classes for -m {mb}: {model}")
         with Server([CACHETD, "-m", str(mb), "-o", "slab_sizes=" + "-".join(map(str, classes))], PORT_BASE + 9) as s:
             derived, derived_bytes = fill_mix(s.port, sizes)
         with Server([CACHETD, "-m", str(mb)], PORT_BASE + 9) as s:

@@ -23,8 +23,12 @@ limitations under the License.
 //
 // With -needs, each line's BYTES is already the chunk an item needs
 // (measured on a running engine, as engine/bench/profiles.py does) and the
-// output is only engine.OptimalClasses' -o slab_sizes for at most -k classes:
-// the bench then runs the one dynamic program instead of a copy of it.
+// output is the -o slab_sizes of at most -k classes that
+// engine.ClassesForMemory chooses at -memory for the items counted by the
+// weights (the same DP and page model as Derive and Observe): the bench
+// then runs the one derivation instead of a copy of it; a second line gives
+// the model's items kept with them. -table also prints,
+// to stderr, the model's items kept for every count of classes.
 package main
 
 import (
@@ -48,8 +52,9 @@ func main() {
 	key := flag.Int("key", 32, "key bytes")
 	mem := flag.String("memory", "64Mi", "spec.memory")
 	flags := flag.Bool("flags", true, "items carry nonzero client flags")
-	needs := flag.Bool("needs", false, "input BYTES are chunk needs: print OptimalClasses for -k classes")
+	needs := flag.Bool("needs", false, "input BYTES are chunk needs, WEIGHT item counts: print ClassesForMemory for at most -k classes at -memory")
 	k := flag.Int("k", engine.MaxProfileClasses, "most classes, with -needs")
+	table := flag.Bool("table", false, "with -needs: print the page model's items kept for every count of classes to stderr")
 	flag.Parse()
 	p := &cachev1alpha1.WorkloadProfile{KeyBytes: ptr.To(int32(*key)), ClientFlags: flags}
 	sc := bufio.NewScanner(os.Stdin)
@@ -67,7 +72,24 @@ func main() {
 		p.ValueSizes = append(p.ValueSizes, cachev1alpha1.ValueSizeBucket{Bytes: int32(b), Weight: int32(w)})
 	}
 	if *needs {
-		printClasses(engine.OptimalClasses(needShares(p.ValueSizes), *k))
+		shares := needShares(p.ValueSizes)
+		memQ := resource.MustParse(*mem)
+		memBytes := memQ.Value()
+		var items float64
+		for _, s := range shares {
+			items += s.Weight
+		}
+		if *table {
+			page := engine.SlabPageBytes(memBytes)
+			for i, set := range engine.ClassSets(shares, *k) {
+				fmt.Fprintf(os.Stderr, "classes %d kept %.0f waste %.1f\n", i+1,
+					engine.ItemsKept(shares, set, items, memBytes, page), engine.Waste(shares, set))
+				fmt.Fprintf(os.Stderr, "set %d %s\n", i+1, joinClasses(set))
+			}
+		}
+		classes := engine.ClassesForMemory(shares, *k, items, memBytes)
+		printClasses(classes)
+		fmt.Printf("page model: %.0f of %.0f items kept at %s\n", engine.ItemsKept(shares, classes, items, memBytes, engine.SlabPageBytes(memBytes)), items, *mem)
 		return
 	}
 	s := &cachev1alpha1.CacheSpec{Memory: resource.MustParse(*mem), WorkloadProfile: p}
@@ -91,10 +113,12 @@ func needShares(lines []cachev1alpha1.ValueSizeBucket) []engine.SizeShare {
 	return out
 }
 
-func printClasses(classes []int64) {
+func printClasses(classes []int64) { fmt.Println(joinClasses(classes)) }
+
+func joinClasses(classes []int64) string {
 	s := make([]string, len(classes))
 	for i, c := range classes {
 		s[i] = strconv.FormatInt(c, 10)
 	}
-	fmt.Println(strings.Join(s, "-"))
+	return strings.Join(s, "-")
 }

@@ -258,10 +258,14 @@ type Observation struct {
 	Notes      []string
 }
 
-// Observe merges the pods' samples and picks the best classes for them.
-// chunkMax is the engine's slab_chunk_max: larger items are chained and get
-// no class.
-func Observe(pods []PodSample, chunkMax int64) Observation {
+// Observe merges the pods' samples and picks the best classes for them at
+// memBytes, each pod's item memory (spec.memory): the least-waste classes
+// for the count the page model says keeps the most items per pod
+// (ClassesForMemory), the items a pod holds now counted as what it must
+// keep. Items over the engine's slab_chunk_max are chained and get no
+// class.
+func Observe(pods []PodSample, memBytes int64) Observation {
+	chunkMax := cachev1alpha1.SlabChunkMax(memBytes)
 	o := Observation{}
 	for _, s := range MergeSizes(pods) {
 		o.Items += s.Weight
@@ -272,7 +276,14 @@ func Observe(pods []PodSample, chunkMax int64) Observation {
 	}
 	o.Sizes = mergeEqual(o.Sizes)
 	if o.Items >= MinObservedItems {
-		o.Classes = OptimalClasses(o.Sizes, MaxProfileClasses)
+		reporting := 0
+		for _, p := range pods {
+			if len(p.Sizes) > 0 {
+				reporting++
+			}
+		}
+		perPod := weightOf(o.Sizes) / float64(max(reporting, 1))
+		o.Classes = ClassesForMemory(o.Sizes, MaxProfileClasses, perPod, memBytes)
 	} else {
 		o.Notes = append(o.Notes, fmt.Sprintf("the pods hold %.0f items, too few to derive classes from (at least %d)", o.Items, MinObservedItems))
 	}
@@ -478,7 +489,7 @@ func WithObservedClasses(s *cachev1alpha1.CacheSpec, r *cachev1alpha1.Recommenda
 // prev the status's recommendation before.
 func RecommendObserved(s *cachev1alpha1.CacheSpec, prev *cachev1alpha1.Recommendation, pods []PodSample, settled bool) (*cachev1alpha1.Recommendation, Decision) {
 	chunkMax := cachev1alpha1.SlabChunkMax(s.Memory.Value())
-	obs := Observe(pods, chunkMax)
+	obs := Observe(pods, s.Memory.Value())
 	running := withChunkMax(ClassLadder(s), chunkMax)
 	d := Decide(DecideInput{Prev: ObservedState(prev), Obs: obs, Running: running, ChunkMax: chunkMax,
 		Auto: s.WorkloadProfile.Apply == cachev1alpha1.ProfileApplyAuto, Settled: settled})

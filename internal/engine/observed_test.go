@@ -165,7 +165,7 @@ func TestObserveUsesEveryClassTheSpecTakes(t *testing.T) {
 		x := (math.Log(float64(b)) - 5.8) / 1.2
 		sizes = append(sizes, SizeShare{Bytes: b, Weight: math.Round(1e6 * math.Exp(-x*x/2) / float64(b))})
 	}
-	o := Observe([]PodSample{{Sizes: sizes}}, 512<<10)
+	o := Observe([]PodSample{{Sizes: sizes}}, 64<<30) // memory to spare: the least waste
 	if len(o.Classes) != limit {
 		t.Errorf("%d classes for %d sizes, want spec.engine.chunkSizes' limit %d", len(o.Classes), len(sizes), limit)
 	}
@@ -177,19 +177,19 @@ func TestObserveFindsTheModes(t *testing.T) {
 		{Sizes: []SizeShare{{160, 400}, {2304, 200}}, References: 800, Curve: []CurvePoint{{1 << 20, 0.3}}},
 		{Sizes: []SizeShare{{160, 300}, {2304, 300}}, References: 800, Curve: []CurvePoint{{1 << 20, 0.5}}},
 	}
-	o := Observe(pods, 512<<10)
+	o := Observe(pods, 64<<20)
 	if want := []int64{160, 2304}; !reflect.DeepEqual(o.Classes, want) {
 		t.Errorf("classes %v, want the modes %v", o.Classes, want)
 	}
 	if o.Items != 1200 || len(o.Curve) != 1 || math.Abs(o.Curve[0].MissRatio-0.4) > 1e-9 {
 		t.Errorf("items %v, curve %v", o.Items, o.Curve)
 	}
-	few := Observe([]PodSample{{Sizes: []SizeShare{{160, 10}}, References: 10, Curve: []CurvePoint{{1 << 20, 0.3}}}}, 512<<10)
+	few := Observe([]PodSample{{Sizes: []SizeShare{{160, 10}}, References: 10, Curve: []CurvePoint{{1 << 20, 0.3}}}}, 64<<20)
 	if few.Classes != nil || few.Curve != nil || len(few.Notes) != 2 {
 		t.Errorf("too little data still recommends: %+v", few)
 	}
 	// items over the slab chunk max are chained: no class for them
-	big := Observe([]PodSample{{Sizes: []SizeShare{{160, 600}, {1 << 20, 600}}}}, 512<<10)
+	big := Observe([]PodSample{{Sizes: []SizeShare{{160, 600}, {1 << 20, 600}}}}, 64<<20)
 	if want := []int64{160}; !reflect.DeepEqual(big.Classes, want) {
 		t.Errorf("chained items got a class: %v", big.Classes)
 	}

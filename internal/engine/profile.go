@@ -42,13 +42,11 @@ import (
 const (
 	// MaxProfileClasses is the most classes the derivation gives: as many
 	// as spec.engine.chunkSizes takes (cachetd has 63 item classes and
-	// appends one of slab_chunk_max itself). Measured items kept at a full
-	// cache (docs/benchmarks.md, part (b)): on a wide log-normal mix 24, 32,
-	// 48 and 63 classes kept ever more (every class in use fills its last
-	// page, worth the more items the smaller its chunks); on a two-mode mix
-	// 62 kept 4% fewer than 24, still more than memcached's best -f. The DP
-	// takes the fewest classes that reach the least waste, so a histogram
-	// with fewer sizes gets fewer.
+	// appends one of slab_chunk_max itself). How many of them a workload
+	// gets is the page model's choice (ClassesForMemory, pagemodel.go):
+	// measured at a full cache (docs/benchmarks.md, part (b)), on a wide
+	// log-normal mix more classes kept more items, on a two-mode mix 62
+	// kept 4% fewer than 24, each class holding pages of its own.
 	MaxProfileClasses = 62
 	// Tail fields an item may carry besides the CAS: defined with ItemBytes
 	// in the API package, whose webhook sizes items the same way.
@@ -157,21 +155,38 @@ func Waste(sizes []SizeShare, classes []int64) float64 {
 
 // OptimalClasses picks at most k classes among the sizes that hold items (an optimal class
 // always equals some item size: shrinking it to the largest size it holds
-// wastes less) that minimise Waste, by a dynamic program over prefixes:
-// best[c][j] is the least weighted waste of sizes[0..j] in c classes, the
-// last one sizes[j]. O(k n^2) for n sizes; exact.
+// wastes less) that minimise Waste: the fewest classes that reach the least
+// waste of any count up to k (ClassSets has the best set for every count).
 func OptimalClasses(sizes []SizeShare, k int) []int64 {
-	sizes = slices.DeleteFunc(slices.Clone(sizes), func(s SizeShare) bool { return s.Weight <= 0 }) // no items, no class
-	n := len(sizes)
-	if n == 0 || k <= 0 {
+	sets := ClassSets(sizes, k)
+	if len(sets) == 0 {
 		return nil
 	}
-	if k >= n {
-		out := make([]int64, n)
-		for i, s := range sizes {
-			out[i] = s.Bytes
-		}
-		return out
+	sizes = withItems(sizes)
+	// more classes never waste more; take the fewest that reach the least
+	c := len(sets)
+	for c > 1 && Waste(sizes, sets[c-2]) <= Waste(sizes, sets[c-1]) {
+		c--
+	}
+	return sets[c-1]
+}
+
+// withItems drops the sizes that hold no items: no items, no class.
+func withItems(sizes []SizeShare) []SizeShare {
+	return slices.DeleteFunc(slices.Clone(sizes), func(s SizeShare) bool { return s.Weight <= 0 })
+}
+
+// ClassSets is, for every count c from 1 to min(k, sizes with items), the c
+// classes that minimise Waste (sets[c-1], ascending), by a dynamic program
+// over prefixes: best[c][j] is the least weighted waste of sizes[0..j] in c
+// classes, the last one sizes[j]. O(k n^2) for n sizes; exact. The page
+// model (ClassesForMemory) chooses the count among them.
+func ClassSets(sizes []SizeShare, k int) [][]int64 {
+	sizes = withItems(sizes)
+	n := len(sizes)
+	k = min(k, n)
+	if k <= 0 {
+		return nil
 	}
 	// cost(i, j): sizes[i..j] in one class of sizes[j], from prefix sums
 	w, wb := make([]float64, n+1), make([]float64, n+1)
@@ -202,22 +217,18 @@ func OptimalClasses(sizes []SizeShare, k int) []int64 {
 			}
 		}
 	}
-	// more classes never waste more; take the fewest that reach the least
-	c := k
-	for c > 1 && best[c-1][n-1] <= best[c][n-1] {
-		c--
-	}
-	var out []int64
-	for j := n - 1; c >= 1; c-- {
-		out = append(out, sizes[j].Bytes)
-		if c > 1 {
-			j = from[c][j] - 1
+	sets := make([][]int64, k)
+	for count := 1; count <= k; count++ {
+		out := make([]int64, count)
+		for c, j := count, n-1; c >= 1; c-- {
+			out[c-1] = sizes[j].Bytes
+			if c > 1 {
+				j = from[c][j] - 1
+			}
 		}
+		sets[count-1] = out
 	}
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
-	return out
+	return sets
 }
 
 // ClassLadder is the classes a spec's engine settings give (slabs.c): the
@@ -309,7 +320,13 @@ func Derive(s *cachev1alpha1.CacheSpec) *Derivation {
 			slabbed = append(slabbed, sz)
 		}
 	}
-	d := &Derivation{ChunkSizes: OptimalClasses(slabbed, MaxProfileClasses)}
+	// The number of classes: with expectedItems, the page model's at
+	// spec.memory (ClassesForMemory); without, the least waste.
+	var slabbedItems float64
+	if p.ExpectedItems != nil {
+		slabbedItems = float64(*p.ExpectedItems) * weightOf(slabbed) / max(weightOf(all), 1e-300)
+	}
+	d := &Derivation{ChunkSizes: ClassesForMemory(slabbed, MaxProfileClasses, slabbedItems, s.Memory.Value())}
 	derived := append(append([]int64{}, d.ChunkSizes...), chunkMax)
 	d.PredictedWaste = wasteShare(slabbed, derived)
 	d.CurrentWaste = wasteShare(slabbed, ClassLadder(s))
@@ -346,6 +363,14 @@ func Derive(s *cachev1alpha1.CacheSpec) *Derivation {
 	}
 	d.Notes = strings.Join(notes, "; ")
 	return d
+}
+
+func weightOf(sizes []SizeShare) float64 {
+	var w float64
+	for _, s := range sizes {
+		w += s.Weight
+	}
+	return w
 }
 
 // wasteShare is the unused share of the chunk bytes items take in classes.

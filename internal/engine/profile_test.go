@@ -73,6 +73,10 @@ func TestOptimalClassesMatchesBruteForce(t *testing.T) {
 			if g, want := Waste(sizes, got), bruteForceWaste(sizes, k); math.Abs(g-want) > 1e-9 {
 				t.Fatalf("sizes %v, k %d: classes %v waste %.4f per item, brute force finds %.4f", sizes, k, got, g, want)
 			}
+			// the page model chooses among the DP's set for each count
+			if set := ClassSets(sizes, n)[k-1]; len(set) != k || math.Abs(Waste(sizes, set)-bruteForceWaste(sizes, k)) > 1e-9 {
+				t.Fatalf("sizes %v: ClassSets' %d classes %v waste %.4f per item, brute force finds %.4f", sizes, k, set, Waste(sizes, set), bruteForceWaste(sizes, k))
+			}
 		}
 	}
 }
