@@ -231,14 +231,28 @@ static enum parse_status client_error(struct request *r, const char *msg)
 /* an opaque token, its O included */
 #define META_MAX_OPAQUE 32
 
+/* The key of a b request, decoded into r->keybuf. */
+static bool decode_meta_key(const struct tok *key, struct request *r)
+{
+    int n = base64_decode(key->p, key->n, r->keybuf, KEY_MAX);
+    if (n <= 0) return false;
+    r->key = r->keybuf;
+    r->nkey = (uint32_t)n;
+    return true;
+}
+
 /* As memcached: an unknown flag or a duplicate stops at once; a bad token
- * is remembered and the scan goes on, so the last one is reported. */
-static enum parse_status parse_meta_flags(const struct tok *t, int nt, struct request *r)
+ * is remembered and the scan goes on, so the last one is reported. The key
+ * is decoded where b stands, so its error takes its place in that order. A
+ * bad F fails the line without naming itself: the line reports an earlier
+ * or later bad token's error, else "bad command line format". */
+static enum parse_status parse_meta_flags(const struct tok *key, const struct tok *t, int nt, struct request *r)
 {
     struct meta_req *m = &r->meta;
     memset(m, 0, offsetof(struct meta_req, flags));
     m->delta = 1;
     const char *err = NULL;
+    bool bad_flags_token = false;
     for (int i = 0; i < nt; i++) {
         char f = t[i].p[0];
         uint64_t bit = meta_bit(f);
@@ -254,13 +268,16 @@ static enum parse_status parse_meta_flags(const struct tok *t, int nt, struct re
         const char *bad_token = "CLIENT_ERROR bad token in command line format";
         switch (f) {
         case 'q': m->quiet = true; break;
-        case 'b': m->base64 = true; break;
+        case 'b':
+            m->base64 = true;
+            if (!decode_meta_key(key, r)) err = "CLIENT_ERROR error decoding key";
+            break;
         case 'T': { int32_t v; if (parse_i32(tok, n, &v)) m->ttl_T = v; else err = bad_token; break; }
         case 'N': { int32_t v; if (parse_i32(tok, n, &v)) m->ttl_N = v; else err = bad_token; break; }
         case 'R': { int32_t v; if (parse_i32(tok, n, &v)) m->ttl_R = v; else err = bad_token; break; }
         case 'C': if (!parse_u64(tok, n, &m->cas_C)) err = bad_token; break;
         case 'E': if (!parse_u64(tok, n, &m->cas_E)) err = bad_token; break;
-        case 'F': if (!parse_u32(tok, n, &m->client_flags)) err = BAD_FORMAT; break;
+        case 'F': if (!parse_u32(tok, n, &m->client_flags)) bad_flags_token = true; break;
         case 'D': if (!parse_u64(tok, n, &m->delta)) err = "CLIENT_ERROR invalid numeric delta value"; break;
         case 'J': if (!parse_u64(tok, n, &m->initial)) err = "CLIENT_ERROR invalid numeric initial value"; break;
         /* the mode is the first byte after M, as memcached reads it */
@@ -273,7 +290,8 @@ static enum parse_status parse_meta_flags(const struct tok *t, int nt, struct re
         default: break;
         }
     }
-    return err ? client_error(r, err) : PARSE_OK;
+    if (err || bad_flags_token) return client_error(r, err ? err : BAD_FORMAT);
+    return PARSE_OK;
 }
 
 /* A meta command's key token (1 or 2 in t) and flags. */
@@ -301,7 +319,7 @@ static enum parse_status parse_meta(struct tok *t, int nt, struct request *r)
     } else {
         enum parse_status st = nt > META_MAX_TOKENS
             ? client_error(r, "CLIENT_ERROR options flags are too long")
-            : parse_meta_flags(t + first_flag, nt - first_flag, r);
+            : parse_meta_flags(key, t + first_flag, nt - first_flag, r);
         if (st != PARSE_OK) {
             /* memcached answers every flag problem of ma alike */
             if (r->cmd == CMD_MA) r->error = "CLIENT_ERROR invalid or duplicate flag";
@@ -319,11 +337,9 @@ static enum parse_status parse_meta(struct tok *t, int nt, struct request *r)
     r->meta.key_token = key->p;
     r->meta.nkey_token = (uint8_t)key->n;
     if (r->meta.base64) {
-        int n = base64_decode(key->p, key->n, r->keybuf, KEY_MAX);
-        if (n <= 0) return client_error(r, r->cmd == CMD_MA ? "CLIENT_ERROR invalid or duplicate flag"
-                                                            : "CLIENT_ERROR error decoding key");
-        r->key = r->keybuf;
-        r->nkey = (uint32_t)n;
+        /* the other meta commands decoded it among their flags */
+        if (r->cmd == CMD_ME && !decode_meta_key(key, r))
+            return client_error(r, "CLIENT_ERROR error decoding key");
     } else {
         r->key = key->p;
         r->nkey = key->n;

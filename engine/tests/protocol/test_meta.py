@@ -711,3 +711,56 @@ def test_a_bare_M_names_no_mode(c, key):
     assert c.line() == b"CLIENT_ERROR invalid mode for ms M token"
     assert c.line() == b"MN"
     assert meta(c, f"ma {key} N0 J1 M").value == "CLIENT_ERROR invalid mode for ma M token"
+
+
+def _ms_error(c, line, data):
+    """The error a refused ms line answers; its data block must be skipped."""
+    c.send(f"{line}\r\n{data}\r\nmn\r\n".encode())
+    reply = c.line()
+    assert c.line() == b"MN", "the data block of the refused ms is skipped"
+    return reply
+
+
+@pytest.mark.parametrize("bad", ["Ex", "T99999999999999999999"])
+def test_a_bad_F_does_not_hide_an_earlier_bad_token(c, key, bad):
+    """memcached 1.6.45 fails a line with a bad F but lets the error of a bad
+    token left of it stand; cachetd answered F's "bad command line format"."""
+    assert _ms_error(c, f"ms {key} 1 {bad} F", "1") == b"CLIENT_ERROR bad token in command line format"
+    assert _ms_error(c, f"ms {key} 1 F {bad}", "1") == b"CLIENT_ERROR bad token in command line format"
+    assert _ms_error(c, f"ms {key} 1 F", "1") == b"CLIENT_ERROR bad command line format"
+    assert meta(c, f"mg {key} v").code == "EN"
+
+
+# three base64 characters: no whole 4-character group, so no decoder makes a
+# key of it (memcached skips characters outside the alphabet, cachetd refuses
+# them, so a key with such characters would not do for both)
+UNDECODABLE = "foo"
+
+
+def test_a_key_that_does_not_decode_beats_a_bad_F(c):
+    """`ms foo 3 b F`: memcached 1.6.45 decodes the key where b stands and F
+    names no error of its own; cachetd answered "bad command line format"."""
+    assert _ms_error(c, f"ms {UNDECODABLE} 3 b F", "111") == b"CLIENT_ERROR error decoding key"
+    assert _ms_error(c, f"ms {UNDECODABLE} 3 F b", "111") == b"CLIENT_ERROR error decoding key"
+
+
+def test_a_key_that_does_not_decode_is_reported_before_a_long_opaque(c):
+    """memcached 1.6.45 checks the opaque's length only once the flags have
+    passed; cachetd answered "opaque token too long" for `mg bar b O<32>`."""
+    long_opaque = "O" + "x" * 32
+    assert meta(c, f"mg {UNDECODABLE} b {long_opaque}").value == "CLIENT_ERROR error decoding key"
+    assert meta(c, f"mg {UNDECODABLE} {long_opaque} b").value == "CLIENT_ERROR error decoding key"
+
+
+@pytest.mark.parametrize("bad", ["R4294967296", "N18446744073709551615", "Tabc", "Ex"])
+@pytest.mark.parametrize("command", ["mg", "md", "ms"])
+def test_base64_key_error_in_flag_order(c, command, bad):
+    """Of two errors in the flags the one further right is reported, as in
+    memcached 1.6.45; the key's decoding error stands where b stands (cachetd
+    decoded the key after all flags, so a bad token always won)."""
+    def reply(flags):
+        if command == "ms":
+            return _ms_error(c, f"ms {UNDECODABLE} 1 {flags}", "1").decode()
+        return meta(c, f"{command} {UNDECODABLE} {flags}").value
+    assert reply(f"{bad} b") == "CLIENT_ERROR error decoding key"
+    assert reply(f"b {bad}") == "CLIENT_ERROR bad token in command line format"
