@@ -26,7 +26,10 @@
  * came back to RAM). memcached's extstore automover likewise never balances
  * its small classes by age. A stub class with a page's worth of free chunks
  * outside the page it gives up still gives it first (its stubs move to
- * those chunks: nothing live is lost).
+ * those chunks: nothing live is lost). The other way round, a stub class
+ * gets its pages early from the flusher (slabs_acquire_page_for_stubs),
+ * and the values on such a page are written to disk as it empties: the
+ * values' class has no free chunk to rescue them into while a fill runs.
  *
  * Moving a page: it stops taking part in its class (its free chunks leave
  * the free list, it is no longer carved), its live items move to free chunks
@@ -338,8 +341,6 @@ static bool recently_grown(int c)
 }
 
 static bool is_stub_class(int c) { return (unsigned)c < slabs_first_item_class(); }
-
-static bool is_stub_class(int c);
 
 bool slabs_acquire_page_for_stubs(storage_thread *t, int dst)
 {
