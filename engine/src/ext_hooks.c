@@ -32,10 +32,17 @@ static bool no_moved(const char *key, size_t nkey, const struct item_view *v, ui
     return false;
 }
 
+static bool no_flush_item(storage_thread *t, item *it, const char *key, size_t nkey)
+{
+    (void)t; (void)it; (void)key; (void)nkey;
+    return false;
+}
+
 static const struct ext_hooks no_extstore = {
     .store = NULL,
     .item_gone = no_item_gone,
     .materialize = no_materialize,
+    .flush_item = no_flush_item,
     .note_pressure = no_note_pressure,
     .stub_orphaned = no_stub_orphaned,
     .records_orphaned_total = no_records_orphaned_total,

@@ -40,6 +40,11 @@ struct ext_hooks {
      * (or unlinks it if the read fails). False: no memory for the value; the
      * stub is kept and the caller answers "out of memory". */
     bool (*materialize)(storage_thread *t, const char *key, size_t nkey, uint32_t hv);
+    /* The page mover emptying a page for a stub class: writes this linked
+     * item's value to disk and links its stub in its place, as the flusher
+     * does (its chunk is freed). False if it did not (a value under
+     * ext_item_size, the item changed, the disk refused). No lock held. */
+    bool (*flush_item)(storage_thread *t, item *it, const char *key, size_t nkey);
     /* Memory pressure seen by an evictor: wake the flusher. */
     void (*note_pressure)(void);
     /* The cleaner's view of stubs whose page was evicted or dropped since

@@ -242,12 +242,30 @@ static int slabs_clsid_from(size_t ntotal, unsigned lo)
 int slabs_clsid(size_t ntotal) { return slabs_clsid_from(ntotal, g_first_item_class); }
 int slabs_stub_clsid(size_t ntotal) { return slabs_clsid_from(ntotal, 1); }
 
-/* Hands the class a never-used page; class lock held. */
+/* Whether a stub class holds a page. */
+static bool stub_pages_any(void)
+{
+    for (unsigned c = 1; c < g_first_item_class; c++)
+        if (atomic_load(&g_classes[c].pages)) return true;
+    return false;
+}
+
+/* Hands the class a never-used page; class lock held.
+ * With stub classes, the last never-used page waits for the first stub:
+ * the flusher starts writing values when two pages are left
+ * (ext_items.c, memory_low), and a fill took both before its first stub,
+ * which then took a page of the values it was writing and evicted them all
+ * (242 values of 4 KB at -m 64, before a single one reached the disk).
+ * Until a stub class has a page, a store in an ordinary class evicts in its
+ * own class instead, as it would a moment later anyway. */
 static bool grab_fresh_page(struct slabclass *sc, int clsid)
 {
     size_t pg = atomic_load(&g_pages_next);
     for (;;) {
         if (pg >= g_pages_max) return false;
+        if ((unsigned)clsid >= g_first_item_class && g_first_item_class > 1 && pg + 1 == g_pages_max &&
+            !stub_pages_any())
+            return false;
         if (atomic_compare_exchange_weak(&g_pages_next, &pg, pg + 1)) break;
     }
     atomic_store(&g_page_cls[pg], (uint8_t)clsid);

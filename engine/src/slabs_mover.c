@@ -26,7 +26,10 @@
  * came back to RAM). memcached's extstore automover likewise never balances
  * its small classes by age. A stub class with a page's worth of free chunks
  * outside the page it gives up still gives it first (its stubs move to
- * those chunks: nothing live is lost).
+ * those chunks: nothing live is lost). The other way round, a stub class
+ * gets its pages early from the flusher (slabs_acquire_page_for_stubs),
+ * and the values on such a page are written to disk as it empties: the
+ * values' class has no free chunk to rescue them into while a fill runs.
  *
  * Moving a page: it stops taking part in its class (its free chunks leave
  * the free list, it is no longer carved), its live items move to free chunks
@@ -47,6 +50,7 @@
 #include "slabs_internal.h"
 #include "bgthread.h"
 #include "logger.h"
+#include "ext_hooks.h"
 
 #include <stdio.h>
 #include <time.h>
@@ -55,6 +59,9 @@ _Atomic uint64_t g_slab_moves, g_slab_rescues;
 static _Atomic uint64_t moves_failed, moves_on_demand;
 static pthread_mutex_t mover_lock = PTHREAD_MUTEX_INITIALIZER;
 static storage_thread *mover_ctx;
+/* Set while this thread holds mover_lock to write a page's values to disk:
+ * a stub allocated then must not ask for a page (the lock is not recursive). */
+static _Thread_local bool moving_for_stubs;
 
 static uint64_t last_evicted[MAX_SLAB_CLASSES + 1];   /* background pass only */
 static rel_time_t last_balance;
@@ -191,7 +198,7 @@ static bool page_rescuable_locked(const struct slabclass *sc, size_t pg)
  * before it was linked and stays until the chunk is freed, which waits for
  * the grace period: read inside a read section. item_rescue checks again
  * under the key's stripe lock that the key still names this chunk. */
-static void rescue_page(storage_thread *t, int src, size_t pg)
+static void rescue_page(storage_thread *t, int src, size_t pg, bool to_disk)
 {
     struct slabclass *sc = &g_classes[src];
     char key[KEY_MAX_LENGTH];
@@ -206,7 +213,7 @@ static void rescue_page(storage_thread *t, int src, size_t pg)
         bool room = sc->free_count > reserve || (sc->bump_page >= 0 && sc->bump_next < sc->perpage) ||
                     atomic_load(&g_pages_next) < g_pages_max;
         pthread_mutex_unlock(&sc->lock);
-        if (!room) return;
+        if (!room && !to_disk) return;
         item *it = slabs_chunk_at(pg, i, sc->size);
         epoch_enter(t);
         uint8_t fl = atomic_load_explicit(&it->iflags, memory_order_acquire);
@@ -214,13 +221,16 @@ static void rescue_page(storage_thread *t, int src, size_t pg)
         size_t nkey = linked ? item_nkey(it) : 0;
         if (linked) memcpy(key, item_key(it), nkey);
         epoch_exit(t);
-        if (linked && item_rescue(t, it, key, nkey)) atomic_fetch_add(&g_slab_rescues, 1);
+        if (!linked) continue;
+        /* a page for stubs: its values go to disk, as the flusher's would */
+        if ((to_disk && ext_hooks()->flush_item(t, it, key, nkey)) || (room && item_rescue(t, it, key, nkey)))
+            atomic_fetch_add(&g_slab_rescues, 1);
     }
 }
 
 /* Empties page pg of class src and gives it to dst. Mover lock held.
  * evict=false only takes a page that is already empty (-M). */
-static bool move_page(storage_thread *t, int src, int dst, size_t pg, bool evict)
+static bool move_page(storage_thread *t, int src, int dst, size_t pg, bool evict, bool to_disk)
 {
     struct slabclass *sc = &g_classes[src];
     pthread_mutex_lock(&sc->lock);
@@ -233,7 +243,7 @@ static bool move_page(storage_thread *t, int src, int dst, size_t pg, bool evict
     bool drained = g_pages[pg].used == 0;
     pthread_mutex_unlock(&sc->lock);
 
-    if (!drained) rescue_page(t, src, pg);
+    if (!drained) rescue_page(t, src, pg, to_disk);
     const char *lo = g_region + pg * g_page_size, *hi = lo + g_page_size;
     /* Zero-copy readers hold a chunk only while its bytes are sent: give
      * them a bounded moment, then give up on this page. */
@@ -304,7 +314,7 @@ enum slabs_reassign_result storage_slabs_reassign(storage_thread *t, int src, in
         size_t pg = cheapest_page(src);
         /* memcached answers OK once the move is scheduled, and a move can
          * still fail on busy items (slab_reassign_busy_items) */
-        if (pg < g_pages_max) move_page(t, src, dst, pg, true);
+        if (pg < g_pages_max) move_page(t, src, dst, pg, true, false);
     }
     pthread_mutex_unlock(&mover_lock);
     return res;
@@ -317,7 +327,7 @@ bool slabs_test_move_page_of(storage_thread *t, const item *it)
     int dst = src == 1 ? 2 : 1;
     if (src == 0 || (int)g_nclasses < 2) return false;
     pthread_mutex_lock(&mover_lock);
-    bool moved = move_page(t, src, dst, pg, true);
+    bool moved = move_page(t, src, dst, pg, true, false);
     pthread_mutex_unlock(&mover_lock);
     return moved;
 }
@@ -332,8 +342,30 @@ static bool recently_grown(int c)
 
 static bool is_stub_class(int c) { return (unsigned)c < slabs_first_item_class(); }
 
+bool slabs_acquire_page_for_stubs(storage_thread *t, int dst)
+{
+    if (g_cfg.no_slab_reassign || g_cfg.evict_disabled ||
+        atomic_load_explicit(&g_slab_automove, memory_order_relaxed) == 0)
+        return false;
+    pthread_mutex_lock(&mover_lock);
+    int src = 0;
+    rel_time_t oldest = 0;
+    for (unsigned c = 1; c <= g_nclasses; c++) {
+        if ((int)c == dst || is_stub_class((int)c) || atomic_load(&g_classes[c].pages) < 2) continue;
+        rel_time_t age = bags_oldest_age((int)c);
+        if (!src || age > oldest) { src = (int)c; oldest = age; }
+    }
+    size_t pg = src ? cheapest_page(src) : g_pages_max;
+    moving_for_stubs = true;
+    bool moved = pg < g_pages_max && move_page(t, src, dst, pg, true, true);
+    moving_for_stubs = false;
+    pthread_mutex_unlock(&mover_lock);
+    return moved;
+}
+
 bool slabs_acquire_page(storage_thread *t, int dst)
 {
+    if (moving_for_stubs) return false;
     /* Where to take a page from, cheapest first:
      *  1. a class holding at least a page's worth of free chunks whose
      *     cheapest page's live items fit in its other free chunks (nothing
@@ -421,7 +453,7 @@ bool slabs_acquire_page(storage_thread *t, int dst)
             size_t pg = cheapest_page_but(order[i], tried, k);
             if (pg >= g_pages_max) break;
             tried[k] = pg;
-            moved = move_page(t, order[i], dst, pg, evict);
+            moved = move_page(t, order[i], dst, pg, evict, false);
         }
     }
     if (!evict && !moved) {
@@ -429,7 +461,7 @@ bool slabs_acquire_page(storage_thread *t, int dst)
         for (unsigned c = 1; c <= g_nclasses && !moved; c++) {
             if ((int)c == dst || atomic_load(&g_classes[c].pages) == 0) continue;
             size_t pg = cheapest_page((int)c);
-            if (pg < g_pages_max) moved = move_page(t, (int)c, dst, pg, false);
+            if (pg < g_pages_max) moved = move_page(t, (int)c, dst, pg, false, false);
         }
     }
     if (moved) atomic_fetch_add(&moves_on_demand, 1);
@@ -478,7 +510,7 @@ bool slabs_rebalance_once(void)
     bool moved = false;
     if (slabs_gain_enabled() ? slabs_gain_pick(&src, &dst) : pick_by_age(&src, &dst)) {
         size_t pg = cheapest_page(src);
-        if (pg < g_pages_max) moved = move_page(mover_ctx, src, dst, pg, true);
+        if (pg < g_pages_max) moved = move_page(mover_ctx, src, dst, pg, true, false);
     }
     pthread_mutex_unlock(&mover_lock);
     return moved;

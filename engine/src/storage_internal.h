@@ -413,6 +413,12 @@ void slabs_stop_thread(void);
  * there), for a store that has nothing of its own to evict. No lock held,
  * not in a read section. True if the class got memory. */
 bool slabs_acquire_page(storage_thread *t, int clsid);
+/* The extstore flusher gives stub class clsid its next page before it runs
+ * out (ext_items.c): a page whose values are written to disk (their stubs
+ * going to clsid's free chunks) or moved to free chunks of their class,
+ * from the class with the oldest items among those of more than one page;
+ * what can be neither is evicted. False if no page moved. */
+bool slabs_acquire_page_for_stubs(storage_thread *t, int clsid);
 void slabs_mover_stats(stat_writer w, void *ctx);
 void slabs_mover_reset(void);
 size_t slabs_total_malloced(void);
