@@ -837,3 +837,79 @@ def test_a_request_with_its_close_notify_is_answered_and_nothing_left_over(tls_s
     assert "left ciphertext" not in srv.log()
     with srv.tls() as c:
         assert int(stat(c, "tls_staged_reads")) > 0   # the batches did receive TLS reads
+
+
+class TricklingProxy:
+    """In front of a TLS server: the client's bytes go through at once, the
+    server's come back one byte per `pace` seconds, at most `limit` of them,
+    then both sides are closed. Records how many the client had been given
+    when it gave up and closed (None: it never did before the limit)."""
+
+    def __init__(self, target_port, pace=0.3, limit=40):
+        import threading
+        self.target_port, self.pace, self.limit = target_port, pace, limit
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.port = next_free_port()
+        self.listener.bind(("127.0.0.1", self.port))
+        self.listener.listen(1)
+        self.sent_when_client_left = None
+        self.client_left = threading.Event()
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        import threading
+        import time
+        client, _ = self.listener.accept()
+        server = socket.create_connection(("127.0.0.1", self.target_port), timeout=IO_TIMEOUT_S)
+        sent = [0]
+
+        def upstream():
+            try:
+                while True:
+                    data = client.recv(65536)
+                    if not data:
+                        break
+                    server.sendall(data)
+            except OSError:
+                pass
+            if sent[0] < self.limit:
+                self.sent_when_client_left = sent[0]
+            self.client_left.set()
+        threading.Thread(target=upstream, daemon=True).start()
+        pending = b""
+        try:
+            while sent[0] < self.limit and not self.client_left.is_set():
+                if not pending:
+                    pending = server.recv(65536)
+                    if not pending:
+                        break
+                time.sleep(self.pace)   # pacing the fake network, not a measurement
+                client.sendall(pending[:1])
+                pending = pending[1:]
+                sent[0] += 1
+        except OSError:
+            pass
+        finally:
+            client.close()
+            server.close()
+            self.listener.close()
+
+
+@pytest.mark.cachetd_only(reason="cachet-probe is cachetd's")
+def test_the_tls_round_trip_has_one_deadline_not_one_per_read(tls_server, pki):
+    """tls_client.c (cachet-probe --tls and /healthz under -Z) against a
+    server whose handshake bytes arrive one at a time, each well inside the
+    timeout: with a timeout per read it waited for every byte (the metrics
+    thread blocked past the kubelet's readiness timeout); with one deadline
+    it gives up while the server still has bytes to send."""
+    from test_probe import run_probe
+    cert, key = pki.issue("server")
+    srv = tls_server(pki.ca, cert, key)
+    proxy = TricklingProxy(srv.port)
+    r = run_probe("-p", str(proxy.port), "--tls", "-t", "1500")
+    assert r.returncode == 1, r
+    assert "within 1500 ms" in r.stderr, r.stderr
+    assert proxy.client_left.wait(IO_TIMEOUT_S)
+    assert proxy.sent_when_client_left is not None and proxy.sent_when_client_left < proxy.limit
