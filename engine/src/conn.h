@@ -127,6 +127,7 @@ struct server_stats {
     uint64_t slow_kicks;                        /* clients closed for holding the budget others wait for */
     uint64_t store_too_large, store_no_memory;  /* a store's item could not be allocated */
     uint64_t auth_cmds, auth_errors;            /* -Y: authentication attempts, and failures (auth.c) */
+    uint64_t tls_staged_reads;                  /* -Z: ciphertext an io_uring batch received for OpenSSL (tls_stage) */
 };
 
 #define STAT_ADD(w, field, n) \

@@ -4,9 +4,12 @@
  * tool is built from this file too (with tls_client.c, no other engine code), so the
  * pod's probe and /healthz make the same round trip.
  *
+ * One deadline bounds the whole round trip (probe_io.h).
+ *
  * Concurrency: stateless; the socket is the caller's for the call's length.
  */
 #include "engine_probe.h"
+#include "probe_io.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -43,53 +46,6 @@ bool engine_probe_target_from(const char *listen, int port, struct engine_probe_
     return rc == 0;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Waits for events on fd until the deadline; false on timeout. */
-static bool wait_for(int fd, short events, int64_t deadline)
-{
-    for (;;) {
-        int64_t left = deadline - now_ms();
-        if (left <= 0) return false;
-        struct pollfd p = { .fd = fd, .events = events };
-        int rc = poll(&p, 1, (int)left);
-        if (rc > 0) return true;
-        if (rc < 0 && errno != EINTR) return false;
-    }
-}
-
-/* Connects to one address within the deadline; the socket, or -1 with why set. */
-static int connect_by(const struct addrinfo *ai, const char *host, const char *port, int64_t deadline,
-                      int timeout_ms, char *why, size_t why_cap)
-{
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        snprintf(why, why_cap, "cannot create a socket: %s", strerror(errno));
-        return -1;
-    }
-    int err = connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno;
-    if (err == EINPROGRESS) {
-        if (!wait_for(fd, POLLOUT, deadline)) {
-            snprintf(why, why_cap, "connecting to %s port %s timed out after %d ms", host, port, timeout_ms);
-            close(fd);
-            return -1;
-        }
-        socklen_t len = sizeof err;
-        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-    }
-    if (err) {
-        snprintf(why, why_cap, "cannot connect to %s port %s: %s", host, port, strerror(err));
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 /* One line of printable text for a reply in a message. */
 static void one_line(char *s)
 {
@@ -99,18 +55,8 @@ static void one_line(char *s)
 bool engine_probe_exchange(const char *host, const char *port, int timeout_ms, const char *request,
                            const char *expect, char *why, size_t why_cap)
 {
-    int64_t deadline = now_ms() + timeout_ms;
-    struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res;
-    int rc = getaddrinfo(host, port, &hints, &res);
-    if (rc != 0) {
-        snprintf(why, why_cap, "cannot resolve %s port %s: %s", host, port, gai_strerror(rc));
-        return false;
-    }
-    int fd = -1;
-    snprintf(why, why_cap, "no address for %s", host);
-    for (const struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next)
-        fd = connect_by(ai, host, port, deadline, timeout_ms, why, why_cap);
-    freeaddrinfo(res);
+    int64_t deadline = probe_now_ms() + timeout_ms;
+    int fd = probe_connect(host, port, deadline, timeout_ms, why, why_cap);
     if (fd < 0) return false;
 
     bool ok = false;
@@ -120,7 +66,7 @@ bool engine_probe_exchange(const char *host, const char *port, int timeout_ms, c
     while (sent < reqlen) {
         ssize_t n = send(fd, request + sent, reqlen - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) { sent += (size_t)n; continue; }
-        if (n < 0 && (errno == EAGAIN || errno == EINTR) && wait_for(fd, POLLOUT, deadline)) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EINTR) && probe_wait(fd, POLLOUT, deadline)) continue;
         snprintf(why, why_cap, "cannot send %s: %s", verb, n < 0 ? strerror(errno) : "timed out");
         goto out;
     }
@@ -128,7 +74,7 @@ bool engine_probe_exchange(const char *host, const char *port, int timeout_ms, c
     size_t explen = strlen(expect), got = 0;
     /* read until the whole expected reply came, or what came already differs */
     while (got < explen && got < sizeof reply - 1 && !memcmp(reply, expect, got)) {
-        if (!wait_for(fd, POLLIN, deadline)) {
+        if (!probe_wait(fd, POLLIN, deadline)) {
             snprintf(why, why_cap, "no reply to %s within %d ms", verb, timeout_ms);
             goto out;
         }

@@ -505,8 +505,12 @@ void item_set_key_binary(item *it)
 /* The value, piece by piece: data chunks in order, then the head's piece. */
 static size_t value_pieces(item *it, size_t skip, struct iovec *iov, size_t max)
 {
-    if (!(item_layout(it) & ITEM_CHAINED)) {
-        size_t n = item_size_field(it);   /* a stub's value is not in RAM: never asked for */
+    uint8_t layout = item_layout(it);
+    /* a stub's value is not in RAM (its size field is the length on disk,
+     * up to 16 MiB): there are no pieces to hand out */
+    if (layout & ITEM_ON_DISK) return 0;
+    if (!(layout & ITEM_CHAINED)) {
+        size_t n = item_size_field(it);
         if (max == 0 || skip >= n) return 0;
         iov[0].iov_base = item_data(it) + skip;
         iov[0].iov_len = n - skip;

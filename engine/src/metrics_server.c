@@ -47,10 +47,12 @@
  * to 16 handshakes (the costly part) per grace. OpenSSL reads ahead,
  * so bytes it holds that poll() cannot see are read again without waiting.
  *
- * The /healthz round trip (engine_probe.c) blocks this loop for at most
- * PROBE_TIMEOUT_MS, and only when the engine does not answer; its result is
- * reused for PROBE_REUSE_MS so that no client can make this port load the
- * engine with connections.
+ * The /healthz round trip (engine_probe.c; tls_client.c when the engine
+ * port is TLS, -Z) blocks this loop for at most PROBE_TIMEOUT_MS
+ * (TLS_PROBE_TIMEOUT_MS) in all: connect, handshake and reply share one
+ * deadline (probe_io.h). It takes that long only when the engine does not
+ * answer; its result is reused for PROBE_REUSE_MS so that no client can
+ * make this port load the engine with connections.
  *
  * Concurrency: everything here belongs to the server thread, except the
  * start/stop handshake (the wake eventfd, then pthread_join) with main().
@@ -87,8 +89,9 @@
 #define PROBE_TIMEOUT_MS   500
 /* A TLS probe pays a full handshake (the engine signs, and verifies our
  * certificate under ssl_verify_mode 2-3) on a worker that may be busy: 500 ms
- * per read failed /healthz on a loaded two-core machine with the engine alive.
- * 1.5 s stays inside the kubelet's 2 s readiness timeout. */
+ * failed /healthz on a loaded two-core machine with the engine alive.
+ * 1.5 s for the whole round trip (one deadline, not one per read) stays
+ * inside the kubelet's 2 s readiness timeout. */
 #define TLS_PROBE_TIMEOUT_MS 1500
 #define PROBE_REUSE_MS     1000
 #define ACCEPT_PAUSE_MS    100    /* after accept() ran out of descriptors or memory */

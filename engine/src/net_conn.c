@@ -700,7 +700,10 @@ void uring_turn(struct worker *w)
              * before the socket; it replies and re-arms there too */
             w->batch[ud] = NULL;
             c->batch_idx = -1;
-            if (res > 0) tls_stage(c->ssl, c->rbuf + c->rend, (size_t)res);
+            if (res > 0) {
+                tls_stage(c->ssl, c->rbuf + c->rend, (size_t)res);
+                STAT_INC(w, tls_staged_reads);
+            }
             conn_readable(w->loop, c->fd, c, AE_READABLE);
             continue;
         }

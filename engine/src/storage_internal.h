@@ -74,7 +74,11 @@ enum {
 };
 /* Whole-byte values no item can have: chunks that are not items. */
 #define ITEM_FREE  0xffu     /* on a free list, or never handed out */
-#define ITEM_DATA  0xfeu     /* a data chunk of a chained value */
+/* a data chunk of a chained value; 0xfe has the ITEM_ON_DISK bit set, so
+ * layout-reading helpers (item_nstored, item_ntotal, item_nbytes) must never
+ * be called on a data chunk: its size field is its piece's length, read
+ * directly with item_size_field */
+#define ITEM_DATA  0xfeu
 #define ITEM_STATE_BITS  (ITEM_LINKED | ITEM_STALE | ITEM_WIN_SENT)
 #define ITEM_LAYOUT_BITS (ITEM_HAS_FLAGS | ITEM_HAS_EXPTIME | ITEM_CHAINED | ITEM_ON_DISK | ITEM_KEY_BINARY)
 

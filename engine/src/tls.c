@@ -47,7 +47,9 @@
  *
  * The metrics port (-o metrics_tls, metrics_server.c) takes its SSL objects
  * from the same context, so the same files, reloads and file watch serve
- * it; it only never asks for a client certificate.
+ * it; it never asks for a client certificate, and its sessions have their
+ * own session ID context, so none resumes on the data port
+ * (tls_accept_without_client_cert).
  *
  * Concurrency: the current context, and the files' identity it was built
  * from, are swapped and taken (SSL_new) under one mutex (tls_enabled reads
@@ -161,9 +163,14 @@ static SSL_CTX *build_context(char *err, size_t errlen)
         if (settings.tls.ca_cert[0])   /* the CAs a client may pick its certificate by */
             SSL_CTX_set_client_CA_list(ctx, SSL_load_client_CA_file(settings.tls.ca_cert));
         SSL_CTX_set_verify(ctx, verify_flags(settings.tls.verify_mode), NULL);
+        /* always: with client verification on, OpenSSL refuses to resume a
+         * session (a TLS 1.3 ticket too) without a session ID context, with
+         * a fatal internal_error alert, and every reconnect of a client that
+         * keeps sessions (Go's ClientSessionCache, Java) failed.
+         * memcached 1.6.45 sets it only with ssl_session_cache. */
+        SSL_CTX_set_session_id_context(ctx, (const unsigned char *)session_context, sizeof session_context - 1);
         if (settings.tls.session_cache) {
             SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
-            SSL_CTX_set_session_id_context(ctx, (const unsigned char *)session_context, sizeof session_context - 1);
         } else {
             /* no server-side cache; TLS 1.3 session tickets stay on, as in
              * memcached: they are the bytes the server sends after the
@@ -263,7 +270,10 @@ static bool make_sock_method(void)
  * may have a smaller buffer: not staged. */
 bool tls_can_stage(SSL *ssl)
 {
+    /* after a close_notify (read together with data), OpenSSL's next read
+     * returns 0 without taking staged bytes: they would look left over */
     return SSL_is_init_finished(ssl) && !SSL_has_pending(ssl) &&
+           !(SSL_get_shutdown(ssl) & SSL_RECEIVED_SHUTDOWN) &&
            SSL_SESSION_get_max_fragment_length(SSL_get0_session(ssl)) == TLSEXT_max_fragment_length_DISABLED;
 }
 
@@ -362,11 +372,25 @@ SSL *tls_accept(int fd)
 
 /* The metrics port's clients are Prometheus and the kubelet: what they
  * read are counters, not values, and a probe has no certificate to show;
- * ssl_verify_mode guards the data port. */
+ * ssl_verify_mode guards the data port. A session made here was made
+ * without a client certificate, so it must never resume on the data port:
+ * its own session ID context makes the data port refuse it (a session
+ * resumes only where its context matches), whether it comes back as a
+ * session ID from the shared cache or as a ticket; and no tickets are
+ * issued here at all, which its clients never use. */
+static const char metrics_session_context[] = "cachetd-metrics";
+
 SSL *tls_accept_without_client_cert(int fd)
 {
     SSL *ssl = tls_accept(fd);
-    if (ssl) SSL_set_verify(ssl, SSL_VERIFY_NONE, NULL);
+    if (!ssl) return NULL;
+    SSL_set_verify(ssl, SSL_VERIFY_NONE, NULL);
+    if (!SSL_set_session_id_context(ssl, (const unsigned char *)metrics_session_context,
+                                    sizeof metrics_session_context - 1)) {
+        tls_close(ssl);
+        return NULL;
+    }
+    SSL_set_options(ssl, SSL_OP_NO_TICKET);
     return ssl;
 }
 

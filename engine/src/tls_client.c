@@ -5,20 +5,26 @@
  * and /healthz make the same round trip over TLS as they do in plaintext
  * (engine_probe.c).
  *
- * Concurrency: stateless; blocking calls bounded by SO_RCVTIMEO/SO_SNDTIMEO.
+ * One deadline bounds the whole round trip (probe_io.h): a non-blocking
+ * socket, and each wait OpenSSL asks for (WANT_READ/WANT_WRITE) polls only
+ * for the time left, so connect, the handshake's reads and the reply
+ * cannot each take the whole timeout.
+ *
+ * Concurrency: stateless; each call has its own socket and context.
  */
 #include "tls_client.h"
 
 #include <errno.h>
-#include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+
+#include "probe_io.h"
 
 static void say(char *why, size_t why_cap, const char *what)
 {
@@ -29,37 +35,36 @@ static void say(char *why, size_t why_cap, const char *what)
     snprintf(why, why_cap, "%s%s%s", what, reason[0] ? ": " : "", reason);
 }
 
-static int connect_within(const struct addrinfo *res, int timeout_ms)
+/* Runs one OpenSSL step until it completes, waiting on the socket for what
+ * OpenSSL wants until the deadline; false when it failed or time ran out
+ * (*timed_out says which). */
+static bool step(SSL *ssl, int fd, int64_t deadline, bool *timed_out, int (*op)(SSL *, void *, size_t, size_t *),
+                 void *buf, size_t len, size_t *done)
 {
-    struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
-    for (const struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-        int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0) continue;
-        /* SO_SNDTIMEO bounds connect() too */
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) return fd;
-        close(fd);
+    for (;;) {
+        int rc = op(ssl, buf, len, done);
+        if (rc > 0) return true;
+        int e = SSL_get_error(ssl, rc);
+        short events = e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+        if (!events) return false;
+        if (!probe_wait(fd, events, deadline)) {
+            *timed_out = true;
+            return false;
+        }
     }
-    return -1;
 }
+
+static int connect_op(SSL *ssl, void *buf, size_t len, size_t *done) { return SSL_connect(ssl); }
+static int write_op(SSL *ssl, void *buf, size_t len, size_t *done) { return SSL_write_ex(ssl, buf, len, done); }
 
 bool tls_client_exchange(const char *host, const char *port, int timeout_ms, const char *ca_file,
                          const char *cert, const char *key, const char *request, const char *expect,
                          char *why, size_t why_cap)
 {
-    bool ok = false;
-    struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
-    if (getaddrinfo(host, port, &hints, &res) != 0 || !res) {
-        snprintf(why, why_cap, "cannot resolve %s", host);
-        return false;
-    }
-    int fd = connect_within(res, timeout_ms);
-    freeaddrinfo(res);
-    if (fd < 0) {
-        snprintf(why, why_cap, "cannot connect to %s port %s: %s", host, port, strerror(errno));
-        return false;
-    }
+    bool ok = false, timed_out = false;
+    int64_t deadline = probe_now_ms() + timeout_ms;
+    int fd = probe_connect(host, port, deadline, timeout_ms, why, why_cap);
+    if (fd < 0) return false;
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
     SSL *ssl = NULL;
     if (!ctx) {
@@ -81,20 +86,24 @@ bool tls_client_exchange(const char *host, const char *port, int timeout_ms, con
         goto out;
     }
     ssl = SSL_new(ctx);
-    if (!ssl || !SSL_set_fd(ssl, fd) || SSL_connect(ssl) != 1) {
-        say(why, why_cap, "TLS handshake failed");
+    if (!ssl || !SSL_set_fd(ssl, fd) || !step(ssl, fd, deadline, &timed_out, connect_op, NULL, 0, NULL)) {
+        if (timed_out) snprintf(why, why_cap, "TLS handshake not done within %d ms", timeout_ms);
+        else say(why, why_cap, "TLS handshake failed");
         goto out;
     }
     size_t n = 0, explen = strlen(expect), got = 0;
     char reply[256];
-    if (!SSL_write_ex(ssl, request, strlen(request), &n)) {
-        say(why, why_cap, "cannot send the request");
+    if (!step(ssl, fd, deadline, &timed_out, write_op, (void *)request, strlen(request), &n)) {
+        if (timed_out) snprintf(why, why_cap, "cannot send the request within %d ms", timeout_ms);
+        else say(why, why_cap, "cannot send the request");
         goto out;
     }
-    while (got < explen && got < sizeof reply - 1 && SSL_read_ex(ssl, reply + got, sizeof reply - 1 - got, &n))
+    while (got < explen && got < sizeof reply - 1 &&
+           step(ssl, fd, deadline, &timed_out, SSL_read_ex, reply + got, sizeof reply - 1 - got, &n))
         got += n;
     reply[got] = '\0';
     if (got == explen && !memcmp(reply, expect, explen)) ok = true;
+    else if (timed_out) snprintf(why, why_cap, "no reply over TLS within %d ms (%zu bytes)", timeout_ms, got);
     else snprintf(why, why_cap, "unexpected reply over TLS (%zu bytes): %.60s", got, reply);
 out:
     ERR_clear_error();

@@ -78,8 +78,10 @@ LAYERS = [
      ["logger"], []),
     ("base", "no engine state: page store, background threads, buffer budget, "
              "event loop, io_uring, request parser, miss-ratio curve estimator, "
-             "syscalls without cancellation points, a TLS client round trip",
-     ["extstore", "ext_knob", "bgthread", "bufmem", "ae", "uring", "proto_parser", "shards", "nocancel", "tls_client"], []),
+             "syscalls without cancellation points, a TLS client round trip, "
+             "the probes' connect and waits against one deadline",
+     ["extstore", "ext_knob", "bgthread", "bufmem", "ae", "uring", "proto_parser", "shards", "nocancel", "tls_client",
+      "probe_io"], []),
 ]
 
 # Named groups a layer may forbid. Item code: every storage file but the

@@ -26,7 +26,7 @@ import pytest
 
 from conftest import CACHETD, IO_TIMEOUT_S, next_free_port, wait_until
 from test_metrics import probes_under_reconnecting_attackers
-from test_tls import RenewedSecret, client_context, client_hello, pki, tls_server  # noqa: F401 (fixtures)
+from test_tls import RenewedSecret, client_context, client_hello, pki, resume_session, tls_server  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.cachetd_only(reason="the metrics port is cachetd's own")
 
@@ -161,3 +161,33 @@ def test_https_metrics_connections_are_a_term_of_the_memory_formula():
         return json.loads(out)["terms"]["metrics"]
     plain = metrics_term("metrics_port=9150")
     assert metrics_term("metrics_port=9150", "metrics_tls") == plain + 16 * 48 * 1024
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+@pytest.mark.parametrize("cache", [True, False])
+def test_a_metrics_port_session_never_resumes_on_the_data_port(https_metrics, pki, version, cache):
+    """The metrics port asks for no client certificate; the data port
+    requires one (ssl_verify_mode=2). A session (ID or ticket) a client
+    without a certificate got on the metrics port, offered on the data port,
+    must not let it in: the data port stores nothing for it."""
+    ccert, ckey = pki.issue("client", server=False)
+    opts = f"ssl_ca_cert={pki.ca},ssl_verify_mode=2" + (",ssl_session_cache" if cache else "")
+    srv = https_metrics("-o", opts, client=(ccert, ckey))
+    ctx = client_context(pki.ca, version=version)   # no client certificate
+    raw = socket.create_connection(("127.0.0.1", srv.mport), timeout=IO_TIMEOUT_S)
+    with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n")
+        got = b""
+        while b"OK\n" not in got:
+            chunk = s.recv(4096)
+            assert chunk, got
+            got += chunk
+        session = s.session
+    try:
+        reused, got = resume_session(srv.port, ctx, session)
+    except (ssl.SSLError, ConnectionError):
+        reused, got = False, b""
+    assert not reused and b"STORED" not in got, (reused, got)
+    with srv.tls(client_context(pki.ca, ccert, ckey)) as c:   # and nothing was stored
+        c.send(b"get r\r\n")
+        assert c.until(b"END\r\n") == b"END\r\n"

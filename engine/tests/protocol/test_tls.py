@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from conftest import CACHETD, IS_MEMCACHED, Conn, IO_TIMEOUT_S, Server, next_free_port, settings_of, wait_until
+from conftest import CACHETD, IS_MEMCACHED, Conn, IO_TIMEOUT_S, Server, next_free_port, settings_of, stat, wait_until
 
 
 def memcached_tls():
@@ -164,6 +164,9 @@ def test_tls_reads_are_batched_through_io_uring(tls_server, pki):
         for i, c in enumerate(conns[:8]):
             value = mid if i % 2 else big
             assert c.until(b"END\r\n") == b"STORED\r\nVALUE big%d 0 %d\r\n%s\r\nEND\r\n" % (i, len(value), value)
+        # not the plain path for every connection: the batch received ciphertext
+        with srv.tls() as c:
+            assert int(stat(c, "tls_staged_reads")) > 0
     finally:
         for c in conns:
             c.close()
@@ -723,3 +726,190 @@ def test_the_server_writes_after_a_tls13_handshake(tls_server, pki):
         assert readable, "the server sent nothing after the TLS 1.3 handshake"
         s.sendall(b"version\r\n")
         assert s.recv(64).startswith(b"VERSION ")
+
+
+def resume_session(port, ctx, session):
+    """A new connection offering session; (resumed, the reply to a set/get)."""
+    raw = socket.create_connection(("127.0.0.1", port), timeout=IO_TIMEOUT_S)
+    s = ctx.wrap_socket(raw, server_hostname="127.0.0.1", session=session)
+    try:
+        s.sendall(b"set r 0 0 1\r\nx\r\nget r\r\n")
+        got = b""
+        while not got.endswith(b"END\r\n"):
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        return s.session_reused, got
+    finally:
+        s.close()
+
+
+@pytest.mark.cachetd_only(reason="memcached 1.6.45 sets no session ID context without ssl_session_cache: "
+                                 "it fails the resumption with an internal_error alert (engine/README.md)")
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+def test_a_client_with_a_certificate_resumes_without_a_session_cache(tls_server, pki, version):
+    """ssl_verify_mode 2 and no ssl_session_cache (what the operator deploys
+    for clientAuth Require): a client keeping its session (a ticket) comes
+    back with it and is served, not sent a fatal alert."""
+    cert, key = pki.issue("server")
+    ccert, ckey = pki.issue("client", server=False)
+    srv = tls_server(pki.ca, cert, key, "-o", f"ssl_ca_cert={pki.ca},ssl_verify_mode=2", client=(ccert, ckey))
+    ctx = client_context(pki.ca, ccert, ckey, version=version)
+    raw = socket.create_connection(("127.0.0.1", srv.port), timeout=IO_TIMEOUT_S)
+    with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+        s.sendall(b"version\r\n")
+        assert s.recv(4096).startswith(b"VERSION ")   # the TLS 1.3 ticket came before it
+        session = s.session
+    assert session is not None and session.has_ticket
+    for _ in range(2):
+        reused, got = resume_session(srv.port, ctx, session)
+        assert got == b"STORED\r\nVALUE r 0 1\r\nx\r\nEND\r\n", got
+
+
+class ClosingClient:
+    """A TLS client over a raw socket (ssl.MemoryBIO), so that its request and
+    its close_notify go out in one write, and bytes after them can follow."""
+
+    def __init__(self, port, ctx):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=IO_TIMEOUT_S)
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = ctx.wrap_bio(self.incoming, self.outgoing, server_hostname="127.0.0.1")
+        while True:
+            try:
+                self.tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self.sock.sendall(self.outgoing.read())
+                self.incoming.write(self.sock.recv(65536))
+        self.sock.sendall(self.outgoing.read())
+
+    def send_then_close_notify(self, data):
+        self.tls.write(data)
+        try:
+            self.tls.unwrap()
+        except ssl.SSLWantReadError:
+            pass   # the server's close_notify, never awaited
+        self.sock.sendall(self.outgoing.read())
+
+    def read_plain(self, until):
+        got = b""
+        while not got.endswith(until):
+            try:
+                got += self.tls.read(65536)
+                continue
+            except ssl.SSLWantReadError:
+                pass
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                break
+            self.incoming.write(chunk)
+        return got
+
+
+@pytest.mark.cachetd_only(reason="the stderr line and io_uring staging are cachetd's")
+def test_a_request_with_its_close_notify_is_answered_and_nothing_left_over(tls_server, pki):
+    """A request and the client's close_notify in one write: the reply comes
+    back. Bytes the client sends after its close_notify, received by an
+    io_uring batch (many connections at once), must not be staged for an
+    OpenSSL that takes no more: no "left ciphertext" line, only a close."""
+    cert, key = pki.issue("server")
+    srv = tls_server(pki.ca, cert, key, "-t", "1")
+    ctx = client_context(pki.ca, version=ssl.TLSVersion.TLSv1_3)
+    with srv.tls() as c:
+        c.send(b"set k 0 0 5\r\nhello\r\n")
+        assert c.until(b"\r\n") == b"STORED\r\n"
+    for rnd in range(3):
+        clients = [ClosingClient(srv.port, ctx) for _ in range(24)]
+        for cl in clients:
+            cl.send_then_close_notify(b"get k\r\n")
+        for cl in clients:
+            assert cl.read_plain(b"END\r\n") == b"VALUE k 0 5\r\nhello\r\nEND\r\n"
+        for cl in clients:   # at once, so turns find many ready
+            cl.sock.sendall(os.urandom(200))
+        for cl in clients:
+            try:
+                while cl.sock.recv(4096):
+                    pass
+            except ConnectionResetError:
+                pass
+            cl.sock.close()
+    assert "left ciphertext" not in srv.log()
+    with srv.tls() as c:
+        assert int(stat(c, "tls_staged_reads")) > 0   # the batches did receive TLS reads
+
+
+class TricklingProxy:
+    """In front of a TLS server: the client's bytes go through at once, the
+    server's come back one byte per `pace` seconds, at most `limit` of them,
+    then both sides are closed. Records how many the client had been given
+    when it gave up and closed (None: it never did before the limit)."""
+
+    def __init__(self, target_port, pace=0.3, limit=40):
+        import threading
+        self.target_port, self.pace, self.limit = target_port, pace, limit
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.port = next_free_port()
+        self.listener.bind(("127.0.0.1", self.port))
+        self.listener.listen(1)
+        self.sent_when_client_left = None
+        self.client_left = threading.Event()
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        import threading
+        import time
+        client, _ = self.listener.accept()
+        server = socket.create_connection(("127.0.0.1", self.target_port), timeout=IO_TIMEOUT_S)
+        sent = [0]
+
+        def upstream():
+            try:
+                while True:
+                    data = client.recv(65536)
+                    if not data:
+                        break
+                    server.sendall(data)
+            except OSError:
+                pass
+            if sent[0] < self.limit:
+                self.sent_when_client_left = sent[0]
+            self.client_left.set()
+        threading.Thread(target=upstream, daemon=True).start()
+        pending = b""
+        try:
+            while sent[0] < self.limit and not self.client_left.is_set():
+                if not pending:
+                    pending = server.recv(65536)
+                    if not pending:
+                        break
+                time.sleep(self.pace)   # pacing the fake network, not a measurement
+                client.sendall(pending[:1])
+                pending = pending[1:]
+                sent[0] += 1
+        except OSError:
+            pass
+        finally:
+            client.close()
+            server.close()
+            self.listener.close()
+
+
+@pytest.mark.cachetd_only(reason="cachet-probe is cachetd's")
+def test_the_tls_round_trip_has_one_deadline_not_one_per_read(tls_server, pki):
+    """tls_client.c (cachet-probe --tls and /healthz under -Z) against a
+    server whose handshake bytes arrive one at a time, each well inside the
+    timeout: with a timeout per read it waited for every byte (the metrics
+    thread blocked past the kubelet's readiness timeout); with one deadline
+    it gives up while the server still has bytes to send."""
+    from test_probe import run_probe
+    cert, key = pki.issue("server")
+    srv = tls_server(pki.ca, cert, key)
+    proxy = TricklingProxy(srv.port)
+    r = run_probe("-p", str(proxy.port), "--tls", "-t", "1500")
+    assert r.returncode == 1, r
+    assert "within 1500 ms" in r.stderr, r.stderr
+    assert proxy.client_left.wait(IO_TIMEOUT_S)
+    assert proxy.sent_when_client_left is not None and proxy.sent_when_client_left < proxy.limit
