@@ -189,6 +189,17 @@ def test_mg_recache_R(c, key):
     assert "Z" in r.flags and "W" not in r.flags
 
 
+def test_mg_recache_R_after_T_in_the_past(c, key):
+    # T-1 earlier on the line puts the expiry in the past: below any R, so
+    # this reader wins the recache; R0 never wins (memcached compares times)
+    ms(c, key, "abc")
+    r = meta(c, f"mg {key} T-1 R30 v")
+    assert r.value == b"abc" and "W" in r.flags
+    ms(c, key, "abc")
+    r = meta(c, f"mg {key} T-1 R0 v")
+    assert r.value == b"abc" and not ({"W", "Z"} & set(r.flags))
+
+
 def test_mg_opaque_on_miss_with_k(c, key):
     r = meta(c, f"mg {key} O77 k v")
     assert r.code == "EN"
