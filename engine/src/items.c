@@ -845,7 +845,10 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
             bool wants = (fl & ITEM_STALE) && opts->win_tokens;
             if (opts->recache) {
                 rel_time_t exp = opts->recache_before_touch ? before : item_exptime(it);
-                if (exp != 0 && exp - now < opts->recache_below) wants = true;
+                /* an expiry already past (T-1 earlier on the line) is below any R
+                 * too; memcached compares absolute times, R0 never wins */
+                if (exp != 0 && opts->recache_below != 0 && (exp < now || exp - now < opts->recache_below))
+                    wants = true;
             }
             if (fl & ITEM_WIN_SENT) {
                 out->win_sent_before = true;

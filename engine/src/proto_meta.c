@@ -339,8 +339,16 @@ static void process_me(struct conn *c, struct request *r)
         return;
     }
     uint32_t now = (uint32_t)storage_now();
+    /* the key as the item holds it (memcached): base64 for one stored with b */
+    char key_b64[(KEY_MAX + 2) / 3 * 4 + 1];
+    const char *key = (const char *)r->key;
+    int nkey = (int)r->nkey;
+    if (v.key_binary) {
+        nkey = (int)base64_encode(r->key, r->nkey, key_b64, sizeof key_b64);
+        key = key_b64;
+    }
     out_printf(c, "ME %.*s exp=%lld la=%u cas=%llu fetch=%s cls=%u size=%u\r\n",
-               (int)r->meta.nkey_token, r->meta.key_token,
+               nkey, key,
                (long long)storage_ttl_remaining(v.exptime),
                now >= v.last_access ? now - v.last_access : 0,
                (unsigned long long)v.cas, v.fetched_before ? "yes" : "no", (unsigned)v.slab_class, v.item_size);

@@ -312,10 +312,10 @@ static enum parse_status parse_meta(struct tok *t, int nt, struct request *r)
     if (key->n > KEY_MAX)
         return client_error(r, r->cmd == CMD_MA ? "CLIENT_ERROR invalid or duplicate flag" : BAD_FORMAT);
     if (r->cmd == CMD_ME) {
-        /* me reads only b among its flags */
+        /* me reads one flag, b, and only as its first (memcached 1.6.45,
+         * which also wants a 4th token there: see engine/README.md) */
         memset(&r->meta, 0, offsetof(struct meta_req, flags));
-        for (int i = 2; i < nt; i++)
-            if (t[i].p[0] == 'b') r->meta.base64 = true;
+        r->meta.base64 = nt >= 3 && t[2].n == 1 && t[2].p[0] == 'b';
     } else {
         enum parse_status st = nt > META_MAX_TOKENS
             ? client_error(r, "CLIENT_ERROR options flags are too long")
@@ -338,8 +338,7 @@ static enum parse_status parse_meta(struct tok *t, int nt, struct request *r)
     r->meta.nkey_token = (uint8_t)key->n;
     if (r->meta.base64) {
         /* the other meta commands decoded it among their flags */
-        if (r->cmd == CMD_ME && !decode_meta_key(key, r))
-            return client_error(r, "CLIENT_ERROR error decoding key");
+        if (r->cmd == CMD_ME && !decode_meta_key(key, r)) return client_error(r, BAD_FORMAT);
     } else {
         r->key = key->p;
         r->nkey = key->n;

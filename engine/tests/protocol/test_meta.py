@@ -89,6 +89,21 @@ def test_me_hit_and_miss(c, key):
     assert c.cmd(f"me {key}-missing") == b"EN"
 
 
+def test_me_base64_key(c, key):
+    # me reads b only as its first flag and names the key as the item holds
+    # it: text for a text key, base64 for one stored with b (memcached 1.6.45)
+    b64 = base64.b64encode(key.encode()).decode()
+    assert ms(c, key, "debug").code == "HD"
+    assert c.cmd(f"me {b64} b x").decode().startswith(f"ME {key} ")
+    assert c.cmd(f"me {b64} x b") == b"EN", "b after another flag is not read"
+    binary = b"\x00\xff" + key.encode()
+    bin64 = base64.b64encode(binary).decode()
+    assert ms(c, bin64, "debug", "b").code == "HD"
+    assert c.cmd(f"me {bin64} b x").decode().startswith(f"ME {bin64} ")
+    # a key b cannot decode: me's own error text
+    assert c.cmd("me abc b x") == b"CLIENT_ERROR bad command line format"
+
+
 # ---- mg ------------------------------------------------------------------------------
 def test_mg_miss_and_quiet(c, key):
     assert meta(c, f"mg {key} v").code == "EN"
@@ -187,6 +202,17 @@ def test_mg_recache_R(c, key):
     assert "W" in r.flags, "TTL below R200 hands out one win"
     r = meta(c, f"mg {key} R200 v")
     assert "Z" in r.flags and "W" not in r.flags
+
+
+def test_mg_recache_R_after_T_in_the_past(c, key):
+    # T-1 earlier on the line puts the expiry in the past: below any R, so
+    # this reader wins the recache; R0 never wins (memcached compares times)
+    ms(c, key, "abc")
+    r = meta(c, f"mg {key} T-1 R30 v")
+    assert r.value == b"abc" and "W" in r.flags
+    ms(c, key, "abc")
+    r = meta(c, f"mg {key} T-1 R0 v")
+    assert r.value == b"abc" and not ({"W", "Z"} & set(r.flags))
 
 
 def test_mg_opaque_on_miss_with_k(c, key):
