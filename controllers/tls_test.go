@@ -30,6 +30,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
@@ -228,7 +229,21 @@ func TestTLSReadyNamesNoCertManagerThenTheIssuerNotReady(t *testing.T) {
 	if err := k8sClient.Create(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	waitTLSReady(t, c, metav1.ConditionFalse, ReasonIssuerNotReady)
+	// the condition is IssuerNotReady already, so waiting for that value
+	// proves nothing: change the spec after the Secret exists and wait for
+	// the condition written for the new generation, which a reconcile that
+	// saw the Secret wrote
+	bumped, err := updateCache(ns, c.Name, func(c *cachev1alpha1.Cache) { c.Spec.Replicas = ptr.To(int32(2)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "TLSReady written for the generation after the Secret", func() (bool, string) {
+		cond = condOf(getCache(t, ns, c.Name), cachev1alpha1.ConditionTLSReady)
+		return cond.ObservedGeneration >= bumped.Generation, fmt.Sprintf("generation %d: %+v", bumped.Generation, cond)
+	})
+	if cond.Status != metav1.ConditionFalse || cond.Reason != ReasonIssuerNotReady {
+		t.Errorf("with the Secret but the Certificate not Ready, TLSReady is %s %s (%s): want False %s", cond.Status, cond.Reason, cond.Message, ReasonIssuerNotReady)
+	}
 	setCertificateReady(t, ns, key.Name, metav1.ConditionTrue, "Ready", "Certificate is up to date and has not expired")
 	waitTLSReady(t, c, metav1.ConditionTrue, ReasonSecretMounted)
 }
