@@ -65,14 +65,17 @@ func (s *suite) webhookCertFromCertManager(t *testing.T) {
 	// Only the validating webhook knows this rule (the schema and CEL cannot
 	// express it). kubectl prints an Invalid answer the same way whoever gave
 	// it, so the API server's own count of the webhook's rejections says who.
-	before, err := s.webhookAnswers(hook, true)
+	rejections := func() (int, error) {
+		return s.apiserverCount("apiserver_admission_webhook_rejection_count", `name="`+hook+`"`, `type="validating"`)
+	}
+	before, err := rejections()
 	if err != nil {
 		t.Fatal(err)
 	}
 	invalid := fmt.Sprintf("apiVersion: cache.cachet.dev/v1alpha1\nkind: Cache\nmetadata:\n  name: e2e-webhook-invalid\n  namespace: %s\n"+
 		"spec:\n  memory: 64Mi\n  placement:\n    podLabels:\n      app.kubernetes.io/instance: other\n", c.cacheNS)
 	_, err = c.kIn(invalid, "create", "--dry-run=server", "-f", "-")
-	after, merr := s.webhookAnswers(hook, true)
+	after, merr := rejections()
 	if merr != nil {
 		t.Fatal(merr)
 	}
@@ -82,14 +85,18 @@ func (s *suite) webhookCertFromCertManager(t *testing.T) {
 		t.Logf("invalid Cache refused by webhook %s (the API server's rejections of it %d -> %d): %s", hook, before, after, strings.Join(strings.Fields(err.Error()), " "))
 	}
 	// and a valid one passes the webhook: admitted by it, not around it
-	before, err = s.webhookAnswers(hook, false)
+	admissions := func() (int, error) {
+		return s.apiserverCount("apiserver_admission_webhook_admission_duration_seconds_count",
+			`name="`+hook+`"`, `type="validating"`, `rejected="false"`)
+	}
+	before, err = admissions()
 	if err != nil {
 		t.Fatal(err)
 	}
 	valid := fmt.Sprintf("apiVersion: cache.cachet.dev/v1alpha1\nkind: Cache\nmetadata:\n  name: e2e-webhook-valid\n  namespace: %s\n"+
 		"spec:\n  memory: 64Mi\n", c.cacheNS)
 	_, err = c.kIn(valid, "create", "--dry-run=server", "-f", "-")
-	after, merr = s.webhookAnswers(hook, false)
+	after, merr = admissions()
 	if merr != nil {
 		t.Fatal(merr)
 	}
@@ -100,20 +107,16 @@ func (s *suite) webhookCertFromCertManager(t *testing.T) {
 	}
 }
 
-// webhookAnswers is the API server's count of the requests a validating
-// webhook denied (rejected) or admitted
-// (apiserver_admission_webhook_admission_duration_seconds_count, whose
-// rejected label says which).
-func (s *suite) webhookAnswers(hook string, rejected bool) (int, error) {
+// apiserverCount is the sum of the API server's counter metric over the
+// series that carry every one of labels (`name="value"`).
+func (s *suite) apiserverCount(metric string, labels ...string) (int, error) {
 	out, err := s.c.k("get", "--raw", "/metrics")
 	if err != nil {
 		return 0, err
 	}
 	n := 0
 	for _, line := range strings.Split(out, "\n") {
-		if strings.HasPrefix(line, "apiserver_admission_webhook_admission_duration_seconds_count{") &&
-			strings.Contains(line, `name="`+hook+`"`) && strings.Contains(line, `type="validating"`) &&
-			strings.Contains(line, fmt.Sprintf(`rejected="%t"`, rejected)) {
+		if strings.HasPrefix(line, metric+"{") && !slices.ContainsFunc(labels, func(l string) bool { return !strings.Contains(line, l) }) {
 			f := strings.Fields(line)
 			v, err := strconv.ParseFloat(f[len(f)-1], 64)
 			if err != nil {
