@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -198,7 +199,10 @@ func (r *CacheReconciler) renderAuthFile(ctx context.Context, c *cachev1alpha1.C
 
 // observeTLS says what keeps spec.tls's certificate from the pods: no
 // cert-manager, a Certificate cert-manager has not issued (its issuer not
-// Ready), or no Secret to mount. nil when the Secret is there.
+// Ready), or no Secret to mount; or, with spec.tls.metrics, what keeps
+// scrapers from verifying it: no ca.crt in the Secret (the pods still run
+// and serve the data port, Prometheus's and the Observed profile's reads of
+// the metrics port fail). nil when the Secret is there.
 func (r *CacheReconciler) observeTLS(ctx context.Context, c *cachev1alpha1.Cache) *podProblem {
 	t := c.Spec.TLS
 	if t == nil {
@@ -223,10 +227,19 @@ func (r *CacheReconciler) observeTLS(ctx context.Context, c *cachev1alpha1.Cache
 	if t.ClientAuth == "Require" && t.ClientCA != nil {
 		secrets = append(secrets, t.ClientCA.Name)
 	}
+	var serving *corev1.Secret
 	for _, name := range secrets {
-		if err := r.getAround(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, &corev1.Secret{}); err != nil {
+		secret := &corev1.Secret{}
+		if err := r.getAround(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, secret); err != nil {
 			return &podProblem{ReasonSecretMissing, fmt.Sprintf("Secret %s: %v; the pods cannot start without it", name, err)}
 		}
+		if serving == nil {
+			serving = secret
+		}
+	}
+	if engine.MetricsTLS(engine.ForSpec(&c.Spec, r.Engine)) && !x509.NewCertPool().AppendCertsFromPEM(serving.Data[TLSCAKey]) {
+		return &podProblem{ReasonSecretMissingCA, fmt.Sprintf("spec.tls.metrics needs %s in Secret %s for scrapers to verify the metrics port: "+
+			"the pods serve, but Prometheus and the Observed profile cannot read their metrics; add the issuing CA's certificate as %s", TLSCAKey, serving.Name, TLSCAKey)}
 	}
 	return nil
 }

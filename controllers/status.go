@@ -80,6 +80,7 @@ const (
 	ReasonNoCertManager       = "NoCertManager"
 	ReasonIssuerNotReady      = "IssuerNotReady"
 	ReasonSecretMissing       = "SecretMissing"
+	ReasonSecretMissingCA     = "SecretMissingCA"
 	ReasonInvalidUser         = "InvalidUser"
 	ReasonSecretMounted       = "SecretMounted"
 	// Event reasons only.

@@ -25,14 +25,17 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1alpha1 "cachet.dev/cachet/api/v1alpha1"
+	"cachet.dev/cachet/test/utils"
 )
 
 func withIssuer(c *cachev1alpha1.Cache) {
@@ -228,7 +231,57 @@ func TestTLSReadyNamesNoCertManagerThenTheIssuerNotReady(t *testing.T) {
 	if err := k8sClient.Create(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	waitTLSReady(t, c, metav1.ConditionFalse, ReasonIssuerNotReady)
+	// the condition is IssuerNotReady already, so waiting for that value
+	// proves nothing: change the spec after the Secret exists and wait for
+	// the condition written for the new generation, which a reconcile that
+	// saw the Secret wrote
+	bumped, err := updateCache(ns, c.Name, func(c *cachev1alpha1.Cache) { c.Spec.Replicas = ptr.To(int32(2)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "TLSReady written for the generation after the Secret", func() (bool, string) {
+		cond = condOf(getCache(t, ns, c.Name), cachev1alpha1.ConditionTLSReady)
+		return cond.ObservedGeneration >= bumped.Generation, fmt.Sprintf("generation %d: %+v", bumped.Generation, cond)
+	})
+	if cond.Status != metav1.ConditionFalse || cond.Reason != ReasonIssuerNotReady {
+		t.Errorf("with the Secret but the Certificate not Ready, TLSReady is %s %s (%s): want False %s", cond.Status, cond.Reason, cond.Message, ReasonIssuerNotReady)
+	}
 	setCertificateReady(t, ns, key.Name, metav1.ConditionTrue, "Ready", "Certificate is up to date and has not expired")
+	waitTLSReady(t, c, metav1.ConditionTrue, ReasonSecretMounted)
+}
+
+// With spec.tls.metrics, scrapers verify the metrics port against the
+// serving Secret's ca.crt (the PodMonitor's tlsConfig, the Observed
+// profile's reader): a user Secret without one is TLSReady False
+// SecretMissingCA, naming the Secret, while the pods are still made (the
+// data port works); adding ca.crt turns it True.
+func TestTLSReadyNamesAMetricsSecretWithoutCA(t *testing.T) {
+	needIntegration(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	ca := utils.NewTestCA(t)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "user-certs"}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{"tls.crt": []byte("issued"), "tls.key": []byte("issued")}}
+	if err := k8sClient.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	c := createCache(t, ns, "scraped", func(c *cachev1alpha1.Cache) {
+		c.Spec.TLS = &cachev1alpha1.TLSSpec{SecretName: secret.Name, Metrics: true}
+	})
+	cond := waitTLSReady(t, c, metav1.ConditionFalse, ReasonSecretMissingCA)
+	for _, want := range []string{"spec.tls.metrics", "ca.crt", "Secret " + secret.Name} {
+		if !strings.Contains(cond.Message, want) {
+			t.Errorf("SecretMissingCA message %q lacks %q", cond.Message, want)
+		}
+	}
+	eventually(t, "the StatefulSet made all the same", func() (bool, string) {
+		err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: StatefulSetName(c)}, &appsv1.StatefulSet{})
+		return err == nil, fmt.Sprint(err)
+	})
+
+	secret.Data[TLSCAKey] = ca.CertPEM
+	if err := k8sClient.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
 	waitTLSReady(t, c, metav1.ConditionTrue, ReasonSecretMounted)
 }

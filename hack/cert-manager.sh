@@ -223,10 +223,13 @@ up() {
     sleep 1
   done
   log "the webhook refuses an invalid Certificate ($((SECONDS - start))s)"
+  # the probe issuer goes whether the wait succeeds or dies
+  trap 'probe_issuer | "$kubectl" delete --ignore-not-found -f - >/dev/null || true' EXIT
   probe_issuer | "$kubectl" apply -f - >/dev/null
   out=$("$kubectl" wait --for=condition=Ready --timeout=90s clusterissuer/cachet-cert-manager-probe 2>&1) \
     || { diagnose; die "a SelfSigned ClusterIssuer did not turn Ready: $out"; }
   probe_issuer | "$kubectl" delete -f - >/dev/null
+  trap - EXIT
   log "up"
 }
 

@@ -68,6 +68,15 @@ step "kubectl (hack/build-k8s.sh kubectl)"
 nice hack/build-k8s.sh kubectl
 kubectl="$root/bin/k8s/kubectl"
 
+# cert_manager_runs: some namespace has a cert-manager controller
+# Deployment (label app.kubernetes.io/name=cert-manager, as upstream's
+# chart sets, or named cert-manager) with an available replica: CRDs alone
+# (left by an uninstall) issue nothing.
+cert_manager_runs() {
+  "$kubectl" get deployments -A -o jsonpath='{range .items[*]}{.metadata.name}{"\t"}{.metadata.labels.app\.kubernetes\.io/name}{"\t"}{.status.availableReplicas}{"\n"}{end}' 2>/dev/null |
+    awk -F'\t' '($1 == "cert-manager" || $2 == "cert-manager") && $3 + 0 > 0 { found = 1 } END { exit !found }'
+}
+
 reachable() { # kubeconfig
   [ -f "$1" ] && "$kubectl" --kubeconfig "$1" --request-timeout=5s get --raw /readyz >/dev/null 2>&1
 }
@@ -176,9 +185,11 @@ if [ "$node_local" = 1 ]; then
   step "cert-manager (hack/cert-manager.sh up)"
   hack/cert-manager.sh up 9>&-
   cert_manager=1
-elif "$kubectl" get crd certificates.cert-manager.io >/dev/null 2>&1; then
-  echo "    the cluster serves cert-manager.io: the chart's webhook certificate and stage 21 use it"
+elif "$kubectl" get crd certificates.cert-manager.io >/dev/null 2>&1 && cert_manager_runs; then
+  echo "    the cluster runs cert-manager: the chart's webhook certificate and stage 21 use it"
   cert_manager=1
+elif "$kubectl" get crd certificates.cert-manager.io >/dev/null 2>&1; then
+  echo "    the cluster serves cert-manager.io's CRDs but runs no cert-manager Deployment with available replicas: stage 21 is skipped, the chart makes its own webhook certificate"
 fi
 
 step "helm (make helm)"

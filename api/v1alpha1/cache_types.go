@@ -979,7 +979,9 @@ const (
 	// ConditionTLSReady is True when spec.tls's certificate Secret is there
 	// for the pods to mount (reason SecretMounted); False with NoCertManager
 	// (issuerRef without cert-manager in the cluster), IssuerNotReady (the
-	// Certificate is not issued) or SecretMissing. Absent without spec.tls.
+	// Certificate is not issued), SecretMissing or SecretMissingCA
+	// (spec.tls.metrics with no ca.crt in the Secret: the pods serve, the
+	// metrics port cannot be verified). Absent without spec.tls.
 	ConditionTLSReady = "TLSReady"
 	// ConditionAuthReady is True when spec.auth's users are rendered into
 	// the authfile the pods read (reason SecretMounted); False with
@@ -1063,7 +1065,8 @@ type CacheStatus struct {
 	// generation). Events name each change: Tuned, the False reason, or
 	// NodeTuningReverted when irqStrategy became none.
 	// TLSReady (with spec.tls): True SecretMounted; False NoCertManager,
-	// IssuerNotReady or SecretMissing.
+	// IssuerNotReady, SecretMissing or SecretMissingCA (spec.tls.metrics
+	// without ca.crt in the Secret; the pods still serve).
 	// AuthReady (with spec.auth): True SecretMounted; False SecretMissing
 	// or InvalidUser.
 	//

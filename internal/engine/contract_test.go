@@ -126,6 +126,17 @@ var admittedSpecs = []contractCase{
 	{name: "chunk sizes up to half a slab page", spec: spec(func(s *cachev1alpha1.CacheSpec) { s.Engine.ChunkSizes = []int32{48, 524288} })},
 	{name: "chunk sizes, small memory", spec: spec(memory("8Mi"), func(s *cachev1alpha1.CacheSpec) { s.Engine.ChunkSizes = []int32{48, 65536} })},
 	{name: "extstore, 1 IO thread", spec: spec(withExtstore("10Gi"))},
+	// item counts of exactly 1.5 x 2^p, where the engine's table stops
+	// growing one power short of items/1.5+1 rounded up: 48-byte extstore
+	// stubs at 9 x 2^k bytes, 80-byte items at 15 x 2^k
+	{name: "9Gi of extstore stubs", spec: spec(memory("9Gi"), withExtstore("100Gi"))},
+	{name: "1152Mi of extstore stubs", spec: spec(memory("1152Mi"), withExtstore("10Gi"))},
+	{name: "15Gi of extstore stubs", spec: spec(memory("15Gi"), withExtstore("100Gi"))},
+	{name: "960Mi of extstore stubs", spec: spec(memory("960Mi"), withExtstore("10Gi"))},
+	{name: "9Gi of items", spec: spec(memory("9Gi"))},
+	{name: "1152Mi of items", spec: spec(memory("1152Mi"))},
+	{name: "15Gi of items", spec: spec(memory("15Gi"))},
+	{name: "960Mi of items", spec: spec(memory("960Mi"))},
 	{name: "extstore, 4 IO threads, big pages", spec: spec(withExtstore("1Ti", func(e *cachev1alpha1.ExtstoreSpec) {
 		e.IOThreads = ptr.To(int32(4))
 		e.PageSize = ptr.To(resource.MustParse("256Mi"))
@@ -288,6 +299,9 @@ func TestBudgetCoversTheEnginesMemoryBound(t *testing.T) {
 			b := Budget(tc.spec, o)
 			if got := eb.Terms["metrics"]; got != b.Metrics {
 				t.Errorf("%s: the engine's metrics term is %d bytes, Budget's Metrics %d", tc.name, got, b.Metrics)
+			}
+			if got := eb.Terms["hash_table"]; got != b.HashTable {
+				t.Errorf("%s: the engine's hash_table term is %d bytes, Budget's HashTable %d", tc.name, got, b.HashTable)
 			}
 			if got := eb.Terms["miss_ratio_curve"]; got != b.MissRatioCurve {
 				t.Errorf("%s: the engine's miss_ratio_curve term is %d bytes, Budget's MissRatioCurve %d", tc.name, got, b.MissRatioCurve)

@@ -26,7 +26,6 @@ package engine
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"math/bits"
 	"strconv"
 	"strings"
 
@@ -538,14 +537,11 @@ func MaxItems(s *cachev1alpha1.CacheSpec) int64 {
 // starts large enough never has an old one: cachetd --memory-budget's
 // hash_table term).
 func HashTableBytes(s *cachev1alpha1.CacheSpec) int64 {
-	maxItems := MaxItems(s)
-	buckets := int64(float64(maxItems)/HashLoadFactor) + 1
-	power := int64(bits.Len64(uint64(buckets - 1)))
-	initial := int64(DefaultHashPower)
+	initial := int32(DefaultHashPower)
 	if s.Engine.HashPower != nil {
-		initial = int64(*s.Engine.HashPower)
+		initial = *s.Engine.HashPower
 	}
-	power = min(max(power, initial), MaxHashPower)
+	power := grownHashPower(MaxItems(s), initial)
 	table := (int64(1) << power) * HashBucketBytes
 	if power == initial {
 		return table

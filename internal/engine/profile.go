@@ -28,7 +28,6 @@ package engine
 import (
 	"fmt"
 	"math"
-	"math/bits"
 	"slices"
 	"sort"
 	"strconv"
@@ -274,12 +273,19 @@ func ClassLadder(s *cachev1alpha1.CacheSpec) []int64 {
 // default to its ceiling) that holds items without growing: cachetd expands
 // when items exceed 1.5 x buckets (engine/src/assoc.c needs_expansion).
 func HashPowerFor(items int64) int32 {
-	buckets := int64(math.Ceil(float64(items) / HashLoadFactor))
-	p := int32(bits.Len64(uint64(max(buckets, 1) - 1)))
-	for items > (int64(1)<<p)+(int64(1)<<p)/2 {
+	return grownHashPower(items, DefaultHashPower)
+}
+
+// grownHashPower is the power a table that starts at from reaches when it
+// holds items, by the engine's own loop (engine/src/memory_budget.c
+// hash_table_bytes): it grows only while items exceed 1.5 x buckets, so
+// exactly 1.5 x 2^p items stay at power p.
+func grownHashPower(items int64, from int32) int32 {
+	p := from
+	for p < MaxHashPower && items > (int64(1)<<p)+(int64(1)<<p)/2 {
 		p++
 	}
-	return min(max(p, DefaultHashPower), MaxHashPower)
+	return p
 }
 
 // Derivation is what a workload profile gives for a spec.

@@ -11,11 +11,11 @@ package e2e
 // under an open connection.
 
 import (
+	"bytes"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
-	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,14 +65,17 @@ func (s *suite) webhookCertFromCertManager(t *testing.T) {
 	// Only the validating webhook knows this rule (the schema and CEL cannot
 	// express it). kubectl prints an Invalid answer the same way whoever gave
 	// it, so the API server's own count of the webhook's rejections says who.
-	before, err := s.webhookRejections(hook)
+	rejections := func() (int, error) {
+		return s.apiserverCount("apiserver_admission_webhook_rejection_count", `name="`+hook+`"`, `type="validating"`)
+	}
+	before, err := rejections()
 	if err != nil {
 		t.Fatal(err)
 	}
 	invalid := fmt.Sprintf("apiVersion: cache.cachet.dev/v1alpha1\nkind: Cache\nmetadata:\n  name: e2e-webhook-invalid\n  namespace: %s\n"+
 		"spec:\n  memory: 64Mi\n  placement:\n    podLabels:\n      app.kubernetes.io/instance: other\n", c.cacheNS)
 	_, err = c.kIn(invalid, "create", "--dry-run=server", "-f", "-")
-	after, merr := s.webhookRejections(hook)
+	after, merr := rejections()
 	if merr != nil {
 		t.Fatal(merr)
 	}
@@ -81,19 +84,39 @@ func (s *suite) webhookCertFromCertManager(t *testing.T) {
 	} else {
 		t.Logf("invalid Cache refused by webhook %s (the API server's rejections of it %d -> %d): %s", hook, before, after, strings.Join(strings.Fields(err.Error()), " "))
 	}
+	// and a valid one passes the webhook: admitted by it, not around it
+	admissions := func() (int, error) {
+		return s.apiserverCount("apiserver_admission_webhook_admission_duration_seconds_count",
+			`name="`+hook+`"`, `type="validating"`, `rejected="false"`)
+	}
+	before, err = admissions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	valid := fmt.Sprintf("apiVersion: cache.cachet.dev/v1alpha1\nkind: Cache\nmetadata:\n  name: e2e-webhook-valid\n  namespace: %s\n"+
+		"spec:\n  memory: 64Mi\n", c.cacheNS)
+	_, err = c.kIn(valid, "create", "--dry-run=server", "-f", "-")
+	after, merr = admissions()
+	if merr != nil {
+		t.Fatal(merr)
+	}
+	if err != nil || after <= before {
+		t.Errorf("a valid Cache: %v; the API server counts %d -> %d admissions by webhook %s; want it admitted by the webhook", err, before, after, hook)
+	} else {
+		t.Logf("valid Cache admitted by webhook %s (the API server's admissions by it %d -> %d)", hook, before, after)
+	}
 }
 
-// webhookRejections is the API server's count of the requests a validating
-// webhook denied (apiserver_admission_webhook_rejection_count).
-func (s *suite) webhookRejections(hook string) (int, error) {
+// apiserverCount is the sum of the API server's counter metric over the
+// series that carry every one of labels (`name="value"`).
+func (s *suite) apiserverCount(metric string, labels ...string) (int, error) {
 	out, err := s.c.k("get", "--raw", "/metrics")
 	if err != nil {
 		return 0, err
 	}
 	n := 0
 	for _, line := range strings.Split(out, "\n") {
-		if strings.HasPrefix(line, "apiserver_admission_webhook_rejection_count{") &&
-			strings.Contains(line, `name="`+hook+`"`) && strings.Contains(line, `type="validating"`) {
+		if strings.HasPrefix(line, metric+"{") && !slices.ContainsFunc(labels, func(l string) bool { return !strings.Contains(line, l) }) {
 			f := strings.Fields(line)
 			v, err := strconv.ParseFloat(f[len(f)-1], 64)
 			if err != nil {
@@ -119,17 +142,13 @@ func (s *suite) secretKey(t *testing.T, ns, name, key string) []byte {
 	return b
 }
 
-// leafSerial is the serial of the first certificate of a PEM chain.
-func leafSerial(chain []byte) (*big.Int, error) {
+// leafCert is the first certificate of a PEM chain.
+func leafCert(chain []byte) (*x509.Certificate, error) {
 	block, _ := pem.Decode(chain)
 	if block == nil {
 		return nil, fmt.Errorf("no PEM block in %d bytes", len(chain))
 	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return nil, err
-	}
-	return cert.SerialNumber, nil
+	return x509.ParseCertificate(block.Bytes)
 }
 
 // cmChain is stage 21's issuers: a SelfSigned ClusterIssuer signs a CA
@@ -277,10 +296,11 @@ func (s *suite) tlsCertManager(t *testing.T) {
 	if seen == 0 {
 		t.Errorf("no CertificateRequest of %s in %s", certName, ns)
 	}
-	issued, err := leafSerial(s.secretKey(t, ns, secretName, "tls.crt"))
+	issuedCert, err := leafCert(s.secretKey(t, ns, secretName, "tls.crt"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	issued := issuedCert.SerialNumber
 
 	addr := c.portForward(t, ns, "svc/"+name, memcachePort)
 	checkPlaintextRefused(t, addr)
@@ -299,7 +319,7 @@ func (s *suite) tlsCertManager(t *testing.T) {
 
 	s.forceRenewal(t, certName)
 	renewal := time.Now()
-	var renewed *big.Int
+	var renewedCert *x509.Certificate
 	eventually(t, time.Minute, time.Second, "cert-manager to write a renewed certificate into Secret "+secretName, func() (bool, string) {
 		secret, err := c.getJSON("secret", secretName, "-n", ns)
 		if err != nil {
@@ -309,12 +329,17 @@ func (s *suite) tlsCertManager(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		if renewed, err = leafSerial(chain); err != nil {
+		if renewedCert, err = leafCert(chain); err != nil {
 			return false, err.Error()
 		}
-		return renewed.Cmp(issued) != 0, "serial " + renewed.String()
+		return renewedCert.SerialNumber.Cmp(issued) != 0, "serial " + renewedCert.SerialNumber.String()
 	})
-	t.Logf("renewed: serial %s -> %s", issued, renewed)
+	renewed := renewedCert.SerialNumber
+	// the operator's Certificate asks for privateKey.rotationPolicy Always
+	if bytes.Equal(renewedCert.RawSubjectPublicKeyInfo, issuedCert.RawSubjectPublicKeyInfo) {
+		t.Errorf("the renewed certificate (serial %s) has the public key of the first (serial %s): rotationPolicy Always wants a new key", renewed, issued)
+	}
+	t.Logf("renewed: serial %s -> %s, new public key", issued, renewed)
 	waitServedSerial(t, 2*time.Minute, addr, serverName, pool, renewed)
 	t.Logf("a new connection got the renewed certificate %s after the forced renewal", time.Since(renewal).Round(time.Second))
 	if err := sess.roundTrip("held-over-renewal", "after-renewal"); err != nil {

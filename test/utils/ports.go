@@ -81,6 +81,10 @@ func (s *Server) Stop() {
 // startAttempts bounds the restarts on ports taken by someone else.
 const startAttempts = 5
 
+// serverWaitDelay bounds how long Stop waits for the server's output pipes
+// once the process has exited.
+const serverWaitDelay = 5 * time.Second
+
 // StartServer starts the command cmd builds for n ports from FreePorts and
 // waits (at most a minute) until its process listens on every one of them.
 // A process that exits with "address already in use" in its output lost a
@@ -93,6 +97,11 @@ func StartServer(t testing.TB, n int, cmd func(ports []int) *exec.Cmd) *Server {
 		s := &Server{Ports: FreePorts(t, n), out: &syncBuffer{}, done: make(chan struct{})}
 		s.Cmd = cmd(s.Ports)
 		s.Cmd.Stdout, s.Cmd.Stderr = s.out, s.out
+		// the output goes through pipes copied by goroutines Wait waits for:
+		// a child the server forked that keeps them open would block Wait,
+		// and so Stop, forever; after the process exits, give up on the
+		// pipes after this long
+		s.Cmd.WaitDelay = serverWaitDelay
 		if err := s.Cmd.Start(); err != nil {
 			t.Fatalf("starting %s: %v", s.Cmd.Path, err)
 		}
@@ -147,7 +156,9 @@ func (s *Server) waitListening(limit time.Duration) startState {
 
 // listensOnAll tells whether process pid itself holds a listening TCP socket
 // on each of the loopback ports: a connection alone could reach whoever took
-// a port from it.
+// a port from it. It looks at pid only, not its children: the command must
+// be the server itself, not a wrapper (a shell, timeout, sudo) that starts
+// it, whose sockets would never be found.
 func listensOnAll(pid int, ports []int) bool {
 	inodes := map[string]bool{}
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))

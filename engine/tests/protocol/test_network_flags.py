@@ -208,7 +208,11 @@ def test_idle_timeout_spares_a_client_with_replies_pending(start_server):
     slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     slow.connect(("127.0.0.1", srv.port))
     watcher = srv.conn()
+    # an idle connection beside it: its kick proves the sweep ran, so the
+    # slow client's survival is not just a sweep that never came
+    bystander = srv.conn()
     try:
+        assert bystander.cmd("mn") == b"MN"
         hits = int(watcher.stats()["get_hits"])
         slow.sendall(b"get big big big big big big big big\r\n")
         if ON_TEST_CLOCK:
@@ -221,7 +225,8 @@ def test_idle_timeout_spares_a_client_with_replies_pending(start_server):
             start = int(watcher.stats()["uptime"])
             while int(watcher.stats()["uptime"]) < start + 4:
                 time.sleep(0.2)
-        assert watcher.stats()["idle_kicks"] == "0"
+        assert bystander.closed_within(10), "the idle bystander was not kicked: no sweep ran"
+        assert watcher.stats()["idle_kicks"] == "1"
         slow.settimeout(10)
         want = (b"VALUE big 0 500000\r\n" + big + b"\r\n") * 8 + b"END\r\n"
         got = b""
@@ -233,6 +238,7 @@ def test_idle_timeout_spares_a_client_with_replies_pending(start_server):
     finally:
         slow.close()
         watcher.close()
+        bystander.close()
 
 
 def test_idle_timeout_off_by_default(start_server):
