@@ -193,9 +193,14 @@ print(json.dumps({"rss_kb": status.get("VmRSS"), "io": kv(f"/proc/{pid}/io", ":"
                              "rss": mem.get("rss"), "cache": mem.get("cache"), "mapped_file": mem.get("mapped_file")}}))
 PY
 }
-# diskstats_to OUT: the loop device's reads completed and sectors read (/proc/diskstats).
+# diskstats_to OUT: the loop device's reads completed, sectors read and
+# milliseconds spent reading (/proc/diskstats fields 4, 6, 7), with the time
+# of the sample: over a run, read_ms / elapsed ms is the average number of
+# reads in flight at the device (Little's law; iostat's r_await x r/s), the
+# depth the server really kept the disk at.
 diskstats_to() {
-  awk -v dev="$(basename "$loopdev")" '$3 == dev { printf "{\"reads\": %s, \"sectors_read\": %s}\n", $4, $6 }' \
+  awk -v dev="$(basename "$loopdev")" -v now="$(date +%s.%N)" \
+    '$3 == dev { printf "{\"reads\": %s, \"sectors_read\": %s, \"read_ms\": %s, \"writes\": %s, \"write_ms\": %s, \"t\": %s}\n", $4, $6, $7, $8, $11, now }' \
     /proc/diskstats >"$1"
 }
 # stats_to PORT OUT [mcstats.py options]
@@ -322,10 +327,14 @@ fi
 rm -f "$mnt/fio-probe"
 say "  ioengine $fio_engine; laying out the file (written once by fio)"
 for qd in 1 32; do
+  # (its file is laid out before the depth-1 run; the device's counters
+  # around each run include the ramp second: reads in flight, not IOPS)
+  [ -e "$mnt/fio.dat" ] && diskstats_to "$out/fio-qd$qd-diskstats-before.json"
   "${PRIO[@]}" taskset -c $SERVER_CPU timeout $((XT_FIO_SECS + 600)) fio --name="randread-qd$qd" --filename="$mnt/fio.dat" \
     --size="${XT_FIO_MB}M" --rw=randread --bs=4k --direct=1 --ioengine=$fio_engine --iodepth=$qd \
     --runtime="$XT_FIO_SECS" --time_based --ramp_time=1 --output-format=json --output="$out/fio-qd$qd.json" \
     || { say "  fio at depth $qd FAILED"; failures=$((failures + 1)); }
+  diskstats_to "$out/fio-qd$qd-diskstats-after.json"
   say "  depth $qd: $(jget "$out/fio-qd$qd.json" 'round(j["jobs"][0]["read"]["iops"])') IOPS," \
       "p99 $(jget "$out/fio-qd$qd.json" 'round(j["jobs"][0]["read"]["clat_ns"]["percentile"]["99.000000"]/1000,1)') us"
 done
