@@ -104,6 +104,8 @@ struct conn {
     struct ssl_st   *ssl;           /* -Z: the connection's TLS session (tls.c); NULL: plaintext */
     bool             tcp;           /* TCP (not a unix socket): idle_timeout applies */
     int              batch_idx;     /* io_uring mode: slot in the worker's batch, -1 if none */
+    bool             batch_send_only; /* in the batch for its completed disk replies: sent
+                                     * with the batch's replies, not read (drain_completions) */
     struct conn     *next_pending;
     struct conn     *prev, *next;   /* worker's connection list */
     /* for stats conns (read by other threads under the registry lock) */
@@ -147,6 +149,8 @@ struct prefetched {
  * wake_fd; this worker pops them in its loop. Full: the acceptor keeps the
  * connection itself. */
 #define HANDOFF_SLOTS 64
+/* the worker's io_uring batch (struct worker's batch): its ring's entries */
+#define WORKER_BATCH_MAX 1024
 struct conn_handoff {
     pthread_mutex_t  lock;
     int              fds[HANDOFF_SLOTS];
@@ -171,7 +175,8 @@ struct worker {
     struct uring    *ring;         /* io_uring: batch reads and sends per loop turn */
     struct ext_worker *ext;        /* extstore reads this worker makes itself (ext_io.h) */
     int              ext_fd;       /* its ring's fd while in the loop, else -1 */
-    struct conn    **batch;        /* connections found readable this turn */
+    struct conn    **batch;        /* connections found readable this turn, and those whose
+                                    * disk replies completed (WORKER_BATCH_MAX of them) */
     int              nbatch;
     rel_time_t       idle_checked; /* last idle_timeout sweep */
     uint32_t         slow_checked; /* conn_clock_s() of the last kick_slow sweep */

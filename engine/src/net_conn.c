@@ -569,6 +569,20 @@ static void conn_writable(struct ae_loop *l, int fd, void *data, int mask)
     conn_resume(c);
 }
 
+/* io_uring mode: a connection whose disk replies completed answers what
+ * waited behind them now, and is sent with the turn's batch (uring_turn,
+ * before the loop sleeps): the replies of every connection whose reads
+ * completed this turn leave in one io_uring_enter, not a sendmsg each. */
+static void batch_for_send(struct worker *w, struct conn *c)
+{
+    if (c->rend > c->rstart && c->state != CONN_CLOSING) process_input(c);
+    if (c->batch_idx >= 0) return;   /* already in it: sent with it */
+    if (w->nbatch >= WORKER_BATCH_MAX) uring_turn(w);
+    c->batch_idx = w->nbatch;
+    c->batch_send_only = true;
+    w->batch[w->nbatch++] = c;
+}
+
 /* Deferred replies completed by any thread (reply.h). */
 void drain_completions(struct worker *w)
 {
@@ -586,7 +600,8 @@ void drain_completions(struct worker *w)
             conn_close(c);
         } else {
             outbuf_deferred_ready(&c->out, h);
-            conn_resume(c);
+            if (w->ring && !c->ssl) batch_for_send(w, c);
+            else conn_resume(c);
         }
         h = next;
     }
@@ -620,7 +635,10 @@ static void conn_mark_ready(struct ae_loop *l, int fd, void *data, int mask)
 {
     struct conn *c = data;
     struct worker *w = c->w;
-    if (c->batch_idx >= 0) return;
+    if (c->batch_idx >= 0) {
+        c->batch_send_only = false;   /* there for its disk replies: read it too */
+        return;
+    }
     if (l->fired_now < URING_MIN_BATCH) {
         conn_readable(l, fd, data, mask);
         return;
@@ -647,6 +665,20 @@ static size_t tls_stage_room(struct conn *c)
     return c->ssl && room > TLS_STAGE_MAX ? TLS_STAGE_MAX : room;
 }
 
+/* A batch's queues in pieces (disk replies among others) go as sendmsg
+ * operations of its submit, their iovecs on the stack for the submit's
+ * length: up to BATCH_GATHER_CONNS of them, BATCH_GATHER_IOV pieces each
+ * (a pipeline of 8 disk replies is about 24; what is left of a longer
+ * queue goes on the plain path, after). 16 KiB of the worker's stack. */
+#define BATCH_GATHER_CONNS 32
+#define BATCH_GATHER_IOV   32
+
+/* Has something the batch's submit may send. */
+static bool batch_sendable(struct conn *c)
+{
+    return c && !c->write_blocked && (!outbuf_contiguous(&c->out) || outbuf_contig_len(&c->out) > 0);
+}
+
 void uring_turn(struct worker *w)
 {
     int n = w->nbatch;
@@ -655,7 +687,7 @@ void uring_turn(struct worker *w)
     int queued = 0;
     for (int i = 0; i < n; i++) {
         struct conn *c = w->batch[i];
-        if (!c) continue;
+        if (!c || c->batch_send_only) continue;
         bool direct = c->state == CONN_NREAD && c->rstart == c->rend && c->nread_left >= DIRECT_READ_MIN;
         if (direct || c->state == CONN_CLOSING || !rbuf_make_room(c) || (c->ssl && !tls_stageable(c))) {
             /* large values go straight into item memory; odd cases use the plain path */
@@ -685,7 +717,12 @@ void uring_turn(struct worker *w)
             if (!c) continue;
             w->batch[i] = NULL;
             c->batch_idx = -1;
-            conn_readable(w->loop, c->fd, c, AE_READABLE);
+            if (c->batch_send_only) {
+                c->batch_send_only = false;
+                conn_after_work(c);
+            } else {
+                conn_readable(w->loop, c->fd, c, AE_READABLE);
+            }
         }
         w->nbatch = 0;
         return;
@@ -717,13 +754,30 @@ void uring_turn(struct worker *w)
             conn_close(c);   /* clears w->batch[ud] */
         }
     }
-    /* phase 2: send every connection's replies in one submit (those whose
-     * queue is one contiguous piece; the others take the plain path) */
+    /* phase 2: send every connection's replies in one submit (send for a
+     * queue in one piece, sendmsg for one in pieces). A batch that is one
+     * connection's disk replies alone takes the plain path: a sendmsg()
+     * costs one syscall as well, and less than a ring operation. */
+    int sendable = 0;
+    for (int i = 0; i < n; i++) sendable += batch_sendable(w->batch[i]);
+    if (!queued && sendable < 2) sendable = 0;
     queued = 0;
-    for (int i = 0; i < n; i++) {
+    struct iovec iov[BATCH_GATHER_CONNS][BATCH_GATHER_IOV];
+    struct msghdr mh[BATCH_GATHER_CONNS];
+    int gathered = 0;
+    for (int i = 0; i < n && sendable; i++) {
         struct conn *c = w->batch[i];
-        if (!c || c->write_blocked || !outbuf_contiguous(&c->out) || outbuf_contig_len(&c->out) == 0) continue;
-        uring_prep_send(w->ring, c->fd, outbuf_contig_ptr(&c->out), outbuf_contig_len(&c->out), (uint64_t)i);
+        if (!batch_sendable(c)) continue;
+        if (outbuf_contiguous(&c->out)) {
+            uring_prep_send(w->ring, c->fd, outbuf_contig_ptr(&c->out), outbuf_contig_len(&c->out), (uint64_t)i);
+            queued++;
+            continue;
+        }
+        if (gathered == BATCH_GATHER_CONNS) continue;
+        int niov = outbuf_send_iov(&c->out, iov[gathered], BATCH_GATHER_IOV);
+        if (!niov) continue;   /* waits for its first deferred reply */
+        mh[gathered] = (struct msghdr){ .msg_iov = iov[gathered], .msg_iovlen = (size_t)niov };
+        uring_prep_sendmsg(w->ring, c->fd, &mh[gathered++], (uint64_t)i);
         queued++;
     }
     if (queued && uring_submit_and_wait(w->ring) >= 0) {
@@ -740,6 +794,7 @@ void uring_turn(struct worker *w)
         if (!c) continue;
         w->batch[i] = NULL;
         c->batch_idx = -1;
+        c->batch_send_only = false;
         conn_after_work(c);
     }
     w->nbatch = 0;

@@ -268,8 +268,8 @@ int server_create_workers(void)
         if (!w->loop || w->wake_fd < 0) return -1;
         reply_queue_init(&w->replies, w->wake_fd);
         if (settings.io_uring != IO_URING_OFF) {
-            w->ring = uring_create(1024);
-            w->batch = calloc(1024, sizeof(*w->batch));
+            w->ring = uring_create(WORKER_BATCH_MAX);
+            w->batch = calloc(WORKER_BATCH_MAX, sizeof(*w->batch));
             if (!w->ring || !w->batch) {
                 if (settings.io_uring == IO_URING_REQUIRED) {
                     fprintf(stderr, "cachetd: -o io_uring: the kernel refused io_uring (%s); "

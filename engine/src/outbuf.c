@@ -322,14 +322,15 @@ void outbuf_consumed(struct outbuf *o, size_t n)
     advance(o, n);
 }
 
-/* iovecs from the send position up to a waiting slot (or the end). */
-static int build_iov(const struct outbuf *o, struct iovec *iov, bool *waiting)
+/* iovecs (at most max, max >= 3) from the send position up to a waiting
+ * slot (or the end). */
+static int build_iov(const struct outbuf *o, struct iovec *iov, int max, bool *waiting)
 {
     int n = 0;
     size_t skip = o->head_sent;
     *waiting = false;
     uint32_t i;
-    for (i = o->head; i < o->nsegs && n <= MAX_IOV - 3; i++) {
+    for (i = o->head; i < o->nsegs && n <= max - 3; i++) {
         const struct out_seg *s = &o->segs[i];
         struct iovec piece[3];
         int np = 0;
@@ -337,7 +338,7 @@ static int build_iov(const struct outbuf *o, struct iovec *iov, bool *waiting)
             /* a value in place may be in several pieces (a chained value) */
             if (skip >= s->len) { skip -= s->len; continue; }
             struct item_view v = { .value = s->ptr, .nbytes = (uint32_t)s->len, .ref = s->ref };
-            size_t got = 0, k = item_view_pieces(&v, skip, iov + n, (size_t)(MAX_IOV - n));
+            size_t got = 0, k = item_view_pieces(&v, skip, iov + n, (size_t)(max - n));
             for (size_t j = 0; j < k; j++) got += iov[n + j].iov_len;
             n += (int)k;
             if (got < s->len - skip) return n;   /* out of iovecs inside this value */
@@ -357,12 +358,19 @@ static int build_iov(const struct outbuf *o, struct iovec *iov, bool *waiting)
         /* the rest of a streamed value comes before anything behind it */
         if (s->kind == SEG_DEFER && reply_handle_more(s->h)) { *waiting = true; return n; }
     }
-    if (i == o->nsegs && n < MAX_IOV && o->len > o->run_start + skip) {
+    if (i == o->nsegs && n < max && o->len > o->run_start + skip) {
         iov[n].iov_base = o->buf + o->run_start + skip;
         iov[n].iov_len = o->len - o->run_start - skip;
         n++;
     }
     return n;
+}
+
+int outbuf_send_iov(struct outbuf *o, struct iovec *iov, int max)
+{
+    bool waiting;
+    skip_sent(o);
+    return build_iov(o, iov, max, &waiting);
 }
 
 /* A TLS record's worth of plaintext: what one write_fn call is given when
@@ -404,7 +412,7 @@ enum out_flush_result outbuf_flush_with(struct outbuf *o, out_write_fn write_fn,
         } else {
             struct iovec iov[MAX_IOV];
             bool waiting;
-            int niov = build_iov(o, iov, &waiting);
+            int niov = build_iov(o, iov, MAX_IOV, &waiting);
             if (niov == 0) return OUT_FLUSH_WAITING;
             p = iov[0].iov_base;
             len = iov[0].iov_len;
@@ -440,7 +448,7 @@ enum out_flush_result outbuf_flush(struct outbuf *o, int fd, uint64_t *written)
         } else {
             struct iovec iov[MAX_IOV];
             bool waiting;
-            int niov = build_iov(o, iov, &waiting);
+            int niov = build_iov(o, iov, MAX_IOV, &waiting);
             if (niov == 0) return OUT_FLUSH_WAITING;
             struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)niov };
             n = sendmsg_nocancel(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);

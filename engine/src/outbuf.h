@@ -134,8 +134,13 @@ static inline size_t outbuf_contig_len(const struct outbuf *o)
 {
     return o->len - o->run_start - o->head_sent;
 }
-/* n bytes of the contiguous tail were sent (io_uring path). */
+/* n bytes from the send position were sent (io_uring path). */
 void outbuf_consumed(struct outbuf *o, size_t n);
+/* What can be sent now, as at most max (>= 3) iovecs from the send
+ * position up to the first reply still waiting (io_uring's sendmsg: a
+ * queue in pieces, such as disk replies between RAM replies); 0: nothing. */
+struct iovec;
+int outbuf_send_iov(struct outbuf *o, struct iovec *iov, int max);
 
 /* At least n + OUT_TAIL_ROOM free bytes at buf + len. On failure sets
  * `failed` and returns false: the reply under construction is lost. */

@@ -183,6 +183,17 @@ void uring_prep_send(struct uring *u, int fd, const void *buf, size_t len, uint6
     sqe->user_data = user_data;
 }
 
+void uring_prep_sendmsg(struct uring *u, int fd, const struct msghdr *msg, uint64_t user_data)
+{
+    struct io_uring_sqe *sqe = next_sqe(u);
+    sqe->opcode = IORING_OP_SENDMSG;
+    sqe->fd = fd;
+    sqe->addr = (uint64_t)(uintptr_t)msg;
+    sqe->len = 1;
+    sqe->msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL;
+    sqe->user_data = user_data;
+}
+
 void uring_prep_read(struct uring *u, int fd, void *buf, size_t len, uint64_t off, uint64_t user_data)
 {
     struct io_uring_sqe *sqe = next_sqe(u);

@@ -49,6 +49,10 @@ unsigned uring_capacity(const struct uring *u);
 /* Queue operations; they run at the next uring_submit_and_wait(). */
 void uring_prep_recv(struct uring *u, int fd, void *buf, size_t len, uint64_t user_data);
 void uring_prep_send(struct uring *u, int fd, const void *buf, size_t len, uint64_t user_data);
+/* A gathered send: msg and its iovecs stay untouched until the submit
+ * returns (a socket send completes inside it, as above). */
+struct msghdr;
+void uring_prep_sendmsg(struct uring *u, int fd, const struct msghdr *msg, uint64_t user_data);
 
 /* A read of len bytes at file offset off (unlike recv, it may wait for the
  * disk: pair it with uring_wait for its completion). */
