@@ -669,7 +669,8 @@ static size_t tls_stage_room(struct conn *c)
  * operations of its submit, their iovecs on the stack for the submit's
  * length: up to BATCH_GATHER_CONNS of them, BATCH_GATHER_IOV pieces each
  * (a pipeline of 8 disk replies is about 24; what is left of a longer
- * queue goes on the plain path, after). 16 KiB of the worker's stack. */
+ * queue goes on the plain path, after): 18 KiB of the worker's stack,
+ * within memory_budget.c's THREAD_BYTES (a worker's touched stack). */
 #define BATCH_GATHER_CONNS 32
 #define BATCH_GATHER_IOV   32
 
