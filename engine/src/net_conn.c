@@ -600,7 +600,10 @@ void drain_completions(struct worker *w)
             conn_close(c);
         } else {
             outbuf_deferred_ready(&c->out, h);
-            if (w->ring && !c->ssl) batch_for_send(w, c);
+            /* a client that closed its side is sent each reply at once, as
+             * before: a client gone altogether is found out by the first
+             * failed send, and the disk reads behind it are not waited for */
+            if (w->ring && !c->ssl && !c->peer_eof) batch_for_send(w, c);
             else conn_resume(c);
         }
         h = next;
