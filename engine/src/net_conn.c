@@ -22,8 +22,10 @@
  * Nothing in the request path aborts on a failed allocation.
  *
  * Deferred replies (reply.h) complete on any thread: the completion queue is
- * drained when the worker's eventfd fires, and each completed slot's
- * connection is flushed and, if it was waiting, resumed.
+ * drained when the worker's eventfd (or its disk ring) fires, and each
+ * completed slot's connection answers what waited behind it and is sent
+ * with the turn's io_uring batch (uring_turn; without io_uring, or for TLS
+ * or a half-closed client, it is flushed at once).
  *
  * Concurrency: everything here runs on the connection's worker thread;
  * conn_use_uring runs on the main thread before any worker starts. The
