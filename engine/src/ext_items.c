@@ -310,7 +310,8 @@ static bool flusher_pass(void *arg)
         for (int b = 0; b < EXT_BUCKETS; b++) ext_flush(g_ext, (enum ext_bucket)b);
     }
     /* pages written may have used up the free ones: the compactor checks */
-    if (flushed && atomic_load_explicit(&ext_get_stats(g_ext)->pages_free, memory_order_relaxed) < KNOB(compact_under))
+    if (flushed && ext_compact_due(atomic_load_explicit(&ext_get_stats(g_ext)->pages_free, memory_order_relaxed),
+                                   KNOB(compact_under)))
         ext_compact_wake();
     atomic_fetch_add_explicit(&flusher_passes_n, 1, memory_order_relaxed);
     /* another round at once while memory stays short */

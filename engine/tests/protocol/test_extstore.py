@@ -1246,7 +1246,12 @@ def test_values_over_slab_chunk_max_reach_disk_and_a_miss_is_an_eviction(start_s
 
 # ---- compaction: pages of garbage reclaimed, live values moved, not evicted -------
 
-def test_compaction_rescues_live_values_and_reclaims_pages_instead_of_evicting(start_server, tmp_path):
+@pytest.mark.parametrize("compact_under", [
+    "ext_compact_under=4,",
+    pytest.param("", marks=pytest.mark.cachetd_only(
+        reason="memcached 1.6.45 evicts a page here (extstore_page_evictions 1, measured): its compactor starts "
+               "with no free page left and takes one by eviction for the records it moves"))])
+def test_compaction_rescues_live_values_and_reclaims_pages_instead_of_evicting(start_server, tmp_path, compact_under):
     """A file of 8 pages of 2 MB and a live set of 1000 values of 4 KB (2
     pages' worth). Each round overwrites a random half of the keys and
     deletes a few, so every page written before holds more and more dead
@@ -1254,12 +1259,15 @@ def test_compaction_rescues_live_values_and_reclaims_pages_instead_of_evicting(s
     than ext_compact_under pages are free, the compactor must move the live
     records of the most fragmented pages and free them (reclaims, rescues),
     so no page is evicted, and every key not deleted reads back its last
-    value from disk."""
+    value from disk. Also with the default ext_compact_under (1 here, as
+    memcached 1.6.45 shows it): compaction that starts only once no page is
+    free has no page to move records into but one it evicts, live values
+    and all (the Zipf rows of bench-extstore lost 2,700 values a time so)."""
     import random
     path = tmp_path / "extstore"
     srv = start_server("-m", "64", "-o",
                        f"ext_path={path}:16m,ext_page_size=2,ext_wbuf_size=2,ext_item_size=512,"
-                       "ext_item_age=1,ext_compact_under=4,ext_max_sleep=10000")
+                       f"ext_item_age=1,{compact_under}ext_max_sleep=10000")
     rng = random.Random(7)
     n, size = 1000, FILLER_VALUE
     expected = {}
