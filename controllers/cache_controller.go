@@ -167,6 +167,41 @@ func (r *CacheReconciler) getAround(ctx context.Context, key types.NamespacedNam
 	return err
 }
 
+// issuerSays is what the Cache's cert-manager issuer says of itself when it
+// is not Ready, as "; the Issuer says REASON: MESSAGE", or "" when it is
+// Ready or cannot be read. The Certificate's own message often names only
+// the symptom ("Issuing certificate as Secret does not exist"); the issuer's
+// names the cause (a missing CA key pair, an ACME account refused). It is
+// read once per reconcile through the API reader, so no informer watches
+// every issuer in the cluster; an external issuer's group is not read.
+func (r *CacheReconciler) issuerSays(ctx context.Context, c *cachev1alpha1.Cache) string {
+	ref := c.Spec.TLS.IssuerRef
+	if r.APIReader == nil || (ref.Group != "" && ref.Group != "cert-manager.io") {
+		return ""
+	}
+	kind, key := ref.Kind, types.NamespacedName{Namespace: c.Namespace, Name: ref.Name}
+	if kind == "" {
+		kind = "Issuer"
+	}
+	if kind == "ClusterIssuer" {
+		key.Namespace = ""
+	}
+	issuer := certManagerKind(kind)
+	if err := r.APIReader.Get(ctx, key, issuer); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Sprintf("; the %s %s does not exist", kind, ref.Name)
+		}
+		return ""
+	}
+	conds, _, _ := unstructured.NestedSlice(issuer.Object, "status", "conditions")
+	for _, cd := range conds {
+		if m, _ := cd.(map[string]any); m["type"] == "Ready" && m["status"] != "True" {
+			return fmt.Sprintf("; the %s says %v: %v", kind, m["reason"], m["message"])
+		}
+	}
+	return ""
+}
+
 // SecretRecheck is RecheckSecrets' default.
 const SecretRecheck = 30 * time.Second
 
@@ -218,7 +253,7 @@ func (r *CacheReconciler) observeTLS(ctx context.Context, c *cachev1alpha1.Cache
 			for _, cd := range conds {
 				m, _ := cd.(map[string]any)
 				if m["type"] == "Ready" && m["status"] != "True" {
-					return &podProblem{ReasonIssuerNotReady, fmt.Sprintf("Certificate %s is not Ready (issuer %s %s): %v", CertificateName(c), t.IssuerRef.Kind, t.IssuerRef.Name, m["message"])}
+					return &podProblem{ReasonIssuerNotReady, fmt.Sprintf("Certificate %s is not Ready (issuer %s %s): %v%s", CertificateName(c), t.IssuerRef.Kind, t.IssuerRef.Name, m["message"], r.issuerSays(ctx, c))}
 				}
 			}
 		}

@@ -159,8 +159,12 @@ func Certificate(c *cachev1alpha1.Cache, o BuildOptions) *unstructured.Unstructu
 // certificateObject and certManagerList are empty objects of a cert-manager
 // kind, for the owned-kinds table's watches, informers and listing.
 func certificateObject() *unstructured.Unstructured {
+	return certManagerKind("Certificate")
+}
+
+func certManagerKind(kind string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(schema.FromAPIVersionAndKind(CertManagerAPI, "Certificate"))
+	u.SetGroupVersionKind(schema.FromAPIVersionAndKind(CertManagerAPI, kind))
 	return u
 }
 

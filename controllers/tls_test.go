@@ -218,10 +218,37 @@ func TestTLSReadyNamesNoCertManagerThenTheIssuerNotReady(t *testing.T) {
 	waitTLSReady(t, c, metav1.ConditionFalse, ReasonSecretMissing)
 	setCertificateReady(t, ns, key.Name, metav1.ConditionFalse, "DoesNotExist", `Referenced "Issuer" not found: issuer.cert-manager.io "team-ca" not found`)
 	cond = waitTLSReady(t, c, metav1.ConditionFalse, ReasonIssuerNotReady)
-	for _, want := range []string{"Certificate " + key.Name, "issuer Issuer team-ca", `"team-ca" not found`} {
+	for _, want := range []string{"Certificate " + key.Name, "issuer Issuer team-ca", `"team-ca" not found`, "the Issuer team-ca does not exist"} {
 		if !strings.Contains(cond.Message, want) {
 			t.Errorf("IssuerNotReady message %q lacks %q", cond.Message, want)
 		}
+	}
+
+	// an Issuer that exists but is not Ready: the message quotes the
+	// issuer's own reason, which names the cause the Certificate's does not
+	issuer := certManagerObject("Issuer", ns, "team-ca", map[string]any{"ca": map[string]any{"secretName": "team-ca-key"}})
+	if err := k8sClient.Create(ctx, issuer); err != nil {
+		t.Fatal(err)
+	}
+	issuerCond := map[string]any{"type": "Ready", "status": "False", "reason": "ErrGetKeyPair",
+		"message":            `Error getting keypair for CA issuer: secrets "team-ca-key" not found`,
+		"lastTransitionTime": metav1.Now().UTC().Format(time.RFC3339)}
+	if err := unstructured.SetNestedSlice(issuer.Object, []any{issuerCond}, "status", "conditions"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8sClient.Status().Update(ctx, issuer); err != nil {
+		t.Fatalf("writing the Issuer's status: %v", err)
+	}
+	bumped, err := updateCache(ns, c.Name, func(c *cachev1alpha1.Cache) { c.Spec.Replicas = ptr.To(int32(3)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "TLSReady written for the generation after the Issuer", func() (bool, string) {
+		cond = condOf(getCache(t, ns, c.Name), cachev1alpha1.ConditionTLSReady)
+		return cond.ObservedGeneration >= bumped.Generation, fmt.Sprintf("generation %d: %+v", bumped.Generation, cond)
+	})
+	if want := `the Issuer says ErrGetKeyPair: Error getting keypair for CA issuer: secrets "team-ca-key" not found`; cond.Reason != ReasonIssuerNotReady || !strings.Contains(cond.Message, want) {
+		t.Errorf("with the Issuer not Ready, TLSReady is %s (%s): want %s quoting %q", cond.Reason, cond.Message, ReasonIssuerNotReady, want)
 	}
 
 	// cert-manager writes the Secret, then marks the Certificate Ready:
@@ -235,7 +262,7 @@ func TestTLSReadyNamesNoCertManagerThenTheIssuerNotReady(t *testing.T) {
 	// proves nothing: change the spec after the Secret exists and wait for
 	// the condition written for the new generation, which a reconcile that
 	// saw the Secret wrote
-	bumped, err := updateCache(ns, c.Name, func(c *cachev1alpha1.Cache) { c.Spec.Replicas = ptr.To(int32(2)) })
+	bumped, err = updateCache(ns, c.Name, func(c *cachev1alpha1.Cache) { c.Spec.Replicas = ptr.To(int32(2)) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,9 +92,10 @@ DATA_MB=$(( KEYS * XT_VALUE_SIZE / 1048576 ))
 RAM_KEYS=$(( XT_MB * 1048576 / XT_VALUE_SIZE / 8 ))   # an eighth of the item memory: stays in RAM
 XT_FIO_MB=${XT_FIO_MB:-$DATA_MB}
 # The extstore file holds the data set with a quarter to spare (compaction
-# needs free pages); the image holds that, or fio's file, plus 1 GiB.
+# needs free pages); the image holds that and fio's file (kept for the fio
+# run beside each server's), plus 1 GiB.
 EXT_MB=$(( DATA_MB * 5 / 4 ))
-IMG_MB=$(( (EXT_MB > XT_FIO_MB ? EXT_MB : XT_FIO_MB) + 1024 ))
+IMG_MB=$(( EXT_MB + XT_FIO_MB + 1024 ))
 # Depth 32 is 4 connections x 8 pipelined GETs; depth 1 one connection, one GET.
 QD32=(--conns 4 --depth 8)
 QD1=(--conns 1 --depth 1)
@@ -193,9 +194,14 @@ print(json.dumps({"rss_kb": status.get("VmRSS"), "io": kv(f"/proc/{pid}/io", ":"
                              "rss": mem.get("rss"), "cache": mem.get("cache"), "mapped_file": mem.get("mapped_file")}}))
 PY
 }
-# diskstats_to OUT: the loop device's reads completed and sectors read (/proc/diskstats).
+# diskstats_to OUT: the loop device's reads completed, sectors read and
+# milliseconds spent reading (/proc/diskstats fields 4, 6, 7), with the time
+# of the sample: over a run, read_ms / elapsed ms is the average number of
+# reads in flight at the device (Little's law; iostat's r_await x r/s), the
+# depth the server really kept the disk at.
 diskstats_to() {
-  awk -v dev="$(basename "$loopdev")" '$3 == dev { printf "{\"reads\": %s, \"sectors_read\": %s}\n", $4, $6 }' \
+  awk -v dev="$(basename "$loopdev")" -v now="$(date +%s.%N)" \
+    '$3 == dev { printf "{\"reads\": %s, \"sectors_read\": %s, \"read_ms\": %s, \"writes\": %s, \"write_ms\": %s, \"t\": %s}\n", $4, $6, $7, $8, $11, now }' \
     /proc/diskstats >"$1"
 }
 # stats_to PORT OUT [mcstats.py options]
@@ -321,15 +327,24 @@ if ! fio --name=probe --filename="$mnt/fio-probe" --size=1M --rw=randread --bs=4
 fi
 rm -f "$mnt/fio-probe"
 say "  ioengine $fio_engine; laying out the file (written once by fio)"
-for qd in 1 32; do
+# run_fio QD TAG: fio's 4 KB O_DIRECT random reads at depth QD into
+# fio-TAG.json, with the device's counters around it (they include the ramp
+# second: good for reads in flight, not for IOPS).
+run_fio() {
+  local qd=$1 tag=$2
+  [ -e "$mnt/fio.dat" ] && diskstats_to "$out/fio-$tag-diskstats-before.json"
   "${PRIO[@]}" taskset -c $SERVER_CPU timeout $((XT_FIO_SECS + 600)) fio --name="randread-qd$qd" --filename="$mnt/fio.dat" \
     --size="${XT_FIO_MB}M" --rw=randread --bs=4k --direct=1 --ioengine=$fio_engine --iodepth=$qd \
-    --runtime="$XT_FIO_SECS" --time_based --ramp_time=1 --output-format=json --output="$out/fio-qd$qd.json" \
+    --runtime="$XT_FIO_SECS" --time_based --ramp_time=1 --output-format=json --output="$out/fio-$tag.json" \
     || { say "  fio at depth $qd FAILED"; failures=$((failures + 1)); }
-  say "  depth $qd: $(jget "$out/fio-qd$qd.json" 'round(j["jobs"][0]["read"]["iops"])') IOPS," \
-      "p99 $(jget "$out/fio-qd$qd.json" 'round(j["jobs"][0]["read"]["clat_ns"]["percentile"]["99.000000"]/1000,1)') us"
-done
-rm -f "$mnt/fio.dat"
+  diskstats_to "$out/fio-$tag-diskstats-after.json"
+  say "  fio depth $qd: $(jget "$out/fio-$tag.json" 'round(j["jobs"][0]["read"]["iops"])') IOPS," \
+      "p99 $(jget "$out/fio-$tag.json" 'round(j["jobs"][0]["read"]["clat_ns"]["percentile"]["99.000000"]/1000,1)') us"
+}
+for qd in 1 32; do run_fio $qd qd$qd; done
+# fio's file stays: each server's depth-32 disk run is judged against fio at
+# depth 32 run just before it (the disk is shared: its IOPS moved 8x between
+# two runs an hour apart on this machine, and within one run too).
 
 # ---- the servers ------------------------------------------------------------
 ref_max=
@@ -355,6 +370,7 @@ for s in "${RUN_ORDER[@]}"; do
   # device's reads over each run (a 4 KB value should cost one 4 KB read).
   for qd in 1 32; do
     if [ $qd = 1 ]; then shape=("${QD1[@]}"); else shape=("${QD32[@]}"); fi
+    [ $qd = 32 ] && run_fio 32 "qd32-$s"
     stats_to "$port" "$out/disk-qd$qd-before-$s.json"
     diskstats_to "$out/disk-qd$qd-diskstats-before-$s.json"
     loadgen "$s" "$port" "$out/disk-qd$qd-$s.json" --keys $KEYS --value-size $XT_VALUE_SIZE "${shape[@]}" \

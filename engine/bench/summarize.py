@@ -352,7 +352,23 @@ XT_TARGETS = [
     ("  of which the header chunk (`stats slabs`, classes below a value's)", "xt_hdr_per_disk_item", "<=", None, "mc1645", "B"),
     ("  of which the hash table share (hash_bytes / curr_items)", "xt_hash_per_item", "<=", None, "mc1645", "B"),
     ("disk-hit GETs/s at depth 1, / fio 4 KB O_DIRECT IOPS at depth 1", "xt_disk_qd1", ">=", None, "fio_qd1", "/s"),
-    ("disk-hit GETs/s at depth 32, / fio IOPS at depth 32", "xt_disk_qd32", ">=", None, "fio_qd32", "/s"),
+    ("disk-hit GETs/s at depth 32, / fio IOPS at depth 32 (fio at the start of the run)", "xt_disk_qd32", ">=",
+     None, "fio_qd32", "/s"),
+    # Issue 21's "2x memcached 1.6.45 at depth 32" asks for more than the
+    # device gives fio here (quiet run xt-20261128T122012Z: memcached 35,281
+    # disk hits/s, fio 55,166 IOPS): what this machine can judge is how much
+    # of the device's IOPS at depth 32 a server turns into disk hits, against
+    # fio run just before that server's depth-32 run (the disk is shared).
+    # 0.9: the bench's 32 GETs in flight include RAM hits (about 1/8), which
+    # take no device read.
+    ("disk-hit GETs/s at depth 32 / fio's IOPS at depth 32 just before it (proposed: what this machine can judge)",
+     "xt_disk_qd32_over_fio", ">=", 0.90, "abs", "x"),
+    ("  fio's IOPS at depth 32 just before the server's depth-32 run", "xt_fio_beside", ">=", None, "mc1645", "/s"),
+    ("  reads in flight at the device over the depth-32 run (/proc/diskstats read ms / elapsed ms)",
+     "xt_reads_in_flight", ">=", None, "mc1645", ""),
+    ("  fio's reads in flight at the device at depth 32 just before it", "xt_fio_beside_in_flight", ">=", None, "mc1645", ""),
+    ("  MB the server wrote to extstore during the depth-32 disk run (extstore_bytes_written; reads queue behind them)",
+     "xt_qd32_written_mb", "<=", None, "mc1645", "MB"),
     ("RSS after the fill / items on disk (not judged: mostly -m)", "xt_rss_per_disk_item", "<=", None, "mc1645", "B"),
     ("`stats` bytes / items on disk (not judged)", "xt_bytes_per_disk_item", "<=", None, "mc1645", "B"),
     ("Zipf 0.99 hit ratio, data set 8x RAM", "xt_hit_ratio", ">=", 1.0, "mc1645", ""),
@@ -403,7 +419,20 @@ def xt_cpu_and_device(d, s):
         if dx and b0 and b1:
             f["xt_reads_per_disk_hit"] = (b1["reads"] - b0["reads"]) / dx
             f["xt_blocks_per_disk_hit"] = (b1["sectors_read"] - b0["sectors_read"]) * 512 / 4096 / dx
+        f["xt_reads_in_flight"] = reads_in_flight(b0, b1)
+        w0, w1 = xt_stat(db, "extstore_bytes_written"), after.get("extstore_bytes_written")
+        f["xt_qd32_written_mb"] = (w1 - w0) / 1e6 if None not in (w0, w1) else None
     return f
+
+
+def reads_in_flight(b0, b1):
+    """The average number of reads in flight at the device between two
+    diskstats samples: the milliseconds its reads spent there over the
+    milliseconds between the samples (Little's law)."""
+    try:
+        return (b1["read_ms"] - b0["read_ms"]) / ((b1["t"] - b0["t"]) * 1000)
+    except (TypeError, KeyError, ZeroDivisionError):
+        return None
 
 
 def xt_stat(j, name):
@@ -534,10 +563,13 @@ def xt_figures(d, s, machine):
     return f
 
 
-def xt_fio(d):
+def xt_fio(d, only=None):
+    """fio's figures at depth 1 and 32 from the start of the run, or (only)
+    those of one later fio run, fio-ONLY.json, under the depth-32 keys."""
     out = {}
-    for qd in (1, 32):
-        j = load(d, f"fio-qd{qd}.json")
+    for qd in ((32,) if only else (1, 32)):
+        tag = only or f"qd{qd}"
+        j = load(d, f"fio-{tag}.json")
         try:
             r = j["jobs"][0]["read"]
             out[f"fio_qd{qd}"] = r["iops"]
@@ -552,6 +584,8 @@ def xt_fio(d):
             out[f"fio_qd{qd}_cpu_us"] = (job["usr_cpu"] + job["sys_cpu"]) / 100 * secs / job["read"]["total_ios"] * 1e6
         except (TypeError, KeyError, IndexError, ZeroDivisionError):
             out[f"fio_qd{qd}_cpu_us"] = None
+        out[f"fio_qd{qd}_in_flight"] = reads_in_flight(load(d, f"fio-{tag}-diskstats-before.json"),
+                                                       load(d, f"fio-{tag}-diskstats-after.json"))
     return out
 
 
@@ -576,7 +610,8 @@ def xt_rows(figures, fio):
                 note += "; " + ", ".join(f"{NAMES[n]}'s RAM-hit run read {fmt_ratio(figures[n].get('xt_ram_run_disk_share'))[:-1]} of its GETs from disk"
                                          for n in SERVERS if figures[n].get("xt_ram_run_disk_share") is not None)
         elif against != "mc1645":
-            note = (f"fio {fmt(base)} IOPS; 1.6.45 reaches {fmt_ratio(ratio(rv, base))} of it, "
+            what = "reads in flight" if against.endswith("_in_flight") else "IOPS"
+            note = (f"fio {xt_fmt(base, key)} {what}; 1.6.45 reaches {fmt_ratio(ratio(rv, base))} of it, "
                     f"1.6.18 {fmt_ratio(ratio(ov, base))}")
         if key == "xt_ram_per_disk_item":
             note = "header chunks / extstore_objects_used: " + ", ".join(
@@ -603,6 +638,10 @@ def xt_fmt(v, key, figures=None, server=None):
     if key in ("xt_write_amp", "xt_ext_write_amp", "xt_cpu_disk_over_ram", "xt_cpu_extra_over_fio", "xt_reads_per_disk_hit",
                "xt_blocks_per_disk_hit"):
         return f"{v:.3f}"
+    if key in ("xt_reads_in_flight", "xt_qd32_written_mb", "xt_fio_beside_in_flight"):
+        return f"{v:.1f}"
+    if key == "xt_disk_qd32_over_fio":
+        return f"{v:.3f}"
     if key.endswith("_us") or key.endswith("per_disk_item") or key == "xt_hash_per_item":
         return f"{v:,.1f}"
     return f"{v:,.0f}"
@@ -611,9 +650,12 @@ def xt_fmt(v, key, figures=None, server=None):
 def main_extstore(d, machine):
     fio = xt_fio(d)
     figures = {s: xt_figures(d, s, machine) for s in SERVERS}
-    for f in figures.values():
+    for s, f in figures.items():
         disk, ram, io = f.get("xt_cpu_disk_hit_us"), f.get("xt_cpu_ram_hit_us"), fio.get("fio_qd32_cpu_us")
         f["xt_cpu_extra_over_fio"] = (disk - ram) / io if None not in (disk, ram, io) and io > 0 else None
+        beside = xt_fio(d, f"qd32-{s}")
+        f["xt_fio_beside"], f["xt_fio_beside_in_flight"] = beside.get("fio_qd32"), beside.get("fio_qd32_in_flight")
+        f["xt_disk_qd32_over_fio"] = ratio(f.get("xt_disk_qd32"), f["xt_fio_beside"])
     rows = xt_rows(figures, fio)
     print(f"machine: {machine.get('cpu_model', '?')}, {machine.get('cpus', '?')} CPUs, kernel {machine.get('kernel', '?')}; "
           f"memcached {machine.get('memcached_1645_version', '?')} and {machine.get('memcached_1618_version', '?')}; "
@@ -625,7 +667,9 @@ def main_extstore(d, machine):
     for qd in (1, 32):
         if fio.get(f"fio_qd{qd}") is not None:
             print(f"fio 4 KB random reads, O_DIRECT, depth {qd}: {fio[f'fio_qd{qd}']:,.0f} IOPS, p99 {fio[f'fio_qd{qd}_p99_us']:,.1f} us"
-                  + (f", {fio[f'fio_qd{qd}_cpu_us']:,.1f} us of CPU per read" if fio.get(f"fio_qd{qd}_cpu_us") is not None else ""))
+                  + (f", {fio[f'fio_qd{qd}_cpu_us']:,.1f} us of CPU per read" if fio.get(f"fio_qd{qd}_cpu_us") is not None else "")
+                  + (f", {fio[f'fio_qd{qd}_in_flight']:.1f} reads in flight at the device"
+                     if fio.get(f"fio_qd{qd}_in_flight") is not None else ""))
     for s in SERVERS:
         if figures[s].get("not_run"):
             print(f"NOT RUN: {NAMES[s]}: {figures[s]['not_run']}")

@@ -62,8 +62,9 @@
  * storage state (with mrc.c's ring of sampled GETs, 16 KiB); the same for every other
  * thread counted here (flusher, compactor, IO threads). */
 #define THREAD_BYTES            (1 * MIB)
-/* the binary, libc, the main thread and storage's clock, cleaner, expander
- * and mover threads */
+/* the binary, libc, the main thread and storage's clock, cleaner, expander,
+ * mover and prefault threads (the prefault thread's pages are the item
+ * region's, inside -m) */
 #define FIXED_BYTES             (8 * MIB)
 /* metrics_server.c / metrics.c: its thread, 16 connections' request
  * buffers, the 1 MiB stats arena and one /metrics body (capped at 4 MiB,

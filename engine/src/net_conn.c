@@ -306,7 +306,12 @@ void process_input(struct conn *c)
             }
         } else {
             go_on = proto_dispatch(c, &r, line, (size_t)ll);
-            TRACE_REC(w->id, TRACE_DISPATCH, TRACE_NOW() - t_parsed);
+#ifdef CACHET_TRACE
+            uint64_t dispatched = TRACE_NOW() - t_parsed;
+            TRACE_REC(w->id, TRACE_DISPATCH, dispatched);
+            if ((r.cmd >= CMD_SET && r.cmd <= CMD_CAS) || r.cmd == CMD_MS)
+                TRACE_REC(w->id, TRACE_DISPATCH_STORE, dispatched);
+#endif
             if (go_on) {
                 /* done without waiting for the buffer budget (its key may
                  * have left the disk since it waited): a later disk read

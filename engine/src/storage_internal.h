@@ -413,6 +413,11 @@ item *slabs_alloc_chunk(int clsid);              /* NULL if no free chunk and no
 void slabs_free_chunk(item *it);
 int slabs_start_thread(void);   /* 0 or pthread_create's error */
 void slabs_stop_thread(void);
+/* slabs_prefault.c: the thread that faults in the next never-used page
+ * before a store needs it; the allocator wakes it when it takes one. */
+int slabs_prefault_start(void);   /* 0 or pthread_create's error */
+void slabs_prefault_stop(void);
+void slabs_prefault_wake(void);
 /* slabs_mover.c: gives class clsid a page from another class now (evicting
  * there), for a store that has nothing of its own to evict. No lock held,
  * not in a read section. True if the class got memory. */

@@ -6,6 +6,7 @@
 #   make conformance CACHETD=/usr/bin/memcached    reference mode: the same tests against
 #                                                  Debian's memcached; cachetd-only tests skip
 #   make conformance PYTEST_ARGS="-k meta -x"      pass options through to pytest
+#   make conformance PROTOCOL_TESTS=tests/protocol/test_x.py  run those files (default: the directory)
 #
 # The tests start their own servers on ports 21000-21999. The client library and
 # pytest come from PyPI at pinned versions, in a venv named after the hash of the
@@ -19,6 +20,9 @@ PROTOCOL_VENV := $(CACHET_CACHE)/venv-$(shell sha256sum $(PROTOCOL_PINS) | cut -
 # Bounds the whole run; each test has its own bound in pytest.ini.
 CONFORMANCE_TIMEOUT ?= 1500
 PYTEST_ARGS ?=
+# What pytest collects: the whole directory unless the caller names files, so
+# `TESTS=tests/protocol/test_tls.py` runs one file without -k gymnastics.
+PROTOCOL_TESTS ?= $(PROTOCOL_DIR)
 # The tests mostly wait (timeouts, expiry, a flusher's pass): run them on
 # several pytest-xdist workers, each with its own slice of the port range
 # (conftest.py). PYTEST_WORKERS=0 runs them in this process, one at a time.
@@ -50,7 +54,7 @@ conformance: $(PROTOCOL_VENV)/.ready $(CONFORMANCE_DEPS)
 	@echo "==> conformance against $(abspath $(CACHETD))"
 	CACHETD=$(abspath $(CACHETD)) timeout --kill-after=30 $(CONFORMANCE_TIMEOUT) \
 	  $(PROTOCOL_VENV)/bin/python -m pytest -c $(PROTOCOL_DIR)/pytest.ini --rootdir=$(PROTOCOL_DIR) \
-	  -v $(PYTEST_XDIST) $(PYTEST_ARGS) $(PROTOCOL_DIR)
+	  -v $(PYTEST_XDIST) $(PYTEST_ARGS) $(PROTOCOL_TESTS)
 
 # The differential test for a bounded time: consecutive seeds against memcached
 # 1.6.45 for DIFF_SECONDS (default 300), each seed printed as it finishes

@@ -1115,6 +1115,35 @@ def test_recache_rate_zero_leaves_even_a_hot_value_on_disk(start_server, tmp_pat
     srv.check_healthy()
 
 
+@pytest.mark.test_hooks
+def test_reads_with_no_hot_key_bring_few_disk_values_back_to_ram(start_server, tmp_path):
+    """Reads spread evenly over many disk values (no key hotter than the
+    rest, as in bench-extstore's uniform runs) bring few of them back to RAM:
+    each brought back displaces another the flusher must write out again,
+    and those writes are what disk reads queue behind. Every value is read
+    twice, the second time within a second of the first: sooner than RAM's
+    oldest value, so each second read looks hot on its own (cachetd brought
+    back every one of them; memcached 1.6.45, 1 in ext_recache_rate=2000 of
+    the values read before). At most an eighth of the disk hits may."""
+    srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=4")
+    keys = [f"even{i}" for i in range(1000)]
+    with srv.conn() as c:
+        store_targets(c, keys, flags=0)
+        wait_written(c, len(keys))
+        fill(c, 64)
+        ram_is_two_seconds_old(c)
+        before = c.stats()
+        for _ in range(2):
+            for k in keys:
+                assert get_one(c, k) == (0, big(k), None)
+        st = c.stats()
+        hits = int(st["get_extstore"]) - int(before["get_extstore"])
+        back = int(st["recache_from_extstore"]) - int(before["recache_from_extstore"])
+        assert hits >= len(keys), (hits, back)   # the first round at least read the disk
+        assert back <= hits // 8, (hits, back)
+    srv.check_healthy()
+
+
 def test_sets_and_deletes_racing_the_flusher_never_resurrect_old_values(start_server, tmp_path):
     """ext_item_age=0: the flusher moves every idle large value all the time, so
     stores, deletes and reads of the same keys race its swaps. Each key has one
