@@ -342,9 +342,10 @@ static bool flusher_pass(void *arg)
  * also gives the flusher the CPU: until the flusher has moved EVICT_BATCH
  * values out of this class (the eviction that follows then reclaims their
  * dead copies first, uncounted), for at most AWAIT_MAX_MS while a pass is
- * running, or AWAIT_IDLE_MS once the flusher is idle (it had nothing to
- * write here: values under ext_item_size, items read since bagged, a full
- * disk). So a store never waits for a flusher that cannot help, and the
+ * running, or AWAIT_IDLE_MS once the flusher is idle, or two whole passes
+ * (the flusher had nothing, or too little, to write here: values under
+ * ext_item_size, items read since bagged, a full disk; it may be busy with
+ * another class). So a store never waits long for a flusher that cannot help, and the
  * fill is paced to the disk instead of losing values. The cost is that
  * worker's latency, at most AWAIT_MAX_MS a store, and only where it would
  * otherwise evict unwritten values; memcached evicts them. */
@@ -357,6 +358,7 @@ static bool ext_await_flusher(storage_thread *t, int clsid)
     if (!g_ext || t == flusher_ctx || clsid <= 0 || clsid > MAX_SLAB_CLASSES || !class_may_hold_large((unsigned)clsid))
         return false;
     uint64_t from = atomic_load_explicit(&flushed_from[clsid], memory_order_acquire);
+    uint64_t passes = atomic_load_explicit(&flusher_passes_n, memory_order_relaxed);
     ext_note_pressure();
     unsigned depth = epoch_step_out(t);
     struct timespec start, now, step = { 0, AWAIT_STEP_US * 1000L };
@@ -366,7 +368,7 @@ static bool ext_await_flusher(storage_thread *t, int clsid)
         if (atomic_load_explicit(&flushed_from[clsid], memory_order_acquire) - from >= AWAIT_VALUES) break;
         clock_gettime(CLOCK_MONOTONIC, &now);
         int64_t ms = (int64_t)(now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
-        if (ms >= AWAIT_MAX_MS) break;
+        if (ms >= AWAIT_MAX_MS || atomic_load_explicit(&flusher_passes_n, memory_order_relaxed) - passes >= 2) break;
         if (ms >= AWAIT_IDLE_MS && !atomic_load_explicit(&flusher_busy, memory_order_relaxed) &&
             !atomic_load_explicit(&pressure, memory_order_relaxed))
             break;
