@@ -373,6 +373,12 @@ uint64_t epoch_current(void);
 /* True once every section that began before epoch_advance() returned `e` ended. */
 bool epoch_passed(uint64_t e);
 uint64_t epoch_advance(void);
+/* Around a blocking wait inside a storage call (a store waiting for
+ * extstore's flusher): the thread leaves every read section it is in, as
+ * epoch_synchronize steps out of a read batch, and later re-enters at the
+ * same depth. Between storage calls the thread holds no item pointer. */
+unsigned epoch_step_out(storage_thread *t);
+void epoch_step_in(storage_thread *t, unsigned depth);
 
 /* ---- hash table (assoc.c) ---- */
 uint32_t hash_key(const char *key, size_t nkey);
