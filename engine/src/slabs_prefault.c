@@ -22,12 +22,19 @@
  * A kernel without MADV_POPULATE_WRITE (before 5.14) answers EINVAL, and the
  * thread stops trying: stores fault as before.
  *
- * Why idle priority: the fault costs the same CPU wherever it runs. On the
- * worker's core, a thread at the worker's priority (SCHED_FIFO in the
- * benchmark, or equal CFS weight) would still hold the worker off for the
- * whole fault; at SCHED_IDLE the worker preempts it at the fault's next
- * resched point, and a core the workers keep busy simply leaves the fault to
- * the store, as before.
+ * Why the lowest CFS weight (SCHED_OTHER at nice 19), not SCHED_IDLE: the
+ * fault costs the same CPU wherever it runs, so it must never run ahead of
+ * a worker; but MADV_POPULATE_WRITE holds the mm's read lock while it zeroes
+ * the huge page, and a worker that maps or unmaps a large buffer (main.c's
+ * allocator maps every one of 64 KiB or more) waits for that lock. At
+ * SCHED_IDLE, on cores the workers keep busy, the thread could sit preempted
+ * inside the populate for as long as they stay busy, and the worker behind
+ * the lock with it. At nice 19 the scheduler still gives it a slice within a
+ * few milliseconds (weight 15 against a worker's 1024), which bounds that
+ * wait; RT workers (SCHED_FIFO) leave it the kernel's RT throttling share.
+ * If the thread cannot lower itself it does not prefault at all: zeroing
+ * 2 MB at a worker's priority (inherited, SCHED_FIFO in the benchmark) would
+ * be worse than the fault it saves.
  *
  * Concurrency: populated_to is this thread's alone. g_pages_next is read
  * relaxed: a stale value only populates less, never past -m.
@@ -38,6 +45,9 @@
 #include <errno.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
@@ -71,12 +81,14 @@ static bool prefault_pass(void *arg)
     return false;
 }
 
-/* The thread's first act: idle priority for itself alone (Linux applies
- * sched_setscheduler with pid 0 to the calling thread). */
+/* The thread's first act: the lowest CFS weight for itself alone (pid 0 is
+ * the calling thread for sched_setscheduler; setpriority takes its tid). */
 static bool prefault_first_pass(void *arg)
 {
     struct sched_param p = { .sched_priority = 0 };
-    (void)sched_setscheduler(0, SCHED_IDLE, &p);
+    if (sched_setscheduler(0, SCHED_OTHER, &p) != 0 ||
+        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19) != 0)
+        populate_unsupported = true;
     prefaulter.pass = prefault_pass;
     return prefault_pass(arg);
 }

@@ -97,8 +97,9 @@ void storage_stop_threads(void)
 {
     if (!threads_started) return;
     mrc_stop_thread();
-    slabs_prefault_stop();
+    /* after the mover: its rescues take fresh pages and wake the prefaulter */
     slabs_stop_thread();
+    slabs_prefault_stop();
     bags_stop_thread();
     assoc_stop_thread();
     clock_stop();
