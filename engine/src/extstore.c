@@ -24,13 +24,15 @@
  * the value's page offset, then the key; 8-byte aligned. */
 #define DIR_ENTRY_HEADER EXT_DIR_ENTRY_HEADER
 /* A value that would straddle one more 4 KiB block than its length needs
- * starts at the next block instead: always when it fits in one block (a
- * value of up to 4 KiB is one 4 KiB read, whatever came before it in the
- * buffer: a 3000-byte value behind a 1000-byte one used to take two), and
- * for a longer value when that wastes at most VALUE_PAD_MAX (an eighth of a
- * block, against one block more per read). The padding is counted in
- * extstore_bytes_fragmented (it is disk the values do not use) but not in a
- * page's written bytes: compaction would only write it again. */
+ * starts at the next block instead, when the gap that leaves is small
+ * against what it saves: for a value that fits in one block, a gap of at
+ * most a quarter of the value (a 4000-byte value behind anything is one
+ * 4 KiB read; a 2100-byte value behind a 2100-byte one is not padded, as
+ * that would waste half the disk, which is hit ratio); for a longer value,
+ * at most VALUE_PAD_MAX (an eighth of a block, against one block more per
+ * read). So padding never takes more than a fifth of the disk. It is
+ * counted in extstore_bytes_fragmented (it is disk the values do not use)
+ * but not in a page's written bytes: compaction would only write it again. */
 #define VALUE_PAD_MAX  (EXT_ALIGN / 8)
 
 /* The last bytes of every piece (what one write buffer put on the page). */
@@ -409,7 +411,8 @@ static uint64_t value_slot(uint64_t used, uint32_t nval)
 {
     uint64_t v = align_up(used, 8), in = v % EXT_ALIGN;
     uint64_t blocks = align_up(in + nval, EXT_ALIGN) / EXT_ALIGN, least = align_up(nval, EXT_ALIGN) / EXT_ALIGN;
-    if (in && blocks > least && (nval <= EXT_ALIGN || EXT_ALIGN - in <= VALUE_PAD_MAX)) v = align_up(v, EXT_ALIGN);
+    uint64_t gap = EXT_ALIGN - in;
+    if (in && blocks > least && gap <= (nval <= EXT_ALIGN ? nval / 4 : VALUE_PAD_MAX)) v = align_up(v, EXT_ALIGN);
     return v;
 }
 

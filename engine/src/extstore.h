@@ -128,7 +128,7 @@ struct ext_stats {
     _Atomic uint64_t pages_reclaimed;            /* pages freed: emptied by deletes, compacted or evicted (memcached's page_reclaims) */
     _Atomic uint64_t page_allocs;                /* pages handed to a bucket, free or evicted */
     _Atomic uint64_t objects_used, bytes_used;   /* live records (written, not deleted or dropped) */
-    _Atomic uint64_t bytes_fragmented;           /* deleted records still on a page */
+    _Atomic uint64_t bytes_fragmented;           /* page bytes no live value holds: deleted records, block padding */
     _Atomic uint64_t pages_free, pages_open;
     uint64_t pages_total, page_size, limit_bytes;
 };
