@@ -204,6 +204,13 @@ struct tls_io {
     bool eof;
     const char *staged;   /* received, not yet taken by OpenSSL */
     size_t staged_len;
+    /* tls_encrypt: OpenSSL's records go to `sealed` (TLS_SEND_MAX, held only
+     * while unsent) instead of the socket, and leave through tls_unsent /
+     * tls_sent (io_uring) or tls_send_unsent (write()). One way: once on,
+     * every later record of the session queues behind the ones before. */
+    bool batched;
+    char *sealed;
+    size_t sealed_off, sealed_len;   /* sealed[sealed_off, sealed_len) is unsent */
 };
 
 static BIO_METHOD *sock_method;   /* made once in tls_start, read-only after */
@@ -226,10 +233,34 @@ static int io_read(BIO *b, char *buf, int len)
     return (int)n;
 }
 
+/* Appends what fits of a record to `sealed`; full: a retry, as a full
+ * socket would be (OpenSSL keeps the rest of the record and SSL_write's
+ * retry hands it over). */
+static int seal(BIO *b, struct tls_io *io, const char *buf, size_t len)
+{
+    if (!io->sealed && !(io->sealed = malloc(TLS_SEND_MAX))) return -1;   /* no memory: the connection ends */
+    if (io->sealed_off && io->sealed_len + len > TLS_SEND_MAX) {
+        memmove(io->sealed, io->sealed + io->sealed_off, io->sealed_len - io->sealed_off);
+        io->sealed_len -= io->sealed_off;
+        io->sealed_off = 0;
+    }
+    size_t n = TLS_SEND_MAX - io->sealed_len;
+    if (n == 0) {
+        BIO_set_retry_write(b);
+        return -1;
+    }
+    if (n > len) n = len;
+    memcpy(io->sealed + io->sealed_len, buf, n);
+    io->sealed_len += n;
+    return (int)n;
+}
+
 static int io_write(BIO *b, const char *buf, int len)
 {
     struct tls_io *io = BIO_get_data(b);
     BIO_clear_retry_flags(b);
+    if (len <= 0) return 0;
+    if (io->batched) return seal(b, io, buf, (size_t)len);
     ssize_t n = write(io->fd, buf, (size_t)len);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_write(b);
     return (int)n;
@@ -242,6 +273,7 @@ static long io_ctrl(BIO *b, int cmd, long num, void *ptr)
     case BIO_CTRL_FLUSH: return 1;
     case BIO_CTRL_EOF: return io->eof;   /* OpenSSL tells an unexpected EOF from an error by it */
     case BIO_CTRL_PENDING: return (long)io->staged_len;
+    case BIO_CTRL_WPENDING: return (long)(io->sealed_len - io->sealed_off);
     case BIO_C_GET_FD:
         if (ptr) *(int *)ptr = io->fd;
         return io->fd;
@@ -251,7 +283,9 @@ static long io_ctrl(BIO *b, int cmd, long num, void *ptr)
 
 static int io_destroy(BIO *b)
 {
-    free(BIO_get_data(b));   /* the socket is the connection's to close */
+    struct tls_io *io = BIO_get_data(b);
+    if (io) free(io->sealed);
+    free(io);   /* the socket is the connection's to close */
     BIO_set_data(b, NULL);
     return 1;
 }
@@ -404,6 +438,9 @@ bool tls_hello_answered(SSL *ssl)
 
 void tls_close(SSL *ssl)
 {
+    /* records sealed but unsent (the last replies, an alert a failed read
+     * wrote) get one try: what the socket takes now reaches the client */
+    if (tls_send_unsent(ssl) < 0) ERR_clear_error();
     SSL_set_quiet_shutdown(ssl, 1);   /* no close_notify round: the socket closes now */
     SSL_free(ssl);
 }
@@ -500,4 +537,61 @@ bool tls_probe(const char *host, int port, int timeout_ms, const char *request, 
     snprintf(service, sizeof service, "%d", port);
     return tls_client_exchange(host, service, timeout_ms, NULL, settings.tls.chain_cert, settings.tls.key,
                                request, expect, why, why_cap);
+}
+
+/* ---- sends batched: records sealed into the connection's buffer ----------
+ * net_conn.c encrypts a connection's queued replies with this (through
+ * outbuf_flush_with, which gathers them up to a record at a time), then
+ * sends the sealed records in the worker's io_uring batch or with one
+ * write(). The handshake writes its flights to the socket itself (a read
+ * drives it, and its WANT_WRITE waits on EPOLLOUT as before); the first
+ * reply after it turns sealing on for good, so no record ever overtakes
+ * one sealed before it. A full buffer is a full socket to OpenSSL: the
+ * caller sends, then retries the same bytes (never re-encrypted, never
+ * dropped), as SSL_write requires. */
+ssize_t tls_encrypt(void *ssl, const void *buf, size_t len)
+{
+    struct tls_io *io = BIO_get_data(SSL_get_wbio(ssl));
+    if (!io->batched && SSL_is_init_finished(ssl)) io->batched = true;
+    return tls_write(ssl, buf, len);
+}
+
+size_t tls_unsent(SSL *ssl, const void **p)
+{
+    struct tls_io *io = BIO_get_data(SSL_get_wbio(ssl));
+    *p = io->sealed ? io->sealed + io->sealed_off : NULL;
+    return io->sealed_len - io->sealed_off;
+}
+
+void tls_sent(SSL *ssl, size_t n)
+{
+    struct tls_io *io = BIO_get_data(SSL_get_wbio(ssl));
+    io->sealed_off += n;
+    if (io->sealed_off < io->sealed_len) return;
+    /* drained: given back, as SSL_MODE_RELEASE_BUFFERS gives OpenSSL's own */
+    free(io->sealed);
+    io->sealed = NULL;
+    io->sealed_off = io->sealed_len = 0;
+}
+
+ssize_t tls_send_unsent(SSL *ssl)
+{
+    struct tls_io *io = BIO_get_data(SSL_get_wbio(ssl));
+    while (io->sealed_off < io->sealed_len) {
+        ssize_t n = send(io->fd, io->sealed + io->sealed_off, io->sealed_len - io->sealed_off,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+            return -1;
+        }
+        tls_sent(ssl, (size_t)n);
+    }
+    return (ssize_t)(io->sealed_len - io->sealed_off);
+}
+
+bool tls_send_wants_read(SSL *ssl)
+{
+    const void *p;
+    return tls_unsent(ssl, &p) == 0 && SSL_want_read(ssl);
 }
