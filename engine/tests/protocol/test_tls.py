@@ -772,8 +772,12 @@ class ClosingClient:
     """A TLS client over a raw socket (ssl.MemoryBIO), so that its request and
     its close_notify go out in one write, and bytes after them can follow."""
 
-    def __init__(self, port, ctx):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=IO_TIMEOUT_S)
+    def __init__(self, port, ctx, rcvbuf=None):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf:   # before connect: shrunk after it, the window stalls in zero-window probes
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(IO_TIMEOUT_S)
+        self.sock.connect(("127.0.0.1", port))
         self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
         self.tls = ctx.wrap_bio(self.incoming, self.outgoing, server_hostname="127.0.0.1")
         while True:
