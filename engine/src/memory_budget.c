@@ -96,8 +96,8 @@
 #define TLS_CONN_BYTES          (48 * KIB)
 #define TLS_FIXED_BYTES         (4 * MIB)
 /* tls.c: a data connection's sealed records not yet sent (batched sends,
- * tls_encrypt): at most TLS_SEND_MAX, a record, held from the reply's
- * encryption until the socket takes it; a slow reader holds its own and
+ * tls_encrypt): TLS_SEND_MAX, a record, allocated at a connection's first
+ * reply and kept until it closes; a slow reader holds its own and
  * no more (the rest of its replies wait in its output queue, unencrypted).
  * Not on the metrics port, whose sends are not batched. */
 #define TLS_SEND_BUF_BYTES      ((uint64_t)TLS_SEND_MAX)

@@ -209,7 +209,7 @@ struct tls_io {
      * tls_sent (io_uring) or tls_send_unsent (write()). One way: once on,
      * every later record of the session queues behind the ones before. */
     bool batched;
-    char *sealed;
+    char *sealed;                    /* allocated at the first reply, freed with the connection */
     size_t sealed_off, sealed_len;   /* sealed[sealed_off, sealed_len) is unsent */
 };
 
@@ -567,11 +567,11 @@ void tls_sent(SSL *ssl, size_t n)
 {
     struct tls_io *io = BIO_get_data(SSL_get_wbio(ssl));
     io->sealed_off += n;
-    if (io->sealed_off < io->sealed_len) return;
-    /* drained: given back, as SSL_MODE_RELEASE_BUFFERS gives OpenSSL's own */
-    free(io->sealed);
-    io->sealed = NULL;
-    io->sealed_off = io->sealed_len = 0;
+    /* drained: kept for the next reply, not freed. Freed and taken again
+     * per reply, it sat at the top of the heap and glibc gave it back and
+     * grew the heap again: two brk() per unpipelined GET in 5. The formula
+     * counts it for every connection anyway (memory_budget.c). */
+    if (io->sealed_off == io->sealed_len) io->sealed_off = io->sealed_len = 0;
 }
 
 ssize_t tls_send_unsent(SSL *ssl)

@@ -61,7 +61,7 @@ bool tls_wants_read(SSL *ssl);
 
 /* Sends batched (net_conn.c): tls_encrypt is tls_write's contract, but after
  * the handshake its records are sealed into a buffer of the connection's
- * (at most TLS_SEND_MAX, freed once sent) rather than written: EAGAIN means
+ * (TLS_SEND_MAX, kept until the connection closes) rather than written: EAGAIN means
  * the buffer is full. Its bytes go out through tls_unsent + tls_sent (an
  * io_uring send) or tls_send_unsent (send(); returns the bytes still unsent,
  * -1 on a socket error). tls_close tries once to send what is left. */
