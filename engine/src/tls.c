@@ -26,8 +26,11 @@
  * read()/write(), plus ciphertext handed over by tls_stage), so a worker's
  * io_uring batch receives the ciphertext of many ready connections in one
  * io_uring_enter and the plain read path decrypts it (net_conn.c
- * uring_turn). Sends are not batched: a partial send would leave
- * ciphertext that only a new per-connection buffer could keep. A client
+ * uring_turn). Sends are batched too: after the handshake the BIO seals
+ * records into a buffer of the connection's (tls_encrypt, at most a
+ * record's worth, TLS_SEND_MAX) that the worker's io_uring send batch, or
+ * one send(), takes; what a partial send leaves waits there for EPOLLOUT,
+ * and a full buffer is a full socket to OpenSSL (SSL_write's retry). A client
  * that stops mid-handshake is an idle connection like any other
  * (idle_timeout, -c, the memory term).
  *
@@ -43,7 +46,9 @@
  *
  * Memory (memory_budget.c "tls"): per connection the SSL object and, while a
  * record is in flight, OpenSSL's read and write buffers (each a record,
- * ~17 KiB); SSL_MODE_RELEASE_BUFFERS frees them on an idle connection.
+ * ~17 KiB); SSL_MODE_RELEASE_BUFFERS frees them on an idle connection. A
+ * data connection that has answered also keeps its sealed-record buffer
+ * (TLS_SEND_MAX, 17 KiB).
  *
  * The metrics port (-o metrics_tls, metrics_server.c) takes its SSL objects
  * from the same context, so the same files, reloads and file watch serve
