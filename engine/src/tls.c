@@ -183,7 +183,14 @@ static SSL_CTX *build_context(char *err, size_t errlen)
              * holds its first request until the delayed ACK (~40 ms) */
             SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
         }
-        SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
+        /* a client that ends its side with a FIN and no close_notify has
+         * still asked what it sent: the end of its stream, as in plaintext
+         * (net_conn.c peer_eof), answered before the close. Otherwise
+         * OpenSSL makes it a fatal error and every reply not yet encrypted
+         * was lost. A request the FIN cuts short is never complete (lines
+         * end in \r\n, data blocks have their length), so no truncation
+         * reaches storage. */
+        SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF);
         /* one read() takes what the socket holds into the record buffer
          * (no bigger: the memory term is unchanged), rather than two per
          * record (its header, then its body): an unpipelined GET costs one

@@ -147,6 +147,32 @@ def test_a_client_that_half_closes_after_its_requests_gets_every_reply(tls_serve
     assert_sends_were_batched(srv)
 
 
+@pytest.mark.parametrize("ending", ["close_notify", "fin"])
+def test_a_half_closed_client_gets_replies_far_beyond_the_socket_buffers(tls_server, pki, ending):
+    """One client asks for 9 MB (30 GETs of a 300 KB value) through an 8 KiB
+    receive buffer and ends its side at once, with or without a close_notify:
+    the server reads the end of the stream long before it has sent the
+    replies, and still sends them all. (A FIN without close_notify used to be
+    a fatal TLS error: what was not yet encrypted was lost.)"""
+    cert, key = pki.issue("server")
+    srv = tls_server(pki.ca, cert, key, "-t", "1")
+    big = os.urandom(300_000)
+    with srv.tls() as c:
+        c.send(b"set big 0 0 %d\r\n%s\r\n" % (len(big), big))
+        assert c.until(b"\r\n") == b"STORED\r\n"
+    cl = ClosingClient(srv.port, client_context(pki.ca, version=ssl.TLSVersion.TLSv1_3), rcvbuf=8192)
+    request = b"get big\r\n" * 30 + b"mn\r\n"
+    if ending == "close_notify":
+        cl.send_then_close_notify(request)
+    else:
+        cl.tls.write(request)
+        cl.sock.sendall(cl.outgoing.read())
+    cl.sock.shutdown(socket.SHUT_WR)
+    got = cl.read_plain(b"MN\r\n")
+    cl.sock.close()
+    assert got == b"VALUE big 0 %d\r\n%s\r\nEND\r\n" % (len(big), big) * 30 + b"MN\r\n"
+
+
 def test_key_updates_in_the_middle_of_a_session(tls_server, pki):
     """TLS 1.3 key updates from the client (openssl s_client's k, and K, which
     asks the server to update its own keys too) between requests: the server
