@@ -388,10 +388,34 @@ static void trace_sent(struct conn *c, bool all_sent)
 #define trace_sent(c, all_sent) ((void)0)
 #endif
 
-/* -Z: the same bytes through the connection's TLS session */
+/* -Z: the queued replies sealed into records (tls_encrypt), each record
+ * up to 16 KiB of them, and the sealed bytes sent, until the queue is empty
+ * or the socket full. *written counts plaintext, as bytes_written does.
+ * Done only when nothing sealed is left unsent either. */
+static enum out_flush_result tls_flush(struct conn *c, uint64_t *written)
+{
+    *written = 0;
+    for (;;) {
+        uint64_t sealed;
+        enum out_flush_result rc = outbuf_flush_with(&c->out, tls_encrypt, c->ssl, &sealed);
+        *written += sealed;
+        if (rc == OUT_FLUSH_ERROR) return rc;
+        const void *p;
+        size_t before = tls_unsent(c->ssl, &p);
+        ssize_t left = tls_send_unsent(c->ssl);
+        if (left < 0) return OUT_FLUSH_ERROR;
+        /* the client took bytes: not stuck (kick_slow), however few */
+        if ((size_t)left < before && c->write_blocked) c->blocked_since = conn_clock_s();
+        if (left > 0) return OUT_FLUSH_BLOCKED;
+        /* blocked on a full seal buffer, now sent: seal the rest; on
+         * anything else (OpenSSL waits to read) stop here */
+        if (rc != OUT_FLUSH_BLOCKED || before == 0 || tls_wants_read(c->ssl)) return rc;
+    }
+}
+
 static enum out_flush_result conn_flush(struct conn *c, uint64_t *written)
 {
-    if (c->ssl) return outbuf_flush_with(&c->out, tls_write, c->ssl, written);
+    if (c->ssl) return tls_flush(c, written);
     return outbuf_flush(&c->out, c->fd, written);
 }
 
@@ -415,7 +439,7 @@ bool conn_after_work(struct conn *c)
     struct ae_loop *l = w->loop;
     /* -Z: OpenSSL may need the other direction than the call that stopped:
      * a read driving the handshake waits to write, a send waits to read */
-    c->tls_write_wants_read = c->ssl && rc == OUT_FLUSH_BLOCKED && tls_wants_read(c->ssl);
+    c->tls_write_wants_read = c->ssl && rc == OUT_FLUSH_BLOCKED && tls_send_wants_read(c->ssl);
     bool want_write = (rc == OUT_FLUSH_BLOCKED && !c->tls_write_wants_read) || c->tls_read_wants_write;
     if (want_write) {
         if (!c->write_blocked) {
@@ -476,9 +500,11 @@ static bool rbuf_make_room(struct conn *c)
     return c->rend < c->rsize;
 }
 
-static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
+/* Reads and answers what the socket (or OpenSSL) holds, without sending;
+ * false if the connection was closed. */
+static bool conn_read_and_answer(struct ae_loop *l, struct conn *c)
 {
-    struct conn *c = data;
+    (void)l;
     c->tls_read_wants_write = false;   /* set again below if it still does */
 #ifdef CACHET_TRACE
     if (c->batch_idx < 0 && l->woke_ns) {   /* io_uring's fallbacks stamped it already */
@@ -527,9 +553,17 @@ static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
             break;
         }
         conn_close(c);
-        return;
+        return false;
     }
-    conn_after_work(c);
+    return true;
+}
+
+static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
+{
+    (void)fd;
+    (void)mask;
+    struct conn *c = data;
+    if (conn_read_and_answer(l, c)) conn_after_work(c);
 }
 
 /* A connection on the pending list continues: a read of what OpenSSL holds
@@ -606,8 +640,9 @@ void drain_completions(struct worker *w)
  * operation completes inside its submit. A TLS connection (-Z) shares the
  * read submit: its ciphertext is received where its plaintext will go and
  * handed to OpenSSL (tls.h, tls_stage), whose read takes it all before it
- * writes any plaintext; the plain path then answers and sends (write()),
- * as the send submit cannot carry OpenSSL's records. */
+ * writes any plaintext; the plain path's read then answers, and the send
+ * submit carries the records its replies were sealed into (tls_encrypt,
+ * tls_unsent), one buffer per connection as for plaintext. */
 
 /* A turn with fewer ready connections than this serves each at once with
  * read() and send(), as memcached does: a batch of one or two saves no
@@ -702,14 +737,13 @@ void uring_turn(struct worker *w)
         if (!c) continue;
         if (c->ssl) {
             /* ciphertext: decrypted by the plain path's read, which takes it
-             * before the socket; it replies and re-arms there too */
-            w->batch[ud] = NULL;
-            c->batch_idx = -1;
+             * before the socket (and finds EOF or EAGAIN there itself when
+             * nothing came); its replies go out with the batch's sends */
             if (res > 0) {
                 tls_stage(c->ssl, c->rbuf + c->rend, (size_t)res);
                 STAT_INC(w, tls_staged_reads);
             }
-            conn_readable(w->loop, c->fd, c, AE_READABLE);
+            conn_read_and_answer(w->loop, c);   /* a close clears w->batch[ud] */
             continue;
         }
         if (res > 0) {
@@ -727,7 +761,25 @@ void uring_turn(struct worker *w)
     queued = 0;
     for (int i = 0; i < n; i++) {
         struct conn *c = w->batch[i];
-        if (!c || c->write_blocked || !outbuf_contiguous(&c->out) || outbuf_contig_len(&c->out) == 0) continue;
+        if (!c || c->write_blocked) continue;
+        if (c->ssl) {
+            /* -Z: the replies sealed into records first (tls_flush's first
+             * half), then the records sent with everyone else's */
+            if (c->tls_read_wants_write) continue;
+            uint64_t sealed;
+            if (outbuf_flush_with(&c->out, tls_encrypt, c->ssl, &sealed) == OUT_FLUSH_ERROR) {
+                conn_close(c);
+                continue;
+            }
+            STAT_ADD(w, bytes_written, sealed);
+            const void *p;
+            size_t len = tls_unsent(c->ssl, &p);
+            if (!len) continue;
+            uring_prep_send(w->ring, c->fd, p, len, (uint64_t)i);
+            queued++;
+            continue;
+        }
+        if (!outbuf_contiguous(&c->out) || outbuf_contig_len(&c->out) == 0) continue;
         uring_prep_send(w->ring, c->fd, outbuf_contig_ptr(&c->out), outbuf_contig_len(&c->out), (uint64_t)i);
         queued++;
     }
@@ -735,6 +787,11 @@ void uring_turn(struct worker *w)
         while (uring_next_cqe(w->ring, &ud, &res)) {
             struct conn *c = w->batch[ud];
             if (!c || res <= 0) continue;    /* errors and EAGAIN: conn_after_work retries and decides */
+            if (c->ssl) {
+                tls_sent(c->ssl, (size_t)res);
+                STAT_INC(w, tls_staged_sends);
+                continue;
+            }
             STAT_ADD(w, bytes_written, (uint64_t)res);
             outbuf_consumed(&c->out, (size_t)res);
         }
