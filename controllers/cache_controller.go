@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -191,6 +192,10 @@ func (r *CacheReconciler) issuerSays(ctx context.Context, c *cachev1alpha1.Cache
 		if apierrors.IsNotFound(err) {
 			return fmt.Sprintf("; the %s %s does not exist", kind, ref.Name)
 		}
+		// e.g. Forbidden for a ClusterIssuer when the chart watches some
+		// namespaces only (its rules are Roles there): the Certificate's
+		// message is all the condition can say
+		logf.FromContext(ctx).V(1).Info("cannot read the Cache's issuer", "kind", kind, "name", ref.Name, "error", err.Error())
 		return ""
 	}
 	conds, _, _ := unstructured.NestedSlice(issuer.Object, "status", "conditions")
@@ -200,6 +205,25 @@ func (r *CacheReconciler) issuerSays(ctx context.Context, c *cachev1alpha1.Cache
 		}
 	}
 	return ""
+}
+
+// maxConditionMessage is metav1.Condition's limit on a message: a longer one
+// makes the API server refuse the whole status write.
+const maxConditionMessage = 32768
+
+// conditionMessage cuts a message quoted from other objects (cert-manager
+// writes its own, of any length) to what a Condition takes, on a UTF-8
+// boundary.
+func conditionMessage(msg string) string {
+	if len(msg) <= maxConditionMessage {
+		return msg
+	}
+	const more = " [cut]"
+	cut := maxConditionMessage - len(more)
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + more
 }
 
 // SecretRecheck is RecheckSecrets' default.
@@ -253,7 +277,8 @@ func (r *CacheReconciler) observeTLS(ctx context.Context, c *cachev1alpha1.Cache
 			for _, cd := range conds {
 				m, _ := cd.(map[string]any)
 				if m["type"] == "Ready" && m["status"] != "True" {
-					return &podProblem{ReasonIssuerNotReady, fmt.Sprintf("Certificate %s is not Ready (issuer %s %s): %v%s", CertificateName(c), t.IssuerRef.Kind, t.IssuerRef.Name, m["message"], r.issuerSays(ctx, c))}
+					msg := fmt.Sprintf("Certificate %s is not Ready (issuer %s %s): %v%s", CertificateName(c), t.IssuerRef.Kind, t.IssuerRef.Name, m["message"], r.issuerSays(ctx, c))
+					return &podProblem{ReasonIssuerNotReady, conditionMessage(msg)}
 				}
 			}
 		}

@@ -24,6 +24,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -311,4 +312,19 @@ func TestTLSReadyNamesAMetricsSecretWithoutCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitTLSReady(t, c, metav1.ConditionTrue, ReasonSecretMounted)
+}
+
+// A message quoted from cert-manager can be of any length, and a Condition
+// message over 32768 bytes makes the API server refuse the whole status
+// write: it is cut, on a UTF-8 boundary.
+func TestConditionMessageFitsACondition(t *testing.T) {
+	short := "Certificate x is not Ready"
+	if got := conditionMessage(short); got != short {
+		t.Errorf("a short message changed: %q", got)
+	}
+	long := strings.Repeat("é", maxConditionMessage) // 2 bytes a rune
+	got := conditionMessage(long)
+	if len(got) > maxConditionMessage || !utf8.ValidString(got) || !strings.HasSuffix(got, " [cut]") {
+		t.Errorf("cut message: %d bytes, valid UTF-8 %v, suffix %q", len(got), utf8.ValidString(got), got[len(got)-8:])
+	}
 }

@@ -44,7 +44,10 @@
 #      MEMCACHED_1618=path (default /usr/bin/memcached),
 #      BENCH_PORT_BASE (default 23100; uses BASE+1..BASE+7), BENCH_RESULTS
 #      (default engine/bench/results), BENCH_NICE (default -10; empty for none),
-#      BENCH_RT (default 1: W2 under chrt -f BENCH_RT_PRIO, default 20; 0: nice).
+#      BENCH_RT (default 1: W2 under chrt -f BENCH_RT_PRIO, default 20; 0: nice),
+#      BENCH_ONLY (a comma list of w1,w2,w3,w4,seed003: run only those
+#      workloads, e.g. BENCH_ONLY=w2 for the W2 shapes and the generator's
+#      W2 ceiling; the summary marks the rest NO DATA; default: all).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -55,6 +58,9 @@ QUICK=${BENCH_QUICK:-0}
 TLS=${BENCH_TLS:-0}
 PORT_BASE=${BENCH_PORT_BASE:-23100}
 RESULTS_ROOT=${BENCH_RESULTS:-$here/results}
+ONLY=${BENCH_ONLY:-}
+# want W: whether workload W runs (BENCH_ONLY)
+want() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 
 find_servers
 build_loadgen
@@ -197,9 +203,11 @@ sink_port=$((PORT_BASE + 3))
 "${PRIO[@]}" taskset -c $SERVER_CPU "$SINK" "$sink_port" 64 120 &
 sink_pid=$!; pids+=("$sink_pid"); pid_by_port[$sink_port]=$sink_pid
 for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$sink_port") 2>/dev/null && break; sleep 0.05; done
-loadgen sink "$sink_port" "$out/calibration.json" --keys 100000 --conns 32 --depth 16 --duration $MAX_SECS --warmup 0.5
-loadgen sink "$sink_port" "$out/calibration-deep.json" --keys 100000 --conns 4 --depth 128 --duration $MAX_SECS --warmup 0.5
-loadgen sink "$sink_port" "$out/calibration-unpipelined.json" --keys 100000 --conns 32 --depth 1 --duration $MAX_SECS --warmup 0.5
+if want w1; then
+  loadgen sink "$sink_port" "$out/calibration.json" --keys 100000 --conns 32 --depth 16 --duration $MAX_SECS --warmup 0.5
+  loadgen sink "$sink_port" "$out/calibration-deep.json" --keys 100000 --conns 4 --depth 128 --duration $MAX_SECS --warmup 0.5
+  loadgen sink "$sink_port" "$out/calibration-unpipelined.json" --keys 100000 --conns 32 --depth 1 --duration $MAX_SECS --warmup 0.5
+fi
 stop_server "$sink_pid"
 # W2's shape against the sink, as W2 runs (SCHED_FIFO): the highest rate the
 # generator itself keeps within the p99 bound. A server's W2 figure at or
@@ -275,6 +283,7 @@ if [ "$TLS" = 1 ]; then
 fi
 
 # ---- W1 ---------------------------------------------------------------------
+if want w1; then
 step "W1: GET-only, $W1_KEYS keys, 64-byte values (seed 000)"
 declare -A w1_pid
 for s in "${SERVERS[@]}"; do
@@ -323,6 +332,7 @@ if [ "$QUICK" != 1 ] && [ "${BENCH_EPOLL_ROW:-1}" = 1 ]; then
         "unpipelined $(jget "$out/w1-unpipelined-cachetd-epoll-$round.json" 'round(j["steps"][0]["throughput"])') req/s"
   done
   stop_server "$SERVER_PID"
+fi
 fi
 
 # ---- W2 ---------------------------------------------------------------------
@@ -376,6 +386,7 @@ run_w2() {
   PRIO=("${saved_prio[@]}")
 }
 
+if want w2; then
 step "W2: 80:20 get:set, 4-byte keys, 256-byte values, $W2_CONNS connections: highest rate with p99 < $W2_P99_US us (seed 002)"
 run_w2 w2 $W2_CONNS "${SERVERS[@]}" -- --ratio 80:20
 # The variants the engine issue asks for: measured against 1.6.45 only
@@ -386,8 +397,10 @@ step "W2 variant: every get a 10-key multi-get (80:20), $W2_CONNS connections"
 run_w2 w2-mget10 $W2_CONNS cachetd mc1645 -- --ratio 80:20 --multiget 10
 step "W2 at $W2_CONNS_MANY connections (80:20)"
 run_w2 w2-c$W2_CONNS_MANY $W2_CONNS_MANY cachetd mc1645 -- --ratio 80:20
+fi
 
 # ---- W3 ---------------------------------------------------------------------
+if want w3; then
 step "W3: RSS per item after $W3_ITEMS sets, 9-byte keys, 100-byte values"
 for s in "${SERVERS[@]}"; do
   start_server $s "$(port_of $s)" 1024
@@ -405,8 +418,10 @@ for s in "${SERVERS[@]}"; do
   say "  $s: RSS $before kB -> $after kB, curr_items $items, $("$PY" -c "print(round(($after-$before)*1024/max($items,1),1))") bytes/item"
   stop_server "$SERVER_PID"
 done
+fi
 
 # ---- W4 ---------------------------------------------------------------------
+if want w4; then
 step "W4: hit ratio, Zipf 0.99 over $W4_KEYS keys, -m $W4_MB (about 10% of the key space), get then set on miss"
 for s in "${SERVERS[@]}"; do
   start_server $s "$(port_of $s)" "$W4_MB"
@@ -417,8 +432,10 @@ for s in "${SERVERS[@]}"; do
   say "  $s: hit ratio $(jget "$out/w4-$s.json" 'round(j["steps"][0]["hit_ratio"],4)'), items held $(jget "$out/w4-$s.json" 'j["server_stats"].get("curr_items")'), evictions $(jget "$out/w4-$s.json" 'j["server_stats"].get("evictions")')"
   stop_server "$SERVER_PID"
 done
+fi
 
 # ---- seed 003 -----------------------------------------------------------------
+if want seed003; then
 step "seed 003: 50,000 small sets (seed003.py) at -m $SEED003_MB -n $SEED003_N, for -f in $SEED003_FACTORS"
 for f in $SEED003_FACTORS; do
   for s in "${SERVERS[@]}"; do
@@ -432,6 +449,7 @@ for f in $SEED003_FACTORS; do
     stop_server "$SERVER_PID"
   done
 done
+fi
 
 finish_run bench bench-latency.png
 [ "$failures" = 0 ] || say "bench: $failures load generator run(s) failed; their figures show as NO DATA"

@@ -424,6 +424,9 @@ for s in "${RUN_ORDER[@]}"; do
     half=$("$PY" -c "print(round(float('$half')/2))")
     whose="its own"; [ -n "$ref_max" ] && whose="memcached 1.6.45's"
     say "  $s: one step at $half/s, half of $whose max load"
+    # the counters around this step alone: what the compactor, the flusher and
+    # recaches did while its p99 was measured (docs/benchmarks.md, issue 21 Zipf)
+    stats_to "$port" "$out/zipf-half-before-stats-$s.json"
     loadgen "$s" "$port" "$out/zipf-half-$s.json" --keys $KEYS --value-size $XT_VALUE_SIZE --key-dist zipf:0.99 --set-on-miss \
       "${QD32[@]}" --rate "$half" --duration "$XT_SECS" --warmup 0.5 --seed 6
     say "  $s at $half/s: p99 $(jget "$out/zipf-half-$s.json" 'j["steps"][0]["latency_us"]["p99"]') us, kept up $(jget "$out/zipf-half-$s.json" 'j["steps"][0]["kept_up"]')"

@@ -158,7 +158,8 @@ finish_run() {
   step "summary"
   "$PY" "$here/summarize.py" "$out"
   if "$PY" "$here/plot.py" "$out" "$out/$png"; then
-    [ "$QUICK" = 1 ] || cp "$out/$png" "$engine/../docs/img/$png"
+    # a quick or partial (BENCH_ONLY) run is not what the docs describe
+    [ "$QUICK" = 1 ] || [ -n "${BENCH_ONLY:-}" ] || cp "$out/$png" "$engine/../docs/img/$png"
   else
     say "$name: plot failed (python3-matplotlib missing? run make deps)"
   fi

@@ -238,7 +238,22 @@ static void drop_bag(struct lru *l, struct bag *b)
     free(b);
 }
 
-struct limbo { item *head; unsigned n; };
+/* Items out of their bags, freed after a grace period. The cleaner's
+ * (tracked) also says which classes it holds items of (held, bit c-1). */
+struct limbo { item *head; unsigned n; bool tracked; uint64_t held; };
+
+/* Dead items of each class that the cleaner took out of their bags and
+ * frees after its next grace period (bags_clean_once's limbo). Until then
+ * they are neither in a bag, where an evictor would reclaim them first and
+ * uncounted, nor on the free list: an evictor saw only live items at its
+ * bags' heads and evicted eight of them, while thousands of chunks of its
+ * class were a grace period from free (a depth-1 fill of 4 KB values with
+ * extstore lost 80-130 values a run this way, one batch of 8 per sweep of
+ * the values the flusher had replaced by stubs). So an evictor waits for
+ * those instead (cleaner_wait). Written by the cleaner only (cleaner_lock),
+ * raised under the class's lock before it lets an evictor in. */
+static _Atomic uint32_t cleaner_holds[MAX_SLAB_CLASSES + 1];
+#define CLEANER_WAIT_MAX_MS 20
 
 static void limbo_push(struct limbo *lb, item *it)
 {
@@ -260,6 +275,34 @@ static void limbo_free(struct limbo *lb)
     }
     lb->head = NULL;
     lb->n = 0;
+}
+
+/* The cleaner's limbo back to the free lists; then no evictor waits for it. */
+static void cleaner_limbo_free(struct limbo *lb)
+{
+    limbo_free(lb);
+    for (unsigned c = 1; lb->held; c++)
+        if (lb->held & (1ull << (c - 1))) {
+            atomic_store_explicit(&cleaner_holds[c], 0, memory_order_release);
+            lb->held &= ~(1ull << (c - 1));
+        }
+}
+
+/* An evictor of class clsid while the cleaner holds dead items of it: waits,
+ * outside any read section (the cleaner's grace period waits for those),
+ * until they are free, at most CLEANER_WAIT_MAX_MS. True if they were. */
+static bool cleaner_wait(storage_thread *t, int clsid)
+{
+    if (!atomic_load_explicit(&cleaner_holds[clsid], memory_order_acquire)) return false;
+    unsigned depth = epoch_step_out(t);
+    struct timespec step = { 0, 50 * 1000L };
+    bool freed = false;
+    for (unsigned i = 0; i < CLEANER_WAIT_MAX_MS * 20; i++) {
+        nanosleep(&step, NULL);
+        if (!atomic_load_explicit(&cleaner_holds[clsid], memory_order_acquire)) { freed = true; break; }
+    }
+    epoch_step_in(t, depth);
+    return freed;
 }
 
 static inline uint32_t item_refs(item *it)
@@ -436,6 +479,7 @@ static void note_oldest(struct lru *l);
 static void clean_class(int clsid, bool flush, bool full, struct limbo *lb)
 {
     struct lru *l = &lrus[clsid];
+    unsigned before = lb->n;
     pthread_mutex_lock(&l->lock);
     struct bag *nw = atomic_load_explicit(&l->newest, memory_order_relaxed);
     uint32_t target = bag_target(clsid);
@@ -490,6 +534,10 @@ static void clean_class(int clsid, bool flush, bool full, struct limbo *lb)
     }
     l->cursor = (b && bag_editable(l, b)) ? b : NULL;
     note_oldest(l);
+    if (lb->tracked && lb->n > before) {   /* before an evictor can look (cleaner_holds) */
+        atomic_fetch_add_explicit(&cleaner_holds[clsid], lb->n - before, memory_order_release);
+        lb->held |= 1ull << (clsid - 1);
+    }
     pthread_mutex_unlock(&l->lock);
 }
 
@@ -508,12 +556,13 @@ bool bags_clean_once(storage_thread *t)
     }
     struct limbo lb = {0};
     unsigned n = slabs_class_count();
+    lb.tracked = true;
     for (unsigned c = 1; c <= n; c++) {
         if (atomic_load(&lrus[c].nbags) == 0) continue;
         clean_class((int)c, flush, false, &lb);   /* even a flush sweeps in budgeted passes */
-        if (lb.n > 4096) limbo_free(&lb);
+        if (lb.n > 4096) cleaner_limbo_free(&lb);
     }
-    limbo_free(&lb);
+    cleaner_limbo_free(&lb);
     atomic_fetch_add(&cleaner_passes, 1);
     pthread_mutex_unlock(&cleaner_lock);
     return true;
@@ -562,7 +611,6 @@ static void log_dropped_for_space(item *it, int clsid, uint16_t tag, rel_time_t 
 
 int bags_evict(storage_thread *t, int clsid)
 {
-    (void)t;
     struct lru *l = &lrus[clsid];
     struct limbo lb = {0};
     int freed = 0, opened = 0, scanned = 0;
@@ -571,6 +619,13 @@ int bags_evict(storage_thread *t, int clsid)
         atomic_load_explicit(&g_class_stats[clsid].dead_waiting, memory_order_relaxed) == 0)
         return 0;
     pthread_mutex_lock(&l->lock);
+    /* chunks of this class a grace period from free (the cleaner has just
+     * taken them out of these bags, under this lock): take those, evict nothing */
+    if (t && atomic_load_explicit(&cleaner_holds[clsid], memory_order_acquire)) {
+        pthread_mutex_unlock(&l->lock);
+        if (cleaner_wait(t, clsid)) return 1;
+        pthread_mutex_lock(&l->lock);
+    }
     /* Pass 0 gives touched items their second chance; if a whole search
      * found only touched, referenced or busy items, pass 1 evicts touched
      * ones too, so a store never fails while evictable memory exists. */

@@ -130,6 +130,7 @@ struct server_stats {
     uint64_t store_too_large, store_no_memory;  /* a store's item could not be allocated */
     uint64_t auth_cmds, auth_errors;            /* -Y: authentication attempts, and failures (auth.c) */
     uint64_t tls_staged_reads;                  /* -Z: ciphertext an io_uring batch received for OpenSSL (tls_stage) */
+    uint64_t tls_staged_sends;                  /* -Z: sealed records an io_uring batch sent (tls_encrypt) */
 };
 
 #define STAT_ADD(w, field, n) \

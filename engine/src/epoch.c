@@ -93,6 +93,23 @@ void epoch_exit(storage_thread *t)
     atomic_store_explicit(&t->epoch, 0, memory_order_release);
 }
 
+unsigned epoch_step_out(storage_thread *t)
+{
+    unsigned depth = t->section_depth;
+    if (depth) {
+        t->section_depth = 0;
+        atomic_store_explicit(&t->epoch, 0, memory_order_release);
+    }
+    return depth;
+}
+
+void epoch_step_in(storage_thread *t, unsigned depth)
+{
+    if (!depth) return;
+    epoch_enter(t);
+    t->section_depth = depth;
+}
+
 uint64_t epoch_advance(void)
 {
     uint64_t e = atomic_fetch_add_explicit(&global_epoch, 1, memory_order_seq_cst) + 1;

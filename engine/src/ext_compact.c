@@ -2,7 +2,10 @@
  * ext_compact.c - extstore's compactor: turns pages that are mostly garbage
  * back into free pages before the disk fills, by moving their live records
  * to the compaction bucket (memcached 1.6.45's ext_compact_under,
- * ext_max_frag, ext_drop_under, ext_drop_unread, ext_max_sleep).
+ * ext_max_frag, ext_drop_under, ext_drop_unread, ext_max_sleep). It starts
+ * while one page is still free, one page earlier than memcached's rule
+ * (ext_compact_due, ext_items.h): that page takes the records it moves,
+ * where memcached's compactor, starting with none free, evicts one for them.
  *
  * Why: a set or delete of a key on disk leaves its old record on its page.
  * Without compaction a full disk evicts its oldest page whole, live records
@@ -101,11 +104,11 @@ static bool compact_pass(void *arg)
     struct extstore *e = store;
     const struct ext_settings *x = conf;
     uint64_t free_pages = atomic_load_explicit(&ext_get_stats(e)->pages_free, memory_order_relaxed);
-    if (free_pages >= __atomic_load_n(&x->compact_under, __ATOMIC_RELAXED)) return false;
+    if (!ext_compact_due(free_pages, __atomic_load_n(&x->compact_under, __ATOMIC_RELAXED))) return false;
     uint32_t version = 0;
     int page = ext_compact_pick(e, ext_max_frag_now(x), &version);
     bool drop_unread = false;
-    if (page < 0 && free_pages < __atomic_load_n(&x->drop_under, __ATOMIC_RELAXED) &&
+    if (page < 0 && ext_compact_due(free_pages, __atomic_load_n(&x->drop_under, __ATOMIC_RELAXED)) &&
         __atomic_load_n(&x->drop_unread, __ATOMIC_RELAXED)) {
         page = ext_compact_oldest(e, &version);
         drop_unread = true;

@@ -17,6 +17,7 @@ static bool no_materialize(storage_thread *t, const char *key, size_t nkey, uint
     return true;   /* no stub to bring back */
 }
 static void no_note_pressure(void) { }
+static bool no_await_flusher(storage_thread *t, int clsid) { (void)t; (void)clsid; return false; }
 static bool no_stub_orphaned(item *it) { (void)it; return false; }
 static uint64_t no_records_orphaned_total(void) { return 0; }
 static int no_stub_class_max(void) { return 0; }
@@ -44,6 +45,7 @@ static const struct ext_hooks no_extstore = {
     .materialize = no_materialize,
     .flush_item = no_flush_item,
     .note_pressure = no_note_pressure,
+    .await_flusher = no_await_flusher,
     .stub_orphaned = no_stub_orphaned,
     .records_orphaned_total = no_records_orphaned_total,
     .stub_class_max = no_stub_class_max,

@@ -47,6 +47,12 @@ struct ext_hooks {
     bool (*flush_item)(storage_thread *t, item *it, const char *key, size_t nkey);
     /* Memory pressure seen by an evictor: wake the flusher. */
     void (*note_pressure)(void);
+    /* A store in class clsid found no free chunk and is about to evict:
+     * while the flusher is writing this class's values out, wait for it
+     * (bounded) so that the eviction finds values already on disk instead of
+     * unwritten ones. No lock held; the caller may be in a read section
+     * (left during the wait). True if it waited: look for a free chunk again. */
+    bool (*await_flusher)(storage_thread *t, int clsid);
     /* The cleaner's view of stubs whose page was evicted or dropped since
      * they were written (a GET would find them stale): stub_orphaned tells
      * one, any item, under the class lock; records_orphaned_total counts

@@ -24,10 +24,15 @@
  * the value's page offset, then the key; 8-byte aligned. */
 #define DIR_ENTRY_HEADER EXT_DIR_ENTRY_HEADER
 /* A value that would straddle one more 4 KiB block than its length needs
- * starts at the next block instead, when that wastes at most this much:
- * a 4000-byte value then costs one block read, never two, for at most an
- * eighth of a block of padding (values whose gap would be larger, e.g. of
- * 2100 bytes, straddle as before). */
+ * starts at the next block instead, when the gap that leaves is small
+ * against what it saves: for a value that fits in one block, a gap of at
+ * most a quarter of the value (a 4000-byte value behind anything is one
+ * 4 KiB read; a 2100-byte value behind a 2100-byte one is not padded, as
+ * that would waste half the disk, which is hit ratio); for a longer value,
+ * at most VALUE_PAD_MAX (an eighth of a block, against one block more per
+ * read). So padding never takes more than a fifth of the disk. It is
+ * counted in extstore_bytes_fragmented (it is disk the values do not use)
+ * but not in a page's written bytes: compaction would only write it again. */
 #define VALUE_PAD_MAX  (EXT_ALIGN / 8)
 
 /* The last bytes of every piece (what one write buffer put on the page). */
@@ -48,6 +53,7 @@ struct page {
     uint64_t file_off;          /* where the page starts in its file */
     uint64_t used;              /* bytes of the page handed out, header block included */
     uint64_t written_bytes;     /* record bytes appended (no buffer padding) */
+    uint64_t pad_bytes;         /* gaps left before values to keep them off a block boundary */
     uint64_t live_bytes;        /* record bytes not deleted */
     uint64_t live_objs;
     uint64_t seq;               /* when it was opened: the oldest is evicted first */
@@ -303,13 +309,13 @@ static void page_reset(struct extstore *e, struct page *p, bool evicted)
     add(&e->stats.bytes_used, -(int64_t)p->live_bytes);
     /* what ext_delete added for this page: written minus live, never the
      * padding behind each buffer that `used` also counts */
-    add(&e->stats.bytes_fragmented, -(int64_t)(p->written_bytes - p->live_bytes));
+    add(&e->stats.bytes_fragmented, -(int64_t)(p->written_bytes - p->live_bytes + p->pad_bytes));
     atomic_store_explicit(&p->version, (atomic_load_explicit(&p->version, memory_order_relaxed) + 1) & EXT_VERSION_MASK,
                           memory_order_release);
     /* after the new version: whoever sees the count sees the page stale */
     if (orphaned) atomic_fetch_add_explicit(&e->records_orphaned, orphaned, memory_order_release);
     p->used = 0;
-    p->written_bytes = p->live_bytes = p->live_objs = 0;
+    p->written_bytes = p->live_bytes = p->live_objs = p->pad_bytes = 0;
     p->bucket = -1;
     p->unwalkable = false;
 }
@@ -405,7 +411,8 @@ static uint64_t value_slot(uint64_t used, uint32_t nval)
 {
     uint64_t v = align_up(used, 8), in = v % EXT_ALIGN;
     uint64_t blocks = align_up(in + nval, EXT_ALIGN) / EXT_ALIGN, least = align_up(nval, EXT_ALIGN) / EXT_ALIGN;
-    if (in && blocks > least && EXT_ALIGN - in <= VALUE_PAD_MAX) v = align_up(v, EXT_ALIGN);
+    uint64_t gap = EXT_ALIGN - in;
+    if (in && blocks > least && gap <= (nval <= EXT_ALIGN ? nval / 4 : VALUE_PAD_MAX)) v = align_up(v, EXT_ALIGN);
     return v;
 }
 
@@ -634,6 +641,11 @@ int ext_write(struct extstore *e, enum ext_bucket b, const void *key, uint32_t n
     memset(d + DIR_ENTRY_HEADER + nkey, 0, ent - DIR_ENTRY_HEADER - nkey);
     loc->packed = ext_loc_pack((uint32_t)bk->page, version, at_page);
     loc->crc = crc;
+    /* the gap value_slot left to keep the value off a block boundary (the
+     * 8-byte alignment before it is no choice, and was never counted) */
+    uint64_t pad = voff - align_up(bk->wbuf_used, 8);
+    p->pad_bytes += pad;
+    if (pad) add(&e->stats.bytes_fragmented, (int64_t)pad);
     bk->wbuf_used = voff + nval;
     bk->nrec++;
     p->written_bytes += rs;

@@ -24,7 +24,8 @@
  * and headers: a read fetches only the value's blocks, so a 4 KiB value
  * costs one 4 KiB read, not the two its record took with its header in
  * front (format 1). A value that would touch one block more than its length
- * needs starts at the next block when that wastes at most 512 bytes. The
+ * needs starts at the next block: always when it fits in one block, else
+ * when that wastes at most 512 bytes (the gap counts as fragmentation). The
  * directory is only for compaction's walk. A restart starts every page
  * empty: nothing on disk is trusted without a locator from this process.
  *
@@ -127,7 +128,7 @@ struct ext_stats {
     _Atomic uint64_t pages_reclaimed;            /* pages freed: emptied by deletes, compacted or evicted (memcached's page_reclaims) */
     _Atomic uint64_t page_allocs;                /* pages handed to a bucket, free or evicted */
     _Atomic uint64_t objects_used, bytes_used;   /* live records (written, not deleted or dropped) */
-    _Atomic uint64_t bytes_fragmented;           /* deleted records still on a page */
+    _Atomic uint64_t bytes_fragmented;           /* page bytes no live value holds: deleted records, block padding */
     _Atomic uint64_t pages_free, pages_open;
     uint64_t pages_total, page_size, limit_bytes;
 };

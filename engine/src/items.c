@@ -310,6 +310,9 @@ static item *alloc_chunk(storage_thread *t, int clsid, int owner_cls, bool prefe
          * value already on disk for a few dozen bytes; a page from another
          * class costs a few large values instead, and holds thousands */
         if (prefer_page && round == 0 && slabs_acquire_page(t, clsid)) continue;
+        /* extstore: the oldest values of a class the flusher serves may be
+         * a moment from disk; evicted now they would be lost (ext_items.c) */
+        if (round == 0 && ext_hooks()->await_flusher(t, clsid)) continue;
         ext_hooks()->note_pressure();   /* extstore: move cold values out before the next store must evict */
         if (bags_evict(t, clsid) > 0) continue;
         idle++;

@@ -179,7 +179,8 @@ int main(int argc, char **argv)
     if (server_start_workers() != 0) return 71;
     proc_write_pidfile(&settings);
 
-    if (settings.verbose) {
+    /* workers run now, and `verbosity` may store to it from one of them */
+    if (__atomic_load_n(&settings.verbose, __ATOMIC_RELAXED)) {
         char cpus[1024] = "none";
         int list[MAX_WORKERS], n = 0;
         for (int i = 0; i < num_workers; i++) if (workers[i].cpu >= 0) list[n++] = workers[i].cpu;
@@ -196,13 +197,13 @@ int main(int argc, char **argv)
     for (;;) {
         if (sigwait(&stop_signals, &sig) != 0) continue;
         if (sig != SIGHUP) break;
-        if (settings.verbose) fprintf(stderr, "cachetd: SIGHUP, reloading the authfile and certificates\n");
+        if (__atomic_load_n(&settings.verbose, __ATOMIC_RELAXED)) fprintf(stderr, "cachetd: SIGHUP, reloading the authfile and certificates\n");
         auth_reload();
         char err[512];
         if (tls_enabled() && tls_refresh(err, sizeof err) != 0)
             fprintf(stderr, "cachetd: certificates not reloaded: %s\n", err);
     }
-    if (settings.verbose) fprintf(stderr, "cachetd: signal %d, shutting down\n", sig);
+    if (__atomic_load_n(&settings.verbose, __ATOMIC_RELAXED)) fprintf(stderr, "cachetd: signal %d, shutting down\n", sig);
     server_shutdown();
     ext_io_stop();
     storage_ext_stop();

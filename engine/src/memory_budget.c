@@ -29,6 +29,7 @@
 #include "metrics_server.h"
 #include "outbuf.h"
 #include "storage.h"
+#include "tls.h"
 
 #define KIB ((uint64_t)1 << 10)
 #define MIB ((uint64_t)1 << 20)
@@ -62,8 +63,9 @@
  * storage state (with mrc.c's ring of sampled GETs, 16 KiB); the same for every other
  * thread counted here (flusher, compactor, IO threads). */
 #define THREAD_BYTES            (1 * MIB)
-/* the binary, libc, the main thread and storage's clock, cleaner, expander
- * and mover threads */
+/* the binary, libc, the main thread and storage's clock, cleaner, expander,
+ * mover and prefault threads (the prefault thread's pages are the item
+ * region's, inside -m) */
 #define FIXED_BYTES             (8 * MIB)
 /* metrics_server.c / metrics.c: its thread, 16 connections' request
  * buffers, the 1 MiB stats arena and one /metrics body (capped at 4 MiB,
@@ -94,6 +96,12 @@
  * swaps them. */
 #define TLS_CONN_BYTES          (48 * KIB)
 #define TLS_FIXED_BYTES         (4 * MIB)
+/* tls.c: a data connection's sealed records not yet sent (batched sends,
+ * tls_encrypt): TLS_SEND_MAX, a record, allocated at a connection's first
+ * reply and kept until it closes; a slow reader holds its own and
+ * no more (the rest of its replies wait in its output queue, unencrypted).
+ * Not on the metrics port, whose sends are not batched. */
+#define TLS_SEND_BUF_BYTES      ((uint64_t)TLS_SEND_MAX)
 /* extstore.c: a struct page (72 B) and a free-list slot per page */
 #define EXT_PAGE_TABLE_BYTES    (72u + 4u)
 /* ext_io.c: a queued job and its ring slot per worker-owned read */
@@ -239,7 +247,7 @@ void memory_budget_of(const struct settings *s, struct memory_budget *b)
     /* auth.c: the authfile, at most AUTH_FILE_MAX, held twice while a
      * reload reads the new copy before freeing the old */
     add(b, "auth", s->auth_file[0] ? 2 * ((uint64_t)AUTH_FILE_MAX + 1) : 0);
-    add(b, "tls", s->tls.enabled ? (uint64_t)s->maxconns * TLS_CONN_BYTES + TLS_FIXED_BYTES : 0);
+    add(b, "tls", s->tls.enabled ? (uint64_t)s->maxconns * (TLS_CONN_BYTES + TLS_SEND_BUF_BYTES) + TLS_FIXED_BYTES : 0);
     if (s->ext.npaths) add_extstore(s, b);
 }
 

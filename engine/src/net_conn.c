@@ -308,7 +308,12 @@ void process_input(struct conn *c)
             }
         } else {
             go_on = proto_dispatch(c, &r, line, (size_t)ll);
-            TRACE_REC(w->id, TRACE_DISPATCH, TRACE_NOW() - t_parsed);
+#ifdef CACHET_TRACE
+            uint64_t dispatched = TRACE_NOW() - t_parsed;
+            TRACE_REC(w->id, TRACE_DISPATCH, dispatched);
+            if ((r.cmd >= CMD_SET && r.cmd <= CMD_CAS) || r.cmd == CMD_MS)
+                TRACE_REC(w->id, TRACE_DISPATCH_STORE, dispatched);
+#endif
             if (go_on) {
                 /* done without waiting for the buffer budget (its key may
                  * have left the disk since it waited): a later disk read
@@ -385,10 +390,34 @@ static void trace_sent(struct conn *c, bool all_sent)
 #define trace_sent(c, all_sent) ((void)0)
 #endif
 
-/* -Z: the same bytes through the connection's TLS session */
+/* -Z: the queued replies sealed into records (tls_encrypt), each record
+ * up to 16 KiB of them, and the sealed bytes sent, until the queue is empty
+ * or the socket full. *written counts plaintext, as bytes_written does.
+ * Done only when nothing sealed is left unsent either. */
+static enum out_flush_result tls_flush(struct conn *c, uint64_t *written)
+{
+    *written = 0;
+    for (;;) {
+        uint64_t sealed;
+        enum out_flush_result rc = outbuf_flush_with(&c->out, tls_encrypt, c->ssl, &sealed);
+        *written += sealed;
+        if (rc == OUT_FLUSH_ERROR) return rc;
+        const void *p;
+        size_t before = tls_unsent(c->ssl, &p);
+        ssize_t left = tls_send_unsent(c->ssl);
+        if (left < 0) return OUT_FLUSH_ERROR;
+        /* the client took bytes: not stuck (kick_slow), however few */
+        if ((size_t)left < before && c->write_blocked) c->blocked_since = conn_clock_s();
+        if (left > 0) return OUT_FLUSH_BLOCKED;
+        /* blocked on a full seal buffer, now sent: seal the rest; on
+         * anything else (OpenSSL waits to read) stop here */
+        if (rc != OUT_FLUSH_BLOCKED || before == 0 || tls_wants_read(c->ssl)) return rc;
+    }
+}
+
 static enum out_flush_result conn_flush(struct conn *c, uint64_t *written)
 {
-    if (c->ssl) return outbuf_flush_with(&c->out, tls_write, c->ssl, written);
+    if (c->ssl) return tls_flush(c, written);
     return outbuf_flush(&c->out, c->fd, written);
 }
 
@@ -412,7 +441,7 @@ bool conn_after_work(struct conn *c)
     struct ae_loop *l = w->loop;
     /* -Z: OpenSSL may need the other direction than the call that stopped:
      * a read driving the handshake waits to write, a send waits to read */
-    c->tls_write_wants_read = c->ssl && rc == OUT_FLUSH_BLOCKED && tls_wants_read(c->ssl);
+    c->tls_write_wants_read = c->ssl && rc == OUT_FLUSH_BLOCKED && tls_send_wants_read(c->ssl);
     bool want_write = (rc == OUT_FLUSH_BLOCKED && !c->tls_write_wants_read) || c->tls_read_wants_write;
     if (want_write) {
         if (!c->write_blocked) {
@@ -473,9 +502,11 @@ static bool rbuf_make_room(struct conn *c)
     return c->rend < c->rsize;
 }
 
-static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
+/* Reads and answers what the socket (or OpenSSL) holds, without sending;
+ * false if the connection was closed. */
+static bool conn_read_and_answer(struct ae_loop *l, struct conn *c)
 {
-    struct conn *c = data;
+    (void)l;
     c->tls_read_wants_write = false;   /* set again below if it still does */
 #ifdef CACHET_TRACE
     if (c->batch_idx < 0 && l->woke_ns) {   /* io_uring's fallbacks stamped it already */
@@ -524,9 +555,17 @@ static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
             break;
         }
         conn_close(c);
-        return;
+        return false;
     }
-    conn_after_work(c);
+    return true;
+}
+
+static void conn_readable(struct ae_loop *l, int fd, void *data, int mask)
+{
+    (void)fd;
+    (void)mask;
+    struct conn *c = data;
+    if (conn_read_and_answer(l, c)) conn_after_work(c);
 }
 
 /* A connection on the pending list continues: a read of what OpenSSL holds
@@ -621,8 +660,9 @@ void drain_completions(struct worker *w)
  * operation completes inside its submit. A TLS connection (-Z) shares the
  * read submit: its ciphertext is received where its plaintext will go and
  * handed to OpenSSL (tls.h, tls_stage), whose read takes it all before it
- * writes any plaintext; the plain path then answers and sends (write()),
- * as the send submit cannot carry OpenSSL's records. */
+ * writes any plaintext; the plain path's read then answers, and the send
+ * submit carries the records its replies were sealed into (tls_encrypt,
+ * tls_unsent), one buffer per connection as for plaintext. */
 
 /* A turn with fewer ready connections than this serves each at once with
  * read() and send(), as memcached does: a batch of one or two saves no
@@ -740,14 +780,13 @@ void uring_turn(struct worker *w)
         if (!c) continue;
         if (c->ssl) {
             /* ciphertext: decrypted by the plain path's read, which takes it
-             * before the socket; it replies and re-arms there too */
-            w->batch[ud] = NULL;
-            c->batch_idx = -1;
+             * before the socket (and finds EOF or EAGAIN there itself when
+             * nothing came); its replies go out with the batch's sends */
             if (res > 0) {
                 tls_stage(c->ssl, c->rbuf + c->rend, (size_t)res);
                 STAT_INC(w, tls_staged_reads);
             }
-            conn_readable(w->loop, c->fd, c, AE_READABLE);
+            conn_read_and_answer(w->loop, c);   /* a close clears w->batch[ud] */
             continue;
         }
         if (res > 0) {
@@ -766,13 +805,31 @@ void uring_turn(struct worker *w)
      * costs one syscall as well, and less than a ring operation. */
     int sendable = 0;
     for (int i = 0; i < n; i++) sendable += batch_sendable(w->batch[i]);
-    if (!queued && sendable < 2) sendable = 0;
+    bool send_in_batch = queued > 0 || sendable >= 2;
     queued = 0;
     struct iovec iov[BATCH_GATHER_CONNS][BATCH_GATHER_IOV];
     struct msghdr mh[BATCH_GATHER_CONNS];
     int gathered = 0;
-    for (int i = 0; i < n && sendable; i++) {
+    for (int i = 0; i < n && send_in_batch; i++) {
         struct conn *c = w->batch[i];
+        if (!c || c->write_blocked) continue;
+        if (c->ssl) {
+            /* -Z: the replies sealed into records first (tls_flush's first
+             * half), then the records sent with everyone else's */
+            if (c->tls_read_wants_write) continue;
+            uint64_t sealed;
+            if (outbuf_flush_with(&c->out, tls_encrypt, c->ssl, &sealed) == OUT_FLUSH_ERROR) {
+                conn_close(c);
+                continue;
+            }
+            STAT_ADD(w, bytes_written, sealed);
+            const void *p;
+            size_t len = tls_unsent(c->ssl, &p);
+            if (!len) continue;
+            uring_prep_send(w->ring, c->fd, p, len, (uint64_t)i);
+            queued++;
+            continue;
+        }
         if (!batch_sendable(c)) continue;
         if (outbuf_contiguous(&c->out)) {
             uring_prep_send(w->ring, c->fd, outbuf_contig_ptr(&c->out), outbuf_contig_len(&c->out), (uint64_t)i);
@@ -790,6 +847,11 @@ void uring_turn(struct worker *w)
         while (uring_next_cqe(w->ring, &ud, &res)) {
             struct conn *c = w->batch[ud];
             if (!c || res <= 0) continue;    /* errors and EAGAIN: conn_after_work retries and decides */
+            if (c->ssl) {
+                tls_sent(c->ssl, (size_t)res);
+                STAT_INC(w, tls_staged_sends);
+                continue;
+            }
             STAT_ADD(w, bytes_written, (uint64_t)res);
             outbuf_consumed(&c->out, (size_t)res);
         }

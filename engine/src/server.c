@@ -101,8 +101,10 @@ void server_stats_general(stat_writer w, void *ctx)
     w(ctx, "read_buf_oom", "%llu", (unsigned long long)SUM(read_buf_oom));
     if (storage_ext_enabled())
         w(ctx, "slow_kicks", "%llu", (unsigned long long)SUM(slow_kicks));
-    if (settings.tls.enabled)
+    if (settings.tls.enabled) {
         w(ctx, "tls_staged_reads", "%llu", (unsigned long long)SUM(tls_staged_reads));
+        w(ctx, "tls_staged_sends", "%llu", (unsigned long long)SUM(tls_staged_sends));
+    }
     if (settings.idle_timeout)
         w(ctx, "idle_kicks", "%llu", (unsigned long long)SUM(idle_kicks));
     w(ctx, "deferred_replies", "%llu", (unsigned long long)reply_deferred_total());

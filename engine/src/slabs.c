@@ -7,9 +7,10 @@
  * type-stable: it is never unmapped, so a lock-free reader holding a stale
  * handle still points at item-shaped memory (the grace period in epoch.c
  * guarantees the chunk was not reused under it). The region is reserved with
- * MAP_NORESERVE and touched page by page, so RSS follows what is used and
- * never exceeds -m: pages are handed out only while fewer than -m / page_size
- * are in use, and the hash table and bookkeeping are, as in memcached, on top.
+ * MAP_NORESERVE and touched page by page (the next one ahead of use, by
+ * slabs_prefault.c), so RSS follows what is used and never exceeds -m:
+ * pages are handed out only while fewer than -m / page_size are in use, and
+ * the hash table and bookkeeping are, as in memcached, on top.
  *
  * Why size classes from -n/-f or an explicit list: as memcached, so operators'
  * knowledge carries over; the smallest class holds -n bytes of key+value with
@@ -281,6 +282,7 @@ item *slabs_alloc_chunk(int clsid)
 {
     struct slabclass *sc = &g_classes[clsid];
     item *it = NULL;
+    bool took_fresh = false;
     pthread_mutex_lock(&sc->lock);
     if (sc->free_head) {
         it = handle_item(sc->free_head);
@@ -289,7 +291,7 @@ item *slabs_alloc_chunk(int clsid)
     } else {
         if (sc->bump_page < 0 || sc->bump_next >= sc->perpage) {
             sc->bump_page = -1;
-            grab_fresh_page(sc, clsid);
+            took_fresh = grab_fresh_page(sc, clsid);
         }
         if (sc->bump_page >= 0) it = chunk_at((size_t)sc->bump_page, sc->bump_next++, sc->size);
         atomic_store_explicit(&sc->end_free, sc->bump_page >= 0 ? sc->perpage - sc->bump_next : 0,
@@ -301,6 +303,8 @@ item *slabs_alloc_chunk(int clsid)
         atomic_store_explicit(&it->iflags, 0, memory_order_relaxed);
     }
     pthread_mutex_unlock(&sc->lock);
+    /* the next fresh page gets faulted in off the request path */
+    if (took_fresh) slabs_prefault_wake();
     return it;
 }
 

@@ -83,6 +83,7 @@ int storage_start_threads(void)
     if (rc == 0) rc = assoc_start_thread();
     if (rc == 0) rc = bags_start_thread();
     if (rc == 0) rc = slabs_start_thread();
+    if (rc == 0) rc = slabs_prefault_start();
     if (rc == 0) rc = mrc_start_thread();
     if (rc != 0) {
         fprintf(stderr, "cachetd: cannot start storage threads: %s\n", strerror(rc));
@@ -96,7 +97,9 @@ void storage_stop_threads(void)
 {
     if (!threads_started) return;
     mrc_stop_thread();
+    /* after the mover: its rescues take fresh pages and wake the prefaulter */
     slabs_stop_thread();
+    slabs_prefault_stop();
     bags_stop_thread();
     assoc_stop_thread();
     clock_stop();

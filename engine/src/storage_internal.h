@@ -373,6 +373,12 @@ uint64_t epoch_current(void);
 /* True once every section that began before epoch_advance() returned `e` ended. */
 bool epoch_passed(uint64_t e);
 uint64_t epoch_advance(void);
+/* Around a blocking wait inside a storage call (a store waiting for
+ * extstore's flusher): the thread leaves every read section it is in, as
+ * epoch_synchronize steps out of a read batch, and later re-enters at the
+ * same depth. Between storage calls the thread holds no item pointer. */
+unsigned epoch_step_out(storage_thread *t);
+void epoch_step_in(storage_thread *t, unsigned depth);
 
 /* ---- hash table (assoc.c) ---- */
 uint32_t hash_key(const char *key, size_t nkey);
@@ -413,6 +419,11 @@ item *slabs_alloc_chunk(int clsid);              /* NULL if no free chunk and no
 void slabs_free_chunk(item *it);
 int slabs_start_thread(void);   /* 0 or pthread_create's error */
 void slabs_stop_thread(void);
+/* slabs_prefault.c: the thread that faults in the next never-used page
+ * before a store needs it; the allocator wakes it when it takes one. */
+int slabs_prefault_start(void);   /* 0 or pthread_create's error */
+void slabs_prefault_stop(void);
+void slabs_prefault_wake(void);
 /* slabs_mover.c: gives class clsid a page from another class now (evicting
  * there), for a store that has nothing of its own to evict. No lock held,
  * not in a read section. True if the class got memory. */

@@ -26,8 +26,11 @@
  * read()/write(), plus ciphertext handed over by tls_stage), so a worker's
  * io_uring batch receives the ciphertext of many ready connections in one
  * io_uring_enter and the plain read path decrypts it (net_conn.c
- * uring_turn). Sends are not batched: a partial send would leave
- * ciphertext that only a new per-connection buffer could keep. A client
+ * uring_turn). Sends are batched too: after the handshake the BIO seals
+ * records into a buffer of the connection's (tls_encrypt, at most a
+ * record's worth, TLS_SEND_MAX) that the worker's io_uring send batch, or
+ * one send(), takes; what a partial send leaves waits there for EPOLLOUT,
+ * and a full buffer is a full socket to OpenSSL (SSL_write's retry). A client
  * that stops mid-handshake is an idle connection like any other
  * (idle_timeout, -c, the memory term).
  *
@@ -43,7 +46,9 @@
  *
  * Memory (memory_budget.c "tls"): per connection the SSL object and, while a
  * record is in flight, OpenSSL's read and write buffers (each a record,
- * ~17 KiB); SSL_MODE_RELEASE_BUFFERS frees them on an idle connection.
+ * ~17 KiB); SSL_MODE_RELEASE_BUFFERS frees them on an idle connection. A
+ * data connection that has answered also keeps its sealed-record buffer
+ * (TLS_SEND_MAX, 17 KiB).
  *
  * The metrics port (-o metrics_tls, metrics_server.c) takes its SSL objects
  * from the same context, so the same files, reloads and file watch serve
@@ -178,7 +183,14 @@ static SSL_CTX *build_context(char *err, size_t errlen)
              * holds its first request until the delayed ACK (~40 ms) */
             SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
         }
-        SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
+        /* a client that ends its side with a FIN and no close_notify has
+         * still asked what it sent: the end of its stream, as in plaintext
+         * (net_conn.c peer_eof), answered before the close. Otherwise
+         * OpenSSL makes it a fatal error and every reply not yet encrypted
+         * was lost. A request the FIN cuts short is never complete (lines
+         * end in \r\n, data blocks have their length), so no truncation
+         * reaches storage. */
+        SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF);
         /* one read() takes what the socket holds into the record buffer
          * (no bigger: the memory term is unchanged), rather than two per
          * record (its header, then its body): an unpipelined GET costs one
@@ -204,6 +216,13 @@ struct tls_io {
     bool eof;
     const char *staged;   /* received, not yet taken by OpenSSL */
     size_t staged_len;
+    /* tls_encrypt: OpenSSL's records go to `sealed` (TLS_SEND_MAX, held only
+     * while unsent) instead of the socket, and leave through tls_unsent /
+     * tls_sent (io_uring) or tls_send_unsent (write()). One way: once on,
+     * every later record of the session queues behind the ones before. */
+    bool batched;
+    char *sealed;                    /* allocated at the first reply, freed with the connection */
+    size_t sealed_off, sealed_len;   /* sealed[sealed_off, sealed_len) is unsent */
 };
 
 static BIO_METHOD *sock_method;   /* made once in tls_start, read-only after */
@@ -226,10 +245,34 @@ static int io_read(BIO *b, char *buf, int len)
     return (int)n;
 }
 
+/* Appends what fits of a record to `sealed`; full: a retry, as a full
+ * socket would be (OpenSSL keeps the rest of the record and SSL_write's
+ * retry hands it over). */
+static int seal(BIO *b, struct tls_io *io, const char *buf, size_t len)
+{
+    if (!io->sealed && !(io->sealed = malloc(TLS_SEND_MAX))) return -1;   /* no memory: the connection ends */
+    if (io->sealed_off && io->sealed_len + len > TLS_SEND_MAX) {
+        memmove(io->sealed, io->sealed + io->sealed_off, io->sealed_len - io->sealed_off);
+        io->sealed_len -= io->sealed_off;
+        io->sealed_off = 0;
+    }
+    size_t n = TLS_SEND_MAX - io->sealed_len;
+    if (n == 0) {
+        BIO_set_retry_write(b);
+        return -1;
+    }
+    if (n > len) n = len;
+    memcpy(io->sealed + io->sealed_len, buf, n);
+    io->sealed_len += n;
+    return (int)n;
+}
+
 static int io_write(BIO *b, const char *buf, int len)
 {
     struct tls_io *io = BIO_get_data(b);
     BIO_clear_retry_flags(b);
+    if (len <= 0) return 0;
+    if (io->batched) return seal(b, io, buf, (size_t)len);
     ssize_t n = write(io->fd, buf, (size_t)len);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_write(b);
     return (int)n;
@@ -242,6 +285,7 @@ static long io_ctrl(BIO *b, int cmd, long num, void *ptr)
     case BIO_CTRL_FLUSH: return 1;
     case BIO_CTRL_EOF: return io->eof;   /* OpenSSL tells an unexpected EOF from an error by it */
     case BIO_CTRL_PENDING: return (long)io->staged_len;
+    case BIO_CTRL_WPENDING: return (long)(io->sealed_len - io->sealed_off);
     case BIO_C_GET_FD:
         if (ptr) *(int *)ptr = io->fd;
         return io->fd;
@@ -251,7 +295,9 @@ static long io_ctrl(BIO *b, int cmd, long num, void *ptr)
 
 static int io_destroy(BIO *b)
 {
-    free(BIO_get_data(b));   /* the socket is the connection's to close */
+    struct tls_io *io = BIO_get_data(b);
+    if (io) free(io->sealed);
+    free(io);   /* the socket is the connection's to close */
     BIO_set_data(b, NULL);
     return 1;
 }
@@ -404,6 +450,9 @@ bool tls_hello_answered(SSL *ssl)
 
 void tls_close(SSL *ssl)
 {
+    /* records sealed but unsent (the last replies, an alert a failed read
+     * wrote) get one try: what the socket takes now reaches the client */
+    if (tls_send_unsent(ssl) < 0) ERR_clear_error();
     SSL_set_quiet_shutdown(ssl, 1);   /* no close_notify round: the socket closes now */
     SSL_free(ssl);
 }
@@ -500,4 +549,61 @@ bool tls_probe(const char *host, int port, int timeout_ms, const char *request, 
     snprintf(service, sizeof service, "%d", port);
     return tls_client_exchange(host, service, timeout_ms, NULL, settings.tls.chain_cert, settings.tls.key,
                                request, expect, why, why_cap);
+}
+
+/* ---- sends batched: records sealed into the connection's buffer ----------
+ * net_conn.c encrypts a connection's queued replies with this (through
+ * outbuf_flush_with, which gathers them up to a record at a time), then
+ * sends the sealed records in the worker's io_uring batch or with one
+ * write(). The handshake writes its flights to the socket itself (a read
+ * drives it, and its WANT_WRITE waits on EPOLLOUT as before); the first
+ * reply after it turns sealing on for good, so no record ever overtakes
+ * one sealed before it. A full buffer is a full socket to OpenSSL: the
+ * caller sends, then retries the same bytes (never re-encrypted, never
+ * dropped), as SSL_write requires. */
+ssize_t tls_encrypt(void *ssl, const void *buf, size_t len)
+{
+    struct tls_io *io = BIO_get_data(SSL_get_wbio(ssl));
+    if (!io->batched && SSL_is_init_finished(ssl)) io->batched = true;
+    return tls_write(ssl, buf, len);
+}
+
+size_t tls_unsent(SSL *ssl, const void **p)
+{
+    struct tls_io *io = BIO_get_data(SSL_get_wbio(ssl));
+    *p = io->sealed ? io->sealed + io->sealed_off : NULL;
+    return io->sealed_len - io->sealed_off;
+}
+
+void tls_sent(SSL *ssl, size_t n)
+{
+    struct tls_io *io = BIO_get_data(SSL_get_wbio(ssl));
+    io->sealed_off += n;
+    /* drained: kept for the next reply, not freed. Freed and taken again
+     * per reply, it sat at the top of the heap and glibc gave it back and
+     * grew the heap again: two brk() per unpipelined GET in 5. The formula
+     * counts it for every connection anyway (memory_budget.c). */
+    if (io->sealed_off == io->sealed_len) io->sealed_off = io->sealed_len = 0;
+}
+
+ssize_t tls_send_unsent(SSL *ssl)
+{
+    struct tls_io *io = BIO_get_data(SSL_get_wbio(ssl));
+    while (io->sealed_off < io->sealed_len) {
+        ssize_t n = send(io->fd, io->sealed + io->sealed_off, io->sealed_len - io->sealed_off,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+            return -1;
+        }
+        tls_sent(ssl, (size_t)n);
+    }
+    return (ssize_t)(io->sealed_len - io->sealed_off);
+}
+
+bool tls_send_wants_read(SSL *ssl)
+{
+    const void *p;
+    return tls_unsent(ssl, &p) == 0 && SSL_want_read(ssl);
 }

@@ -59,4 +59,19 @@ bool tls_pending(SSL *ssl);
 bool tls_wants_write(SSL *ssl);
 bool tls_wants_read(SSL *ssl);
 
+/* Sends batched (net_conn.c): tls_encrypt is tls_write's contract, but after
+ * the handshake its records are sealed into a buffer of the connection's
+ * (TLS_SEND_MAX, kept until the connection closes) rather than written: EAGAIN means
+ * the buffer is full. Its bytes go out through tls_unsent + tls_sent (an
+ * io_uring send) or tls_send_unsent (send(); returns the bytes still unsent,
+ * -1 on a socket error). tls_close tries once to send what is left. */
+#define TLS_SEND_MAX (17 * 1024)   /* a full record (16 KiB + its overhead) */
+ssize_t tls_encrypt(void *ssl, const void *buf, size_t len);
+size_t  tls_unsent(SSL *ssl, const void **p);
+void    tls_sent(SSL *ssl, size_t n);
+ssize_t tls_send_unsent(SSL *ssl);
+/* A send stopped on WANT_READ with nothing sealed left to send: EPOLLIN, not
+ * EPOLLOUT, lets it go on. */
+bool    tls_send_wants_read(SSL *ssl);
+
 #endif

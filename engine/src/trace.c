@@ -24,6 +24,7 @@ static struct trace_recorder recorders[TRACE_MAX_WORKERS];
 static const char *const stage_names[TRACE_STAGES] = {
     [TRACE_TURN] = "turn", [TRACE_TURN_READY] = "turn_ready", [TRACE_READY_WAIT] = "ready_wait",
     [TRACE_READ] = "read", [TRACE_PARSE] = "parse", [TRACE_DISPATCH] = "dispatch",
+    [TRACE_DISPATCH_STORE] = "dispatch_store",
     [TRACE_QUEUED_SENT] = "queued_sent", [TRACE_WAKE_SENT] = "wake_sent",
     [TRACE_YIELD_WAIT] = "yield_wait",
 };

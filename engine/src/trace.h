@@ -20,6 +20,9 @@
  *   read         its read() (io_uring: the batch's recv submit)
  *   parse        parse_request, per request
  *   dispatch     lookup/store and reply queued (proto_dispatch), per request
+ *   dispatch_store  the same for storage commands (set/add/.../cas, ms) alone:
+ *                whether a store's allocation, eviction or linking runs long
+ *                and holds up the gets behind it on the worker
  *   queued_sent  its batch's replies queued -> sent (send returned)
  *   wake_sent    epoll_wait returned -> its replies sent: the server's share
  *                of the request's latency
@@ -42,7 +45,7 @@
 
 enum trace_stage {
     TRACE_TURN, TRACE_TURN_READY, TRACE_READY_WAIT, TRACE_READ, TRACE_PARSE,
-    TRACE_DISPATCH, TRACE_QUEUED_SENT, TRACE_WAKE_SENT, TRACE_YIELD_WAIT,
+    TRACE_DISPATCH, TRACE_DISPATCH_STORE, TRACE_QUEUED_SENT, TRACE_WAKE_SENT, TRACE_YIELD_WAIT,
     TRACE_STAGES,
 };
 

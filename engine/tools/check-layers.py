@@ -66,8 +66,8 @@ LAYERS = [
                 "config/clock/flush/CAS words, thread registry and read "
                 "sections, lifecycle and stats",
      ["storage", "storage_internal", "storage_stats", "items", "bags", "slabs",
-      "slabs_internal", "slabs_mover", "slabs_gain", "assoc", "ext_items", "ext_compact",
-      "clock", "epoch", "mrc"], []),
+      "slabs_internal", "slabs_mover", "slabs_gain", "slabs_prefault", "assoc", "ext_items",
+      "ext_compact", "clock", "epoch", "mrc"], []),
     ("config", "the command line: settings parser, process setup",
      ["settings", "proc"], []),
     ("storage_api", "the storage API's types (storage.h) and the extstore hook "
@@ -89,7 +89,7 @@ LAYERS = [
 # items registers with.
 GROUPS = {
     "item code": {"storage", "storage_internal", "storage_stats", "items", "bags",
-                  "slabs", "slabs_internal", "slabs_mover", "assoc", "ext_items",
+                  "slabs", "slabs_internal", "slabs_mover", "slabs_prefault", "assoc", "ext_items",
                   "ext_compact", "clock"},
 }
 

@@ -93,6 +93,10 @@ const (
 	// tables and the two contexts of a certificate refresh.
 	TLSConnBytes  = 48 << 10
 	TLSFixedBytes = 4 << 20
+	// TLSSendBufBytes is a data connection's sealed records waiting for
+	// the socket (tls.c TLS_SEND_MAX, a record: TLS sends are batched
+	// through io_uring like plaintext ones); the metrics port has none.
+	TLSSendBufBytes = 17 << 10
 	// MissRatioCurveBytes is the engine's live miss-ratio curve (`stats
 	// mrc`, engine/src/mrc.c): the SHARDS estimator of 8192 sampled keys
 	// and the miss tags, plus the page mover's per-class shadow table
@@ -608,7 +612,7 @@ func Budget(s *cachev1alpha1.CacheSpec, o Options) MemoryBudget {
 		b.Auth = 2 * (AuthFileMaxBytes + 1)
 	}
 	if o.TLS != nil {
-		b.TLS = int64(MaxConnections(s))*TLSConnBytes + TLSFixedBytes
+		b.TLS = int64(MaxConnections(s))*(TLSConnBytes+TLSSendBufBytes) + TLSFixedBytes
 	}
 	total := b.ItemMemory + b.Connections + b.ConnBufferCap + b.SocketBuffers + b.Workers + b.HashTable + b.Metrics + b.Watchers + b.Auth + b.TLS + b.Extstore + b.MissRatioCurve + b.Base
 	const mib = 1 << 20

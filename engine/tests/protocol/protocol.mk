@@ -6,7 +6,7 @@
 #   make conformance CACHETD=/usr/bin/memcached    reference mode: the same tests against
 #                                                  Debian's memcached; cachetd-only tests skip
 #   make conformance PYTEST_ARGS="-k meta -x"      pass options through to pytest
-#   make conformance PROTOCOL_TESTS=tests/protocol/test_x.py  run those files (default: the directory)
+#   make conformance PROTOCOL_TESTS=tests/protocol/test_x.py  run those files, paths from engine/ (default: the directory)
 #
 # The tests start their own servers on ports 21000-21999. The client library and
 # pytest come from PyPI at pinned versions, in a venv named after the hash of the
@@ -21,7 +21,8 @@ PROTOCOL_VENV := $(CACHET_CACHE)/venv-$(shell sha256sum $(PROTOCOL_PINS) | cut -
 CONFORMANCE_TIMEOUT ?= 1500
 PYTEST_ARGS ?=
 # What pytest collects: the whole directory unless the caller names files, so
-# `TESTS=tests/protocol/test_tls.py` runs one file without -k gymnastics.
+# `PROTOCOL_TESTS=tests/protocol/test_tls.py` (paths from engine/) runs one
+# file without -k gymnastics.
 PROTOCOL_TESTS ?= $(PROTOCOL_DIR)
 # The tests mostly wait (timeouts, expiry, a flusher's pass): run them on
 # several pytest-xdist workers, each with its own slice of the port range

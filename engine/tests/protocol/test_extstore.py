@@ -136,17 +136,28 @@ def test_values_beyond_memory_come_back_from_disk_or_miss_never_wrong(start_serv
     srv.check_healthy()
 
 
-@pytest.mark.cachetd_only(reason="items:N:slab_reassign_evictions is cachetd's; memcached 1.6.45 counts its "
-                                 "mover's losses in slab_reassign_evictions_nomem, and kept 131,070-131,072 of "
-                                 "131,072 keys in `make bench-extstore`'s fill of this shape")
-def test_a_fill_loses_no_value_to_the_pages_its_stubs_take(start_server, tmp_path):
-    """A fill at depth 1 (the bench's): the stubs of the values written out
-    need a page now and then, and the only pages are the values' own class,
-    which the fill keeps without a free chunk. Such a page was emptied by
-    evicting its values before they reached the disk: 242 for the stubs'
-    first page (the fill had taken the last free pages), about 240 for each
-    later one (none rescued). Now the last free page waits for the first
-    stub and a later page's values are written out as it moves."""
+@pytest.mark.cachetd_only(reason="memcached 1.6.45 loses values here: 933 of 70,000 evicted in this shape "
+                                 "(4 MB pages, 2 MB buffers), its writer behind the fill; it kept all 131,072 "
+                                 "in `make bench-extstore`'s (64 MB pages, 4 MB buffers)")
+def test_a_paced_fill_loses_no_value(start_server, tmp_path):
+    """A fill at depth 1 (the bench's) that the disk keeps up with loses
+    nothing, as in memcached 1.6.45 (0 evictions). Three ways it did:
+    - The stubs of the values written out need a page now and then, and the
+      only pages are the values' own class, which the fill keeps without a
+      free chunk. Such a page was emptied by evicting its values before they
+      reached the disk: 242 for the stubs' first page (the fill had taken the
+      last free pages), about 240 for each later one (none rescued). Now the
+      last free page waits for the first stub and a later page's values are
+      written out as it moves (cachetd's items:N:slab_reassign_evictions).
+    - The flusher replaces each value it writes by a stub; the value's chunk
+      is freed by the cleaner, which takes such dead items out of their bags
+      and frees them after a grace period. A store that found no free chunk
+      in between saw only live values at its bags' heads and evicted eight of
+      them, unwritten, while thousands of chunks were a grace period from
+      free (80-280 of 131,072 in a bench-shaped fill). Now it waits for them.
+    - A store that came while the flusher waited for a buffer's write or for
+      a CPU evicted what the flusher was about to write. Now it waits for the
+      flusher (bounded)."""
     srv = start_ext(start_server, tmp_path)
     with srv.conn() as c:
         # 4 KB values, 280 MB through -m 64: 3 pages of 48-byte stubs (keys of
@@ -154,15 +165,17 @@ def test_a_fill_loses_no_value_to_the_pages_its_stubs_take(start_server, tmp_pat
         # taken by eviction, see engine/README.md)
         n = 70000
         fill(c, n, prefix="p", batch=1)
-        wait_flusher_settled(c)
+        if not IS_MEMCACHED:
+            wait_flusher_settled(c)   # (memcached has no count of flusher passes)
         st = c.stats()
         assert int(st["extstore_objects_written"]) > n // 2, st
-        assert int(st["slabs_moved"]) >= 2, st   # the stub classes took pages from the values' class
-        lost = {k: v for k, v in c.stats("items").items() if k.endswith(":slab_reassign_evictions") and v != "0"}
-        assert lost == {}, lost
+        evicted = {k: v for k, v in c.stats("items").items() if "evict" in k and v != "0"}
+        assert int(st["evictions"]) == 0 and int(st["curr_items"]) == n, evicted
+        if not IS_MEMCACHED:
+            assert int(st["slabs_moved"]) >= 2, st   # the stub classes took pages from the values' class
+            assert evicted == {}, evicted             # items:N:slab_reassign_evictions too
         for i in range(0, n, 97):
-            got = get_one(c, f"p{i}")
-            assert got is None or got == (0, value_of("p", i, FILLER_VALUE), None), i
+            assert get_one(c, f"p{i}") == (0, value_of("p", i, FILLER_VALUE), None), i
     srv.check_healthy()
 
 
@@ -1275,7 +1288,12 @@ def test_values_over_slab_chunk_max_reach_disk_and_a_miss_is_an_eviction(start_s
 
 # ---- compaction: pages of garbage reclaimed, live values moved, not evicted -------
 
-def test_compaction_rescues_live_values_and_reclaims_pages_instead_of_evicting(start_server, tmp_path):
+@pytest.mark.parametrize("compact_under", [
+    "ext_compact_under=4,",
+    pytest.param("", marks=pytest.mark.cachetd_only(
+        reason="memcached 1.6.45 evicts a page here (extstore_page_evictions 1, measured): its compactor starts "
+               "with no free page left and takes one by eviction for the records it moves"))])
+def test_compaction_rescues_live_values_and_reclaims_pages_instead_of_evicting(start_server, tmp_path, compact_under):
     """A file of 8 pages of 2 MB and a live set of 1000 values of 4 KB (2
     pages' worth). Each round overwrites a random half of the keys and
     deletes a few, so every page written before holds more and more dead
@@ -1283,12 +1301,15 @@ def test_compaction_rescues_live_values_and_reclaims_pages_instead_of_evicting(s
     than ext_compact_under pages are free, the compactor must move the live
     records of the most fragmented pages and free them (reclaims, rescues),
     so no page is evicted, and every key not deleted reads back its last
-    value from disk."""
+    value from disk. Also with the default ext_compact_under (1 here, as
+    memcached 1.6.45 shows it): compaction that starts only once no page is
+    free has no page to move records into but one it evicts, live values
+    and all (the Zipf rows of bench-extstore lost 2,700 values a time so)."""
     import random
     path = tmp_path / "extstore"
     srv = start_server("-m", "64", "-o",
                        f"ext_path={path}:16m,ext_page_size=2,ext_wbuf_size=2,ext_item_size=512,"
-                       "ext_item_age=1,ext_compact_under=4,ext_max_sleep=10000")
+                       f"ext_item_age=1,{compact_under}ext_max_sleep=10000")
     rng = random.Random(7)
     n, size = 1000, FILLER_VALUE
     expected = {}

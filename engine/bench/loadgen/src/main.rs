@@ -343,6 +343,8 @@ fn step_json(r: &StepResult) -> Value {
         "latency_us": latency_json(&r.hist),
         // Due to read by the generator: the generator's lateness included.
         "latency_due_to_read_us": latency_json(&r.hist_due),
+        // The same as latency_us, the sets alone.
+        "latency_sets_us": latency_json(&r.hist_sets),
         "replies_without_rx_timestamp": r.rx_unstamped,
         "generator_lag_us": if r.lag.len() > 0 {
             json!({

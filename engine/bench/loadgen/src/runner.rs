@@ -139,6 +139,9 @@ pub struct StepResult {
     /// Due time to the moment the generator read the reply: includes the
     /// generator's own lateness; the measure before SO_TIMESTAMPNS.
     pub hist_due: Histogram<u64>,
+    /// `hist` for the sets alone: tells a tail the sets carry from one the
+    /// gets behind them carry (W2 with 10% sets).
+    pub hist_sets: Histogram<u64>,
     /// Replies whose receive timestamp was missing (stamped at read instead).
     pub rx_unstamped: u64,
     /// Open loop: how late the generator itself dispatched each request
@@ -332,6 +335,7 @@ impl Runner {
         let nconns = self.conns.len();
         let mut hist = Histogram::<u64>::new_with_bounds(1, 100_000_000_000, 3).unwrap();
         let mut hist_due = hist.clone();
+        let mut hist_sets = hist.clone();
         let rx_offset = self.realtime_offset();
         let mut r = StepResult {
             label: spec.label.clone(),
@@ -341,6 +345,7 @@ impl Runner {
             measured_seconds: 0.0,
             hist: hist.clone(),
             hist_due: hist.clone(),
+            hist_sets: hist.clone(),
             rx_unstamped: 0,
             lag: hist.clone(),
             completed: 0,
@@ -557,6 +562,9 @@ impl Runner {
                     if p.measured {
                         hist_due.saturating_record(now.saturating_sub(p.t).max(1));
                         hist.saturating_record(answered_server_ns.max(1));
+                        if p.kind == OpKind::Set {
+                            hist_sets.saturating_record(answered_server_ns.max(1));
+                        }
                         if now <= stop_at.unwrap_or(end).min(end) {
                             r.completed += 1;
                         }
@@ -619,6 +627,7 @@ impl Runner {
         r.measured_seconds = stop.saturating_sub(measure_start) as f64 / 1e9;
         r.hist = hist;
         r.hist_due = hist_due;
+        r.hist_sets = hist_sets;
         r.cpu_seconds = cpu_time() - cpu_start;
         r.wall_seconds = (self.now() - start) as f64 / 1e9;
         let wall_ns = r.wall_seconds * 1e9;
