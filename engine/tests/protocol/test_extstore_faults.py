@@ -17,7 +17,7 @@ import subprocess
 import pytest
 
 
-from conftest import stat, wait_until
+from conftest import fill, stat, value_of, wait_until
 from test_extstore import (big, check_engine, ext_engine, get_one, run_cachetd, start_ext,  # noqa: F401 (fixture)
                             targets_in_the_file, wait_written)
 
@@ -122,6 +122,35 @@ def test_a_page_the_compactor_cannot_read_is_dropped_and_its_live_records_counte
         gone = n - int(st["curr_items"])
         assert 0 < gone <= int(st["extstore_compact_lost"]) + int(st["extstore_objects_evicted"]), st
         assert c.store("set", "after", b"x" * 2000) == b"STORED"
+    srv.check_healthy()
+
+
+@hooks
+def test_a_stuck_flusher_makes_stores_evict_not_wait(start_server, tmp_path, monkeypatch):
+    """The flusher blocks for good in its first pass that has values to
+    write (the hook stands for a write to a stuck disk: busy, no pass
+    completing). A store that would evict first waits for the flusher; the
+    first such wait runs out with no value moved and no pass completed, and
+    from then on (the circuit breaker) every store evicts at once, as
+    memcached's would, instead of each sleeping its whole budget and
+    stalling its worker's clients. Counters, not times: the stores all
+    answer, many evict, and only the wait that opened the breaker (plus any
+    that ended before the flusher stalled) was taken."""
+    monkeypatch.setenv("CACHET_TEST_EXT_FAULTS", "flusher_stall")
+    srv = start_ext(start_server, tmp_path, size="64m")
+    n = 30000   # 4 KB values: about twice what -m 64 holds
+    with srv.conn() as c:
+        fill(c, n, prefix="s")
+        st = c.stats()
+        evictions = int(st["evictions"])
+        assert evictions >= 1000, st   # RAM ran out with nothing going to disk
+        assert int(st["extstore_objects_written"]) == 0, st
+        assert int(st["extstore_store_waits_fruitless"]) == 1, st
+        # the stores before the flusher stalled may have waited and been served;
+        # every store since evicted without waiting (an eviction frees 8 values)
+        assert int(st["extstore_store_waits"]) <= 3, st
+        # a RAM hit is served right after
+        assert get_one(c, f"s{n - 1}") == (0, value_of("s", n - 1, 4096), None)
     srv.check_healthy()
 
 
