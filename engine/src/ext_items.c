@@ -77,9 +77,16 @@ static _Atomic uint64_t flusher_passes_n;
  * running: what a store waiting for room watches (ext_await_flusher) */
 static _Atomic uint64_t flushed_from[MAX_SLAB_CLASSES + 1];
 static _Atomic bool flusher_busy;
-/* the flusher's last pass that looked found no candidate in the class:
- * a store there has nothing to wait for */
-static _Atomic bool flusher_found_none[MAX_SLAB_CLASSES + 1];
+/* passes the flusher started (a store waiting knows which pass came after
+ * it asked), and how many of its passes in a row found no candidate in a
+ * class: two or more, and a store there has nothing to wait for (values
+ * under ext_item_size, read since bagged). One is not enough: in a fast
+ * fill the class's newest values are all still in bags open to appends
+ * for a moment, and a store that skipped its wait then evicted them
+ * (40-56 values in test_a_paced_fill_loses_no_value's fill) */
+static _Atomic uint64_t flusher_started_n;
+static _Atomic uint32_t flusher_found_none[MAX_SLAB_CLASSES + 1];
+#define FOUND_NONE_PASSES 2
 /* the circuit breaker: flusher_passes_n + 1 when a store's wait ran out
  * with neither a value moved nor a pass completed (a stuck or very slow
  * disk); no store waits again until a pass completes. 0: closed. */
@@ -325,6 +332,7 @@ static bool flusher_pass(void *arg)
     (void)arg;
     static struct ext_candidate cands[FLUSH_BATCH];
     atomic_store_explicit(&flusher_busy, true, memory_order_relaxed);
+    atomic_fetch_add_explicit(&flusher_started_n, 1, memory_order_relaxed);
     bool pressed = atomic_exchange_explicit(&pressure, false, memory_order_relaxed) || memory_low();
     uint32_t item_age = KNOB(item_age), item_size = KNOB(item_size);
     bool aged = item_age != UINT32_MAX;
@@ -335,7 +343,9 @@ static bool flusher_pass(void *arg)
             if (!class_may_hold_large(c)) continue;
             unsigned k = bags_ext_candidates((int)c, cands, FLUSH_BATCH, item_size,
                                              aged ? item_age : 0, pressed);
-            atomic_store_explicit(&flusher_found_none[c], k == 0, memory_order_relaxed);
+            uint32_t none = atomic_load_explicit(&flusher_found_none[c], memory_order_relaxed);
+            atomic_store_explicit(&flusher_found_none[c], k ? 0 : none + (none < FOUND_NONE_PASSES),
+                                  memory_order_relaxed);
             if (k) test_flusher_stall();
             unsigned moved = 0;
             for (unsigned i = 0; i < k; i++) {
@@ -373,13 +383,14 @@ static bool flusher_pass(void *arg)
  * and client take both cores); the store then waits instead, asleep, which
  * also gives the flusher the CPU, until the flusher has moved AWAIT_VALUES
  * values out of this class (the eviction that follows then reclaims their
- * dead copies first, uncounted), or a pass ended with the flusher idle, or
- * two passes ended (it had too little to write here, or was busy with
- * another class), or the store's sleeping budget ran out
+ * dead copies first, uncounted), or a pass that started after the store
+ * asked ended with the flusher idle, or two passes ended, that one among
+ * them (it had too little to write here, or was busy with another
+ * class), or the store's sleeping budget ran out
  * (store_wait_allowance_us: 100 ms a store with the cleaner wait, a tenth
  * of the worker's time).
- * It does not wait at all when the flusher's last look at this class found
- * nothing to write (values under ext_item_size, values read since bagged,
+ * It does not wait at all when the flusher's last two looks at this class
+ * found nothing to write (values under ext_item_size, values read since bagged,
  * the largest class's chained values), nor while the circuit breaker is
  * open: a wait that ran out with no value moved and no pass completed means
  * the disk is stuck or very slow (the flusher blocked in a write), and
@@ -392,8 +403,10 @@ static bool ext_await_flusher(storage_thread *t, int clsid)
     if (!g_ext || t == flusher_ctx || clsid <= 0 || clsid > MAX_SLAB_CLASSES || !class_may_hold_large((unsigned)clsid))
         return false;
     ext_note_pressure();
-    if (atomic_load_explicit(&flusher_found_none[clsid], memory_order_relaxed)) return false;
+    if (atomic_load_explicit(&flusher_found_none[clsid], memory_order_relaxed) >= FOUND_NONE_PASSES) return false;
     uint64_t passes = atomic_load_explicit(&flusher_passes_n, memory_order_relaxed);
+    /* the first pass that starts after this completes as pass number `asked` */
+    uint64_t asked = atomic_load_explicit(&flusher_started_n, memory_order_relaxed) + 1;
     if (atomic_load_explicit(&await_broken_at, memory_order_relaxed) == passes + 1) return false;
     int64_t allowance = store_wait_allowance_us(t);
     if (allowance <= 0) return false;
@@ -406,9 +419,12 @@ static bool ext_await_flusher(storage_thread *t, int clsid)
     /* each condition is looked at before the first sleep too */
     for (;;) {
         if (atomic_load_explicit(&flushed_from[clsid], memory_order_acquire) - from >= AWAIT_VALUES) break;
-        uint64_t ended = atomic_load_explicit(&flusher_passes_n, memory_order_relaxed) - passes;
-        if (ended >= 2) break;
-        if (ended >= 1 && !atomic_load_explicit(&flusher_busy, memory_order_relaxed) &&
+        uint64_t done = atomic_load_explicit(&flusher_passes_n, memory_order_relaxed);
+        if (done - passes >= 2 && done >= asked) break;
+        /* between two passes of a round busy is false for a moment: only
+         * once a pass that saw this store's pressure ended and no other
+         * runs does the flusher have nothing more for this class now */
+        if (done >= asked && !atomic_load_explicit(&flusher_busy, memory_order_relaxed) &&
             !atomic_load_explicit(&pressure, memory_order_relaxed))
             break;
         if (slept >= allowance) { ran_out = true; break; }

@@ -290,7 +290,8 @@ struct storage_thread {
      * may not wait), and this thread's sleeping in the current second.
      * Owner only. */
     int64_t  wait_left_us;
-    int64_t  wait_window_start_us, wait_window_used_us;
+    int64_t  wait_window_used_us;
+    uint32_t wait_window_second;     /* the item clock's second it is for */
     struct thread_stats st;
     struct class_thread_stats cls[64 + 1];
     struct mrc_ring mrc;             /* sampled GETs and stores, for mrc.c */
@@ -395,7 +396,7 @@ void epoch_step_in(storage_thread *t, unsigned depth);
  * values a moment from disk or from the free list are not lost. Both waits
  * draw on one budget: STORE_WAIT_MAX_US for the whole store (alloc_item
  * sets it; data chunks, recaches, materialize and the compactor get none),
- * and at most STORE_WAIT_SHARE_US of each second of this thread's wall time,
+ * and at most STORE_WAIT_SHARE_US in each second of the item clock per thread,
  * so a slow or stuck disk costs a worker's other clients (RAM GETs
  * included) at most a tenth of its time, where memcached would just evict.
  * Owner only: t is the calling thread. */
@@ -410,9 +411,10 @@ static inline int64_t store_wait_clock_us(void)
 static inline int64_t store_wait_allowance_us(storage_thread *t)
 {
     if (!t || t->wait_left_us <= 0) return 0;
-    int64_t now = store_wait_clock_us();
-    if (now - t->wait_window_start_us >= 1000000) {
-        t->wait_window_start_us = now;
+    /* the window is a second of the item clock (a test's debugtime moves it) */
+    rel_time_t second = now_time();
+    if (second != t->wait_window_second) {
+        t->wait_window_second = second;
         t->wait_window_used_us = 0;
     }
     int64_t share = STORE_WAIT_SHARE_US - t->wait_window_used_us;
