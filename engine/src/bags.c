@@ -310,9 +310,10 @@ static bool cleaner_wait(storage_thread *t, int clsid)
         nanosleep(&step, NULL);
         slept = store_wait_clock_us() - start;
     }
-    store_wait_spent(t, slept);
     epoch_step_in(t, depth);
-    return slabs_class_free_bytes(clsid) > free_before;
+    bool rose = slabs_class_free_bytes(clsid) > free_before;
+    store_wait_spent(t, slept, rose);
+    return rose;
 }
 
 static inline uint32_t item_refs(item *it)

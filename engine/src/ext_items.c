@@ -91,9 +91,10 @@ static _Atomic uint32_t flusher_found_none[MAX_SLAB_CLASSES + 1];
  * with neither a value moved nor a pass completed (a stuck or very slow
  * disk); no store waits again until a pass completes. 0: closed. */
 static _Atomic uint64_t await_broken_at;
-/* stores that waited for the flusher, and those waits that ran out with no
- * progress (extstore_store_waits, extstore_store_waits_fruitless) */
-static _Atomic uint64_t awaits_n, awaits_fruitless_n;
+/* stores that waited for the flusher, those waits that ran out with no
+ * progress, and stores that would have waited but their worker had used its
+ * share of the second (extstore_store_waits, _fruitless, _capped) */
+static _Atomic uint64_t awaits_n, awaits_fruitless_n, awaits_capped_n;
 
 static bool flusher_pass(void *arg);
 static struct bgthread flusher = { .name = "cachet-extflush", .pass = flusher_pass, .period_ms = FLUSH_PERIOD_MS };
@@ -409,16 +410,23 @@ static bool ext_await_flusher(storage_thread *t, int clsid)
     uint64_t asked = atomic_load_explicit(&flusher_started_n, memory_order_relaxed) + 1;
     if (atomic_load_explicit(&await_broken_at, memory_order_relaxed) == passes + 1) return false;
     int64_t allowance = store_wait_allowance_us(t);
-    if (allowance <= 0) return false;
+    if (allowance <= 0) {
+        /* a store that may wait, turned away by its worker's cap */
+        if (t && t->wait_left_us > 0) atomic_fetch_add_explicit(&awaits_capped_n, 1, memory_order_relaxed);
+        return false;
+    }
     uint64_t from = atomic_load_explicit(&flushed_from[clsid], memory_order_acquire);
     atomic_fetch_add_explicit(&awaits_n, 1, memory_order_relaxed);
     unsigned depth = epoch_step_out(t);
     struct timespec step = { 0, AWAIT_STEP_US * 1000L };
     int64_t start = store_wait_clock_us(), slept = 0;
-    bool ran_out = false;
+    bool ran_out = false, moved = false;
     /* each condition is looked at before the first sleep too */
     for (;;) {
-        if (atomic_load_explicit(&flushed_from[clsid], memory_order_acquire) - from >= AWAIT_VALUES) break;
+        if (atomic_load_explicit(&flushed_from[clsid], memory_order_acquire) - from >= AWAIT_VALUES) {
+            moved = true;
+            break;
+        }
         uint64_t done = atomic_load_explicit(&flusher_passes_n, memory_order_relaxed);
         if (done - passes >= 2 && done >= asked) break;
         /* between two passes of a round busy is false for a moment: only
@@ -431,7 +439,7 @@ static bool ext_await_flusher(storage_thread *t, int clsid)
         nanosleep(&step, NULL);
         slept = store_wait_clock_us() - start;
     }
-    store_wait_spent(t, slept);
+    store_wait_spent(t, slept, moved);
     epoch_step_in(t, depth);
     if (ran_out && atomic_load_explicit(&flushed_from[clsid], memory_order_acquire) == from &&
         atomic_load_explicit(&flusher_passes_n, memory_order_relaxed) == passes) {
@@ -850,6 +858,7 @@ void storage_ext_stats_general(stat_writer w, void *ctx)
     w(ctx, "extstore_flusher_passes", "%llu", LD(flusher_passes_n));
     w(ctx, "extstore_store_waits", "%llu", LD(awaits_n));
     w(ctx, "extstore_store_waits_fruitless", "%llu", LD(awaits_fruitless_n));
+    w(ctx, "extstore_store_waits_capped", "%llu", LD(awaits_capped_n));
     uint64_t free_pages = LD(s->pages_free);
     double pressure_ratio = s->pages_total ? 1.0 - (double)free_pages / (double)s->pages_total : 0;
     w(ctx, "extstore_memory_pressure", "%.2f", pressure_ratio);
