@@ -654,7 +654,7 @@ int bags_evict(storage_thread *t, int clsid)
             open_bag(l);
             opened += 2;
             /* never wait for a grace period while holding the class lock:
-             * a thread inside a read batch may be queued on it */
+             * a thread inside a read section may be queued on it */
             pthread_mutex_unlock(&l->lock);
             epoch_synchronize();
             pthread_mutex_lock(&l->lock);
