@@ -92,9 +92,11 @@ static _Atomic uint32_t flusher_found_none[MAX_SLAB_CLASSES + 1];
  * disk); no store waits again until a pass completes. 0: closed. */
 static _Atomic uint64_t await_broken_at;
 /* stores that waited for the flusher, those waits that ran out with no
- * progress, and stores that would have waited but their worker had used its
- * share of the second (extstore_store_waits, _fruitless, _capped) */
-static _Atomic uint64_t awaits_n, awaits_fruitless_n, awaits_capped_n;
+ * progress (opening the breaker), those that ran out of the store's budget
+ * at all, stores that would have waited but their worker had used its share
+ * of the second, and stores the open breaker turned away
+ * (extstore_store_waits, _fruitless, _timed_out, _capped, _broken) */
+static _Atomic uint64_t awaits_n, awaits_fruitless_n, awaits_capped_n, awaits_timed_out_n, awaits_broken_n;
 
 static bool flusher_pass(void *arg);
 static struct bgthread flusher = { .name = "cachet-extflush", .pass = flusher_pass, .period_ms = FLUSH_PERIOD_MS };
@@ -408,7 +410,10 @@ static bool ext_await_flusher(storage_thread *t, int clsid)
     uint64_t passes = atomic_load_explicit(&flusher_passes_n, memory_order_relaxed);
     /* the first pass that starts after this completes as pass number `asked` */
     uint64_t asked = atomic_load_explicit(&flusher_started_n, memory_order_relaxed) + 1;
-    if (atomic_load_explicit(&await_broken_at, memory_order_relaxed) == passes + 1) return false;
+    if (atomic_load_explicit(&await_broken_at, memory_order_relaxed) == passes + 1) {
+        atomic_fetch_add_explicit(&awaits_broken_n, 1, memory_order_relaxed);
+        return false;
+    }
     int64_t allowance = store_wait_allowance_us(t);
     if (allowance <= 0) {
         /* a store that may wait, turned away by its worker's cap */
@@ -440,6 +445,7 @@ static bool ext_await_flusher(storage_thread *t, int clsid)
         slept = store_wait_clock_us() - start;
     }
     store_wait_spent(t, slept, moved);
+    if (ran_out) atomic_fetch_add_explicit(&awaits_timed_out_n, 1, memory_order_relaxed);
     epoch_step_in(t, depth);
     if (ran_out && atomic_load_explicit(&flushed_from[clsid], memory_order_acquire) == from &&
         atomic_load_explicit(&flusher_passes_n, memory_order_relaxed) == passes) {
@@ -859,6 +865,8 @@ void storage_ext_stats_general(stat_writer w, void *ctx)
     w(ctx, "extstore_store_waits", "%llu", LD(awaits_n));
     w(ctx, "extstore_store_waits_fruitless", "%llu", LD(awaits_fruitless_n));
     w(ctx, "extstore_store_waits_capped", "%llu", LD(awaits_capped_n));
+    w(ctx, "extstore_store_waits_timed_out", "%llu", LD(awaits_timed_out_n));
+    w(ctx, "extstore_store_waits_broken", "%llu", LD(awaits_broken_n));
     uint64_t free_pages = LD(s->pages_free);
     double pressure_ratio = s->pages_total ? 1.0 - (double)free_pages / (double)s->pages_total : 0;
     w(ctx, "extstore_memory_pressure", "%.2f", pressure_ratio);

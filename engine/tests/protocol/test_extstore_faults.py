@@ -148,8 +148,10 @@ def test_a_stuck_flusher_makes_stores_evict_not_wait(start_server, tmp_path, mon
         waits = {k: v for k, v in st.items() if k.startswith("extstore_store_waits")}
         assert int(st["evictions"]) >= 1000, st   # RAM ran out with nothing going to disk
         assert int(st["extstore_objects_written"]) == 0, st
+        turned_away = int(waits.pop("extstore_store_waits_broken"))
         assert waits == {"extstore_store_waits": "1", "extstore_store_waits_fruitless": "1",
-                         "extstore_store_waits_capped": "0"}, waits
+                         "extstore_store_waits_timed_out": "1", "extstore_store_waits_capped": "0"}, waits
+        assert turned_away >= 100, turned_away   # the stores that evicted at once instead
         # a RAM hit is served right after
         key = f"s{rounds - 1}-"
         assert get_one(c, f"{key}{per_round - 1}") == (0, value_of(key, per_round - 1, 4096), None)
