@@ -290,19 +290,30 @@ static void cleaner_limbo_free(struct limbo *lb)
 
 /* An evictor of class clsid while the cleaner holds dead items of it: waits,
  * outside any read section (the cleaner's grace period waits for those),
- * until they are free, at most CLEANER_WAIT_MAX_MS. True if they were. */
+ * until they are free, for what the store may still sleep (one budget with
+ * the flusher wait: store_wait_allowance_us; none outside a store). True
+ * only if this class's free chunks rose meanwhile: the limbo may have held
+ * another class's items, or other stores took them, and the caller counts
+ * true as progress (a store retrying on "progress" that freed it nothing
+ * slept CLEANER_WAIT_MAX_MS in each of 64 rounds). */
 static bool cleaner_wait(storage_thread *t, int clsid)
 {
     if (!atomic_load_explicit(&cleaner_holds[clsid], memory_order_acquire)) return false;
+    int64_t allowance = store_wait_allowance_us(t);
+    if (allowance > CLEANER_WAIT_MAX_MS * 1000) allowance = CLEANER_WAIT_MAX_MS * 1000;
+    if (allowance <= 0) return false;
+    uint64_t free_before = slabs_class_free_bytes(clsid);
     unsigned depth = epoch_step_out(t);
     struct timespec step = { 0, 50 * 1000L };
-    bool freed = false;
-    for (unsigned i = 0; i < CLEANER_WAIT_MAX_MS * 20; i++) {
+    int64_t start = store_wait_clock_us(), slept = 0;
+    while (atomic_load_explicit(&cleaner_holds[clsid], memory_order_acquire) && slept < allowance) {
         nanosleep(&step, NULL);
-        if (!atomic_load_explicit(&cleaner_holds[clsid], memory_order_acquire)) { freed = true; break; }
+        slept = store_wait_clock_us() - start;
     }
     epoch_step_in(t, depth);
-    return freed;
+    bool rose = slabs_class_free_bytes(clsid) > free_before;
+    store_wait_spent(t, slept, rose);
+    return rose;
 }
 
 static inline uint32_t item_refs(item *it)
@@ -643,7 +654,7 @@ int bags_evict(storage_thread *t, int clsid)
             open_bag(l);
             opened += 2;
             /* never wait for a grace period while holding the class lock:
-             * a thread inside a read batch may be queued on it */
+             * a thread inside a read section may be queued on it */
             pthread_mutex_unlock(&l->lock);
             epoch_synchronize();
             pthread_mutex_lock(&l->lock);

@@ -72,8 +72,7 @@ storage_thread *storage_thread_register(void)
 static _Atomic uint64_t global_epoch = 1;
 
 /* The calling thread's context, so a grace-period wait started inside a
- * read batch (one epoch_enter around many lookups) can step out of the batch's section
- * (see epoch_synchronize). */
+ * read section can step out of it (see epoch_synchronize). */
 static __thread storage_thread *self;
 
 uint64_t epoch_current(void) { return atomic_load_explicit(&global_epoch, memory_order_acquire); }
@@ -96,6 +95,15 @@ void epoch_exit(storage_thread *t)
 unsigned epoch_step_out(storage_thread *t)
 {
     unsigned depth = t->section_depth;
+#ifdef CACHET_TEST_HOOKS
+    /* stepping out of a section its caller is in would let a grace period
+     * free the items that caller still points at: no caller does (see
+     * storage_internal.h), and test builds stop here if one ever does */
+    if (depth) {
+        fprintf(stderr, "cachetd: epoch_step_out inside a read section (depth %u)\n", depth);
+        abort();
+    }
+#endif
     if (depth) {
         t->section_depth = 0;
         atomic_store_explicit(&t->epoch, 0, memory_order_release);
@@ -139,10 +147,12 @@ bool epoch_passed(uint64_t e)
 
 void epoch_synchronize(void)
 {
-    /* Called from inside a read batch (a store in the middle of pipelined
-     * GETs): between storage calls the thread holds no item pointer, so it
-     * steps out of its section while it waits; otherwise two batching
-     * threads evicting at once would wait for each other forever. */
+    /* No caller waits inside a read section today: sections span one
+     * storage call's lookup or copy (there is no read batch around
+     * pipelined GETs any more), and eviction runs outside them. Should a
+     * caller ever wait inside one, it steps out meanwhile, so two such
+     * threads cannot wait for each other forever; its item pointers are then
+     * unprotected, which is why storage_internal.h forbids it. */
     storage_thread *me = self;
     bool stepped_out = me && me->section_depth > 0;
     if (stepped_out) atomic_store_explicit(&me->epoch, 0, memory_order_release);

@@ -108,7 +108,12 @@ static bool compact_pass(void *arg)
     uint32_t version = 0;
     int page = ext_compact_pick(e, ext_max_frag_now(x), &version);
     bool drop_unread = false;
-    if (page < 0 && ext_compact_due(free_pages, __atomic_load_n(&x->drop_under, __ATOMIC_RELAXED)) &&
+    /* dropping unread values stays memcached's strict "fewer than
+     * ext_drop_under pages free": ext_compact_due's page of headroom is for
+     * the compaction bucket's writes, and dropping a page earlier would lose
+     * values memcached keeps */
+    uint32_t drop_under = __atomic_load_n(&x->drop_under, __ATOMIC_RELAXED);
+    if (page < 0 && free_pages < drop_under &&
         __atomic_load_n(&x->drop_unread, __ATOMIC_RELAXED)) {
         page = ext_compact_oldest(e, &version);
         drop_unread = true;

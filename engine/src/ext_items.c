@@ -77,6 +77,26 @@ static _Atomic uint64_t flusher_passes_n;
  * running: what a store waiting for room watches (ext_await_flusher) */
 static _Atomic uint64_t flushed_from[MAX_SLAB_CLASSES + 1];
 static _Atomic bool flusher_busy;
+/* passes the flusher started (a store waiting knows which pass came after
+ * it asked), and how many of its passes in a row found no candidate in a
+ * class: two or more, and a store there has nothing to wait for (values
+ * under ext_item_size, read since bagged). One is not enough: in a fast
+ * fill the class's newest values are all still in bags open to appends
+ * for a moment, and a store that skipped its wait then evicted them
+ * (40-56 values in test_a_paced_fill_loses_no_value's fill) */
+static _Atomic uint64_t flusher_started_n;
+static _Atomic uint32_t flusher_found_none[MAX_SLAB_CLASSES + 1];
+#define FOUND_NONE_PASSES 2
+/* the circuit breaker: flusher_passes_n + 1 when a store's wait ran out
+ * with neither a value moved nor a pass completed (a stuck or very slow
+ * disk); no store waits again until a pass completes. 0: closed. */
+static _Atomic uint64_t await_broken_at;
+/* stores that waited for the flusher, those waits that ran out with no
+ * progress (opening the breaker), those that ran out of the store's budget
+ * at all, stores that would have waited but their worker had used its share
+ * of the second, and stores the open breaker turned away
+ * (extstore_store_waits, _fruitless, _timed_out, _capped, _broken) */
+static _Atomic uint64_t awaits_n, awaits_fruitless_n, awaits_capped_n, awaits_timed_out_n, awaits_broken_n;
 
 static bool flusher_pass(void *arg);
 static struct bgthread flusher = { .name = "cachet-extflush", .pass = flusher_pass, .period_ms = FLUSH_PERIOD_MS };
@@ -177,7 +197,7 @@ static bool flush_one(storage_thread *t, const struct ext_candidate *c)
     stripe_unlock(hv);
     if (!ok) return false;
     item *stub = alloc_item(t, c->key, c->nkey, cflags, 0, stub_nbytes,
-                            (uint8_t)(expiring | ITEM_ON_DISK | keybin), NULL);
+                            (uint8_t)(expiring | ITEM_ON_DISK | keybin), NULL, true);
     if (!stub) return false;
 
     epoch_enter(t);
@@ -291,11 +311,31 @@ static void stub_classes_top_up(void)
     }
 }
 
+#ifdef CACHET_TEST_HOOKS
+/* Test builds: CACHET_TEST_EXT_FAULTS containing "flusher_stall" makes the
+ * flusher block in its first pass that finds candidates, busy and
+ * completing no pass, as it would in a write to a stuck disk, until it is
+ * stopped (test_extstore_faults.py: stores must then evict, not wait). */
+static _Atomic bool test_stall_released;
+static void test_flusher_stall(void)
+{
+    const char *f = getenv("CACHET_TEST_EXT_FAULTS");
+    if (!f || !strstr(f, "flusher_stall")) return;
+    struct timespec step = { 0, 1000 * 1000L };
+    while (!atomic_load_explicit(&test_stall_released, memory_order_acquire)) nanosleep(&step, NULL);
+}
+static void test_flusher_stall_release(void) { atomic_store_explicit(&test_stall_released, true, memory_order_release); }
+#else
+static inline void test_flusher_stall(void) {}
+static inline void test_flusher_stall_release(void) {}
+#endif
+
 static bool flusher_pass(void *arg)
 {
     (void)arg;
     static struct ext_candidate cands[FLUSH_BATCH];
     atomic_store_explicit(&flusher_busy, true, memory_order_relaxed);
+    atomic_fetch_add_explicit(&flusher_started_n, 1, memory_order_relaxed);
     bool pressed = atomic_exchange_explicit(&pressure, false, memory_order_relaxed) || memory_low();
     uint32_t item_age = KNOB(item_age), item_size = KNOB(item_size);
     bool aged = item_age != UINT32_MAX;
@@ -306,6 +346,10 @@ static bool flusher_pass(void *arg)
             if (!class_may_hold_large(c)) continue;
             unsigned k = bags_ext_candidates((int)c, cands, FLUSH_BATCH, item_size,
                                              aged ? item_age : 0, pressed);
+            uint32_t none = atomic_load_explicit(&flusher_found_none[c], memory_order_relaxed);
+            atomic_store_explicit(&flusher_found_none[c], k ? 0 : none + (none < FOUND_NONE_PASSES),
+                                  memory_order_relaxed);
+            if (k) test_flusher_stall();
             unsigned moved = 0;
             for (unsigned i = 0; i < k; i++) {
                 if (!flush_one(flusher_ctx, &cands[i])) continue;
@@ -340,41 +384,74 @@ static bool flusher_pass(void *arg)
  * machine), where memcached 1.6.45 lost 0. The flusher falls behind when it
  * waits for a write buffer's pwrite or for a CPU (the fill's own worker
  * and client take both cores); the store then waits instead, asleep, which
- * also gives the flusher the CPU: until the flusher has moved EVICT_BATCH
+ * also gives the flusher the CPU, until the flusher has moved AWAIT_VALUES
  * values out of this class (the eviction that follows then reclaims their
- * dead copies first, uncounted), for at most AWAIT_MAX_MS while a pass is
- * running, or AWAIT_IDLE_MS once the flusher is idle, or two whole passes
- * (the flusher had nothing, or too little, to write here: values under
- * ext_item_size, items read since bagged, a full disk; it may be busy with
- * another class). So a store never waits long for a flusher that cannot help, and the
- * fill is paced to the disk instead of losing values. The cost is that
- * worker's latency, at most AWAIT_MAX_MS a store, and only where it would
- * otherwise evict unwritten values; memcached evicts them. */
-#define AWAIT_MAX_MS 100
-#define AWAIT_IDLE_MS 2
+ * dead copies first, uncounted), or a pass that started after the store
+ * asked ended with the flusher idle, or two passes ended, that one among
+ * them (it had too little to write here, or was busy with another
+ * class), or the store's sleeping budget ran out
+ * (store_wait_allowance_us: 100 ms a store with the cleaner wait, a tenth
+ * of the worker's time).
+ * It does not wait at all when the flusher's last two looks at this class
+ * found nothing to write (values under ext_item_size, values read since bagged,
+ * the largest class's chained values), nor while the circuit breaker is
+ * open: a wait that ran out with no value moved and no pass completed means
+ * the disk is stuck or very slow (the flusher blocked in a write), and
+ * every store would otherwise sleep its whole budget; from then until the
+ * flusher completes a pass, stores evict at once, as memcached's do. */
 #define AWAIT_STEP_US 100
 #define AWAIT_VALUES 8      /* bags.c's EVICT_BATCH: what one eviction call frees */
 static bool ext_await_flusher(storage_thread *t, int clsid)
 {
     if (!g_ext || t == flusher_ctx || clsid <= 0 || clsid > MAX_SLAB_CLASSES || !class_may_hold_large((unsigned)clsid))
         return false;
-    uint64_t from = atomic_load_explicit(&flushed_from[clsid], memory_order_acquire);
-    uint64_t passes = atomic_load_explicit(&flusher_passes_n, memory_order_relaxed);
     ext_note_pressure();
+    if (atomic_load_explicit(&flusher_found_none[clsid], memory_order_relaxed) >= FOUND_NONE_PASSES) return false;
+    uint64_t passes = atomic_load_explicit(&flusher_passes_n, memory_order_relaxed);
+    /* the first pass that starts after this completes as pass number `asked` */
+    uint64_t asked = atomic_load_explicit(&flusher_started_n, memory_order_relaxed) + 1;
+    if (atomic_load_explicit(&await_broken_at, memory_order_relaxed) == passes + 1) {
+        atomic_fetch_add_explicit(&awaits_broken_n, 1, memory_order_relaxed);
+        return false;
+    }
+    int64_t allowance = store_wait_allowance_us(t);
+    if (allowance <= 0) {
+        /* a store that may wait, turned away by its worker's cap */
+        if (t && t->wait_left_us > 0) atomic_fetch_add_explicit(&awaits_capped_n, 1, memory_order_relaxed);
+        return false;
+    }
+    uint64_t from = atomic_load_explicit(&flushed_from[clsid], memory_order_acquire);
+    atomic_fetch_add_explicit(&awaits_n, 1, memory_order_relaxed);
     unsigned depth = epoch_step_out(t);
-    struct timespec start, now, step = { 0, AWAIT_STEP_US * 1000L };
-    clock_gettime(CLOCK_MONOTONIC, &start);
+    struct timespec step = { 0, AWAIT_STEP_US * 1000L };
+    int64_t start = store_wait_clock_us(), slept = 0;
+    bool ran_out = false, moved = false;
+    /* each condition is looked at before the first sleep too */
     for (;;) {
-        nanosleep(&step, NULL);
-        if (atomic_load_explicit(&flushed_from[clsid], memory_order_acquire) - from >= AWAIT_VALUES) break;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        int64_t ms = (int64_t)(now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
-        if (ms >= AWAIT_MAX_MS || atomic_load_explicit(&flusher_passes_n, memory_order_relaxed) - passes >= 2) break;
-        if (ms >= AWAIT_IDLE_MS && !atomic_load_explicit(&flusher_busy, memory_order_relaxed) &&
+        if (atomic_load_explicit(&flushed_from[clsid], memory_order_acquire) - from >= AWAIT_VALUES) {
+            moved = true;
+            break;
+        }
+        uint64_t done = atomic_load_explicit(&flusher_passes_n, memory_order_relaxed);
+        if (done - passes >= 2 && done >= asked) break;
+        /* between two passes of a round busy is false for a moment: only
+         * once a pass that saw this store's pressure ended and no other
+         * runs does the flusher have nothing more for this class now */
+        if (done >= asked && !atomic_load_explicit(&flusher_busy, memory_order_relaxed) &&
             !atomic_load_explicit(&pressure, memory_order_relaxed))
             break;
+        if (slept >= allowance) { ran_out = true; break; }
+        nanosleep(&step, NULL);
+        slept = store_wait_clock_us() - start;
     }
+    store_wait_spent(t, slept, moved);
+    if (ran_out) atomic_fetch_add_explicit(&awaits_timed_out_n, 1, memory_order_relaxed);
     epoch_step_in(t, depth);
+    if (ran_out && atomic_load_explicit(&flushed_from[clsid], memory_order_acquire) == from &&
+        atomic_load_explicit(&flusher_passes_n, memory_order_relaxed) == passes) {
+        atomic_store_explicit(&await_broken_at, passes + 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&awaits_fruitless_n, 1, memory_order_relaxed);
+    }
     return true;
 }
 
@@ -417,7 +494,7 @@ static enum relink_result relink(storage_thread *t, const char *key, size_t nkey
     uint8_t keybin = stub ? (item_layout(stub) & ITEM_KEY_BINARY) : 0;
     stripe_unlock(hv);
     if (!stub) return RELINK_CHANGED;
-    item *fresh = alloc_item(t, key, nkey, cflags, 0, nbytes, (uint8_t)(ITEM_HAS_EXPTIME | keybin), NULL);
+    item *fresh = alloc_item(t, key, nkey, cflags, 0, nbytes, (uint8_t)(ITEM_HAS_EXPTIME | keybin), NULL, false);
     if (!fresh) return RELINK_NOMEM;
     for (size_t off = 0; off < nbytes;) {
         size_t len;
@@ -492,7 +569,7 @@ enum ext_relocate_result ext_relocate(storage_thread *t, const struct ext_record
     item *stub;
     for (;;) {
         /* as flush_one: the stub first, outside any lock (allocating may evict) */
-        stub = alloc_item(t, key, nkey, cflags, 0, r->nval, (uint8_t)(expiring | ITEM_ON_DISK | keybin), NULL);
+        stub = alloc_item(t, key, nkey, cflags, 0, r->nval, (uint8_t)(expiring | ITEM_ON_DISK | keybin), NULL, false);
         if (!stub) return EXT_RELOC_LOST;
         struct ext_locator nloc;
         if (ext_write(g_ext, to, key, (uint32_t)nkey, r->val, r->nval, &nloc) != 0) {
@@ -758,6 +835,7 @@ void storage_ext_stop(void)
     if (!g_ext) return;
     /* the flusher wakes the compactor: it stops first (bgthread_wake must
      * not race bgthread_stop of the thread it wakes) */
+    test_flusher_stall_release();
     bgthread_stop(&flusher);
     ext_compact_stop();
 }
@@ -784,6 +862,11 @@ void storage_ext_stats_general(stat_writer w, void *ctx)
     /* cachet's own: passes of the flusher (one per period, more under
      * pressure), so a client can tell that it ran, not only what it wrote */
     w(ctx, "extstore_flusher_passes", "%llu", LD(flusher_passes_n));
+    w(ctx, "extstore_store_waits", "%llu", LD(awaits_n));
+    w(ctx, "extstore_store_waits_fruitless", "%llu", LD(awaits_fruitless_n));
+    w(ctx, "extstore_store_waits_capped", "%llu", LD(awaits_capped_n));
+    w(ctx, "extstore_store_waits_timed_out", "%llu", LD(awaits_timed_out_n));
+    w(ctx, "extstore_store_waits_broken", "%llu", LD(awaits_broken_n));
     uint64_t free_pages = LD(s->pages_free);
     double pressure_ratio = s->pages_total ? 1.0 - (double)free_pages / (double)s->pages_total : 0;
     w(ctx, "extstore_memory_pressure", "%.2f", pressure_ratio);

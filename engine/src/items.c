@@ -311,8 +311,11 @@ static item *alloc_chunk(storage_thread *t, int clsid, int owner_cls, bool prefe
          * class costs a few large values instead, and holds thousands */
         if (prefer_page && round == 0 && slabs_acquire_page(t, clsid)) continue;
         /* extstore: the oldest values of a class the flusher serves may be
-         * a moment from disk; evicted now they would be lost (ext_items.c) */
-        if (round == 0 && ext_hooks()->await_flusher(t, clsid)) continue;
+         * a moment from disk; evicted now they would be lost (ext_items.c).
+         * Not for a data chunk (owner_cls): the flusher's progress is
+         * counted in heads, and a chained value would wait once per chunk;
+         * its head already waited. */
+        if (round == 0 && !owner_cls && ext_hooks()->await_flusher(t, clsid)) continue;
         ext_hooks()->note_pressure();   /* extstore: move cold values out before the next store must evict */
         if (bags_evict(t, clsid) > 0) continue;
         idle++;
@@ -450,8 +453,10 @@ static bool fits_item_size_max(size_t nkey, uint32_t client_flags, uint64_t nbyt
     return whole <= g_cfg.item_size_max;
 }
 
-item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t client_flags,
-                 rel_time_t exptime, uint64_t nbytes, uint8_t extra_layout, enum store_result *err)
+/* alloc_item's work, with wait_us to sleep at most before evicting. */
+static item *alloc_item_unbudgeted(storage_thread *t, const char *key, size_t nkey, uint32_t client_flags,
+                                   rel_time_t exptime, uint64_t nbytes, uint8_t extra_layout,
+                                   enum store_result *err, int64_t wait_us)
 {
     if (nkey == 0 || nkey > KEY_MAX_LENGTH) { if (err) *err = STORE_NOT_STORED; return NULL; }
     bool stub = (extra_layout & ITEM_ON_DISK) != 0;   /* nbytes: the length of the value on disk */
@@ -462,6 +467,7 @@ item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t clien
     if (exptime) layout |= ITEM_HAS_EXPTIME;
     struct shape sh;
     if (!plan_shape(nkey, nbytes, layout, &sh)) { if (err) *err = STORE_TOO_LARGE; return NULL; }
+    if (t) t->wait_left_us = wait_us;
     item *it = alloc_chunk(t, sh.clsid, 0, (sh.layout & ITEM_ON_DISK) != 0, err);
     if (!it) return NULL;
     atomic_store_explicit(&it->h_next, 0, memory_order_relaxed);
@@ -489,10 +495,20 @@ item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t clien
     return it;
 }
 
+item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t client_flags,
+                 rel_time_t exptime, uint64_t nbytes, uint8_t extra_layout, enum store_result *err,
+                 bool may_wait)
+{
+    item *it = alloc_item_unbudgeted(t, key, nkey, client_flags, exptime, nbytes, extra_layout, err,
+                                     may_wait ? STORE_WAIT_MAX_US : 0);
+    if (t) t->wait_left_us = 0;   /* no leftover for the next caller's evictions */
+    return it;
+}
+
 item *item_alloc(storage_thread *t, const char *key, size_t nkey, uint32_t client_flags,
                  rel_time_t exptime, uint32_t nbytes, enum store_result *err)
 {
-    return alloc_item(t, key, nkey, client_flags, exptime, nbytes, 0, err);
+    return alloc_item(t, key, nkey, client_flags, exptime, nbytes, 0, err, true);
 }
 
 unsigned item_slab_class(const item *it)
@@ -626,7 +642,7 @@ static void fill_copy(item *fresh, item *old)
 static item *alloc_copy(storage_thread *t, const char *key, const struct copy_plan *p)
 {
     return alloc_item(t, key, p->nkey, p->cflags, 0, p->nbytes,
-                      (uint8_t)((p->layout & (ITEM_KEY_BINARY | ITEM_ON_DISK)) | ITEM_HAS_EXPTIME), NULL);
+                      (uint8_t)((p->layout & (ITEM_KEY_BINARY | ITEM_ON_DISK)) | ITEM_HAS_EXPTIME), NULL, true);
 }
 
 /* The slab mover's rescue (memcached counts these as slab_reassign_rescues):
@@ -808,7 +824,7 @@ static bool get_locked(storage_thread *t, const char *key, size_t nkey, uint32_t
             if (!fresh || plan_copy(fresh).nbytes != 0 || item_nkey(fresh) != nkey) {
                 stripe_unlock(hv);
                 if (fresh) item_discard(t, fresh);
-                fresh = alloc_item(t, key, nkey, 0, opts->vivify_exptime, 0, 0, NULL);
+                fresh = alloc_item(t, key, nkey, 0, opts->vivify_exptime, 0, 0, NULL, true);
                 if (!fresh) { STAT_INC(t, get_misses); return false; }
                 continue;   /* retake the lock and look again */
             }
@@ -1075,7 +1091,7 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
                 if (combined) item_discard(t, combined);
                 combined = NULL;
                 if (total <= UINT32_MAX)
-                    combined = alloc_item(t, key, nkey, cf, 0, total, extra, NULL);
+                    combined = alloc_item(t, key, nkey, cf, 0, total, extra, NULL, true);
                 /* memcached 1.6.45 answers an append or prepend whose result
                  * it cannot allocate (past -I, or no memory) with NOT_STORED
                  * and keeps the old value; only a store's own item failing is
@@ -1151,7 +1167,7 @@ enum store_result storage_delete(storage_thread *t, const char *key, size_t nkey
             if (!empty) {
                 stripe_unlock(hv);
                 empty = alloc_item(t, key, nkey, opts->client_flags,
-                                   opts->update_ttl ? opts->new_exptime : 0, 0, 0, NULL);
+                                   opts->update_ttl ? opts->new_exptime : 0, 0, 0, NULL, true);
                 if (!empty) return STORE_NO_MEMORY;
                 continue;   /* retake the lock; the item may have changed meanwhile */
             }
@@ -1318,7 +1334,7 @@ enum arith_result storage_arith(storage_thread *t, const char *key, size_t nkey,
             locked = false;
             res = ARITH_NO_MEMORY;
             if (fresh) item_discard(t, fresh);
-            fresh = alloc_item(t, key, nkey, cf, exp, len, keybin, NULL);
+            fresh = alloc_item(t, key, nkey, cf, exp, len, keybin, NULL, true);
             if (!fresh) { res = ARITH_NO_MEMORY; goto out; }
             continue;
         }

@@ -42,6 +42,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- item layout ---- */
 struct item {
@@ -283,6 +284,14 @@ struct storage_thread {
     _Atomic unsigned test_hold_us;
     _Atomic(item *) test_held;
 #endif
+    /* alloc_chunk's sleeps before it evicts (extstore's flusher, the
+     * cleaner's limbo; store_wait_allowance_us): what the store being
+     * allocated may still sleep (0 outside alloc_item and for callers that
+     * may not wait), and this thread's sleeping in the current second.
+     * Owner only. */
+    int64_t  wait_left_us;
+    int64_t  wait_window_used_us;
+    uint32_t wait_window_second;     /* the item clock's second it is for */
     struct thread_stats st;
     struct class_thread_stats cls[64 + 1];
     struct mrc_ring mrc;             /* sampled GETs and stores, for mrc.c */
@@ -374,11 +383,57 @@ uint64_t epoch_current(void);
 bool epoch_passed(uint64_t e);
 uint64_t epoch_advance(void);
 /* Around a blocking wait inside a storage call (a store waiting for
- * extstore's flusher): the thread leaves every read section it is in, as
- * epoch_synchronize steps out of a read batch, and later re-enters at the
- * same depth. Between storage calls the thread holds no item pointer. */
+ * extstore's flusher or the cleaner): no caller waits inside a read section
+ * (a section spans one lookup or copy, and allocating happens outside any),
+ * which test builds check (the section would stop protecting the item
+ * pointers its caller holds); the returned depth is for epoch_step_in. */
 unsigned epoch_step_out(storage_thread *t);
 void epoch_step_in(storage_thread *t, unsigned depth);
+
+/* ---- how long a store may sleep before it evicts ----
+ * A store about to evict may first wait for extstore's flusher (ext_items.c
+ * ext_await_flusher) and for the cleaner's limbo (bags.c cleaner_wait), so
+ * values a moment from disk or from the free list are not lost. Both waits
+ * draw on one budget: STORE_WAIT_MAX_US for the whole store (alloc_item
+ * sets it; data chunks, recaches, materialize and the compactor get none),
+ * and at most STORE_WAIT_SHARE_US of fruitless waiting (store_wait_spent)
+ * in each second of the item clock per thread, so a slow or stuck disk
+ * costs a worker's other clients (RAM GETs included) at most a tenth of
+ * its time in waits that did not help, where memcached would just evict.
+ * (Charging every wait to the share lost 2,502 values of
+ * test_a_paced_fill_loses_no_value's 70,000 on a busy machine: the fill
+ * outran the flusher by more than a tenth, and paced waits are the point.)
+ * Owner only: t is the calling thread. */
+#define STORE_WAIT_MAX_US 100000
+#define STORE_WAIT_SHARE_US 100000
+static inline int64_t store_wait_clock_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+static inline int64_t store_wait_allowance_us(storage_thread *t)
+{
+    if (!t || t->wait_left_us <= 0) return 0;
+    /* the window is a second of the item clock (a test's debugtime moves it) */
+    rel_time_t second = now_time();
+    if (second != t->wait_window_second) {
+        t->wait_window_second = second;
+        t->wait_window_used_us = 0;
+    }
+    int64_t share = STORE_WAIT_SHARE_US - t->wait_window_used_us;
+    if (share <= 0) return 0;
+    return share < t->wait_left_us ? share : t->wait_left_us;
+}
+/* A wait that got what it waited for (the flusher moved values out, the
+ * cleaner's chunks came free) paced the store to the disk, which is its
+ * point: only the store's budget pays for it. One that did not (a slow or
+ * stuck disk) counts against the thread's share too. */
+static inline void store_wait_spent(storage_thread *t, int64_t us, bool fruitful)
+{
+    t->wait_left_us -= us;
+    if (!fruitful) t->wait_window_used_us += us;
+}
 
 /* ---- hash table (assoc.c) ---- */
 uint32_t hash_key(const char *key, size_t nkey);
@@ -550,8 +605,12 @@ static inline void mrc_store(storage_thread *t, uint32_t hv, const char *key, si
         mrc_sampled(t, hv, key, nkey, size, true);
 }
 /* items.c's building blocks, for ext_items.c */
+/* may_wait: the store may sleep a little before it evicts (see "how long a
+ * store may sleep"); false for what no client waits on and for IO threads
+ * (recaches, materialize, the compactor): they evict, or skip, at once */
 item *alloc_item(storage_thread *t, const char *key, size_t nkey, uint32_t client_flags,
-                 rel_time_t exptime, uint64_t nbytes, uint8_t extra_layout, enum store_result *err);
+                 rel_time_t exptime, uint64_t nbytes, uint8_t extra_layout, enum store_result *err,
+                 bool may_wait);
 void replace_locked(storage_thread *t, item *old_it, item *new_it, uint32_t hv, bool new_item);
 void enter_bag(storage_thread *t, item *it);              /* not in a read section */
 bool item_rescue(storage_thread *t, item *expect, const char *key, size_t nkey);   /* slabs_mover.c */

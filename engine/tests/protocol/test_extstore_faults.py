@@ -17,7 +17,7 @@ import subprocess
 import pytest
 
 
-from conftest import stat, wait_until
+from conftest import advance_clock, fill, stat, value_of, wait_until
 from test_extstore import (big, check_engine, ext_engine, get_one, run_cachetd, start_ext,  # noqa: F401 (fixture)
                             targets_in_the_file, wait_written)
 
@@ -122,6 +122,39 @@ def test_a_page_the_compactor_cannot_read_is_dropped_and_its_live_records_counte
         gone = n - int(st["curr_items"])
         assert 0 < gone <= int(st["extstore_compact_lost"]) + int(st["extstore_objects_evicted"]), st
         assert c.store("set", "after", b"x" * 2000) == b"STORED"
+    srv.check_healthy()
+
+
+@hooks
+def test_a_stuck_flusher_makes_stores_evict_not_wait(start_server, tmp_path, monkeypatch):
+    """The flusher blocks for good in its first pass that has values to
+    write (the hook stands for a write to a stuck disk: busy, no pass
+    completing). A store that would evict first waits for the flusher; the
+    first such wait runs out with no value moved and no pass completed, and
+    from then on (the circuit breaker) every store evicts at once, as
+    memcached's would, instead of each sleeping its budget and stalling its
+    worker's clients. The fill spans several seconds of the server's clock
+    (debugtime), so the per-second cap on a worker's waiting alone would let
+    a wait through in each: only the breaker keeps it to one. Counters, not
+    times: the stores all answer, many evict, and one wait was taken."""
+    monkeypatch.setenv("CACHET_TEST_EXT_FAULTS", "flusher_stall")
+    srv = start_ext(start_server, tmp_path, size="64m")
+    rounds, per_round = 4, 7500   # 4 KB values: about twice what -m 64 holds
+    with srv.conn() as c:
+        for r in range(rounds):
+            fill(c, per_round, prefix=f"s{r}-")
+            advance_clock(c, 2)
+        st = c.stats()
+        waits = {k: v for k, v in st.items() if k.startswith("extstore_store_waits")}
+        assert int(st["evictions"]) >= 1000, st   # RAM ran out with nothing going to disk
+        assert int(st["extstore_objects_written"]) == 0, st
+        turned_away = int(waits.pop("extstore_store_waits_broken"))
+        assert waits == {"extstore_store_waits": "1", "extstore_store_waits_fruitless": "1",
+                         "extstore_store_waits_timed_out": "1", "extstore_store_waits_capped": "0"}, waits
+        assert turned_away >= 100, turned_away   # the stores that evicted at once instead
+        # a RAM hit is served right after
+        key = f"s{rounds - 1}-"
+        assert get_one(c, f"{key}{per_round - 1}") == (0, value_of(key, per_round - 1, 4096), None)
     srv.check_healthy()
 
 

@@ -82,7 +82,7 @@ static void test_stub_classes_with_extstore(void)
     static const uint8_t loc[EXT_LOC_BYTES] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     static const uint64_t lens[] = {4096, ITEM_NBYTES_MAX - 1, ITEM_NBYTES_MAX, 100u << 20};
     for (unsigned i = 0; i < sizeof lens / sizeof lens[0]; i++) {
-        item *stub = alloc_item(T, "abcdef", 6, 0, 0, lens[i], ITEM_ON_DISK, NULL);
+        item *stub = alloc_item(T, "abcdef", 6, 0, 0, lens[i], ITEM_ON_DISK, NULL, true);
         CHECK(stub != NULL);
         if (!stub) continue;
         item_set_ext_locator(stub, loc);
@@ -308,7 +308,7 @@ static int put_stubs(const char *prefix, int count)
         sprintf(k, "%s%05d", prefix, i);
         if (put(k, "v") != STORE_STORED) continue;
         size_t nk = strlen(k);
-        item *stub = alloc_item(T, k, nk, 0, 0, 1, ITEM_ON_DISK, NULL);
+        item *stub = alloc_item(T, k, nk, 0, 0, 1, ITEM_ON_DISK, NULL, true);
         if (!stub) continue;
         item_set_ext_locator(stub, zero);
         uint32_t hv = hash_key(k, nk);
