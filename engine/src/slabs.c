@@ -368,3 +368,9 @@ void slabs_give_page(size_t pg, int dst)
     atomic_store(&dc->last_move_in, now_time());
     pthread_mutex_unlock(&dc->lock);
 }
+
+struct prefault_region slabs_prefault_region(void)
+{
+    return (struct prefault_region){ .base = g_region, .page_size = g_page_size,
+                                     .pages_max = g_pages_max, .pages_next = &g_pages_next };
+}

@@ -36,10 +36,12 @@
  * 2 MB at a worker's priority (inherited, SCHED_FIFO in the benchmark) would
  * be worse than the fault it saves.
  *
- * Concurrency: populated_to is this thread's alone. g_pages_next is read
- * relaxed: a stale value only populates less, never past -m.
+ * Concurrency: populated_to is this thread's alone. The page counter is read
+ * relaxed: a stale value only populates less, never past -m. The region's
+ * shape comes from slabs.c at start (slabs_prefault_start), so this file
+ * reads no symbol of the allocator that wakes it (no call cycle).
  */
-#include "slabs_internal.h"
+#include "storage_internal.h"
 #include "bgthread.h"
 
 #include <errno.h>
@@ -51,7 +53,8 @@
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
-static size_t populated_to;          /* bytes from g_region known to be resident */
+static struct prefault_region region;  /* set at start, read-only after */
+static size_t populated_to;            /* bytes from the region's start known to be resident */
 static bool populate_unsupported;
 
 static bool prefault_pass(void *arg);
@@ -60,17 +63,18 @@ static struct bgthread prefaulter = { .name = "cachet-prefault", .pass = prefaul
 static bool prefault_pass(void *arg)
 {
     (void)arg;
-    if (populate_unsupported || !g_region) return false;
-    size_t region_end = g_pages_max * g_page_size;
-    size_t handed_end = atomic_load_explicit(&g_pages_next, memory_order_relaxed) * g_page_size;
+    if (populate_unsupported || !region.base) return false;
+    size_t page_size = region.page_size;
+    size_t region_end = region.pages_max * page_size;
+    size_t handed_end = atomic_load_explicit(region.pages_next, memory_order_relaxed) * page_size;
     if (handed_end >= region_end) return false;
     /* pages handed out since were faulted by their stores */
     if (populated_to < handed_end) populated_to = handed_end;
-    size_t want = (handed_end + g_page_size + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    size_t want = (handed_end + page_size + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
     if (want > region_end) want = region_end;
     if (populated_to >= want) return false;
 #ifdef MADV_POPULATE_WRITE
-    if (madvise(g_region + populated_to, want - populated_to, MADV_POPULATE_WRITE) != 0) {
+    if (madvise(region.base + populated_to, want - populated_to, MADV_POPULATE_WRITE) != 0) {
         if (errno == EINVAL) populate_unsupported = true;
         return false;
     }
@@ -95,8 +99,9 @@ static bool prefault_first_pass(void *arg)
 
 void slabs_prefault_wake(void) { bgthread_wake(&prefaulter); }
 
-int slabs_prefault_start(void)
+int slabs_prefault_start(struct prefault_region r)
 {
+    region = r;
     populated_to = 0;
     prefaulter.pass = prefault_first_pass;
     return bgthread_start(&prefaulter);

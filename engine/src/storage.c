@@ -83,7 +83,7 @@ int storage_start_threads(void)
     if (rc == 0) rc = assoc_start_thread();
     if (rc == 0) rc = bags_start_thread();
     if (rc == 0) rc = slabs_start_thread();
-    if (rc == 0) rc = slabs_prefault_start();
+    if (rc == 0) rc = slabs_prefault_start(slabs_prefault_region());
     if (rc == 0) rc = mrc_start_thread();
     if (rc != 0) {
         fprintf(stderr, "cachetd: cannot start storage threads: %s\n", strerror(rc));

@@ -476,7 +476,13 @@ int slabs_start_thread(void);   /* 0 or pthread_create's error */
 void slabs_stop_thread(void);
 /* slabs_prefault.c: the thread that faults in the next never-used page
  * before a store needs it; the allocator wakes it when it takes one. */
-int slabs_prefault_start(void);   /* 0 or pthread_create's error */
+struct prefault_region {
+    char *base;                     /* the item region (slabs.c's g_region) */
+    size_t page_size, pages_max;
+    _Atomic size_t *pages_next;     /* first page never handed out */
+};
+struct prefault_region slabs_prefault_region(void);  /* slabs.c: the region as slabs_init made it */
+int slabs_prefault_start(struct prefault_region r);   /* 0 or pthread_create's error */
 void slabs_prefault_stop(void);
 void slabs_prefault_wake(void);
 /* slabs_mover.c: gives class clsid a page from another class now (evicting
