@@ -927,8 +927,9 @@ void ext_delete(struct extstore *e, const struct ext_locator *loc, uint32_t nkey
         /* a closed page whose last record died is free again, as in
          * memcached 1.6.45 (extstore_delete): no compaction needed for a
          * page nothing points into any more. A read of one of its dead
-         * records that is still in flight sees the new version: a miss,
-         * as it would be after the delete. */
+         * records still in flight (a GET that looked up the value a SET
+         * then replaced) still finds it until the page is opened again
+         * (freed_from): the value the key held when it was asked for. */
         if (!p->live_objs && !p->is_free && p->bucket < 0) page_free(e, id);
     }
     pthread_mutex_unlock(&e->lock);
