@@ -214,15 +214,34 @@ void ext_reader_fetch(struct ext_reader *r, storage_thread *t, struct ext_fetch 
     }
 }
 
-enum ext_read_result ext_reader_read_range(struct ext_reader *r, const uint8_t at[12], uint32_t nkey,
-                                           uint32_t nval, uint32_t voff, uint32_t len, const char **piece)
+/* How often a piece follows its record to where the compactor moved it
+ * before the stream is cut: each move needs a whole compaction pass over
+ * the record's new page meanwhile, so a few is plenty; bounded so a value
+ * moved faster than it can be read cannot hold an IO thread. */
+#define RANGE_MOVES_MAX 4
+
+enum ext_read_result ext_reader_read_range(struct ext_reader *r, const char *key, uint32_t nkey,
+                                           const struct item_view *v, uint8_t at[12], uint32_t voff,
+                                           uint32_t len, const char **piece)
 {
     struct extstore *e = ext_hooks()->store;
     if (!r->bufs && posix_memalign((void **)&r->bufs, EXT_ALIGN, r->depth * r->buf_size)) r->bufs = NULL;
     if (!e || !r->bufs) return EXT_MISS_IOERR;
-    struct ext_locator loc;
-    memcpy(&loc, at, sizeof loc);
-    return ext_read_range(e, &loc, nkey, nval, voff, len, r->bufs, r->buf_size, piece);
+    enum ext_read_result res = EXT_MISS_STALE;
+    uint8_t now[12];
+    memcpy(now, at, sizeof now);
+    for (int moves = 0; moves <= RANGE_MOVES_MAX; moves++) {
+        struct ext_locator loc;
+        memcpy(&loc, now, sizeof loc);
+        res = ext_read_range(e, &loc, nkey, v->nbytes, voff, len, r->bufs, r->buf_size, piece);
+        if (res == EXT_HIT) memcpy(at, now, sizeof now);
+        uint8_t tried[12];
+        memcpy(tried, now, sizeof tried);
+        /* the stub still at the locator just found stale: nowhere to go */
+        if (res != EXT_MISS_STALE || !ext_hooks()->moved(key, nkey, v, now) || !memcmp(now, tried, sizeof now))
+            break;
+    }
+    return res;
 }
 
 /* ------------------------------------------------------------ started reads

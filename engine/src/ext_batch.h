@@ -55,9 +55,12 @@ void ext_reader_fetch(struct ext_reader *r, storage_thread *t, struct ext_fetch 
 /* A later piece of a value an earlier fetch found good (ext_read_range):
  * read with pread into the reader's first buffer, so only between batches
  * and never on a reader with started reads in flight. *piece is valid until
- * the reader's next read. */
-enum ext_read_result ext_reader_read_range(struct ext_reader *r, const uint8_t at[12], uint32_t nkey,
-                                           uint32_t nval, uint32_t voff, uint32_t len, const char **piece);
+ * the reader's next read. A piece whose page was re-versioned because the
+ * compactor moved this very record (same CAS and CRC: the same bytes) is
+ * read where the record is now, and at follows it. */
+enum ext_read_result ext_reader_read_range(struct ext_reader *r, const char *key, uint32_t nkey,
+                                           const struct item_view *v, uint8_t at[12], uint32_t voff,
+                                           uint32_t len, const char **piece);
 
 /* Started reads, for a worker that keeps serving while its reads are in
  * flight (ext_io.c). A reader is used either with ext_reader_fetch or with

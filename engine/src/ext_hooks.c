@@ -64,6 +64,7 @@ void ext_hooks_install(const struct ext_hooks *h)
 bool storage_ext_enabled(void) { return ext_hooks()->store != NULL; }
 void storage_ext_count_get(void) { atomic_fetch_add_explicit(&g_ext_io_counts.get, 1, memory_order_relaxed); }
 void storage_ext_count_aborted(void) { atomic_fetch_add_explicit(&g_ext_io_counts.aborted, 1, memory_order_relaxed); }
+void storage_ext_count_stream_cut(void) { atomic_fetch_add_explicit(&g_ext_io_counts.streams_cut, 1, memory_order_relaxed); }
 void storage_ext_count_oom(void) { atomic_fetch_add_explicit(&g_ext_io_counts.oom, 1, memory_order_relaxed); }
 void storage_ext_count_queue(int delta)
 {

@@ -87,6 +87,7 @@ void ext_hooks_install(const struct ext_hooks *h);
  * storage_ext_count_*, read and reset by ext_items.c's stats. */
 struct ext_io_counts {
     _Atomic uint64_t get, aborted, oom;
+    _Atomic uint64_t streams_cut;   /* streamed values cut mid-value: a later piece failed */
     _Atomic int64_t queue;
 };
 extern struct ext_io_counts g_ext_io_counts;

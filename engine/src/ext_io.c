@@ -122,9 +122,13 @@ static void read_piece(struct io_thread *t, struct job *j)
 {
     const char *piece = NULL;
     uint32_t n = piece_len(j, j->voff);
-    enum ext_read_result r = ext_reader_read_range(t->reader, j->at, j->nkey, j->v.nbytes, j->voff, n, &piece);
-    if (r == EXT_HIT) reply_complete(j->h, REPLY_HIT, NULL, piece, n);
-    else reply_complete(j->h, REPLY_ABORT, NULL, NULL, 0);
+    enum ext_read_result r = ext_reader_read_range(t->reader, j->key, j->nkey, &j->v, j->at, j->voff, n, &piece);
+    if (r == EXT_HIT) {
+        reply_complete(j->h, REPLY_HIT, NULL, piece, n);
+        return;
+    }
+    storage_ext_count_stream_cut();
+    reply_complete(j->h, REPLY_ABORT, NULL, NULL, 0);
 }
 
 static bool io_pass(void *arg)

@@ -858,6 +858,10 @@ void storage_ext_stats_general(stat_writer w, void *ctx)
      * also a miss_from_extstore; a failed buffer write drops the page's
      * records (their locators go stale: misses, never wrong values). */
     w(ctx, "extstore_read_errors", "%llu", LD(s->miss_ioerr));
+    /* cachet's own: large values whose connection was closed mid-value
+     * because a later piece could not be read (page evicted, or compacted
+     * more often than the piece could follow, short file, EIO) */
+    w(ctx, "extstore_streams_cut", "%llu", LD(g_ext_io_counts.streams_cut));
     w(ctx, "extstore_write_errors", "%llu", LD(s->writes_failed));
     /* cachet's own: passes of the flusher (one per period, more under
      * pressure), so a client can tell that it ran, not only what it wrote */
@@ -928,6 +932,7 @@ void storage_ext_stats_reset(void)
     atomic_store(&g_ext_io_counts.get, 0);
     atomic_store(&g_ext_io_counts.aborted, 0);
     atomic_store(&g_ext_io_counts.oom, 0);
+    atomic_store(&g_ext_io_counts.streams_cut, 0);
     atomic_store(&recache_n, 0);
     atomic_store(&miss_n, 0);
     atomic_store(&badcrc_n, 0);

@@ -34,6 +34,8 @@
  * counted in extstore_bytes_fragmented (it is disk the values do not use)
  * but not in a page's written bytes: compaction would only write it again. */
 #define VALUE_PAD_MAX  (EXT_ALIGN / 8)
+/* no page version (those are masked to EXT_VERSION_BITS) */
+#define NO_VERSION UINT32_MAX
 
 /* The last bytes of every piece (what one write buffer put on the page). */
 struct piece_footer {
@@ -49,6 +51,16 @@ _Static_assert(sizeof(struct piece_footer) == EXT_PIECE_FOOTER, "ext_buffer_need
 
 struct page {
     _Atomic uint32_t version;   /* written under the lock, read by ext_read without it */
+    /* A page freed (page_free: its last record deleted, or compacted) keeps
+     * its bytes until it is opened again: until then a read at the version
+     * it had is still good (its CRC checked as ever). A GET that looked up
+     * a record just before a SET replaced it and the page was freed gets the
+     * value the key held when it asked, not a miss for a key that never
+     * went missing. NO_VERSION when the page holds nothing of an old
+     * version (never written, evicted, or opened again). Written under the
+     * lock, read without it; sequentially consistent, as version is
+     * checked after the read it guards. */
+    _Atomic uint32_t freed_from;
     int      fd;
     uint64_t file_off;          /* where the page starts in its file */
     uint64_t used;              /* bytes of the page handed out, header block included */
@@ -296,6 +308,15 @@ static int write_full(int fd, const void *buf, size_t len, uint64_t off)
     return 0;
 }
 
+/* Whether a locator of `version` still finds its record's bytes on page
+ * p: the page has that version, or was freed from it and not opened
+ * since. Without the lock after a read (the bytes read are good if this
+ * holds after them), or under it. */
+static bool version_holds(struct page *p, uint32_t version)
+{
+    return atomic_load(&p->version) == version || atomic_load(&p->freed_from) == version;
+}
+
 /* Gives page p a new version and forgets what it held. Lock held. */
 static void page_reset(struct extstore *e, struct page *p, bool evicted)
 {
@@ -325,6 +346,8 @@ static void page_reset(struct extstore *e, struct page *p, bool evicted)
 static void page_free(struct extstore *e, uint32_t id)
 {
     struct page *p = &e->pages[id];
+    /* before the new version: a reader sees one or the other hold */
+    atomic_store(&p->freed_from, atomic_load_explicit(&p->version, memory_order_relaxed));
     page_reset(e, p, false);
     p->is_free = true;
     e->free_list[e->nfree++] = id;
@@ -353,6 +376,8 @@ static int page_open(struct extstore *e, int b)
         add(&e->stats.pages_reclaimed, 1);
     }
     struct page *p = &e->pages[id];
+    /* before anything is written to it: from here its old bytes go */
+    atomic_store(&p->freed_from, NO_VERSION);
     p->is_free = false;
     p->bucket = b;
     p->seq = e->next_seq++;
@@ -567,6 +592,7 @@ struct extstore *ext_open(const struct ext_file_spec *files, unsigned nfiles,
             p->file_off = k * conf->page_size;
             p->bucket = -1;
             p->is_free = true;
+            atomic_init(&p->freed_from, NO_VERSION);
             e->npages++;
         }
     }
@@ -725,7 +751,7 @@ static enum record_at record_locate(struct extstore *e, const struct ext_locator
     struct page *p = &e->pages[ext_loc_page(loc)];
     uint64_t off = ext_loc_offset(loc);
     pthread_mutex_lock(&e->lock);
-    if (atomic_load_explicit(&p->version, memory_order_relaxed) != ext_loc_version(loc)) {
+    if (!version_holds(p, ext_loc_version(loc))) {
         pthread_mutex_unlock(&e->lock);
         return AT_STALE;
     }
@@ -801,8 +827,7 @@ enum ext_read_result ext_read_finish(struct extstore *e, const struct ext_read_o
     if ((uint64_t)got < (uint64_t)op->skip + nval) return count(e, EXT_MISS_SHORT, 0);
     /* evicted or compacted while the read was in flight: what was read may
      * already be another record */
-    if (atomic_load_explicit(&e->pages[op->page].version, memory_order_acquire) != ext_loc_version(loc))
-        return count(e, EXT_MISS_STALE, 0);
+    if (!version_holds(&e->pages[op->page], ext_loc_version(loc))) return count(e, EXT_MISS_STALE, 0);
     const char *v = buf + op->skip;
     enum ext_read_result r = value_check(v, loc, key, nkey, nval);
     if (r == EXT_HIT) *val = v;
@@ -846,8 +871,7 @@ enum ext_read_result ext_read_range(struct extstore *e, const struct ext_locator
     /* a failed piece counts as the failed read it is (extstore_read_errors) */
     if (got < 0) return count(e, EXT_MISS_IOERR, 0);
     if ((uint64_t)got < op.skip + (uint64_t)len) return count(e, EXT_MISS_SHORT, 0);
-    if (atomic_load_explicit(&e->pages[id].version, memory_order_acquire) != ext_loc_version(loc))
-        return count(e, EXT_MISS_STALE, 0);
+    if (!version_holds(&e->pages[id], ext_loc_version(loc))) return count(e, EXT_MISS_STALE, 0);
     *piece = abuf + op.skip;
     return EXT_HIT;
 }
@@ -903,8 +927,9 @@ void ext_delete(struct extstore *e, const struct ext_locator *loc, uint32_t nkey
         /* a closed page whose last record died is free again, as in
          * memcached 1.6.45 (extstore_delete): no compaction needed for a
          * page nothing points into any more. A read of one of its dead
-         * records that is still in flight sees the new version: a miss,
-         * as it would be after the delete. */
+         * records still in flight (a GET that looked up the value a SET
+         * then replaced) still finds it until the page is opened again
+         * (freed_from): the value the key held when it was asked for. */
         if (!p->live_objs && !p->is_free && p->bucket < 0) page_free(e, id);
     }
     pthread_mutex_unlock(&e->lock);

@@ -454,6 +454,7 @@ static const struct family families[] = {
         { "cmd_set", CMD("set", "hit"), { "cas_hits", "cas_badval" } },
     } },
     /* extstore: present only with -o ext_path (ext_items.c emits them then) */
+    ONE("cachet_extstore_streams_cut_total", COUNTER, STATS_GENERAL, "extstore_streams_cut", "Large disk values whose connection was closed mid-value because a later piece could not be read."),
     ONE("memcached_extstore_compact_lost_total", COUNTER, STATS_GENERAL, "extstore_compact_lost", "Total number of items lost because they were locked during extstore compaction."),
     ONE("memcached_extstore_compact_rescued_total", COUNTER, STATS_GENERAL, "extstore_compact_rescues", "Total number of items moved to a new page during extstore compaction."),
     ONE("memcached_extstore_compact_skipped_total", COUNTER, STATS_GENERAL, "extstore_compact_skipped", "Total number of items dropped due to inactivity during extstore compaction."),

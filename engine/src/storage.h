@@ -313,6 +313,7 @@ void storage_ext_stats_reset(void);
 /* Counters the IO side keeps with storage's */
 void storage_ext_count_get(void);       /* get_extstore */
 void storage_ext_count_aborted(void);   /* get_aborted_extstore */
+void storage_ext_count_stream_cut(void);   /* extstore_streams_cut */
 void storage_ext_count_oom(void);       /* get_oom_extstore */
 void storage_ext_count_queue(int delta); /* extstore_io_queue: reads waiting for an IO thread */
 
