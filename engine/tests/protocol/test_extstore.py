@@ -172,18 +172,20 @@ def test_a_paced_fill_loses_no_value(start_server, tmp_path):
         items = c.stats("items")
         evicted = {k: v for k, v in items.items() if "evict" in k and v != "0"}
         # The waits are bounded (a store's budget, a tenth of the worker's
-        # fruitless time, the circuit breaker), so on a starved machine (ASan
-        # or TSan under xdist) a store may still evict, one batch of 8 values,
-        # where the flusher fell a whole budget behind. Each such store is
-        # counted: a wait that ran out of budget (_timed_out), a store the cap
-        # or the breaker turned away (_capped, _broken). Every value lost must
-        # be one of their batches; on a machine where the flusher keeps up
-        # they are 0, and so must the losses be. Measured on a busy machine:
-        # 0-40 lost with up to 218 such stores; the code before r3-xtalign's
-        # waits lost 54, 64 and 2,385 in three runs there (80-280 on a quiet
-        # machine) and has none of these counters, so it fails here.
+        # fruitless time, the circuit breaker), and a wait that saw the
+        # flusher move its values can still be followed by an eviction: the
+        # moved values' chunks are a cleaner's grace period from free. So on
+        # a starved machine (ASan or TSan under xdist) a store may still evict
+        # one batch of 8 values after it waited (make check's ASan pass lost
+        # 48 after 288 waits, none cut short). What must hold is that no store
+        # evicts without first having waited, or been turned away by the cap
+        # or the breaker, each counted: every value lost is one of their
+        # batches, and on a machine where the flusher keeps up there are no
+        # waits and no losses. The code before r3-xtalign's waits lost 54, 64
+        # and 2,385 in three runs on a busy machine (80-280 on a quiet one)
+        # and has none of these counters, so it fails here.
         lost = int(st["evictions"])
-        bounded = sum(int(st.get(f"extstore_store_waits_{k}", 0)) for k in ("timed_out", "capped", "broken"))
+        bounded = sum(int(st.get(f"extstore_store_waits{k}", 0)) for k in ("", "_capped", "_broken"))
         waits = {k: v for k, v in st.items() if k.startswith("extstore_store_waits")}
         assert lost <= 8 * bounded and int(st["curr_items"]) == n - lost, (lost, evicted, waits)
         if not IS_MEMCACHED:
