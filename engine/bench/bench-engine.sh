@@ -47,7 +47,9 @@
 #      BENCH_RT (default 1: W2 under chrt -f BENCH_RT_PRIO, default 20; 0: nice),
 #      BENCH_ONLY (a comma list of w1,w2,w3,w4,seed003: run only those
 #      workloads, e.g. BENCH_ONLY=w2 for the W2 shapes and the generator's
-#      W2 ceiling; the summary marks the rest NO DATA; default: all).
+#      W2 ceiling; the summary marks the rest NO DATA; default: all),
+#      BENCH_W2_FIXED (default 20k,40k) and BENCH_W2_FIXED_REPEATS (default
+#      3): the rates W2's tail is judged at, below the generator's ceiling.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -93,6 +95,10 @@ W1_RATES=25k,50k,100k,150k,200k,300k,400k,500k,650k,800k,1M,1.2M,1.5M,2M
 # bracket [highest rate within, lowest above it that was not]; W2_REFINE more
 # steps bisect it (cachet-loadgen --bound-p99-us --refine).
 W2_RATES=2k,5k,10k,20k,40k,60k,80k,100k,120k,140k,160k,200k,250k,300k,400k
+# The fixed rates the W2 tail is judged at on this machine (below the
+# generator's own ceiling of about 45,000/s against cachet-sink), and how many
+# times each is run.
+W2_FIXED=${BENCH_W2_FIXED:-20k,40k}; W2_FIXED_REPEATS=${BENCH_W2_FIXED_REPEATS:-3}
 W2_CONNS=256
 W2_CONNS_MANY=1024
 W2_P99_US=1000
@@ -380,6 +386,19 @@ run_w2() {
         --conns $conns --depth 1 --rate "$mc_rate" --duration $STEP_SECS --warmup $STEP_WARM --seed 5 "$@"
       say "  $s at 1.6.45's highest rate ($mc_rate/s): p99 $(jget "$out/$tag-at-mc-$s.json" 'round(j["steps"][0]["latency_us"]["p99"])') us," \
           "p999 $(jget "$out/$tag-at-mc-$s.json" 'round(j["steps"][0]["latency_us"]["p999"])') us"
+    fi
+    # The tail at fixed rates below the generator's ceiling, each rate
+    # W2_FIXED_REPEATS times, interleaved: what this machine can judge where
+    # the rate rows need more than the generator gives (summarize.py,
+    # w2_fixed_rate_rows says why). Not alternated between servers: each runs
+    # alone on its CPU, as every W2 step does.
+    if [ "$s" = mc1645 ] || [ "$s" = cachetd ]; then
+      local fixed_rates
+      fixed_rates=$(for _ in $(seq 1 "$W2_FIXED_REPEATS"); do printf '%s,' "$W2_FIXED"; done)
+      loadgen $s "$(port_of $s)" "$out/$tag-fixed-$s.json" --keys $W2_KEYS --key-size 4 --value-size 256 \
+        --conns $conns --depth 1 --rate "${fixed_rates%,}" --duration $STEP_SECS --warmup $STEP_WARM --seed 7 "$@"
+      say "  $s at fixed rates ($W2_FIXED, $W2_FIXED_REPEATS times): p99 $(jget "$out/$tag-fixed-$s.json" '[round(x["latency_us"]["p99"]) for x in j["steps"]]') us," \
+          "p999 $(jget "$out/$tag-fixed-$s.json" '[round(x["latency_us"]["p999"]) for x in j["steps"]]') us"
     fi
     stop_server "$SERVER_PID"
   done
