@@ -1100,6 +1100,16 @@ def ram_is_two_seconds_old(c):
     wait_until(noted, 20, "the cleaner noting the age of the values in RAM")
 
 
+def on_disk_behind_old_ram(c, keys, ram_values=64):
+    """keys' values on disk, and ram_values filler values of their class in
+    RAM (fill()'s keys), 2 s old: a disk value read again within 2 s looks
+    hotter than RAM."""
+    store_targets(c, keys, flags=0)
+    wait_written(c, len(keys))
+    fill(c, ram_values)
+    ram_is_two_seconds_old(c)
+
+
 @pytest.mark.test_hooks
 @pytest.mark.cachetd_only(reason="memcached 1.6.45 lets 1 in ext_recache_rate (2000) of its twice-read values back; this rule is cachetd's")
 def test_a_value_read_again_sooner_than_ram_keeps_its_class_comes_back_to_ram(start_server, tmp_path):
@@ -1160,10 +1170,7 @@ def test_reads_with_no_hot_key_bring_few_disk_values_back_to_ram(start_server, t
     srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=4")
     keys = [f"even{i}" for i in range(1000)]
     with srv.conn() as c:
-        store_targets(c, keys, flags=0)
-        wait_written(c, len(keys))
-        fill(c, 64)
-        ram_is_two_seconds_old(c)
+        on_disk_behind_old_ram(c, keys)
         before = c.stats()
         for _ in range(2):
             for k in keys:
@@ -1194,10 +1201,7 @@ def test_reads_spread_evenly_over_ram_and_disk_bring_almost_nothing_back(start_s
     disk_keys = [f"even{i}" for i in range(1000)]
     rng = random.Random(21)
     with srv.conn() as c:
-        store_targets(c, disk_keys, flags=0)
-        wait_written(c, len(disk_keys))
-        fill(c, 1000)        # the same class, in RAM (idle 8 s would send it to disk)
-        ram_is_two_seconds_old(c)
+        on_disk_behind_old_ram(c, disk_keys, ram_values=1000)   # (idle 8 s would send these to disk)
         everything = disk_keys + [f"fill{i}" for i in range(1000)]
 
         def read(batches):
@@ -1230,10 +1234,7 @@ def test_a_hot_set_on_disk_larger_than_the_burst_still_comes_back(start_server, 
     srv = start_ext(start_server, tmp_path, extra_opts="ext_item_age=4")
     hot = [f"hot{i}" for i in range(200)]
     with srv.conn() as c:
-        store_targets(c, hot, flags=0)
-        wait_written(c, len(hot))
-        fill(c, 64)
-        ram_is_two_seconds_old(c)
+        on_disk_behind_old_ram(c, hot)
         before = c.stats()
         for _ in range(30):
             for at in range(0, len(hot), 20):
