@@ -261,6 +261,9 @@ struct class_thread_stats {
     _Atomic uint64_t get_hits, cmd_set, delete_hits, incr_hits, decr_hits, cas_hits, cas_badval, touch_hits;
 };
 #define CLASS_STATS_N (sizeof(struct class_thread_stats) / sizeof(_Atomic uint64_t))
+/* GET hits in class clsid since start, all threads (storage_stats.c; not
+ * moved by `stats reset`: for rates taken as differences) */
+uint64_t storage_class_get_hits_total(int clsid);
 
 /* mrc.c: the GETs and stores of sampled keys a thread made, waiting for the
  * estimator. The owner writes ev[] and tail; whoever holds mrc.c's lock

@@ -17,6 +17,7 @@
  */
 #include "slabs_internal.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,6 +38,12 @@ static void storage_class_thread_stats(int clsid, uint64_t out[CLASS_STATS_N])
 {
     sum_class(clsid, out);
     for (size_t k = 0; k < CLASS_STATS_N; k++) out[k] -= class_baseline[clsid][k];
+}
+uint64_t storage_class_get_hits_total(int clsid)
+{
+    uint64_t cs[CLASS_STATS_N];
+    sum_class(clsid, cs);
+    return cs[offsetof(struct class_thread_stats, get_hits) / sizeof(_Atomic uint64_t)];
 }
 void storage_stats_init(void) { memset(class_baseline, 0, sizeof class_baseline); }
 
