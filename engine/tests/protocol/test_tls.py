@@ -390,18 +390,34 @@ def rss_bytes(pid):
 HALF_HANDSHAKES = 400
 
 
-def formula_per_connection(args, conns, extra, cert, key):
-    """The memory formula for ARGS (-c CONNS) over TLS, and what each of
-    its last EXTRA connections adds to the process's own memory (socket
-    buffers are the kernel's, not in the RSS)."""
-    from test_limits import memory_budget
+def assert_rss_within_formula(srv, args, conns, extra, cert, key, rss_before, what):
+    """cachetd, not under a sanitizer: since rss_before, the RSS grew by no
+    more than the memory formula for ARGS (-c CONNS, over TLS) charges its
+    last EXTRA connections, and stays under the formula's total. What one
+    more connection adds is the process's own memory: socket buffers are
+    the kernel's, not in the RSS."""
+    from test_limits import memory_budget, under_sanitizer
+    if IS_MEMCACHED or under_sanitizer(srv.proc.pid):
+        return
+    grown = rss_bytes(srv.proc.pid) - rss_before
     tls = ("-Z", "-o", f"ssl_chain_cert={cert},ssl_key={key}")
     budget = memory_budget(*args, *tls)
     fewer = memory_budget(*[a if a != str(conns) else str(conns - extra) for a in args], *tls)
 
     def process(b):
         return b["total"] - b["terms"]["socket_buffers"]
-    return budget, (process(budget) - process(fewer)) / extra
+    per_conn = (process(budget) - process(fewer)) / extra
+    print(f"{extra} {what}: RSS +{grown / extra / 1024:.1f} KiB each; "
+          f"the formula charges {per_conn / 1024:.1f} KiB per connection")
+    assert grown <= extra * per_conn, (grown, per_conn)
+    assert rss_bytes(srv.proc.pid) <= budget["total"]
+
+
+def tls_limits(conns):
+    """-c CONNS on one worker, with kernel socket buffers bounded so that
+    --memory-budget is bounded (memcached has no such option)."""
+    args = ["-c", str(conns), "-t", "1", "-m", "8"]
+    return args if IS_MEMCACHED else args + ["-o", "sock_sndbuf=64k,sock_rcvbuf=16k"]
 
 
 def test_a_flood_of_half_handshakes_keeps_serving_within_the_memory_formula(tls_server, pki):
@@ -412,13 +428,9 @@ def test_a_flood_of_half_handshakes_keeps_serving_within_the_memory_formula(tls_
     meanwhile, and (cachetd) the process's RSS grew by no more than the
     memory formula charges for that many more connections, and stays
     under the formula's total. Then the flood goes and the server serves."""
-    from test_limits import under_sanitizer
     cert, key = pki.issue("server")
     conns = HALF_HANDSHAKES + 24
-    args = ["-c", str(conns), "-t", "1", "-m", "8"]
-    if not IS_MEMCACHED:
-        # kernel socket buffers bounded, so that --memory-budget is bounded
-        args += ["-o", "sock_sndbuf=64k,sock_rcvbuf=16k"]
+    args = tls_limits(conns)
     srv = tls_server(pki.ca, cert, key, *args)
     with srv.tls() as c:
         assert c.cmd("set k 0 0 2\r\nok") == b"STORED"
@@ -438,13 +450,7 @@ def test_a_flood_of_half_handshakes_keeps_serving_within_the_memory_formula(tls_
             c.send(b"get k\r\n")
             assert c.until(b"END\r\n") == b"VALUE k 0 2\r\nok\r\nEND\r\n"
         assert srv.alive()
-        if not IS_MEMCACHED and not under_sanitizer(srv.proc.pid):
-            grown = rss_bytes(srv.proc.pid) - rss_before
-            budget, per_conn = formula_per_connection(args, conns, HALF_HANDSHAKES, cert, key)
-            print(f"{HALF_HANDSHAKES} half handshakes: RSS +{grown / HALF_HANDSHAKES / 1024:.1f} KiB each; "
-                  f"the formula charges {per_conn / 1024:.1f} KiB per connection")
-            assert grown <= HALF_HANDSHAKES * per_conn, (grown, per_conn)
-            assert rss_bytes(srv.proc.pid) <= budget["total"]
+        assert_rss_within_formula(srv, args, conns, HALF_HANDSHAKES, cert, key, rss_before, "half handshakes")
     finally:
         for s in flood:
             s.close()
@@ -464,12 +470,9 @@ def test_connections_that_keep_their_record_buffers_stay_within_the_memory_formu
     each answered a GET, and then each with a reply larger than a record
     left unread (its write buffer full, its sealed records waiting), grow
     the RSS by no more than the formula charges for them."""
-    from test_limits import under_sanitizer
     cert, key = pki.issue("server")
     conns = ANSWERED_CONNS + 24
-    args = ["-c", str(conns), "-t", "1", "-m", "8"]
-    if not IS_MEMCACHED:
-        args += ["-o", "sock_sndbuf=64k,sock_rcvbuf=16k"]
+    args = tls_limits(conns)
     srv = tls_server(pki.ca, cert, key, *args)
     big = os.urandom(200_000)
     with srv.tls() as c:
@@ -489,13 +492,8 @@ def test_connections_that_keep_their_record_buffers_stay_within_the_memory_formu
             # every one of them has had its turn once this is answered
             assert c.cmd("mn") == b"MN"
         assert srv.alive()
-        if not IS_MEMCACHED and not under_sanitizer(srv.proc.pid):
-            grown = rss_bytes(srv.proc.pid) - rss_before
-            budget, per_conn = formula_per_connection(args, conns, ANSWERED_CONNS, cert, key)
-            print(f"{ANSWERED_CONNS} answered connections, a reply unread on each: RSS "
-                  f"+{grown / ANSWERED_CONNS / 1024:.1f} KiB each; the formula charges {per_conn / 1024:.1f} KiB")
-            assert grown <= ANSWERED_CONNS * per_conn, (grown, per_conn)
-            assert rss_bytes(srv.proc.pid) <= budget["total"]
+        assert_rss_within_formula(srv, args, conns, ANSWERED_CONNS, cert, key, rss_before,
+                                  "answered connections, a reply unread on each")
     finally:
         for c in held:
             c.close()
