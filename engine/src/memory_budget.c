@@ -86,10 +86,14 @@
 #define SOCK_OVERSHOOT_BYTES    (4 * KIB)
 #define SOCK_OBJECT_BYTES       (4 * KIB)
 /* tls.c: per connection OpenSSL's SSL object and its record buffers (a
- * record each way, 16 KiB + overhead). Measured (OpenSSL 3, TLS 1.3, -t 1,
- * 400 connections, RSS before and after): 46.4 KB per connection with TLS
- * against 8.8 KB without, 37.6 KB for TLS; the same with a 200 KB reply
- * left unread on each. Its BIO is tls.c's (socket plus staged ciphertext):
+ * record each way, 16 KiB + overhead), which a data connection keeps until
+ * it closes. Measured (OpenSSL 3, TLS 1.3, -t 1, 400 connections, RSS
+ * before and after): 46.4 KB per connection with TLS against 8.8 KB
+ * without, 37.6 KB for TLS; the same with a 200 KB reply left unread on
+ * each. With the buffers kept (no SSL_MODE_RELEASE_BUFFERS), 50.6 KB per
+ * connection that answered a GET, 74.0 KB with a 200 KB reply left unread
+ * (its sealed records too, TLS_SEND_BUF_BYTES), against 47.4 and 57.2 KB
+ * when they were freed between records. Its BIO is tls.c's (socket plus staged ciphertext):
  * the socket BIO's size and a 24-byte struct tls_io. Staged ciphertext
  * (io_uring batching) sits in the connection's own read buffer, no new
  * buffer. Fixed: OpenSSL's tables and two contexts while refresh_certs

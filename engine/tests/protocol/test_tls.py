@@ -390,6 +390,36 @@ def rss_bytes(pid):
 HALF_HANDSHAKES = 400
 
 
+def assert_rss_within_formula(srv, args, conns, extra, cert, key, rss_before, what):
+    """cachetd, not under a sanitizer: since rss_before, the RSS grew by no
+    more than the memory formula for ARGS (-c CONNS, over TLS) charges its
+    last EXTRA connections, and stays under the formula's total. What one
+    more connection adds is the process's own memory: socket buffers are
+    the kernel's, not in the RSS."""
+    from test_limits import memory_budget, under_sanitizer
+    if IS_MEMCACHED or under_sanitizer(srv.proc.pid):
+        return
+    grown = rss_bytes(srv.proc.pid) - rss_before
+    tls = ("-Z", "-o", f"ssl_chain_cert={cert},ssl_key={key}")
+    budget = memory_budget(*args, *tls)
+    fewer = memory_budget(*[a if a != str(conns) else str(conns - extra) for a in args], *tls)
+
+    def process(b):
+        return b["total"] - b["terms"]["socket_buffers"]
+    per_conn = (process(budget) - process(fewer)) / extra
+    print(f"{extra} {what}: RSS +{grown / extra / 1024:.1f} KiB each; "
+          f"the formula charges {per_conn / 1024:.1f} KiB per connection")
+    assert grown <= extra * per_conn, (grown, per_conn)
+    assert rss_bytes(srv.proc.pid) <= budget["total"]
+
+
+def tls_limits(conns):
+    """-c CONNS on one worker, with kernel socket buffers bounded so that
+    --memory-budget is bounded (memcached has no such option)."""
+    args = ["-c", str(conns), "-t", "1", "-m", "8"]
+    return args if IS_MEMCACHED else args + ["-o", "sock_sndbuf=64k,sock_rcvbuf=16k"]
+
+
 def test_a_flood_of_half_handshakes_keeps_serving_within_the_memory_formula(tls_server, pki):
     """HALF_HANDSHAKES connections at once each send a whole ClientHello and
     then nothing: the server has answered each (ServerHello, certificate)
@@ -398,13 +428,9 @@ def test_a_flood_of_half_handshakes_keeps_serving_within_the_memory_formula(tls_
     meanwhile, and (cachetd) the process's RSS grew by no more than the
     memory formula charges for that many more connections, and stays
     under the formula's total. Then the flood goes and the server serves."""
-    from test_limits import memory_budget, under_sanitizer
     cert, key = pki.issue("server")
     conns = HALF_HANDSHAKES + 24
-    args = ["-c", str(conns), "-t", "1", "-m", "8"]
-    if not IS_MEMCACHED:
-        # kernel socket buffers bounded, so that --memory-budget is bounded
-        args += ["-o", "sock_sndbuf=64k,sock_rcvbuf=16k"]
+    args = tls_limits(conns)
     srv = tls_server(pki.ca, cert, key, *args)
     with srv.tls() as c:
         assert c.cmd("set k 0 0 2\r\nok") == b"STORED"
@@ -424,25 +450,53 @@ def test_a_flood_of_half_handshakes_keeps_serving_within_the_memory_formula(tls_
             c.send(b"get k\r\n")
             assert c.until(b"END\r\n") == b"VALUE k 0 2\r\nok\r\nEND\r\n"
         assert srv.alive()
-        if not IS_MEMCACHED and not under_sanitizer(srv.proc.pid):
-            grown = rss_bytes(srv.proc.pid) - rss_before
-            budget = memory_budget(*args, "-Z", "-o", f"ssl_chain_cert={cert},ssl_key={key}")
-            fewer = memory_budget(*[a if a != str(conns) else str(conns - HALF_HANDSHAKES) for a in args],
-                                  "-Z", "-o", f"ssl_chain_cert={cert},ssl_key={key}")
-            # what one more connection adds to the process's own memory
-            # (socket buffers are the kernel's, not in the RSS)
-            def process(b):
-                return b["total"] - b["terms"]["socket_buffers"]
-            per_conn = (process(budget) - process(fewer)) / HALF_HANDSHAKES
-            print(f"{HALF_HANDSHAKES} half handshakes: RSS +{grown / HALF_HANDSHAKES / 1024:.1f} KiB each; "
-                  f"the formula charges {per_conn / 1024:.1f} KiB per connection")
-            assert grown <= HALF_HANDSHAKES * per_conn, (grown, per_conn)
-            assert rss_bytes(srv.proc.pid) <= budget["total"]
+        assert_rss_within_formula(srv, args, conns, HALF_HANDSHAKES, cert, key, rss_before, "half handshakes")
     finally:
         for s in flood:
             s.close()
     with srv.tls() as c:
         assert c.cmd("mn") == b"MN"
+
+
+ANSWERED_CONNS = 300
+
+
+def test_connections_that_keep_their_record_buffers_stay_within_the_memory_formula(tls_server, pki):
+    """cachetd keeps a data connection's OpenSSL record buffers, both ways,
+    from its first record to its close (no SSL_MODE_RELEASE_BUFFERS: taking
+    and freeing them per record cost about 7% of an unpipelined TLS GET's
+    instructions; docs/benchmarks.md, "W1 over TLS"). The formula charges
+    them (memory_budget.c TLS_CONN_BYTES): ANSWERED_CONNS connections that
+    each answered a GET, and then each with a reply larger than a record
+    left unread (its write buffer full, its sealed records waiting), grow
+    the RSS by no more than the formula charges for them."""
+    cert, key = pki.issue("server")
+    conns = ANSWERED_CONNS + 24
+    args = tls_limits(conns)
+    srv = tls_server(pki.ca, cert, key, *args)
+    big = os.urandom(200_000)
+    with srv.tls() as c:
+        c.send(b"set big 0 0 %d\r\n%s\r\nset k 0 0 2\r\nok\r\n" % (len(big), big))
+        assert c.until(b"STORED\r\nSTORED\r\n") == b"STORED\r\nSTORED\r\n"
+    rss_before = rss_bytes(srv.proc.pid)
+    held = []
+    try:
+        for _ in range(ANSWERED_CONNS):
+            c = srv.tls()
+            held.append(c)
+            c.send(b"get k\r\n")
+            assert c.until(b"END\r\n") == b"VALUE k 0 2\r\nok\r\nEND\r\n"
+        for c in held:
+            c.send(b"get big\r\n")   # never read
+        with srv.tls() as c:
+            # every one of them has had its turn once this is answered
+            assert c.cmd("mn") == b"MN"
+        assert srv.alive()
+        assert_rss_within_formula(srv, args, conns, ANSWERED_CONNS, cert, key, rss_before,
+                                  "answered connections, a reply unread on each")
+    finally:
+        for c in held:
+            c.close()
 
 
 def test_renegotiation_attempts_are_refused_and_the_server_serves_on(tls_server, pki):
