@@ -137,12 +137,8 @@ struct server_stats {
     __atomic_store_n(&(w)->stats.field, __atomic_load_n(&(w)->stats.field, __ATOMIC_RELAXED) + (n), __ATOMIC_RELAXED)
 #define STAT_INC(w, field) STAT_ADD(w, field, 1)
 
-/* A key of the current read batch whose hash bucket and item were prefetched. */
-struct prefetched {
-    const char *key;      /* points into the connection's rbuf */
-    uint32_t    nkey;
-    uint32_t    hv;
-};
+/* The GET keys of the current read batch (they point into the connection's
+ * rbuf), hashed and prefetched (prefetch.h). */
 #define PREFETCH_MAX 64
 
 /* -o conn_placement: connections another worker accepted for this one
@@ -182,7 +178,7 @@ struct worker {
     rel_time_t       idle_checked; /* last idle_timeout sweep */
     uint32_t         slow_checked; /* conn_clock_s() of the last kick_slow sweep */
     bool             stopping;     /* shutdown seen: listeners closed, connections closing */
-    struct prefetched pf[PREFETCH_MAX];  /* GET keys of the batch being answered */
+    struct storage_key pf[PREFETCH_MAX]; /* GET keys of the batch being answered */
     int              npf, pf_pos;
 };
 

@@ -904,19 +904,15 @@ static void test_reader_stall(storage_thread *t)
 }
 #endif
 
-uint32_t storage_prefetch_bucket(storage_thread *t, const char *key, size_t nkey)
+void storage_prefetch_keys(storage_thread *t, struct storage_key *keys, int n)
 {
-    uint32_t hv = hash_key(key, nkey);
+    for (int i = 0; i < n; i++) keys[i].hv = hash_key(keys[i].key, keys[i].nkey);
+    /* a lone key would only pay the read section's fence for a miss its
+     * lookup takes anyway */
+    if (n < 2) return;
     epoch_enter(t);
-    assoc_prefetch_bucket(hv);
-    epoch_exit(t);
-    return hv;
-}
-
-void storage_prefetch_item(storage_thread *t, uint32_t hv)
-{
-    epoch_enter(t);
-    assoc_prefetch_item(hv);
+    for (int i = 0; i < n; i++) assoc_prefetch_bucket(keys[i].hv);
+    for (int i = 0; i < n; i++) assoc_prefetch_item(keys[i].hv);
     epoch_exit(t);
 }
 

@@ -775,6 +775,10 @@ void uring_turn(struct worker *w)
     }
     uint64_t ud;
     int32_t res;
+    /* the connections that read requests are answered once every read is
+     * in, their lone GETs' misses overlapped first (prefetch_conns) */
+    struct conn *got[URING_CHUNK];
+    int ngot = 0;
     while (uring_next_cqe(w->ring, &ud, &res)) {
         struct conn *c = w->batch[ud];
         if (!c) continue;
@@ -792,13 +796,16 @@ void uring_turn(struct worker *w)
         if (res > 0) {
             c->rend += (size_t)res;
             STAT_ADD(w, bytes_read, (uint64_t)res);
-            process_input(c);
+            if (ngot < URING_CHUNK) got[ngot++] = c;
+            else process_input(c);
         } else if (res == 0) {
             c->peer_eof = true;   /* answered, then closed: conn_after_work */
         } else if (res != -EAGAIN && res != -EINTR) {
             conn_close(c);   /* clears w->batch[ud] */
         }
     }
+    prefetch_conns(w, got, ngot);
+    for (int i = 0; i < ngot; i++) process_input(got[i]);
     /* phase 2: send every connection's replies in one submit (send for a
      * queue in one piece, sendmsg for one in pieces). A batch that is one
      * connection's disk replies alone takes the plain path: a sendmsg()

@@ -164,13 +164,18 @@ void item_view_release(storage_thread *t, struct item_view *v);
  * and returns how many (0 once skip reaches the end). */
 size_t item_view_pieces(const struct item_view *v, size_t skip, struct iovec *iov, size_t max);
 
-/* Batched GETs (a pipeline of many keys): the two cache misses of a lookup
- * (bucket word, then item header) can overlap across keys. Call
- * storage_prefetch_bucket() for every key, then storage_prefetch_item() with
- * each returned hash, then storage_get_hashed() per key. Prefetches are
- * hints: no stores, no locks. */
-uint32_t storage_prefetch_bucket(storage_thread *t, const char *key, size_t nkey); /* returns the key's hash */
-void     storage_prefetch_item(storage_thread *t, uint32_t hv);
+/* Batched GETs (a pipeline of many keys, or one key from each connection
+ * of a read batch): the two cache misses of a lookup (bucket word, then
+ * item header) can overlap across keys. storage_prefetch_keys() hashes each
+ * key into its hv and, for two keys or more, prefetches every bucket, then
+ * every item, in one read section; storage_get_hashed() then looks each up
+ * without hashing again. Prefetches are hints: no stores, no locks. */
+struct storage_key {
+    const char *key;
+    uint32_t    nkey;
+    uint32_t    hv;       /* set by storage_prefetch_keys */
+};
+void     storage_prefetch_keys(storage_thread *t, struct storage_key *keys, int n);
 bool     storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_t hv,
                             const struct get_opts *opts, char *copy_buf, size_t copy_cap,
                             struct item_view *out);

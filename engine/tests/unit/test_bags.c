@@ -182,10 +182,10 @@ static void test_read_batch_with_evictions(void)
     for (int i = 0; i < 30000; i++) {
         sprintf(k, "b%d", i);
         put100(k);
-        uint32_t hv = storage_prefetch_bucket(T, k, strlen(k));
-        storage_prefetch_item(T, hv);
+        struct storage_key sk[2] = { { .key = k, .nkey = (uint32_t)strlen(k) }, { .key = k, .nkey = (uint32_t)strlen(k) } };
+        storage_prefetch_keys(T, sk, 2);
         struct item_view v;
-        CHECK(storage_get_hashed(T, k, strlen(k), hv, NULL, buf, sizeof buf, &v));
+        CHECK(storage_get_hashed(T, k, strlen(k), sk[0].hv, NULL, buf, sizeof buf, &v));
         CHECK(v.nbytes == 100);
     }
     epoch_exit(T);
