@@ -240,7 +240,7 @@ static void drop_bag(struct lru *l, struct bag *b)
 
 /* Items out of their bags, freed after a grace period. The cleaner's
  * (tracked) also says which classes it holds items of (held, bit c-1). */
-struct limbo { item *head; unsigned n; bool tracked; uint64_t held; };
+struct limbo { item *head; unsigned n; bool tracked; uint64_t held; uint32_t held_n[MAX_SLAB_CLASSES + 1]; };
 
 /* Dead items of each class that the cleaner took out of their bags and
  * frees after its next grace period (bags_clean_once's limbo). Until then
@@ -250,8 +250,10 @@ struct limbo { item *head; unsigned n; bool tracked; uint64_t held; };
  * class were a grace period from free (a depth-1 fill of 4 KB values with
  * extstore lost 80-130 values a run this way, one batch of 8 per sweep of
  * the values the flusher had replaced by stubs). So an evictor waits for
- * those instead (cleaner_wait). Written by the cleaner only (cleaner_lock),
- * raised under the class's lock before it lets an evictor in. */
+ * those instead (cleaner_wait). The flusher's look (bags_ext_candidates)
+ * takes dead items out too, and counts them here the same way: raised
+ * under the class's lock before it lets an evictor in, lowered by what it
+ * raised once they are free. */
 static _Atomic uint32_t cleaner_holds[MAX_SLAB_CLASSES + 1];
 #define CLEANER_WAIT_MAX_MS 20
 
@@ -283,7 +285,8 @@ static void cleaner_limbo_free(struct limbo *lb)
     limbo_free(lb);
     for (unsigned c = 1; lb->held; c++)
         if (lb->held & (1ull << (c - 1))) {
-            atomic_store_explicit(&cleaner_holds[c], 0, memory_order_release);
+            atomic_fetch_sub_explicit(&cleaner_holds[c], lb->held_n[c], memory_order_release);
+            lb->held_n[c] = 0;
             lb->held &= ~(1ull << (c - 1));
         }
 }
@@ -547,6 +550,7 @@ static void clean_class(int clsid, bool flush, bool full, struct limbo *lb)
     note_oldest(l);
     if (lb->tracked && lb->n > before) {   /* before an evictor can look (cleaner_holds) */
         atomic_fetch_add_explicit(&cleaner_holds[clsid], lb->n - before, memory_order_release);
+        lb->held_n[clsid] += lb->n - before;
         lb->held |= 1ull << (clsid - 1);
     }
     pthread_mutex_unlock(&l->lock);
@@ -724,8 +728,9 @@ int bags_evict(storage_thread *t, int clsid)
  * and those in bags that may be edited are taken out on the way, as an
  * evictor does (reclaim_if_dead): the next look starts past them, and their
  * chunks, what a store waiting for the flusher waits for, are free after
- * one grace period (limbo_free, with no lock held; the flusher is in no
- * read section here). */
+ * one grace period (cleaner_limbo_free, with no lock held; the flusher is in
+ * no read section here), counted meanwhile in cleaner_holds as the cleaner's
+ * are, so an evictor waits for them instead of evicting live values. */
 unsigned bags_ext_candidates(int clsid, struct ext_candidate *out, unsigned max,
                              uint32_t min_bytes, rel_time_t min_age, bool any_age)
 {
@@ -762,8 +767,13 @@ unsigned bags_ext_candidates(int clsid, struct ext_candidate *out, unsigned max,
             n++;
         }
     }
+    if (lb.n) {   /* before an evictor can look: it waits for these rather than evict */
+        atomic_fetch_add_explicit(&cleaner_holds[clsid], lb.n, memory_order_release);
+        lb.held_n[clsid] = lb.n;
+        lb.held = 1ull << (clsid - 1);
+    }
     pthread_mutex_unlock(&l->lock);
-    limbo_free(&lb);
+    cleaner_limbo_free(&lb);
     return n;
 }
 
