@@ -240,7 +240,7 @@ static void drop_bag(struct lru *l, struct bag *b)
 
 /* Items out of their bags, freed after a grace period. The cleaner's
  * (tracked) also says which classes it holds items of (held, bit c-1). */
-struct limbo { item *head; unsigned n; bool tracked; uint64_t held; uint32_t held_n[MAX_SLAB_CLASSES + 1]; };
+struct limbo { item *head; unsigned n; bool tracked; uint64_t held; };
 
 /* Dead items of each class that the cleaner took out of their bags and
  * frees after its next grace period (bags_clean_once's limbo). Until then
@@ -250,10 +250,8 @@ struct limbo { item *head; unsigned n; bool tracked; uint64_t held; uint32_t hel
  * class were a grace period from free (a depth-1 fill of 4 KB values with
  * extstore lost 80-130 values a run this way, one batch of 8 per sweep of
  * the values the flusher had replaced by stubs). So an evictor waits for
- * those instead (cleaner_wait). The flusher's look (bags_ext_candidates)
- * takes dead items out too, and counts them here the same way: raised
- * under the class's lock before it lets an evictor in, lowered by what it
- * raised once they are free. */
+ * those instead (cleaner_wait). Written by the cleaner only (cleaner_lock),
+ * raised under the class's lock before it lets an evictor in. */
 static _Atomic uint32_t cleaner_holds[MAX_SLAB_CLASSES + 1];
 #define CLEANER_WAIT_MAX_MS 20
 
@@ -285,8 +283,7 @@ static void cleaner_limbo_free(struct limbo *lb)
     limbo_free(lb);
     for (unsigned c = 1; lb->held; c++)
         if (lb->held & (1ull << (c - 1))) {
-            atomic_fetch_sub_explicit(&cleaner_holds[c], lb->held_n[c], memory_order_release);
-            lb->held_n[c] = 0;
+            atomic_store_explicit(&cleaner_holds[c], 0, memory_order_release);
             lb->held &= ~(1ull << (c - 1));
         }
 }
@@ -550,7 +547,6 @@ static void clean_class(int clsid, bool flush, bool full, struct limbo *lb)
     note_oldest(l);
     if (lb->tracked && lb->n > before) {   /* before an evictor can look (cleaner_holds) */
         atomic_fetch_add_explicit(&cleaner_holds[clsid], lb->n - before, memory_order_release);
-        lb->held_n[clsid] += lb->n - before;
         lb->held |= 1ull << (clsid - 1);
     }
     pthread_mutex_unlock(&l->lock);
@@ -714,46 +710,39 @@ int bags_evict(storage_thread *t, int clsid)
  * at least min_bytes and not on disk yet, idle at least min_age seconds
  * (any age when `any_age`: memory pressure). Walks the oldest bags under the
  * class lock, which keeps every item in them from being freed while it looks;
- * of the live items it only reads, and copies each key out, because the
- * flusher revalidates everything under the key's stripe lock afterwards.
+ * it only reads, and copies each key out, because the flusher revalidates
+ * everything under the key's stripe lock afterwards.
  * Dead items (unlinked: the values the flusher has just replaced by stubs)
  * stay at the front of the oldest bags until the cleaner sweeps them. In a
  * paced 4 KB fill 4,096-10,000 of them led the class's bags; a walk that
  * counted them as looked at saw nothing else, the flusher reported nothing
- * to write with 5,000-10,000 unwritten values behind them, and stores
+ * to write with 5,000-11,000 unwritten values behind them, and stores
  * stopped waiting for it and evicted those values (ext_await_flusher,
  * FOUND_NONE_PASSES: 8-918 of 131,072 in the bench's fill, where memcached
  * 1.6.45 lost none). So dead items count apart from the live ones looked
- * at, bounded as the cleaner's own pass under this lock is (CLEAN_BUDGET),
- * and those in bags that may be edited are taken out on the way, as an
- * evictor does (reclaim_if_dead): the next look starts past them, and their
- * chunks, what a store waiting for the flusher waits for, are free after
- * one grace period (cleaner_limbo_free, with no lock held; the flusher is in
- * no read section here), counted meanwhile in cleaner_holds as the cleaner's
- * are, so an evictor waits for them instead of evicting live values. */
+ * at, up to DEAD_LOOK_MAX: four of the cleaner's passes over the class
+ * (CLEAN_BUDGET each), more than it leaves behind while it keeps up.
+ * They are left to the cleaner. Taking them out here too was tried (a
+ * limbo of the flusher's, counted in cleaner_holds): fills lost no fewer
+ * values than with this, and it moves what the "hotter than RAM" recache
+ * rule (ext_items.c) sees as RAM's oldest value, the oldest bag's first
+ * item, which is r3-xtdepth2's to tune. */
+#define DEAD_LOOK_MAX (4 * CLEAN_BUDGET)
 unsigned bags_ext_candidates(int clsid, struct ext_candidate *out, unsigned max,
                              uint32_t min_bytes, rel_time_t min_age, bool any_age)
 {
     struct lru *l = &lrus[clsid];
     unsigned n = 0, looked = 0, dead = 0;
-    struct limbo lb = {0};
     rel_time_t now = now_time();
     pthread_mutex_lock(&l->lock);
-    for (struct bag *b = l->oldest; b && n < max && looked < 4 * EVICT_SEARCH * max && dead < CLEAN_BUDGET;
+    for (struct bag *b = l->oldest; b && n < max && looked < 4 * EVICT_SEARCH * max && dead < DEAD_LOOK_MAX;
          b = b->newer) {
-        bool editable = bag_editable(l, b);
-        item *prev = NULL;
         uint32_t h = atomic_load_explicit(&b->head, memory_order_acquire);
-        while (h && n < max && looked < 4 * EVICT_SEARCH * max && dead < CLEAN_BUDGET) {
+        while (h && n < max && looked < 4 * EVICT_SEARCH * max && dead < DEAD_LOOK_MAX) {
             item *it = handle_item(h);
             h = atomic_load_explicit(&it->lru_next, memory_order_acquire);
             uint8_t fl = item_fl(it);
-            if (!(fl & ITEM_LINKED)) {
-                dead++;
-                if (!editable || reclaim_if_dead(b, prev, it, clsid, &lb, false) != REMOVED) prev = it;
-                continue;
-            }
-            prev = it;
+            if (!(fl & ITEM_LINKED)) { dead++; continue; }
             looked++;
             if (fl & (ITEM_ON_DISK | ITEM_STALE | ITEM_WIN_SENT)) continue;
             if (!item_is_live(it, now) || item_nbytes(it) < min_bytes) continue;
@@ -767,13 +756,7 @@ unsigned bags_ext_candidates(int clsid, struct ext_candidate *out, unsigned max,
             n++;
         }
     }
-    if (lb.n) {   /* before an evictor can look: it waits for these rather than evict */
-        atomic_fetch_add_explicit(&cleaner_holds[clsid], lb.n, memory_order_release);
-        lb.held_n[clsid] = lb.n;
-        lb.held = 1ull << (clsid - 1);
-    }
     pthread_mutex_unlock(&l->lock);
-    cleaner_limbo_free(&lb);
     return n;
 }
 

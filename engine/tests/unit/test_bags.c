@@ -243,23 +243,18 @@ static void test_flusher_candidates_behind_dead_items(void)
 {
     setup(8, 10, false);
     char k[32];
-    int n = 6000, deleted = 5000;
+    int n = 25000, deleted = 20000;   /* more dead than one cleaner pass visits (CLEAN_BUDGET) */
     int cls = slabs_clsid(ITEM_HDR + 8 + 5 + 100);
-    char used[32];
-    sprintf(used, "%d:used_chunks", cls);
     for (int i = 0; i < n; i++) {
         sprintf(k, "c%d", i);
         put100(k);
-        if (i % 1000 == 999) bags_clean_once(T);   /* closed bags, as a running cleaner leaves them */
+        if (i % 1000 == 999) bags_clean_once(T);   /* bags closed as they fill, as a running cleaner leaves them */
     }
     for (int i = 0; i < deleted; i++) { sprintf(k, "c%d", i); storage_delete(T, k, strlen(k), NULL); }
     CHECK_EQ_U64(gstat("curr_items"), n - deleted);
-    long long used_before = stat_of(storage_stats_slabs, used);
     struct ext_candidate out[32];
     unsigned got = bags_ext_candidates(cls, out, 32, 100, 0, true);
     CHECK_EQ_U64(got, 32);
-    /* the dead items it passed in closed bags are free again */
-    CHECK(stat_of(storage_stats_slabs, used) <= used_before - 4000);
     /* the coldest live ones, in order */
     for (unsigned i = 0; i < got; i++) {
         sprintf(k, "c%u", deleted + i);
