@@ -720,13 +720,12 @@ int bags_evict(storage_thread *t, int clsid)
  * stopped waiting for it and evicted those values (ext_await_flusher,
  * FOUND_NONE_PASSES: 8-918 of 131,072 in the bench's fill, where memcached
  * 1.6.45 lost none). So dead items count apart from the live ones looked
- * at, up to DEAD_LOOK_MAX: four of the cleaner's passes over the class
- * (CLEAN_BUDGET each), more than it leaves behind while it keeps up.
- * They are left to the cleaner. Taking them out here too was tried (a
- * limbo of the flusher's, counted in cleaner_holds): fills lost no fewer
- * values than with this, and it moves what the "hotter than RAM" recache
- * rule (ext_items.c) sees as RAM's oldest value, the oldest bag's first
- * item, which is r3-xtdepth2's to tune. */
+ * at, up to DEAD_LOOK_MAX, four of the cleaner's passes over the class
+ * (CLEAN_BUDGET each; a bound of one pass was still reached in those
+ * fills). They are left to the cleaner. Taking them out here too was
+ * tried (a limbo of the flusher's, counted in cleaner_holds): fills lost
+ * no fewer values, and it moves what the "hotter than RAM" recache rule
+ * (ext_items.c) sees as RAM's oldest value, the oldest bag's first item. */
 #define DEAD_LOOK_MAX (4 * CLEAN_BUDGET)
 unsigned bags_ext_candidates(int clsid, struct ext_candidate *out, unsigned max,
                              uint32_t min_bytes, rel_time_t min_age, bool any_age)
