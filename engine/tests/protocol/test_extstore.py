@@ -172,22 +172,26 @@ def test_a_paced_fill_loses_no_value(start_server, tmp_path):
         items = c.stats("items")
         evicted = {k: v for k, v in items.items() if "evict" in k and v != "0"}
         # The waits are bounded (a store's budget, a tenth of the worker's
-        # fruitless time, the circuit breaker), and a wait that saw the
-        # flusher move its values can still be followed by an eviction: the
-        # moved values' chunks are a cleaner's grace period from free. So on
-        # a starved machine (ASan or TSan under xdist) a store may still evict
-        # one batch of 8 values after it waited (make check's ASan pass lost
-        # 48 after 288 waits, none cut short). What must hold is that no store
-        # evicts without first having waited, or been turned away by the cap
-        # or the breaker, each counted: every value lost is one of their
-        # batches, and on a machine where the flusher keeps up there are no
-        # waits and no losses. The code before r3-xtalign's waits lost 54, 64
-        # and 2,385 in three runs on a busy machine (80-280 on a quiet one)
-        # and has none of these counters, so it fails here.
+        # fruitless time, the circuit breaker), so on a starved machine (ASan
+        # or TSan under xdist) a store whose wait was cut short may still
+        # evict one batch of 8 values. A store whose wait ended as it should
+        # (the flusher moved values out, its class got a free chunk, or the
+        # flusher had nothing to write) evicts nothing: the moved values'
+        # chunks, a grace period from free, are waited for too. So every
+        # value lost is one of the batches of a store cut short or turned
+        # away (timed out, capped, broken), each counted. make check's ASan
+        # pass lost 48 after 288 waits, none cut short, and the bench's
+        # quiet fill 16 (2 timed out, 3 capped): the flusher reported
+        # nothing to write while 5,000-10,000 unwritten values sat behind
+        # the dead copies of those it had written (stores then stopped
+        # waiting), and a store's wait missed the flusher's wake-up and ran
+        # out, using up its worker's share, so the stores after it evicted.
+        # That code failed here in 2 of 4 runs of the release build (8 values
+        # lost with no wait cut short, 16 with one); fixed, 3 of 3 passed.
         lost = int(st["evictions"])
-        bounded = sum(int(st.get(f"extstore_store_waits{k}", 0)) for k in ("", "_capped", "_broken"))
+        cut = sum(int(st.get(f"extstore_store_waits{k}", 0)) for k in ("_timed_out", "_capped", "_broken"))
         waits = {k: v for k, v in st.items() if k.startswith("extstore_store_waits")}
-        assert lost <= 8 * bounded and int(st["curr_items"]) == n - lost, (lost, evicted, waits)
+        assert lost <= 8 * cut and int(st["curr_items"]) == n - lost, (lost, evicted, waits)
         if not IS_MEMCACHED:
             assert int(st["slabs_moved"]) >= 2, st   # the stub classes took pages from the values' class
             # the stubs' pages never cost a value (items:N:slab_reassign_evictions)

@@ -234,6 +234,35 @@ static void test_batches_evicting_concurrently(void)
     teardown();
 }
 
+/* extstore's flusher looks for the coldest live values to write. The values
+ * it has just written leave dead items at the front of the oldest bags until
+ * the cleaner takes them out; a look that counted those as looked-at found
+ * nothing behind 4,096 of them, and stores evicted the unwritten values
+ * behind (bags_ext_candidates). Deleted items are dead the same way. */
+static void test_flusher_candidates_behind_dead_items(void)
+{
+    setup(8, 10, false);
+    char k[32];
+    int n = 25000, deleted = 20000;   /* more dead than one cleaner pass visits (CLEAN_BUDGET) */
+    int cls = slabs_clsid(ITEM_HDR + 8 + 5 + 100);
+    for (int i = 0; i < n; i++) {
+        sprintf(k, "c%d", i);
+        put100(k);
+        if (i % 1000 == 999) bags_clean_once(T);   /* bags closed as they fill, as a running cleaner leaves them */
+    }
+    for (int i = 0; i < deleted; i++) { sprintf(k, "c%d", i); storage_delete(T, k, strlen(k), NULL); }
+    CHECK_EQ_U64(gstat("curr_items"), n - deleted);
+    struct ext_candidate out[32];
+    unsigned got = bags_ext_candidates(cls, out, 32, 100, 0, true);
+    CHECK_EQ_U64(got, 32);
+    /* the coldest live ones, in order */
+    for (unsigned i = 0; i < got; i++) {
+        sprintf(k, "c%u", deleted + i);
+        CHECK(out[i].nkey == strlen(k) && memcmp(out[i].key, k, out[i].nkey) == 0);
+    }
+    teardown();
+}
+
 int main(void)
 {
     memset(val100, 'v', 100);
@@ -245,5 +274,6 @@ int main(void)
     TEST(test_small_bags_merge);
     TEST(test_read_batch_with_evictions);
     TEST(test_batches_evicting_concurrently);
+    TEST(test_flusher_candidates_behind_dead_items);
     return harness_finish();
 }
