@@ -724,6 +724,19 @@ static void recache_pace_update(void)
         if (stubs) { disk_hits += hits; disk_items += items; }
         else { ram_hits += hits; ram_items += items; }
     }
+    /* a class that held large values and holds none now (its pages moved
+     * away) leaves the sums smaller than at the last judgement: start the
+     * window again rather than read a wrapped difference as a hot side */
+    if (ram_hits < ram_hits_was || disk_hits < disk_hits_was) {
+        ram_hits_was = ram_hits;
+        disk_hits_was = disk_hits;
+        pthread_mutex_unlock(&pace_lock);
+        return;
+    }
+    /* no large value in RAM at all: every hit is a disk read, and only
+     * recaches can bring a hot one back, so the pace of uneven reads */
+    if (!ram_items && disk_items)
+        atomic_store_explicit(&hot_every, RECACHE_HOT_EVERY, memory_order_relaxed);
     uint64_t dram = ram_hits - ram_hits_was, ddisk = disk_hits - disk_hits_was;
     /* enough GETs that each side would have RECACHE_JUDGED_MIN hits if both
      * were read evenly: at 30 RAM hits a window (256 disk hits of the

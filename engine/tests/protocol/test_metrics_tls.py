@@ -148,10 +148,13 @@ def test_clients_stalling_mid_handshake_cannot_take_healthz_down(https_metrics, 
     # attacker threads, and on a loaded CI machine it has once in many runs
     # taken longer than that to send its Finished (1 of 20 lost). The kubelet
     # marks a pod unready only after 2 failures in a row (builders.go), so
-    # the test allows one lost probe and never two in a row; without the
-    # grace, 2 of 20 were lost, which still fails.
+    # the test allows one lost probe there; without the grace, 2 of 20 were
+    # lost, which still fails.
+    # Clients that stop inside their hello never hold a young slot and push
+    # out only each other: there no probe may be lost.
     lost = [i for i, a in enumerate(answers) if a != (200, b"OK\n")]
-    assert len(answers) == 20 and len(lost) <= 1, f"/healthz under the attack: {answers}"
+    allowed = 1 if stop_at == "after the server's answer" else 0
+    assert len(answers) == 20 and len(lost) <= allowed, f"/healthz under the attack: {answers}"
 
 
 @pytest.mark.parametrize("args", [["-o", "metrics_port=9150,metrics_tls"],
