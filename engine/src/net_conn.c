@@ -776,8 +776,9 @@ void uring_turn(struct worker *w)
     uint64_t ud;
     int32_t res;
     /* the connections that read requests are answered once every read is
-     * in, their lone GETs' misses overlapped first (prefetch_conns) */
-    struct conn *got[URING_CHUNK];
+     * in, their lone GETs' misses overlapped first (prefetch_conns); kept by
+     * batch slot, which a close clears, not by pointer */
+    uint64_t got_ud[URING_CHUNK];
     int ngot = 0;
     while (uring_next_cqe(w->ring, &ud, &res)) {
         struct conn *c = w->batch[ud];
@@ -796,7 +797,7 @@ void uring_turn(struct worker *w)
         if (res > 0) {
             c->rend += (size_t)res;
             STAT_ADD(w, bytes_read, (uint64_t)res);
-            if (ngot < URING_CHUNK) got[ngot++] = c;
+            if (ngot < URING_CHUNK) got_ud[ngot++] = ud;
             else process_input(c);
         } else if (res == 0) {
             c->peer_eof = true;   /* answered, then closed: conn_after_work */
@@ -804,8 +805,15 @@ void uring_turn(struct worker *w)
             conn_close(c);   /* clears w->batch[ud] */
         }
     }
-    prefetch_conns(w, got, ngot);
-    for (int i = 0; i < ngot; i++) process_input(got[i]);
+    struct conn *got[URING_CHUNK];
+    int nlive = 0;
+    for (int i = 0; i < ngot; i++)
+        if (w->batch[got_ud[i]]) got[nlive++] = w->batch[got_ud[i]];
+    prefetch_conns(w, got, nlive);
+    for (int i = 0; i < ngot; i++) {
+        struct conn *c = w->batch[got_ud[i]];
+        if (c) process_input(c);
+    }
     /* phase 2: send every connection's replies in one submit (send for a
      * queue in one piece, sendmsg for one in pieces). A batch that is one
      * connection's disk replies alone takes the plain path: a sendmsg()
