@@ -408,8 +408,11 @@ static bool ext_await_flusher(storage_thread *t, int clsid)
     if (!g_ext || t == flusher_ctx || clsid <= 0 || clsid > MAX_SLAB_CLASSES || !class_may_hold_large((unsigned)clsid))
         return false;
     /* the first pass that starts after this completes as pass number
-     * `asked`; read before the pressure is raised, so that pass sees it. The
-     * other order lost a wake-up: the pass that took the pressure started
+     * `asked`; read before the pressure is raised. A pass may still start
+     * between the read and the raise and clear the flag before it is set:
+     * the flag then stays up for the next pass, and `asked` (that pass or
+     * an earlier one) is not passed until a pass that ran after this read
+     * ends. The other order lost a wake-up: the pass that took the pressure started
      * between the two, the store counted on the pass after it, which did
      * not come for the flusher's 100 ms period (nothing more to write), and
      * the wait ran out, used up the worker's share of fruitless waiting, and
