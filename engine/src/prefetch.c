@@ -69,7 +69,9 @@ void prefetch_conns(struct worker *w, struct conn *const *conns, int n)
         const char *lend = nl > p && nl[-1] == '\r' ? nl - 1 : nl;
         if (first_retrieval_key(p, lend, &keys[nk].key, &keys[nk].nkey)) nk++;
     }
-    storage_prefetch_keys(w->st, keys, nk);
+    /* one key alone overlaps nothing, and its connection hashes it again
+     * when it is answered (prefetch_batch): not hashed here for nothing */
+    if (nk >= 2) storage_prefetch_keys(w->st, keys, nk);
 }
 
 bool conn_storage_get(struct conn *c, const char *key, uint32_t nkey, const struct get_opts *opts,
