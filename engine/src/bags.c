@@ -80,6 +80,9 @@ static struct lru lrus[MAX_SLAB_CLASSES + 1];
  * cleaner and evictors write all the time (no false sharing on GETs). */
 static _Atomic uint16_t newest_ids[MAX_SLAB_CLASSES + 1];
 static _Atomic uint64_t cleaner_passes, items_moved, bags_merged, items_merged, bags_opened;
+/* items the cleaner visited (swept or retagged in a merge), and the most it
+ * visited in one hold of a class lock: what a worker may wait behind */
+static _Atomic uint64_t cleaner_items_visited, cleaner_slice_max, cleaner_sweeps;
 static _Atomic uint32_t bag_target_min = BAG_TARGET_MIN;
 
 static bool cleaner_pass(void *arg);
@@ -411,7 +414,7 @@ static unsigned clean_bag(struct lru *l, struct bag *b, int clsid, struct limbo 
 }
 
 /* Merges bag b into its newer neighbour (seed 000 "merge two bags"). */
-static void merge_into_newer(struct lru *l, struct bag *b)
+static uint32_t merge_into_newer(struct lru *l, struct bag *b)
 {
     struct bag *n = b->newer;
     uint32_t h = atomic_load_explicit(&b->head, memory_order_relaxed);
@@ -440,6 +443,7 @@ static void merge_into_newer(struct lru *l, struct bag *b)
     atomic_store_explicit(&b->count, 0, memory_order_relaxed);
     drop_bag(l, b);
     atomic_fetch_add_explicit(&bags_merged, 1, memory_order_relaxed);
+    return moved;
 }
 
 static uint32_t bag_target(int clsid)
@@ -517,6 +521,7 @@ static void clean_class(int clsid, bool flush, bool full, struct limbo *lb)
         l->sweeping = true;
         l->cursor = NULL;
         note_orphans_swept(clsid, l, now);
+        atomic_fetch_add_explicit(&cleaner_sweeps, 1, memory_order_relaxed);
     }
     bool sweep = l->sweeping;
     struct bag *b = sweep && l->cursor ? l->cursor : l->oldest;
@@ -534,7 +539,7 @@ static void clean_class(int clsid, bool flush, bool full, struct limbo *lb)
             drop_bag(l, b);
         } else if (next && bag_editable(l, next) && cnt + atomic_load(&next->count) <= target) {
             if (resume == b) resume = next;
-            merge_into_newer(l, b);
+            visited += merge_into_newer(l, b);
         }
         b = next;
     }
@@ -550,6 +555,13 @@ static void clean_class(int clsid, bool flush, bool full, struct limbo *lb)
         lb->held |= 1ull << (clsid - 1);
     }
     pthread_mutex_unlock(&l->lock);
+    if (!full) {   /* a test hook's walk over everything is no slice */
+        atomic_fetch_add_explicit(&cleaner_items_visited, visited, memory_order_relaxed);
+        uint64_t mx = atomic_load_explicit(&cleaner_slice_max, memory_order_relaxed);
+        while (visited > mx &&
+               !atomic_compare_exchange_weak_explicit(&cleaner_slice_max, &mx, visited, memory_order_relaxed,
+                                                      memory_order_relaxed)) { }
+    }
 }
 
 bool bags_clean_once(storage_thread *t)
@@ -918,6 +930,9 @@ void bags_stats_general(stat_writer w, void *ctx)
     w(ctx, "lru_bags", "%llu", (unsigned long long)nb);
     w(ctx, "lru_bags_opened", "%llu", (unsigned long long)atomic_load(&bags_opened));
     w(ctx, "lru_cleaner_passes", "%llu", (unsigned long long)atomic_load(&cleaner_passes));
+    w(ctx, "lru_cleaner_sweeps", "%llu", (unsigned long long)atomic_load(&cleaner_sweeps));
+    w(ctx, "lru_cleaner_items_visited", "%llu", (unsigned long long)atomic_load(&cleaner_items_visited));
+    w(ctx, "lru_cleaner_slice_max", "%llu", (unsigned long long)atomic_load(&cleaner_slice_max));
     w(ctx, "lru_items_moved", "%llu", (unsigned long long)atomic_load(&items_moved));
     w(ctx, "lru_bags_merged", "%llu", (unsigned long long)atomic_load(&bags_merged));
     w(ctx, "lru_items_merged", "%llu", (unsigned long long)atomic_load(&items_merged));
