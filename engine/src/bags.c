@@ -433,23 +433,31 @@ static unsigned clean_bag(struct lru *l, struct bag *b, item **prevp, int clsid,
     return visited;
 }
 
+/* A merge's walk over bag `from`: its items untouched since they entered
+ * it take id `to`; returns how many items it holds, *last its last one. */
+static uint32_t retag_items(const struct bag *from, uint16_t to, item **last)
+{
+    uint32_t h = atomic_load_explicit(&from->head, memory_order_relaxed), n = 0;
+    *last = NULL;
+    while (h) {
+        item *it = handle_item(h);
+        uint16_t tag = atomic_load_explicit(&it->bag, memory_order_relaxed);
+        if ((tag & ITEM_BAG_MASK) == from->id)
+            atomic_store_explicit(&it->bag, (uint16_t)((tag & ITEM_FETCHED_BIT) | to), memory_order_relaxed);
+        *last = it;
+        n++;
+        h = atomic_load_explicit(&it->lru_next, memory_order_relaxed);
+    }
+    return n;
+}
+
 /* Merges bag b into its newer neighbour (seed 000 "merge two bags");
  * returns the items retagged. */
 static uint32_t merge_into_newer(struct lru *l, struct bag *b)
 {
     struct bag *n = b->newer;
-    uint32_t h = atomic_load_explicit(&b->head, memory_order_relaxed);
-    item *last = NULL;
-    uint32_t moved = 0;
-    while (h) {
-        item *it = handle_item(h);
-        uint16_t tag = atomic_load_explicit(&it->bag, memory_order_relaxed);
-        if ((tag & ITEM_BAG_MASK) == b->id)
-            atomic_store_explicit(&it->bag, (uint16_t)((tag & ITEM_FETCHED_BIT) | n->id), memory_order_relaxed);
-        last = it;
-        moved++;
-        h = atomic_load_explicit(&it->lru_next, memory_order_relaxed);
-    }
+    item *last;
+    uint32_t moved = retag_items(b, n->id, &last);
     if (last) {
         atomic_store_explicit(&last->lru_next, atomic_load_explicit(&n->head, memory_order_relaxed),
                               memory_order_relaxed);
@@ -481,21 +489,13 @@ static uint32_t merge_newer_into(struct lru *l, struct bag *b)
     if (!last) last = atomic_load_explicit(&b->head, memory_order_relaxed);
     for (uint32_t nx; last && (nx = atomic_load_explicit(&handle_item(last)->lru_next, memory_order_relaxed)); )
         last = nx;   /* a closed bag's tail hint is its end, or a step before it */
-    uint32_t h = atomic_load_explicit(&n->head, memory_order_relaxed), moved = 0, n_last = 0;
-    while (h) {
-        item *it = handle_item(h);
-        uint16_t tag = atomic_load_explicit(&it->bag, memory_order_relaxed);
-        if ((tag & ITEM_BAG_MASK) == n->id)
-            atomic_store_explicit(&it->bag, (uint16_t)((tag & ITEM_FETCHED_BIT) | b->id), memory_order_relaxed);
-        n_last = h;
-        moved++;
-        h = atomic_load_explicit(&it->lru_next, memory_order_relaxed);
-    }
+    item *n_last;
+    uint32_t moved = retag_items(n, b->id, &n_last);
     if (n_last) {
         uint32_t first = atomic_load_explicit(&n->head, memory_order_relaxed);
         if (last) atomic_store_explicit(&handle_item(last)->lru_next, first, memory_order_relaxed);
         else atomic_store_explicit(&b->head, first, memory_order_relaxed);
-        atomic_store_explicit(&b->tail, n_last, memory_order_relaxed);
+        atomic_store_explicit(&b->tail, item_handle(n_last), memory_order_relaxed);
         atomic_fetch_add_explicit(&b->count, moved, memory_order_relaxed);
         atomic_fetch_add_explicit(&items_merged, moved, memory_order_relaxed);
     }

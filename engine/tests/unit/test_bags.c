@@ -299,6 +299,32 @@ static void test_sweep_visits_each_item_once_in_slices(void)
     teardown();
 }
 
+/* A merge retags the smaller bag's items, so a big old bag and a small newer
+ * one merge within a slice: the newer bag's items join the old one behind
+ * its last item and stay readable. */
+static void test_small_newer_bag_merges_into_a_big_one(void)
+{
+    setup(8, 10, false);
+    bags_set_target_min(2000);
+    char k[32];
+    long long merged0 = gstat("lru_bags_merged");
+    for (int i = 0; i < 1000; i++) { sprintf(k, "big%d", i); put100(k); }
+    storage_test_advance_clock(6);
+    bags_clean_once(T);                   /* idle past BAG_MAX_AGE: closed */
+    for (int i = 0; i < 50; i++) { sprintf(k, "small%d", i); put100(k); }
+    storage_test_advance_clock(6);
+    bags_clean_once(T);
+    put100("last");
+    storage_test_advance_clock(6);
+    bags_clean_once(T);                   /* the small bag is no longer an append target: merged */
+    CHECK_EQ_U64(gstat("lru_bags_merged") - merged0, 1);
+    CHECK(gstat("lru_cleaner_slice_max") <= 256);
+    for (int i = 0; i < 1000; i += 37) { sprintf(k, "big%d", i); CHECK(streq(get_str(k, NULL), val100)); }
+    for (int i = 0; i < 50; i++) { sprintf(k, "small%d", i); CHECK(streq(get_str(k, NULL), val100)); }
+    CHECK_EQ_U64(gstat("curr_items"), 1051);
+    teardown();
+}
+
 int main(void)
 {
     memset(val100, 'v', 100);
@@ -312,5 +338,6 @@ int main(void)
     TEST(test_batches_evicting_concurrently);
     TEST(test_flusher_candidates_behind_dead_items);
     TEST(test_sweep_visits_each_item_once_in_slices);
+    TEST(test_small_newer_bag_merges_into_a_big_one);
     return harness_finish();
 }
