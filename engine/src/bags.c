@@ -25,7 +25,9 @@
  *
  * Bags are only edited under the class's lock (cleaner and evictors), and a
  * bag is edited only once it has been closed for a grace period, so appends
- * that raced with closing it have landed. Items leave a bag into a local
+ * that raced with closing it have landed. extstore's flusher only reads
+ * them, under the same lock, in holds of WALK_HOLD_MAX items; between holds
+ * the edits keep its place valid (bags_ext_candidates). Items leave a bag into a local
  * limbo list and go back to the slab allocator after the next grace period
  * (see assoc.c for the whole reclamation scheme).
  */
