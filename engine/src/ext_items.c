@@ -87,6 +87,10 @@ static _Atomic bool flusher_busy;
  * for a moment, and a store that skipped its wait then evicted them
  * (40-56 values in test_a_paced_fill_loses_no_value's fill) */
 static _Atomic uint64_t flusher_started_n;
+/* a waiting store has asked bgthread_wake for a pass that has not started
+ * yet: the stores after it need not take the flusher's mutex again
+ * (ext_await_flusher says why no store then waits for nothing) */
+static _Atomic bool flusher_wake_asked;
 static _Atomic uint32_t flusher_found_none[MAX_SLAB_CLASSES + 1];
 #define FOUND_NONE_PASSES 2
 /* the circuit breaker: flusher_passes_n + 1 when a store's wait ran out
@@ -337,8 +341,10 @@ static bool flusher_pass(void *arg)
     (void)arg;
     static struct ext_candidate cands[FLUSH_BATCH];
     atomic_store_explicit(&flusher_busy, true, memory_order_relaxed);
-    atomic_fetch_add_explicit(&flusher_started_n, 1, memory_order_relaxed);
-    bool pressed = atomic_exchange_explicit(&pressure, false, memory_order_relaxed) || memory_low();
+    /* in this order, seq_cst: see ext_await_flusher */
+    atomic_store(&flusher_wake_asked, false);
+    atomic_fetch_add(&flusher_started_n, 1);
+    bool pressed = atomic_exchange(&pressure, false) || memory_low();
     uint32_t item_age = KNOB(item_age), item_size = KNOB(item_size);
     bool aged = item_age != UINT32_MAX;
     unsigned flushed = 0;
@@ -420,10 +426,29 @@ static bool ext_await_flusher(storage_thread *t, int clsid)
      * `capped` stores a fill, 8-336 values lost). The wake is not left to
      * ext_note_pressure, which wakes only when it raises the flag: raised
      * already, a pass that had started but not yet taken it takes it for
-     * this store too, and no pass follows. */
-    uint64_t asked = atomic_load_explicit(&flusher_started_n, memory_order_acquire) + 1;
-    atomic_store_explicit(&pressure, true, memory_order_relaxed);
-    bgthread_wake(&flusher);
+     * this store too, and no pass follows.
+     * Only the first store to ask since a pass started wakes it (one mutex
+     * a pass, not one a store: under a fill every evicting store came
+     * here). A store that finds flusher_wake_asked already set still gets
+     * a pass numbered `asked` or later that starts at once and reads
+     * `pressure` after this store raised it. Proof, all five accesses
+     * seq_cst (one total order S, agreeing with each variable's
+     * modification order): the exchange below read `true` from the latest
+     * setter, which calls bgthread_wake after setting it; bgthread_wake
+     * makes the thread start a pass after it (woken: at once, asleep or
+     * not; not yet running: its first pass), and each pass clears the flag
+     * first thing, so some pass P
+     * clears it after the setter's write, hence (no clear between the
+     * write and an RMW that read it) after this exchange in S. P then
+     * increments flusher_started_n after its clear, so after this store's
+     * load of it in S: P's number is at least `asked`. P's exchange of
+     * `pressure` comes after this store's raise in S. (A pass before P,
+     * even pass asked-1, may take the raise first, as when every store
+     * woke the flusher; the waits below count passes from `asked` on, and
+     * P is one of them, started without the 100 ms period.) */
+    uint64_t asked = atomic_load(&flusher_started_n) + 1;
+    atomic_store(&pressure, true);
+    if (!atomic_exchange(&flusher_wake_asked, true)) bgthread_wake(&flusher);
     if (atomic_load_explicit(&flusher_found_none[clsid], memory_order_relaxed) >= FOUND_NONE_PASSES) return false;
     uint64_t passes = atomic_load_explicit(&flusher_passes_n, memory_order_relaxed);
     if (atomic_load_explicit(&await_broken_at, memory_order_relaxed) == passes + 1) {

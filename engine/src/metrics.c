@@ -501,6 +501,7 @@ static const struct family families[] = {
     ONE("cachet_lru_items_moved_total", COUNTER, STATS_GENERAL, "lru_items_moved", "Items the cleaner moved to a newer bag because they were read."),
     ONE("cachet_lru_items_merged_total", COUNTER, STATS_GENERAL, "lru_items_merged", "Items moved by bag merges."),
     ONE("cachet_lru_items_expired_total", COUNTER, STATS_GENERAL, "lru_items_expired", "Expired items the cleaner reclaimed."),
+    ONE("cachet_lru_flusher_hold_max", GAUGE, STATS_GENERAL, "lru_flusher_hold_max", "Most items extstore's flusher looked at in one hold of a slab class's eviction lock since start."),
     { "cachet_connections_placed_total", COUNTER, STATS_GENERAL, false,
       "New TCP connections by how -o conn_placement chose their worker: on the receiving CPU, on a sibling of it, through the NAPI map, or left with the accepting worker (only with conn_placement).", NULL, {
         { "conn_placed_cpu", "by=\"cpu\"", { NULL } }, { "conn_placed_sibling", "by=\"sibling\"", { NULL } },

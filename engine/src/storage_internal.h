@@ -545,6 +545,11 @@ bool bags_clean_once(storage_thread *t);         /* one cleaner pass (tests) */
 struct ext_candidate { item *it; uint8_t nkey; char key[KEY_MAX_LENGTH]; };
 unsigned bags_ext_candidates(int clsid, struct ext_candidate *out, unsigned max,
                              uint32_t min_bytes, rel_time_t min_age, bool any_age);
+uint32_t bags_flusher_hold_max(void);   /* stats: lru_flusher_hold_max */
+#ifdef CACHET_TEST_HOOKS
+/* unit test: called between two holds of bags_ext_candidates' walk, no lock held */
+extern void (*g_test_flusher_between_holds)(int clsid);
+#endif
 void bags_stats_items(stat_writer w, void *ctx);
 void bags_stats_general(stat_writer w, void *ctx);
 void bags_note_unlinked(item *it, int clsid);    /* counts dead items waiting in bags */

@@ -341,7 +341,7 @@ def test_stats_sizes_always_on(mc, key):
 
 
 BAG_STATS = ["lru_bags", "lru_bags_opened", "lru_cleaner_passes", "lru_items_moved",
-             "lru_bags_merged", "lru_items_merged"]
+             "lru_bags_merged", "lru_items_merged", "lru_flusher_hold_max"]
 
 
 @pytest.mark.cachetd_only(reason="bag-LRU statistics are cachetd's own (memcached has a segmented LRU)")

@@ -234,32 +234,56 @@ static void test_batches_evicting_concurrently(void)
     teardown();
 }
 
+/* keep_every: among the items deleted, every keep_every-th stays, with a
+ * value too short to be a candidate (0: none stay); and keep_at, keep_at+1
+ * stay as they are (-1: none) */
+static void fill_behind_dead(int n, int deleted, int keep_every, int keep_at)
+{
+    char k[32];
+    for (int i = 0; i < n; i++) {
+        sprintf(k, "c%d", i);
+        if (i < deleted && keep_every && i % keep_every == 0) CHECK(put(k, val100 + 5) == STORE_STORED);
+        else put100(k);
+        if (i % 1000 == 999) bags_clean_once(T);
+    }
+    for (int i = 0; i < deleted; i++) {
+        if ((keep_every && i % keep_every == 0) || (keep_at >= 0 && (i == keep_at || i == keep_at + 1))) continue;
+        sprintf(k, "c%d", i);
+        storage_delete(T, k, strlen(k), NULL);
+    }
+}
+
+static void check_candidates_from(const struct ext_candidate *out, unsigned got, int first)
+{
+    char k[32];
+    for (unsigned i = 0; i < got; i++) {
+        sprintf(k, "c%u", first + i);
+        CHECK(out[i].nkey == strlen(k) && memcmp(out[i].key, k, out[i].nkey) == 0);
+    }
+}
+
 /* extstore's flusher looks for the coldest live values to write. The values
  * it has just written leave dead items at the front of the oldest bags until
  * the cleaner takes them out; a look that counted those as looked-at found
  * nothing behind 4,096 of them, and stores evicted the unwritten values
- * behind (bags_ext_candidates). Deleted items are dead the same way. */
+ * behind (bags_ext_candidates). Deleted items are dead the same way.
+ * The look lets go of the class lock every WALK_HOLD_MAX items, so that no
+ * hold looks at the 20,000 dead items in one go (lru_flusher_hold_max),
+ * and finds what one long hold found. */
 static void test_flusher_candidates_behind_dead_items(void)
 {
     setup(8, 10, false);
-    char k[32];
     int n = 25000, deleted = 20000;   /* more dead than one cleaner pass visits (CLEAN_BUDGET) */
     int cls = slabs_clsid(ITEM_HDR + 8 + 5 + 100);
-    for (int i = 0; i < n; i++) {
-        sprintf(k, "c%d", i);
-        put100(k);
-        if (i % 1000 == 999) bags_clean_once(T);   /* bags closed as they fill, as a running cleaner leaves them */
-    }
-    for (int i = 0; i < deleted; i++) { sprintf(k, "c%d", i); storage_delete(T, k, strlen(k), NULL); }
+    fill_behind_dead(n, deleted, 0, -1);
     CHECK_EQ_U64(gstat("curr_items"), n - deleted);
     struct ext_candidate out[32];
     unsigned got = bags_ext_candidates(cls, out, 32, 100, 0, true);
     CHECK_EQ_U64(got, 32);
-    /* the coldest live ones, in order */
-    for (unsigned i = 0; i < got; i++) {
-        sprintf(k, "c%u", deleted + i);
-        CHECK(out[i].nkey == strlen(k) && memcmp(out[i].key, k, out[i].nkey) == 0);
-    }
+    check_candidates_from(out, got, deleted);   /* the coldest live ones, in order */
+    CHECK(bags_flusher_hold_max() > 0);
+    CHECK(bags_flusher_hold_max() <= 256);   /* bags.c's WALK_HOLD_MAX */
+    CHECK(gstat("lru_flusher_hold_max") == (long long)bags_flusher_hold_max());
     teardown();
 }
 
@@ -325,6 +349,47 @@ static void test_small_newer_bag_merges_into_a_big_one(void)
     teardown();
 }
 
+#ifdef CACHET_TEST_HOOKS
+/* Between two holds (the walk paused a few items past c1001, in the bag of
+ * c1000-c1999) the cleaner takes out the dead items the walk stands among
+ * (its item too) and merges the bags they thinned (short values, not
+ * candidates, keep each bag alive) into the walk's bag and that one into
+ * the next, and values ahead of the walk are deleted: the walk goes on from where it was, skipping nothing it has not
+ * looked at and looking at nothing twice. */
+static int between_holds_calls;
+static void clean_between_holds(int clsid)
+{
+    (void)clsid;
+    if (between_holds_calls++ != 3) return;
+    char k[32];
+    for (int i = 20000; i < 20010; i++) { sprintf(k, "c%d", i); storage_delete(T, k, strlen(k), NULL); }
+    for (int i = 0; i < 4; i++) bags_clean_once(T);
+}
+
+static void test_flusher_walk_resumes_across_cleaning(void)
+{
+    setup(8, 10, false);
+    int n = 25000, deleted = 20000;
+    int cls = slabs_clsid(ITEM_HDR + 8 + 5 + 100);
+    CHECK(slabs_clsid(ITEM_HDR + 8 + 5 + 95) == cls);
+    fill_behind_dead(n, deleted, 50, 1001);
+    long long bags_before = class_bags();
+    between_holds_calls = 0;
+    g_test_flusher_between_holds = clean_between_holds;
+    struct ext_candidate out[32];
+    unsigned got = bags_ext_candidates(cls, out, 32, 100, 0, true);
+    g_test_flusher_between_holds = NULL;
+    CHECK(between_holds_calls > 3);
+    CHECK(class_bags() < bags_before);   /* bags were dropped or merged under the paused walk */
+    CHECK_EQ_U64(got, 32);
+    /* two it took before the pause (a walk that went back over its bag
+     * would take them twice), then those behind the deleted ones */
+    check_candidates_from(out, 2, 1001);
+    check_candidates_from(out + 2, got - 2, 20010);
+    teardown();
+}
+#endif
+
 int main(void)
 {
     memset(val100, 'v', 100);
@@ -339,5 +404,8 @@ int main(void)
     TEST(test_flusher_candidates_behind_dead_items);
     TEST(test_sweep_visits_each_item_once_in_slices);
     TEST(test_small_newer_bag_merges_into_a_big_one);
+#ifdef CACHET_TEST_HOOKS
+    TEST(test_flusher_walk_resumes_across_cleaning);
+#endif
     return harness_finish();
 }
