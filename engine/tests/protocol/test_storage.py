@@ -401,3 +401,31 @@ def test_the_next_fresh_slab_page_is_resident_before_a_store_needs_it(start_serv
                    f"page {pages + 1} resident before a store needs it "
                    f"(item region resident: {item_region_rss(srv.proc.pid, 64)} bytes)")
         assert stat(c, "total_malloced") == 2 * page, "nothing was stored meanwhile"
+
+
+@pytest.mark.cachetd_only(reason="the bag cleaner and its counters are cachetd's own (memcached's LRU "
+                          "crawler and maintainer threads work differently)")
+def test_cleaner_sweeps_in_bounded_slices_and_stops(start_server):
+    """The cleaner shares a pod's cores with the workers, at their priority:
+    a request arriving while it sweeps waits until it lets go of the CPU. So
+    it sweeps in slices of at most 256 items (bags.c, CLEAN_SLICE), which
+    `lru_cleaner_slice_max` reports, and a sweep, once the dead items it was
+    started for are gone, ends: the items it visits stop growing. Before,
+    one slice was a class's whole pass (up to 10,000 items, ~1.1 ms) and
+    sweeps could restart for as long as the bags stayed as they were."""
+    srv = start_server()
+    with srv.conn() as c:
+        fill(c, 4000, prefix="sw", size=100)
+        opened = stat(c, "lru_bags_opened")
+        # the next pass closes the bag the 4,000 went to; replacing a quarter
+        # of them then leaves dead items in a closed bag (more than live/8 + 64)
+        wait_until(lambda: stat(c, "lru_bags_opened") > opened, 15, "the cleaner closing the full bag")
+        fill(c, 1000, prefix="sw", size=100)
+        dead = lambda: sum(int(v) for k, v in c.stats("items").items() if k.endswith(":dead_waiting"))
+        wait_until(lambda: dead() == 0, 30, "the cleaner sweeping the replaced items out")
+        assert stat(c, "lru_cleaner_sweeps") >= 1
+        assert stat(c, "lru_cleaner_items_visited") >= 4000
+        assert 0 < stat(c, "lru_cleaner_slice_max") <= 256
+        visited, passes = stat(c, "lru_cleaner_items_visited"), stat(c, "lru_cleaner_passes")
+        wait_until(lambda: stat(c, "lru_cleaner_passes") >= passes + 20, 30, "20 more cleaner passes")
+        assert stat(c, "lru_cleaner_items_visited") == visited, "the cleaner kept sweeping with nothing to reclaim"

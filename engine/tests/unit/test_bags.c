@@ -287,6 +287,68 @@ static void test_flusher_candidates_behind_dead_items(void)
     teardown();
 }
 
+/* A sweep visits each closed item once, in slices of the class lock (the
+ * cleaner's CLEAN_SLICE, 256 items: what a worker sharing the core may wait
+ * behind), and ends. Six closed bags of 4,000 and a pass budget of 10,000:
+ * the old sweep stopped in the last closed bag, found the bag after it open
+ * to appends, and started over at the oldest, pass after pass (25 ms of CPU
+ * a second on an idle server after an overload), while the rest of each bag
+ * it stopped in was never swept. */
+static void test_sweep_visits_each_item_once_in_slices(void)
+{
+    setup(8, 10, false);
+    bags_set_target_min(4000);
+    char k[32], nm[48];
+    int n = 24000;
+    for (int i = 0; i < n; i++) {
+        sprintf(k, "s%d", i);
+        put100(k);
+        if (i % 4000 == 3999) bags_clean_once(T);   /* a bag closed every 4,000 stores */
+    }
+    /* replaced: dead items in every closed bag, enough to start a sweep
+     * (more than live/8 + 64), too few to merge any two bags */
+    for (int i = 0; i < n; i += 6) { sprintf(k, "s%d", i); put100(k); }
+    sprintf(nm, "items:%d:dead_waiting", slabs_clsid(ITEM_HDR + 8 + 6 + 100));
+    CHECK_EQ_U64(stat_of(storage_stats_items, nm), n / 6);
+    long long visited0 = gstat("lru_cleaner_items_visited"), sweeps0 = gstat("lru_cleaner_sweeps");
+    for (int i = 0; i < 10; i++) bags_clean_once(T);
+    CHECK_EQ_U64(gstat("lru_cleaner_sweeps") - sweeps0, 1);
+    CHECK_EQ_U64(stat_of(storage_stats_items, nm), 0);
+    long long visited = gstat("lru_cleaner_items_visited") - visited0;
+    CHECK(visited >= n && visited <= n + 256);
+    if (visited > n + 256) fprintf(stderr, "a sweep over %d items visited %lld\n", n, visited);
+    CHECK(gstat("lru_cleaner_slice_max") <= 256);
+    CHECK_EQ_U64(gstat("curr_items"), n);
+    for (int i = 0; i < n; i += 997) { sprintf(k, "s%d", i); CHECK(streq(get_str(k, NULL), val100)); }
+    teardown();
+}
+
+/* A merge retags the smaller bag's items, so a big old bag and a small newer
+ * one merge within a slice: the newer bag's items join the old one behind
+ * its last item and stay readable. */
+static void test_small_newer_bag_merges_into_a_big_one(void)
+{
+    setup(8, 10, false);
+    bags_set_target_min(2000);
+    char k[32];
+    long long merged0 = gstat("lru_bags_merged");
+    for (int i = 0; i < 1000; i++) { sprintf(k, "big%d", i); put100(k); }
+    storage_test_advance_clock(6);
+    bags_clean_once(T);                   /* idle past BAG_MAX_AGE: closed */
+    for (int i = 0; i < 50; i++) { sprintf(k, "small%d", i); put100(k); }
+    storage_test_advance_clock(6);
+    bags_clean_once(T);
+    put100("last");
+    storage_test_advance_clock(6);
+    bags_clean_once(T);                   /* the small bag is no longer an append target: merged */
+    CHECK_EQ_U64(gstat("lru_bags_merged") - merged0, 1);
+    CHECK(gstat("lru_cleaner_slice_max") <= 256);
+    for (int i = 0; i < 1000; i += 37) { sprintf(k, "big%d", i); CHECK(streq(get_str(k, NULL), val100)); }
+    for (int i = 0; i < 50; i++) { sprintf(k, "small%d", i); CHECK(streq(get_str(k, NULL), val100)); }
+    CHECK_EQ_U64(gstat("curr_items"), 1051);
+    teardown();
+}
+
 #ifdef CACHET_TEST_HOOKS
 /* Between two holds (the walk paused a few items past c1001, in the bag of
  * c1000-c1999) the cleaner takes out the dead items the walk stands among
@@ -340,6 +402,8 @@ int main(void)
     TEST(test_read_batch_with_evictions);
     TEST(test_batches_evicting_concurrently);
     TEST(test_flusher_candidates_behind_dead_items);
+    TEST(test_sweep_visits_each_item_once_in_slices);
+    TEST(test_small_newer_bag_merges_into_a_big_one);
 #ifdef CACHET_TEST_HOOKS
     TEST(test_flusher_walk_resumes_across_cleaning);
 #endif
