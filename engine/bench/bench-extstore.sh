@@ -327,17 +327,36 @@ if ! fio --name=probe --filename="$mnt/fio-probe" --size=1M --rw=randread --bs=4
 fi
 rm -f "$mnt/fio-probe"
 say "  ioengine $fio_engine; laying out the file (written once by fio)"
+# sample_inflight OUT SECS: the loop device's reads in flight sampled every
+# 2 ms in the middle of a run that starts now and lasts SECS, into OUT
+# (inflight-sample.py: the queue's distribution, where diskstats gives only
+# its mean); on the generator's CPU, about 1% of it. Sets SAMPLER; `sampled`
+# waits for it (it is bounded by SECS).
+sample_inflight() {
+  local span
+  span=$(awk -v s="$2" 'BEGIN { v = s - 2; if (v < 1) v = 1; print v }')
+  "${PRIO[@]}" taskset -c $LOAD_CPU "$PY" "$here/inflight-sample.py" "$(basename "$loopdev")" "$1" "$span" 1.5 &
+  SAMPLER=$!
+}
+sampled() {
+  [ -n "${SAMPLER:-}" ] || return 0
+  wait "$SAMPLER" || say "  bench-extstore: the in-flight sampler failed (its rows read -)"
+  SAMPLER=
+}
 # run_fio QD TAG: fio's 4 KB O_DIRECT random reads at depth QD into
 # fio-TAG.json, with the device's counters around it (they include the ramp
 # second: good for reads in flight, not for IOPS).
 run_fio() {
   local qd=$1 tag=$2
   [ -e "$mnt/fio.dat" ] && diskstats_to "$out/fio-$tag-diskstats-before.json"
+  SAMPLER=
+  [ "$qd" = 32 ] && sample_inflight "$out/fio-$tag-inflight.json" "$XT_FIO_SECS"
   "${PRIO[@]}" taskset -c $SERVER_CPU timeout $((XT_FIO_SECS + 600)) fio --name="randread-qd$qd" --filename="$mnt/fio.dat" \
     --size="${XT_FIO_MB}M" --rw=randread --bs=4k --direct=1 --ioengine=$fio_engine --iodepth=$qd \
     --runtime="$XT_FIO_SECS" --time_based --ramp_time=1 --output-format=json --output="$out/fio-$tag.json" \
     || { say "  fio at depth $qd FAILED"; failures=$((failures + 1)); }
   diskstats_to "$out/fio-$tag-diskstats-after.json"
+  sampled
   say "  fio depth $qd: $(jget "$out/fio-$tag.json" 'round(j["jobs"][0]["read"]["iops"])') IOPS," \
       "p99 $(jget "$out/fio-$tag.json" 'round(j["jobs"][0]["read"]["clat_ns"]["percentile"]["99.000000"]/1000,1)') us"
 }
@@ -373,9 +392,12 @@ for s in "${RUN_ORDER[@]}"; do
     [ $qd = 32 ] && run_fio 32 "qd32-$s"
     stats_to "$port" "$out/disk-qd$qd-before-$s.json"
     diskstats_to "$out/disk-qd$qd-diskstats-before-$s.json"
+    SAMPLER=
+    [ $qd = 32 ] && sample_inflight "$out/disk-qd32-inflight-$s.json" "$XT_SECS"
     loadgen "$s" "$port" "$out/disk-qd$qd-$s.json" --keys $KEYS --value-size $XT_VALUE_SIZE "${shape[@]}" \
       --duration "$XT_SECS" --seed 11 --stats
     diskstats_to "$out/disk-qd$qd-diskstats-after-$s.json"
+    sampled
     say "  $s disk reads, depth $qd (${shape[*]}): $(jget "$out/disk-qd$qd-$s.json" 'round(j["steps"][0]["throughput"])') GETs/s," \
         "$(jget "$out/disk-qd$qd-$s.json" 'round(j["steps"][0]["hit_ratio"],3)') hits," \
         "p99 $(jget "$out/disk-qd$qd-$s.json" 'j["steps"][0]["latency_us"]["p99"]') us"

@@ -409,6 +409,12 @@ XT_TARGETS = [
     ("  reads in flight at the device over the depth-32 run (/proc/diskstats read ms / elapsed ms)",
      "xt_reads_in_flight", ">=", None, "mc1645", ""),
     ("  fio's reads in flight at the device at depth 32 just before it", "xt_fio_beside_in_flight", ">=", None, "mc1645", ""),
+    # The same mean depth can be a steady queue (fio) or one that swings
+    # between empty and full (a closed loop's GETs moving in batches), which
+    # a saturating device serves more slowly: inflight-sample.py.
+    ("  share of the depth-32 run the device had fewer than 8 reads in flight (sampled every 2 ms)",
+     "xt_qd32_low_share", "<=", None, "mc1645", ""),
+    ("  the same for fio's depth-32 run just before it", "xt_fio_beside_low_share", "<=", None, "mc1645", ""),
     ("  MB the server wrote to extstore during the depth-32 disk run (extstore_bytes_written; reads queue behind them)",
      "xt_qd32_written_mb", "<=", None, "mc1645", "MB"),
     ("RSS after the fill / items on disk (not judged: mostly -m)", "xt_rss_per_disk_item", "<=", None, "mc1645", "B"),
@@ -682,7 +688,7 @@ def xt_fmt(v, key, figures=None, server=None):
         return f"{v:.3f}"
     if key in ("xt_reads_in_flight", "xt_qd32_written_mb", "xt_fio_beside_in_flight"):
         return f"{v:.1f}"
-    if key == "xt_disk_qd32_over_fio":
+    if key in ("xt_disk_qd32_over_fio", "xt_qd32_low_share", "xt_fio_beside_low_share"):
         return f"{v:.3f}"
     if key.endswith("_us") or key.endswith("per_disk_item") or key == "xt_hash_per_item":
         return f"{v:,.1f}"
@@ -697,6 +703,8 @@ def main_extstore(d, machine):
         f["xt_cpu_extra_over_fio"] = (disk - ram) / io if None not in (disk, ram, io) and io > 0 else None
         beside = xt_fio(d, f"qd32-{s}")
         f["xt_fio_beside"], f["xt_fio_beside_in_flight"] = beside.get("fio_qd32"), beside.get("fio_qd32_in_flight")
+        f["xt_qd32_low_share"] = (load(d, f"disk-qd32-inflight-{s}.json") or {}).get("share_below_8")
+        f["xt_fio_beside_low_share"] = (load(d, f"fio-qd32-{s}-inflight.json") or {}).get("share_below_8")
         f["xt_disk_qd32_over_fio"] = ratio(f.get("xt_disk_qd32"), f["xt_fio_beside"])
     rows = xt_rows(figures, fio)
     print(f"machine: {machine.get('cpu_model', '?')}, {machine.get('cpus', '?')} CPUs, kernel {machine.get('kernel', '?')}; "
