@@ -349,6 +349,34 @@ static void test_small_newer_bag_merges_into_a_big_one(void)
     teardown();
 }
 
+/* Two neighbouring bags of more than a slice (CLEAN_SLICE, 256) that fit
+ * one target still merge, in a slice of their own: refusing them left a
+ * class written slowly a new bag every BAG_MAX_AGE for good, and every hold
+ * of its lock walks the chain. Thirty idle-closed bags of 300 items with a
+ * target of 2,000 stayed 30 bags; they fit in about five. */
+static void test_bags_bigger_than_a_slice_still_merge(void)
+{
+    setup(8, 10, false);
+    bags_set_target_min(2000);
+    char k[32];
+    long long merged0 = gstat("lru_bags_merged");
+    for (int b = 0; b < 30; b++) {
+        for (int i = 0; i < 300; i++) { sprintf(k, "g%d_%d", b, i); put100(k); }
+        storage_test_advance_clock(6);
+        bags_clean_once(T);               /* idle past BAG_MAX_AGE: closed */
+    }
+    for (int i = 0; i < 5; i++) bags_clean_once(T);
+    CHECK(gstat("lru_bags_merged") - merged0 >= 20);
+    CHECK(class_bags() <= 10);
+    if (class_bags() > 10) fprintf(stderr, "30 bags of 300 left %lld bags\n", class_bags());
+    /* one merge at a time past the slice: its smaller side, at most half the target */
+    CHECK(gstat("lru_cleaner_slice_max") <= 256 + 1000);
+    CHECK_EQ_U64(gstat("curr_items"), 9000);
+    for (int b = 0; b < 30; b += 7)
+        for (int i = 0; i < 300; i += 29) { sprintf(k, "g%d_%d", b, i); CHECK(streq(get_str(k, NULL), val100)); }
+    teardown();
+}
+
 #ifdef CACHET_TEST_HOOKS
 /* Between two holds (the walk paused a few items past c1001, in the bag of
  * c1000-c1999) the cleaner takes out the dead items the walk stands among
@@ -404,6 +432,7 @@ int main(void)
     TEST(test_flusher_candidates_behind_dead_items);
     TEST(test_sweep_visits_each_item_once_in_slices);
     TEST(test_small_newer_bag_merges_into_a_big_one);
+    TEST(test_bags_bigger_than_a_slice_still_merge);
 #ifdef CACHET_TEST_HOOKS
     TEST(test_flusher_walk_resumes_across_cleaning);
 #endif
