@@ -160,18 +160,28 @@ void storage_flush(rel_time_t when)
         atomic_store_explicit(&g_flush_later, 0, memory_order_release);
     } else {
         /* a delayed flush already in force is not undone by the next one:
-         * its horizon moves into the immediate word first (without a floor:
-         * the clock is past it) */
+         * its horizon moves into the immediate word first, with a floor if
+         * that horizon is not yet behind the clock (below) */
         uint64_t in_force = prev.later;
         if (in_force && flush_effective(in_force) <= now &&
             (!prev.fw || flush_oldest(in_force) > flush_oldest(prev.fw) || flush_effective(prev.fw) > now)) {
-            uint64_t w = prev.fw & FLUSH_IMMEDIATE
-                ? flush_word(flush_oldest(in_force) > flush_oldest(prev.fw) ? flush_oldest(in_force) : flush_oldest(prev.fw),
-                             flush_effective(in_force), true)
-                : flush_word(flush_oldest(in_force), flush_effective(in_force), false);
+            bool floor = (prev.fw & FLUSH_IMMEDIATE) || flush_oldest(in_force) > now;
+            rel_time_t oldest = flush_oldest(in_force);
+            if ((prev.fw & FLUSH_IMMEDIATE) && flush_oldest(prev.fw) > oldest) oldest = flush_oldest(prev.fw);
+            uint64_t w = flush_word(oldest, flush_effective(in_force), floor);
             atomic_store_explicit(&g_flush_word, w, memory_order_release);
+            prev.fw = w;
         }
-        atomic_store_explicit(&g_flush_later, flush_word(when - 1, when - 1, false), memory_order_release);
+        /* Its horizon is in stamps, not seconds: everything stamped before
+         * it takes effect goes. An immediate flush's floor can put stamps
+         * ahead of the clock (flush_all, set, flush_all 1 in one second: the
+         * set is stamped T+1, the old horizon when-1 = T missed it and the
+         * item never went). So the horizon is at least the floor, and once
+         * the clock has left the second it took effect in, the delayed word
+         * is a floor of its own (stamp_time_in): what is stored after that
+         * is stamped above it. */
+        rel_time_t horizon = stamp_time_in((struct time_view){ .now = when - 1, .fw = prev.fw });
+        atomic_store_explicit(&g_flush_later, flush_word(horizon, when - 1, false), memory_order_release);
     }
     atomic_store(&g_flush_pending, 1);
 }

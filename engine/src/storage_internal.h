@@ -346,12 +346,17 @@ static inline struct time_view time_view_now(void)
     return v;
 }
 /* The time an access or store records in an item, in that view: now, but
- * above everything an immediate flush_all covers. */
+ * above everything an immediate flush_all covers, and, once the clock has
+ * left the second a delayed one took effect in, above everything that one
+ * covers (its horizon may be ahead of the clock: see storage_flush; in its
+ * own second, as in memcached, what is stored is flushed too). */
 static inline rel_time_t stamp_time_in(struct time_view v)
 {
-    if (!(v.fw & FLUSH_IMMEDIATE)) return v.now;
-    rel_time_t floor = flush_oldest(v.fw) + 1;
-    return v.now < floor ? floor : v.now;
+    rel_time_t t = v.now;
+    if ((v.fw & FLUSH_IMMEDIATE) && t <= flush_oldest(v.fw)) t = flush_oldest(v.fw) + 1;
+    if (v.later && flush_effective(v.later) < v.now && t <= flush_oldest(v.later))
+        t = flush_oldest(v.later) + 1;
+    return t;
 }
 static inline rel_time_t stamp_time(void) { return stamp_time_in(time_view_now()); }
 void clock_init(void);   /* storage_init, after g_cfg is set */

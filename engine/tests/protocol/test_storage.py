@@ -238,6 +238,25 @@ def test_a_second_delayed_flush_does_not_bring_back_the_first_ones_items(start_s
         assert c.cmd("get rk") == b"END"
 
 
+
+@pytest.mark.test_hooks
+def test_a_delayed_flush_covers_what_was_stored_after_an_immediate_one(start_server):
+    """`flush_all`, `set`, `flush_all 2` in one second: the immediate flush
+    stamps what is stored after it in its second a second ahead of the clock
+    (and each further immediate flush in that second one more), and the
+    delayed flush covered stamps up to `when - 1` only: the item outlived
+    the deadline for good, where memcached 1.6.45 flushes it. Found by the
+    hostile tester. What is stored after the deadline is kept."""
+    s = start_server()
+    with s.conn() as c:
+        for flushes, delay in ((1, 1), (1, 2), (5, 3)):
+            c.send(b"flush_all\r\n" * flushes + b"set fk 0 0 1\r\nx\r\n" + f"flush_all {delay}\r\n".encode())
+            assert [c.line() for _ in range(flushes + 2)] == [b"OK"] * flushes + [b"STORED", b"OK"]
+            advance_clock(c, delay + 1)
+            assert c.cmd("get fk") == b"END", f"{flushes} flush_all, set, flush_all {delay}: the item outlived it"
+            assert c.store("set", "fn", "y") == b"STORED"
+            assert c.values("get fn") == {"fn": (0, b"y", None)}, "a store after the deadline is kept"
+
 def test_store_no_memory_and_store_too_large_count_refused_stores(start_server):
     """memcached 1.6.45's `stats` counts a store whose item cannot be
     allocated: store_no_memory (-M with memory full), store_too_large (past
