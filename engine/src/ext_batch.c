@@ -63,11 +63,6 @@ struct ext_reader *ext_reader_new(unsigned depth, uint32_t max_value, bool use_u
     return r;
 }
 
-bool ext_reader_pin_buffers(struct ext_reader *r)
-{
-    return r->ring && uring_register_buffer(r->ring, r->bufs, r->depth * r->buf_size);
-}
-
 void ext_reader_free(struct ext_reader *r)
 {
     if (!r) return;

@@ -43,11 +43,6 @@ struct ext_reader;
  * without memory. */
 struct ext_reader *ext_reader_new(unsigned depth, uint32_t max_value, bool use_uring);
 void ext_reader_free(struct ext_reader *r);
-/* Registers the reader's buffers with its ring (uring_register_buffer): the
- * pages are pinned once instead of at each O_DIRECT read, and stay resident
- * for the reader's life (the memory formula counts them whole already).
- * For a reader whose reads never stop (a worker's); false: plain reads. */
-bool ext_reader_pin_buffers(struct ext_reader *r);
 bool ext_reader_uses_uring(const struct ext_reader *r);
 
 /* Reads f[0..n) (n <= depth) and calls done(arg, &f[i]) for each once its

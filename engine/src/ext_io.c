@@ -236,7 +236,6 @@ struct ext_worker *ext_io_worker_new(storage_thread *st)
         free(xw);
         return NULL;
     }
-    ext_reader_pin_buffers(xw->reader);
     pthread_mutex_lock(&lock);
     xw->next = worker_readers;
     worker_readers = xw;

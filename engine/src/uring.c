@@ -13,7 +13,6 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 struct uring {
@@ -31,10 +30,6 @@ struct uring {
     size_t cq_size;
     unsigned *cq_head, *cq_tail, *cq_mask;
     struct io_uring_cqe *cqes;
-    /* the one registered buffer (uring_register_buffer): reads into it are
-     * IORING_OP_READ_FIXED */
-    char *fixed;
-    size_t nfixed;
 };
 
 static bool selftest(struct uring *u)
@@ -93,16 +88,11 @@ static bool selftest_read(struct uring *u)
     return ok;
 }
 
-static struct uring *create(unsigned entries, unsigned flags, bool (*test)(struct uring *))
+static struct uring *create(unsigned entries, bool (*test)(struct uring *))
 {
     struct io_uring_params p;
     memset(&p, 0, sizeof(p));
-    p.flags = flags;
     int fd = (int)syscall(__NR_io_uring_setup, entries, &p);
-    if (fd < 0 && flags && errno == EINVAL) {   /* a kernel before the flag (5.19) */
-        memset(&p, 0, sizeof(p));
-        fd = (int)syscall(__NR_io_uring_setup, entries, &p);
-    }
     if (fd < 0) return NULL;
     struct uring *u = calloc(1, sizeof(*u));
     if (!u) { close(fd); return NULL; }
@@ -142,28 +132,8 @@ fail:
     return NULL;
 }
 
-struct uring *uring_create(unsigned entries) { return create(entries, 0, selftest); }
-
-/* A disk read's completion is posted by task work on the ring's thread.
- * Without COOP_TASKRUN each completion interrupts that thread wherever it
- * is running (an IPI, or the interrupt's return when the device's interrupt
- * lands on its CPU) to post its one CQE; with it the completions wait for
- * the thread's next syscall, which a worker makes every turn, and are posted
- * together. A thread asleep (epoll_wait, io_uring_enter) is still woken at
- * once: only a running one is left alone. */
-struct uring *uring_create_reader(unsigned entries)
-{
-    return create(entries, IORING_SETUP_COOP_TASKRUN, selftest_read);
-}
-
-bool uring_register_buffer(struct uring *u, void *base, size_t len)
-{
-    struct iovec iov = { .iov_base = base, .iov_len = len };
-    if (syscall(__NR_io_uring_register, u->fd, IORING_REGISTER_BUFFERS, &iov, 1) != 0) return false;
-    u->fixed = base;
-    u->nfixed = len;
-    return true;
-}
+struct uring *uring_create(unsigned entries) { return create(entries, selftest); }
+struct uring *uring_create_reader(unsigned entries) { return create(entries, selftest_read); }
 
 void uring_free(struct uring *u)
 {
@@ -227,10 +197,7 @@ void uring_prep_sendmsg(struct uring *u, int fd, const struct msghdr *msg, uint6
 void uring_prep_read(struct uring *u, int fd, void *buf, size_t len, uint64_t off, uint64_t user_data)
 {
     struct io_uring_sqe *sqe = next_sqe(u);
-    const char *b = buf;
-    bool fixed = u->fixed && b >= u->fixed && len <= u->nfixed && (size_t)(b - u->fixed) <= u->nfixed - len;
-    sqe->opcode = fixed ? IORING_OP_READ_FIXED : IORING_OP_READ;
-    sqe->buf_index = 0;   /* the one registered buffer */
+    sqe->opcode = IORING_OP_READ;
     sqe->fd = fd;
     sqe->off = off;
     sqe->addr = (uint64_t)(uintptr_t)buf;

@@ -58,14 +58,6 @@ void uring_prep_sendmsg(struct uring *u, int fd, const struct msghdr *msg, uint6
  * disk: pair it with uring_wait for its completion). */
 void uring_prep_read(struct uring *u, int fd, void *buf, size_t len, uint64_t off, uint64_t user_data);
 
-/* Registers [base, base + len) with the ring (IORING_REGISTER_BUFFERS):
- * the kernel pins its pages once, and a uring_prep_read into it becomes
- * IORING_OP_READ_FIXED, which skips pinning the buffer's pages for each
- * O_DIRECT read. The memory stays the caller's; it must outlive the ring.
- * false (nothing changed, reads stay plain) when the kernel refuses, e.g.
- * over RLIMIT_MEMLOCK without CAP_IPC_LOCK. */
-bool uring_register_buffer(struct uring *u, void *base, size_t len);
-
 /* Waits until at least n completions are ready to reap. 0 or -errno. */
 int uring_wait(struct uring *u, unsigned n);
 
