@@ -39,7 +39,9 @@ for round in $(seq 1 "$ROUNDS"); do
     "$bin" -V 2>/dev/null | grep -q memcached && [ "$(id -u)" = 0 ] && extra=(-u root)
     "${rt[@]}" taskset -c 1 "$bin" "${extra[@]}" -p "$PORT" -l 127.0.0.1 -t 1 -m 1024 -c 4096 -U 0 & pid=$!
     for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/"$PORT") 2>/dev/null && break; sleep 0.1; done
-    "${rt[@]}" taskset -c 0 "$LOADGEN" "${A[@]}" --conns 8 --prefill-only --prefill-depth 64 --json "$tmp/pre.json" >/dev/null
+    # bounded like the steps below: a server that stops answering ends the round, not the script
+    timeout 120 "${rt[@]}" taskset -c 0 "$LOADGEN" "${A[@]}" --conns 8 --prefill-only --prefill-depth 64 --json "$tmp/pre.json" >/dev/null \
+      || echo "overload-tail: prefill of $bin failed or timed out (round $round)" >&2
     sleep 2
     for phase in before overload after; do
       case $phase in overload) r=120k,140k;; after) r=20k,20k,20k,20k;; *) r=20k,20k;; esac
