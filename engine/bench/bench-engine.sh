@@ -36,13 +36,16 @@
 #   ratios of the same run are printed beside them. Each round also runs
 #   tls_floor (TLS_FLOOR=path, else compiled here from bench/tls_floor.c):
 #   the crypto CPU per GET both TLS servers share, which summarize.py takes
-#   out of both to judge the part an engine controls as well.
+#   out of both to judge the part an engine controls as well. Last, each of
+#   the four servers runs under callgrind (bench/callgrind-get.py, needs
+#   valgrind): the user-space instructions TLS adds per GET, the proposed
+#   row that a busy machine judges as well as a quiet one.
 #
 # Env: BENCH_QUICK=1 (about 5 minutes; with BENCH_TLS=1 about 1), CACHETD=path,
 #      MEMCACHED_1645=path (default: built once by shared/peers/build-memcached.sh),
 #      MEMCACHED_1645_TLS=path (BENCH_TLS=1; default: build-memcached.sh --tls),
 #      MEMCACHED_1618=path (default /usr/bin/memcached),
-#      BENCH_PORT_BASE (default 23100; uses BASE+1..BASE+7), BENCH_RESULTS
+#      BENCH_PORT_BASE (default 23100; uses BASE+1..BASE+8), BENCH_RESULTS
 #      (default engine/bench/results), BENCH_NICE (default -10; empty for none),
 #      BENCH_RT (default 1: W2 under chrt -f BENCH_RT_PRIO, default 20; 0: nice),
 #      BENCH_ONLY (a comma list of w1,w2,w3,w4,seed003: run only those
@@ -280,6 +283,28 @@ if [ "$TLS" = 1 ]; then
     done
   done
   for s in "${SERVERS[@]}"; do stop_server "${w1_pid[$s]}"; done
+  # What TLS adds to a GET in user-space instructions (callgrind-get.py): the
+  # part of TLS an engine's own code decides, counted the same on a busy
+  # machine as on a quiet one. Kernel time is what the CPU rows above add
+  # (docs/benchmarks.md, "W1 over TLS", says why they cannot judge it here).
+  if command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null; then
+    step "TLS: user-space instructions per GET, plaintext and TLS, one connection (callgrind, deterministic)"
+    cg_gets=$([ "$QUICK" = 1 ] && echo 2000 || echo 4000)
+    for s in "${SERVERS[@]}"; do
+      case $s in cachetd*) bin=$CACHETD ;; mc1645) bin=$MEMCACHED_1645 ;; mc1645-tls) bin=$MEMCACHED_1645_TLS ;; esac
+      cg_tls=; case $s in *-tls) cg_tls=$pki/server.crt,$pki/server.key ;; esac
+      for shape in "pipelined 16" "unpipelined 1"; do
+        kind=${shape% *}
+        CALLGRIND_PORT=$((PORT_BASE + 8)) CALLGRIND_TLS=$cg_tls CALLGRIND_VALUE_SIZE=64 CALLGRIND_BATCH=${shape#* } \
+          CALLGRIND_JSON="$out/callgrind-$kind-$s.json" timeout 900 "${PRIO[@]}" taskset -c $SERVER_CPU \
+          "$PY" "$here/callgrind-get.py" "$bin" "$cg_gets" >"$out/callgrind-$kind-$s.txt" 2>&1 \
+          || { say "  callgrind $s $kind failed: $(tail -1 "$out/callgrind-$kind-$s.txt")"; failures=$((failures + 1)); }
+        [ -s "$out/callgrind-$kind-$s.json" ] && say "  $s $kind: $(cat "$out/callgrind-$kind-$s.txt")"
+      done
+    done
+  else
+    say "bench: valgrind missing (apt-get install -y valgrind): the instruction rows show NO DATA"
+  fi
   echo "\"$(cut -d' ' -f1-3 /proc/loadavg)\"" >"$out/loadavg_end.json"
   step "summary"
   "$PY" "$here/summarize.py" "$out"

@@ -18,6 +18,9 @@ parallel (a before/after pair, or several worktrees) do not collide;
 CALLGRIND_BATCH (default 100) is the GETs per batch, 1 for an unpipelined
 client (each GET then pays a whole loop turn: epoll_wait, read, send).
 
+CALLGRIND_JSON=PATH also writes the figures there (make bench-engine TLS=1
+reads them).
+
 CALLGRIND_TLS=CERT,KEY serves -Z with that certificate and talks TLS (Python
 `ssl`; a batch is one sendall, so one record of requests, as the bench's
 generator sends). The binary may also be memcached (1.6.45's TLS build for
@@ -27,6 +30,7 @@ libcrypto and libssl (the TLS work both servers share) or elsewhere (the
 engine, libc; the kernel is never counted), which is how docs/benchmarks.md
 ("W1 over TLS") separates the crypto floor from an engine's own cost.
 """
+import json
 import os
 import re
 import resource
@@ -144,6 +148,10 @@ def main():
           + ", ".join(f"{(s2[fn] - s1[fn]) / gets:.1f} in {fn}" for fn in PARTS if s2[fn] or s1[fn])
           + f"; {tls:.1f} in libcrypto+libssl, {whole - tls:.1f} elsewhere"
           + (" (TLS)" if TLS else ""))
+    if os.environ.get("CALLGRIND_JSON"):
+        with open(os.environ["CALLGRIND_JSON"], "w") as f:
+            json.dump({"binary": binary, "gets": gets, "batch": BATCH, "value_size": VALUE_SIZE, "tls": bool(TLS),
+                       "instructions_per_get": whole, "in_tls_libraries": tls, "elsewhere": whole - tls}, f, indent=2)
 
 
 if __name__ == "__main__":

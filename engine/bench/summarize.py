@@ -840,6 +840,21 @@ def main_tls(d, machine):
         rows.append({"target": f"{label}, CPU TLS adds per GET (us; proposed)", "key": key,
                      "transport": "TLS adds", "cachetd": c_add, "mc1645": m_add, "ratio": add_ratio,
                      "goal": "<= 1.00x", "verdict": verdict(add_ratio, "<=", 1.0), "unit": "us"})
+        # The same question in user-space instructions (callgrind, one
+        # connection): deterministic, so a busy machine judges it as well as a
+        # quiet one. The CPU row above also holds the kernel's share, which
+        # here moves with the generator's pace and with memcached's plaintext
+        # sends (docs/benchmarks.md, "W1 over TLS", says why); this row is the
+        # part of TLS an engine's own code decides.
+        cg = {s: load(d, f"callgrind-{kind}-{s}.json") for s in ("cachetd", "mc1645", "cachetd-tls", "mc1645-tls")}
+        ipg = {s: (j or {}).get("instructions_per_get") for s, j in cg.items()}
+        sub = lambda a, b: None if a is None or b is None else a - b  # noqa: E731
+        c_iadd, m_iadd = sub(ipg["cachetd-tls"], ipg["cachetd"]), sub(ipg["mc1645-tls"], ipg["mc1645"])
+        iadd_ratio = c_iadd / m_iadd if c_iadd is not None and m_iadd and m_iadd > 0 else None
+        rows.append({"target": f"{label}, user-space instructions TLS adds per GET (callgrind; proposed)", "key": key,
+                     "transport": "TLS adds, instructions", "cachetd": c_iadd, "mc1645": m_iadd, "ratio": iadd_ratio,
+                     "goal": "<= 1.00x", "verdict": verdict(iadd_ratio, "<=", 1.0), "unit": "instr",
+                     "instructions": cg})
     print(f"machine: {machine.get('cpu_model', '?')}, {machine.get('cpus', '?')} CPUs, kernel {machine.get('kernel', '?')}; "
           f"memcached {machine.get('memcached_1645_version', '?')} (TLS build {machine.get('memcached_1645_tls', '?')}); "
           f"cachetd {machine.get('cachetd_commit', '?')}; {machine.get('openssl', '?')}")
@@ -848,7 +863,8 @@ def main_tls(d, machine):
     print("W1 (32 conns; pipelined depth 16, unpipelined depth 1), ratio cachetd / memcached 1.6.45; median of the rounds:")
     print(f"{'figure':<92} {'cachetd':>11} {'mc 1.6.45':>11} {'ratio':>8}  target    result")
     for row in rows:
-        show = fmt_ratio if row["unit"] == "ratio" else fmt_us3 if row["unit"] == "us" else fmt
+        show = (fmt_ratio if row["unit"] == "ratio" else fmt_us3 if row["unit"] == "us"
+                else fmt_instr if row["unit"] == "instr" else fmt)
         print(f"{row['target']:<92} {show(row['cachetd']):>11} {show(row['mc1645']):>11} {fmt_ratio(row['ratio']):>8}  "
               f"{row['goal']:<9} {row['verdict'] if row['transport'] != 'plaintext' else '(' + row['verdict'] + ')'}")
     print("(TLS: the raw figure; TLS excluding the crypto floor: both servers' CPU per GET less the floor below, the")
@@ -864,6 +880,16 @@ def main_tls(d, machine):
             sub = lambda a, b: None if a is None or b is None else a - b  # noqa: E731
             print(f"{s:<12} {kind:<12} {fmt_us3(t):>8} {fmt_us3(fl):>8} {fmt_us3(sub(t, fl)):>10} {fmt_us3(p):>10} "
                   f"{fmt_us3(sub(t, p)):>10}")
+    print()
+    print("User-space instructions per GET (callgrind-get.py, one connection, 64-byte values; deterministic):")
+    print(f"{'':<12} {'shape':<12} {'TLS':>9} {'of it OpenSSL':>14} {'elsewhere':>10} {'plaintext':>10} {'TLS adds':>9}")
+    for kind, _, _ in TLS_SHAPES:
+        for s in ("cachetd", "mc1645"):
+            t, p = load(d, f"callgrind-{kind}-{s}-tls.json") or {}, load(d, f"callgrind-{kind}-{s}.json") or {}
+            ti, pi = t.get("instructions_per_get"), p.get("instructions_per_get")
+            print(f"{s:<12} {kind:<12} {fmt_instr(ti):>9} {fmt_instr(t.get('in_tls_libraries')):>14} "
+                  f"{fmt_instr(t.get('elsewhere')):>10} {fmt_instr(pi):>10} "
+                  f"{fmt_instr(None if ti is None or pi is None else ti - pi):>9}")
     if floor.get("depth16_per_reply") is not None:
         print(f"(a server writing each of 16 pipelined replies as a record of its own would pay "
               f"{floor['depth16_per_reply']:.3f} us per GET instead of {floor['depth16']:.3f}: not a shared floor)")
@@ -891,6 +917,10 @@ def main_tls(d, machine):
     with open(os.path.join(d, "summary.json"), "w") as f:
         json.dump({"machine": machine, "loadavg_end": load(d, "loadavg_end.json"), "targets": rows,
                    "figures": figures, "tls_floor": floor}, f, indent=2)
+
+
+def fmt_instr(v):
+    return "-" if v is None else f"{v:,.0f}"
 
 
 def fmt_us3(v):
