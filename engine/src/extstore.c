@@ -431,15 +431,15 @@ static int page_open(struct extstore *e, int b)
         /* the oldest closed page no stream is reading; the oldest of all
          * when streams read every one (their values are cut: a write never
          * waits for a reader) */
-        int64_t oldest = -1, oldest_free = -1;
+        int64_t oldest = -1, oldest_unheld = -1;
         for (uint32_t i = 0; i < e->npages; i++) {
             struct page *p = &e->pages[i];
             if (p->bucket >= 0 || p->is_free) continue;
             if (oldest < 0 || p->seq < e->pages[oldest].seq) oldest = i;
-            if (!stream_holds(p, now) && (oldest_free < 0 || p->seq < e->pages[oldest_free].seq)) oldest_free = i;
+            if (!stream_holds(p, now) && (oldest_unheld < 0 || p->seq < e->pages[oldest_unheld].seq)) oldest_unheld = i;
         }
         if (oldest < 0) return -ENOSPC;    /* every page is open in a bucket */
-        id = (uint32_t)(oldest_free >= 0 ? oldest_free : oldest);
+        id = (uint32_t)(oldest_unheld >= 0 ? oldest_unheld : oldest);
         page_reset(e, &e->pages[id], true);
         /* memcached's eviction frees the page too, and counts it there */
         add(&e->stats.pages_reclaimed, 1);

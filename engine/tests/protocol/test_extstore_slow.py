@@ -396,7 +396,7 @@ def test_a_silent_reader_of_a_large_disk_value_is_cut_alone_and_holds_no_page_fo
             # count and time; the time is the scenario, nothing asserts it.
             deadline = time.monotonic() + 60
             with srv.conn() as w:
-                for more in range(2000):
+                for more in range(20_000):
                     if time.monotonic() > deadline:
                         break
                     if time.monotonic() > silent_since + 3:
