@@ -13,7 +13,9 @@
  * pieces: its job belongs to its handle from the start (freed with it, on
  * the worker), and goes back on the queue, from the worker, for each piece
  * after the first once the one before is sent; the IO thread reads those
- * pieces with pread before its batch, into its reader's first buffer. Each IO thread has its own storage
+ * pieces with pread before its batch, into its reader's first buffer; the
+ * record's page is pinned (extstore.h, ext_stream_pin) from the first
+ * piece until the job is freed, so the disk reuses it last. Each IO thread has its own storage
  * context (a stub whose read failed is unlinked, a recache relinks the
  * value: extstore's item side does both, reached through the hook table of
  * ext_hooks.h, never by calling item code) and its own reader (ring and io_depth buffers of the largest
@@ -39,6 +41,7 @@
 #include "extstore.h"
 #include "bufmem.h"
 #include "conn.h"
+#include "ext_hooks.h"
 #include "reply.h"
 #include "server.h"
 
@@ -52,6 +55,7 @@ struct job {
     bool                 streamed;/* a value sent in pieces: the handle owns this job */
     uint32_t             voff;    /* streamed: the piece to read (0: the first read) */
     uint8_t              at[12];  /* streamed: where the first read found the record */
+    int32_t              pinned;  /* streamed: the page ext_stream_pin holds for it, or -1 */
     uint32_t             nkey;
     char                 key[KEY_MAX_LENGTH];
 };
@@ -85,6 +89,8 @@ static struct ext_worker *worker_readers;
 
 static void job_free(void *arg)
 {
+    struct job *j = arg;
+    if (j->pinned >= 0) ext_stream_unpin(ext_hooks()->store, (uint32_t)j->pinned);
     free(arg);
     bufmem_release(sizeof(struct job));
 }
@@ -93,6 +99,35 @@ static uint32_t piece_len(const struct job *j, uint32_t voff)
 {
     uint32_t left = j->v.nbytes - voff;
     return left < EXT_SEND_PIECE ? left : EXT_SEND_PIECE;
+}
+
+/* Keeps the page the job's record is on (j->at) from being reused while
+ * its value is streamed (extstore.h, ext_stream_pin); false if that page
+ * is no longer the record's. */
+static bool stream_pin(struct job *j)
+{
+    struct extstore *e = ext_hooks()->store;
+    struct ext_locator loc;
+    memcpy(&loc, j->at, sizeof loc);
+    if (!e || !ext_stream_pin(e, &loc)) return false;
+    j->pinned = (int32_t)ext_loc_page(&loc);
+    return true;
+}
+
+/* A piece was read: the stream still advances, and holds the page the
+ * record is on now (the compactor may have moved it). */
+static void stream_advanced(struct job *j)
+{
+    struct extstore *e = ext_hooks()->store;
+    struct ext_locator loc;
+    memcpy(&loc, j->at, sizeof loc);
+    if (j->pinned == (int32_t)ext_loc_page(&loc)) {
+        ext_stream_touch(e, (uint32_t)j->pinned);
+        return;
+    }
+    if (j->pinned >= 0) ext_stream_unpin(e, (uint32_t)j->pinned);
+    j->pinned = -1;
+    stream_pin(j);
 }
 
 /* One read of the batch is over: its reply leaves (copied from the reader's
@@ -106,9 +141,11 @@ static void fetched(void *arg, struct ext_fetch *f)
     struct job *j = t->jobs[f - t->fetch];
     if (j->streamed) {
         memcpy(j->at, f->at, sizeof j->at);
+        /* its page is kept for the pieces after this one; a page that went
+         * since the read is a clean miss: nothing of the value was sent */
+        bool hit = f->hit && stream_pin(j);
         /* the handle (and, when freed, this job) is the worker's from here */
-        reply_complete(j->h, f->hit ? REPLY_HIT : REPLY_MISS, NULL, f->hit ? f->value : NULL,
-                       f->hit ? piece_len(j, 0) : 0);
+        reply_complete(j->h, hit ? REPLY_HIT : REPLY_MISS, NULL, hit ? f->value : NULL, hit ? piece_len(j, 0) : 0);
         return;
     }
     reply_complete(j->h, f->hit ? REPLY_HIT : REPLY_MISS, NULL, f->hit ? f->value : NULL, f->hit ? j->v.nbytes : 0);
@@ -116,14 +153,17 @@ static void fetched(void *arg, struct ext_fetch *f)
 }
 
 /* A later piece of a streamed value: read from where the first read found
- * the record. A page evicted or compacted since, or an IO error, cuts the
- * value short: REPLY_ABORT, and its connection closes. */
+ * the record, on the page the stream holds (stream_pin). Its page reused
+ * all the same (its stream took no piece for 2 s, or streams held every
+ * page), its record replaced, or an IO error cuts the value short:
+ * REPLY_ABORT, and its connection closes. */
 static void read_piece(struct io_thread *t, struct job *j)
 {
     const char *piece = NULL;
     uint32_t n = piece_len(j, j->voff);
     enum ext_read_result r = ext_reader_read_range(t->reader, j->key, j->nkey, &j->v, j->at, j->voff, n, &piece);
     if (r == EXT_HIT) {
+        stream_advanced(j);
         reply_complete(j->h, REPLY_HIT, NULL, piece, n);
         return;
     }
@@ -397,6 +437,7 @@ static void job_fill(struct job *j, struct reply_handle *h, const char *key, uin
 {
     j->next = NULL;
     j->voff = 0;
+    j->pinned = -1;
     j->h = h;
     j->v = *v;
     j->nkey = nkey;

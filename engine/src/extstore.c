@@ -62,6 +62,12 @@ struct page {
      * checked after the read it guards. */
     _Atomic uint32_t freed_from;
     int      fd;
+    /* Values being streamed from the page (ext_stream_pin) and the second
+     * one of them last took a piece (stream_at, CLOCK_MONOTONIC): while a
+     * stream advanced within STREAM_PIN_IDLE_S, the page is the last a new
+     * page is taken from. Pinned under the lock (against page_open's pick),
+     * touched and unpinned without it. */
+    _Atomic uint32_t streams;
     uint64_t file_off;          /* where the page starts in its file */
     uint64_t used;              /* bytes of the page handed out, header block included */
     uint64_t written_bytes;     /* record bytes appended (no buffer padding) */
@@ -73,7 +79,11 @@ struct page {
     int      bucket;            /* open in this bucket, or -1 */
     bool     is_free;
     bool     unwalkable;        /* a walk could not reach its first records: compaction leaves it */
+    _Atomic uint16_t stream_at; /* seconds, mod 2^16: only "within STREAM_PIN_IDLE_S" is asked of it */
 };
+/* memory_budget.c's EXT_PAGE_TABLE_BYTES counts a struct page and its
+ * free-list slot */
+_Static_assert(sizeof(struct page) <= 88, "a struct page outgrew the memory formula's EXT_PAGE_TABLE_BYTES");
 
 struct bucket {
     int      page;              /* the page being filled, or -1 */
@@ -355,22 +365,81 @@ static void page_free(struct extstore *e, uint32_t id)
     add(&e->stats.pages_reclaimed, 1);
 }
 
+/* How long a stream that takes no piece keeps its page from being reused
+ * (page_open): an ordinary client takes a 64 KiB piece within
+ * milliseconds (a 600-900 KB value streamed in 8 ms median, 73 ms at most
+ * under a churning disk), while the disk may turn a page over every 30 ms.
+ * Two seconds is the slow-kick rule's "took no byte for 2 s"
+ * (ext_io.c): a client that idle is slow, and only its own value is cut
+ * when its page goes; it holds a page no longer than that. */
+#define STREAM_PIN_IDLE_S 2u
+
+static uint16_t clock_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint16_t)ts.tv_sec;
+}
+
+static bool stream_holds(struct page *p, uint16_t now)
+{
+    return atomic_load_explicit(&p->streams, memory_order_relaxed) &&
+           (uint16_t)(now - atomic_load_explicit(&p->stream_at, memory_order_relaxed)) < STREAM_PIN_IDLE_S;
+}
+
+bool ext_stream_pin(struct extstore *e, const struct ext_locator *loc)
+{
+    uint32_t id = ext_loc_page(loc);
+    if (id >= e->npages) return false;
+    struct page *p = &e->pages[id];
+    pthread_mutex_lock(&e->lock);
+    bool ok = version_holds(p, ext_loc_version(loc));
+    if (ok) {
+        atomic_store_explicit(&p->stream_at, clock_s(), memory_order_relaxed);
+        atomic_fetch_add_explicit(&p->streams, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return ok;
+}
+
+void ext_stream_touch(struct extstore *e, uint32_t page)
+{
+    if (page < e->npages) atomic_store_explicit(&e->pages[page].stream_at, clock_s(), memory_order_relaxed);
+}
+
+void ext_stream_unpin(struct extstore *e, uint32_t page)
+{
+    if (page < e->npages) atomic_fetch_sub_explicit(&e->pages[page].streams, 1, memory_order_relaxed);
+}
+
 /* A page for bucket b: a free one, else the oldest closed one, evicted.
  * Writes its header block. Lock held. */
 static int page_open(struct extstore *e, int b)
 {
     uint32_t id;
+    uint16_t now = clock_s();
     if (e->nfree > 0) {
-        id = e->free_list[--e->nfree];
+        /* a free page still read by a stream (its bytes stay until it is
+         * opened again) only when every free page is */
+        uint32_t at = e->nfree - 1;
+        while (at > 0 && stream_holds(&e->pages[e->free_list[at]], now)) at--;
+        if (stream_holds(&e->pages[e->free_list[at]], now)) at = e->nfree - 1;
+        id = e->free_list[at];
+        e->free_list[at] = e->free_list[--e->nfree];
         add(&e->stats.pages_free, -1);
     } else {
-        int64_t oldest = -1;
+        /* the oldest closed page no stream is reading; the oldest of all
+         * when streams read every one (their values are cut: a write never
+         * waits for a reader) */
+        int64_t oldest = -1, oldest_unheld = -1;
         for (uint32_t i = 0; i < e->npages; i++) {
-            const struct page *p = &e->pages[i];
-            if (p->bucket < 0 && !p->is_free && (oldest < 0 || p->seq < e->pages[oldest].seq)) oldest = i;
+            struct page *p = &e->pages[i];
+            if (p->bucket >= 0 || p->is_free) continue;
+            if (oldest < 0 || p->seq < e->pages[oldest].seq) oldest = i;
+            if (!stream_holds(p, now) && (oldest_unheld < 0 || p->seq < e->pages[oldest_unheld].seq)) oldest_unheld = i;
         }
         if (oldest < 0) return -ENOSPC;    /* every page is open in a bucket */
-        id = (uint32_t)oldest;
+        id = (uint32_t)(oldest_unheld >= 0 ? oldest_unheld : oldest);
         page_reset(e, &e->pages[id], true);
         /* memcached's eviction frees the page too, and counts it there */
         add(&e->stats.pages_reclaimed, 1);

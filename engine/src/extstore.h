@@ -198,6 +198,19 @@ enum ext_read_result ext_read_finish(struct extstore *e, const struct ext_read_o
 enum ext_read_result ext_read_range(struct extstore *e, const struct ext_locator *loc, uint32_t nkey,
                                     uint32_t nval, uint32_t voff, uint32_t len, char *abuf,
                                     uint64_t abuf_cap, const char **piece);
+/* A value sent in pieces (ext_io.c) reads each piece from its record's
+ * page as its client takes the one before; ext_stream_pin keeps that page
+ * from being evicted or reopened meanwhile: a new page is the oldest one
+ * no stream holds, and a page whose streams all took no piece for
+ * STREAM_PIN_IDLE_S (2 s) is held no more, so a slow client holds its own
+ * value's page, for a bounded time, never the disk. When streams hold every
+ * page, the oldest goes anyway: a write never waits for a reader. Pin after
+ * the checked read and before the first byte is sent: false means the
+ * page went in between (the value is then a clean miss). Touch on each
+ * later piece; unpin (page id, ext_loc_page) when the stream ends. */
+bool ext_stream_pin(struct extstore *e, const struct ext_locator *loc);
+void ext_stream_touch(struct extstore *e, uint32_t page);
+void ext_stream_unpin(struct extstore *e, uint32_t page);
 /* The buffer a read of a record of up to max_nkey and max_nval bytes needs:
  * the record, rounded out to EXT_ALIGN at both ends (engine/README.md's
  * r(I) = align_up(I + 266, 4 KiB) + 4 KiB for 250-byte keys). */

@@ -158,9 +158,9 @@ const (
 	// ExtstoreBackgroundThreads: the flusher and the compactor (the IO
 	// threads are counted apart).
 	ExtstoreBackgroundThreads = 2
-	// ExtstorePageTableBytes per page of the file: its struct page (72
-	// bytes) and its free-list slot (4).
-	ExtstorePageTableBytes = 72 + 4
+	// ExtstorePageTableBytes per page of the file: its struct page (88
+	// bytes, with its stream pins) and its free-list slot (4).
+	ExtstorePageTableBytes = 88 + 4
 	// ExtstoreRecordOverhead is what a record adds to its value on disk:
 	// its 16-byte header and the key (at most 250 bytes).
 	ExtstoreRecordOverhead = 16 + 250

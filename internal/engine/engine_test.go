@@ -256,7 +256,7 @@ func TestExtstoreMemoryBudget(t *testing.T) {
 	// file, 143 pages of 64Mi): 3 write buffers of 4Mi + the 4Ki header
 	// block; the flusher's 1Mi copy buffer; the IO thread's and each
 	// worker's 1Mi value buffer and read buffer of 1Mi + 266 bytes rounded
-	// out to 1Mi + 8Ki, 3 x (2Mi + 8Ki); 143 x 68 bytes of page table; the
+	// out to 1Mi + 8Ki, 3 x (2Mi + 8Ki); 143 x 92 bytes of page table; the
 	// flusher's and the IO thread's stacks, 2 x 2Mi. Total 23Mi + 28Ki + 9724.
 	s := spec(func(s *cachev1alpha1.CacheSpec) {
 		s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("10Gi")}
@@ -264,8 +264,8 @@ func TestExtstoreMemoryBudget(t *testing.T) {
 	b := Budget(s, current)
 	// 4 x 4Mi of write buffers + 4Ki, the flusher's 1Mi, 8 read buffers of
 	// 1Mi+8Ki for the IO thread, 2 workers x (1Mi + 1Mi+8Ki + 64 x 33Ki of
-	// their own reads), 143 pages x 76 B, 3 stacks of 2Mi.
-	if want := int64(35<<20 + 84<<10 + 2*64*33<<10 + 143*76); b.Extstore != want {
+	// their own reads), 143 pages x 92 B, 3 stacks of 2Mi.
+	if want := int64(35<<20 + 84<<10 + 2*64*33<<10 + 143*92); b.Extstore != want {
 		t.Fatalf("extstore memory %d, want %d", b.Extstore, want)
 	}
 	// 305.1Mi + 39.1Mi + 94.6Ki + 824Ki + 1Mi (the miss-ratio curve and
@@ -279,12 +279,12 @@ func TestExtstoreMemoryBudget(t *testing.T) {
 	s.Extstore.IOThreads = ptr.To(int32(4))
 	s.Memory = resource.MustParse("64Mi")
 	s.Engine.MaxItemSize = ptr.To(resource.MustParse("2Mi"))
-	if got, want := ExtstoreBytes(s), int64(16<<20+4<<10+2<<20+32*(2<<20+8<<10)+2*(4<<20+8<<10+64*33<<10)+143*76+6*(2<<20)); got != want {
+	if got, want := ExtstoreBytes(s), int64(16<<20+4<<10+2<<20+32*(2<<20+8<<10)+2*(4<<20+8<<10+64*33<<10)+143*92+6*(2<<20)); got != want {
 		t.Fatalf("extstore memory with 4 IO threads %d, want %d", got, want)
 	}
 	// Every worker may read an item on disk back: more workers, more memory.
 	s.Engine.Threads = ptr.To(int32(4))
-	if got, want := ExtstoreBytes(s), int64(16<<20+4<<10+2<<20+32*(2<<20+8<<10)+4*(4<<20+8<<10+64*33<<10)+143*76+6*(2<<20)); got != want {
+	if got, want := ExtstoreBytes(s), int64(16<<20+4<<10+2<<20+32*(2<<20+8<<10)+4*(4<<20+8<<10+64*33<<10)+143*92+6*(2<<20)); got != want {
 		t.Fatalf("extstore memory with 4 workers %d, want %d", got, want)
 	}
 }

@@ -7,7 +7,8 @@
  * (refused for a page reused since the walk), and damage on disk (flipped
  * bits, a truncated file, a recycled page) read as a miss, never as a wrong
  * value, and a damaged piece footer costing the walk that piece only; the read split in two (prepare, then a read through io_uring, then
- * finish) as the IO threads do it. Values encode their key and
+ * finish) as the IO threads do it; a page a value is streamed from is
+ * reused last. Values encode their key and
  * version, so a value from the wrong record cannot pass for the right one.
  */
 #include "harness.h"
@@ -824,6 +825,78 @@ static void test_damaged_footer_costs_one_piece(void)
     }
 }
 
+/* A page a value is being streamed from (ext_stream_pin) is the last the
+ * disk reuses: the pages around it are evicted, it stays, and its records
+ * read as ever; unpinned, it goes as the oldest. When streams hold every
+ * closed page a write still gets one (the oldest): a writer never waits
+ * for a reader. */
+static void test_a_streamed_page_is_reused_last(void)
+{
+    char err[256] = "";
+    struct extstore *e = open_store(4, err);
+    CHECK(e != NULL);
+    if (!e) return;
+    enum { N = 600 };   /* ~1.2 MB into 4 pages of 64 KB: each reused many times */
+    static struct ext_locator loc[N];
+    char key[32], val[2000];
+    const struct ext_stats *s = ext_get_stats(e);
+    unsigned i = 0;
+    for (; i < 40; i++) {   /* the first page full and closed */
+        int nk = snprintf(key, sizeof(key), "st:%u", i);
+        make_value(val, sizeof(val), i, 3);
+        CHECK(ext_write(e, EXT_BUCKET_DEFAULT, key, (uint32_t)nk, val, sizeof(val), &loc[i]) == 0);
+    }
+    ext_flush(e, EXT_BUCKET_DEFAULT);
+    CHECK(ext_loc_page(&loc[0]) != ext_loc_page(&loc[39]));
+    CHECK(ext_stream_pin(e, &loc[0]));
+    uint32_t pinned = ext_loc_page(&loc[0]);
+    for (; i < 300; i++) {
+        int nk = snprintf(key, sizeof(key), "st:%u", i);
+        make_value(val, sizeof(val), i, 3);
+        CHECK(ext_write(e, EXT_BUCKET_DEFAULT, key, (uint32_t)nk, val, sizeof(val), &loc[i]) == 0);
+    }
+    uint64_t evicted = atomic_load(&s->pages_evicted);
+    CHECK(evicted >= 4);
+    /* the pinned page kept its records; one written after it did not */
+    CHECK(ext_check(e, &loc[0]));
+    char got[2000];
+    snprintf(key, sizeof(key), "st:%u", 0);
+    make_value(val, sizeof(val), 0, 3);
+    CHECK(ext_read(e, &loc[0], key, 4, got, sizeof(got)) == EXT_HIT && !memcmp(got, val, sizeof(val)));
+    CHECK(!ext_check(e, &loc[39]));
+    /* a pin of a page that went is refused: the stream is a clean miss */
+    CHECK(!ext_stream_pin(e, &loc[39]));
+
+    /* unpinned, it is the oldest closed page: the next page needed is it */
+    ext_stream_unpin(e, pinned);
+    for (; i < 340 && ext_check(e, &loc[0]); i++) {
+        int nk = snprintf(key, sizeof(key), "st:%u", i);
+        make_value(val, sizeof(val), i, 3);
+        CHECK(ext_write(e, EXT_BUCKET_DEFAULT, key, (uint32_t)nk, val, sizeof(val), &loc[i]) == 0);
+    }
+    CHECK(!ext_check(e, &loc[0]));
+    CHECK_EQ_U64(atomic_load(&s->pages_evicted), evicted + 1);
+
+    /* every closed page held by a stream: writes go on, evicting the oldest */
+    unsigned held[4], nheld = 0;
+    for (unsigned k = 0; k < i; k++) {
+        uint32_t pg = ext_loc_page(&loc[k]);
+        bool seen = false;
+        for (unsigned h = 0; h < nheld; h++) seen |= held[h] == pg;
+        if (!seen && ext_check(e, &loc[k]) && ext_stream_pin(e, &loc[k])) held[nheld++] = pg;
+    }
+    CHECK(nheld >= 3);
+    evicted = atomic_load(&s->pages_evicted);
+    for (unsigned k = i; i < k + 100; i++) {
+        int nk = snprintf(key, sizeof(key), "st:%u", i);
+        make_value(val, sizeof(val), i, 3);
+        CHECK(ext_write(e, EXT_BUCKET_DEFAULT, key, (uint32_t)nk, val, sizeof(val), &loc[i]) == 0);
+    }
+    CHECK(atomic_load(&s->pages_evicted) > evicted);
+    for (unsigned h = 0; h < nheld; h++) ext_stream_unpin(e, held[h]);
+    ext_close(e);
+}
+
 int main(void)
 {
     /* beside the binary: a real filesystem (O_DIRECT), not a tmpfs */
@@ -851,6 +924,7 @@ int main(void)
     unlink(path); TEST(test_drop_with_a_stale_version_is_refused);
     unlink(path); TEST(test_pick_honours_max_frag);
     unlink(path); TEST(test_damaged_footer_costs_one_piece);
+    unlink(path); TEST(test_a_streamed_page_is_reused_last);
     unlink(path);
     rmdir(dir);
     return harness_finish();
