@@ -253,11 +253,7 @@ func TestExtstoreMemoryBudget(t *testing.T) {
 		t.Fatalf("extstore memory without extstore: %d", base.Extstore)
 	}
 	// One IO thread, two workers, maxItemSize 1Mi, a 10Gi claim (9152Mi
-	// file, 143 pages of 64Mi): 3 write buffers of 4Mi + the 4Ki header
-	// block; the flusher's 1Mi copy buffer; the IO thread's and each
-	// worker's 1Mi value buffer and read buffer of 1Mi + 266 bytes rounded
-	// out to 1Mi + 8Ki, 3 x (2Mi + 8Ki); 143 x 92 bytes of page table; the
-	// flusher's and the IO thread's stacks, 2 x 2Mi. Total 23Mi + 28Ki + 9724.
+	// file, 143 pages of 64Mi); the terms are spelled out at the check.
 	s := spec(func(s *cachev1alpha1.CacheSpec) {
 		s.Extstore = &cachev1alpha1.ExtstoreSpec{Size: resource.MustParse("10Gi")}
 	})
