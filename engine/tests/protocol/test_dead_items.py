@@ -1,0 +1,165 @@
+"""A request that finds an expired or flushed item takes it out of the cache at
+once, as memcached 1.6.45's do_item_get does (do_item_unlink, then
+get_expired/get_flushed): `curr_items` and `bytes` fall right then, not when a
+background pass (cachetd's cleaner, memcached's LRU maintainer and crawler)
+gets to it. cachetd's lock-free GET used to count the miss and leave the item
+linked until the cleaner's next sweep, up to a minute later, so `stats`, and
+the operator's metrics read from it, counted items every GET already missed on.
+
+Why the tests are built this way:
+- Every command that looks a key up is sent once at a dead item, each followed
+  by `stats` in the same write, so the worker answers the request and the stats
+  in one turn: `curr_items` must have fallen by exactly one at each step.
+- A background pass taking a dead item away first would make the numbers fall
+  without the request's help. Both servers count such a pass in `reclaimed`
+  (memcached's crawler in `crawler_reclaimed`), and an unlink by a request in
+  neither. So a run in which they moved proves nothing: it is run again on a
+  fresh server (bounded); a run in which they did not is a real answer.
+- Immediate flush_all in memcached unlinks, at the flush, what was stored since
+  the second before it (item_flush_expired); older items leave lazily, on the
+  first request that finds them. The items are therefore aged three seconds of
+  the server's own clock (`uptime`) before the flush, so that the lazy path is
+  the one measured, in both servers.
+"""
+import time
+
+import pytest
+
+from conftest import stat
+
+VALUE = b"100"   # a number, so that incr and decr are not refused for the value
+# (name, request with {k} for the key, the reply's line when the key is absent)
+PROBES = [
+    ("get", b"get {k}\r\n", b"END"),
+    ("gets", b"gets {k}\r\n", b"END"),
+    ("get_multi", b"get {k} {k}-absent\r\n", b"END"),
+    ("mg", b"mg {k} v\r\n", b"EN"),
+    ("mg_no_flags", b"mg {k}\r\n", b"EN"),
+    ("mg_touch", b"mg {k} T30 v\r\n", b"EN"),
+    ("gat", b"gat 30 {k}\r\n", b"END"),
+    ("gats", b"gats 30 {k}\r\n", b"END"),
+    ("touch", b"touch {k} 30\r\n", b"NOT_FOUND"),
+    ("incr", b"incr {k} 1\r\n", b"NOT_FOUND"),
+    ("decr", b"decr {k} 1\r\n", b"NOT_FOUND"),
+    ("append", b"append {k} 0 0 1\r\nx\r\n", b"NOT_STORED"),
+    ("prepend", b"prepend {k} 0 0 1\r\nx\r\n", b"NOT_STORED"),
+    ("replace", b"replace {k} 0 0 1\r\nx\r\n", b"NOT_STORED"),
+    ("cas", b"cas {k} 0 0 1 1\r\nx\r\n", b"NOT_FOUND"),
+    ("delete", b"delete {k}\r\n", b"NOT_FOUND"),
+    ("md", b"md {k}\r\n", b"NF"),
+    ("ma", b"ma {k}\r\n", b"NF"),
+]
+ATTEMPTS = 4
+
+
+class Raced(Exception):
+    """A background pass reclaimed an item during the run."""
+
+
+def read_stats(c):
+    out = {}
+    while True:
+        line = c.line()
+        if line == b"END":
+            return out
+        assert line.startswith(b"STAT "), f"unexpected stats line {line!r}"
+        _, name, value = line.decode().split(" ", 2)
+        out[name] = value
+
+
+def background_reclaims(st):
+    return int(st.get("reclaimed", 0)) + int(st.get("crawler_reclaimed", 0))
+
+
+def probe(name, k):
+    return dict((n, req) for n, req, _ in PROBES)[name].replace(b"{k}", k.encode())
+
+
+def wait_uptime(c, seconds):
+    """Lets the server's own clock pass `seconds` (memcached's uptime is its
+    item clock); bounded."""
+    start = stat(c, "uptime")
+    deadline = time.monotonic() + seconds + 10
+    while stat(c, "uptime") < start + seconds:
+        assert time.monotonic() < deadline, "the server's clock did not move"
+        time.sleep(0.1)
+
+
+def poll_until_gone(c, k, seconds=10):
+    """Reads k until a read misses; returns that read's stats (same turn) and
+    the stats of the read before it, when k was still there."""
+    before = None
+    deadline = time.monotonic() + seconds
+    while True:
+        c.send(probe("get", k) + b"stats\r\n")
+        got = c.read_values()
+        st = read_stats(c)
+        if not got:
+            assert before is not None, f"{k} was gone before it should have been"
+            return before, st
+        before = st
+        assert time.monotonic() < deadline, f"{k} did not go within {seconds} s"
+        time.sleep(0.001)
+
+
+def run_once(c, how):
+    keys = {name: f"{how.replace(' ', '_')}-{name}" for name, _, _ in PROBES}
+    ttl = 1 if how == "expired" else 0
+    # get's key last: it tells when the items are gone, and none goes after it
+    order = [keys[n] for n in keys if n != "get"] + [keys["get"]]
+    c.send(b"".join(f"set {k} 0 {ttl} {len(VALUE)}\r\n".encode() + VALUE + b"\r\n" for k in order))
+    for _ in keys:
+        assert c.line() == b"STORED"
+    if how != "expired":
+        wait_uptime(c, 3)
+    base = c.stats()
+    assert int(base["curr_items"]) == len(keys), base["curr_items"]
+    reclaims = background_reclaims(base)
+
+    steps = []   # (what, the stats before, the stats after)
+    names = [n for n, _, _ in PROBES]
+    if how == "flushed":
+        batch = b"flush_all\r\n" + b"".join(probe(n, keys[n]) + b"stats\r\n" for n in names)
+        c.send(batch)
+        assert c.line() == b"OK"
+    else:
+        if how == "delayed flush":
+            assert c.cmd("flush_all 2") == b"OK"
+        # the first probe, get, is the one that finds the item gone
+        before, after = poll_until_gone(c, keys["get"])
+        steps.append(("get", before, after))
+        names = names[1:]
+        c.send(b"".join(probe(n, keys[n]) + b"stats\r\n" for n in names))
+    prev = steps[-1][2] if steps else base
+    for n in names:
+        expected = next(miss for name, _, miss in PROBES if name == n)
+        reply = c.line()
+        assert reply == expected, f"{n} on the {how} item: {reply!r}, expected {expected!r}"
+        st = read_stats(c)
+        steps.append((n, prev, st))
+        prev = st
+    if background_reclaims(c.stats()) != reclaims:
+        raise Raced()
+    kept = [f"{n}: curr_items {before['curr_items']} -> {after['curr_items']}, "
+            f"bytes {before['bytes']} -> {after['bytes']}"
+            for n, before, after in steps
+            if int(before["curr_items"]) - int(after["curr_items"]) != 1
+            or int(after["bytes"]) >= int(before["bytes"])]
+    assert not kept, f"requests that left the {how} item in: " + "; ".join(kept)
+    assert int(prev["curr_items"]) == 0 and int(prev["bytes"]) == 0, (prev["curr_items"], prev["bytes"])
+
+
+@pytest.mark.parametrize("how", ["expired", "flushed", "delayed flush"])
+def test_a_request_that_finds_a_dead_item_unlinks_it_at_once(start_server, how):
+    """Each command, on an expired, flushed (flush_all) or delayed-flushed
+    (flush_all 2) item: the miss, and curr_items and bytes falling in the same
+    turn. Fresh server per attempt: nothing else is stored."""
+    for attempt in range(ATTEMPTS):
+        srv = start_server()
+        with srv.conn() as c:
+            try:
+                run_once(c, how)
+                return
+            except Raced:
+                print(f"attempt {attempt}: a background pass reclaimed an item first; again")
+    pytest.fail(f"a background pass reclaimed an item in each of {ATTEMPTS} runs: nothing measured")
