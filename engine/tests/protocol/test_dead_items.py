@@ -163,3 +163,52 @@ def test_a_request_that_finds_a_dead_item_unlinks_it_at_once(start_server, how):
             except Raced:
                 print(f"attempt {attempt}: a background pass reclaimed an item first; again")
     pytest.fail(f"a background pass reclaimed an item in each of {ATTEMPTS} runs: nothing measured")
+
+
+@pytest.mark.parametrize("how", ["flushed", pytest.param("expired", marks=pytest.mark.test_hooks)])
+def test_a_dead_item_on_disk_gives_its_disk_record_back_at_the_request(start_server, tmp_path, how):
+    """extstore: an item whose value is on disk (cachetd: a stub; memcached: an
+    item header), flushed or expired, and then read: its record on disk is
+    released in the same turn (extstore_objects_used falls by one), as
+    memcached's do_item_get does with STORAGE_delete. `expired` moves the
+    clock of a test build past the TTL (memcached's release build has none)."""
+    from test_extstore import big, start_ext, store_targets, wait_written
+    keys = [f"disk-{how}-{n}" for n in ("get", "gets", "mg", "get_multi")]
+    for attempt in range(ATTEMPTS):
+        (tmp_path / f"{attempt}").mkdir()
+        srv = start_ext(start_server, tmp_path / f"{attempt}", extra_opts="ext_item_age=1")
+        with srv.conn() as c:
+            ttl = 100 if how == "expired" else 0
+            for k in keys:
+                assert c.store("set", k, big(k), exptime=ttl) == b"STORED"
+            wait_written(c, len(keys))   # moves a test build's clock by ext_item_age + 1
+            if how == "flushed":
+                wait_uptime(c, 3)   # older than memcached's flush-time unlink (see above)
+            base = c.stats()
+            assert int(base["curr_items"]) == len(keys) == int(base["extstore_objects_used"]), base
+            reclaims = background_reclaims(base)
+            hide = b"flush_all\r\n" if how == "flushed" else b"debugtime %d\r\n" % (ttl + 1)
+            c.send(hide + b"".join((b"get %s %s-absent\r\n" % (k.encode(), k.encode()) if k.endswith("multi")
+                                    else b"%s %s%s\r\n" % (k.rsplit("-", 1)[1].encode(), k.encode(),
+                                                           b" v" if k.endswith("mg") else b""))
+                                   + b"stats\r\n" for k in keys))
+            assert c.line() == b"OK"
+            steps, prev = [], base
+            for k in keys:
+                reply = c.line()
+                assert reply == (b"EN" if k.endswith("mg") else b"END"), (k, reply)
+                st = read_stats(c)
+                steps.append((k, prev, st))
+                prev = st
+            if background_reclaims(c.stats()) != reclaims:
+                print(f"attempt {attempt}: a background pass reclaimed an item first; again")
+                continue
+            kept = [f"{k}: curr_items {b['curr_items']} -> {a['curr_items']}, extstore_objects_used "
+                    f"{b['extstore_objects_used']} -> {a['extstore_objects_used']}"
+                    for k, b, a in steps
+                    if int(b["curr_items"]) - int(a["curr_items"]) != 1
+                    or int(b["extstore_objects_used"]) - int(a["extstore_objects_used"]) != 1]
+            assert not kept, f"reads that left the {how} disk item in: " + "; ".join(kept)
+        srv.check_healthy()
+        return
+    pytest.fail(f"a background pass reclaimed an item in each of {ATTEMPTS} runs: nothing measured")
