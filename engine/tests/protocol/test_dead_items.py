@@ -26,6 +26,7 @@ import time
 import pytest
 
 from conftest import stat
+from test_extstore import big, start_ext, wait_written
 
 VALUE = b"100"   # a number, so that incr and decr are not refused for the value
 # (name, request with {k} for the key, the reply's line when the key is absent)
@@ -35,6 +36,7 @@ PROBES = [
     ("get_multi", b"get {k} {k}-absent\r\n", b"END"),
     ("mg", b"mg {k} v\r\n", b"EN"),
     ("mg_no_flags", b"mg {k}\r\n", b"EN"),
+    ("mg_no_bump", b"mg {k} u\r\n", b"EN"),
     ("mg_touch", b"mg {k} T30 v\r\n", b"EN"),
     ("gat", b"gat 30 {k}\r\n", b"END"),
     ("gats", b"gats 30 {k}\r\n", b"END"),
@@ -56,23 +58,16 @@ class Raced(Exception):
     """A background pass reclaimed an item during the run."""
 
 
-def read_stats(c):
-    out = {}
-    while True:
-        line = c.line()
-        if line == b"END":
-            return out
-        assert line.startswith(b"STAT "), f"unexpected stats line {line!r}"
-        _, name, value = line.decode().split(" ", 2)
-        out[name] = value
-
-
 def background_reclaims(st):
     return int(st.get("reclaimed", 0)) + int(st.get("crawler_reclaimed", 0))
 
 
 def probe(name, k):
-    return dict((n, req) for n, req, _ in PROBES)[name].replace(b"{k}", k.encode())
+    return next(req for n, req, _ in PROBES if n == name).replace(b"{k}", k.encode())
+
+
+def miss_reply(name):
+    return next(miss for n, _, miss in PROBES if n == name)
 
 
 def wait_uptime(c, seconds):
@@ -85,18 +80,24 @@ def wait_uptime(c, seconds):
         time.sleep(0.1)
 
 
-def poll_until_gone(c, k, seconds=10):
+# What tells the test the items are gone: a read that does not bump the item.
+# Hits that bump keep memcached's LRU maintainer busy (it shortens its sleeps
+# while they make work for it), and it then took the flushed items from the
+# LRU tails the moment a delayed flush took effect, before any request did.
+SENTINEL = "mg_no_bump"
+
+
+def poll_until_gone(c, k, before, seconds=10):
     """Reads k until a read misses; returns that read's stats (same turn) and
-    the stats of the read before it, when k was still there."""
-    before = None
+    those of the read before it (`before`, the caller's, if the first missed)."""
     deadline = time.monotonic() + seconds
     while True:
-        c.send(probe("get", k) + b"stats\r\n")
-        got = c.read_values()
-        st = read_stats(c)
-        if not got:
-            assert before is not None, f"{k} was gone before it should have been"
+        c.send(probe(SENTINEL, k) + b"stats\r\n")
+        reply = c.line()
+        st = c.read_stats()
+        if reply == miss_reply(SENTINEL):
             return before, st
+        assert reply == b"HD", f"{k}: {reply!r}"
         before = st
         assert time.monotonic() < deadline, f"{k} did not go within {seconds} s"
         time.sleep(0.001)
@@ -105,8 +106,8 @@ def poll_until_gone(c, k, seconds=10):
 def run_once(c, how):
     keys = {name: f"{how.replace(' ', '_')}-{name}" for name, _, _ in PROBES}
     ttl = 1 if how == "expired" else 0
-    # get's key last: it tells when the items are gone, and none goes after it
-    order = [keys[n] for n in keys if n != "get"] + [keys["get"]]
+    # the sentinel's key last: it tells when the items are gone, and none goes after it
+    order = [keys[n] for n in keys if n != SENTINEL] + [keys[SENTINEL]]
     c.send(b"".join(f"set {k} 0 {ttl} {len(VALUE)}\r\n".encode() + VALUE + b"\r\n" for k in order))
     for _ in keys:
         assert c.line() == b"STORED"
@@ -125,17 +126,16 @@ def run_once(c, how):
     else:
         if how == "delayed flush":
             assert c.cmd("flush_all 2") == b"OK"
-        # the first probe, get, is the one that finds the item gone
-        before, after = poll_until_gone(c, keys["get"])
-        steps.append(("get", before, after))
-        names = names[1:]
+        before, after = poll_until_gone(c, keys[SENTINEL], base)
+        steps.append((SENTINEL, before, after))
+        names.remove(SENTINEL)
         c.send(b"".join(probe(n, keys[n]) + b"stats\r\n" for n in names))
     prev = steps[-1][2] if steps else base
     for n in names:
-        expected = next(miss for name, _, miss in PROBES if name == n)
+        expected = miss_reply(n)
         reply = c.line()
         assert reply == expected, f"{n} on the {how} item: {reply!r}, expected {expected!r}"
-        st = read_stats(c)
+        st = c.read_stats()
         steps.append((n, prev, st))
         prev = st
     if background_reclaims(c.stats()) != reclaims:
@@ -172,14 +172,13 @@ def test_a_dead_item_on_disk_gives_its_disk_record_back_at_the_request(start_ser
     released in the same turn (extstore_objects_used falls by one), as
     memcached's do_item_get does with STORAGE_delete. `expired` moves the
     clock of a test build past the TTL (memcached's release build has none)."""
-    from test_extstore import big, start_ext, store_targets, wait_written
-    keys = [f"disk-{how}-{n}" for n in ("get", "gets", "mg", "get_multi")]
+    keys = {n: f"disk-{how}-{n}" for n in ("get", "gets", "mg", "get_multi")}
     for attempt in range(ATTEMPTS):
         (tmp_path / f"{attempt}").mkdir()
         srv = start_ext(start_server, tmp_path / f"{attempt}", extra_opts="ext_item_age=1")
         with srv.conn() as c:
             ttl = 100 if how == "expired" else 0
-            for k in keys:
+            for k in keys.values():
                 assert c.store("set", k, big(k), exptime=ttl) == b"STORED"
             wait_written(c, len(keys))   # moves a test build's clock by ext_item_age + 1
             if how == "flushed":
@@ -188,17 +187,14 @@ def test_a_dead_item_on_disk_gives_its_disk_record_back_at_the_request(start_ser
             assert int(base["curr_items"]) == len(keys) == int(base["extstore_objects_used"]), base
             reclaims = background_reclaims(base)
             hide = b"flush_all\r\n" if how == "flushed" else b"debugtime %d\r\n" % (ttl + 1)
-            c.send(hide + b"".join((b"get %s %s-absent\r\n" % (k.encode(), k.encode()) if k.endswith("multi")
-                                    else b"%s %s%s\r\n" % (k.rsplit("-", 1)[1].encode(), k.encode(),
-                                                           b" v" if k.endswith("mg") else b""))
-                                   + b"stats\r\n" for k in keys))
+            c.send(hide + b"".join(probe(n, k) + b"stats\r\n" for n, k in keys.items()))
             assert c.line() == b"OK"
             steps, prev = [], base
-            for k in keys:
+            for n in keys:
                 reply = c.line()
-                assert reply == (b"EN" if k.endswith("mg") else b"END"), (k, reply)
-                st = read_stats(c)
-                steps.append((k, prev, st))
+                assert reply == miss_reply(n), (n, reply)
+                st = c.read_stats()
+                steps.append((n, prev, st))
                 prev = st
             if background_reclaims(c.stats()) != reclaims:
                 print(f"attempt {attempt}: a background pass reclaimed an item first; again")
