@@ -21,6 +21,9 @@ client (each GET then pays a whole loop turn: epoll_wait, read, send).
 CALLGRIND_JSON=PATH also writes the figures there (make bench-engine TLS=1
 reads them).
 
+CALLGRIND_MISS=1 asks for keys never stored instead: what a plain miss costs
+(the lookup finds nothing), the path a dead item's miss leaves alone.
+
 CALLGRIND_TLS=CERT,KEY serves -Z with that certificate and talks TLS (Python
 `ssl`; a batch is one sendall, so one record of requests, as the bench's
 generator sends). The binary may also be memcached (1.6.45's TLS build for
@@ -48,6 +51,7 @@ BATCH = int(os.environ.get("CALLGRIND_BATCH", "100"))  # 1: one GET per turn, un
 PARTS = ("storage_get_hashed", "parse_request", "get_keys")
 PORT = int(os.environ.get("CALLGRIND_PORT", "21987"))  # loopback, inside the test port range
 TLS = os.environ.get("CALLGRIND_TLS", "")  # CERT,KEY: serve -Z and speak TLS
+MISS = os.environ.get("CALLGRIND_MISS") == "1"  # GETs of keys never stored
 TLS_OBJECTS = ("libcrypto", "libssl")
 
 
@@ -106,9 +110,10 @@ def run(binary, gets, out):
         s.sendall(b"mn\r\n")
         read_until(s, b"", b"MN\r\n", 1)
         for start in range(0, gets, BATCH):
-            s.sendall(b"".join(b"get k%d\r\n" % ((start + i) % KEYS) for i in range(BATCH)))
+            prefix = b"m" if MISS else b"k"
+            s.sendall(b"".join(b"get %s%d\r\n" % (prefix, (start + i) % KEYS) for i in range(BATCH)))
             buf = read_until(s, b"", b"END\r\n", BATCH)
-            assert buf.count(b"VALUE ") == BATCH, "a GET missed"
+            assert buf.count(b"VALUE ") == (0 if MISS else BATCH), "a GET missed" if not MISS else "a GET hit"
         s.close()
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -144,7 +149,7 @@ def main():
         t1, s1 = run(binary, gets, os.path.join(d, "one.out"))
         t2, s2 = run(binary, 2 * gets, os.path.join(d, "two.out"))
     whole, tls = (t2 - t1) / gets, (s2["tls_libraries"] - s1["tls_libraries"]) / gets
-    print(f"{binary}: {whole:.1f} instructions per GET (whole process), "
+    print(f"{binary}: {whole:.1f} instructions per GET{' (misses)' if MISS else ''} (whole process), "
           + ", ".join(f"{(s2[fn] - s1[fn]) / gets:.1f} in {fn}" for fn in PARTS if s2[fn] or s1[fn])
           + f"; {tls:.1f} in libcrypto+libssl, {whole - tls:.1f} elsewhere"
           + (" (TLS)" if TLS else ""))

@@ -792,12 +792,39 @@ size_t item_view_pieces(const struct item_view *v, size_t skip, struct iovec *io
     return 1;
 }
 
+/* memcached's get_flushed or get_expired, for a miss on a dead item */
+static void count_dead_miss(storage_thread *t, item *dead, rel_time_t now)
+{
+    if (item_is_flushed(dead, now)) STAT_INC(t, get_flushed);
+    else STAT_INC(t, get_expired);
+}
+
 static void count_miss(storage_thread *t, item *it, rel_time_t now)
 {
     STAT_INC(t, get_misses);
-    if (!it) return;
-    if (item_is_flushed(it, now)) STAT_INC(t, get_flushed);
-    else STAT_INC(t, get_expired);
+    if (it) count_dead_miss(t, it, now);
+}
+
+/* A lock-free GET that found an expired or flushed item: counts the miss's
+ * kind, leaves the read section, and takes the item out, as memcached's
+ * do_item_get does: curr_items, bytes and a stub's disk record go at once, not
+ * at the cleaner's next sweep (up to SWEEP_INTERVAL later); the chunk then
+ * waits for the cleaner like a deleted one. The stripe lock is taken after
+ * the read section: a stripe-lock holder may not be waited for inside one.
+ * So `dead` may have been reclaimed and reused by then, and is only compared:
+ * the key's current item goes if it is still that one and still dead (if the
+ * chunk now holds a newer item with the key that is dead too, it had to go
+ * anyway; a live one stays). Cold and out of line: a hit and a plain miss pay
+ * nothing for it. */
+static __attribute__((noinline, cold)) void miss_on_dead_item(storage_thread *t, const char *key, size_t nkey,
+                                                              uint32_t hv, item *dead, rel_time_t now)
+{
+    count_dead_miss(t, dead, now);
+    epoch_exit(t);
+    stripe_lock(hv);
+    item *it = assoc_find_locked(key, nkey, hv);
+    if (it == dead && !item_is_live_in(it, time_view_now())) item_unlink_locked(it, hv);
+    stripe_unlock(hv);
 }
 
 /* The locked GET: touch (gat, mg T), vivify (mg N), recache (mg R) and win
@@ -945,8 +972,9 @@ bool storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uint32_
     item *it = assoc_find(t, key, nkey, hv);
     struct time_view tv = time_view_now();
     if (!it || !item_is_live_in(it, tv)) {
-        count_miss(t, it, tv.now);
-        epoch_exit(t);
+        STAT_INC(t, get_misses);
+        if (it) miss_on_dead_item(t, key, nkey, hv, it, tv.now);
+        else epoch_exit(t);
         mrc_get(t, hv, key, nkey, 0);
         slabs_gain_missed(hv);
         return false;

@@ -193,6 +193,10 @@ class Conn:
 
     def stats(self, sub=""):
         self.send(f"stats{(' ' + sub) if sub else ''}\r\n".encode())
+        return self.read_stats()
+
+    def read_stats(self):
+        """The reply of a stats request already sent (one pipelined behind others)."""
         out = {}
         while True:
             line = self.line()
