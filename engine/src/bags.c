@@ -373,17 +373,22 @@ static void move_to_alt(struct lru *l, struct bag *b, item *prev, item *it)
 
 enum fate { KEEP, REMOVED, BUSY };
 
-/* Unlinks a linked item for eviction/expiry. Returns false if its stripe was
+/* Unlinks a linked item for eviction/expiry. UNLINK_BUSY if its stripe was
  * busy (we never wait for a stripe while holding the class lock on the
- * eviction path; the cleaner may). */
-static bool unlink_for_reclaim(item *it, bool wait)
+ * eviction path; the cleaner may); UNLINK_ALREADY if a request unlinked it
+ * between the caller's unlocked look and the stripe lock (a GET that found it
+ * dead, a delete, a store over it): it leaves the bag all the same, but that
+ * request already counted it, so no eviction or reclaim is counted twice. */
+enum unlink_result { UNLINK_BUSY, UNLINK_DONE, UNLINK_ALREADY };
+static enum unlink_result unlink_for_reclaim(item *it, bool wait)
 {
     uint32_t hv = hash_key(item_key(it), item_nkey(it));
     if (wait) stripe_lock(hv);
-    else if (!stripe_trylock(hv)) return false;
-    if (item_fl(it) & ITEM_LINKED) item_unlink_locked(it, hv);
+    else if (!stripe_trylock(hv)) return UNLINK_BUSY;
+    bool linked = item_fl(it) & ITEM_LINKED;
+    if (linked) item_unlink_locked(it, hv);
     stripe_unlock(hv);
-    return true;
+    return linked ? UNLINK_DONE : UNLINK_ALREADY;
 }
 
 /* Dead or invalid items leave the bag; returns their fate. */
@@ -397,14 +402,15 @@ static enum fate reclaim_if_dead(struct bag *b, item *prev, item *it, int clsid,
         bool live = item_is_live(it, now);
         if (live && !ext_hooks()->stub_orphaned(it)) return KEEP;
         bool unfetched = !(atomic_load_explicit(&it->bag, memory_order_relaxed) & ITEM_FETCHED_BIT);
-        if (!unlink_for_reclaim(it, wait)) return BUSY;
+        enum unlink_result u = unlink_for_reclaim(it, wait);
+        if (u == UNLINK_BUSY) return BUSY;
         /* memcached's reclaimed and expired_unfetched: an expired or
          * flushed item whose memory the LRU takes back (and an orphaned
          * stub, which memcached's crawler reclaims). A deleted or replaced
          * one is not counted: it left when it was unlinked. */
         struct class_stats *cs = &g_class_stats[clsid];
-        atomic_fetch_add_explicit(&cs->reclaimed, 1, memory_order_relaxed);
-        if (!live) {
+        if (u == UNLINK_DONE) atomic_fetch_add_explicit(&cs->reclaimed, 1, memory_order_relaxed);
+        if (u == UNLINK_DONE && !live) {
             if (unfetched) atomic_fetch_add_explicit(&cs->expired_unfetched, 1, memory_order_relaxed);
             if (!item_is_flushed(it, now)) atomic_fetch_add_explicit(&cs->expired, 1, memory_order_relaxed);
         }
@@ -856,11 +862,14 @@ int bags_evict(storage_thread *t, int clsid)
              * The bags keep no LRU per TTL; the TTL left at the item's last
              * store or touch says the same. */
             if (g_cfg.temp_lru && exp != 0 && exp > last && exp - last <= g_cfg.temporary_ttl) { prev = it; continue; }
-            if (!unlink_for_reclaim(it, false)) { prev = it; continue; }
+            enum unlink_result u = unlink_for_reclaim(it, false);
+            if (u == UNLINK_BUSY) { prev = it; continue; }
             bag_remove(l, b, prev, it);
             atomic_fetch_sub_explicit(&g_class_stats[clsid].dead_waiting, 1, memory_order_relaxed);
-            log_dropped_for_space(it, clsid, tag, exp, count_eviction(clsid, tag, last, exp));
-            slabs_gain_evicted(clsid, item_key(it), item_nkey(it));
+            if (u == UNLINK_DONE) {
+                log_dropped_for_space(it, clsid, tag, exp, count_eviction(clsid, tag, last, exp));
+                slabs_gain_evicted(clsid, item_key(it), item_nkey(it));
+            }
             limbo_push(&lb, it);
             freed++;
         }
@@ -1019,7 +1028,7 @@ void bags_purge(storage_thread *t, int clsid, const char *lo, const char *hi,
                     uint16_t tag = atomic_load_explicit(&it->bag, memory_order_relaxed);
                     rel_time_t last = atomic_load_explicit(&it->time, memory_order_relaxed);
                     rel_time_t exp = item_exptime(it);
-                    if (unlink_for_reclaim(it, true)) {
+                    if (unlink_for_reclaim(it, true) == UNLINK_DONE) {
                         atomic_fetch_add_explicit(&g_class_stats[clsid].reassign_evicted, 1, memory_order_relaxed);
                         log_dropped_for_space(it, clsid, tag, exp, count_eviction(clsid, tag, last, exp));
                     }

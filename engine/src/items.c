@@ -4,8 +4,10 @@
  * the meta protocol's vivify/recache/stale/win rules; chained values.
  *
  * Why every change builds a new item (copy-on-write) instead of editing in
- * place: a GET takes no lock, so it may be copying a value at the very moment
- * a writer changes it. Swapping in a complete new item with one release store
+ * place: a GET takes no lock (only one that finds its item expired or
+ * flushed takes the stripe lock, having copied nothing, to unlink it:
+ * miss_on_dead_item), so it may be copying a value at the very moment a
+ * writer changes it. Swapping in a complete new item with one release store
  * means a reader sees the old value or the new one, never a mix; incr/decr
  * and append/prepend pay one allocation and copy for that, which is what
  * memcached does for them anyway whenever the item is in use. The same
