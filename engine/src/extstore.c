@@ -371,7 +371,11 @@ static void page_free(struct extstore *e, uint32_t id)
  * under a churning disk), while the disk may turn a page over every 30 ms.
  * Two seconds is the slow-kick rule's "took no byte for 2 s"
  * (ext_io.c): a client that idle is slow, and only its own value is cut
- * when its page goes; it holds a page no longer than that. */
+ * when its page goes. The clock is in whole seconds, so a stream keeps its
+ * page for at least 2 s and less than 3 s after its last piece; a client
+ * that keeps taking pieces holds its value's page for as long as the value
+ * takes to send (a 1 MiB value, 16 pieces, up to ~48 s at that pace), and
+ * then only for its next value. */
 #define STREAM_PIN_IDLE_S 2u
 
 static uint16_t clock_s(void)
@@ -384,7 +388,7 @@ static uint16_t clock_s(void)
 static bool stream_holds(struct page *p, uint16_t now)
 {
     return atomic_load_explicit(&p->streams, memory_order_relaxed) &&
-           (uint16_t)(now - atomic_load_explicit(&p->stream_at, memory_order_relaxed)) < STREAM_PIN_IDLE_S;
+           (uint16_t)(now - atomic_load_explicit(&p->stream_at, memory_order_relaxed)) <= STREAM_PIN_IDLE_S;
 }
 
 bool ext_stream_pin(struct extstore *e, const struct ext_locator *loc)
@@ -418,26 +422,31 @@ static int page_open(struct extstore *e, int b)
 {
     uint32_t id;
     uint16_t now = clock_s();
-    if (e->nfree > 0) {
-        /* a free page still read by a stream (its bytes stay until it is
-         * opened again) only when every free page is */
-        uint32_t at = e->nfree - 1;
-        while (at > 0 && stream_holds(&e->pages[e->free_list[at]], now)) at--;
-        if (stream_holds(&e->pages[e->free_list[at]], now)) at = e->nfree - 1;
-        id = e->free_list[at];
-        e->free_list[at] = e->free_list[--e->nfree];
-        add(&e->stats.pages_free, -1);
-    } else {
-        /* the oldest closed page no stream is reading; the oldest of all
-         * when streams read every one (their values are cut: a write never
-         * waits for a reader) */
-        int64_t oldest = -1, oldest_unheld = -1;
+    /* A free page no stream reads; else the oldest closed page none reads,
+     * evicted (cold values lost to an eviction, as any cache loses them,
+     * rather than a value cut in the middle of its reply); only when streams
+     * read every candidate, a free page of theirs, else the oldest closed
+     * page: their values are cut, since a write never waits for a reader. A
+     * free page's bytes stay readable until it is opened again, which is why
+     * a stream can still be reading one. */
+    int64_t free_at = -1;
+    for (int64_t at = (int64_t)e->nfree - 1; at >= 0 && free_at < 0; at--)
+        if (!stream_holds(&e->pages[e->free_list[at]], now)) free_at = at;
+    int64_t oldest = -1, oldest_unheld = -1;
+    if (free_at < 0) {
         for (uint32_t i = 0; i < e->npages; i++) {
             struct page *p = &e->pages[i];
             if (p->bucket >= 0 || p->is_free) continue;
             if (oldest < 0 || p->seq < e->pages[oldest].seq) oldest = i;
             if (!stream_holds(p, now) && (oldest_unheld < 0 || p->seq < e->pages[oldest_unheld].seq)) oldest_unheld = i;
         }
+        if (oldest_unheld < 0 && e->nfree > 0) free_at = e->nfree - 1;
+    }
+    if (free_at >= 0) {
+        id = e->free_list[free_at];
+        e->free_list[free_at] = e->free_list[--e->nfree];
+        add(&e->stats.pages_free, -1);
+    } else {
         if (oldest < 0) return -ENOSPC;    /* every page is open in a bucket */
         id = (uint32_t)(oldest_unheld >= 0 ? oldest_unheld : oldest);
         page_reset(e, &e->pages[id], true);

@@ -200,11 +200,12 @@ enum ext_read_result ext_read_range(struct extstore *e, const struct ext_locator
                                     uint64_t abuf_cap, const char **piece);
 /* A value sent in pieces (ext_io.c) reads each piece from its record's
  * page as its client takes the one before; ext_stream_pin keeps that page
- * from being evicted or reopened meanwhile: a new page is the oldest one
- * no stream holds, and a page whose streams all took no piece for
- * STREAM_PIN_IDLE_S (2 s) is held no more, so a slow client holds its own
- * value's page, for a bounded time, never the disk. When streams hold every
- * page, the oldest goes anyway: a write never waits for a reader. Pin after
+ * from being evicted or reopened meanwhile: a new page is a free one no
+ * stream holds, else the oldest closed one no stream holds, and a page whose
+ * streams all took no piece for STREAM_PIN_IDLE_S (2 s, up to 3 in whole
+ * seconds) is held no more, so a slow client holds its own value's page
+ * while it sends, never the disk. When streams hold every page, one of
+ * theirs goes anyway: a write never waits for a reader. Pin after
  * the checked read and before the first byte is sent: false means the
  * page went in between (the value is then a clean miss). Touch on each
  * later piece; unpin (page id, ext_loc_page) when the stream ends. */

@@ -897,6 +897,47 @@ static void test_a_streamed_page_is_reused_last(void)
     ext_close(e);
 }
 
+/* A streamed record's page freed under it (its records deleted or replaced:
+ * a hot large value rewritten while clients read it) stays readable until it
+ * is opened again; while a closed page no stream holds can be evicted
+ * instead, the next page needed is that one, not the streamed free page. */
+static void test_a_streamed_free_page_is_taken_after_unheld_closed_pages(void)
+{
+    char err[256] = "";
+    struct extstore *e = open_store(4, err);
+    CHECK(e != NULL);
+    if (!e) return;
+    const struct ext_stats *s = ext_get_stats(e);
+    enum { N = 400 };
+    static struct ext_locator loc[N];
+    char key[32], val[2000], got[2000];
+    unsigned i = 0;
+    for (; i < N && atomic_load(&s->pages_free) > 0; i++) {   /* until no page is free */
+        int nk = snprintf(key, sizeof(key), "st:%u", i);
+        make_value(val, sizeof(val), i, 3);
+        CHECK(ext_write(e, EXT_BUCKET_DEFAULT, key, (uint32_t)nk, val, sizeof(val), &loc[i]) == 0);
+    }
+    ext_flush(e, EXT_BUCKET_DEFAULT);
+    uint32_t streamed = ext_loc_page(&loc[0]);
+    CHECK(ext_stream_pin(e, &loc[0]));
+    for (unsigned k = 0; k < i; k++)
+        if (ext_loc_page(&loc[k]) == streamed)
+            ext_delete(e, &loc[k], (uint32_t)snprintf(key, sizeof(key), "st:%u", k), sizeof(val));
+    CHECK(atomic_load(&s->pages_free) == 1);
+    uint64_t evicted = atomic_load(&s->pages_evicted);
+    for (unsigned k = i; i < k + 40 && i < N; i++) {
+        int nk = snprintf(key, sizeof(key), "st:%u", i);
+        make_value(val, sizeof(val), i, 3);
+        CHECK(ext_write(e, EXT_BUCKET_DEFAULT, key, (uint32_t)nk, val, sizeof(val), &loc[i]) == 0);
+    }
+    ext_flush(e, EXT_BUCKET_DEFAULT);
+    CHECK(atomic_load(&s->pages_evicted) > evicted);   /* a closed page went instead */
+    make_value(val, sizeof(val), 0, 3);
+    CHECK(ext_read(e, &loc[0], "st:0", 4, got, sizeof(got)) == EXT_HIT && !memcmp(got, val, sizeof(val)));
+    ext_stream_unpin(e, streamed);
+    ext_close(e);
+}
+
 int main(void)
 {
     /* beside the binary: a real filesystem (O_DIRECT), not a tmpfs */
@@ -925,6 +966,7 @@ int main(void)
     unlink(path); TEST(test_pick_honours_max_frag);
     unlink(path); TEST(test_damaged_footer_costs_one_piece);
     unlink(path); TEST(test_a_streamed_page_is_reused_last);
+    unlink(path); TEST(test_a_streamed_free_page_is_taken_after_unheld_closed_pages);
     unlink(path);
     rmdir(dir);
     return harness_finish();
