@@ -283,19 +283,19 @@ if [ "$TLS" = 1 ]; then
     done
   done
   for s in "${SERVERS[@]}"; do stop_server "${w1_pid[$s]}"; done
-  # What TLS adds to a GET in user-space instructions (callgrind-get.py): the
-  # part of TLS an engine's own code decides, counted the same on a busy
-  # machine as on a quiet one. Kernel time is what the CPU rows above add
+  # What TLS adds to a GET in user-space instructions (callgrind-get.py, the
+  # thread serving the GETs only): the part of TLS an engine's own code
+  # decides, counted the same on a busy machine as on a quiet one. Kernel time is what the CPU rows above add
   # (docs/benchmarks.md, "W1 over TLS", says why they cannot judge it here).
   if command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null; then
-    step "TLS: user-space instructions per GET, plaintext and TLS, one connection (callgrind, deterministic)"
+    step "TLS: user-space instructions per GET of the serving thread, plaintext and TLS, one connection (callgrind)"
     cg_gets=$([ "$QUICK" = 1 ] && echo 2000 || echo 4000)
     for s in "${SERVERS[@]}"; do
       case $s in cachetd*) bin=$CACHETD ;; mc1645) bin=$MEMCACHED_1645 ;; mc1645-tls) bin=$MEMCACHED_1645_TLS ;; esac
       cg_tls=; case $s in *-tls) cg_tls=$pki/server.crt,$pki/server.key ;; esac
       for shape in "pipelined 16" "unpipelined 1"; do
         kind=${shape% *}
-        CALLGRIND_PORT=$((PORT_BASE + 8)) CALLGRIND_TLS=$cg_tls CALLGRIND_VALUE_SIZE=64 CALLGRIND_BATCH=${shape#* } \
+        CALLGRIND_WORKER=1 CALLGRIND_PORT=$((PORT_BASE + 8)) CALLGRIND_TLS=$cg_tls CALLGRIND_VALUE_SIZE=64 CALLGRIND_BATCH=${shape#* } \
           CALLGRIND_JSON="$out/callgrind-$kind-$s.json" timeout 900 "${PRIO[@]}" taskset -c $SERVER_CPU \
           "$PY" "$here/callgrind-get.py" "$bin" "$cg_gets" >"$out/callgrind-$kind-$s.txt" 2>&1 \
           || { say "  callgrind $s $kind failed: $(tail -1 "$out/callgrind-$kind-$s.txt")"; failures=$((failures + 1)); }
