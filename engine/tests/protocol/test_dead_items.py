@@ -166,7 +166,7 @@ def test_a_request_that_finds_a_dead_item_unlinks_it_at_once(start_server, how):
 
 
 @pytest.mark.parametrize("how", ["flushed", pytest.param("expired", marks=pytest.mark.test_hooks)])
-def test_a_dead_item_on_disk_gives_its_disk_record_back_at_the_request(start_server, tmp_path, how):
+def test_a_dead_item_on_disk_gives_its_extstore_record_back_at_the_request(start_server, tmp_path, how):
     """extstore: an item whose value is on disk (cachetd: a stub; memcached: an
     item header), flushed or expired, and then read: its record on disk is
     released in the same turn (extstore_objects_used falls by one), as
