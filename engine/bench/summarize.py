@@ -888,7 +888,7 @@ def main_tls(d, machine):
                   f"{fmt_us3(sub(t, p)):>10}")
     print()
     print("User-space instructions per GET of the thread serving them (callgrind-get.py CALLGRIND_WORKER=1, one connection,\n"
-          " 64-byte values; counted, not timed: within 0.5% run to run):")
+          " 64-byte values; counted, not timed: within 1% run to run, unpinned):")
     print(f"{'':<12} {'shape':<12} {'TLS':>9} {'of it OpenSSL':>14} {'elsewhere':>10} {'plaintext':>10} {'TLS adds':>9}")
     for kind, _, _ in TLS_SHAPES:
         for s in ("cachetd", "mc1645"):
