@@ -65,6 +65,19 @@ bench_pki() {
   ) >"$1/openssl.log" 2>&1
 }
 
+# tls_scratch: what the by-hand TLS scripts (tls-syscalls.sh, tls-pace.sh)
+# set up alike: a scratch dir $out removed on exit, with every server in
+# pids[] stopped; the load generator built; a CA and server certificate in
+# $out (bench_pki) and the server flags that serve it in tls[].
+tls_scratch() {
+  out=$(mktemp -d)
+  pids=()
+  trap 'for p in "${pids[@]:-}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$out"' EXIT
+  build_loadgen >/dev/null 2>&1 || true
+  bench_pki "$out" || { cat "$out/openssl.log" >&2; exit 1; }
+  tls=(-Z -o "ssl_chain_cert=$out/server.crt,ssl_key=$out/server.key")
+}
+
 # peer_memcached VAR [--tls]: memcached 1.6.45 (with --tls: its build with
 # TLS) into VAR, built once and cached by shared/peers/build-memcached.sh,
 # unless VAR is already set.

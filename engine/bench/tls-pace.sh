@@ -28,13 +28,7 @@ PORT_BASE=${BENCH_PORT_BASE:-23100}
 RATES=${PACE_RATES:-20000 40000}
 ROUNDS=${PACE_ROUNDS:-3}
 KEYS=200000
-out=$(mktemp -d)
-pids=()
-trap 'for p in "${pids[@]:-}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$out"' EXIT
-build_loadgen >/dev/null 2>&1 || true
-
-bench_pki "$out" || { cat "$out/openssl.log" >&2; exit 1; }
-tls=(-Z -o "ssl_chain_cert=$out/server.crt,ssl_key=$out/server.key")
+tls_scratch
 SERVERS=(cachetd mc1645 cachetd-tls mc1645-tls)
 declare -A port pid
 i=12

@@ -29,13 +29,7 @@ peer_memcached MEMCACHED_1645_TLS --tls
 MC=$MEMCACHED_1645_TLS
 PORT_BASE=${BENCH_PORT_BASE:-23100}
 KEYS=200000   # as W1 quick: 6-byte keys, 90-byte replies (tls-syscalls.py)
-out=$(mktemp -d)
-pids=()
-trap 'for p in "${pids[@]:-}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$out"' EXIT
-build_loadgen >/dev/null 2>&1 || true
-
-bench_pki "$out" || { cat "$out/openssl.log" >&2; exit 1; }
-tls=(-Z -o "ssl_chain_cert=$out/server.crt,ssl_key=$out/server.key")
+tls_scratch
 lg_tls=(--tls --tls-ca "$out/ca.crt")
 
 count() {   # count NAME BIN PORT EXTRA...
