@@ -258,6 +258,32 @@ def wait_until(predicate, seconds, what):
         time.sleep(0.05)
 
 
+def hold_every_slot(open_client, slots, seconds=15):
+    """Opens `slots` served clients with open_client() (a client, or None or an
+    OSError when the server turned it away) and returns them. A connection the
+    test has just closed, such as start()'s readiness probe, holds its slot
+    until a worker reaps the close, so a refusal is retried until then: a
+    test of what happens at -c needs exactly -c clients held, not a race."""
+    held = []
+    deadline = time.monotonic() + seconds
+    try:
+        while len(held) < slots:
+            try:
+                client = open_client()
+            except OSError:
+                client = None
+            if client is not None:
+                held.append(client)
+                continue
+            assert time.monotonic() < deadline, f"only {len(held)} of {slots} clients served within {seconds} s"
+            time.sleep(0.05)
+    except BaseException:
+        for client in held:
+            client.close()
+        raise
+    return held
+
+
 def conn_state(server_conn, client, field="state"):
     """The server's state for `client`'s connection (`stats conns`, which
     memcached has too), found by the client's port; `field` another of its

@@ -31,7 +31,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import Conn, Server, cpulist_to_set, next_free_port
+from conftest import Conn, Server, cpulist_to_set, hold_every_slot, next_free_port
 
 pytestmark = pytest.mark.cachetd_only(reason="the metrics port is cachetd's own")
 
@@ -304,12 +304,15 @@ def test_healthz_503_at_the_connection_limit(metrics_server):
     """At -c the engine turns every new client away, so a readiness check must
     fail; /healthz reaches the engine like a client and must see that."""
     srv = metrics_server("-c", "4")
-    held = []
+
+    def served_client():
+        c = srv.conn()
+        if c.cmd("version").startswith(b"VERSION"):
+            return c
+        c.close()
+        return None
+    held = hold_every_slot(served_client, 4)
     try:
-        for _ in range(4):
-            c = srv.conn()
-            assert c.cmd("version").startswith(b"VERSION")
-            held.append(c)
         result = poll_until(lambda: (lambda r: r if r[0] == 503 else None)(healthz(srv)))
         assert result, "healthz stayed 200 with every connection slot taken"
         assert "Too many open connections" in result[1], result

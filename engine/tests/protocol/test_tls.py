@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from conftest import CACHETD, IS_MEMCACHED, Conn, IO_TIMEOUT_S, Server, next_free_port, settings_of, stat, wait_until
+from conftest import CACHETD, IS_MEMCACHED, Conn, IO_TIMEOUT_S, Server, hold_every_slot, next_free_port, settings_of, stat, wait_until
 
 
 def memcached_tls():
@@ -647,12 +647,15 @@ def test_a_client_beyond_c_is_closed_without_plaintext(tls_server, pki):
     line would be plaintext in a stream the client reads as TLS records."""
     cert, key = pki.issue("server")
     srv = tls_server(pki.ca, cert, key, "-c", "4")
-    held = []
+
+    def served_client():
+        c = srv.tls()
+        if c.cmd("mn") == b"MN":
+            return c
+        c.close()
+        return None
+    held = hold_every_slot(served_client, 4)
     try:
-        for _ in range(4):
-            c = srv.tls()
-            assert c.cmd("mn") == b"MN"
-            held.append(c)
         with socket.create_connection(("127.0.0.1", srv.port), timeout=IO_TIMEOUT_S) as s:
             data = b""
             try:
