@@ -81,9 +81,7 @@ struct page {
     bool     unwalkable;        /* a walk could not reach its first records: compaction leaves it */
     _Atomic uint16_t stream_at; /* seconds, mod 2^16: only "within STREAM_PIN_IDLE_S" is asked of it */
 };
-/* memory_budget.c's EXT_PAGE_TABLE_BYTES counts a struct page and its
- * free-list slot */
-_Static_assert(sizeof(struct page) <= 88, "a struct page outgrew the memory formula's EXT_PAGE_TABLE_BYTES");
+_Static_assert(sizeof(struct page) <= EXT_PAGE_STRUCT_BYTES, "a struct page outgrew the memory formula's EXT_PAGE_STRUCT_BYTES");
 
 struct bucket {
     int      page;              /* the page being filled, or -1 */

@@ -73,6 +73,9 @@
 #define EXT_DIR_ENTRY_HEADER 24u         /* a directory entry before its key (format 2) */
 #define EXT_PIECE_FOOTER  24u            /* the end of every piece */
 #define EXT_MAX_PAGES     65536u           /* the locator's 16-bit page id */
+/* The memory formula's bound on extstore.c's struct page (per page of the
+ * file, with its stream pins); internal/engine counts the same 88. */
+#define EXT_PAGE_STRUCT_BYTES 88u
 #define EXT_VERSION_BITS  20u
 #define EXT_VERSION_MASK  ((1u << EXT_VERSION_BITS) - 1)
 #define EXT_OFFSET_BITS   28u              /* in 8-byte units: pages up to 2 GiB */

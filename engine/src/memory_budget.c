@@ -106,9 +106,8 @@
  * no more (the rest of its replies wait in its output queue, unencrypted).
  * Not on the metrics port, whose sends are not batched. */
 #define TLS_SEND_BUF_BYTES      ((uint64_t)TLS_SEND_MAX)
-/* extstore.c: a struct page (88 B, with its stream pins; it was 88 when
- * this said 72) and a free-list slot per page */
-#define EXT_PAGE_TABLE_BYTES    (88u + 4u)
+/* extstore.c: a struct page and a free-list slot per page */
+#define EXT_PAGE_TABLE_BYTES    (EXT_PAGE_STRUCT_BYTES + 4u)
 /* ext_io.c: a queued job and its ring slot per worker-owned read */
 #define EXT_WORKER_JOB_BYTES    (1 * KIB)
 
