@@ -92,6 +92,13 @@ struct conn {
     bool             waits_budget;  /* of those, a disk read with nothing queued waits for
                                      * the buffer budget others hold (ext_io.c) */
     uint32_t         budget_wait_since; /* monotonic second it began (ext_io.c), 0: not waiting */
+    /* A store waiting for extstore's flusher (storage.h item_alloc_parking):
+     * its line stays in rbuf, the connection is on the pending list and the
+     * request asks again each turn; store_parked says the request that
+     * just ran parked, store_park is the wait's state. */
+    bool             store_parked;
+    bool             waits_store;   /* yielded for that: the worker polls, as for waits_budget */
+    struct store_park store_park;
     bool             started;       /* the first byte has been looked at */
     bool             authenticated; /* -Y: passed auth.c's gate (always true without -Y) */
     bool             tls_unread;    /* -Z: on the pending list for records OpenSSL decrypted

@@ -17,7 +17,7 @@ static bool no_materialize(storage_thread *t, const char *key, size_t nkey, uint
     return true;   /* no stub to bring back */
 }
 static void no_note_pressure(void) { }
-static bool no_await_flusher(storage_thread *t, int clsid) { (void)t; (void)clsid; return false; }
+static enum await_result no_await_flusher(storage_thread *t, int clsid) { (void)t; (void)clsid; return AWAIT_NONE; }
 static bool no_stub_orphaned(item *it) { (void)it; return false; }
 static uint64_t no_records_orphaned_total(void) { return 0; }
 static int no_stub_class_max(void) { return 0; }

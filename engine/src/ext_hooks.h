@@ -30,6 +30,9 @@
 #include "extstore.h"
 #include "storage.h"
 
+/* await_flusher's answer (below) */
+enum await_result { AWAIT_NONE, AWAIT_WAITED, AWAIT_PARKED };
+
 struct ext_hooks {
     struct extstore *store;     /* NULL without ext_path */
 
@@ -51,8 +54,10 @@ struct ext_hooks {
      * while the flusher is writing this class's values out, wait for it
      * (bounded) so that the eviction finds values already on disk instead of
      * unwritten ones. No lock held; the caller may be in a read section
-     * (left during the wait). True if it waited: look for a free chunk again. */
-    bool (*await_flusher)(storage_thread *t, int clsid);
+     * (left during the wait). AWAIT_WAITED: look for a free chunk again;
+     * AWAIT_PARKED (only with t->park): the store's connection waits
+     * instead of its thread, nothing was allocated; AWAIT_NONE: evict. */
+    enum await_result (*await_flusher)(storage_thread *t, int clsid);
     /* The cleaner's view of stubs whose page was evicted or dropped since
      * they were written (a GET would find them stale): stub_orphaned tells
      * one, any item, under the class lock; records_orphaned_total counts

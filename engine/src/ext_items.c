@@ -331,7 +331,15 @@ static void test_flusher_stall(void)
     while (!atomic_load_explicit(&test_stall_released, memory_order_acquire)) nanosleep(&step, NULL);
 }
 static void test_flusher_stall_release(void) { atomic_store_explicit(&test_stall_released, true, memory_order_release); }
+/* "park_ms=N": a parked store's bound is N ms instead of 100, so a test can
+ * watch a store wait without racing its bound. */
+static int64_t park_max_us(void)
+{
+    const char *f = getenv("CACHET_TEST_EXT_FAULTS"), *p = f ? strstr(f, "park_ms=") : NULL;
+    return p ? strtoll(p + 8, NULL, 10) * 1000 : STORE_WAIT_MAX_US;
+}
 #else
+static inline int64_t park_max_us(void) { return STORE_WAIT_MAX_US; }
 static inline void test_flusher_stall(void) {}
 static inline void test_flusher_stall_release(void) {}
 #endif
@@ -406,13 +414,76 @@ static bool flusher_pass(void *arg)
  * open: a wait that ran out with no value moved and no pass completed means
  * the disk is stuck or very slow (the flusher blocked in a write), and
  * every store would otherwise sleep its whole budget; from then until the
- * flusher completes a pass, stores evict at once, as memcached's do. */
+ * flusher completes a pass, stores evict at once, as memcached's do.
+ * A store from a client connection (item_alloc_parking) does not sleep:
+ * its worker serves everyone else meanwhile. Its connection waits, parked,
+ * and the request asks again on the worker's next turns (park_again) until
+ * the same conditions end the wait or the store's 100 ms (park_max_us)
+ * have passed; parked time is charged to no thread's share. Sleeping stays for
+ * the callers that cannot be retried from the top (a vivify, an append's
+ * combined value, a touch's copy), as before. */
 #define AWAIT_STEP_US 100
 #define AWAIT_VALUES 8      /* bags.c's EVICT_BATCH: what one eviction call frees */
-static bool ext_await_flusher(storage_thread *t, int clsid)
+
+/* Whether a store that began waiting when the flusher had moved `from`
+ * values out of clsid and completed `passes` passes, counting on pass
+ * `asked`, can stop: WAIT_MOVED, the flusher moved enough values out (or
+ * chunks came free: the flusher's and the cleaner's grace periods end, a
+ * store freed one); WAIT_IDLE, the flusher has nothing more for it now (two
+ * passes ended, that one among them, or it ended and none runs); else
+ * WAIT_ON. */
+enum wait_state { WAIT_ON, WAIT_MOVED, WAIT_IDLE };
+static enum wait_state flusher_wait_state(int clsid, uint64_t from, uint64_t passes, uint64_t asked, bool waited)
+{
+    if (atomic_load_explicit(&flushed_from[clsid], memory_order_acquire) - from >= AWAIT_VALUES ||
+        (waited && slabs_class_free_bytes(clsid) > 0))
+        return WAIT_MOVED;
+    uint64_t done = atomic_load_explicit(&flusher_passes_n, memory_order_relaxed);
+    if (done - passes >= 2 && done >= asked) return WAIT_IDLE;
+    /* between two passes of a round busy is false for a moment: only once a
+     * pass that saw this store's pressure ended and no other runs does the
+     * flusher have nothing more for this class now */
+    if (done >= asked && !atomic_load_explicit(&flusher_busy, memory_order_relaxed) &&
+        !atomic_load_explicit(&pressure, memory_order_relaxed))
+        return WAIT_IDLE;
+    return WAIT_ON;
+}
+
+/* A wait that ran out with neither a value moved nor a pass completed
+ * opens the circuit breaker (the disk is stuck or very slow). */
+static void wait_ran_out(int clsid, uint64_t from, uint64_t passes)
+{
+    atomic_fetch_add_explicit(&awaits_timed_out_n, 1, memory_order_relaxed);
+    if (atomic_load_explicit(&flushed_from[clsid], memory_order_acquire) == from &&
+        atomic_load_explicit(&flusher_passes_n, memory_order_relaxed) == passes) {
+        atomic_store_explicit(&await_broken_at, passes + 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&awaits_fruitless_n, 1, memory_order_relaxed);
+    }
+}
+
+/* A parked store asks again (its connection's retry): still waiting
+ * (AWAIT_PARKED), or done (AWAIT_WAITED: look for a chunk once more, then
+ * evict). Parked time costs the worker nothing, so it is charged to no
+ * thread's share; its bound is the store's (park_max_us). */
+static enum await_result park_again(struct store_park *park, int clsid)
+{
+    int64_t waited = store_wait_clock_us() - park->since_us;
+    enum wait_state ws = flusher_wait_state(clsid, park->from, park->passes, park->asked, true);
+    if (ws == WAIT_ON && waited < park_max_us()) return AWAIT_PARKED;
+    if (ws == WAIT_ON) wait_ran_out(clsid, park->from, park->passes);
+    *park = (struct store_park){0};
+    return AWAIT_WAITED;
+}
+
+static enum await_result ext_await_flusher(storage_thread *t, int clsid)
 {
     if (!g_ext || t == flusher_ctx || clsid <= 0 || clsid > MAX_SLAB_CLASSES || !class_may_hold_large((unsigned)clsid))
-        return false;
+        return AWAIT_NONE;
+    struct store_park *park = t ? t->park : NULL;
+    if (park && park->since_us) {
+        if (park->clsid == clsid) return park_again(park, clsid);
+        *park = (struct store_park){0};   /* another class's wait: not this store's */
+    }
     /* the first pass that starts after this completes as pass number
      * `asked`; read before the pressure is raised. A pass may still start
      * between the read and the raise and clear the flag before it is set:
@@ -449,54 +520,40 @@ static bool ext_await_flusher(storage_thread *t, int clsid)
     uint64_t asked = atomic_load(&flusher_started_n) + 1;
     atomic_store(&pressure, true);
     if (!atomic_exchange(&flusher_wake_asked, true)) bgthread_wake(&flusher);
-    if (atomic_load_explicit(&flusher_found_none[clsid], memory_order_relaxed) >= FOUND_NONE_PASSES) return false;
+    if (atomic_load_explicit(&flusher_found_none[clsid], memory_order_relaxed) >= FOUND_NONE_PASSES) return AWAIT_NONE;
     uint64_t passes = atomic_load_explicit(&flusher_passes_n, memory_order_relaxed);
     if (atomic_load_explicit(&await_broken_at, memory_order_relaxed) == passes + 1) {
         atomic_fetch_add_explicit(&awaits_broken_n, 1, memory_order_relaxed);
-        return false;
+        return AWAIT_NONE;
     }
     int64_t allowance = store_wait_allowance_us(t);
     if (allowance <= 0) {
         /* a store that may wait, turned away by its worker's cap */
         if (t && t->wait_left_us > 0) atomic_fetch_add_explicit(&awaits_capped_n, 1, memory_order_relaxed);
-        return false;
+        return AWAIT_NONE;
     }
     uint64_t from = atomic_load_explicit(&flushed_from[clsid], memory_order_acquire);
     atomic_fetch_add_explicit(&awaits_n, 1, memory_order_relaxed);
+    if (park) {
+        /* as the sleeping wait below, each condition first */
+        if (flusher_wait_state(clsid, from, passes, asked, false) != WAIT_ON) return AWAIT_WAITED;
+        *park = (struct store_park){ .since_us = store_wait_clock_us(), .from = from, .passes = passes,
+                                     .asked = asked, .clsid = clsid };
+        return AWAIT_PARKED;
+    }
     unsigned depth = epoch_step_out(t);
     struct timespec step = { 0, AWAIT_STEP_US * 1000L };
     int64_t start = store_wait_clock_us(), slept = 0;
-    bool ran_out = false, moved = false;
+    enum wait_state ws;
     /* each condition is looked at before the first sleep too */
-    for (;;) {
-        /* or the chunks it lacked came free meanwhile (the flusher's and the
-         * cleaner's grace periods end, a store freed one): nothing to wait for */
-        if (atomic_load_explicit(&flushed_from[clsid], memory_order_acquire) - from >= AWAIT_VALUES ||
-            (slept > 0 && slabs_class_free_bytes(clsid) > 0)) {
-            moved = true;
-            break;
-        }
-        uint64_t done = atomic_load_explicit(&flusher_passes_n, memory_order_relaxed);
-        if (done - passes >= 2 && done >= asked) break;
-        /* between two passes of a round busy is false for a moment: only
-         * once a pass that saw this store's pressure ended and no other
-         * runs does the flusher have nothing more for this class now */
-        if (done >= asked && !atomic_load_explicit(&flusher_busy, memory_order_relaxed) &&
-            !atomic_load_explicit(&pressure, memory_order_relaxed))
-            break;
-        if (slept >= allowance) { ran_out = true; break; }
+    while ((ws = flusher_wait_state(clsid, from, passes, asked, slept > 0)) == WAIT_ON && slept < allowance) {
         nanosleep(&step, NULL);
         slept = store_wait_clock_us() - start;
     }
-    store_wait_spent(t, slept, moved);
-    if (ran_out) atomic_fetch_add_explicit(&awaits_timed_out_n, 1, memory_order_relaxed);
+    store_wait_spent(t, slept, ws == WAIT_MOVED);
     epoch_step_in(t, depth);
-    if (ran_out && atomic_load_explicit(&flushed_from[clsid], memory_order_acquire) == from &&
-        atomic_load_explicit(&flusher_passes_n, memory_order_relaxed) == passes) {
-        atomic_store_explicit(&await_broken_at, passes + 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&awaits_fruitless_n, 1, memory_order_relaxed);
-    }
-    return true;
+    if (ws == WAIT_ON) wait_ran_out(clsid, from, passes);
+    return AWAIT_WAITED;
 }
 
 /* ---- bringing values back ---------------------------------------------- */

@@ -317,7 +317,14 @@ static item *alloc_chunk(storage_thread *t, int clsid, int owner_cls, bool prefe
          * Not for a data chunk (owner_cls): the flusher's progress is
          * counted in heads, and a chained value would wait once per chunk;
          * its head already waited. */
-        if (round == 0 && !owner_cls && ext_hooks()->await_flusher(t, clsid)) continue;
+        if (round == 0 && !owner_cls) {
+            enum await_result aw = ext_hooks()->await_flusher(t, clsid);
+            if (aw == AWAIT_PARKED) {
+                if (err) *err = STORE_PARKED;
+                return NULL;
+            }
+            if (aw == AWAIT_WAITED) continue;
+        }
         ext_hooks()->note_pressure();   /* extstore: move cold values out before the next store must evict */
         if (bags_evict(t, clsid) > 0) continue;
         idle++;
@@ -511,6 +518,16 @@ item *item_alloc(storage_thread *t, const char *key, size_t nkey, uint32_t clien
                  rel_time_t exptime, uint32_t nbytes, enum store_result *err)
 {
     return alloc_item(t, key, nkey, client_flags, exptime, nbytes, 0, err, true);
+}
+
+item *item_alloc_parking(storage_thread *t, const char *key, size_t nkey, uint32_t client_flags,
+                         rel_time_t exptime, uint32_t nbytes, struct store_park *park,
+                         enum store_result *err)
+{
+    if (t) t->park = park;
+    item *it = alloc_item(t, key, nkey, client_flags, exptime, nbytes, 0, err, true);
+    if (t) t->park = NULL;
+    return it;
 }
 
 unsigned item_slab_class(const item *it)

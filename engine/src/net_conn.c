@@ -323,6 +323,16 @@ void process_input(struct conn *c)
                 c->budget_wait_since = 0;
             }
         }
+        if (c->store_parked) {
+            /* a store waits for extstore's flusher: not answered, not
+             * counted; its line runs again (worker_before_sleep polls) */
+            c->store_parked = false;
+            c->rstart -= consumed;
+            c->waits_store = true;
+            conn_set_yielded(c, false);
+            break;
+        }
+        c->waits_store = false;
         latency_note(c->w->id, r.cmd);
         if (outbuf_failed(&c->out)) {
             conn_reply_failed(c, &mark, st == PARSE_OK ? &r : NULL);

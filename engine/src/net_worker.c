@@ -174,10 +174,12 @@ static int worker_before_sleep(struct ae_loop *l, void *data)
     }
 #endif
     int paused = net_listen_resume_due(w);
-    /* a disk read waiting for budget other connections hold is retried
-     * every millisecond, not in a busy loop */
+    /* a disk read waiting for budget other connections hold, or a store
+     * parked for the flusher, is retried every millisecond, not in a busy
+     * loop */
     bool only_budget = w->pending != NULL;
-    for (struct conn *p = w->pending; p && only_budget; p = p->next_pending) only_budget = p->waits_budget;
+    for (struct conn *p = w->pending; p && only_budget; p = p->next_pending)
+        only_budget = p->waits_budget || p->waits_store;
     if (w->pending) return only_budget ? 1 : 0;
     return paused >= 0 && paused < 100 ? paused : 100;
 }

@@ -287,8 +287,16 @@ static bool start_store(struct conn *c, struct request *r, const char *line, siz
 {
     struct worker *w = c->w;
     enum store_result err = STORE_NO_MEMORY;
+    item *it = item_alloc_parking(w->st, r->key, r->nkey, client_flags, storage_exptime(exptime), r->vlen,
+                                  &c->store_park, &err);
+    if (!it && err == STORE_PARKED) {
+        /* nothing answered, nothing read of the data block: the line runs
+         * again on a later turn (net_conn.c) */
+        c->store_parked = true;
+        return false;
+    }
+    c->store_park = (struct store_park){0};
     STAT_INC(w, cmd_set);
-    item *it = item_alloc(w->st, r->key, r->nkey, client_flags, storage_exptime(exptime), r->vlen, &err);
     if (!it) {
         /* memcached counts a store whose item it cannot allocate, by why */
         if (err == STORE_TOO_LARGE) STAT_INC(w, store_too_large);

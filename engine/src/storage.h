@@ -73,6 +73,7 @@ enum store_result {
     STORE_NOT_FOUND,      /* NOT_FOUND / NF */
     STORE_TOO_LARGE,      /* SERVER_ERROR object too large for cache */
     STORE_NO_MEMORY,      /* SERVER_ERROR out of memory storing object */
+    STORE_PARKED,         /* no answer yet: item_alloc_parking, retry the request */
 };
 
 enum store_mode {
@@ -186,6 +187,28 @@ bool     storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uin
  * memory: allocate (unlinked), fill the value through item_value_span(), then
  * storage_store() or item_discard(). The value's "\r\n" is not stored. *err
  * is STORE_TOO_LARGE or STORE_NO_MEMORY on NULL. */
+/* A store that would wait for extstore's flusher before it evicts (so the
+ * values it would evict reach the disk first) must not sleep its worker:
+ * every other client of that worker would wait with it (measured: a reader
+ * of RAM values at 5,000 GETs/s saw p50 5.6 ms and p99 77 ms beside a
+ * client setting 4 KB values faster than the disk took them). The
+ * request's connection waits instead, and asks again: the wait's state is
+ * the connection's, here. All zero: not waiting. */
+struct store_park {
+    int64_t  since_us;   /* monotonic microseconds the wait began; 0: none */
+    uint64_t from;       /* values the flusher had moved out of clsid then */
+    uint64_t passes;     /* flusher passes completed then */
+    uint64_t asked;      /* the pass that sees this store's pressure */
+    int32_t  clsid;
+};
+/* item_alloc, for a store whose connection can wait: where the store would
+ * sleep for the flusher it returns NULL with *err STORE_PARKED instead (the
+ * caller answers nothing and retries the request later, with the same
+ * park), until the flusher has moved values out of the class or the wait's
+ * bound has passed; then it evicts as item_alloc does. */
+item *item_alloc_parking(storage_thread *t, const char *key, size_t nkey, uint32_t client_flags,
+                         rel_time_t exptime, uint32_t nbytes, struct store_park *park,
+                         enum store_result *err);
 item *item_alloc(storage_thread *t, const char *key, size_t nkey,
                  uint32_t client_flags, rel_time_t exptime, uint32_t nbytes,
                  enum store_result *err);

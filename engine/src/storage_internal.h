@@ -293,6 +293,9 @@ struct storage_thread {
      * may not wait), and this thread's sleeping in the current second.
      * Owner only. */
     int64_t  wait_left_us;
+    /* item_alloc_parking's park while it runs (NULL otherwise): the
+     * flusher wait parks the connection instead of sleeping. Owner only. */
+    struct store_park *park;
     int64_t  wait_window_used_us;
     uint32_t wait_window_second;     /* the item clock's second it is for */
     struct thread_stats st;

@@ -13,6 +13,7 @@ counted (extstore_read_errors, extstore_write_errors, miss_from_extstore).
 import os
 import random
 import subprocess
+import threading
 
 import pytest
 
@@ -155,6 +156,53 @@ def test_a_stuck_flusher_makes_stores_evict_not_wait(start_server, tmp_path, mon
         # a RAM hit is served right after
         key = f"s{rounds - 1}-"
         assert get_one(c, f"{key}{per_round - 1}") == (0, value_of(key, per_round - 1, 4096), None)
+    srv.check_healthy()
+
+
+@hooks
+def test_a_store_waiting_for_the_flusher_leaves_its_workers_other_clients_served(start_server, tmp_path,
+                                                                                 monkeypatch):
+    """One worker (-t 1). A client fills RAM with values the flusher cannot
+    write (the stall hook: a stuck disk), so its first store that must evict
+    waits for the flusher, for up to 5 s here (park_ms) instead of the
+    store's 100 ms. While it waits, another client of the same worker is
+    answered: its `stats` shows the wait begun and not yet run out, and its
+    GET of a value in RAM gets the value. A store that slept on the worker
+    held every other client of that worker for as long (a reader of RAM
+    values beside a client setting faster than the disk writes: p99 77 ms);
+    it now waits alone, and is answered when its wait runs out, as before."""
+    monkeypatch.setenv("CACHET_TEST_EXT_FAULTS", "flusher_stall,park_ms=5000")
+    path = tmp_path / "extstore"
+    srv = start_server("-m", "64", "-t", "1", "-o", f"ext_path={path}:64m,ext_item_size=512,ext_wbuf_size=2")
+    filled, failed = [], []
+
+    def writer():
+        try:
+            with srv.conn(timeout=60) as w:
+                fill(w, 30000, prefix="w")   # 4 KB values: about twice what -m 64 holds
+                filled.append(True)
+        except Exception as e:   # noqa: BLE001 (reported by the test below)
+            failed.append(e)
+    with srv.conn() as c:
+        c.send(b"set hot 0 0 5\r\nhello\r\n")
+        assert c.line() == b"STORED"
+        t = threading.Thread(target=writer, daemon=True)
+        t.start()
+        wait_until(lambda: stat(c, "extstore_store_waits") == 1 or not t.is_alive(), 60,
+                   "a store waiting for the stalled flusher")
+        st = c.stats()
+        assert st["extstore_store_waits"] == "1" and st["extstore_store_waits_timed_out"] == "0", \
+            (t.is_alive(), failed, filled, {k: v for k, v in st.items() if "extstore" in k or k in ("evictions", "curr_items")})
+        assert not filled and not failed, f"the fill ended before any store waited: {failed}"
+        assert get_one(c, "hot") == (0, b"hello", None)
+        assert stat(c, "extstore_store_waits_timed_out") == 0, "the wait ran out before the reader was served"
+        t.join(60)
+        assert filled, f"the writer's stores were not all answered: {failed}"
+        st = c.stats()
+        waits = {k: v for k, v in st.items() if k.startswith("extstore_store_waits") and not k.endswith("broken")}
+        assert waits == {"extstore_store_waits": "1", "extstore_store_waits_fruitless": "1",
+                         "extstore_store_waits_timed_out": "1", "extstore_store_waits_capped": "0"}, waits
+        assert int(st["evictions"]) > 0, st   # the breaker: the stores after it evicted at once
     srv.check_healthy()
 
 
