@@ -399,8 +399,9 @@ static bool flusher_pass(void *arg)
  * 4 KB at -m 64 lost 136-4,450 of them that way (more the busier the
  * machine), where memcached 1.6.45 lost 0. The flusher falls behind when it
  * waits for a write buffer's pwrite or for a CPU (the fill's own worker
- * and client take both cores); the store then waits instead, asleep, which
- * also gives the flusher the CPU, until the flusher has moved AWAIT_VALUES
+ * and client take both cores); the store then waits instead (its
+ * connection parked, or its thread asleep, below), which also gives the
+ * flusher the CPU, until the flusher has moved AWAIT_VALUES
  * values out of this class (the eviction that follows then reclaims their
  * dead copies first, uncounted), or a pass that started after the store
  * asked ended with the flusher idle, or two passes ended, that one among
@@ -419,7 +420,11 @@ static bool flusher_pass(void *arg)
  * its worker serves everyone else meanwhile. Its connection waits, parked,
  * and the request asks again on the worker's next turns (park_again) until
  * the same conditions end the wait or the store's 100 ms (park_max_us)
- * have passed; parked time is charged to no thread's share. Sleeping stays for
+ * have passed; parked time is charged to no thread's share (nor to the
+ * store's budget: the cleaner's wait after it may still sleep its 20 ms).
+ * Each parked connection is its own wait: with a stuck disk and K writers
+ * parked at once, K waits run out (_timed_out, _fruitless) as the breaker
+ * opens, where sleeping workers made one per worker. Sleeping stays for
  * the callers that cannot be retried from the top (a vivify, an append's
  * combined value, a touch's copy), as before. */
 #define AWAIT_STEP_US 100
@@ -459,6 +464,12 @@ static void wait_ran_out(int clsid, uint64_t from, uint64_t passes)
         atomic_store_explicit(&await_broken_at, passes + 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&awaits_fruitless_n, 1, memory_order_relaxed);
     }
+}
+
+bool storage_park_due(const struct store_park *park)
+{
+    if (!park->since_us || store_wait_clock_us() - park->since_us >= park_max_us()) return true;
+    return flusher_wait_state(park->clsid, park->from, park->passes, park->asked, false) != WAIT_ON;
 }
 
 /* A parked store asks again (its connection's retry): still waiting

@@ -15,7 +15,10 @@
  * in rbuf and picks up at c->resume_off. A get line longer than rbuf is
  * answered key by key as it arrives (c->get_stream): rbuf never grows, and
  * while such a line waits for its output to drain, nothing more is read
- * from the client (back-pressure), however long the line. A reply that
+ * from the client (back-pressure), however long the line. A store that
+ * waits for extstore's flusher (storage.h, item_alloc_parking) keeps its
+ * line in rbuf the same way, data block unread, and runs again on later
+ * turns (waits_store) while the worker serves everyone else. A reply that
  * cannot get memory with nothing queued to wait for is taken back and
  * answered with one SERVER_ERROR line, and the connection is closed
  * (response_obj_oom), as memcached does when its response objects run out.
@@ -203,8 +206,10 @@ void process_input(struct conn *c)
         }
         if (!avail) break;
         /* shutting down: no new request is started; a GET half answered
-         * (resume_off) is finished, so its reply is whole */
-        if (!c->resume_off && server_shutting_down()) {
+         * (resume_off) is finished, so its reply is whole, and a store
+         * parked for the flusher is stored and answered (its wait is
+         * bounded) */
+        if (!c->resume_off && !c->waits_store && server_shutting_down()) {
             c->state = CONN_CLOSING;
             break;
         }
@@ -310,8 +315,8 @@ void process_input(struct conn *c)
             go_on = proto_dispatch(c, &r, line, (size_t)ll);
 #ifdef CACHET_TRACE
             uint64_t dispatched = TRACE_NOW() - t_parsed;
-            TRACE_REC(w->id, TRACE_DISPATCH, dispatched);
-            if ((r.cmd >= CMD_SET && r.cmd <= CMD_CAS) || r.cmd == CMD_MS)
+            if (!c->store_parked) TRACE_REC(w->id, TRACE_DISPATCH, dispatched);
+            if (!c->store_parked && ((r.cmd >= CMD_SET && r.cmd <= CMD_CAS) || r.cmd == CMD_MS))
                 TRACE_REC(w->id, TRACE_DISPATCH_STORE, dispatched);
 #endif
             if (go_on) {
@@ -478,7 +483,7 @@ bool conn_after_work(struct conn *c)
     }
     bool stopping = server_shutting_down();
     if (rc == OUT_FLUSH_DONE &&
-        (c->state == CONN_CLOSING || (stopping && c->state == CONN_CMD && !c->resume_off))) {
+        (c->state == CONN_CLOSING || (stopping && c->state == CONN_CMD && !c->resume_off && !c->waits_store))) {
         conn_close(c);
         return false;
     }

@@ -56,7 +56,7 @@ static void close_idle(struct worker *w)
     while (c) {
         struct conn *next = c->next;
         uint32_t last = c->last_cmd_time;
-        if (c->tcp && c->state == CONN_CMD && outbuf_empty(&c->out) && !c->resume_off &&
+        if (c->tcp && c->state == CONN_CMD && outbuf_empty(&c->out) && !c->resume_off && !c->waits_store &&
             now > last && now - last > (uint32_t)settings.idle_timeout) {
             if (verbosity() > 1) fprintf(stderr, "Closing idle fd %d\n", c->fd);
             STAT_INC(w, idle_kicks);
@@ -114,7 +114,7 @@ static void wake_ready(struct ae_loop *l, int fd, void *data, int mask)
     while (c) {
         struct conn *next = c->next;
         ae_del(l, c->fd, AE_READABLE);
-        if (c->state != CONN_NREAD && !c->resume_off) c->state = CONN_CLOSING;
+        if (c->state != CONN_NREAD && !c->resume_off && !c->waits_store) c->state = CONN_CLOSING;
         /* resume, not just flush: a GET waiting for its queue to drain is
          * otherwise never called back once this flush empties the queue
          * (no EPOLLOUT is armed then), and the drain deadline cuts it */
@@ -152,6 +152,13 @@ static int worker_before_sleep(struct ae_loop *l, void *data)
     w->pending = NULL;
     while (c) {
         struct conn *next = c->next_pending;
+        if (c->waits_store && !storage_park_due(&c->store_park)) {
+            /* its wait cannot be over yet: not worth parsing its line again */
+            c->next_pending = w->pending;
+            w->pending = c;
+            c = next;
+            continue;
+        }
         c->yielded = false;
         TRACE_SINCE(w->id, TRACE_YIELD_WAIT, c->trace_yielded, TRACE_NOW());
         if (!c->write_blocked && !(c->waits_output && outbuf_blocked_on_deferred(&c->out)))

@@ -296,6 +296,7 @@ static bool start_store(struct conn *c, struct request *r, const char *line, siz
         return false;
     }
     c->store_park = (struct store_park){0};
+    if (r->cmd == CMD_MS) STAT_INC(w, cmd_meta);   /* once, not once per retry */
     STAT_INC(w, cmd_set);
     if (!it) {
         /* memcached counts a store whose item it cannot allocate, by why */
@@ -612,7 +613,6 @@ bool proto_dispatch(struct conn *c, struct request *r, const char *line, size_t 
         return true;
 #endif
     case CMD_MS:
-        STAT_INC(w, cmd_meta);
         return start_store(c, r, line, len, r->meta.client_flags,
                            (r->meta.seen & meta_bit('T')) ? r->meta.ttl_T : 0);
     default:

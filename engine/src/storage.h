@@ -183,10 +183,6 @@ bool     storage_get_hashed(storage_thread *t, const char *key, size_t nkey, uin
 
 /* ---- writes ---- */
 
-/* Two-step store so the value can be read off the socket straight into item
- * memory: allocate (unlinked), fill the value through item_value_span(), then
- * storage_store() or item_discard(). The value's "\r\n" is not stored. *err
- * is STORE_TOO_LARGE or STORE_NO_MEMORY on NULL. */
 /* A store that would wait for extstore's flusher before it evicts (so the
  * values it would evict reach the disk first) must not sleep its worker:
  * every other client of that worker would wait with it (measured: a reader
@@ -209,6 +205,15 @@ struct store_park {
 item *item_alloc_parking(storage_thread *t, const char *key, size_t nkey, uint32_t client_flags,
                          rel_time_t exptime, uint32_t nbytes, struct store_park *park,
                          enum store_result *err);
+/* Whether a parked store may be over (the flusher moved values out of its
+ * class or has nothing more to write now, or its bound passed): the
+ * request is worth running again. Lock-free, so a worker can ask it of
+ * every parked connection each turn; item_alloc_parking decides. */
+bool  storage_park_due(const struct store_park *park);
+/* Two-step store so the value can be read off the socket straight into item
+ * memory: allocate (unlinked), fill the value through item_value_span(), then
+ * storage_store() or item_discard(). The value's "\r\n" is not stored. *err
+ * is STORE_TOO_LARGE or STORE_NO_MEMORY on NULL. */
 item *item_alloc(storage_thread *t, const char *key, size_t nkey,
                  uint32_t client_flags, rel_time_t exptime, uint32_t nbytes,
                  enum store_result *err);

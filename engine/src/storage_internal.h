@@ -404,7 +404,10 @@ void epoch_step_in(storage_thread *t, unsigned depth);
 /* ---- how long a store may sleep before it evicts ----
  * A store about to evict may first wait for extstore's flusher (ext_items.c
  * ext_await_flusher) and for the cleaner's limbo (bags.c cleaner_wait), so
- * values a moment from disk or from the free list are not lost. Both waits
+ * values a moment from disk or from the free list are not lost. A client's
+ * store waits for the flusher with its connection parked, not asleep
+ * (item_alloc_parking; bounded by STORE_WAIT_MAX_US of its own and charged
+ * to neither budget below). The sleeping waits
  * draw on one budget: STORE_WAIT_MAX_US for the whole store (alloc_item
  * sets it; data chunks, recaches, materialize and the compactor get none),
  * and at most STORE_WAIT_SHARE_US of fruitless waiting (store_wait_spent)

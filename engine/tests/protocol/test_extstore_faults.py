@@ -12,6 +12,7 @@ counted (extstore_read_errors, extstore_write_errors, miss_from_extstore).
 """
 import os
 import random
+import signal
 import subprocess
 import threading
 
@@ -204,6 +205,43 @@ def test_a_store_waiting_for_the_flusher_leaves_its_workers_other_clients_served
                          "extstore_store_waits_timed_out": "1", "extstore_store_waits_capped": "0"}, waits
         assert int(st["evictions"]) > 0, st   # the breaker: the stores after it evicted at once
     srv.check_healthy()
+
+
+@hooks
+def test_a_store_waiting_for_the_flusher_is_answered_on_shutdown(start_server, tmp_path, monkeypatch):
+    """A store whose connection waits for the (stalled) flusher when the
+    server is told to stop is a request already started: it is stored and
+    answered, as a GET half answered is finished, before the connection
+    closes (a sleeping store was, since its worker saw the stop only after
+    it). One set at a time, so the one waiting is the last one sent."""
+    monkeypatch.setenv("CACHET_TEST_EXT_FAULTS", "flusher_stall,park_ms=1000")
+    path = tmp_path / "extstore"
+    srv = start_server("-m", "64", "-t", "1", "-o", f"ext_path={path}:64m,ext_item_size=512,ext_wbuf_size=2")
+    srv.expect_exit = True
+    replies = []
+
+    def writer():
+        try:
+            with srv.conn(timeout=60) as w:
+                for i in range(40000):
+                    w.send(b"set w%d 0 0 4096\r\n" % i + value_of("w", i, 4096) + b"\r\n")
+                    replies.append(w.line())
+                    if replies[-1] != b"STORED":
+                        return
+        except OSError as e:
+            replies.append(repr(e).encode())
+    with srv.conn() as c:
+        t = threading.Thread(target=writer, daemon=True)
+        t.start()
+        wait_until(lambda: stat(c, "extstore_store_waits") == 1 or not t.is_alive(), 120,
+                   "a store waiting for the stalled flusher")
+        assert t.is_alive(), replies[-3:]
+        sent = len(replies) + 1   # the set waiting now
+        srv.proc.send_signal(signal.SIGTERM)
+        t.join(60)
+    assert not t.is_alive(), "the writer's connection was neither answered nor closed"
+    assert len(replies) >= sent and replies[sent - 1] == b"STORED", (sent, replies[sent - 2:sent + 1])
+    assert srv.proc.wait(timeout=30) == 0
 
 
 def test_truncated_file_gives_short_read_misses(start_server, tmp_path):
