@@ -183,6 +183,7 @@ struct worker {
                                     * disk replies completed (WORKER_BATCH_MAX of them) */
     int              nbatch;
     rel_time_t       idle_checked; /* last idle_timeout sweep */
+    int64_t          parks_checked_us; /* CLOCK_MONOTONIC us of the last look at parked stores */
     uint32_t         slow_checked; /* conn_clock_s() of the last kick_slow sweep */
     bool             stopping;     /* shutdown seen: listeners closed, connections closing */
     struct storage_key pf[PREFETCH_MAX]; /* GET keys of the batch being answered */

@@ -335,8 +335,13 @@ static void test_flusher_stall_release(void) { atomic_store_explicit(&test_stall
  * watch a store wait without racing its bound. */
 static int64_t park_max_us(void)
 {
+    static _Atomic int64_t bound = -1;   /* read once: asked of every parked store each millisecond */
+    int64_t b = atomic_load_explicit(&bound, memory_order_relaxed);
+    if (b >= 0) return b;
     const char *f = getenv("CACHET_TEST_EXT_FAULTS"), *p = f ? strstr(f, "park_ms=") : NULL;
-    return p ? strtoll(p + 8, NULL, 10) * 1000 : STORE_WAIT_MAX_US;
+    b = p ? strtoll(p + 8, NULL, 10) * 1000 : STORE_WAIT_MAX_US;
+    atomic_store_explicit(&bound, b, memory_order_relaxed);
+    return b;
 }
 #else
 static inline int64_t park_max_us(void) { return STORE_WAIT_MAX_US; }
@@ -425,8 +430,9 @@ static bool flusher_pass(void *arg)
  * Each parked connection is its own wait: with a stuck disk and K writers
  * parked at once, K waits run out (_timed_out, _fruitless) as the breaker
  * opens, where sleeping workers made one per worker. Sleeping stays for
- * the callers that cannot be retried from the top (a vivify, an append's
- * combined value, a touch's copy), as before. */
+ * the callers that cannot be retried from the top (a vivify, a touch's
+ * copy: rare), as before; an append's combined value does not wait at all
+ * (items.c). */
 #define AWAIT_STEP_US 100
 #define AWAIT_VALUES 8      /* bags.c's EVICT_BATCH: what one eviction call frees */
 
@@ -466,9 +472,9 @@ static void wait_ran_out(int clsid, uint64_t from, uint64_t passes)
     }
 }
 
-bool storage_park_due(const struct store_park *park)
+bool storage_park_due(const struct store_park *park, int64_t now_us)
 {
-    if (!park->since_us || store_wait_clock_us() - park->since_us >= park_max_us()) return true;
+    if (!park->since_us || now_us - park->since_us >= park_max_us()) return true;
     return flusher_wait_state(park->clsid, park->from, park->passes, park->asked, false) != WAIT_ON;
 }
 

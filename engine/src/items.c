@@ -1133,8 +1133,13 @@ enum store_result storage_store(storage_thread *t, item *it, enum store_mode mod
                 stripe_unlock(hv);
                 if (combined) item_discard(t, combined);
                 combined = NULL;
+                /* no sleeping wait for the flusher here: the request's data
+                 * is read, so it cannot park and run again, and a sleep
+                 * would hold every other client of this worker (its own
+                 * data item parked already, in start_store); it evicts at
+                 * once, as memcached's append does */
                 if (total <= UINT32_MAX)
-                    combined = alloc_item(t, key, nkey, cf, 0, total, extra, NULL, true);
+                    combined = alloc_item(t, key, nkey, cf, 0, total, extra, NULL, false);
                 /* memcached 1.6.45 answers an append or prepend whose result
                  * it cannot allocate (past -I, or no memory) with NOT_STORED
                  * and keeps the old value; only a store's own item failing is

@@ -150,14 +150,27 @@ static int worker_before_sleep(struct ae_loop *l, void *data)
      * event instead (conn_writable, drain_completions) */
     struct conn *c = w->pending;
     w->pending = NULL;
+    /* stores parked for the flusher are looked at once a millisecond (the
+     * poll's period), with one clock read for all: hundreds of parked
+     * writers must not tax every request of the worker's other clients */
+    int64_t parks_now = -1;
     while (c) {
         struct conn *next = c->next_pending;
-        if (c->waits_store && !storage_park_due(&c->store_park)) {
-            /* its wait cannot be over yet: not worth parsing its line again */
-            c->next_pending = w->pending;
-            w->pending = c;
-            c = next;
-            continue;
+        if (c->waits_store) {
+            if (parks_now < 0) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                int64_t now = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+                parks_now = now - w->parks_checked_us >= 1000 ? now : 0;
+                if (parks_now) w->parks_checked_us = now;
+            }
+            if (!parks_now || !storage_park_due(&c->store_park, parks_now)) {
+                /* its wait cannot be over yet: not worth parsing its line again */
+                c->next_pending = w->pending;
+                w->pending = c;
+                c = next;
+                continue;
+            }
         }
         c->yielded = false;
         TRACE_SINCE(w->id, TRACE_YIELD_WAIT, c->trace_yielded, TRACE_NOW());

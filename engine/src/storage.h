@@ -206,10 +206,10 @@ item *item_alloc_parking(storage_thread *t, const char *key, size_t nkey, uint32
                          rel_time_t exptime, uint32_t nbytes, struct store_park *park,
                          enum store_result *err);
 /* Whether a parked store may be over (the flusher moved values out of its
- * class or has nothing more to write now, or its bound passed): the
- * request is worth running again. Lock-free, so a worker can ask it of
- * every parked connection each turn; item_alloc_parking decides. */
-bool  storage_park_due(const struct store_park *park);
+ * class or has nothing more to write now, or its bound passed, now_us
+ * being CLOCK_MONOTONIC in microseconds): the request is worth running
+ * again. A few relaxed loads, no lock; item_alloc_parking decides. */
+bool  storage_park_due(const struct store_park *park, int64_t now_us);
 /* Two-step store so the value can be read off the socket straight into item
  * memory: allocate (unlinked), fill the value through item_value_span(), then
  * storage_store() or item_discard(). The value's "\r\n" is not stored. *err
