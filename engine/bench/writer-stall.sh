@@ -20,7 +20,8 @@
 # Medians over rounds; binaries take turns each round.
 # A measurement, not a test: nothing here fails on a number.
 #
-# usage: writer-stall.sh BINARY... (memcached binaries are recognised by -V)
+# usage: writer-stall.sh BINARY... REFERENCE (memcached binaries are recognised by
+#        -V; each binary's p99 is printed against the last one named)
 # env:   WS_ROUNDS (default 3), WS_PORT_BASE (default 29300), WS_IMG_DIR
 #        (default /var/tmp), CARGO_TARGET_DIR (cachet-loadgen). Needs root.
 set -euo pipefail
@@ -97,7 +98,9 @@ for r in rows:
     alone = "/".join(f(r[f"alone_{q}"]) for q in ("p50", "p99", "p999", "max"))
     during = "/".join(f(r[f"during_{q}"]) for q in ("p50", "p99", "p999", "max"))
     print(f"{r['bin'][-56:]:<56} {alone:>28} {during:>32} {f(r['sets']):>14} {f(r['evictions']):>10}")
-if len(rows) >= 2 and rows[0]["during_p99"] and rows[1]["during_p99"]:
-    print(f"p99 beside the writer, {rows[0]['bin'].split('/')[-1]} / {rows[1]['bin'].split('/')[-1]}: "
-          f"{rows[0]['during_p99'] / rows[1]['during_p99']:.3f}x")
+# against the last binary named (the reference, e.g. memcached 1.6.45)
+ref = rows[-1]
+for r in rows[:-1]:
+    if r["during_p99"] and ref["during_p99"]:
+        print(f"p99 beside the writer, {r['bin']} / {ref['bin']}: {r['during_p99'] / ref['during_p99']:.3f}x")
 PY
