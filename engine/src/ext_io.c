@@ -44,6 +44,7 @@
 #include "ext_hooks.h"
 #include "reply.h"
 #include "server.h"
+#include "trace.h"
 
 #define IO_THREADS_MAX 64
 
@@ -57,6 +58,7 @@ struct job {
     uint8_t              at[12];  /* streamed: where the first read found the record */
     int32_t              pinned;  /* streamed: the page ext_stream_pin holds for it, or -1 */
     uint32_t             nkey;
+    uint64_t             trace_asked;  /* trace builds: its GET dispatched (trace.h, disk_read) */
     char                 key[KEY_MAX_LENGTH];
 };
 
@@ -293,6 +295,7 @@ static void worker_fetched(void *arg, struct ext_fetch *f)
     struct ext_worker *xw = arg;
     struct job *j = (struct job *)((char *)f - offsetof(struct job, f));
     enum reply_status st = f->hit ? REPLY_HIT : REPLY_MISS;
+    TRACE_REC_HERE(TRACE_DISK_READ, TRACE_NOW() - j->trace_asked);
     /* reaped: the worker drains its queue right after, no wake-up needed;
      * finished at start or by a failed ring's pread: the usual wake-up */
     if (xw->reaping) reply_complete_here(j->h, st, NULL, f->hit ? f->value : NULL, f->hit ? j->v.nbytes : 0);
@@ -462,6 +465,7 @@ bool ext_io_value(struct conn *c, const char *hd, size_t nhead, const char *miss
         storage_ext_count_get();
         struct job *j = &xw->jobs[ext_reader_next_slot(xw->reader)];
         job_fill(j, h, key, nkey, v);
+        TRACE_STAMP(j->trace_asked, TRACE_NOW());
         j->f = (struct ext_fetch){ .key = j->key, .nkey = nkey, .v = &j->v };
         ext_reader_start(xw->reader, xw->st, &j->f, worker_fetched, xw);
         return true;

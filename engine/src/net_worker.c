@@ -216,6 +216,7 @@ static void *worker_main(void *arg)
     }
     char name[16];
     snprintf(name, sizeof(name), "cachet-w%d", w->id);
+    TRACE_SET_WORKER(w->id);
     pthread_setname_np(pthread_self(), name);
     w->st = storage_thread_register();
     w->ext_fd = -1;

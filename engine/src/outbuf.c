@@ -19,6 +19,7 @@
 #include <sys/uio.h>
 
 #include "bufmem.h"
+#include "trace.h"
 
 #define MAX_IOV 512
 
@@ -186,6 +187,12 @@ void outbuf_deferred_ready(struct outbuf *o, struct reply_handle *h)
     for (uint32_t i = o->head; i < o->nsegs; i++) {
         struct out_seg *s = &o->segs[i];
         if (s->kind == SEG_DEFER && s->h == h && !s->ready) {
+#ifdef CACHET_TRACE
+            bool behind = false;
+            for (uint32_t k = o->head; k < i; k++) behind |= seg_waiting(&o->segs[k]);
+            TRACE_REC_HERE(TRACE_DISK_BEHIND, behind ? 1000 : 0);
+            s->ready_ns = TRACE_NOW();
+#endif
             s->ready = true;
             s->len = reply_handle_len(h);
             o->seg_bytes += s->len;
@@ -309,6 +316,9 @@ static void advance(struct outbuf *o, size_t n)
         if (o->head_sent == s->len) {
             /* nothing behind a piece with more to come was sent (build_iov) */
             if (rearm_piece(o, s)) return;
+#ifdef CACHET_TRACE
+            if (s->kind == SEG_DEFER) TRACE_REC_HERE(TRACE_DISK_HELD, TRACE_NOW() - s->ready_ns);
+#endif
             seg_drop(o, s);
             o->head++;
             o->head_sent = 0;

@@ -76,6 +76,9 @@ struct out_seg {
     size_t  len;                     /* DEFER: 0 until ready */
     union { size_t off; const char *ptr; };
     union { item *ref; struct reply_handle *h; };
+#ifdef CACHET_TRACE
+    uint64_t ready_ns;               /* DEFER: when its completion was reaped (trace.h, disk_held) */
+#endif
 };
 
 struct outbuf {

@@ -27,7 +27,17 @@ static const char *const stage_names[TRACE_STAGES] = {
     [TRACE_DISPATCH_STORE] = "dispatch_store",
     [TRACE_QUEUED_SENT] = "queued_sent", [TRACE_WAKE_SENT] = "wake_sent",
     [TRACE_YIELD_WAIT] = "yield_wait",
+    [TRACE_DISK_READ] = "disk_read", [TRACE_DISK_HELD] = "disk_held", [TRACE_DISK_BEHIND] = "disk_behind",
 };
+
+static _Thread_local int this_worker = -1;
+
+void trace_set_worker(int worker) { this_worker = worker; }
+
+void trace_record_here(enum trace_stage stage, uint64_t value)
+{
+    trace_record(this_worker, stage, value);
+}
 
 static int bucket_of(uint64_t v)
 {

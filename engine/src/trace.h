@@ -27,6 +27,20 @@
  *   wake_sent    epoll_wait returned -> its replies sent: the server's share
  *                of the request's latency
  *   yield_wait   a connection yielded (-R or output room) -> resumed
+ *   disk_read    a GET of a value on disk dispatched -> its read's completion
+ *                reaped, on the worker's own ring (the IO threads' reads are
+ *                not recorded): the device's time and the wait for the turn
+ *                to submit and to reap
+ *   disk_held    that completion reaped -> its reply handed to send: how long
+ *                a value read from disk waits behind the replies before it
+ *   disk_behind  per completion, 1000 when an earlier reply of the same
+ *                connection was still waiting for its read, else 0 (the mean
+ *                is the share, per mille, of reads done before their turn)
+ *
+ * Why the disk stages: a closed loop of pipelined GETs keeps fewer reads at
+ * the device than fio at the same depth, each taking no longer there
+ * (bench-extstore: reads in flight, time per read); these say whether the
+ * rest wait in the server, behind an earlier reply or for a turn.
  *
  * Concurrency: recorder i belongs to worker i (at most TRACE_MAX_WORKERS;
  * others are not recorded) and is written only by it with relaxed
@@ -46,6 +60,7 @@
 enum trace_stage {
     TRACE_TURN, TRACE_TURN_READY, TRACE_READY_WAIT, TRACE_READ, TRACE_PARSE,
     TRACE_DISPATCH, TRACE_DISPATCH_STORE, TRACE_QUEUED_SENT, TRACE_WAKE_SENT, TRACE_YIELD_WAIT,
+    TRACE_DISK_READ, TRACE_DISK_HELD, TRACE_DISK_BEHIND,
     TRACE_STAGES,
 };
 
@@ -59,11 +74,18 @@ static inline uint64_t trace_now(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 void trace_record(int worker, enum trace_stage stage, uint64_t value);
+/* The calling thread's recorder, for code that has no worker at hand (the
+ * output queue, extstore's reads): set once by each worker at its start;
+ * other threads record nothing. */
+void trace_set_worker(int worker);
+void trace_record_here(enum trace_stage stage, uint64_t value);
 void trace_stats(stat_writer w, void *ctx);
 void trace_reset(void);
 
 #define TRACE_NOW()                  trace_now()
 #define TRACE_REC(worker, stage, v)  trace_record((worker), (stage), (v))
+#define TRACE_REC_HERE(stage, v)     trace_record_here((stage), (v))
+#define TRACE_SET_WORKER(worker)     trace_set_worker(worker)
 /* a stamp field of a struct: set, and since-stamp records */
 #define TRACE_STAMP(field, v)        ((field) = (v))
 #define TRACE_SINCE(worker, stage, start, now) \
@@ -71,6 +93,8 @@ void trace_reset(void);
 #else
 #define TRACE_NOW()                  ((uint64_t)0)
 #define TRACE_REC(worker, stage, v)  ((void)(v))   /* v is 0 here: nothing is computed */
+#define TRACE_REC_HERE(stage, v)     ((void)(v))
+#define TRACE_SET_WORKER(worker)     ((void)0)
 #define TRACE_STAMP(field, v)        ((void)0)
 #define TRACE_SINCE(worker, stage, start, now) ((void)0)
 #endif

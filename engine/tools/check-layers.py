@@ -49,9 +49,8 @@ LAYERS = [
               "the authentication gate in front of them (-Y)",
      ["proto", "proto_text", "proto_meta", "proto_reply", "testhook", "auth"], []),
     ("services", "what the network and protocol layers share: stats, latency "
-                 "histograms, batched lookups, the request-path trace, the TLS "
-                 "context and records (-Z)",
-     ["stats", "latency", "prefetch", "trace", "tls"], []),
+                 "histograms, batched lookups, the TLS context and records (-Z)",
+     ["stats", "latency", "prefetch", "tls"], []),
     ("io", "extstore's IO layer: IO threads, batched disk reads; it takes a "
            "storage context from the thread registry (epoch.c), and its "
            "completions go back through the hook table (ext_hooks.h)",
@@ -61,6 +60,9 @@ LAYERS = [
      ["server", "conn"], []),
     ("output", "the output queue and deferred replies",
      ["outbuf", "reply"], []),
+    ("trace", "the request-path trace of trace builds (make TRACE=1): the "
+              "network, protocol, IO and output layers record into it",
+     ["trace"], []),
     ("storage", "the storage core: items, hash table, bag LRU, slab allocator "
                 "and page mover, extstore's item side and compactor, the "
                 "config/clock/flush/CAS words, thread registry and read "
