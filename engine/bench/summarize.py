@@ -71,8 +71,15 @@ def rounds(d, kind, server):
             st = j["steps"][0]
             steal = st.get("steal_share_per_cpu") or []
             out.append((st["throughput"], st.get("server_cpu_us_per_request"), st.get("loadgen_cpu_busy"),
-                        steal[SERVER_CPU] if len(steal) > SERVER_CPU else None))
+                        steal[SERVER_CPU] if len(steal) > SERVER_CPU else None, user_share(st)))
     return out
+
+
+def user_share(st):
+    """The share of the server's CPU time that was user time (/proc/PID/stat
+    ticks, loadgen's server_user_seconds), or None from an older loadgen."""
+    u, s = st.get("server_user_seconds"), st.get("server_sys_seconds")
+    return u / (u + s) if u is not None and s is not None and u + s > 0 else None
 
 
 def median_or_none(values):
@@ -118,6 +125,7 @@ def w1_figures(d, s):
         f[f"w1_{kind}_server_cpu_us"] = us
         f[f"w1_{kind}_server_cpu_us_rounds"] = [x[1] for x in r]
         f[f"w1_{kind}_gets_per_cpu_s"] = 1e6 / us if us else None
+        f[f"w1_{kind}_user_share"] = median_or_none([x[4] for x in r])
     w1s = steps(load(d, f"w1-steps-{s}.json"))
     f["w1_steps"] = [
         {k: st.get(k) for k in ("target_rate", "throughput", "kept_up")}
@@ -409,6 +417,12 @@ XT_TARGETS = [
     ("  reads in flight at the device over the depth-32 run (/proc/diskstats read ms / elapsed ms)",
      "xt_reads_in_flight", ">=", None, "mc1645", ""),
     ("  fio's reads in flight at the device at depth 32 just before it", "xt_fio_beside_in_flight", ">=", None, "mc1645", ""),
+    # With both: IOPS = reads in flight / time per read (Little's law), so a
+    # gap to fio is either reads that take longer at the device or fewer of
+    # them there at once.
+    ("  time a read spent at the device over the depth-32 run (diskstats read ms / reads)",
+     "xt_device_read_us", "<=", None, "mc1645", "us"),
+    ("  the same for fio's depth-32 run just before it", "xt_fio_beside_device_us", "<=", None, "mc1645", "us"),
     # The same mean depth can be a steady queue (fio) or one that swings
     # between empty and full (a closed loop's GETs moving in batches), which
     # a saturating device serves more slowly: inflight-sample.py.
@@ -468,6 +482,7 @@ def xt_cpu_and_device(d, s):
             f["xt_reads_per_disk_hit"] = (b1["reads"] - b0["reads"]) / dx
             f["xt_blocks_per_disk_hit"] = (b1["sectors_read"] - b0["sectors_read"]) * 512 / 4096 / dx
         f["xt_reads_in_flight"] = reads_in_flight(b0, b1)
+        f["xt_device_read_us"] = device_us_per_read(b0, b1)
         w0, w1 = xt_stat(db, "extstore_bytes_written"), after.get("extstore_bytes_written")
         f["xt_qd32_written_mb"] = (w1 - w0) / 1e6 if None not in (w0, w1) else None
     return f
@@ -479,6 +494,17 @@ def reads_in_flight(b0, b1):
     milliseconds between the samples (Little's law)."""
     try:
         return (b1["read_ms"] - b0["read_ms"]) / ((b1["t"] - b0["t"]) * 1000)
+    except (TypeError, KeyError, ZeroDivisionError):
+        return None
+
+
+def device_us_per_read(b0, b1):
+    """How long a read spent at the device on average between two diskstats
+    samples: its read milliseconds over its reads completed. Beside the
+    reads in flight it splits a throughput gap in two: reads that take
+    longer at the device, or fewer reads there at once."""
+    try:
+        return (b1["read_ms"] - b0["read_ms"]) * 1000 / (b1["reads"] - b0["reads"])
     except (TypeError, KeyError, ZeroDivisionError):
         return None
 
@@ -632,8 +658,9 @@ def xt_fio(d, only=None):
             out[f"fio_qd{qd}_cpu_us"] = (job["usr_cpu"] + job["sys_cpu"]) / 100 * secs / job["read"]["total_ios"] * 1e6
         except (TypeError, KeyError, IndexError, ZeroDivisionError):
             out[f"fio_qd{qd}_cpu_us"] = None
-        out[f"fio_qd{qd}_in_flight"] = reads_in_flight(load(d, f"fio-{tag}-diskstats-before.json"),
-                                                       load(d, f"fio-{tag}-diskstats-after.json"))
+        b0, b1 = load(d, f"fio-{tag}-diskstats-before.json"), load(d, f"fio-{tag}-diskstats-after.json")
+        out[f"fio_qd{qd}_in_flight"] = reads_in_flight(b0, b1)
+        out[f"fio_qd{qd}_device_us"] = device_us_per_read(b0, b1)
     return out
 
 
@@ -703,6 +730,7 @@ def main_extstore(d, machine):
         f["xt_cpu_extra_over_fio"] = (disk - ram) / io if None not in (disk, ram, io) and io > 0 else None
         beside = xt_fio(d, f"qd32-{s}")
         f["xt_fio_beside"], f["xt_fio_beside_in_flight"] = beside.get("fio_qd32"), beside.get("fio_qd32_in_flight")
+        f["xt_fio_beside_device_us"] = beside.get("fio_qd32_device_us")
         f["xt_qd32_low_share"] = (load(d, f"disk-qd32-inflight-{s}.json") or {}).get("share_below_8")
         f["xt_fio_beside_low_share"] = (load(d, f"fio-qd32-{s}-inflight.json") or {}).get("share_below_8")
         f["xt_disk_qd32_over_fio"] = ratio(f.get("xt_disk_qd32"), f["xt_fio_beside"])
@@ -981,10 +1009,16 @@ def main():
               f"{fmt(row['mc1618'], row['key']):>11} {fmt_ratio(row['ratio']):>9} {fmt_ratio(row['ratio_1618']):>9}  "
               f"{row['goal']:<9} {row['verdict']}" + (f"  ({row['note']})" if row["note"] else ""))
     print()
+    # Over loopback a send runs the client's TCP receive in the server's
+    # system time: the user part is what an engine's own code costs.
+    def cpu_per_get(s, kind):
+        us, share = figures[s][f"w1_{kind}_server_cpu_us"], figures[s].get(f"w1_{kind}_user_share")
+        if not us:
+            return f"{NAMES[s]} -"
+        split = f" (user {us * share:.3f}, system {us * (1 - share):.3f})" if share is not None else ""
+        return f"{NAMES[s]} {us:.3f} us{split}"
     for kind in ("pipelined", "deep", "unpipelined"):
-        print(f"W1 {kind}: server CPU per GET " + ", ".join(
-            f"{NAMES[s]} {figures[s][f'w1_{kind}_server_cpu_us']:.3f} us" if figures[s][f"w1_{kind}_server_cpu_us"] else f"{NAMES[s]} -"
-            for s in SERVERS))
+        print(f"W1 {kind}: server CPU per GET " + ", ".join(cpu_per_get(s, kind) for s in SERVERS))
     for s in SERVERS:
         f = figures[s]
         print(f"W1 rounds {NAMES[s]}: pipelined {[round(x) for x in f['w1_pipelined_rounds']]}, "
