@@ -328,6 +328,8 @@ fn step_json(r: &StepResult) -> Value {
         "loadgen_runqueue_wait_share": r.loadgen_runq_share,
         "server_runqueue_wait_share": r.server_runq_share,
         "server_cpu_seconds": r.server_cpu_seconds,
+        "server_user_seconds": r.server_user_seconds,
+        "server_sys_seconds": r.server_sys_seconds,
         "steal_share_per_cpu": r.steal_share,
         // Whole step (warm-up and drain included) over every reply received.
         "server_cpu_us_per_request": match r.server_cpu_seconds {

@@ -182,6 +182,12 @@ pub struct StepResult {
     /// is the server's cost, which other processes on the machine barely
     /// change, unlike its throughput.
     pub server_cpu_seconds: Option<f64>,
+    /// The same split into user and system time (/proc/PID/stat, in clock
+    /// ticks: 10 ms each, so a step of a few seconds gives about 1%). Over
+    /// loopback a send runs the receiver's TCP path in the sender's system
+    /// time: what the system share leaves is what an engine can still cut.
+    pub server_user_seconds: Option<f64>,
+    pub server_sys_seconds: Option<f64>,
     /// Per CPU, the share of the step the hypervisor ran something else
     /// (steal time, /proc/stat): invisible to schedstat, and on a VM a
     /// source of millisecond stalls in the tail.
@@ -246,6 +252,14 @@ fn sched_ns(pid: &str) -> Option<(u64, u64)> {
         }
     }
     Some((cpu, wait))
+}
+
+/// A process's (user, system) clock ticks, all threads, from /proc/PID/stat
+/// (fields 14 and 15, counted after the command name's closing paren).
+fn user_sys_ticks(pid: u32) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut it = text.get(text.rfind(')')? + 1..)?.split_whitespace().skip(11);
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
 }
 
 fn cpu_time() -> f64 {
@@ -366,12 +380,15 @@ impl Runner {
             loadgen_runq_share: None,
             server_runq_share: None,
             server_cpu_seconds: None,
+            server_user_seconds: None,
+            server_sys_seconds: None,
             steal_share: Vec::new(),
         };
         let steal_start = steal_ticks();
         let cpu_start = cpu_time();
         let sched_self_start = sched_ns("self");
         let sched_server_start = self.server_pid.and_then(|p| sched_ns(&p.to_string()));
+        let ticks_server_start = self.server_pid.and_then(user_sys_ticks);
         let start = self.now();
         let measure_start = start + spec.warmup.as_nanos() as u64;
         let end = measure_start + spec.duration.as_nanos() as u64;
@@ -646,6 +663,11 @@ impl Runner {
         if let (Some(a), Some(b)) = (sched_server_start, self.server_pid.and_then(|p| sched_ns(&p.to_string()))) {
             r.server_runq_share = Some(b.1.saturating_sub(a.1) as f64 / wall_ns);
             r.server_cpu_seconds = Some(b.0.saturating_sub(a.0) as f64 / 1e9);
+        }
+        if let (Some(a), Some(b)) = (ticks_server_start, self.server_pid.and_then(user_sys_ticks)) {
+            let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+            r.server_user_seconds = Some(b.0.saturating_sub(a.0) as f64 / hz);
+            r.server_sys_seconds = Some(b.1.saturating_sub(a.1) as f64 / hz);
         }
         Ok(r)
     }

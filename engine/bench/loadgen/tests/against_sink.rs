@@ -4,7 +4,8 @@
 //! omission), the rate search brackets and bisects, non-loopback targets
 //! are refused, and `--tls` works through a TLS terminator in front of the
 //! sink and fails cleanly on a plaintext server or a certificate it does not
-//! trust. Ports 23050-23059, or from CACHET_LOADGEN_TEST_PORT_BASE on
+//! trust; the server CPU it reads is split into user and system time.
+//! Ports 23050-23061, or from CACHET_LOADGEN_TEST_PORT_BASE on
 //! (so that runs on a shared machine can keep to their own range).
 
 use serde_json::Value;
@@ -252,6 +253,29 @@ fn a_stalled_generator_is_not_charged_to_the_server() {
     assert!(server_max < due_max / 4.0, "server latency max {server_max} us against due-to-read {due_max} us: the generator's stop was charged to the server");
     assert_eq!(st["replies_without_rx_timestamp"].as_u64(), Some(0));
     assert_eq!(st["wrong_values"].as_u64(), Some(0));
+}
+
+#[test]
+fn the_servers_cpu_is_split_into_user_and_system_time() {
+    // The sink answers unpipelined GETs as fast as it can for 1 s: busy, and
+    // over loopback most of its time is system time (its sends run the
+    // generator's TCP receive). The split comes from /proc/PID/stat ticks
+    // (10 ms), the total from schedstat (ns): they must agree within a few
+    // ticks, and the system part must be there.
+    let p = port(11);
+    let s = sink(p, None);
+    let pid = s.0.id().to_string();
+    let (code, j) = loadgen(&["--server", &addr(p), "--server-pid", &pid, "--conns", "8", "--depth", "1", "--duration", "1",
+        "--warmup", "0", "--keys", "1000", "--value-size", "32"]);
+    assert_eq!(code, 0);
+    let st = &j["steps"][0];
+    let total = st["server_cpu_seconds"].as_f64().expect("server_cpu_seconds");
+    let user = st["server_user_seconds"].as_f64().expect("server_user_seconds");
+    let sys = st["server_sys_seconds"].as_f64().expect("server_sys_seconds");
+    assert!(total > 0.2, "the sink used {total} s of CPU in a 1 s step of 8 busy connections");
+    assert!(sys > 0.0, "no system time over loopback: user {user} s, system {sys} s");
+    assert!((user + sys - total).abs() <= 0.05 + 0.2 * total,
+        "user {user} s + system {sys} s against {total} s on a CPU (schedstat)");
 }
 
 /// A CA and a server certificate for 127.0.0.1 signed by it, made with the
