@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Where a disk GET's round trip goes inside the server at depth 32: a trace
+# build's disk stages (src/trace.h: disk_read, disk_held, disk_behind) beside
+# the client's latency, for each client shape of 32 GETs outstanding.
+#
+# Why: bench-extstore's depth-32 row keeps fewer reads at the device than
+# fio at the same depth, each taking no longer there (its rows "reads in
+# flight" and "time a read spent at the device"). The rest of the 32 are
+# somewhere between the client and the device; these stages say how much of
+# that is in the server: the wait to submit and reap (disk_read less the
+# device's time), the wait from reap to send (disk_held), and replies held
+# behind an earlier one of their connection (disk_behind).
+#
+# One server alone on CPU 1 (-t 1 -m 64, extstore on an ext4 image behind a
+# loop device with direct IO, the operator's socket buffers: as
+# bench-extstore runs it), the generator on CPU 0; 131,072 values of 4 KB
+# (8x RAM) set one at a time, then per shape `stats reset`, a closed loop of
+# XT_SECS seconds, `stats trace`. A measurement, not a test.
+#
+# usage: xt-trace.sh [TRACE_BINARY]   (default: engine/build/trace/cachetd,
+#        built by `make -C engine TRACE=1`)
+# env:   XT_SHAPES (default "4x8 8x4 32x1": connections x pipeline depth),
+#        XT_SECS (default 5), XT_PORT (default 29400), XT_IMG_DIR (default
+#        /var/tmp), CARGO_TARGET_DIR (cachet-loadgen). Needs root.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+BIN=${1:-$here/../build/trace/cachetd}
+SHAPES=${XT_SHAPES:-4x8 8x4 32x1}; SECS=${XT_SECS:-5}; PORT=${XT_PORT:-29400}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${CACHET_CACHE:-$HOME/.cache/cachet}/loadgen-target}
+LOADGEN=$CARGO_TARGET_DIR/release/cachet-loadgen
+[ -x "$LOADGEN" ] || (cd "$here/loadgen" && cargo build --release --locked --quiet)
+[ "$(id -u)" = 0 ] || { echo "xt-trace: needs root (losetup, mount)" >&2; exit 1; }
+[ -x "$BIN" ] || { echo "xt-trace: no $BIN (make -C engine TRACE=1)" >&2; exit 1; }
+tmp=$(mktemp -d); img=${XT_IMG_DIR:-/var/tmp}/cachet-xt-trace-$$.img; mnt=$tmp/mnt; loop=; pid=
+cleanup() {
+  [ -n "$pid" ] && { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
+  mountpoint -q "$mnt" 2>/dev/null && umount "$mnt"
+  [ -n "$loop" ] && losetup -d "$loop" 2>/dev/null
+  rm -rf "$tmp" "$img"
+}
+trap cleanup EXIT
+mkdir -p "$mnt"
+truncate -s 1500M "$img"
+loop=$(losetup --find --show --direct-io=on "$img")
+mkfs.ext4 -q "$loop" && mount "$loop" "$mnt"
+gen() { timeout 300 taskset -c 0 "$LOADGEN" --server "127.0.0.1:$PORT" --label xt --quiet "$@"; }
+# one request, its whole reply (a stats listing ends with END, a reset with RESET)
+ask() {
+  python3 - "$PORT" "$1" <<'PY'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+s.sendall(sys.argv[2].encode() + b"\r\n")
+d = b""
+while not (d.endswith(b"END\r\n") or d.endswith(b"RESET\r\n")):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    d += chunk
+sys.stdout.write(d.decode())
+PY
+}
+
+echo "[$(date -u +%H:%M:%S)] $BIN on 127.0.0.1:$PORT, extstore on $loop" >&2
+taskset -c 1 "$BIN" -p "$PORT" -l 127.0.0.1 -t 1 -m 64 -c 1024 -U 0 -o sock_sndbuf=64k,sock_rcvbuf=16k \
+  -o "ext_path=$mnt/ext:640m,ext_item_size=512,ext_wbuf_size=4,ext_threads=4" >"$tmp/server.log" 2>&1 & pid=$!
+for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/"$PORT") 2>/dev/null && break; sleep 0.1; done
+ask "stats trace" | grep -q disk_read || { echo "xt-trace: $BIN is not a trace build (no disk_read in stats trace)" >&2; exit 1; }
+echo "[$(date -u +%H:%M:%S)] setting 131,072 values of 4 KB, one at a time" >&2
+gen --keys 131072 --value-size 4096 --conns 1 --prefill-only --prefill-depth 1 >/dev/null
+sleep 5   # the flusher's last pages
+
+for shape in $SHAPES; do
+  conns=${shape%x*}; depth=${shape#*x}
+  echo "[$(date -u +%H:%M:%S)] $shape: $SECS s closed loop" >&2
+  ask "stats reset" >/dev/null
+  gen --keys 131072 --value-size 4096 --conns "$conns" --depth "$depth" --duration "$SECS" --seed 11 \
+    --json "$tmp/$shape.json" >/dev/null 2>&1
+  ask "stats trace" >"$tmp/$shape.trace"
+  python3 - "$tmp/$shape.json" "$tmp/$shape.trace" "$shape" <<'PY'
+import json, sys
+st = json.load(open(sys.argv[1]))["steps"][0]
+t = {}
+for line in open(sys.argv[2]):
+    parts = line.split()
+    if len(parts) == 3 and parts[0] == "STAT":
+        t[parts[1]] = int(parts[2])
+def us(stage, q):
+    v = t.get(f"{stage}:{q}")
+    return f"{v / 1000:,.0f}" if v is not None else "-"
+lat = st["latency_us"]
+print(f"{sys.argv[3]:>5}: {st['throughput']:,.0f} GETs/s, client latency mean {lat['mean']:,.0f} us, p99 {lat['p99']:,.0f} us;"
+      f" disk_read mean/p50/p99 {us('disk_read', 'mean')}/{us('disk_read', 'p50')}/{us('disk_read', 'p99')} us;"
+      f" disk_held {us('disk_held', 'mean')}/{us('disk_held', 'p50')}/{us('disk_held', 'p99')} us;"
+      f" behind an earlier reply {t.get('disk_behind:mean', 0) / 10:.1f}% of {t.get('disk_behind:count', 0):,} reads;"
+      f" turn mean {us('turn', 'mean')} us, {t.get('turn_ready:mean', 0)} events a turn")
+PY
+done
