@@ -31,19 +31,16 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${CACHET_CACHE:-$HOME/.cache/cachet}
 LOADGEN=$CARGO_TARGET_DIR/release/cachet-loadgen
 [ -x "$LOADGEN" ] || (cd "$here/loadgen" && cargo build --release --locked --quiet)
 [ "$(id -u)" = 0 ] || { echo "writer-stall: needs root (losetup, mount)" >&2; exit 1; }
-tmp=$(mktemp -d); img=${WS_IMG_DIR:-/var/tmp}/cachet-writer-stall-$$.img; mnt=$tmp/mnt; loop=; pid=; wpid=
+source "$here/ext-image.sh"
+pid=; wpid=
 cleanup() {
   for p in $wpid $pid; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  mountpoint -q "$mnt" 2>/dev/null && umount "$mnt"
-  [ -n "$loop" ] && losetup -d "$loop" 2>/dev/null
-  rm -rf "$tmp" "$img"
+  ext_image_down
 }
 trap cleanup EXIT
-mkdir -p "$mnt"
-truncate -s 1500M "$img"
-loop=$(losetup --find --show --direct-io=on "$img")
-mkfs.ext4 -q "$loop" && mount "$loop" "$mnt"
+EXT_IMG_DIR=${WS_IMG_DIR:-/var/tmp} ext_image_up 1500 writer-stall
+tmp=$EXT_TMP; mnt=$EXT_MNT
 gen() { timeout 120 taskset -c 0 "$LOADGEN" --server "127.0.0.1:$PORT" --quiet "$@"; }
 READER=(--conns 8 --depth 1 --keys 2000 --key-prefix hot: --value-size 100 --rate 5k --duration 8 --warmup 0.5)
 

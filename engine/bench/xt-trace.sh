@@ -31,18 +31,15 @@ LOADGEN=$CARGO_TARGET_DIR/release/cachet-loadgen
 [ -x "$LOADGEN" ] || (cd "$here/loadgen" && cargo build --release --locked --quiet)
 [ "$(id -u)" = 0 ] || { echo "xt-trace: needs root (losetup, mount)" >&2; exit 1; }
 [ -x "$BIN" ] || { echo "xt-trace: no $BIN (make -C engine TRACE=1)" >&2; exit 1; }
-tmp=$(mktemp -d); img=${XT_IMG_DIR:-/var/tmp}/cachet-xt-trace-$$.img; mnt=$tmp/mnt; loop=; pid=
+source "$here/ext-image.sh"
+pid=
 cleanup() {
   [ -n "$pid" ] && { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
-  mountpoint -q "$mnt" 2>/dev/null && umount "$mnt"
-  [ -n "$loop" ] && losetup -d "$loop" 2>/dev/null
-  rm -rf "$tmp" "$img"
+  ext_image_down
 }
 trap cleanup EXIT
-mkdir -p "$mnt"
-truncate -s 1500M "$img"
-loop=$(losetup --find --show --direct-io=on "$img")
-mkfs.ext4 -q "$loop" && mount "$loop" "$mnt"
+EXT_IMG_DIR=${XT_IMG_DIR:-/var/tmp} ext_image_up 1500 xt-trace
+tmp=$EXT_TMP; mnt=$EXT_MNT
 gen() { timeout 300 taskset -c 0 "$LOADGEN" --server "127.0.0.1:$PORT" --label xt --quiet "$@"; }
 # one request, its whole reply (a stats listing ends with END, a reset with RESET)
 ask() {
@@ -60,7 +57,7 @@ sys.stdout.write(d.decode())
 PY
 }
 
-echo "[$(date -u +%H:%M:%S)] $BIN on 127.0.0.1:$PORT, extstore on $loop" >&2
+echo "[$(date -u +%H:%M:%S)] $BIN on 127.0.0.1:$PORT, extstore on $EXT_LOOP" >&2
 taskset -c 1 "$BIN" -p "$PORT" -l 127.0.0.1 -t 1 -m 64 -c 1024 -U 0 -o sock_sndbuf=64k,sock_rcvbuf=16k \
   -o "ext_path=$mnt/ext:640m,ext_item_size=512,ext_wbuf_size=4,ext_threads=4" >"$tmp/server.log" 2>&1 & pid=$!
 for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/"$PORT") 2>/dev/null && break; sleep 0.1; done
