@@ -23,7 +23,10 @@ ext_image_up() {
 }
 
 ext_image_down() {
-  if [ -n "$EXT_MNT" ] && mountpoint -q "$EXT_MNT" 2>/dev/null; then umount "$EXT_MNT"; fi
+  # a busy mount is detached lazily: the loop device and image still go
+  if [ -n "$EXT_MNT" ] && mountpoint -q "$EXT_MNT" 2>/dev/null; then
+    umount "$EXT_MNT" 2>/dev/null || umount -l "$EXT_MNT" || true
+  fi
   if [ -n "$EXT_LOOP" ]; then losetup -d "$EXT_LOOP" 2>/dev/null || true; fi
   rm -rf "$EXT_TMP" "$EXT_IMG"
   EXT_TMP=; EXT_IMG=; EXT_MNT=; EXT_LOOP=

@@ -125,7 +125,9 @@ def w1_figures(d, s):
         f[f"w1_{kind}_server_cpu_us"] = us
         f[f"w1_{kind}_server_cpu_us_rounds"] = [x[1] for x in r]
         f[f"w1_{kind}_gets_per_cpu_s"] = 1e6 / us if us else None
-        f[f"w1_{kind}_user_share"] = median_or_none([x[4] for x in r])
+        # user and system us per GET, each the median of its rounds
+        f[f"w1_{kind}_user_us"] = median_or_none([x[1] * x[4] for x in r if None not in (x[1], x[4])])
+        f[f"w1_{kind}_sys_us"] = median_or_none([x[1] * (1 - x[4]) for x in r if None not in (x[1], x[4])])
     w1s = steps(load(d, f"w1-steps-{s}.json"))
     f["w1_steps"] = [
         {k: st.get(k) for k in ("target_rate", "throughput", "kept_up")}
@@ -1011,11 +1013,13 @@ def main():
     print()
     # Over loopback a send runs the client's TCP receive in the server's
     # system time: the user part is what an engine's own code costs.
+    # The split is in clock ticks: a 2-s quick round gives a few hundred, so
+    # a user share of 5% is good to about a fifth of itself.
     def cpu_per_get(s, kind):
-        us, share = figures[s][f"w1_{kind}_server_cpu_us"], figures[s].get(f"w1_{kind}_user_share")
+        us, user, system = (figures[s].get(f"w1_{kind}_{k}") for k in ("server_cpu_us", "user_us", "sys_us"))
         if not us:
             return f"{NAMES[s]} -"
-        split = f" (user {us * share:.3f}, system {us * (1 - share):.3f})" if share is not None else ""
+        split = f" (user {user:.2f}, system {system:.2f}; ticks)" if None not in (user, system) else ""
         return f"{NAMES[s]} {us:.3f} us{split}"
     for kind in ("pipelined", "deep", "unpipelined"):
         print(f"W1 {kind}: server CPU per GET " + ", ".join(cpu_per_get(s, kind) for s in SERVERS))

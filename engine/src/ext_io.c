@@ -58,7 +58,9 @@ struct job {
     uint8_t              at[12];  /* streamed: where the first read found the record */
     int32_t              pinned;  /* streamed: the page ext_stream_pin holds for it, or -1 */
     uint32_t             nkey;
-    uint64_t             trace_asked;  /* trace builds: its GET dispatched (trace.h, disk_read) */
+#ifdef CACHET_TRACE
+    uint64_t             trace_asked;  /* its GET dispatched (trace.h, disk_read) */
+#endif
     char                 key[KEY_MAX_LENGTH];
 };
 
@@ -295,7 +297,9 @@ static void worker_fetched(void *arg, struct ext_fetch *f)
     struct ext_worker *xw = arg;
     struct job *j = (struct job *)((char *)f - offsetof(struct job, f));
     enum reply_status st = f->hit ? REPLY_HIT : REPLY_MISS;
-    TRACE_REC_HERE(TRACE_DISK_READ, TRACE_NOW() - j->trace_asked);
+    /* only reads that went to the disk: one that ended inside its start
+     * (not on disk any more, or in the write buffer) is not reaped */
+    if (xw->reaping) TRACE_REC_HERE(TRACE_DISK_READ, TRACE_NOW() - j->trace_asked);
     /* reaped: the worker drains its queue right after, no wake-up needed;
      * finished at start or by a failed ring's pread: the usual wake-up */
     if (xw->reaping) reply_complete_here(j->h, st, NULL, f->hit ? f->value : NULL, f->hit ? j->v.nbytes : 0);

@@ -189,7 +189,7 @@ void outbuf_deferred_ready(struct outbuf *o, struct reply_handle *h)
         if (s->kind == SEG_DEFER && s->h == h && !s->ready) {
 #ifdef CACHET_TRACE
             bool behind = false;
-            for (uint32_t k = o->head; k < i; k++) behind |= seg_waiting(&o->segs[k]);
+            for (uint32_t k = o->head; k < i && !behind; k++) behind = seg_waiting(&o->segs[k]);
             TRACE_REC_HERE(TRACE_DISK_BEHIND, behind ? 1000 : 0);
             s->ready_ns = TRACE_NOW();
 #endif

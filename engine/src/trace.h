@@ -28,14 +28,18 @@
  *                of the request's latency
  *   yield_wait   a connection yielded (-R or output room) -> resumed
  *   disk_read    a GET of a value on disk dispatched -> its read's completion
- *                reaped, on the worker's own ring (the IO threads' reads are
- *                not recorded): the device's time and the wait for the turn
- *                to submit and to reap
- *   disk_held    that completion reaped -> its reply handed to send: how long
- *                a value read from disk waits behind the replies before it
- *   disk_behind  per completion, 1000 when an earlier reply of the same
+ *                reaped, on the worker's own ring (the IO threads' reads, and
+ *                reads that end inside their start, are not recorded): the
+ *                device's time and the wait for the turn to submit and reap
+ *   disk_held    a deferred reply's completion drained -> its last byte
+ *                handed to send (under TLS: sealed): how long a value read
+ *                from disk waits behind the replies before it and for the
+ *                send. Every deferred reply counts: the IO threads' too, and a
+ *                value sent in pieces once, after its last piece
+ *   disk_behind  per deferred completion drained (each piece of a value sent
+ *                in pieces too), 1000 when an earlier reply of the same
  *                connection was still waiting for its read, else 0 (the mean
- *                is the share, per mille, of reads done before their turn)
+ *                is the share, per mille, of completions before their turn)
  *
  * Why the disk stages: a closed loop of pipelined GETs keeps fewer reads at
  * the device than fio at the same depth, each taking no longer there
@@ -93,7 +97,7 @@ void trace_reset(void);
 #else
 #define TRACE_NOW()                  ((uint64_t)0)
 #define TRACE_REC(worker, stage, v)  ((void)(v))   /* v is 0 here: nothing is computed */
-#define TRACE_REC_HERE(stage, v)     ((void)(v))
+#define TRACE_REC_HERE(stage, v)     ((void)0)   /* v may name trace-only fields */
 #define TRACE_SET_WORKER(worker)     ((void)0)
 #define TRACE_STAMP(field, v)        ((void)0)
 #define TRACE_SINCE(worker, stage, start, now) ((void)0)

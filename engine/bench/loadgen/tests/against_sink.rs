@@ -272,8 +272,12 @@ fn the_servers_cpu_is_split_into_user_and_system_time() {
     let total = st["server_cpu_seconds"].as_f64().expect("server_cpu_seconds");
     let user = st["server_user_seconds"].as_f64().expect("server_user_seconds");
     let sys = st["server_sys_seconds"].as_f64().expect("server_sys_seconds");
-    assert!(total > 0.2, "the sink used {total} s of CPU in a 1 s step of 8 busy connections");
-    assert!(sys > 0.0, "no system time over loopback: user {user} s, system {sys} s");
+    // A floor far below an idle machine's ~0.8 s: cargo runs these tests
+    // side by side on two CPUs, beside whatever else the machine does.
+    assert!(total > 0.05, "the sink used {total} s of CPU in a 1 s step of 8 busy connections");
+    // The sink's own work is a parse and a copy; its sends and receives are
+    // the kernel's: fields read the wrong way round show up here.
+    assert!(sys > user, "over loopback the sink's system time should exceed its user time: user {user} s, system {sys} s");
     assert!((user + sys - total).abs() <= 0.05 + 0.2 * total,
         "user {user} s + system {sys} s against {total} s on a CPU (schedstat)");
 }
